@@ -1,0 +1,264 @@
+//! Page-aligned, pre-faulted transmit buffers with loan semantics.
+//!
+//! A [`Pool`] owns a fixed number of equal buffers; [`TxBuf`] is one of them, taken out and
+//! filled by the application, then *moved* into [`crate::Sender::send`]. The sender keeps it
+//! until the kernel's completion covers every call that named its pages, and only then drops
+//! it, which puts it back in the pool. Reusing a buffer before that is impossible: the
+//! application no longer has it. The pool size is the flow-control bound the Solaris paper
+//! recommends (a ring larger than sndbuf + window keeps the sender from waiting), and the
+//! NEC paper's "allocate+map, fill, release on transmit" API.
+
+use crate::sys::mem::{page_size, PageBuf};
+use std::fmt;
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+struct PoolInner {
+    free: Mutex<Vec<PageBuf>>,
+    returned: Condvar,
+    buf_size: usize,
+    count: usize,
+    retired: std::sync::atomic::AtomicUsize,
+}
+
+/// A fixed set of page-aligned, pre-faulted buffers. Cloning shares the pool.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("count", &self.inner.count)
+            .field("buf_size", &self.inner.buf_size)
+            .field("available", &self.available())
+            .finish()
+    }
+}
+
+impl Pool {
+    /// `count` buffers of `buf_size` bytes each (rounded up to whole pages), mapped and
+    /// faulted in now so the data path never faults.
+    pub fn new(count: usize, buf_size: usize) -> std::io::Result<Pool> {
+        let bufs = (0..count)
+            .map(|_| PageBuf::new(buf_size))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let buf_size = bufs.first().map_or(buf_size, PageBuf::len);
+        Ok(Pool {
+            inner: Arc::new(PoolInner {
+                free: Mutex::new(bufs),
+                returned: Condvar::new(),
+                buf_size,
+                count,
+                retired: Default::default(),
+            }),
+        })
+    }
+
+    /// Size of each buffer (a whole number of pages).
+    pub fn buf_size(&self) -> usize {
+        self.inner.buf_size
+    }
+
+    /// Number of buffers the pool owns.
+    pub fn count(&self) -> usize {
+        self.inner.count
+    }
+
+    /// Buffers unmapped because their socket was abandoned with sends in flight.
+    pub fn retired(&self) -> usize {
+        self.inner.retired.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Buffers in the pool right now.
+    pub fn available(&self) -> usize {
+        self.inner.free.lock().map_or(0, |f| f.len())
+    }
+
+    /// Takes a buffer if one is free. Its data range starts empty.
+    pub fn try_take(&self) -> Option<TxBuf> {
+        let mem = self.inner.free.lock().ok()?.pop()?;
+        Some(TxBuf {
+            mem: Some(mem),
+            range: 0..0,
+            pool: self.inner.clone(),
+        })
+    }
+
+    /// Takes a buffer, waiting up to `timeout` for one to be returned. Senders that also
+    /// need to reap completions while waiting use [`crate::Sender::buffer`] instead.
+    pub fn take_timeout(&self, timeout: Duration) -> Option<TxBuf> {
+        let deadline = Instant::now() + timeout;
+        let mut free = self.inner.free.lock().ok()?;
+        loop {
+            if let Some(mem) = free.pop() {
+                return Some(TxBuf {
+                    mem: Some(mem),
+                    range: 0..0,
+                    pool: self.inner.clone(),
+                });
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            free = self.inner.returned.wait_timeout(free, left).ok()?.0;
+        }
+    }
+
+    /// Whether `buf` came from this pool.
+    pub fn owns(&self, buf: &TxBuf) -> bool {
+        Arc::ptr_eq(&self.inner, &buf.pool)
+    }
+}
+
+/// One loaned transmit buffer: page-aligned storage plus the byte range to send.
+///
+/// Dereferences to the data range. Dropping it returns the storage to its pool, which is
+/// why the sender holds it until the kernel is done with its pages.
+pub struct TxBuf {
+    mem: Option<PageBuf>,
+    range: Range<usize>,
+    pool: Arc<PoolInner>,
+}
+
+impl fmt::Debug for TxBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TxBuf")
+            .field("capacity", &self.capacity())
+            .field("range", &self.range)
+            .finish()
+    }
+}
+
+impl TxBuf {
+    fn mem(&self) -> &PageBuf {
+        self.mem.as_ref().expect("TxBuf storage present until drop")
+    }
+
+    /// Bytes of storage.
+    pub fn capacity(&self) -> usize {
+        self.mem().len()
+    }
+
+    /// The whole storage, for filling in place (the zero-copy way: write once, send).
+    pub fn storage_mut(&mut self) -> &mut [u8] {
+        self.mem
+            .as_mut()
+            .expect("TxBuf storage present until drop")
+            .as_mut_slice()
+    }
+
+    /// Selects which bytes of the storage [`crate::Sender::send`] sends. Panics if the range
+    /// is outside the storage.
+    pub fn set_range(&mut self, range: Range<usize>) {
+        assert!(
+            range.start <= range.end && range.end <= self.capacity(),
+            "range {range:?} outside buffer of {} bytes",
+            self.capacity()
+        );
+        self.range = range;
+    }
+
+    /// Selects `0..len`.
+    pub fn set_len(&mut self, len: usize) {
+        self.set_range(0..len);
+    }
+
+    /// Copies `data` in at `offset` and selects exactly it. Panics if it does not fit.
+    pub fn fill_at(&mut self, offset: usize, data: &[u8]) {
+        let end = offset + data.len();
+        self.storage_mut()[offset..end].copy_from_slice(data);
+        self.set_range(offset..end);
+    }
+
+    /// The selected range.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// Whether the selected data starts on a page boundary.
+    pub fn is_page_aligned(&self) -> bool {
+        (self.mem().as_ptr() as usize + self.range.start) % page_size() == 0
+    }
+
+    /// Unmaps the storage instead of returning it to the pool: for a buffer the kernel may
+    /// still read (its socket was abandoned with sends in flight), so no later send can
+    /// overwrite bytes still on their way. The pool is one buffer smaller afterwards.
+    pub(crate) fn retire(mut self) {
+        drop(self.mem.take());
+        self.pool.retired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Address of the first selected byte (for the policy's alignment rule).
+    pub fn data_addr(&self) -> usize {
+        self.mem().as_ptr() as usize + self.range.start
+    }
+}
+
+impl Deref for TxBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.mem().as_slice()[self.range.clone()]
+    }
+}
+
+impl DerefMut for TxBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let r = self.range.clone();
+        &mut self.storage_mut()[r]
+    }
+}
+
+impl Drop for TxBuf {
+    fn drop(&mut self) {
+        if let Some(mem) = self.mem.take() {
+            if let Ok(mut free) = self.pool.free.lock() {
+                free.push(mem);
+                self.pool.returned.notify_one();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_return_on_drop_and_pool_bounds_them() {
+        let pool = Pool::new(2, 5000).unwrap();
+        assert_eq!(pool.buf_size(), 8192);
+        let mut a = pool.try_take().unwrap();
+        let b = pool.try_take().unwrap();
+        assert!(pool.try_take().is_none());
+        assert!(pool.take_timeout(Duration::from_millis(20)).is_none());
+        a.fill_at(1, b"hello");
+        assert_eq!(&a[..], b"hello");
+        assert!(!a.is_page_aligned());
+        a.set_len(3);
+        assert!(a.is_page_aligned());
+        assert!(pool.owns(&a));
+        drop(b);
+        assert_eq!(pool.available(), 1);
+        let other = Pool::new(1, 10).unwrap();
+        assert!(!other.owns(&a));
+    }
+
+    #[test]
+    fn waiter_wakes_when_a_buffer_returns() {
+        let pool = Pool::new(1, 4096).unwrap();
+        let held = pool.try_take().unwrap();
+        let p2 = pool.clone();
+        let t = std::thread::spawn(move || p2.take_timeout(Duration::from_secs(10)).is_some());
+        std::thread::sleep(Duration::from_millis(20));
+        drop(held);
+        assert!(t.join().unwrap());
+    }
+
+    #[test]
+    #[should_panic(expected = "outside buffer")]
+    fn range_beyond_storage_panics() {
+        let pool = Pool::new(1, 4096).unwrap();
+        pool.try_take().unwrap().set_range(0..4097);
+    }
+}

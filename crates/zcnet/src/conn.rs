@@ -1,0 +1,490 @@
+//! The application-facing API: [`Sender`], [`Listener`] and [`Receiver`]. They own the
+//! socket and its options, pick the path per operation through the path modules, and never
+//! make a syscall themselves beyond set-up.
+
+use crate::buf::{Pool, TxBuf};
+use crate::error::{Error, Result};
+use crate::policy::{page_multiple_mss, Policy};
+use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk, RxPath};
+use crate::stats::{FallbackReason, Stats, StatsSnapshot};
+use crate::sys::{mem::page_size, socket, zcrecv::SocketMap, zerocopy as zc};
+use crate::tx::{copy::CopyTx, zerocopy::ZerocopyTx, Transmit, TxPath};
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How a [`Sender`] is set up.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SenderConfig {
+    /// Path for loaned buffers ([`Sender::send_slice`] always copies).
+    pub path: TxPath,
+    /// When zero-copy is worth it.
+    pub policy: Policy,
+    /// Buffers in the pool (ignored when `pool` is given).
+    pub pool_buffers: usize,
+    /// Bytes per buffer (ignored when `pool` is given).
+    pub buf_size: usize,
+    /// A pool to share with other senders.
+    pub pool: Option<Pool>,
+    /// Counters to share with others (a fresh set otherwise).
+    pub stats: Option<Arc<Stats>>,
+    /// Bound on every blocking step: connect, a send, waiting for a buffer, flushing.
+    pub timeout: Duration,
+    /// `SO_SNDBUF`, if set.
+    pub sndbuf: Option<usize>,
+    /// `TCP_NODELAY`.
+    pub nodelay: bool,
+}
+
+impl Default for SenderConfig {
+    fn default() -> Self {
+        SenderConfig {
+            path: TxPath::Copy,
+            policy: Policy::default(),
+            pool_buffers: 16,
+            buf_size: 256 * 1024,
+            pool: None,
+            stats: None,
+            timeout: Duration::from_secs(30),
+            sndbuf: None,
+            nodelay: false,
+        }
+    }
+}
+
+impl SenderConfig {
+    /// Defaults with transmit path `path`.
+    pub fn new(path: TxPath) -> Self {
+        SenderConfig {
+            path,
+            ..Default::default()
+        }
+    }
+}
+
+/// The sending end of a TCP connection.
+///
+/// ```no_run
+/// # fn main() -> Result<(), zcnet::Error> {
+/// use zcnet::{Sender, SenderConfig, TxPath};
+/// let mut tx = Sender::connect("127.0.0.1:9000".parse().unwrap(), &SenderConfig::new(TxPath::Zerocopy))?;
+/// let mut buf = tx.buffer()?;            // a pooled, page-aligned buffer
+/// buf.fill_at(0, b"hello");              // write the payload once
+/// tx.send(buf)?;                         // moved in; back to the pool on completion
+/// tx.send_slice(b"copy semantics")?;     // always safe, always copies
+/// let stats = tx.finish()?;
+/// # Ok(()) }
+/// ```
+pub struct Sender {
+    sock: Socket,
+    tx: Box<dyn Transmit>,
+    path: TxPath,
+    pool: Pool,
+    stats: Arc<Stats>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("path", &self.path)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl Sender {
+    /// Connects to `addr`. `SO_ZEROCOPY` is set before `connect` for the zero-copy path; if
+    /// the kernel refuses it, the sender copies and counts every send as
+    /// [`FallbackReason::Unsupported`].
+    pub fn connect(addr: SocketAddr, cfg: &SenderConfig) -> Result<Sender> {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
+            .map_err(|e| Error::io("socket", e))?;
+        let zc_ok = cfg.path != TxPath::Zerocopy || zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        if let Some(n) = cfg.sndbuf {
+            sock.set_send_buffer_size(n)
+                .map_err(|e| Error::io("setsockopt(SO_SNDBUF)", e))?;
+        }
+        sock.connect_timeout(&SockAddr::from(addr), cfg.timeout)
+            .map_err(|e| Error::io("connect", e))?;
+        Self::finish_setup(sock, cfg, zc_ok)
+    }
+
+    /// Wraps an already connected stream (for example, an accepted one). `SO_ZEROCOPY` is
+    /// set now; Linux 6.x accepts it on established sockets.
+    pub fn from_stream(stream: TcpStream, cfg: &SenderConfig) -> Result<Sender> {
+        let sock = Socket::from(OwnedFd::from(stream));
+        let zc_ok = cfg.path != TxPath::Zerocopy || zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        if let Some(n) = cfg.sndbuf {
+            sock.set_send_buffer_size(n)
+                .map_err(|e| Error::io("setsockopt(SO_SNDBUF)", e))?;
+        }
+        Self::finish_setup(sock, cfg, zc_ok)
+    }
+
+    fn finish_setup(sock: Socket, cfg: &SenderConfig, zc_ok: bool) -> Result<Sender> {
+        sock.set_write_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        sock.set_read_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+        if cfg.nodelay {
+            sock.set_tcp_nodelay(true)
+                .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
+        }
+        let pool = match &cfg.pool {
+            Some(p) => p.clone(),
+            None => Pool::new(cfg.pool_buffers.max(1), cfg.buf_size)
+                .map_err(|e| Error::io("mmap (buffer pool)", e))?,
+        };
+        let tx: Box<dyn Transmit> = match cfg.path {
+            TxPath::Copy => Box::new(CopyTx {
+                timeout: cfg.timeout,
+            }),
+            TxPath::Zerocopy => Box::new(ZerocopyTx::new(cfg.policy, cfg.timeout, !zc_ok)),
+        };
+        Ok(Sender {
+            sock,
+            tx,
+            path: cfg.path,
+            pool,
+            stats: cfg.stats.clone().unwrap_or_default(),
+            timeout: cfg.timeout,
+        })
+    }
+
+    /// The path loaned buffers take.
+    pub fn path(&self) -> TxPath {
+        self.path
+    }
+
+    /// The buffer pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The socket, for options zcnet does not set.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Takes a free buffer from the pool, reaping completions while none is free. Gives up
+    /// with [`Error::PoolExhausted`] after the configured timeout — the receiver stopped
+    /// reading, so the kernel still holds every buffer — rather than hang.
+    pub fn buffer(&mut self) -> Result<TxBuf> {
+        if let Some(b) = self.pool.try_take() {
+            return Ok(b);
+        }
+        self.stats.add_pool_waits(1);
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            self.tx.reap(self.sock.as_fd(), &self.stats)?;
+            if let Some(b) = self.pool.try_take() {
+                return Ok(b);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.stats.add_pool_timeouts(1);
+                return Err(Error::PoolExhausted(self.timeout));
+            }
+            let slice = (deadline - now).min(Duration::from_millis(10));
+            if self.tx.buffers_in_flight() > 0 {
+                self.tx.wait(self.sock.as_fd(), &self.stats, slice)?;
+            } else if let Some(b) = self.pool.take_timeout(slice) {
+                return Ok(b);
+            }
+        }
+    }
+
+    /// Sends `buf`'s selected bytes. The buffer is moved in: it returns to its pool when the
+    /// kernel's completion covers it (zero-copy) or when the bytes are queued (copy).
+    pub fn send(&mut self, buf: TxBuf) -> Result<()> {
+        self.tx.send_buf(self.sock.as_fd(), buf, &self.stats)
+    }
+
+    /// Sends `data` with copy semantics: `data` may be reused as soon as this returns.
+    pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
+        crate::tx::copy::send_all(self.sock.as_fd(), data, &self.stats, self.timeout)?;
+        self.tx.reap(self.sock.as_fd(), &self.stats)?;
+        Ok(())
+    }
+
+    /// Waits until the kernel has returned every loaned buffer (bounded by the timeout).
+    pub fn flush(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        while self.tx.buffers_in_flight() > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    op: "waiting for zero-copy completions",
+                    after: self.timeout,
+                });
+            }
+            self.tx
+                .wait(self.sock.as_fd(), &self.stats, (deadline - now).min(Duration::from_millis(50)))?;
+        }
+        Ok(())
+    }
+
+    /// Ends the stream (FIN), waits for every buffer to come back, and returns the stats.
+    pub fn finish(mut self) -> Result<StatsSnapshot> {
+        self.sock
+            .shutdown(Shutdown::Write)
+            .map_err(|e| Error::io("shutdown", e))?;
+        self.flush()?;
+        Ok(self.stats.snapshot())
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.tx.buffers_in_flight() > 0 {
+            // Give the kernel a short, bounded chance to finish; what it still holds after
+            // that is unmapped, never recycled while it may still be read.
+            let deadline = Instant::now() + self.timeout.min(Duration::from_secs(2));
+            while self.tx.buffers_in_flight() > 0 && Instant::now() < deadline {
+                if self
+                    .tx
+                    .wait(self.sock.as_fd(), &self.stats, Duration::from_millis(20))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            self.tx.abandon();
+        }
+    }
+}
+
+/// How a [`Receiver`] is set up.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReceiverConfig {
+    /// Receive path.
+    pub path: RxPath,
+    /// Size of the socket mapping for the mmap path: released in one batch when used up.
+    pub map_bytes: usize,
+    /// Size of the copy buffer (copy path) or of the scratch buffer for unmappable bytes.
+    pub buf_bytes: usize,
+    /// `SO_RCVLOWAT`: fewer, larger zero-copy calls (findings §2: 4 MiB halves receiver CPU
+    /// with an 8 MiB map). Leave unset for request/response traffic.
+    pub rcvlowat: Option<usize>,
+    /// Advertise a page-multiple MSS on the listener (mmap path) so payloads land in whole
+    /// pages; derived from the MTU of the bound interface.
+    pub page_multiple_mss: bool,
+    /// `SO_RCVBUF`, if set.
+    pub rcvbuf: Option<usize>,
+    /// Bound on every blocking step.
+    pub timeout: Duration,
+    /// Counters to share with others.
+    pub stats: Option<Arc<Stats>>,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            path: RxPath::Copy,
+            map_bytes: 4 << 20,
+            buf_bytes: 256 * 1024,
+            rcvlowat: None,
+            page_multiple_mss: true,
+            rcvbuf: None,
+            timeout: Duration::from_secs(30),
+            stats: None,
+        }
+    }
+}
+
+impl ReceiverConfig {
+    /// Defaults with receive path `path`.
+    pub fn new(path: RxPath) -> Self {
+        ReceiverConfig {
+            path,
+            ..Default::default()
+        }
+    }
+}
+
+/// A listening socket that accepts [`Receiver`]s.
+#[derive(Debug)]
+pub struct Listener {
+    sock: Socket,
+    cfg: ReceiverConfig,
+    mss: Option<u32>,
+}
+
+fn tcp_timestamps_enabled() -> bool {
+    // /proc/sys/net resolves to the calling thread's network namespace.
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
+        .map(|s| s.trim() != "0")
+        .unwrap_or(true)
+}
+
+impl Listener {
+    /// Binds and listens on `addr`. For the mmap path with `page_multiple_mss`, sets
+    /// `TCP_MAXSEG` to the page-multiple MSS of the bound interface's MTU first (the MSS is
+    /// advertised in the handshake, so it cannot be changed later).
+    pub fn bind(addr: SocketAddr, cfg: &ReceiverConfig) -> Result<Listener> {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
+            .map_err(|e| Error::io("socket", e))?;
+        sock.set_reuse_address(true)
+            .map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
+        if let Some(n) = cfg.rcvbuf {
+            sock.set_recv_buffer_size(n)
+                .map_err(|e| Error::io("setsockopt(SO_RCVBUF)", e))?;
+        }
+        let mut mss = None;
+        if cfg.path == RxPath::Mmap && cfg.page_multiple_mss {
+            if let Ok(Some(mtu)) = socket::mtu_for_addr(addr.ip()) {
+                mss = page_multiple_mss(mtu, addr.is_ipv6(), tcp_timestamps_enabled(), page_size() as u32);
+                if let Some(m) = mss {
+                    sock.set_tcp_mss(m)
+                        .map_err(|e| Error::io("setsockopt(TCP_MAXSEG)", e))?;
+                }
+            }
+        }
+        sock.bind(&SockAddr::from(addr))
+            .map_err(|e| Error::io("bind", e))?;
+        sock.listen(128).map_err(|e| Error::io("listen", e))?;
+        Ok(Listener {
+            sock,
+            cfg: cfg.clone(),
+            mss,
+        })
+    }
+
+    /// The bound address (with the port the kernel chose for port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.sock
+            .local_addr()
+            .map_err(|e| Error::io("getsockname", e))?
+            .as_socket()
+            .ok_or_else(|| Error::io("getsockname", std::io::Error::other("not an IP address")))
+    }
+
+    /// The MSS advertised for the mmap path, if one was set.
+    pub fn mss(&self) -> Option<u32> {
+        self.mss
+    }
+
+    /// Accepts one connection (bounded by the configured timeout).
+    pub fn accept(&self) -> Result<Receiver> {
+        let ev = loop {
+            match socket::poll(self.sock.as_fd(), libc::POLLIN, Some(self.cfg.timeout)) {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => break r.map_err(|e| Error::io("poll (accept)", e))?,
+            }
+        };
+        if ev == 0 {
+            return Err(Error::Timeout {
+                op: "accept",
+                after: self.cfg.timeout,
+            });
+        }
+        let (sock, _) = loop {
+            match self.sock.accept() {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => break r.map_err(|e| Error::io("accept", e))?,
+            }
+        };
+        Receiver::setup(sock, &self.cfg)
+    }
+}
+
+/// The receiving end of a TCP connection.
+pub struct Receiver {
+    sock: Socket,
+    rx: Box<dyn Receive>,
+    path: RxPath,
+    stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver").field("path", &self.path).finish()
+    }
+}
+
+impl Receiver {
+    /// Wraps an already connected stream.
+    pub fn from_stream(stream: TcpStream, cfg: &ReceiverConfig) -> Result<Receiver> {
+        Self::setup(Socket::from(OwnedFd::from(stream)), cfg)
+    }
+
+    fn setup(sock: Socket, cfg: &ReceiverConfig) -> Result<Receiver> {
+        sock.set_read_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+        sock.set_write_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        if let Some(n) = cfg.rcvlowat {
+            socket::set_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT, n.min(i32::MAX as usize) as i32)
+                .map_err(|e| Error::io("setsockopt(SO_RCVLOWAT)", e))?;
+        }
+        let stats = cfg.stats.clone().unwrap_or_default();
+        let (rx, path): (Box<dyn Receive>, RxPath) = match cfg.path {
+            RxPath::Copy => (Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)), RxPath::Copy),
+            RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
+                Ok(map) => (Box::new(MmapRx::new(map, cfg.buf_bytes, cfg.timeout)), RxPath::Mmap),
+                Err(_) => {
+                    // A kernel without TCP mmap: every receive copies, and says so.
+                    stats.fallback(FallbackReason::Unsupported, 0);
+                    (Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)), RxPath::Copy)
+                }
+            },
+        };
+        Ok(Receiver {
+            sock,
+            rx,
+            path,
+            stats,
+        })
+    }
+
+    /// The path in effect (copy if the mmap path was asked for but is unsupported).
+    pub fn path(&self) -> RxPath {
+        self.path
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The socket, for options zcnet does not set.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Result<SocketAddr> {
+        self.sock
+            .peer_addr()
+            .map_err(|e| Error::io("getpeername", e))?
+            .as_socket()
+            .ok_or_else(|| Error::io("getpeername", std::io::Error::other("not an IP address")))
+    }
+
+    /// The next bytes of the stream, lent until the chunk is dropped; `None` at end of
+    /// stream.
+    pub fn recv(&mut self) -> Result<Option<RxChunk<'_>>> {
+        self.rx.recv(self.sock.as_fd(), &self.stats)
+    }
+
+    /// Copy semantics: the next bytes into `buf`; 0 at end of stream.
+    pub fn recv_into(&mut self, buf: &mut [u8]) -> Result<usize> {
+        self.rx.recv_into(self.sock.as_fd(), buf, &self.stats)
+    }
+
+    /// Borrow-scoped receive (smoltcp's `RxToken::consume` idiom): runs `f` on the next bytes
+    /// and releases them when it returns. `None` at end of stream.
+    pub fn recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        Ok(self.recv()?.map(|c| f(&c)))
+    }
+}

@@ -1,0 +1,65 @@
+//! Errors that reach the caller: only when the I/O itself failed. Declined fast paths are
+//! not errors; they are fallbacks counted in [`crate::Stats`].
+
+use std::io;
+use std::time::Duration;
+
+/// A failed send, receive or set-up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A syscall failed; `op` names what we were doing.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The peer closed the connection while we were sending (`EPIPE`).
+    #[error("{op}: the peer closed the connection")]
+    PeerClosed {
+        /// What was being done.
+        op: &'static str,
+    },
+    /// The peer reset the connection (`ECONNRESET`).
+    #[error("{op}: the connection was reset by the peer")]
+    Reset {
+        /// What was being done.
+        op: &'static str,
+    },
+    /// The socket timeout ran out (`EAGAIN` on a socket with `SO_SNDTIMEO`/`SO_RCVTIMEO`, or
+    /// our own poll deadline).
+    #[error("{op}: timed out after {after:?}")]
+    Timeout {
+        /// What was being done.
+        op: &'static str,
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// No transmit buffer came back to the pool in time: the kernel still holds every one,
+    /// typically because the receiver stopped reading.
+    #[error("no transmit buffer came back within {0:?}: all are still held by the kernel (is the receiver reading?)")]
+    PoolExhausted(Duration),
+    /// A loaned buffer is larger than the pool's buffers or from another pool.
+    #[error("buffer does not belong to this sender's pool")]
+    ForeignBuffer,
+    /// The kernel reported a completion range that matches no call in flight.
+    #[error("inconsistent zero-copy completion: {0}")]
+    Completion(#[from] crate::completion::RangeError),
+}
+
+impl Error {
+    /// Classifies an OS error from operation `op`.
+    pub fn io(op: &'static str, e: io::Error) -> Error {
+        match e.raw_os_error() {
+            Some(libc::EPIPE) => Error::PeerClosed { op },
+            Some(libc::ECONNRESET) => Error::Reset { op },
+            _ => Error::Io { op, source: e },
+        }
+    }
+}
+
+/// Shorthand.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

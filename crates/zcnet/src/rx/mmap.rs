@@ -1,0 +1,210 @@
+//! The `TCP_ZEROCOPY_RECEIVE` receive path.
+//!
+//! One call maps as many whole pages as the kernel can at the end of the socket mapping's
+//! used prefix, copies a small tail into the copybuf, and reports in `recv_skip_hint` how
+//! many bytes after those cannot be mapped. The stream order is therefore: mapped bytes,
+//! copybuf bytes, skip-hint bytes (read with `recv`, never discarded), and then the next
+//! call. When the mapping window is used up, all of it is released with one
+//! `madvise(MADV_DONTNEED)` — the batched release — and mapping starts over at its start.
+//!
+//! The kernel never blocks in this call, so an empty queue is waited for with `poll`. End of
+//! stream is the `EIO` the kernel returns when a call makes no progress after the peer's FIN
+//! (we always pass a length of at least one page, so that is the only way to get it); a
+//! reset arrives as `zc.err`. See shared/notes/kernel-probe-findings.md §2.
+
+use super::{copy::recv_some, Receive, RxChunk};
+use crate::error::{Error, Result};
+use crate::stats::{FallbackReason, Stats};
+use crate::sys::{socket, zcrecv::SocketMap};
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+/// Below this much free window, release the window before the next call: a call into a tiny
+/// window maps little and costs as much.
+const MIN_WINDOW: usize = 64 * 1024;
+/// Under a page, so the kernel's "whole queue fits the copybuf" shortcut (which copies
+/// instead of mapping) only triggers for a tail smaller than one page.
+const COPYBUF: usize = 4095;
+/// How long one `poll` waits before asking the kernel again (bounds the stall that a large
+/// `SO_RCVLOWAT` could cause when the sender pauses below it).
+const POLL_SLICE: Duration = Duration::from_millis(20);
+
+/// Where the bytes of one step of the stream are.
+#[derive(Debug, Clone, Copy)]
+enum Loc {
+    Mapped { off: usize, len: usize },
+    Copybuf { start: usize, end: usize },
+    Scratch { start: usize, end: usize },
+}
+
+/// State of the mapping receive path on one socket.
+#[derive(Debug)]
+pub struct MmapRx {
+    map: SocketMap,
+    copybuf: Vec<u8>,
+    copybuf_pending: (usize, usize),
+    scratch: Vec<u8>,
+    skip: usize,
+    leftover: Option<Loc>,
+    eof: bool,
+    timeout: Duration,
+}
+
+impl MmapRx {
+    pub(crate) fn new(map: SocketMap, scratch_bytes: usize, timeout: Duration) -> Self {
+        MmapRx {
+            map,
+            copybuf: vec![0; COPYBUF],
+            copybuf_pending: (0, 0),
+            scratch: vec![0; scratch_bytes.max(4096)],
+            skip: 0,
+            leftover: None,
+            eof: false,
+            timeout,
+        }
+    }
+
+    fn bytes(&self, loc: Loc) -> &[u8] {
+        match loc {
+            Loc::Mapped { off, len } => self.map.slice(off, len),
+            Loc::Copybuf { start, end } => &self.copybuf[start..end],
+            Loc::Scratch { start, end } => &self.scratch[start..end],
+        }
+    }
+
+    /// Advances the stream by one step.
+    fn next(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<Option<Loc>> {
+        let deadline = Instant::now() + self.timeout;
+        let mut hup = false;
+        loop {
+            if self.eof {
+                return Ok(None);
+            }
+            let (s, e) = self.copybuf_pending;
+            if s < e {
+                self.copybuf_pending = (0, 0);
+                return Ok(Some(Loc::Copybuf { start: s, end: e }));
+            }
+            if self.skip > 0 {
+                let want = self.skip.min(self.scratch.len());
+                let n = recv_some(fd, &mut self.scratch[..want], stats, self.timeout)?;
+                if n == 0 {
+                    self.eof = true;
+                    return Ok(None);
+                }
+                self.skip -= n;
+                stats.fallback(FallbackReason::Unmappable, n as u64);
+                return Ok(Some(Loc::Scratch { start: 0, end: n }));
+            }
+            if self.map.remaining() < MIN_WINDOW {
+                let n = self
+                    .map
+                    .release_all()
+                    .map_err(|e| Error::io("madvise(MADV_DONTNEED)", e))?;
+                stats.add_rx_release_calls(1);
+                stats.add_rx_released_bytes(n as u64);
+            }
+            let want = self.map.remaining();
+            let out = match self.map.receive(fd, want, &mut self.copybuf) {
+                Ok(o) => o,
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EIO) => {
+                        // No progress and the peer's FIN is in: end of stream.
+                        self.eof = true;
+                        return Ok(None);
+                    }
+                    _ => return Err(Error::io("getsockopt(TCP_ZEROCOPY_RECEIVE)", e)),
+                },
+            };
+            stats.add_rx_zc_calls(1);
+            if out.err != 0 {
+                return Err(Error::io(
+                    "TCP_ZEROCOPY_RECEIVE",
+                    std::io::Error::from_raw_os_error(out.err),
+                ));
+            }
+            if out.copied > 0 {
+                self.copybuf_pending = (0, out.copied);
+                stats.add_rx_copied_bytes(out.copied as u64);
+                stats.fallback(FallbackReason::Copybuf, out.copied as u64);
+            }
+            self.skip = out.skip_hint;
+            if out.mapped > 0 {
+                stats.add_rx_mapped_bytes(out.mapped as u64);
+                let off = self.map.mapped_end() - out.mapped;
+                return Ok(Some(Loc::Mapped {
+                    off,
+                    len: out.mapped,
+                }));
+            }
+            stats.add_rx_zc_empty_calls(1);
+            if out.copied > 0 || out.skip_hint > 0 {
+                continue;
+            }
+            if hup {
+                // The peer is gone but the kernel neither mapped nor reported EOF (a reset
+                // whose error was already consumed): let recv give the definitive answer.
+                let n = recv_some(fd, &mut self.scratch, stats, self.timeout)?;
+                if n == 0 {
+                    self.eof = true;
+                    return Ok(None);
+                }
+                stats.fallback(FallbackReason::Unmappable, n as u64);
+                return Ok(Some(Loc::Scratch { start: 0, end: n }));
+            }
+            // Nothing queued: wait for data.
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    op: "recv (TCP_ZEROCOPY_RECEIVE)",
+                    after: self.timeout,
+                });
+            }
+            let slice = POLL_SLICE.min(deadline - now);
+            match socket::poll(fd, libc::POLLIN | libc::POLLRDHUP, Some(slice)) {
+                Ok(ev) => hup = ev & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(Error::io("poll", e)),
+            }
+        }
+    }
+}
+
+impl Receive for MmapRx {
+    fn recv<'a>(&'a mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<Option<RxChunk<'a>>> {
+        if let Some(loc) = self.leftover.take() {
+            return Ok(Some(RxChunk::new(self.bytes(loc), matches!(loc, Loc::Mapped { .. }))));
+        }
+        Ok(self
+            .next(fd, stats)?
+            .map(|loc| RxChunk::new(self.bytes(loc), matches!(loc, Loc::Mapped { .. }))))
+    }
+
+    fn recv_into(&mut self, fd: BorrowedFd<'_>, buf: &mut [u8], stats: &Stats) -> Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let loc = match self.leftover.take() {
+            Some(loc) => loc,
+            None => match self.next(fd, stats)? {
+                Some(loc) => loc,
+                None => return Ok(0),
+            },
+        };
+        let src = self.bytes(loc);
+        let n = src.len().min(buf.len());
+        buf[..n].copy_from_slice(&src[..n]);
+        if n < src.len() {
+            self.leftover = Some(match loc {
+                Loc::Mapped { off, len } => Loc::Mapped {
+                    off: off + n,
+                    len: len - n,
+                },
+                Loc::Copybuf { start, end } => Loc::Copybuf { start: start + n, end },
+                Loc::Scratch { start, end } => Loc::Scratch { start: start + n, end },
+            });
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,279 @@
+//! Where the bytes went: by path, what the kernel copied anyway, and every fallback with its
+//! reason. Counters are relaxed atomics so the data path pays one uncontended add per
+//! operation, and a [`StatsSnapshot`] is a plain value to print, diff or serialise.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why an operation that could have gone zero-copy took the copy path instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FallbackReason {
+    /// Smaller than the policy's zero-copy threshold: pinning and notification would cost
+    /// more than the copy (CMU's crossover, Solaris's threshold).
+    TooSmall,
+    /// Not page-aligned and the policy requires alignment.
+    Unaligned,
+    /// `ENOBUFS` from the option-memory limit (`net.core.optmem_max`) persisted after
+    /// reaping completions; the kernel does not fall back by itself.
+    Enobufs,
+    /// The socket stopped asking for zero-copy after its completions kept saying COPIED.
+    DemotedCopied,
+    /// The kernel refused the zero-copy mechanism itself (e.g. `SO_ZEROCOPY` → `ENOPROTOOPT`
+    /// on an old kernel, or a socket mapping that cannot be created).
+    Unsupported,
+    /// Receive: the kernel could not map these bytes (`recv_skip_hint`), read by `recv`.
+    Unmappable,
+    /// Receive: small or unaligned tail copied by the kernel into the copybuf.
+    Copybuf,
+}
+
+impl FallbackReason {
+    /// All reasons, in the order of their counters.
+    pub const ALL: [FallbackReason; 7] = [
+        FallbackReason::TooSmall,
+        FallbackReason::Unaligned,
+        FallbackReason::Enobufs,
+        FallbackReason::DemotedCopied,
+        FallbackReason::Unsupported,
+        FallbackReason::Unmappable,
+        FallbackReason::Copybuf,
+    ];
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|&r| r == self).unwrap_or(0)
+    }
+
+    /// Stable snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            FallbackReason::TooSmall => "too_small",
+            FallbackReason::Unaligned => "unaligned",
+            FallbackReason::Enobufs => "enobufs",
+            FallbackReason::DemotedCopied => "demoted_copied",
+            FallbackReason::Unsupported => "unsupported",
+            FallbackReason::Unmappable => "unmappable",
+            FallbackReason::Copybuf => "copybuf",
+        }
+    }
+}
+
+const NREASONS: usize = FallbackReason::ALL.len();
+
+/// Live counters of one sender, receiver, or several sharing an `Arc<Stats>`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    tx_bytes_copy: AtomicU64,
+    tx_bytes_zerocopy: AtomicU64,
+    tx_bytes_zc_copied: AtomicU64,
+    tx_calls_copy: AtomicU64,
+    tx_calls_zerocopy: AtomicU64,
+    tx_notifications: AtomicU64,
+    tx_completed_calls: AtomicU64,
+    tx_demotions: AtomicU64,
+    tx_enobufs: AtomicU64,
+    pool_waits: AtomicU64,
+    pool_timeouts: AtomicU64,
+    rx_bytes_mapped: AtomicU64,
+    rx_bytes_copied: AtomicU64,
+    rx_zc_calls: AtomicU64,
+    rx_zc_empty_calls: AtomicU64,
+    rx_release_calls: AtomicU64,
+    rx_bytes_released: AtomicU64,
+    fallback_ops: [AtomicU64; NREASONS],
+    fallback_bytes: [AtomicU64; NREASONS],
+}
+
+/// A point-in-time copy of [`Stats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Bytes sent by plain `send` (copy semantics, policy, or fallback).
+    pub tx_bytes_copy: u64,
+    /// Bytes sent with `MSG_ZEROCOPY`.
+    pub tx_bytes_zerocopy: u64,
+    /// Of those, bytes whose completion said the kernel copied them anyway.
+    pub tx_bytes_zc_copied: u64,
+    /// `send` calls on the copy path.
+    pub tx_calls_copy: u64,
+    /// Successful `MSG_ZEROCOPY` calls (each takes one notification id).
+    pub tx_calls_zerocopy: u64,
+    /// Notifications read from the error queue.
+    pub tx_notifications: u64,
+    /// Zero-copy calls those notifications completed.
+    pub tx_completed_calls: u64,
+    /// Times a socket stopped asking for zero-copy because completions kept saying COPIED.
+    pub tx_demotions: u64,
+    /// `ENOBUFS` returns seen (each followed by a reap and a retry or a fallback).
+    pub tx_enobufs: u64,
+    /// Times a sender waited for a buffer to come back to its pool.
+    pub pool_waits: u64,
+    /// Waits that ran out of time.
+    pub pool_timeouts: u64,
+    /// Bytes received by page mapping (`TCP_ZEROCOPY_RECEIVE`).
+    pub rx_bytes_mapped: u64,
+    /// Bytes received by copying (`recv`, or the kernel's copybuf).
+    pub rx_bytes_copied: u64,
+    /// `TCP_ZEROCOPY_RECEIVE` calls.
+    pub rx_zc_calls: u64,
+    /// Of those, calls that mapped nothing.
+    pub rx_zc_empty_calls: u64,
+    /// Batched page releases (`madvise(MADV_DONTNEED)` calls).
+    pub rx_release_calls: u64,
+    /// Bytes of mapped pages released.
+    pub rx_bytes_released: u64,
+    /// Fallbacks by reason: (reason, operations, bytes). Reasons with no count are left out.
+    pub fallbacks: Vec<(FallbackReason, u64, u64)>,
+}
+
+impl StatsSnapshot {
+    /// Operations that fell back for `reason`.
+    pub fn fallback_ops(&self, reason: FallbackReason) -> u64 {
+        self.fallbacks
+            .iter()
+            .find(|f| f.0 == reason)
+            .map_or(0, |f| f.1)
+    }
+
+    /// Bytes that fell back for `reason`.
+    pub fn fallback_bytes(&self, reason: FallbackReason) -> u64 {
+        self.fallbacks
+            .iter()
+            .find(|f| f.0 == reason)
+            .map_or(0, |f| f.2)
+    }
+
+    /// All bytes sent.
+    pub fn tx_bytes(&self) -> u64 {
+        self.tx_bytes_copy + self.tx_bytes_zerocopy
+    }
+
+    /// All bytes received.
+    pub fn rx_bytes(&self) -> u64 {
+        self.rx_bytes_mapped + self.rx_bytes_copied
+    }
+
+    /// Fraction of sent bytes that really went without a copy (sent zero-copy and not
+    /// reported COPIED). Bytes whose completion is still outstanding count as not copied.
+    pub fn tx_zerocopy_fraction(&self) -> f64 {
+        let total = self.tx_bytes();
+        if total == 0 {
+            return 0.0;
+        }
+        self.tx_bytes_zerocopy.saturating_sub(self.tx_bytes_zc_copied) as f64 / total as f64
+    }
+
+    /// Fraction of received bytes that were mapped rather than copied.
+    pub fn rx_mapped_fraction(&self) -> f64 {
+        let total = self.rx_bytes();
+        if total == 0 {
+            return 0.0;
+        }
+        self.rx_bytes_mapped as f64 / total as f64
+    }
+}
+
+macro_rules! adders {
+    ($($name:ident => $field:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("Adds to `", stringify!($field), "`.")]
+            pub fn $name(&self, n: u64) {
+                self.$field.fetch_add(n, Relaxed);
+            }
+        )*
+    };
+}
+
+impl Stats {
+    /// Fresh zeroed counters.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    adders! {
+        add_tx_copy_bytes => tx_bytes_copy,
+        add_tx_zerocopy_bytes => tx_bytes_zerocopy,
+        add_tx_zc_copied_bytes => tx_bytes_zc_copied,
+        add_tx_copy_calls => tx_calls_copy,
+        add_tx_zerocopy_calls => tx_calls_zerocopy,
+        add_tx_notifications => tx_notifications,
+        add_tx_completed_calls => tx_completed_calls,
+        add_tx_demotions => tx_demotions,
+        add_tx_enobufs => tx_enobufs,
+        add_pool_waits => pool_waits,
+        add_pool_timeouts => pool_timeouts,
+        add_rx_mapped_bytes => rx_bytes_mapped,
+        add_rx_copied_bytes => rx_bytes_copied,
+        add_rx_zc_calls => rx_zc_calls,
+        add_rx_zc_empty_calls => rx_zc_empty_calls,
+        add_rx_release_calls => rx_release_calls,
+        add_rx_released_bytes => rx_bytes_released,
+    }
+
+    /// Counts one operation of `bytes` that fell back to copying for `reason`.
+    pub fn fallback(&self, reason: FallbackReason, bytes: u64) {
+        self.fallback_ops[reason.index()].fetch_add(1, Relaxed);
+        self.fallback_bytes[reason.index()].fetch_add(bytes, Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        StatsSnapshot {
+            tx_bytes_copy: g(&self.tx_bytes_copy),
+            tx_bytes_zerocopy: g(&self.tx_bytes_zerocopy),
+            tx_bytes_zc_copied: g(&self.tx_bytes_zc_copied),
+            tx_calls_copy: g(&self.tx_calls_copy),
+            tx_calls_zerocopy: g(&self.tx_calls_zerocopy),
+            tx_notifications: g(&self.tx_notifications),
+            tx_completed_calls: g(&self.tx_completed_calls),
+            tx_demotions: g(&self.tx_demotions),
+            tx_enobufs: g(&self.tx_enobufs),
+            pool_waits: g(&self.pool_waits),
+            pool_timeouts: g(&self.pool_timeouts),
+            rx_bytes_mapped: g(&self.rx_bytes_mapped),
+            rx_bytes_copied: g(&self.rx_bytes_copied),
+            rx_zc_calls: g(&self.rx_zc_calls),
+            rx_zc_empty_calls: g(&self.rx_zc_empty_calls),
+            rx_release_calls: g(&self.rx_release_calls),
+            rx_bytes_released: g(&self.rx_bytes_released),
+            fallbacks: FallbackReason::ALL
+                .iter()
+                .map(|&r| {
+                    (
+                        r,
+                        g(&self.fallback_ops[r.index()]),
+                        g(&self.fallback_bytes[r.index()]),
+                    )
+                })
+                .filter(|f| f.1 > 0)
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fractions_and_fallbacks_add_up() {
+        let s = Stats::new();
+        s.add_tx_copy_bytes(100);
+        s.add_tx_zerocopy_bytes(300);
+        s.add_tx_zc_copied_bytes(100);
+        s.fallback(FallbackReason::TooSmall, 100);
+        s.fallback(FallbackReason::TooSmall, 5);
+        s.add_rx_mapped_bytes(3);
+        s.add_rx_copied_bytes(1);
+        let snap = s.snapshot();
+        assert_eq!(snap.tx_bytes(), 400);
+        assert!((snap.tx_zerocopy_fraction() - 0.5).abs() < 1e-9);
+        assert!((snap.rx_mapped_fraction() - 0.75).abs() < 1e-9);
+        assert_eq!(snap.fallback_ops(FallbackReason::TooSmall), 2);
+        assert_eq!(snap.fallback_bytes(FallbackReason::TooSmall), 105);
+        assert_eq!(snap.fallback_ops(FallbackReason::Enobufs), 0);
+        assert_eq!(snap.fallbacks.len(), 1);
+    }
+}

@@ -1,0 +1,14 @@
+//! The only module allowed `unsafe`: raw syscalls and kernel ABI structs that rustix/libc lack.
+//!
+//! Each public function is a thin, typed forward to one syscall (the rustix style): it takes
+//! `BorrowedFd`s, returns `io::Result`, and retries nothing — policy lives above. Constants and
+//! structs are carried here because Debian's uapi headers are older than the kernels we run on.
+#![allow(unsafe_code)]
+
+pub mod mem;
+pub mod netns;
+pub mod socket;
+pub mod udp;
+pub mod uffd;
+pub mod zcrecv;
+pub mod zerocopy;

@@ -1,0 +1,237 @@
+//! Thin forwards to the socket syscalls the transmit and receive paths call per operation,
+//! with the flags they need (`MSG_NOSIGNAL`, `MSG_DONTWAIT`, `MSG_ZEROCOPY`) and integer
+//! socket options that `socket2` does not name. Nothing here retries or decides: `EINTR`,
+//! `EAGAIN` and friends go back to the caller as `io::Error`s.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+/// `send(2)` with `flags`; `MSG_NOSIGNAL` is always added so a closed peer is an `EPIPE`
+/// error, never a process-killing `SIGPIPE`.
+pub fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: i32) -> io::Result<usize> {
+    // SAFETY: buf is a valid readable slice for its length for the duration of the call.
+    let n = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            flags | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `recv(2)` into `buf` with `flags`.
+pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<usize> {
+    // SAFETY: buf is a valid writable slice for its length for the duration of the call.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `poll(2)` on one fd; returns the `revents` (0 on timeout). `None` waits forever.
+pub fn poll(fd: BorrowedFd<'_>, events: i16, timeout: Option<Duration>) -> io::Result<i16> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    let ms = match timeout {
+        None => -1,
+        Some(d) => d.as_millis().min(i32::MAX as u128) as i32,
+    };
+    // SAFETY: pfd is a valid pollfd array of length 1 living across the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(pfd.revents)
+    }
+}
+
+/// `setsockopt(level, name)` with an `int` value.
+pub fn set_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: we pass a pointer to a live i32 and its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `getsockopt(level, name)` of an `int` value.
+pub fn get_int(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: value and len are live locals; the kernel writes at most `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(value)
+    }
+}
+
+/// Bytes in the socket's send queue not yet acknowledged (`SIOCOUTQ`).
+pub fn outq(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut v: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int to the pointer we pass, which is a live local.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut v) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v.max(0) as usize)
+    }
+}
+
+/// The subset of `struct tcp_info` zcnet reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpInfo {
+    /// Negotiated options (`TCPI_OPT_TIMESTAMPS` = 1, …).
+    pub options: u8,
+    /// Current send MSS.
+    pub snd_mss: u32,
+    /// Current receive MSS estimate.
+    pub rcv_mss: u32,
+}
+
+/// `getsockopt(IPPROTO_TCP, TCP_INFO)`.
+pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
+    // SAFETY: tcp_info is plain old data; all-zero is a valid value.
+    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: ti is a live local of `len` bytes; the kernel writes at most that many.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut ti as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(TcpInfo {
+        options: ti.tcpi_options,
+        snd_mss: ti.tcpi_snd_mss,
+        rcv_mss: ti.tcpi_rcv_mss,
+    })
+}
+
+/// `getrlimit(RLIMIT_MEMLOCK)`: (soft, hard), `None` meaning unlimited.
+pub fn memlock_limit() -> io::Result<(Option<u64>, Option<u64>)> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: rl is a live local the kernel fills.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    Ok((f(rl.rlim_cur), f(rl.rlim_max)))
+}
+
+/// True when the effective uid is 0.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// MTU of the interface that owns `addr` in the calling thread's network namespace
+/// (`getifaddrs` + `SIOCGIFMTU`), `None` if no interface has it. For the unspecified
+/// address the loopback interface is used.
+pub fn mtu_for_addr(addr: std::net::IpAddr) -> io::Result<Option<u32>> {
+    use std::net::IpAddr;
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills ifap with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut ifap) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut name: Option<[libc::c_char; libc::IFNAMSIZ]> = None;
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points at a sockaddr whose family says its type.
+        let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+        let this: Option<IpAddr> = match family {
+            libc::AF_INET => {
+                // SAFETY: family AF_INET means the sockaddr is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                Some(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: family AF_INET6 means the sockaddr is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                Some(IpAddr::from(sin6.sin6_addr.s6_addr))
+            }
+            _ => None,
+        };
+        let wanted = if addr.is_unspecified() {
+            this.is_some_and(|a| a.is_loopback())
+        } else {
+            this == Some(addr)
+        };
+        if wanted {
+            // SAFETY: ifa_name is a NUL-terminated C string owned by the list.
+            let cname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_bytes();
+            let mut buf = [0 as libc::c_char; libc::IFNAMSIZ];
+            for (d, s) in buf.iter_mut().zip(cname.iter().take(libc::IFNAMSIZ - 1)) {
+                *d = *s as libc::c_char;
+            }
+            name = Some(buf);
+            break;
+        }
+    }
+    // SAFETY: ifap came from getifaddrs and is freed exactly once; no reference into it
+    // survives (the name was copied).
+    unsafe { libc::freeifaddrs(ifap) };
+    let Some(ifr_name) = name else {
+        return Ok(None);
+    };
+    let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    // SAFETY: ifreq is plain old data; all-zero is valid.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    ifr.ifr_name = ifr_name;
+    // SAFETY: SIOCGIFMTU reads ifr_name and writes ifru_mtu of the live ifreq we pass.
+    let r = unsafe { libc::ioctl(probe.as_raw_fd(), libc::SIOCGIFMTU, &mut ifr) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
+    let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+    Ok(Some(mtu.max(0) as u32))
+}

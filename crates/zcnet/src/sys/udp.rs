@@ -1,0 +1,1 @@
+//! UDP segmentation offload (`UDP_SEGMENT`) and receive coalescing (`UDP_GRO`).

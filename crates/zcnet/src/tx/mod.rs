@@ -1,0 +1,75 @@
+//! Transmit paths: one module per path, one small trait they share.
+//!
+//! * [`copy`] — `send(2)`: the baseline every measurement is against.
+//! * [`zerocopy`] — `MSG_ZEROCOPY`, buffers held until the error-queue completion covers them.
+
+pub mod copy;
+pub mod zerocopy;
+
+use crate::buf::TxBuf;
+use crate::error::Result;
+use crate::stats::Stats;
+use std::fmt;
+use std::os::fd::BorrowedFd;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which transmit path a [`crate::Sender`] uses for loaned buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TxPath {
+    /// Plain `send`: the kernel copies the bytes into socket buffers.
+    Copy,
+    /// `MSG_ZEROCOPY`: the kernel references the pages; completions return the buffers.
+    Zerocopy,
+}
+
+impl TxPath {
+    /// Every path this build knows.
+    pub const ALL: [TxPath; 2] = [TxPath::Copy, TxPath::Zerocopy];
+
+    /// The CLI/JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxPath::Copy => "copy",
+            TxPath::Zerocopy => "zerocopy",
+        }
+    }
+}
+
+impl fmt::Display for TxPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TxPath {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        TxPath::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown transmit path {s:?} (known: copy, zerocopy)"))
+    }
+}
+
+/// What every transmit path does with a loaned buffer.
+pub(crate) trait Transmit: Send {
+    /// Sends all of `buf`'s selected bytes (continuing short sends) and keeps `buf` until
+    /// the kernel no longer references its pages.
+    fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()>;
+
+    /// Reads completions without blocking; returns how many buffers went back.
+    fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize>;
+
+    /// Waits up to `timeout` for a completion to arrive, then reaps.
+    fn wait(&mut self, fd: BorrowedFd<'_>, stats: &Stats, timeout: Duration) -> Result<usize>;
+
+    /// Buffers the kernel still holds.
+    fn buffers_in_flight(&self) -> usize;
+
+    /// The socket is gone or stuck: give up on the held buffers. Their storage is unmapped
+    /// rather than returned to the pool, since the kernel may still read it.
+    fn abandon(&mut self) -> usize;
+}

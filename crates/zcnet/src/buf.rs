@@ -69,7 +69,9 @@ impl Pool {
 
     /// Buffers unmapped because their socket was abandoned with sends in flight.
     pub fn retired(&self) -> usize {
-        self.inner.retired.load(std::sync::atomic::Ordering::Relaxed)
+        self.inner
+            .retired
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Buffers in the pool right now.
@@ -186,7 +188,9 @@ impl TxBuf {
     /// overwrite bytes still on their way. The pool is one buffer smaller afterwards.
     pub(crate) fn retire(mut self) {
         drop(self.mem.take());
-        self.pool.retired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.pool
+            .retired
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Address of the first selected byte (for the policy's alignment rule).

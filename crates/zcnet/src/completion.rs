@@ -14,7 +14,9 @@ use std::collections::VecDeque;
 /// A notification that does not fit the calls in flight: a kernel or bookkeeping bug that
 /// must be reported, not papered over.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("completion range {lo}..={hi} is outside the calls in flight (oldest {oldest}, next {next})")]
+#[error(
+    "completion range {lo}..={hi} is outside the calls in flight (oldest {oldest}, next {next})"
+)]
 pub struct RangeError {
     /// First id of the offending range.
     pub lo: u32,

@@ -227,8 +227,11 @@ impl Sender {
                     after: self.timeout,
                 });
             }
-            self.tx
-                .wait(self.sock.as_fd(), &self.stats, (deadline - now).min(Duration::from_millis(50)))?;
+            self.tx.wait(
+                self.sock.as_fd(),
+                &self.stats,
+                (deadline - now).min(Duration::from_millis(50)),
+            )?;
         }
         Ok(())
     }
@@ -343,7 +346,12 @@ impl Listener {
         let mut mss = None;
         if cfg.path == RxPath::Mmap && cfg.page_multiple_mss {
             if let Ok(Some(mtu)) = socket::mtu_for_addr(addr.ip()) {
-                mss = page_multiple_mss(mtu, addr.is_ipv6(), tcp_timestamps_enabled(), page_size() as u32);
+                mss = page_multiple_mss(
+                    mtu,
+                    addr.is_ipv6(),
+                    tcp_timestamps_enabled(),
+                    page_size() as u32,
+                );
                 if let Some(m) = mss {
                     sock.set_tcp_mss(m)
                         .map_err(|e| Error::io("setsockopt(TCP_MAXSEG)", e))?;
@@ -408,7 +416,9 @@ pub struct Receiver {
 
 impl std::fmt::Debug for Receiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Receiver").field("path", &self.path).finish()
+        f.debug_struct("Receiver")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -424,18 +434,32 @@ impl Receiver {
         sock.set_write_timeout(Some(cfg.timeout))
             .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
         if let Some(n) = cfg.rcvlowat {
-            socket::set_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT, n.min(i32::MAX as usize) as i32)
-                .map_err(|e| Error::io("setsockopt(SO_RCVLOWAT)", e))?;
+            socket::set_int(
+                sock.as_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                n.min(i32::MAX as usize) as i32,
+            )
+            .map_err(|e| Error::io("setsockopt(SO_RCVLOWAT)", e))?;
         }
         let stats = cfg.stats.clone().unwrap_or_default();
         let (rx, path): (Box<dyn Receive>, RxPath) = match cfg.path {
-            RxPath::Copy => (Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)), RxPath::Copy),
+            RxPath::Copy => (
+                Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)),
+                RxPath::Copy,
+            ),
             RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
-                Ok(map) => (Box::new(MmapRx::new(map, cfg.buf_bytes, cfg.timeout)), RxPath::Mmap),
+                Ok(map) => (
+                    Box::new(MmapRx::new(map, cfg.buf_bytes, cfg.timeout)),
+                    RxPath::Mmap,
+                ),
                 Err(_) => {
                     // A kernel without TCP mmap: every receive copies, and says so.
                     stats.fallback(FallbackReason::Unsupported, 0);
-                    (Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)), RxPath::Copy)
+                    (
+                        Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)),
+                        RxPath::Copy,
+                    )
                 }
             },
         };

@@ -117,14 +117,23 @@ mod tests {
     #[test]
     fn size_alignment_and_demotion_decide() {
         let p = Policy::default().with_page_aligned(true);
-        assert_eq!(p.decide(100, 0, 4096, false), TxDecision::Copy(FallbackReason::TooSmall));
-        assert_eq!(p.decide(1 << 20, 1, 4096, false), TxDecision::Copy(FallbackReason::Unaligned));
+        assert_eq!(
+            p.decide(100, 0, 4096, false),
+            TxDecision::Copy(FallbackReason::TooSmall)
+        );
+        assert_eq!(
+            p.decide(1 << 20, 1, 4096, false),
+            TxDecision::Copy(FallbackReason::Unaligned)
+        );
         assert_eq!(p.decide(1 << 20, 8192, 4096, false), TxDecision::ZeroCopy);
         assert_eq!(
             p.decide(1 << 20, 8192, 4096, true),
             TxDecision::Copy(FallbackReason::DemotedCopied)
         );
-        assert_eq!(Policy::always().decide(1, 3, 4096, false), TxDecision::ZeroCopy);
+        assert_eq!(
+            Policy::always().decide(1, 3, 4096, false),
+            TxDecision::ZeroCopy
+        );
     }
 
     #[test]
@@ -149,10 +158,14 @@ mod tests {
 /// `mtu` bytes, so `TCP_ZEROCOPY_RECEIVE` can map every page (findings §2: 4096·k + 12 with
 /// timestamps maps 100%). `None` when not even one page fits (MTU 1500): then the default
 /// MSS is better, since veth forwards GSO skbs whole and ~94% still maps.
+///
+/// The kernel refuses `TCP_MAXSEG` above `MAX_TCP_WINDOW` (32767) with `EINVAL`, so on
+/// loopback (MTU 65536) the answer is 7 pages + options, not 15.
 pub fn page_multiple_mss(mtu: u32, ipv6: bool, timestamps: bool, page: u32) -> Option<u32> {
+    const MAX_TCP_MAXSEG: u32 = 32767;
     let headers = if ipv6 { 60 } else { 40 };
     let opts = if timestamps { 12 } else { 0 };
-    let room = mtu.checked_sub(headers + opts)?;
+    let room = mtu.checked_sub(headers + opts)?.min(MAX_TCP_MAXSEG - opts);
     let k = room / page;
     (k > 0).then(|| k * page + opts)
 }
@@ -163,7 +176,10 @@ mod mss_tests {
 
     #[test]
     fn mss_is_a_page_multiple_plus_options() {
-        assert_eq!(page_multiple_mss(65536, false, true, 4096), Some(15 * 4096 + 12));
+        assert_eq!(
+            page_multiple_mss(65536, false, true, 4096),
+            Some(7 * 4096 + 12)
+        );
         assert_eq!(page_multiple_mss(9000, false, true, 4096), Some(8204));
         assert_eq!(page_multiple_mss(9000, false, false, 4096), Some(8192));
         assert_eq!(page_multiple_mss(4148, false, true, 4096), Some(4108));

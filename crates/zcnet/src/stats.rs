@@ -161,7 +161,9 @@ impl StatsSnapshot {
         if total == 0 {
             return 0.0;
         }
-        self.tx_bytes_zerocopy.saturating_sub(self.tx_bytes_zc_copied) as f64 / total as f64
+        self.tx_bytes_zerocopy
+            .saturating_sub(self.tx_bytes_zc_copied) as f64
+            / total as f64
     }
 
     /// Fraction of received bytes that were mapped rather than copied.

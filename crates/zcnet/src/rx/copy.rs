@@ -8,7 +8,12 @@ use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 /// `recv` into `buf`, retrying `EINTR`; `EAGAIN` means `SO_RCVTIMEO` (`timeout`) ran out.
-pub fn recv_some(fd: BorrowedFd<'_>, buf: &mut [u8], stats: &Stats, timeout: Duration) -> Result<usize> {
+pub fn recv_some(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    stats: &Stats,
+    timeout: Duration,
+) -> Result<usize> {
     if buf.is_empty() {
         return Ok(0);
     }

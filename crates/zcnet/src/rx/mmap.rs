@@ -174,7 +174,10 @@ impl MmapRx {
 impl Receive for MmapRx {
     fn recv<'a>(&'a mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<Option<RxChunk<'a>>> {
         if let Some(loc) = self.leftover.take() {
-            return Ok(Some(RxChunk::new(self.bytes(loc), matches!(loc, Loc::Mapped { .. }))));
+            return Ok(Some(RxChunk::new(
+                self.bytes(loc),
+                matches!(loc, Loc::Mapped { .. }),
+            )));
         }
         Ok(self
             .next(fd, stats)?
@@ -201,8 +204,14 @@ impl Receive for MmapRx {
                     off: off + n,
                     len: len - n,
                 },
-                Loc::Copybuf { start, end } => Loc::Copybuf { start: start + n, end },
-                Loc::Scratch { start, end } => Loc::Scratch { start: start + n, end },
+                Loc::Copybuf { start, end } => Loc::Copybuf {
+                    start: start + n,
+                    end,
+                },
+                Loc::Scratch { start, end } => Loc::Scratch {
+                    start: start + n,
+                    end,
+                },
             });
         }
         Ok(n)

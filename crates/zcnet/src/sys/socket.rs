@@ -191,7 +191,9 @@ pub fn mtu_for_addr(addr: std::net::IpAddr) -> io::Result<Option<u32>> {
             libc::AF_INET => {
                 // SAFETY: family AF_INET means the sockaddr is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                Some(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()))
+                Some(IpAddr::from(
+                    u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                ))
             }
             libc::AF_INET6 => {
                 // SAFETY: family AF_INET6 means the sockaddr is a sockaddr_in6.

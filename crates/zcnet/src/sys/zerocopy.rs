@@ -199,14 +199,26 @@ mod tests {
     #[test]
     fn decodes_zerocopy_ranges_and_copied_flag() {
         let mut buf = cmsg(libc::SOL_IP, IP_RECVERR, &ee(0, 5, 1, 7, 19));
-        buf.extend(cmsg(libc::SOL_IPV6, IPV6_RECVERR, &ee(0, 5, 0, u32::MAX, 3)));
+        buf.extend(cmsg(
+            libc::SOL_IPV6,
+            IPV6_RECVERR,
+            &ee(0, 5, 0, u32::MAX, 3),
+        ));
         let mut out = Vec::new();
         parse_control(&buf, &mut out);
         assert_eq!(
             out,
             vec![
-                ErrqueueEntry::Zerocopy { lo: 7, hi: 19, copied: true },
-                ErrqueueEntry::Zerocopy { lo: u32::MAX, hi: 3, copied: false },
+                ErrqueueEntry::Zerocopy {
+                    lo: 7,
+                    hi: 19,
+                    copied: true
+                },
+                ErrqueueEntry::Zerocopy {
+                    lo: u32::MAX,
+                    hi: 3,
+                    copied: false
+                },
             ]
         );
     }

@@ -122,7 +122,8 @@ impl super::Transmit for ZerocopyTx {
 
     fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize> {
         self.entries.clear();
-        zc::read_errqueue(fd, &mut self.entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
+        zc::read_errqueue(fd, &mut self.entries)
+            .map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
         let mut released = 0;
         for i in 0..self.entries.len() {
             if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = self.entries[i] {
@@ -132,7 +133,10 @@ impl super::Transmit for ZerocopyTx {
                 if copied {
                     stats.add_tx_zc_copied_bytes(done.bytes);
                 }
-                if self.demotion.observe(copied, self.policy.demote_after_copied) {
+                if self
+                    .demotion
+                    .observe(copied, self.policy.demote_after_copied)
+                {
                     stats.add_tx_demotions(1);
                 }
                 released += done.released.len();

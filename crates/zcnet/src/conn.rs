@@ -205,6 +205,17 @@ impl Sender {
 
     /// Sends `buf`'s selected bytes. The buffer is moved in: it returns to its pool when the
     /// kernel's completion covers it (zero-copy) or when the bytes are queued (copy).
+    ///
+    /// Touching the buffer after handing it over does not compile:
+    ///
+    /// ```compile_fail
+    /// # fn f(tx: &mut zcnet::Sender) -> Result<(), zcnet::Error> {
+    /// let mut buf = tx.buffer()?;
+    /// buf.fill_at(0, b"payload");
+    /// tx.send(buf)?;
+    /// buf[0] = b'X'; // error[E0382]: borrow of moved value: `buf`
+    /// # Ok(()) }
+    /// ```
     pub fn send(&mut self, buf: TxBuf) -> Result<()> {
         self.tx.send_buf(self.sock.as_fd(), buf, &self.stats)
     }

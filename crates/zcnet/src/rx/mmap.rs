@@ -119,9 +119,10 @@ impl MmapRx {
             };
             stats.add_rx_zc_calls(1);
             if out.err != 0 {
+                // The kernel stores sock_error(), a negative errno.
                 return Err(Error::io(
                     "TCP_ZEROCOPY_RECEIVE",
-                    std::io::Error::from_raw_os_error(out.err),
+                    std::io::Error::from_raw_os_error(out.err.abs()),
                 ));
             }
             if out.copied > 0 {

@@ -59,7 +59,8 @@ pub struct ZcOutcome {
     pub skip_hint: usize,
     /// Bytes still queued.
     pub inq: usize,
-    /// Pending socket error the kernel reported (0 if none).
+    /// Pending socket error the kernel reported, as the kernel stores it: a *negative*
+    /// errno (`sock_error()`), 0 if none.
     pub err: i32,
 }
 

@@ -1,0 +1,69 @@
+//! Signals arriving during blocking sends, receives, polls and pool waits: every path retries
+//! `EINTR` and the stream arrives whole. In its own test binary (its own process), because it
+//! fills the process with signals.
+
+mod common;
+
+use common::{transfer, Case, Topo};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use zcnet::{RxPath, TxPath};
+
+#[test]
+fn transfers_survive_a_storm_of_signals() {
+    let delivered = Arc::new(AtomicBool::new(false));
+    // A handler that does nothing but note it ran. Sockets with SO_RCVTIMEO/SO_SNDTIMEO (all
+    // of ours) and poll() return EINTR even with SA_RESTART (signal(7)).
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, delivered.clone()).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU32::new(0));
+    let pid = std::process::id().to_string();
+    let storm = {
+        let (done, sent) = (done.clone(), sent.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let ok = std::process::Command::new("kill")
+                    .args(["-USR1", &pid])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                sent.fetch_add(ok as u32, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    // Keep transferring until a good number of signals have landed (bounded rounds).
+    for _round in 0..20 {
+        if sent.load(Ordering::Relaxed) >= 100 {
+            break;
+        }
+        run_every_path();
+    }
+    done.store(true, Ordering::Relaxed);
+    storm.join().unwrap();
+    assert!(
+        sent.load(Ordering::Relaxed) >= 100,
+        "too few signals could be sent"
+    );
+    assert!(
+        delivered.load(Ordering::Relaxed),
+        "no signal reached the process"
+    );
+}
+
+fn run_every_path() {
+    for tx in TxPath::ALL {
+        for rx in RxPath::ALL {
+            let out = transfer(
+                Topo::Loopback,
+                Case {
+                    tx,
+                    rx,
+                    size: 48 << 20,
+                    offset: 0,
+                },
+            );
+            assert_eq!(out.received, 48 << 20, "{tx}->{rx}");
+        }
+    }
+}

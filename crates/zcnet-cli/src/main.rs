@@ -1,1 +1,46 @@
-fn main() {}
+//! `zcnet`: zero-copy network I/O for Linux — find out what this host can do (`probe`) and
+//! whether zero-copy pays on it (`bench`).
+
+mod bench;
+mod probe_cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "zcnet",
+    version,
+    about = "Zero-copy network I/O for Linux: probe and measure"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// What this host supports, found by trying on real sockets.
+    Probe {
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure every transmit × receive path on loopback: throughput and CPU per GiB.
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Probe { json } => probe_cmd::run(json),
+        Command::Bench(args) => bench::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("zcnet: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

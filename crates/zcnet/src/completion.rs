@@ -282,7 +282,7 @@ mod tests {
             for (i, &n) in spans.iter().enumerate() {
                 let first = c.next_id();
                 for k in 0..n {
-                    let b = (i * 7 + k) as usize + 1;
+                    let b = i * 7 + k + 1;
                     total_bytes += b as u64;
                     c.record_call(b);
                 }

@@ -21,6 +21,7 @@
 pub mod buf;
 pub mod completion;
 pub mod conn;
+pub mod cpu;
 pub mod error;
 pub mod netns;
 pub mod policy;

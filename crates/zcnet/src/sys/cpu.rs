@@ -1,0 +1,52 @@
+//! CPU time of the calling thread or process (`getrusage(2)`).
+
+use std::io;
+use std::time::Duration;
+
+/// User and system CPU time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rusage {
+    /// Time in user mode.
+    pub user: Duration,
+    /// Time in the kernel on our behalf (softirq work done in our context included, softirq
+    /// run by ksoftirqd or on the other core not).
+    pub sys: Duration,
+}
+
+fn tv(t: libc::timeval) -> Duration {
+    Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000)
+}
+
+fn getrusage(who: i32) -> io::Result<Rusage> {
+    // SAFETY: rusage is plain old data; all-zero is valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is a live local the kernel fills.
+    if unsafe { libc::getrusage(who, &mut ru) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Rusage {
+        user: tv(ru.ru_utime),
+        sys: tv(ru.ru_stime),
+    })
+}
+
+/// CPU time of the calling thread (`RUSAGE_THREAD`).
+pub fn thread() -> io::Result<Rusage> {
+    getrusage(libc::RUSAGE_THREAD)
+}
+
+/// CPU time of the whole process (`RUSAGE_SELF`).
+pub fn process() -> io::Result<Rusage> {
+    getrusage(libc::RUSAGE_SELF)
+}
+
+/// Clock ticks per second for /proc/stat (`sysconf(_SC_CLK_TCK)`).
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as u64
+    } else {
+        100
+    }
+}

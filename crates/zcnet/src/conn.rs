@@ -222,7 +222,8 @@ impl Sender {
 
     /// Sends `data` with copy semantics: `data` may be reused as soon as this returns.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
-        crate::tx::copy::send_all(self.sock.as_fd(), data, &self.stats, self.timeout)?;
+        self.tx
+            .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)?;
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(())
     }

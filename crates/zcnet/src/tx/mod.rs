@@ -60,6 +60,18 @@ pub(crate) trait Transmit: Send {
     /// the kernel no longer references its pages.
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()>;
 
+    /// Sends `data` with copy semantics: the caller may reuse `data` as soon as this returns.
+    /// Plain `send` unless the path can do better without breaking that promise (`cow`).
+    fn send_slice(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        data: &[u8],
+        stats: &Stats,
+        timeout: Duration,
+    ) -> Result<()> {
+        copy::send_all(fd, data, stats, timeout)
+    }
+
     /// Reads completions without blocking; returns how many buffers went back.
     fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize>;
 

@@ -29,6 +29,7 @@ pub mod probe;
 pub mod rx;
 pub mod stats;
 pub mod sys;
+pub mod transfer;
 pub mod tx;
 
 pub use buf::{Pool, TxBuf};

@@ -1,0 +1,121 @@
+//! Which names a receiver accepts. Pure code.
+//!
+//! A name is a relative path with `/` separators, made of normal components only: no
+//! leading `/`, no `.` or `..`, no empty component, no NUL, at most [`MAX_NAME`] bytes and
+//! 255 bytes per component, and not ending in `.partial` (the receiver's own suffix for data
+//! in flight). Symlinks already in the target directory are handled when opening
+//! (`openat2(RESOLVE_BENEATH)`), not here.
+
+use super::wire::MAX_NAME;
+
+/// Suffix of a file still being received.
+pub const PARTIAL_SUFFIX: &str = ".partial";
+
+/// Why a name is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// Empty name.
+    #[error("empty file name")]
+    Empty,
+    /// Starts with `/`.
+    #[error("absolute path {0:?}: names must be relative to the target directory")]
+    Absolute(String),
+    /// Contains `..`.
+    #[error("{0:?} contains '..': it would leave the target directory")]
+    ParentDir(String),
+    /// Contains `.` or an empty component (`a//b`, trailing `/`).
+    #[error("{0:?} is not in canonical form (empty or '.' component)")]
+    NotCanonical(String),
+    /// Contains a NUL byte.
+    #[error("file name contains a NUL byte")]
+    Nul,
+    /// Too long.
+    #[error("file name of {0} bytes is too long (max {MAX_NAME}, 255 per component)")]
+    TooLong(usize),
+    /// Ends in `.partial`.
+    #[error("{0:?} ends in .partial, which the receiver reserves for files in flight")]
+    Reserved(String),
+}
+
+/// Checks `name` and returns its components.
+pub fn components(name: &str) -> Result<Vec<&str>, NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.contains('\0') {
+        return Err(NameError::Nul);
+    }
+    if name.len() > MAX_NAME {
+        return Err(NameError::TooLong(name.len()));
+    }
+    if name.starts_with('/') {
+        return Err(NameError::Absolute(name.into()));
+    }
+    let parts: Vec<&str> = name.split('/').collect();
+    for p in &parts {
+        match *p {
+            ".." => return Err(NameError::ParentDir(name.into())),
+            "" | "." => return Err(NameError::NotCanonical(name.into())),
+            p if p.len() > 255 => return Err(NameError::TooLong(p.len())),
+            _ => {}
+        }
+    }
+    if name.ends_with(PARTIAL_SUFFIX) {
+        return Err(NameError::Reserved(name.into()));
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_relative_names_pass() {
+        assert_eq!(components("a").unwrap(), vec!["a"]);
+        assert_eq!(components("d/e/f.txt").unwrap(), vec!["d", "e", "f.txt"]);
+        assert_eq!(
+            components("..hidden/x..y").unwrap(),
+            vec!["..hidden", "x..y"]
+        );
+    }
+
+    #[test]
+    fn every_unsafe_name_is_refused_with_its_reason() {
+        assert_eq!(components(""), Err(NameError::Empty));
+        assert!(matches!(
+            components("/etc/passwd"),
+            Err(NameError::Absolute(_))
+        ));
+        assert!(matches!(components("../x"), Err(NameError::ParentDir(_))));
+        assert!(matches!(
+            components("a/../../x"),
+            Err(NameError::ParentDir(_))
+        ));
+        assert!(matches!(components("a/.."), Err(NameError::ParentDir(_))));
+        assert!(matches!(
+            components("a//b"),
+            Err(NameError::NotCanonical(_))
+        ));
+        assert!(matches!(components("./a"), Err(NameError::NotCanonical(_))));
+        assert!(matches!(components("a/"), Err(NameError::NotCanonical(_))));
+        assert_eq!(components("a\0b"), Err(NameError::Nul));
+        assert!(matches!(
+            components(&"x".repeat(256)),
+            Err(NameError::TooLong(256))
+        ));
+        assert!(matches!(
+            components(&"a/".repeat(2100)),
+            Err(NameError::TooLong(_))
+        ));
+        assert!(matches!(
+            components("f.partial"),
+            Err(NameError::Reserved(_))
+        ));
+        assert!(components("../x")
+            .unwrap_err()
+            .to_string()
+            .contains("leave the target"));
+    }
+}

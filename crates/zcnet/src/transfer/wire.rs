@@ -1,0 +1,611 @@
+//! The transfer protocol's frames (specified in `docs/transfer-protocol.md`). Pure code: a
+//! frame is encoded into bytes and decoded from a byte buffer with every length checked
+//! against a limit, so a malformed or hostile peer produces a [`WireError`], never a panic,
+//! an unbounded allocation or a silent truncation.
+//!
+//! Every frame is `type: u8, len: u32 (big-endian), payload: len bytes`. File *data* is not
+//! framed: after the receiver's `Ready`, exactly `size - offset` raw bytes follow, so the
+//! sender can `sendfile` them and the receiver can `splice` them (the FTP test's path).
+
+/// First bytes of every `Hello` payload.
+pub const MAGIC: &[u8; 6] = b"ZCNET\0";
+/// Protocol version this build speaks.
+pub const VERSION: u16 = 1;
+/// Longest relative file name accepted (bytes), as `PATH_MAX`.
+pub const MAX_NAME: usize = 4096;
+/// Longest human message in a frame.
+pub const MAX_MESSAGE: usize = 4096;
+/// Largest control-frame payload.
+pub const MAX_CONTROL: usize = 64 * 1024;
+/// Largest `Data` payload (stream mode only).
+pub const MAX_DATA: usize = 4 << 20;
+/// `File.size` for a stream of unknown length (stdin): data comes in `Data` frames.
+pub const STREAM_SIZE: u64 = u64::MAX;
+
+/// Why a file or a session was refused; sent in `Refuse` and `Ack`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum Code {
+    /// Accepted / verified.
+    Ok = 0,
+    /// The name is absolute, has `..`, NUL, is too long, or would leave the directory.
+    UnsafeName = 1,
+    /// The target exists and `--overwrite` was not given.
+    Exists = 2,
+    /// The sender's byte cap (`--max-bytes`) would be exceeded.
+    TooLarge = 3,
+    /// The receiver failed to write (disk full, permissions…).
+    Io = 4,
+    /// Authentication failed.
+    AuthFailed = 5,
+    /// Protocol versions differ.
+    Version = 6,
+    /// The data's hash differs from the trailer's.
+    HashMismatch = 7,
+    /// Fewer or more bytes than announced.
+    Length = 8,
+    /// A frame out of order or malformed.
+    Protocol = 9,
+}
+
+impl Code {
+    fn from_u16(v: u16) -> Option<Code> {
+        use Code::*;
+        [
+            Ok,
+            UnsafeName,
+            Exists,
+            TooLarge,
+            Io,
+            AuthFailed,
+            Version,
+            HashMismatch,
+            Length,
+            Protocol,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == v)
+    }
+}
+
+/// One protocol frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Frame {
+    /// First frame each way. `auth` (receiver): a token is required.
+    Hello {
+        /// Protocol version.
+        version: u16,
+        /// Receiver: authentication required. Sender: ignored.
+        auth: bool,
+        /// Challenge for the peer (random).
+        nonce: [u8; 32],
+    },
+    /// HMAC-SHA256 answer to the peer's challenge.
+    Auth {
+        /// The MAC.
+        mac: [u8; 32],
+    },
+    /// A file (or stream) is about to be sent.
+    File {
+        /// Relative name with `/` separators.
+        name: String,
+        /// Bytes, or [`STREAM_SIZE`].
+        size: u64,
+        /// Permission bits (`st_mode & 0o7777`).
+        mode: u32,
+        /// Modification time, seconds since the epoch.
+        mtime_s: i64,
+        /// Nanoseconds part.
+        mtime_ns: u32,
+        /// A hash follows in the trailer (`--no-verify` clears it).
+        verify: bool,
+    },
+    /// Receiver: send from `offset` (resume) — `prefix` is the hash of the bytes it has.
+    Ready {
+        /// First byte the receiver wants.
+        offset: u64,
+        /// BLAKE3 of bytes `0..offset` already on disk (resume only).
+        prefix: Option<[u8; 32]>,
+    },
+    /// Receiver: this file (or the session) is refused.
+    Refuse {
+        /// Why.
+        code: Code,
+        /// For people.
+        message: String,
+    },
+    /// Sender: data follows from `offset` (the receiver's resume offset if the prefix hash
+    /// matched, else 0: the receiver then starts the file over).
+    Start {
+        /// First byte that follows.
+        offset: u64,
+    },
+    /// Stream-mode data.
+    Data(Vec<u8>),
+    /// End of stream-mode data.
+    EndData,
+    /// After the data: its BLAKE3 hash (`None` with `--no-verify`).
+    Trailer {
+        /// Hash of the whole file.
+        hash: Option<[u8; 32]>,
+    },
+    /// Receiver: the file is final (or not).
+    Ack {
+        /// `Ok` when verified, synced and renamed.
+        code: Code,
+        /// Bytes in the final file.
+        bytes: u64,
+        /// For people.
+        message: String,
+    },
+    /// Sender: no more files (receiver answers with its own `Bye`).
+    Bye,
+    /// Sender: it could not go on with the current file (read error, file shrank…);
+    /// the receiver discards the file's data.
+    Abort {
+        /// For people.
+        message: String,
+    },
+}
+
+/// A malformed frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// Unknown frame type byte.
+    #[error("unknown frame type {0}")]
+    UnknownType(u8),
+    /// A length over its limit.
+    #[error("{what} of {len} bytes exceeds the limit of {max}")]
+    TooLong {
+        /// Which field.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload ended inside a field, or had bytes left over.
+    #[error("malformed {0} frame")]
+    Malformed(&'static str),
+    /// Not UTF-8 where text is required.
+    #[error("{0} is not valid UTF-8")]
+    BadUtf8(&'static str),
+    /// Not a zcnet peer.
+    #[error("not a zcnet peer (bad magic)")]
+    BadMagic,
+    /// Unknown status code.
+    #[error("unknown status code {0}")]
+    BadCode(u16),
+}
+
+const T_HELLO: u8 = 1;
+const T_AUTH: u8 = 2;
+const T_FILE: u8 = 3;
+const T_READY: u8 = 4;
+const T_REFUSE: u8 = 5;
+const T_DATA: u8 = 6;
+const T_END_DATA: u8 = 7;
+const T_TRAILER: u8 = 8;
+const T_ACK: u8 = 9;
+const T_BYE: u8 = 10;
+const T_ABORT: u8 = 11;
+const T_START: u8 = 12;
+
+fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
+    let b = &s.as_bytes()[..s.len().min(max)];
+    out.extend_from_slice(&(b.len() as u16).to_be_bytes());
+    out.extend_from_slice(b);
+}
+
+impl Frame {
+    /// Appends the encoded frame to `out`. Messages longer than [`MAX_MESSAGE`] are cut
+    /// (they are for people); names longer than [`MAX_NAME`] must be refused before.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; 5]);
+        let ty = match self {
+            Frame::Hello {
+                version,
+                auth,
+                nonce,
+            } => {
+                out.extend_from_slice(MAGIC);
+                out.extend_from_slice(&version.to_be_bytes());
+                out.push(*auth as u8);
+                out.extend_from_slice(nonce);
+                T_HELLO
+            }
+            Frame::Auth { mac } => {
+                out.extend_from_slice(mac);
+                T_AUTH
+            }
+            Frame::File {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } => {
+                put_str(out, name, MAX_NAME);
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&mode.to_be_bytes());
+                out.extend_from_slice(&mtime_s.to_be_bytes());
+                out.extend_from_slice(&mtime_ns.to_be_bytes());
+                out.push(*verify as u8);
+                T_FILE
+            }
+            Frame::Ready { offset, prefix } => {
+                out.extend_from_slice(&offset.to_be_bytes());
+                if let Some(h) = prefix {
+                    out.extend_from_slice(h);
+                }
+                T_READY
+            }
+            Frame::Refuse { code, message } => {
+                out.extend_from_slice(&(*code as u16).to_be_bytes());
+                put_str(out, message, MAX_MESSAGE);
+                T_REFUSE
+            }
+            Frame::Start { offset } => {
+                out.extend_from_slice(&offset.to_be_bytes());
+                T_START
+            }
+            Frame::Data(d) => {
+                out.extend_from_slice(&d[..d.len().min(MAX_DATA)]);
+                T_DATA
+            }
+            Frame::EndData => T_END_DATA,
+            Frame::Trailer { hash } => {
+                if let Some(h) = hash {
+                    out.extend_from_slice(h);
+                }
+                T_TRAILER
+            }
+            Frame::Ack {
+                code,
+                bytes,
+                message,
+            } => {
+                out.extend_from_slice(&(*code as u16).to_be_bytes());
+                out.extend_from_slice(&bytes.to_be_bytes());
+                put_str(out, message, MAX_MESSAGE);
+                T_ACK
+            }
+            Frame::Bye => T_BYE,
+            Frame::Abort { message } => {
+                put_str(out, message, MAX_MESSAGE);
+                T_ABORT
+            }
+        };
+        let len = (out.len() - start - 5) as u32;
+        out[start] = ty;
+        out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+    }
+
+    /// Encodes into a fresh vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode(&mut v);
+        v
+    }
+
+    /// Checks a frame header (`type`, `len`) before its payload is read, so a hostile
+    /// length is refused before any allocation.
+    pub fn check_header(header: [u8; 5]) -> Result<(u8, usize), WireError> {
+        let ty = header[0];
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        let max = match ty {
+            T_DATA => MAX_DATA,
+            T_HELLO..=T_START => MAX_CONTROL,
+            _ => return Err(WireError::UnknownType(ty)),
+        };
+        if len > max {
+            return Err(WireError::TooLong {
+                what: "frame",
+                len,
+                max,
+            });
+        }
+        Ok((ty, len))
+    }
+
+    /// Decodes one frame's payload of type `ty`.
+    pub fn decode(ty: u8, p: &[u8]) -> Result<Frame, WireError> {
+        let mut r = Reader { p, what: "frame" };
+        let f = match ty {
+            T_HELLO => {
+                r.what = "hello";
+                if r.take(6)? != MAGIC {
+                    return Err(WireError::BadMagic);
+                }
+                let version = r.u16()?;
+                let auth = r.flag()?;
+                let nonce = r.arr32()?;
+                Frame::Hello {
+                    version,
+                    auth,
+                    nonce,
+                }
+            }
+            T_AUTH => {
+                r.what = "auth";
+                Frame::Auth { mac: r.arr32()? }
+            }
+            T_FILE => {
+                r.what = "file";
+                let name = r.string("file name", MAX_NAME)?;
+                Frame::File {
+                    name,
+                    size: r.u64()?,
+                    mode: r.u32()?,
+                    mtime_s: r.u64()? as i64,
+                    mtime_ns: r.u32()?,
+                    verify: r.flag()?,
+                }
+            }
+            T_READY => {
+                r.what = "ready";
+                let offset = r.u64()?;
+                let prefix = if r.p.is_empty() {
+                    None
+                } else {
+                    Some(r.arr32()?)
+                };
+                Frame::Ready { offset, prefix }
+            }
+            T_REFUSE => {
+                r.what = "refuse";
+                Frame::Refuse {
+                    code: r.code()?,
+                    message: r.string("message", MAX_MESSAGE)?,
+                }
+            }
+            T_START => {
+                r.what = "start";
+                Frame::Start { offset: r.u64()? }
+            }
+            T_DATA => return Ok(Frame::Data(p.to_vec())),
+            T_END_DATA => Frame::EndData,
+            T_TRAILER => {
+                r.what = "trailer";
+                let hash = if r.p.is_empty() {
+                    None
+                } else {
+                    Some(r.arr32()?)
+                };
+                Frame::Trailer { hash }
+            }
+            T_ACK => {
+                r.what = "ack";
+                Frame::Ack {
+                    code: r.code()?,
+                    bytes: r.u64()?,
+                    message: r.string("message", MAX_MESSAGE)?,
+                }
+            }
+            T_BYE => Frame::Bye,
+            T_ABORT => {
+                r.what = "abort";
+                Frame::Abort {
+                    message: r.string("message", MAX_MESSAGE)?,
+                }
+            }
+            other => return Err(WireError::UnknownType(other)),
+        };
+        if !r.p.is_empty() {
+            return Err(WireError::Malformed(r.what));
+        }
+        Ok(f)
+    }
+
+    /// Decodes the first frame in `buf`: `Ok(None)` if more bytes are needed, else the
+    /// frame and how many bytes it used.
+    pub fn parse(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+        if buf.len() < 5 {
+            return Ok(None);
+        }
+        let (ty, len) = Self::check_header(buf[..5].try_into().expect("5 bytes"))?;
+        if buf.len() < 5 + len {
+            return Ok(None);
+        }
+        Ok(Some((Self::decode(ty, &buf[5..5 + len])?, 5 + len)))
+    }
+
+    /// Short name for messages ("file", "ack", …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Frame::Hello { .. } => "hello",
+            Frame::Auth { .. } => "auth",
+            Frame::File { .. } => "file",
+            Frame::Ready { .. } => "ready",
+            Frame::Refuse { .. } => "refuse",
+            Frame::Start { .. } => "start",
+            Frame::Data(_) => "data",
+            Frame::EndData => "end-of-data",
+            Frame::Trailer { .. } => "trailer",
+            Frame::Ack { .. } => "ack",
+            Frame::Bye => "bye",
+            Frame::Abort { .. } => "abort",
+        }
+    }
+}
+
+struct Reader<'a> {
+    p: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.p.len() < n {
+            return Err(WireError::Malformed(self.what));
+        }
+        let (a, b) = self.p.split_at(n);
+        self.p = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn flag(&mut self) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::Malformed(self.what)),
+        }
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_be_bytes(self.take(2)?.try_into().expect("2")))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn arr32(&mut self) -> Result<[u8; 32], WireError> {
+        Ok(self.take(32)?.try_into().expect("32"))
+    }
+    fn code(&mut self) -> Result<Code, WireError> {
+        let v = self.u16()?;
+        Code::from_u16(v).ok_or(WireError::BadCode(v))
+    }
+    fn string(&mut self, what: &'static str, max: usize) -> Result<String, WireError> {
+        let len = self.u16()? as usize;
+        if len > max {
+            return Err(WireError::TooLong { what, len, max });
+        }
+        let b = self.take(len)?;
+        String::from_utf8(b.to_vec()).map_err(|_| WireError::BadUtf8(what))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn samples() -> Vec<Frame> {
+        vec![
+            Frame::Hello {
+                version: VERSION,
+                auth: true,
+                nonce: [7; 32],
+            },
+            Frame::Auth { mac: [1; 32] },
+            Frame::File {
+                name: "dir/ä b.txt".into(),
+                size: 12345,
+                mode: 0o644,
+                mtime_s: -5,
+                mtime_ns: 999,
+                verify: true,
+            },
+            Frame::File {
+                name: "stdin".into(),
+                size: STREAM_SIZE,
+                mode: 0o600,
+                mtime_s: 1,
+                mtime_ns: 0,
+                verify: false,
+            },
+            Frame::Ready {
+                offset: 0,
+                prefix: None,
+            },
+            Frame::Ready {
+                offset: 4096,
+                prefix: Some([9; 32]),
+            },
+            Frame::Refuse {
+                code: Code::UnsafeName,
+                message: "no".into(),
+            },
+            Frame::Start { offset: 77 },
+            Frame::Data(vec![1, 2, 3]),
+            Frame::EndData,
+            Frame::Trailer { hash: None },
+            Frame::Trailer {
+                hash: Some([3; 32]),
+            },
+            Frame::Ack {
+                code: Code::Ok,
+                bytes: 5,
+                message: String::new(),
+            },
+            Frame::Bye,
+            Frame::Abort {
+                message: "file shrank".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_frame_round_trips() {
+        for f in samples() {
+            let b = f.to_bytes();
+            let (g, used) = Frame::parse(&b).unwrap().unwrap();
+            assert_eq!(g, f);
+            assert_eq!(used, b.len());
+            assert_eq!(Frame::parse(&b[..b.len() - 1]).unwrap_or(None), None);
+        }
+    }
+
+    #[test]
+    fn hostile_headers_are_refused_before_allocation() {
+        assert_eq!(
+            Frame::check_header([T_FILE, 0xff, 0xff, 0xff, 0xff]),
+            Err(WireError::TooLong {
+                what: "frame",
+                len: u32::MAX as usize,
+                max: MAX_CONTROL
+            })
+        );
+        assert_eq!(
+            Frame::check_header([200, 0, 0, 0, 0]),
+            Err(WireError::UnknownType(200))
+        );
+        let mut hello = Frame::Hello {
+            version: 1,
+            auth: false,
+            nonce: [0; 32],
+        }
+        .to_bytes();
+        hello[5] = b'X';
+        assert_eq!(Frame::parse(&hello), Err(WireError::BadMagic));
+    }
+
+    #[test]
+    fn trailing_bytes_and_bad_text_are_malformed() {
+        let mut b = Frame::Bye.to_bytes();
+        b[4] = 1;
+        b.push(0);
+        assert_eq!(Frame::parse(&b), Err(WireError::Malformed("frame")));
+        let mut f = Frame::Abort {
+            message: "ab".into(),
+        }
+        .to_bytes();
+        let n = f.len();
+        f[n - 1] = 0xff;
+        assert_eq!(Frame::parse(&f), Err(WireError::BadUtf8("message")));
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the decoder, and whatever it accepts re-encodes to
+        /// exactly the bytes it consumed (no silent normalisation).
+        #[test]
+        fn decoder_is_total_and_exact(bytes in proptest::collection::vec(any::<u8>(), 0..300),
+                                      ty in 0u8..14) {
+            let mut b = vec![ty];
+            b.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+            b.extend_from_slice(&bytes);
+            if let Ok(Some((f, used))) = Frame::parse(&b) {
+                prop_assert_eq!(f.to_bytes(), b[..used].to_vec());
+            }
+        }
+    }
+}

@@ -3,6 +3,7 @@
 
 mod bench;
 mod probe_cmd;
+mod transfer_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use std::process::ExitCode;
 #[command(
     name = "zcnet",
     version,
-    about = "Zero-copy network I/O for Linux: probe and measure"
+    about = "Zero-copy network I/O for Linux: probe, measure, transfer files"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,6 +29,10 @@ enum Command {
     },
     /// Measure every transmit × receive path on loopback: throughput and CPU per GiB.
     Bench(bench::Args),
+    /// Send files and directories (or stdin) to a `zcnet recv`.
+    Send(transfer_cmd::SendArgs),
+    /// Receive files into a directory, verified, never partial under their final name.
+    Recv(transfer_cmd::RecvArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +40,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Probe { json } => probe_cmd::run(json),
         Command::Bench(args) => bench::run(&args),
+        Command::Send(args) => transfer_cmd::send(&args),
+        Command::Recv(args) => transfer_cmd::recv(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,6 +20,10 @@ struct PoolInner {
     buf_size: usize,
     count: usize,
     retired: std::sync::atomic::AtomicUsize,
+    /// `(address, length)` of every buffer, in creation order: the index is [`TxBuf::index`].
+    regions: Vec<(usize, usize)>,
+    /// `(address, index)` sorted by address, to find a buffer's index.
+    by_addr: Vec<(usize, usize)>,
 }
 
 /// A fixed set of page-aligned, pre-faulted buffers. Cloning shares the pool.
@@ -46,6 +50,13 @@ impl Pool {
             .map(|_| PageBuf::new(buf_size))
             .collect::<std::io::Result<Vec<_>>>()?;
         let buf_size = bufs.first().map_or(buf_size, PageBuf::len);
+        let regions: Vec<(usize, usize)> = bufs
+            .iter()
+            .map(|b| (b.as_ptr() as usize, b.len()))
+            .collect();
+        let mut by_addr: Vec<(usize, usize)> =
+            regions.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
+        by_addr.sort_unstable();
         Ok(Pool {
             inner: Arc::new(PoolInner {
                 free: Mutex::new(bufs),
@@ -53,8 +64,18 @@ impl Pool {
                 buf_size,
                 count,
                 retired: Default::default(),
+                regions,
+                by_addr,
             }),
         })
+    }
+
+    /// `(address, length)` of every buffer the pool was created with, indexed by
+    /// [`TxBuf::index`]: what `io_uring_register_buffers(3)` needs to register the pool as
+    /// fixed buffers, whose pages the kernel then pins once instead of per send. Retired
+    /// buffers stay listed (their index is never handed out again).
+    pub fn regions(&self) -> &[(usize, usize)] {
+        &self.inner.regions
     }
 
     /// Size of each buffer (a whole number of pages).
@@ -193,6 +214,17 @@ impl TxBuf {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// This buffer's position in its pool's [`Pool::regions`] (the fixed-buffer index an
+    /// io_uring `SEND_ZC` names with `IORING_RECVSEND_FIXED_BUF`).
+    pub fn index(&self) -> usize {
+        let addr = self.mem().as_ptr() as usize;
+        let by_addr = &self.pool.by_addr;
+        let i = by_addr
+            .binary_search_by_key(&addr, |&(a, _)| a)
+            .expect("a TxBuf's storage is one of its pool's buffers");
+        by_addr[i].1
+    }
+
     /// Address of the first selected byte (for the policy's alignment rule).
     pub fn data_addr(&self) -> usize {
         self.mem().as_ptr() as usize + self.range.start
@@ -244,6 +276,10 @@ mod tests {
         assert!(pool.owns(&a));
         drop(b);
         assert_eq!(pool.available(), 1);
+        let regions = pool.regions();
+        assert_eq!(regions.len(), 2);
+        assert_eq!(regions[a.index()].0, a.storage_mut().as_ptr() as usize);
+        assert_eq!(regions[a.index()].1, 8192);
         let other = Pool::new(1, 10).unwrap();
         assert!(!other.owns(&a));
     }

@@ -5,10 +5,12 @@
 use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
 use crate::policy::{page_multiple_mss, Policy};
+use crate::rx::file::{FileRx, FileRxMode};
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk, RxPath};
 use crate::stats::{FallbackReason, Stats, StatsSnapshot};
 use crate::sys::{mem::page_size, socket, zcrecv::SocketMap, zerocopy as zc};
-use crate::tx::{copy::CopyTx, zerocopy::ZerocopyTx, Transmit, TxPath};
+use crate::tx::file::{FileTx, FileTxMode};
+use crate::tx::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit, TxPath};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -19,7 +21,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SenderConfig {
-    /// Path for loaned buffers ([`Sender::send_slice`] always copies).
+    /// Transmit path. [`Sender::send_slice`] copies on every path but `cow`, which sends
+    /// the slice zero-copy under write protection.
     pub path: TxPath,
     /// When zero-copy is worth it.
     pub policy: Policy,
@@ -37,6 +40,10 @@ pub struct SenderConfig {
     pub sndbuf: Option<usize>,
     /// `TCP_NODELAY`.
     pub nodelay: bool,
+    /// How [`Sender::send_file`] moves file bytes (`sendfile` by default).
+    pub file_tx: FileTxMode,
+    /// When the `cow` path write-protects a `send_slice` (Solaris's working-set threshold).
+    pub cow: crate::cow::CowPolicy,
 }
 
 impl Default for SenderConfig {
@@ -51,6 +58,8 @@ impl Default for SenderConfig {
             timeout: Duration::from_secs(30),
             sndbuf: None,
             nodelay: false,
+            file_tx: FileTxMode::Sendfile,
+            cow: crate::cow::CowPolicy::default(),
         }
     }
 }
@@ -74,7 +83,7 @@ impl SenderConfig {
 /// let mut buf = tx.buffer()?;            // a pooled, page-aligned buffer
 /// buf.fill_at(0, b"hello");              // write the payload once
 /// tx.send(buf)?;                         // moved in; back to the pool on completion
-/// tx.send_slice(b"copy semantics")?;     // always safe, always copies
+/// tx.send_slice(b"copy semantics")?;     // always safe; copies (zero-copy on `cow`)
 /// let stats = tx.finish()?;
 /// # Ok(()) }
 /// ```
@@ -85,6 +94,8 @@ pub struct Sender {
     pool: Pool,
     stats: Arc<Stats>,
     timeout: Duration,
+    file: FileTx,
+    file_tx: FileTxMode,
 }
 
 impl std::fmt::Debug for Sender {
@@ -103,7 +114,8 @@ impl Sender {
     pub fn connect(addr: SocketAddr, cfg: &SenderConfig) -> Result<Sender> {
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
             .map_err(|e| Error::io("socket", e))?;
-        let zc_ok = cfg.path != TxPath::Zerocopy || zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow)
+            || zc::set_so_zerocopy(sock.as_fd()).is_ok();
         if let Some(n) = cfg.sndbuf {
             sock.set_send_buffer_size(n)
                 .map_err(|e| Error::io("setsockopt(SO_SNDBUF)", e))?;
@@ -117,7 +129,8 @@ impl Sender {
     /// set now; Linux 6.x accepts it on established sockets.
     pub fn from_stream(stream: TcpStream, cfg: &SenderConfig) -> Result<Sender> {
         let sock = Socket::from(OwnedFd::from(stream));
-        let zc_ok = cfg.path != TxPath::Zerocopy || zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow)
+            || zc::set_so_zerocopy(sock.as_fd()).is_ok();
         if let Some(n) = cfg.sndbuf {
             sock.set_send_buffer_size(n)
                 .map_err(|e| Error::io("setsockopt(SO_SNDBUF)", e))?;
@@ -139,19 +152,30 @@ impl Sender {
             None => Pool::new(cfg.pool_buffers.max(1), cfg.buf_size)
                 .map_err(|e| Error::io("mmap (buffer pool)", e))?,
         };
+        let stats: Arc<Stats> = cfg.stats.clone().unwrap_or_default();
         let tx: Box<dyn Transmit> = match cfg.path {
             TxPath::Copy => Box::new(CopyTx {
                 timeout: cfg.timeout,
             }),
             TxPath::Zerocopy => Box::new(ZerocopyTx::new(cfg.policy, cfg.timeout, !zc_ok)),
+            TxPath::Uring => Box::new(UringTx::new(&pool, cfg.policy, cfg.timeout, &stats)),
+            TxPath::Cow => Box::new(CowTx::new(
+                sock.as_fd(),
+                cfg.policy,
+                cfg.cow,
+                cfg.timeout,
+                !zc_ok,
+            )),
         };
         Ok(Sender {
             sock,
             tx,
             path: cfg.path,
             pool,
-            stats: cfg.stats.clone().unwrap_or_default(),
+            stats,
             timeout: cfg.timeout,
+            file: FileTx::default(),
+            file_tx: cfg.file_tx,
         })
     }
 
@@ -220,12 +244,49 @@ impl Sender {
         self.tx.send_buf(self.sock.as_fd(), buf, &self.stats)
     }
 
-    /// Sends `data` with copy semantics: `data` may be reused as soon as this returns.
+    /// Sends `data` with copy semantics: `data` may be reused as soon as this returns. On
+    /// the `cow` path its page-aligned middle goes zero-copy while write-protected
+    /// ([`crate::cow`]); elsewhere it is copied.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
         self.tx
             .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)?;
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(())
+    }
+
+    /// Sends `len` bytes of `file` starting at `offset` (the file position does not move)
+    /// with the configured [`FileTxMode`] — `sendfile(2)` by default — and returns `len`.
+    ///
+    /// The bytes go from the page cache to the socket without a user-space copy; where the
+    /// file refuses (`EINVAL`/`ENOSYS`/`EOPNOTSUPP`, e.g. most /proc files) the rest goes by
+    /// `pread` + `send`, counted as [`FallbackReason::FileUnsupported`]. A range past the end
+    /// of a regular file is [`Error::RangeBeyondEof`] before anything is sent; a file that
+    /// ends early anyway (truncated under us, or a /proc file reporting size 0) is
+    /// [`Error::Truncated`] with the bytes that did go out. Each blocking call is bounded by
+    /// the socket timeout ([`Error::Timeout`]).
+    pub fn send_file(&mut self, file: &std::fs::File, offset: u64, len: u64) -> Result<u64> {
+        self.send_file_with(file, offset, len, self.file_tx)
+    }
+
+    /// [`Sender::send_file`] with an explicit mode.
+    pub fn send_file_with(
+        &mut self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+        mode: FileTxMode,
+    ) -> Result<u64> {
+        let n = self.file.send(
+            self.sock.as_fd(),
+            file,
+            offset,
+            len,
+            mode,
+            &self.stats,
+            self.timeout,
+        )?;
+        self.tx.reap(self.sock.as_fd(), &self.stats)?;
+        Ok(n)
     }
 
     /// Waits until the kernel has returned every loaned buffer (bounded by the timeout).
@@ -300,6 +361,14 @@ pub struct ReceiverConfig {
     pub timeout: Duration,
     /// Counters to share with others.
     pub stats: Option<Arc<Stats>>,
+    /// Hardware receive queue the `zcrx` path registers (`ethtool -N` must steer the flow
+    /// there; see [`crate::sys::zcrx`]).
+    pub zcrx_queue: u32,
+    /// How [`Receiver::recv_to_file`] moves stream bytes into the file (`splice` by default).
+    pub file_rx: FileRxMode,
+    /// Pre-size the target range with `fallocate(2)` before [`Receiver::recv_to_file`]
+    /// writes it (on by default: out-of-space shows at once, and extents come out whole).
+    pub file_preallocate: bool,
 }
 
 impl Default for ReceiverConfig {
@@ -313,6 +382,9 @@ impl Default for ReceiverConfig {
             rcvbuf: None,
             timeout: Duration::from_secs(30),
             stats: None,
+            zcrx_queue: 0,
+            file_rx: FileRxMode::Splice,
+            file_preallocate: true,
         }
     }
 }
@@ -424,6 +496,10 @@ pub struct Receiver {
     rx: Box<dyn Receive>,
     path: RxPath,
     stats: Arc<Stats>,
+    file: FileRx,
+    file_rx: FileRxMode,
+    file_preallocate: bool,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -474,12 +550,17 @@ impl Receiver {
                     )
                 }
             },
+            RxPath::Uring | RxPath::Zcrx => crate::rx::uring::setup(sock.as_fd(), cfg, &stats),
         };
         Ok(Receiver {
             sock,
             rx,
             path,
             stats,
+            file: FileRx::default(),
+            file_rx: cfg.file_rx,
+            file_preallocate: cfg.file_preallocate,
+            timeout: cfg.timeout,
         })
     }
 
@@ -515,7 +596,46 @@ impl Receiver {
 
     /// Copy semantics: the next bytes into `buf`; 0 at end of stream.
     pub fn recv_into(&mut self, buf: &mut [u8]) -> Result<usize> {
-        self.rx.recv_into(self.sock.as_fd(), buf, &self.stats)
+        // A buffer still in flight on a `cow` sender is write-protected, and the kernel's
+        // write would fail (EFAULT): receive into scratch and copy instead (crate::cow).
+        let (rx, fd, stats) = (&mut self.rx, self.sock.as_fd(), &self.stats);
+        crate::cow::kernel_write_into(buf, |b| rx.recv_into(fd, b, stats))
+    }
+
+    /// Receives exactly the next `len` bytes of the stream into `file` at `offset` (the file
+    /// position does not move) with the configured [`FileRxMode`] — `splice(2)` socket →
+    /// pipe → file by default — and returns `len`.
+    ///
+    /// Bytes an earlier [`Receiver::recv`]/[`Receiver::recv_into`] left in the receiver are
+    /// written first, so the file gets the stream in order. The range is pre-sized with
+    /// `fallocate` (unless configured off). If the stream ends first, the result is
+    /// [`Error::Truncated`] with the bytes that arrived, and a file this call grew is cut back
+    /// to them. Where splice is refused, the rest goes by the receiver's own path plus
+    /// `pwrite`, counted as [`FallbackReason::FileUnsupported`]. A file opened `O_APPEND` is
+    /// [`Error::UnsuitableFile`]. Each blocking step is bounded by the socket timeout.
+    pub fn recv_to_file(&mut self, file: &std::fs::File, offset: u64, len: u64) -> Result<u64> {
+        self.recv_to_file_with(file, offset, len, self.file_rx)
+    }
+
+    /// [`Receiver::recv_to_file`] with an explicit mode.
+    pub fn recv_to_file_with(
+        &mut self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+        mode: FileRxMode,
+    ) -> Result<u64> {
+        self.file.recv(
+            self.sock.as_fd(),
+            self.rx.as_mut(),
+            file,
+            offset,
+            len,
+            mode,
+            self.file_preallocate,
+            &self.stats,
+            self.timeout,
+        )
     }
 
     /// Borrow-scoped receive (smoltcp's `RxToken::consume` idiom): runs `f` on the next bytes

@@ -48,6 +48,32 @@ pub enum Error {
     /// The kernel reported a completion range that matches no call in flight.
     #[error("inconsistent zero-copy completion: {0}")]
     Completion(#[from] crate::completion::RangeError),
+    /// A stream or a file ended before the requested range was complete: the peer closed
+    /// early (receive), or the file was shorter than it claimed or was truncated under us
+    /// (send). `got` bytes did go through; never a silently short transfer.
+    #[error("{op} ended after {got} of {expected} bytes")]
+    Truncated {
+        /// What ended early ("the file being sent", "the stream").
+        op: &'static str,
+        /// Bytes asked for.
+        expected: u64,
+        /// Bytes that went through before the end.
+        got: u64,
+    },
+    /// A file range that goes past the end of the file; nothing was sent.
+    #[error("file range {offset}..{} is beyond the end of the file ({file_len} bytes)", offset.saturating_add(*len))]
+    RangeBeyondEof {
+        /// First byte asked for.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// The file's size.
+        file_len: u64,
+    },
+    /// The file cannot be used as asked (opened `O_APPEND`, where positional writes append;
+    /// an offset past the largest `off_t`).
+    #[error("unsuitable file: {0}")]
+    UnsuitableFile(&'static str),
 }
 
 impl Error {

@@ -17,7 +17,7 @@ use crate::rx::RxPath;
 use crate::stats::StatsSnapshot;
 use crate::sys::mem::{page_size, PageBuf};
 use crate::sys::uffd::{self, RegisterMode, Userfaultfd};
-use crate::sys::{socket, udp, zcrecv::SocketMap, zerocopy as zc};
+use crate::sys::{socket, splice, udp, zcrecv::SocketMap, zerocopy as zc};
 use crate::tx::TxPath;
 use crate::{Policy, ReceiverConfig, Sender, SenderConfig};
 use serde::Serialize;
@@ -34,15 +34,20 @@ pub const STEP_TIMEOUT: Duration = Duration::from_millis(2000);
 pub const CHECK_LIMIT: Duration = Duration::from_millis(3000);
 
 /// Every check, in the order [`run`] reports them.
-pub const CHECKS: [&str; 13] = [
+pub const CHECKS: [&str; 18] = [
     "so_zerocopy_tcp",
     "so_zerocopy_udp",
     "msg_zerocopy_tcp_loopback",
     "tcp_zerocopy_receive",
+    "sendfile",
+    "splice",
     "io_uring",
     "io_uring_send_zc",
     "io_uring_sendmsg_zc",
     "io_uring_recv_zc",
+    "io_uring_fixed_buffers",
+    "io_uring_buf_ring",
+    "io_uring_zcrx",
     "userfaultfd_wp",
     "udp_gso",
     "udp_gro",
@@ -174,7 +179,17 @@ pub fn run() -> Report {
     checks.push(bounded(&["tcp_zerocopy_receive"], || {
         vec![tcp_zerocopy_receive()]
     }));
+    checks.push(bounded(&["sendfile"], || vec![sendfile_check()]));
+    checks.push(bounded(&["splice"], || vec![splice_check()]));
     checks.push(bounded(&IO_URING_CHECKS, io_uring_checks));
+    checks.push(bounded(&["io_uring_fixed_buffers"], || {
+        vec![io_uring_fixed_buffers()]
+    }));
+    checks.push(bounded(
+        &["io_uring_buf_ring"],
+        || vec![io_uring_buf_ring()],
+    ));
+    checks.push(bounded(&["io_uring_zcrx"], || vec![io_uring_zcrx()]));
     checks.push(bounded(&["userfaultfd_wp"], || vec![userfaultfd_wp()]));
     checks.push(bounded(&["udp_gso"], || vec![udp_gso()]));
     checks.push(bounded(&["udp_gro"], || vec![udp_gro()]));
@@ -794,9 +809,191 @@ fn io_uring_checks() -> Vec<Check> {
             recv_zc,
             opcode::RecvZc::CODE,
             "IORING_OP_RECV_ZC",
-            "; using it also needs a NIC queue with header split (IORING_REGISTER_ZCRX_IFQ), not tried",
+            "; using it also needs a NIC queue with header split (IORING_REGISTER_ZCRX_IFQ): see io_uring_zcrx",
         ),
     ]
+}
+
+/// Sends `total` patterned bytes over 127.0.0.1 in `chunk`-byte loaned buffers from a
+/// `tx`-path sender to a receiver configured by `rcfg`, verifying every byte. Returns both
+/// sides' stats and the receive path in effect.
+fn uring_transfer(
+    tx: TxPath,
+    mut rcfg: ReceiverConfig,
+    total: usize,
+    chunk: usize,
+) -> Result<(StatsSnapshot, StatsSnapshot, RxPath), String> {
+    rcfg.timeout = STEP_TIMEOUT;
+    let listener =
+        Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0)), &rcfg).map_err(|e| err_detail(&e))?;
+    let addr = listener.local_addr().map_err(|e| err_detail(&e))?;
+    let reader = std::thread::spawn(move || -> Result<(u64, StatsSnapshot, RxPath), String> {
+        let pattern = Pattern::new(64 * 1024);
+        let mut rx = listener.accept().map_err(|e| err_detail(&e))?;
+        let mut off = 0u64;
+        while let Some(c) = rx.recv().map_err(|e| err_detail(&e))? {
+            if let Some(at) = pattern.first_mismatch(off, &c) {
+                return Err(format!("data corrupted: byte {at} differs"));
+            }
+            off += c.len() as u64;
+        }
+        Ok((off, rx.stats().snapshot(), rx.path()))
+    });
+    let sent = (|| -> Result<StatsSnapshot, String> {
+        let mut cfg = SenderConfig::new(tx);
+        cfg.policy = Policy::always();
+        cfg.timeout = STEP_TIMEOUT;
+        cfg.pool_buffers = 8;
+        cfg.buf_size = chunk;
+        let mut s = Sender::connect(addr, &cfg).map_err(|e| err_detail(&e))?;
+        let pattern = Pattern::new(chunk);
+        let mut off = 0;
+        while off < total {
+            let mut b = s.buffer().map_err(|e| err_detail(&e))?;
+            let n = chunk.min(total - off);
+            b.fill_at(0, pattern.slice(off as u64, n));
+            s.send(b).map_err(|e| err_detail(&e))?;
+            off += n;
+        }
+        s.finish().map_err(|e| err_detail(&e))
+    })();
+    let received = reader
+        .join()
+        .unwrap_or_else(|_| Err("the receiving thread panicked".into()));
+    let (tx, (n, rx, path)) = match (sent, received) {
+        (Ok(t), Ok(r)) => (t, r),
+        (Err(e), _) => return Err(format!("send: {e}")),
+        (_, Err(e)) => return Err(format!("receive: {e}")),
+    };
+    if n != total as u64 {
+        return Err(format!("received {n} of {total} bytes"));
+    }
+    Ok((tx, rx, path))
+}
+
+/// Registers a sender's pool as io_uring fixed buffers and sends from them with `SEND_ZC`
+/// (`IORING_RECVSEND_FIXED_BUF`), asking for usage reports: whether registration is allowed
+/// (`RLIMIT_MEMLOCK`), whether every request gets its notification, and whether the kernel
+/// copied anyway (always, over loopback: findings §3).
+fn io_uring_fixed_buffers() -> Check {
+    const NAME: &str = "io_uring_fixed_buffers";
+    const CHUNK: usize = 64 * 1024;
+    const TOTAL: usize = 4 << 20;
+    let (tx, _, _) = match uring_transfer(
+        TxPath::Uring,
+        ReceiverConfig::new(RxPath::Copy),
+        TOTAL,
+        CHUNK,
+    ) {
+        Ok(t) => t,
+        Err(why) => return loopback_no(NAME, why),
+    };
+    if tx.fallback_ops(crate::stats::FallbackReason::Unsupported) > 0 {
+        return Check::no(
+            NAME,
+            "io_uring or IORING_OP_SEND_ZC unavailable: every send was copied",
+        );
+    }
+    if tx.tx_uring_register_failures > 0 {
+        let why = match crate::Pool::new(8, CHUNK).and_then(|p| {
+            crate::sys::uring::SendZcRing::<Vec<u8>>::new(8, 8)?.register_buffers(p.regions())
+        }) {
+            Err(e) => os_err("IORING_REGISTER_BUFFERS of 8 × 64 KiB", &e),
+            Ok(()) => "IORING_REGISTER_BUFFERS refused once, then accepted".into(),
+        };
+        return Check::no(
+            NAME,
+            format!("{why} (RLIMIT_MEMLOCK without CAP_IPC_LOCK?); sends went unregistered"),
+        );
+    }
+    let base = format!(
+        "{} SEND_ZC requests from registered buffers, {} notification CQEs, {} sent",
+        tx.tx_uring_fixed_calls,
+        tx.tx_notifications,
+        fmt_bytes(tx.tx_bytes_zerocopy)
+    );
+    if tx.tx_uring_fixed_calls == 0 || tx.tx_notifications < tx.tx_calls_zerocopy {
+        return Check::no(NAME, format!("requests or notifications missing: {base}"));
+    }
+    if tx.tx_bytes_zc_copied == 0 {
+        Check::yes(NAME, format!("pages went out uncopied; {base}"))
+    } else {
+        Check::new(
+            NAME,
+            Status::Partial,
+            format!(
+                "works, but local delivery copies (IORING_NOTIF_USAGE_ZC_COPIED on {} of bytes); {base}",
+                fmt_pct(tx.tx_bytes_zc_copied as f64 / tx.tx_bytes_zerocopy as f64)
+            ),
+        )
+    }
+}
+
+/// Receives through a multishot `recv` into a deliberately small provided-buffer ring
+/// (`IORING_REGISTER_PBUF_RING`, 4 × 16 KiB), so it runs dry and must be re-armed.
+fn io_uring_buf_ring() -> Check {
+    const NAME: &str = "io_uring_buf_ring";
+    const TOTAL: usize = 4 << 20;
+    let mut rcfg = ReceiverConfig::new(RxPath::Uring);
+    rcfg.buf_bytes = 16 * 1024;
+    rcfg.map_bytes = 64 * 1024;
+    let (_, rx, path) = match uring_transfer(TxPath::Copy, rcfg, TOTAL, 256 * 1024) {
+        Ok(t) => t,
+        Err(why) => return loopback_no(NAME, why),
+    };
+    if path != RxPath::Uring {
+        let why = match crate::sys::uring::BufRingRecv::new(4, 16 * 1024) {
+            Err(e) => os_err("IORING_REGISTER_PBUF_RING", &e),
+            Ok(_) => "the receiver fell back to copying".into(),
+        };
+        return Check::no(NAME, why);
+    }
+    Check::yes(
+        NAME,
+        format!(
+            "{} received in {} multishot CQEs from 4 × 16 KiB provided buffers; ran dry {} times (-ENOBUFS), re-armed {} times; the kernel still copies into the buffers",
+            fmt_bytes(rx.rx_bytes_copied),
+            rx.rx_uring_cqes,
+            rx.rx_uring_enobufs,
+            rx.rx_uring_rearms
+        ),
+    )
+}
+
+/// Tries io_uring zero-copy receive registration (`IORING_REGISTER_ZCRX_IFQ`) on loopback
+/// queue 0 with the ring flags the uAPI requires, and on an ordinary ring, and reports what
+/// the kernel said.
+fn io_uring_zcrx() -> Check {
+    use crate::sys::zcrx;
+    const NAME: &str = "io_uring_zcrx";
+    let lo = match zcrx::ifindex("lo") {
+        Ok(i) => i,
+        Err(e) => return Check::no(NAME, os_err("if_nametoindex(lo)", &e)),
+    };
+    let plain = match zcrx::try_register_on_plain_ring(lo, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            "; an ordinary ring gets EINVAL (DEFER_TASKRUN|CQE32 required), as documented".into()
+        }
+        Err(e) => format!("; an ordinary ring: {}", os_err("register", &e)),
+        Ok(()) => "; an ordinary ring was accepted (unexpected)".into(),
+    };
+    match zcrx::ZcrxQueue::register(lo, 0, 1 << 20, 256) {
+        Ok(_) => Check::yes(NAME, format!("registered lo rx queue 0{plain}")),
+        Err(e) => {
+            let reason = match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => "no header split/queue API (zcrx needs a NIC driver with queue management and header/data split)",
+                Some(libc::EPERM) => "needs CAP_NET_ADMIN",
+                Some(libc::EINVAL) => "ring flags or queue refused",
+                Some(libc::ENODEV) => "no such device",
+                _ => "refused",
+            };
+            let errno = os_err("", &e);
+            Check::no(
+                NAME,
+                format!("{} on lo: {reason}{plain}", errno.trim_start_matches(": ")),
+            )
+        }
+    }
 }
 
 fn userfaultfd_wp() -> Check {
@@ -1081,6 +1278,258 @@ fn rlimit_memlock() -> Check {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// The file paths: sendfile and splice (findings §4).
+
+/// Bytes each file check moves: odd, so a lost or doubled page shows.
+const FILE_CHECK_BYTES: usize = (1 << 20) + 3;
+
+/// A temp file holding `data`, unlinked at once so nothing is left behind even if the check
+/// is abandoned.
+fn unlinked_temp_file(data: &[u8]) -> Result<(std::fs::File, String), String> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!(
+        ".zcnet-probe-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| os_err(&format!("creating a temp file in {}", dir.display()), &e))?;
+    let _ = std::fs::remove_file(&path);
+    f.write_all(data)
+        .map_err(|e| os_err("writing the temp file", &e))?;
+    Ok((f, dir.display().to_string()))
+}
+
+/// A copy-path listener on 127.0.0.1 whose receivers time out after `STEP_TIMEOUT`.
+fn loopback_listener() -> Result<(Listener, SocketAddr), String> {
+    let mut rcfg = ReceiverConfig::new(RxPath::Copy);
+    rcfg.timeout = STEP_TIMEOUT;
+    let listener =
+        Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0)), &rcfg).map_err(|e| err_detail(&e))?;
+    let addr = listener.local_addr().map_err(|e| err_detail(&e))?;
+    Ok((listener, addr))
+}
+
+fn connect_stream(addr: SocketAddr) -> Result<std::net::TcpStream, String> {
+    let s = std::net::TcpStream::connect_timeout(&addr, STEP_TIMEOUT)
+        .map_err(|e| os_err("connect", &e))?;
+    s.set_write_timeout(Some(STEP_TIMEOUT))
+        .map_err(|e| os_err("setsockopt(SO_SNDTIMEO)", &e))?;
+    Ok(s)
+}
+
+/// Moves exactly `len` bytes from `from` to `to` by splice through `pipe`; `in_off`/`out_off`
+/// are file offsets for a file end (`None` for the socket end).
+fn splice_through(
+    pipe: &splice::Pipe,
+    from: std::os::fd::BorrowedFd<'_>,
+    in_off: Option<u64>,
+    to: std::os::fd::BorrowedFd<'_>,
+    out_off: Option<u64>,
+    len: usize,
+) -> Result<(), String> {
+    let (into, outof) = match (in_off, out_off) {
+        (Some(_), _) => ("splice (file → pipe)", "splice (pipe → socket)"),
+        _ => ("splice (socket → pipe)", "splice (pipe → file)"),
+    };
+    let mut done = 0usize;
+    while done < len {
+        let n = match splice::splice(
+            from,
+            in_off.map(|o| o + done as u64),
+            pipe.write_end(),
+            None,
+            len - done,
+            splice::SPLICE_F_MOVE,
+        ) {
+            Ok(0) => return Err(format!("{into}: input ended after {done} of {len} bytes")),
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(os_err(into, &e)),
+        };
+        let mut left = n;
+        while left > 0 {
+            let r = match out_off {
+                Some(o) => splice::splice(
+                    pipe.read_end(),
+                    None,
+                    to,
+                    Some(o + (done + n - left) as u64),
+                    left,
+                    splice::SPLICE_F_MOVE,
+                ),
+                None => splice::splice_to_socket(pipe.read_end(), to, left, splice::SPLICE_F_MOVE),
+            };
+            match r {
+                Ok(0) => return Err(format!("{outof}: moved nothing")),
+                Ok(m) => left -= m,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(os_err(outof, &e)),
+            }
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Reads the stream to its end on `rx` and checks it against the pattern.
+fn read_and_verify(rx: &mut crate::Receiver, pattern: &Pattern) -> Result<u64, String> {
+    let mut off = 0u64;
+    loop {
+        match rx.recv() {
+            Ok(Some(chunk)) => {
+                if let Some(at) = pattern.first_mismatch(off, &chunk) {
+                    return Err(format!("data corrupted: byte {at} differs"));
+                }
+                off += chunk.len() as u64;
+            }
+            Ok(None) => return Ok(off),
+            Err(e) => return Err(err_detail(&e)),
+        }
+    }
+}
+
+fn sendfile_check() -> Check {
+    const NAME: &str = "sendfile";
+    match sendfile_transfer() {
+        Ok((calls, dir)) => Check::yes(
+            NAME,
+            format!(
+                "{FILE_CHECK_BYTES} B from a temp file in {dir} to 127.0.0.1 in {calls} sendfile call(s), received bytes verified"
+            ),
+        ),
+        Err(why) => loopback_no(NAME, why),
+    }
+}
+
+fn sendfile_transfer() -> Result<(u32, String), String> {
+    let pattern = Pattern::new(FILE_CHECK_BYTES);
+    let (file, dir) = unlinked_temp_file(pattern.slice(0, FILE_CHECK_BYTES))?;
+    let (listener, addr) = loopback_listener()?;
+    let reader = std::thread::Builder::new()
+        .name("zcnet-probe-rx".into())
+        .spawn(move || -> Result<u64, String> {
+            let mut rx = listener.accept().map_err(|e| err_detail(&e))?;
+            read_and_verify(&mut rx, &Pattern::new(64 * 1024))
+        })
+        .map_err(|e| os_err("spawn (receiver)", &e))?;
+    let sent = (|| -> Result<u32, String> {
+        let s = connect_stream(addr)?;
+        let (mut done, mut calls) = (0usize, 0u32);
+        while done < FILE_CHECK_BYTES {
+            match splice::sendfile(
+                s.as_fd(),
+                file.as_fd(),
+                done as u64,
+                FILE_CHECK_BYTES - done,
+            ) {
+                Ok(0) => return Err(format!("sendfile: file ended after {done} bytes")),
+                Ok(n) => {
+                    done += n;
+                    calls += 1;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(os_err("sendfile", &e)),
+            }
+        }
+        s.shutdown(std::net::Shutdown::Write)
+            .map_err(|e| os_err("shutdown", &e))?;
+        Ok(calls)
+    })();
+    let received = reader
+        .join()
+        .unwrap_or_else(|_| Err("the receiving thread panicked".into()));
+    let calls = sent?;
+    let got = received.map_err(|r| format!("receive: {r}"))?;
+    if got != FILE_CHECK_BYTES as u64 {
+        return Err(format!("received {got} of {FILE_CHECK_BYTES} bytes"));
+    }
+    Ok((calls, dir))
+}
+
+fn splice_check() -> Check {
+    const NAME: &str = "splice";
+    match splice_transfer() {
+        Ok((pipe, dir)) => Check::yes(
+            NAME,
+            format!(
+                "{} B file → pipe → 127.0.0.1 → pipe → file (temp files in {dir}, pipes of {}), written file verified",
+                FILE_CHECK_BYTES,
+                fmt_bytes(pipe as u64)
+            ),
+        ),
+        Err(why) => loopback_no(NAME, why),
+    }
+}
+
+fn splice_transfer() -> Result<(usize, String), String> {
+    let pattern = Pattern::new(FILE_CHECK_BYTES);
+    let (src, dir) = unlinked_temp_file(pattern.slice(0, FILE_CHECK_BYTES))?;
+    let (dst, _) = unlinked_temp_file(&[])?;
+    let make_pipe = || -> Result<(splice::Pipe, usize), String> {
+        let p = splice::Pipe::new().map_err(|e| os_err("pipe2", &e))?;
+        if let Some(max) = splice::pipe_max_size() {
+            let _ = p.set_size(max.min(1 << 20));
+        }
+        let size = p.size().map_err(|e| os_err("fcntl(F_GETPIPE_SZ)", &e))?;
+        Ok((p, size))
+    };
+    let (listener, addr) = loopback_listener()?;
+    let (rx_pipe, size) = make_pipe()?;
+    let reader = std::thread::Builder::new()
+        .name("zcnet-probe-rx".into())
+        .spawn(move || -> Result<std::fs::File, String> {
+            let rx = listener.accept().map_err(|e| err_detail(&e))?;
+            splice_through(
+                &rx_pipe,
+                rx.socket(),
+                None,
+                dst.as_fd(),
+                Some(0),
+                FILE_CHECK_BYTES,
+            )?;
+            Ok(dst)
+        })
+        .map_err(|e| os_err("spawn (receiver)", &e))?;
+    let sent = (|| -> Result<(), String> {
+        let (tx_pipe, _) = make_pipe()?;
+        let s = connect_stream(addr)?;
+        splice_through(
+            &tx_pipe,
+            src.as_fd(),
+            Some(0),
+            s.as_fd(),
+            None,
+            FILE_CHECK_BYTES,
+        )
+    })();
+    let received = reader
+        .join()
+        .unwrap_or_else(|_| Err("the receiving thread panicked".into()));
+    sent.map_err(|s| format!("send: {s}"))?;
+    let dst = received.map_err(|r| format!("receive: {r}"))?;
+    let mut back = vec![0u8; FILE_CHECK_BYTES];
+    {
+        use std::os::unix::fs::FileExt;
+        dst.read_exact_at(&mut back, 0)
+            .map_err(|e| os_err("reading the written file back", &e))?;
+    }
+    if let Some(at) = pattern.first_mismatch(0, &back) {
+        return Err(format!(
+            "data corrupted: byte {at} of the written file differs"
+        ));
+    }
+    Ok((size, dir))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1284,6 +1733,15 @@ mod tests {
     }
 
     #[test]
+    fn sendfile_and_splice_move_verified_bytes_on_loopback() {
+        for name in ["sendfile", "splice"] {
+            let (st, d) = status(name);
+            assert_eq!(st, Status::Yes, "{name}: {d}");
+            assert!(d.contains("verified"), "{name}: {d}");
+        }
+    }
+
+    #[test]
     fn loopback_zerocopy_receive_maps_most_pages() {
         let (st, d) = status("tcp_zerocopy_receive");
         assert_eq!(st, Status::Yes, "{d}");
@@ -1300,6 +1758,23 @@ mod tests {
             assert_eq!(st, Status::Yes, "{name}: {d}");
         }
         assert!(status("io_uring_recv_zc").1.contains("opcode 58"));
+    }
+
+    #[test]
+    fn io_uring_buffers_are_exercised_and_zcrx_refusal_is_explained() {
+        let (st, d) = status("io_uring_fixed_buffers");
+        assert_eq!(st, Status::Partial, "{d}");
+        assert!(d.contains("ZC_COPIED on 100% of bytes"), "{d}");
+        let (st, d) = status("io_uring_buf_ring");
+        assert_eq!(st, Status::Yes, "{d}");
+        assert!(d.contains("4 MiB received"), "{d}");
+        let (st, d) = status("io_uring_zcrx");
+        assert_eq!(st, Status::No, "{d}");
+        assert!(
+            d.starts_with("EOPNOTSUPP (errno 95) on lo: no header split/queue API"),
+            "{d}"
+        );
+        assert!(d.contains("ordinary ring gets EINVAL"), "{d}");
     }
 
     #[test]

@@ -27,11 +27,27 @@ pub enum FallbackReason {
     Unmappable,
     /// Receive: small or unaligned tail copied by the kernel into the copybuf.
     Copybuf,
+    /// File transfer: the file (its file system), or the receive path, refused
+    /// `sendfile`/`splice` (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`: no `splice_read`/`splice_write`,
+    /// as for many /proc files); the bytes went through user memory (pread+send,
+    /// recv+pwrite) instead.
+    FileUnsupported,
+    /// The kernel could not pin the pages of an io_uring zero-copy send within the locked-
+    /// memory limit (`ENOMEM` against `RLIMIT_MEMLOCK`, which io_uring charges when the process
+    /// lacks `CAP_IPC_LOCK`) even after in-flight sends completed; the rest was copied.
+    Memlock,
+    /// `cow` transmit: the application's working set of send buffers is below Solaris's
+    /// threshold (seed 000, §6.4), so it would likely write pages still in flight and pay a
+    /// copy-on-write fault (10–30 µs) per page; copying is cheaper.
+    SmallWorkingSet,
+    /// `cow` transmit: the memory cannot be write-protected — file-backed or shared, not
+    /// resident, the thread's stack, or owned by another userfaultfd.
+    Unprotectable,
 }
 
 impl FallbackReason {
     /// All reasons, in the order of their counters.
-    pub const ALL: [FallbackReason; 7] = [
+    pub const ALL: [FallbackReason; 11] = [
         FallbackReason::TooSmall,
         FallbackReason::Unaligned,
         FallbackReason::Enobufs,
@@ -39,6 +55,10 @@ impl FallbackReason {
         FallbackReason::Unsupported,
         FallbackReason::Unmappable,
         FallbackReason::Copybuf,
+        FallbackReason::FileUnsupported,
+        FallbackReason::Memlock,
+        FallbackReason::SmallWorkingSet,
+        FallbackReason::Unprotectable,
     ];
 
     fn index(self) -> usize {
@@ -55,6 +75,10 @@ impl FallbackReason {
             FallbackReason::Unsupported => "unsupported",
             FallbackReason::Unmappable => "unmappable",
             FallbackReason::Copybuf => "copybuf",
+            FallbackReason::FileUnsupported => "file_unsupported",
+            FallbackReason::Memlock => "memlock",
+            FallbackReason::SmallWorkingSet => "small_working_set",
+            FallbackReason::Unprotectable => "unprotectable",
         }
     }
 }
@@ -81,6 +105,24 @@ pub struct Stats {
     rx_zc_empty_calls: AtomicU64,
     rx_release_calls: AtomicU64,
     rx_bytes_released: AtomicU64,
+    tx_bytes_file: AtomicU64,
+    tx_calls_file: AtomicU64,
+    rx_bytes_file: AtomicU64,
+    rx_calls_file: AtomicU64,
+    tx_uring_fixed_calls: AtomicU64,
+    tx_uring_register_failures: AtomicU64,
+    tx_short_sends: AtomicU64,
+    rx_uring_cqes: AtomicU64,
+    rx_uring_rearms: AtomicU64,
+    rx_uring_enobufs: AtomicU64,
+    rx_zcrx_refusals: AtomicU64,
+    rx_zcrx_errno: AtomicU64,
+    tx_cow_protections: AtomicU64,
+    tx_cow_pages_protected: AtomicU64,
+    tx_cow_bytes_protected: AtomicU64,
+    tx_cow_faults: AtomicU64,
+    tx_cow_fault_ns: AtomicU64,
+    tx_cow_copies: AtomicU64,
     fallback_ops: [AtomicU64; NREASONS],
     fallback_bytes: [AtomicU64; NREASONS],
 }
@@ -111,7 +153,8 @@ pub struct StatsSnapshot {
     pub pool_waits: u64,
     /// Waits that ran out of time.
     pub pool_timeouts: u64,
-    /// Bytes received by page mapping (`TCP_ZEROCOPY_RECEIVE`).
+    /// Bytes received without a copy: pages mapped by `TCP_ZEROCOPY_RECEIVE`, or placed in
+    /// the zcrx area by the NIC (io_uring zero-copy receive).
     pub rx_bytes_mapped: u64,
     /// Bytes received by copying (`recv`, or the kernel's copybuf).
     pub rx_bytes_copied: u64,
@@ -123,6 +166,51 @@ pub struct StatsSnapshot {
     pub rx_release_calls: u64,
     /// Bytes of mapped pages released.
     pub rx_bytes_released: u64,
+    /// Bytes sent from a file by `sendfile` or `splice` (page-cache pages handed to the
+    /// socket, never in user memory). A file's fallback bytes count in `tx_bytes_copy`.
+    pub tx_bytes_file: u64,
+    /// `sendfile` / `splice`-to-socket calls that moved bytes.
+    pub tx_calls_file: u64,
+    /// Bytes received straight into a file by `splice` (socket → pipe → file, never in user
+    /// memory). Bytes written with `pwrite` count where they were received (copied/mapped).
+    pub rx_bytes_file: u64,
+    /// `splice` calls from the socket that moved bytes.
+    pub rx_calls_file: u64,
+    /// io_uring `SEND_ZC` requests that named a registered (fixed) buffer, so the kernel
+    /// skipped looking up and pinning its pages (`IORING_RECVSEND_FIXED_BUF`).
+    pub tx_uring_fixed_calls: u64,
+    /// Pools an io_uring sender could not register as fixed buffers (`RLIMIT_MEMLOCK`, too
+    /// many buffers): it then sent with plain `SEND_ZC`, pinning per request.
+    pub tx_uring_register_failures: u64,
+    /// Zero-copy sends the kernel took only in part (io_uring `SEND_ZC` result short of the
+    /// request); the rest went in a further request, never lost.
+    pub tx_short_sends: u64,
+    /// Completions of the io_uring multishot receive that carried data.
+    pub rx_uring_cqes: u64,
+    /// Times the multishot receive had ended (its buffer ring ran dry, or the kernel ended
+    /// it) and was armed again.
+    pub rx_uring_rearms: u64,
+    /// Times the provided-buffer ring ran dry (`-ENOBUFS` ended the multishot receive).
+    pub rx_uring_enobufs: u64,
+    /// zcrx registrations (`IORING_REGISTER_ZCRX_IFQ`) the kernel refused; the receiver fell
+    /// back, counted as [`FallbackReason::Unsupported`].
+    pub rx_zcrx_refusals: u64,
+    /// The errno of the last zcrx refusal (0: none), e.g. `EOPNOTSUPP` (95) for a device
+    /// without header split and queue management.
+    pub rx_zcrx_errno: u64,
+    /// `cow`: spans write-protected for a zero-copy send (one protect call each).
+    pub tx_cow_protections: u64,
+    /// `cow`: pages those spans covered.
+    pub tx_cow_pages_protected: u64,
+    /// `cow`: bytes sent with `MSG_ZEROCOPY` from write-protected application memory.
+    pub tx_cow_bytes_protected: u64,
+    /// `cow`: writes to pages still in flight, each resolved by giving the writer a private
+    /// copy (counted when the pages' last send completes).
+    pub tx_cow_faults: u64,
+    /// `cow`: time the fault handler spent resolving those faults (ns).
+    pub tx_cow_fault_ns: u64,
+    /// `cow`: pages copied (faults, plus protected pages moved by `mremap`).
+    pub tx_cow_copies: u64,
     /// Fallbacks by reason: (reason, operations, bytes). Reasons with no count are left out.
     pub fallbacks: Vec<(FallbackReason, u64, u64)>,
 }
@@ -146,23 +234,26 @@ impl StatsSnapshot {
 
     /// All bytes sent.
     pub fn tx_bytes(&self) -> u64 {
-        self.tx_bytes_copy + self.tx_bytes_zerocopy
+        self.tx_bytes_copy + self.tx_bytes_zerocopy + self.tx_bytes_file
     }
 
     /// All bytes received.
     pub fn rx_bytes(&self) -> u64 {
-        self.rx_bytes_mapped + self.rx_bytes_copied
+        self.rx_bytes_mapped + self.rx_bytes_copied + self.rx_bytes_file
     }
 
     /// Fraction of sent bytes that really went without a copy (sent zero-copy and not
-    /// reported COPIED). Bytes whose completion is still outstanding count as not copied.
+    /// reported COPIED, or sent from the page cache by `sendfile`/`splice`). Bytes whose
+    /// completion is still outstanding count as not copied.
     pub fn tx_zerocopy_fraction(&self) -> f64 {
         let total = self.tx_bytes();
         if total == 0 {
             return 0.0;
         }
-        self.tx_bytes_zerocopy
-            .saturating_sub(self.tx_bytes_zc_copied) as f64
+        (self
+            .tx_bytes_zerocopy
+            .saturating_sub(self.tx_bytes_zc_copied)
+            + self.tx_bytes_file) as f64
             / total as f64
     }
 
@@ -211,6 +302,28 @@ impl Stats {
         add_rx_zc_empty_calls => rx_zc_empty_calls,
         add_rx_release_calls => rx_release_calls,
         add_rx_released_bytes => rx_bytes_released,
+        add_tx_file_bytes => tx_bytes_file,
+        add_tx_file_calls => tx_calls_file,
+        add_rx_file_bytes => rx_bytes_file,
+        add_rx_file_calls => rx_calls_file,
+        add_tx_uring_fixed_calls => tx_uring_fixed_calls,
+        add_tx_uring_register_failures => tx_uring_register_failures,
+        add_tx_short_sends => tx_short_sends,
+        add_rx_uring_cqes => rx_uring_cqes,
+        add_rx_uring_rearms => rx_uring_rearms,
+        add_rx_uring_enobufs => rx_uring_enobufs,
+        add_rx_zcrx_refusals => rx_zcrx_refusals,
+        add_tx_cow_protections => tx_cow_protections,
+        add_tx_cow_pages_protected => tx_cow_pages_protected,
+        add_tx_cow_bytes_protected => tx_cow_bytes_protected,
+        add_tx_cow_faults => tx_cow_faults,
+        add_tx_cow_fault_ns => tx_cow_fault_ns,
+        add_tx_cow_copies => tx_cow_copies,
+    }
+
+    /// Records the errno of a refused zcrx registration (kept: the last one wins).
+    pub fn set_rx_zcrx_errno(&self, errno: i32) {
+        self.rx_zcrx_errno.store(errno.max(0) as u64, Relaxed);
     }
 
     /// Counts one operation of `bytes` that fell back to copying for `reason`.
@@ -240,6 +353,24 @@ impl Stats {
             rx_zc_empty_calls: g(&self.rx_zc_empty_calls),
             rx_release_calls: g(&self.rx_release_calls),
             rx_bytes_released: g(&self.rx_bytes_released),
+            tx_bytes_file: g(&self.tx_bytes_file),
+            tx_calls_file: g(&self.tx_calls_file),
+            rx_bytes_file: g(&self.rx_bytes_file),
+            rx_calls_file: g(&self.rx_calls_file),
+            tx_uring_fixed_calls: g(&self.tx_uring_fixed_calls),
+            tx_uring_register_failures: g(&self.tx_uring_register_failures),
+            tx_short_sends: g(&self.tx_short_sends),
+            rx_uring_cqes: g(&self.rx_uring_cqes),
+            rx_uring_rearms: g(&self.rx_uring_rearms),
+            rx_uring_enobufs: g(&self.rx_uring_enobufs),
+            rx_zcrx_refusals: g(&self.rx_zcrx_refusals),
+            rx_zcrx_errno: g(&self.rx_zcrx_errno),
+            tx_cow_protections: g(&self.tx_cow_protections),
+            tx_cow_pages_protected: g(&self.tx_cow_pages_protected),
+            tx_cow_bytes_protected: g(&self.tx_cow_bytes_protected),
+            tx_cow_faults: g(&self.tx_cow_faults),
+            tx_cow_fault_ns: g(&self.tx_cow_fault_ns),
+            tx_cow_copies: g(&self.tx_cow_copies),
             fallbacks: FallbackReason::ALL
                 .iter()
                 .map(|&r| {
@@ -277,5 +408,21 @@ mod tests {
         assert_eq!(snap.fallback_bytes(FallbackReason::TooSmall), 105);
         assert_eq!(snap.fallback_ops(FallbackReason::Enobufs), 0);
         assert_eq!(snap.fallbacks.len(), 1);
+    }
+
+    #[test]
+    fn file_bytes_count_in_the_totals() {
+        let s = Stats::new();
+        s.add_tx_copy_bytes(100);
+        s.add_tx_file_bytes(300);
+        s.add_rx_copied_bytes(1);
+        s.add_rx_file_bytes(3);
+        s.fallback(FallbackReason::FileUnsupported, 100);
+        let snap = s.snapshot();
+        assert_eq!(snap.tx_bytes(), 400);
+        assert!((snap.tx_zerocopy_fraction() - 0.75).abs() < 1e-9);
+        assert_eq!(snap.rx_bytes(), 4);
+        assert_eq!(snap.fallback_bytes(FallbackReason::FileUnsupported), 100);
+        assert_eq!(FallbackReason::FileUnsupported.name(), "file_unsupported");
     }
 }

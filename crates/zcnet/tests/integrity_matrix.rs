@@ -5,7 +5,7 @@
 mod common;
 
 use common::{transfer, veth_or_skip, Case, Topo};
-use zcnet::{RxPath, TxPath};
+use zcnet::{FallbackReason, RxPath, TxPath};
 
 const SIZES: [u64; 6] = [1, 4095, 4096, 65537, 1 << 20, 64 << 20];
 
@@ -40,6 +40,36 @@ fn run_matrix(topo: Topo<'_>, label: &str) {
                             assert_eq!(out.tx.tx_bytes_copy, size, "{what}: all copied");
                             assert_eq!(out.tx.tx_calls_zerocopy, 0, "{what}");
                         }
+                        TxPath::Uring => {
+                            assert_eq!(out.tx.tx_bytes_zerocopy, size, "{what}: all by SEND_ZC");
+                            assert_eq!(
+                                out.tx.tx_notifications, out.tx.tx_calls_zerocopy,
+                                "{what}: one notification per SEND_ZC request"
+                            );
+                            assert_eq!(
+                                out.tx.tx_uring_fixed_calls, out.tx.tx_calls_zerocopy,
+                                "{what}: every request from a registered buffer"
+                            );
+                            assert_eq!(out.tx.tx_uring_register_failures, 0, "{what}");
+                            // Local delivery (lo, veth into a namespace) copies every skb, and
+                            // the usage reports say so (findings §3).
+                            assert_eq!(
+                                out.tx.tx_bytes_zc_copied, size,
+                                "{what}: IORING_NOTIF_USAGE_ZC_COPIED on every byte"
+                            );
+                        }
+                        TxPath::Cow => {
+                            // Loaned buffers take plain MSG_ZEROCOPY on the cow path: the
+                            // application gave them up, so nothing is write-protected.
+                            assert_eq!(out.tx.tx_bytes_zerocopy, size, "{what}: all zero-copy");
+                            assert_eq!(
+                                out.tx.tx_completed_calls, out.tx.tx_calls_zerocopy,
+                                "{what}: every zero-copy call completed"
+                            );
+                            assert!(out.tx.tx_notifications >= 1, "{what}: notifications");
+                            assert_eq!(out.tx.tx_cow_protections, 0, "{what}: loans unprotected");
+                            assert_eq!(out.tx.tx_cow_faults, 0, "{what}");
+                        }
                         _ => unreachable!(),
                     }
                     match rx {
@@ -55,6 +85,31 @@ fn run_matrix(topo: Topo<'_>, label: &str) {
                                     100.0 * out.rx.rx_mapped_fraction()
                                 );
                             }
+                        }
+                        RxPath::Uring => {
+                            assert_eq!(out.rx.rx_bytes_copied, size, "{what}: provided buffers");
+                            assert!(out.rx.rx_uring_cqes >= 1, "{what}: multishot completions");
+                            assert_eq!(out.rx.rx_zcrx_refusals, 0, "{what}");
+                        }
+                        RxPath::Zcrx => {
+                            // Neither lo nor veth has header split and queue management: the
+                            // registration is refused at accept and the receiver takes the
+                            // uring path, saying so.
+                            assert_eq!(out.rx.rx_zcrx_refusals, 1, "{what}: zcrx refused");
+                            assert_eq!(
+                                out.rx.fallback_ops(FallbackReason::Unsupported),
+                                1,
+                                "{what}: counted as unsupported"
+                            );
+                            // On veth the accepting thread is in the root namespace, where no
+                            // interface holds the listener's address.
+                            let want = match topo {
+                                Topo::Loopback => libc::EOPNOTSUPP,
+                                Topo::Netns(_) => libc::ENODEV,
+                            };
+                            assert_eq!(out.rx.rx_zcrx_errno, want as u64, "{what}: errno");
+                            assert_eq!(out.rx.rx_bytes_copied, size, "{what}: via uring");
+                            assert!(out.rx.rx_uring_cqes >= 1, "{what}: multishot completions");
                         }
                         _ => unreachable!(),
                     }

@@ -37,6 +37,33 @@ enum Loc {
     Scratch { start: usize, end: usize },
 }
 
+impl Loc {
+    fn len(self) -> usize {
+        match self {
+            Loc::Mapped { len, .. } => len,
+            Loc::Copybuf { start, end } | Loc::Scratch { start, end } => end - start,
+        }
+    }
+
+    /// The same place without its first `n` bytes (`n` < `len()`).
+    fn advance(self, n: usize) -> Loc {
+        match self {
+            Loc::Mapped { off, len } => Loc::Mapped {
+                off: off + n,
+                len: len - n,
+            },
+            Loc::Copybuf { start, end } => Loc::Copybuf {
+                start: start + n,
+                end,
+            },
+            Loc::Scratch { start, end } => Loc::Scratch {
+                start: start + n,
+                end,
+            },
+        }
+    }
+}
+
 /// State of the mapping receive path on one socket.
 #[derive(Debug)]
 pub struct MmapRx {
@@ -216,5 +243,68 @@ impl Receive for MmapRx {
             });
         }
         Ok(n)
+    }
+
+    /// What `recv_into` left over comes first, then the copybuf tail of the last call; the
+    /// skip-hint bytes are still in the socket, in order, so they are not "held".
+    fn take_buffered(
+        &mut self,
+        max: usize,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        if let Some(loc) = self.leftover {
+            let n = loc.len().min(max);
+            sink(&self.bytes(loc)[..n])?;
+            self.leftover = (n < loc.len()).then(|| loc.advance(n));
+            return Ok(n);
+        }
+        let (s, e) = self.copybuf_pending;
+        if s < e {
+            let n = (e - s).min(max);
+            sink(&self.copybuf[s..s + n])?;
+            self.copybuf_pending = if s + n < e { (s + n, e) } else { (0, 0) };
+            return Ok(n);
+        }
+        Ok(0)
+    }
+
+    fn socket_handover_ok(&self) -> bool {
+        true
+    }
+
+    fn socket_bytes_taken(&mut self, n: u64) {
+        self.skip = self
+            .skip
+            .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+
+    /// Mapped receive plus write: the next step of the stream (mapped pages, copybuf or
+    /// scratch) is lent to `sink` in place, so a mapped page reaches the file with one copy,
+    /// the kernel's, into the page cache.
+    fn recv_lend(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        _scratch: &mut [u8],
+        max: usize,
+        stats: &Stats,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let held = self.take_buffered(max, sink)?;
+        if held > 0 {
+            return Ok(held);
+        }
+        match self.next(fd, stats)? {
+            None => Ok(0),
+            Some(loc) => {
+                self.leftover = Some(loc);
+                self.take_buffered(max, sink)
+            }
+        }
     }
 }

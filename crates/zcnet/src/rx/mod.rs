@@ -3,9 +3,15 @@
 //! * [`copy`] — `recv(2)` into a buffer the receiver owns.
 //! * [`mmap`] — `TCP_ZEROCOPY_RECEIVE`: received pages are mapped, not copied, when the
 //!   sender and the MSS let the kernel (see [`crate::sys::zcrecv`]).
+//! * [`uring`] — io_uring: multishot `recv` into provided buffers (`uring`), and zero-copy
+//!   receive into a registered area where the NIC allows it (`zcrx`).
+//! * [`mod@file`] — socket → pipe → file by `splice` ([`crate::Receiver::recv_to_file`]); works on
+//!   top of whichever path the receiver has, writing what that path already holds first.
 
 pub mod copy;
+pub mod file;
 pub mod mmap;
+pub mod uring;
 
 use crate::error::Result;
 use crate::stats::Stats;
@@ -23,17 +29,24 @@ pub enum RxPath {
     Copy,
     /// `TCP_ZEROCOPY_RECEIVE` into a socket mapping, `recv` for what cannot be mapped.
     Mmap,
+    /// io_uring multishot `recv` into a ring of provided buffers (the kernel still copies).
+    Uring,
+    /// io_uring zero-copy receive (zcrx) into a registered area; needs a NIC with header
+    /// split, and falls back to `uring` (or `copy`) where registration is refused.
+    Zcrx,
 }
 
 impl RxPath {
     /// Every path this build knows.
-    pub const ALL: [RxPath; 2] = [RxPath::Copy, RxPath::Mmap];
+    pub const ALL: [RxPath; 4] = [RxPath::Copy, RxPath::Mmap, RxPath::Uring, RxPath::Zcrx];
 
     /// The CLI/JSON name.
     pub fn name(self) -> &'static str {
         match self {
             RxPath::Copy => "copy",
             RxPath::Mmap => "mmap",
+            RxPath::Uring => "uring",
+            RxPath::Zcrx => "zcrx",
         }
     }
 }
@@ -50,7 +63,7 @@ impl FromStr for RxPath {
         RxPath::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown receive path {s:?} (known: copy, mmap)"))
+            .ok_or_else(|| format!("unknown receive path {s:?} (known: copy, mmap, uring, zcrx)"))
     }
 }
 
@@ -90,4 +103,54 @@ pub(crate) trait Receive: Send {
 
     /// Copies the next bytes into `buf`; 0 means end of stream (or an empty `buf`).
     fn recv_into(&mut self, fd: BorrowedFd<'_>, buf: &mut [u8], stats: &Stats) -> Result<usize>;
+
+    /// Lends up to `max` bytes that this path already took off the socket but has not handed
+    /// out (the rest of a chunk `recv_into` cut short, the kernel's copybuf tail) to `sink`,
+    /// the first held piece only; returns how many were consumed, 0 when nothing is held.
+    /// Never reads the socket. Paths that hold nothing keep the default.
+    fn take_buffered(
+        &mut self,
+        _max: usize,
+        _sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Whether, once [`Receive::take_buffered`] returns 0, another reader (`splice`) may take
+    /// the next bytes straight from the socket. False (the default) for a path that may have
+    /// reads in flight the kernel can still complete (an armed multishot io_uring recv): the
+    /// file receive then goes through [`Receive::recv_lend`] instead, never around the path.
+    fn socket_handover_ok(&self) -> bool {
+        false
+    }
+
+    /// `n` bytes were taken from the socket by another reader: adjust per-stream hints
+    /// (the mmap path's pending `recv_skip_hint`).
+    fn socket_bytes_taken(&mut self, _n: u64) {}
+
+    /// Receives up to `max` of the next bytes and lends them to `sink`; returns how many (0:
+    /// end of stream). The default copies through `scratch` with `recv_into`; a path with its
+    /// own memory (mapped pages) lends that directly.
+    fn recv_lend(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        scratch: &mut [u8],
+        max: usize,
+        stats: &Stats,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
+        let held = self.take_buffered(max, sink)?;
+        if held > 0 {
+            return Ok(held);
+        }
+        let want = max.min(scratch.len());
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.recv_into(fd, &mut scratch[..want], stats)?;
+        if n > 0 {
+            sink(&scratch[..n])?;
+        }
+        Ok(n)
+    }
 }

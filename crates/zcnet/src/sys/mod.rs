@@ -5,11 +5,16 @@
 //! structs are carried here because Debian's uapi headers are older than the kernels we run on.
 #![allow(unsafe_code)]
 
+pub mod cow;
 pub mod cpu;
 pub mod mem;
 pub mod netns;
 pub mod socket;
+pub mod splice;
 pub mod udp;
+pub mod udp_send;
 pub mod uffd;
+pub mod uring;
 pub mod zcrecv;
+pub mod zcrx;
 pub mod zerocopy;

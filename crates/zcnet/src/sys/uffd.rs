@@ -31,6 +31,24 @@ pub const UFFD_FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
 pub const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
 /// `UFFD_FEATURE_MOVE`: `UFFDIO_MOVE` is available.
 pub const UFFD_FEATURE_MOVE: u64 = 1 << 16;
+/// `UFFD_FEATURE_EVENT_REMAP`: when `mremap(2)` moves a registered range, the registration
+/// (and the write-protect bits) move with it and an [`UffdEvent::Remap`] is queued; the
+/// `mremap` caller waits until the event is read. Without it the moved range silently loses
+/// both, so a later write would land in the page the kernel may still be sending.
+pub const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;
+
+/// `UFFD_PAGEFAULT_FLAG_WRITE`: the fault was a write.
+pub const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
+/// `UFFD_PAGEFAULT_FLAG_WP`: the fault hit a write-protected page (else: a missing page).
+pub const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
+/// `UFFD_PAGEFAULT_FLAG_MINOR`: a minor fault (shmem, hugetlbfs).
+pub const UFFD_PAGEFAULT_FLAG_MINOR: u64 = 1 << 2;
+
+const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+const UFFD_EVENT_REMAP: u8 = 0x14;
+
+/// Size of `struct uffd_msg` (packed).
+pub const UFFD_MSG_SIZE: usize = 32;
 
 const UFFDIO: u64 = 0xAA;
 const IOC_WRITE: u64 = 1;
@@ -96,8 +114,99 @@ pub const UFFDIO_WRITEPROTECT: u64 = ioc(
 /// `UFFDIO_REGISTER` returns for the range.
 pub const IOCTL_BIT_WRITEPROTECT: u64 = 1 << 0x06;
 
+/// `struct uffdio_copy`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+
+/// `struct uffdio_zeropage`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct UffdioZeropage {
+    range: UffdioRange,
+    mode: u64,
+    zeropage: i64,
+}
+
+/// `UFFDIO_WAKE` = `_IOR(0xAA, 0x02, struct uffdio_range)`.
+pub const UFFDIO_WAKE: u64 = ioc(IOC_READ, 0x02, std::mem::size_of::<UffdioRange>());
+/// `UFFDIO_COPY` = `_IOWR(0xAA, 0x03, struct uffdio_copy)`.
+pub const UFFDIO_COPY: u64 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x03,
+    std::mem::size_of::<UffdioCopy>(),
+);
+/// `UFFDIO_ZEROPAGE` = `_IOWR(0xAA, 0x04, struct uffdio_zeropage)`.
+pub const UFFDIO_ZEROPAGE: u64 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x04,
+    std::mem::size_of::<UffdioZeropage>(),
+);
+
 /// `UFFDIO_WRITEPROTECT_MODE_WP`: protect (without it: unprotect).
 const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+
+/// One message read from a userfaultfd (`struct uffd_msg`, decoded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UffdEvent {
+    /// A thread faulted on `address` and sleeps until the fault is resolved (or the range
+    /// woken). `flags` holds `UFFD_PAGEFAULT_FLAG_*`.
+    Pagefault {
+        /// `UFFD_PAGEFAULT_FLAG_WRITE` / `_WP` / `_MINOR`.
+        flags: u64,
+        /// The faulting address (page-aligned unless `UFFD_FEATURE_EXACT_ADDRESS`).
+        address: u64,
+    },
+    /// `mremap` moved `len` bytes of a registered range from `from` to `to`
+    /// ([`UFFD_FEATURE_EVENT_REMAP`]).
+    Remap {
+        /// Old start.
+        from: u64,
+        /// New start.
+        to: u64,
+        /// Length moved.
+        len: u64,
+    },
+    /// A fork, remove or unmap event (only if those features were asked for), or an event
+    /// this code does not know: reported, not interpreted.
+    Other(u8),
+}
+
+impl UffdEvent {
+    /// Decodes one 32-byte `struct uffd_msg`; `None` if `b` is shorter.
+    pub fn decode(b: &[u8]) -> Option<UffdEvent> {
+        if b.len() < UFFD_MSG_SIZE {
+            return None;
+        }
+        let u64_at = |o: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[o..o + 8]);
+            u64::from_ne_bytes(w)
+        };
+        Some(match b[0] {
+            UFFD_EVENT_PAGEFAULT => UffdEvent::Pagefault {
+                flags: u64_at(8),
+                address: u64_at(16),
+            },
+            UFFD_EVENT_REMAP => UffdEvent::Remap {
+                from: u64_at(8),
+                to: u64_at(16),
+                len: u64_at(24),
+            },
+            // FORK 0x13, REMOVE 0x15, UNMAP 0x16, and anything newer.
+            e => UffdEvent::Other(e),
+        })
+    }
+}
+
+/// Room for this many messages in one [`Userfaultfd::read_events`] call.
+pub const EVENT_BATCH: usize = 16;
 
 /// How a range is registered (`UFFDIO_REGISTER_MODE_*`); combine with `|`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +380,200 @@ impl Userfaultfd {
     }
 }
 
+impl Userfaultfd {
+    /// Reads pending messages without blocking (the fd is `O_NONBLOCK`) into `out`; returns
+    /// how many were decoded, 0 when none is pending (`EAGAIN`). Reading a non-cooperative
+    /// event (such as [`UffdEvent::Remap`]) is what lets the thread that caused it go on.
+    ///
+    /// Allocates nothing: the fault handler calls it while an application thread may hold
+    /// the allocator's lock and sleep on a write fault.
+    pub fn read_events(&self, out: &mut [Option<UffdEvent>; EVENT_BATCH]) -> io::Result<usize> {
+        let mut raw = [0u8; UFFD_MSG_SIZE * EVENT_BATCH];
+        let n = loop {
+            // SAFETY: raw is a live, writable buffer of exactly raw.len() bytes; read(2)
+            // writes at most that many.
+            let r = unsafe { libc::read(self.fd.as_raw_fd(), raw.as_mut_ptr().cast(), raw.len()) };
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(0),
+                Some(libc::EINTR) => continue,
+                _ => return Err(e),
+            }
+        };
+        let mut count = 0;
+        for (slot, msg) in out.iter_mut().zip(raw[..n].chunks_exact(UFFD_MSG_SIZE)) {
+            *slot = UffdEvent::decode(msg);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// `UFFDIO_WAKE` of `len` bytes at `start`: wakes threads sleeping on faults there, to
+    /// fault again. Only wakes; it changes no page, so any range is harmless.
+    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut arg = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        // SAFETY: UFFDIO_WAKE reads one uffdio_range, a live local, and touches no memory.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                UFFDIO_WAKE as libc::Ioctl,
+                &mut arg as *mut UffdioRange,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_ZEROPAGE` of `len` bytes at `start` (registered `MISSING`, page-aligned):
+    /// maps the zero page where no page is mapped (`EEXIST` where one is) and wakes the
+    /// range. Only fills *missing* pages of private anonymous memory, whose contents are
+    /// zero by definition (that is what the kernel itself maps on a read fault there), so
+    /// it cannot change any byte a reader could have seen.
+    ///
+    /// The exception is a page that a copy-on-write in progress has just zapped (see
+    /// [`crate::sys::cow`]); that code holds its lock across the zap and refill, and its
+    /// handler serialises missing faults behind the same lock.
+    pub fn zeropage(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut arg = UffdioZeropage {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: 0,
+            zeropage: 0,
+        };
+        // SAFETY: UFFDIO_ZEROPAGE reads and writes one uffdio_zeropage, a live local; it only
+        // maps zero pages into holes of a range registered with this fd (see above).
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                UFFDIO_ZEROPAGE as libc::Ioctl,
+                &mut arg as *mut UffdioZeropage,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_COPY`: maps a fresh page holding `src` at `dst` (page-aligned, in a range
+    /// registered `MISSING` with this fd, where no page is mapped), then wakes `dst`.
+    ///
+    /// # Safety
+    ///
+    /// Whatever was logically at `dst` (zeros, for an anonymous hole) is replaced by `src`,
+    /// behind the back of any reference to that memory. The caller must know that `src`
+    /// holds exactly the bytes `dst` is meant to contain — as the copy-on-write in
+    /// [`crate::sys::cow`] does, which just saved them from the page it zapped.
+    pub(crate) unsafe fn copy_page(&self, dst: usize, src: &[u8]) -> io::Result<()> {
+        let mut arg = UffdioCopy {
+            dst: dst as u64,
+            src: src.as_ptr() as u64,
+            len: src.len() as u64,
+            mode: 0,
+            copy: 0,
+        };
+        // SAFETY: UFFDIO_COPY reads and writes one uffdio_copy, a live local, and reads
+        // src.len() bytes at src (a live slice); what it writes at dst is the caller's
+        // responsibility (see # Safety).
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                UFFDIO_COPY as libc::Ioctl,
+                &mut arg as *mut UffdioCopy,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_REGISTER` of `len` bytes at `start`, for ranges the caller does not borrow
+    /// (the copy-on-write engine registers pages it has no slice for after a `mremap`).
+    pub fn register_range(&self, start: usize, len: usize, mode: RegisterMode) -> io::Result<u64> {
+        let mut arg = UffdioRegister {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: mode.0,
+            ioctls: 0,
+        };
+        // SAFETY: as in `register`: one live uffdio_register; registration changes only how
+        // future faults on the range are handled.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                UFFDIO_REGISTER as libc::Ioctl,
+                &mut arg as *mut UffdioRegister,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(arg.ioctls)
+    }
+
+    /// `UFFDIO_UNREGISTER` of `len` bytes at `start`. The kernel also drops every
+    /// write-protect bit this fd set there and wakes threads waiting on the range.
+    pub fn unregister_range(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut arg = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range, a live local.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                UFFDIO_UNREGISTER as libc::Ioctl,
+                &mut arg as *mut UffdioRange,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_WRITEPROTECT` of `len` bytes at `start` (see [`Userfaultfd::write_protect`]).
+    pub fn write_protect_range(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
+        let mut arg = UffdioWriteprotect {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: if protect {
+                UFFDIO_WRITEPROTECT_MODE_WP
+            } else {
+                0
+            },
+        };
+        // SAFETY: as in `write_protect`: one live uffdio_writeprotect; protection changes
+        // cannot make a Rust reference dangle.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                UFFDIO_WRITEPROTECT as libc::Ioctl,
+                &mut arg as *mut UffdioWriteprotect,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +586,9 @@ mod tests {
         assert_eq!(UFFDIO_REGISTER, 0xC020_AA00);
         assert_eq!(UFFDIO_UNREGISTER, 0x8010_AA01);
         assert_eq!(UFFDIO_WRITEPROTECT, 0xC018_AA06);
+        assert_eq!(UFFDIO_WAKE, 0x8010_AA02);
+        assert_eq!(UFFDIO_COPY, 0xC028_AA03);
+        assert_eq!(UFFDIO_ZEROPAGE, 0xC020_AA04);
         assert_eq!((RegisterMode::MISSING | RegisterMode::WP).0, 3);
     }
 
@@ -317,5 +623,53 @@ mod tests {
         let uffd = Userfaultfd::user_mode_only().unwrap();
         uffd.api(0).unwrap();
         assert!(uffd.api(0).is_err());
+    }
+
+    #[test]
+    fn decodes_pagefault_and_remap_messages() {
+        let mut m = [0u8; UFFD_MSG_SIZE];
+        m[0] = 0x12;
+        m[8..16]
+            .copy_from_slice(&(UFFD_PAGEFAULT_FLAG_WP | UFFD_PAGEFAULT_FLAG_WRITE).to_ne_bytes());
+        m[16..24].copy_from_slice(&0x7000_1000u64.to_ne_bytes());
+        assert_eq!(
+            UffdEvent::decode(&m),
+            Some(UffdEvent::Pagefault {
+                flags: 3,
+                address: 0x7000_1000
+            })
+        );
+        m[0] = 0x14;
+        m[24..32].copy_from_slice(&8192u64.to_ne_bytes());
+        assert_eq!(
+            UffdEvent::decode(&m),
+            Some(UffdEvent::Remap {
+                from: 3,
+                to: 0x7000_1000,
+                len: 8192
+            })
+        );
+        m[0] = 0x16;
+        assert_eq!(UffdEvent::decode(&m), Some(UffdEvent::Other(0x16)));
+        assert_eq!(UffdEvent::decode(&m[..31]), None);
+    }
+
+    #[test]
+    fn empty_queue_reads_nothing_and_wake_is_harmless() {
+        let uffd = Userfaultfd::user_mode_only().unwrap();
+        uffd.api(0).unwrap();
+        let mut out = [None; EVENT_BATCH];
+        assert_eq!(uffd.read_events(&mut out).unwrap(), 0);
+        let buf = PageBuf::new(page_size()).unwrap();
+        uffd.register(buf.as_slice(), RegisterMode::MISSING | RegisterMode::WP)
+            .unwrap();
+        uffd.wake(buf.as_ptr() as usize, page_size()).unwrap();
+        // A populated page is not missing: the zero page is not mapped over it.
+        let err = uffd
+            .zeropage(buf.as_ptr() as usize, page_size())
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
+        uffd.unregister_range(buf.as_ptr() as usize, page_size())
+            .unwrap();
     }
 }

@@ -438,8 +438,10 @@ mod tests {
         let (d, mut s) = store(StoreOptions::default());
         std::fs::write(d.path().join("x"), b"old").unwrap();
         assert_eq!(s.begin("x", Some(1)).unwrap_err().code, Code::Exists);
-        let mut o = StoreOptions::default();
-        o.overwrite = true;
+        let o = StoreOptions {
+            overwrite: true,
+            ..Default::default()
+        };
         let mut s2 = Store::open(d.path(), o).unwrap();
         let inc = s2.begin("x", Some(3)).unwrap();
         write(&inc, b"new");
@@ -463,9 +465,10 @@ mod tests {
 
     #[test]
     fn unsafe_names_and_byte_caps_are_refused() {
-        let mut o = StoreOptions::default();
-        o.max_bytes = Some(10);
-        let (_d, mut s) = store(o);
+        let (_d, mut s) = store(StoreOptions {
+            max_bytes: Some(10),
+            ..Default::default()
+        });
         assert_eq!(s.begin("../x", Some(1)).unwrap_err().code, Code::UnsafeName);
         assert_eq!(
             s.begin("/etc/x", Some(1)).unwrap_err().code,
@@ -478,9 +481,10 @@ mod tests {
 
     #[test]
     fn resume_offers_the_partial_prefix() {
-        let mut o = StoreOptions::default();
-        o.resume = true;
-        let (d, mut s) = store(o);
+        let (d, mut s) = store(StoreOptions {
+            resume: true,
+            ..Default::default()
+        });
         std::fs::write(d.path().join("r.partial"), b"abcd").unwrap();
         let inc = s.begin("r", Some(8)).unwrap();
         assert_eq!(inc.offset(), 4);

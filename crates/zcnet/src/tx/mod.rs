@@ -2,8 +2,17 @@
 //!
 //! * [`copy`] — `send(2)`: the baseline every measurement is against.
 //! * [`zerocopy`] — `MSG_ZEROCOPY`, buffers held until the error-queue completion covers them.
+//! * [`cow`] — `MSG_ZEROCOPY` for `send_slice` callers: their pages write-protected while in
+//!   flight, a write fault giving the writer a private copy (Solaris's copy-on-write).
+//! * [`uring`] — io_uring `SEND_ZC` from the pool registered as fixed buffers, buffers held
+//!   until each request's notification CQE.
+//! * [`mod@file`] — a file range by `sendfile`/`splice` ([`crate::Sender::send_file`]), not a
+//!   [`TxPath`]: it sends from the page cache, not from loaned buffers.
 
 pub mod copy;
+pub mod cow;
+pub mod file;
+pub mod uring;
 pub mod zerocopy;
 
 use crate::buf::TxBuf;
@@ -23,17 +32,25 @@ pub enum TxPath {
     Copy,
     /// `MSG_ZEROCOPY`: the kernel references the pages; completions return the buffers.
     Zerocopy,
+    /// io_uring `SEND_ZC` from registered (fixed) buffers; notification CQEs return them.
+    Uring,
+    /// `MSG_ZEROCOPY` for [`crate::Sender::send_slice`] too: the slice's pages are
+    /// write-protected while in flight and a write gives the writer a private copy, so the
+    /// caller keeps copy semantics (loaned buffers go as on `zerocopy`).
+    Cow,
 }
 
 impl TxPath {
     /// Every path this build knows.
-    pub const ALL: [TxPath; 2] = [TxPath::Copy, TxPath::Zerocopy];
+    pub const ALL: [TxPath; 4] = [TxPath::Copy, TxPath::Zerocopy, TxPath::Uring, TxPath::Cow];
 
     /// The CLI/JSON name.
     pub fn name(self) -> &'static str {
         match self {
             TxPath::Copy => "copy",
             TxPath::Zerocopy => "zerocopy",
+            TxPath::Uring => "uring",
+            TxPath::Cow => "cow",
         }
     }
 }
@@ -50,7 +67,9 @@ impl FromStr for TxPath {
         TxPath::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown transmit path {s:?} (known: copy, zerocopy)"))
+            .ok_or_else(|| {
+                format!("unknown transmit path {s:?} (known: copy, zerocopy, uring, cow)")
+            })
     }
 }
 

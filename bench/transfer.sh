@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# zcnet send/recv against `cat FILE | nc` and an rsync daemon, on loopback, same sitting.
+# Prints throughput and CPU seconds of both ends (user+sys of each side's processes, from
+# /usr/bin/time) and the machine's busy time from /proc/stat (softirq included).
+#
+#   bash bench/transfer.sh [SIZE_MIB=2048] [REPEAT=3]
+#
+# Source and destination live on /dev/shm (tmpfs), so the disk is out of the picture and
+# every tool reads a warm page cache. Servers bind 127.0.0.1 only and are stopped after each run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE_MIB=${1:-2048}
+REPEAT=${2:-3}
+
+need=()
+command -v nc >/dev/null || need+=(netcat-openbsd)
+command -v rsync >/dev/null || need+=(rsync)
+[ -x /usr/bin/time ] || need+=(time)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+cargo build -q --release -p zcnet-cli
+Z=$PWD/target/release/zcnet
+
+work=$(mktemp -d /dev/shm/zcnet-xfer.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+src=$work/src.bin
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$src"
+mkdir -p "$work/dst"
+
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+tck=$(getconf CLK_TCK)
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+# run_pair NAME SERVER_CMD CLIENT_CMD: both under /usr/bin/time; prints "wall snd_cpu rcv_cpu sys_cpu"
+run_pair() {
+  local srv=$2 cli=$3 b0 b1 t0 t1 p=${p:-0}
+  rm -rf "$work/dst"/* "$work"/*.time
+  /usr/bin/time -f "%U %S" -o "$work/srv.time" bash -c "$srv" >/dev/null 2>&1 & local sp=$!
+  pids+=("$sp")
+  sleep 0.3
+  b0=$(busy); t0=$(date +%s.%N)
+  /usr/bin/time -f "%U %S" -o "$work/cli.time" bash -c "$cli"
+  if [ "${4:-}" = kill ]; then t1=$(date +%s.%N); b1=$(busy); sleep 0.2; pkill -f -- "^rsync --daemon.*--port=$p " || true; fi
+  wait "$sp" || true
+  [ "${4:-}" = kill ] || { t1=$(date +%s.%N); b1=$(busy); }
+  local cs rs
+  cs=$(tail -1 "$work/cli.time" | awk '{print $1+$2}'); rs=$(tail -1 "$work/srv.time" | awk '{print $1+$2}')
+  cmp -s "$src" "$(find "$work/dst" -type f | head -1)" || { echo "$1: received file differs!" >&2; exit 1; }
+  echo "$(echo "$t1 - $t0" | bc -l) $cs $rs $(echo "($b1 - $b0) / $tck" | bc -l)"
+}
+
+median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+
+declare -A rows
+tools=(zcnet zcnet-noverify nc rsync)
+for i in $(seq "$REPEAT"); do
+  for t in "${tools[@]}"; do
+    p=$(port)
+    case $t in
+      zcnet) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet $src --to 127.0.0.1:$p");;
+      zcnet-noverify) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet --no-verify $src --to 127.0.0.1:$p");;
+      nc) r=$(run_pair $t "nc -l 127.0.0.1 $p > $work/dst/out" "cat $src | nc -N 127.0.0.1 $p");;
+      rsync)
+        cat > "$work/rsyncd.conf" <<CONF
+use chroot = no
+uid = 0
+gid = 0
+[dst]
+path = $work/dst
+read only = no
+CONF
+        r=$(run_pair $t "exec rsync --daemon --no-detach --address=127.0.0.1 --port=$p --config=$work/rsyncd.conf " "rsync --whole-file $src rsync://127.0.0.1:$p/dst/" kill);;
+    esac
+    echo "$t: $r" >&2; rows[$t]+="$r"$'\n'
+  done
+done
+
+gib=$(echo "$SIZE_MIB / 1024" | bc -l)
+printf "%-15s %9s %9s %9s %10s %12s %14s\n" tool Gbit/s "snd cpu" "rcv cpu" "both cpu" "system cpu" "GiB/CPU-s"
+for t in "${tools[@]}"; do
+  d=${rows[$t]}
+  wall=$(echo "$d" | awk 'NF{print $1}' | median)
+  snd=$(echo "$d" | awk 'NF{print $2}' | median)
+  rcv=$(echo "$d" | awk 'NF{print $3}' | median)
+  sys=$(echo "$d" | awk 'NF{print $4}' | median)
+  both=$(echo "$snd + $rcv" | bc -l)
+  printf "%-15s %9.2f %9.2f %9.2f %10.2f %12.2f %14.2f\n" "$t" \
+    "$(echo "$gib * 8 * 1.073741824 / $wall" | bc -l)" "$snd" "$rcv" "$both" "$sys" "$(echo "$gib / $sys" | bc -l)"
+done
+echo "($SIZE_MIB MiB file on tmpfs, loopback, median of $REPEAT; CPU in seconds; 'system cpu' is /proc/stat busy time incl. softirq)"

@@ -1,0 +1,227 @@
+//! What a person sees: the tables, the verdict, and the live progress line.
+
+use super::Progress;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use zcnet::bench::report::{Mode, Report, SummaryRow};
+use zcnet::bench::sizes::ByteSize;
+use zcnet::bench::summary::Summary;
+
+/// Printed under sink tables: what the topology shows and why it is UDP only.
+pub(crate) const SINK_NOTE: &str = "sink: UDP into a veth whose peer is down — the device drops what it is given, as a NIC frees what it sent, \
+so zero-copy pages are never copied for local delivery; only the sender's CPU is measured. \
+TCP cannot run here: it cannot complete a handshake with a peer that is down.";
+
+/// `median ±spread%` (spread = (max − min) / median over the repeats).
+fn pm(s: &Summary, prec: usize) -> String {
+    if s.n > 1 {
+        format!(
+            "{:.prec$} ±{:.0}%",
+            s.median,
+            s.relative_spread() * 50.0,
+            prec = prec
+        )
+    } else {
+        format!("{:.prec$}", s.median, prec = prec)
+    }
+}
+
+fn lat(p50: &Option<Summary>, p99: &Option<Summary>) -> String {
+    match (p50, p99) {
+        (Some(a), Some(b)) => format!("{:.1}/{:.1}", a.median, b.median),
+        _ => "-".into(),
+    }
+}
+
+/// Renders the stream table of `rows`.
+pub(crate) fn stream_table(rows: &[&SummaryRow]) -> String {
+    let mut s = String::new();
+    let sink = rows.iter().any(|r| r.rx == "none");
+    let _ = writeln!(
+        s,
+        "{:<6} {:<9} {:<7} {:>13} {:>8} {:>8} {:>14} {:>8} {:>6} {:>6} {:>6} {:>14}",
+        "size",
+        "tx",
+        "rx",
+        "Gbit/s",
+        "snd cpu",
+        "rcv cpu",
+        "machine cpu",
+        "Gb/core",
+        "tx zc%",
+        "rx map",
+        "waits",
+        "send p50/p99µs"
+    );
+    for r in rows {
+        let mark = if r.unsupported { "*" } else { "" };
+        let _ = writeln!(
+            s,
+            "{:<6} {:<9} {:<7} {:>13} {:>8.3} {:>8} {:>14} {:>8.1} {:>6.1} {:>6.1} {:>6.0} {:>14}",
+            ByteSize(r.size).to_string(),
+            r.tx,
+            format!("{}{mark}", r.rx),
+            pm(&r.gbit_per_s, 1),
+            r.sender_cpu_s_per_gib.median,
+            if sink {
+                "-".to_string()
+            } else {
+                format!("{:.3}", r.receiver_cpu_s_per_gib.median)
+            },
+            pm(&r.cpu_s_per_gib, 3),
+            r.gbit_per_core.median,
+            r.zc_fraction_tx.median * 100.0,
+            r.zc_fraction_rx.median * 100.0,
+            r.pool_waits.median,
+            lat(&r.send_p50_us, &r.send_p99_us),
+        );
+    }
+    if rows.iter().any(|r| r.unsupported) {
+        let _ = writeln!(
+            s,
+            "* not supported on this host: the path fell back to copying (counted as `unsupported`); run once, then skipped"
+        );
+    }
+    s
+}
+
+/// Renders the request/response table of `rows`.
+pub(crate) fn rr_table(rows: &[&SummaryRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<6} {:<9} {:<7} {:>11} {:>11} {:>12} {:>14} {:>8}",
+        "size", "tx", "rx", "rtt p50 µs", "rtt p99 µs", "Mbit/s", "machine cpu", "tx zc%"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<6} {:<9} {:<7} {:>11} {:>11.1} {:>12.1} {:>14} {:>8.1}",
+            ByteSize(r.size).to_string(),
+            r.tx,
+            r.rx,
+            r.rtt_p50_us.as_ref().map_or("-".into(), |x| pm(x, 1)),
+            r.rtt_p99_us.as_ref().map_or(0.0, |x| x.median),
+            r.gbit_per_s.median * 1000.0,
+            pm(&r.cpu_s_per_gib, 3),
+            r.zc_fraction_tx.median * 100.0,
+        );
+    }
+    s
+}
+
+/// The whole text report: a header, one table per mode, the verdict.
+pub(crate) fn tables(report: &Report, what: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "zcnet bench: {what}; host {} ({} CPUs, kernel {})",
+        report.host.hostname, report.host.cpus, report.host.kernel
+    );
+    let _ = writeln!(
+        s,
+        "CPU columns are seconds per GiB moved: snd/rcv = the worker threads (getrusage), \
+         machine = /proc/stat busy time incl. softirq; ±x% = half the run-to-run range"
+    );
+    let stream: Vec<&SummaryRow> = report
+        .summary
+        .iter()
+        .filter(|r| r.mode == Mode::Stream)
+        .collect();
+    let rr: Vec<&SummaryRow> = report
+        .summary
+        .iter()
+        .filter(|r| r.mode == Mode::Rr)
+        .collect();
+    if !stream.is_empty() {
+        s += &stream_table(&stream);
+    }
+    if !rr.is_empty() {
+        s += &rr_table(&rr);
+    }
+    if let Some(v) = &report.verdict {
+        let _ = writeln!(s, "{v}");
+    }
+    s
+}
+
+/// The progress display shared with the run loop.
+pub(crate) struct Ui {
+    /// Byte counter the workers add to.
+    pub progress: Progress,
+    current: Mutex<(usize, String, Instant)>,
+}
+
+impl Ui {
+    /// Marks the start of run `i`.
+    pub(crate) fn begin(&self, i: usize, label: &str) {
+        if let Ok(mut c) = self.current.lock() {
+            *c = (i, label.to_string(), Instant::now());
+        }
+        self.progress.bytes.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Runs `f` with a live progress line on stderr: shown only when `enabled`, stderr is a
+/// terminal, and the whole thing has taken more than two seconds (short runs stay quiet).
+pub(crate) fn with_progress<R>(enabled: bool, total: usize, f: impl FnOnce(&Ui) -> R) -> R {
+    let ui = Ui {
+        progress: Progress::default(),
+        current: Mutex::new((0, String::new(), Instant::now())),
+    };
+    if !enabled || !std::io::stderr().is_terminal() {
+        return f(&ui);
+    }
+    let done = AtomicBool::new(false);
+    /// Stops the ticker even if `f` panics, so the scope can join it.
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let start = Instant::now();
+            let mut bar: Option<ProgressBar> = None;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                if start.elapsed() < Duration::from_secs(2) {
+                    continue;
+                }
+                let b = bar.get_or_insert_with(|| {
+                    let b = ProgressBar::with_draw_target(
+                        Some(total as u64),
+                        ProgressDrawTarget::stderr(),
+                    )
+                    .with_elapsed(start.elapsed());
+                    if let Ok(st) = ProgressStyle::with_template(
+                        "{elapsed_precise} [{bar:25}] {pos}/{len} runs  {msg}",
+                    ) {
+                        b.set_style(st.progress_chars("=> "));
+                    }
+                    b
+                });
+                if let Ok(c) = ui.current.lock() {
+                    let secs = c.2.elapsed().as_secs_f64().max(1e-3);
+                    let bytes = ui.progress.bytes.load(Ordering::Relaxed);
+                    b.set_position(c.0 as u64);
+                    b.set_message(format!(
+                        "{}  {:.1} Gbit/s",
+                        c.1,
+                        bytes as f64 * 8.0 / secs / 1e9
+                    ));
+                }
+            }
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+        });
+        let _stop = Stop(&done);
+        f(&ui)
+    })
+}

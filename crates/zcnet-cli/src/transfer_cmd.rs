@@ -1,0 +1,393 @@
+//! `zcnet send` / `zcnet recv`: file transfer over the `file` paths (sendfile out of the page
+//! cache, splice into the partial file), with the receiver's safety rules and per-file
+//! verification of `docs/transfer-protocol.md`.
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use zcnet::conn::Listener;
+use zcnet::cpu::{process_rusage, CpuSeconds};
+use zcnet::transfer::session::{
+    receive_session, send_session, FileOutcome, Progress, RecvOptions, SendOptions, Source,
+};
+use zcnet::transfer::store::{Store, StoreOptions};
+use zcnet::{ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath};
+
+/// Options of `zcnet send`.
+#[derive(clap::Args, Debug)]
+pub struct SendArgs {
+    /// Files and directories to send (directories recursively); `-` reads stdin (needs --name).
+    #[arg(required = true)]
+    paths: Vec<String>,
+    /// Receiver address, HOST:PORT.
+    #[arg(long)]
+    to: String,
+    /// Name for the stdin stream.
+    #[arg(long)]
+    name: Option<String>,
+    /// Skip the BLAKE3 check (rely on TCP's checksum alone; see docs/transfer-protocol.md).
+    #[arg(long)]
+    no_verify: bool,
+    /// Pre-shared token, if the receiver requires one.
+    #[arg(long, env = "ZCNET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// No progress bars or per-file lines (errors are still printed).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Options of `zcnet recv`.
+#[derive(clap::Args, Debug)]
+pub struct RecvArgs {
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: String,
+    /// Directory to receive into (must exist).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Replace existing files.
+    #[arg(long)]
+    overwrite: bool,
+    /// Continue NAME.partial files after checking their prefix hash.
+    #[arg(long)]
+    resume: bool,
+    /// Cap on the bytes one sender may write (suffixes K, M, G).
+    #[arg(long, value_parser = parse_bytes)]
+    max_bytes: Option<u64>,
+    /// Require senders to prove this pre-shared token.
+    #[arg(long, env = "ZCNET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Serve one sender, then exit with its status.
+    #[arg(long)]
+    once: bool,
+    /// No progress bars or per-file lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    zcnet::bench::sizes::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn resolve(s: &str) -> Result<SocketAddr, String> {
+    s.to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {s:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+/// Expands the command line into sources with their relative names.
+fn sources(args: &SendArgs, warn: &dyn Fn(String)) -> Result<(Vec<Source>, u64), String> {
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    for p in &args.paths {
+        if p == "-" {
+            let name = args
+                .name
+                .clone()
+                .ok_or("sending stdin ('-') needs --name NAME")?;
+            out.push(Source::Stream {
+                reader: Box::new(std::io::stdin()),
+                name,
+            });
+            continue;
+        }
+        let path = Path::new(p);
+        let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{p}: {e}"))?;
+        let base = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("{p}: no usable file name"))?
+            .to_string();
+        if meta.is_dir() {
+            walk(path, &base, &mut out, &mut total, warn)?;
+        } else if meta.is_file() {
+            total += meta.len();
+            out.push(Source::File {
+                path: path.to_path_buf(),
+                name: base,
+            });
+        } else {
+            return Err(format!("{p}: not a regular file or directory"));
+        }
+    }
+    Ok((out, total))
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    out: &mut Vec<Source>,
+    total: &mut u64,
+    warn: &dyn Fn(String),
+) -> Result<(), String> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            warn(format!("skipping {}: name is not UTF-8", path.display()));
+            continue;
+        };
+        let rel = format!("{prefix}/{name}");
+        let meta =
+            std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if meta.is_dir() {
+            walk(&path, &rel, out, total, warn)?;
+        } else if meta.is_file() {
+            *total += meta.len();
+            out.push(Source::File { path, name: rel });
+        } else {
+            warn(format!(
+                "skipping {}: not a regular file (symlinks are not followed)",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn human(n: u64) -> String {
+    zcnet::probe::fmt_bytes(n)
+}
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+/// Per-file and total progress bars (hidden with --quiet or when stderr is not a terminal).
+struct Bars {
+    multi: MultiProgress,
+    total: ProgressBar,
+    file: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl Bars {
+    fn new(quiet: bool, total: Option<u64>) -> Bars {
+        let multi = MultiProgress::with_draw_target(if quiet {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        });
+        let t = multi.add(match total {
+            Some(n) => ProgressBar::new(n).with_style(style(
+                "total {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            )),
+            None => {
+                ProgressBar::no_length().with_style(style("total {bytes} {binary_bytes_per_sec}"))
+            }
+        });
+        Bars {
+            multi,
+            total: t,
+            file: None,
+            quiet,
+        }
+    }
+
+    /// A line above the bars; plain stderr when bars are not drawn (not a terminal), so
+    /// scripts still see per-file results.
+    fn line(&self, s: String) {
+        if self.quiet {
+            return;
+        }
+        if self.multi.is_hidden() {
+            eprintln!("{s}");
+        } else {
+            let _ = self.multi.println(s);
+        }
+    }
+
+    fn event(&mut self, p: Progress<'_>, verb: &str) {
+        match p {
+            Progress::Start(name, size, already) => {
+                let bar = match size {
+                    Some(n) => ProgressBar::new(n).with_style(style(
+                        "{msg:30!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                    )),
+                    None => ProgressBar::no_length()
+                        .with_style(style("{msg:30!} {bytes} {binary_bytes_per_sec}")),
+                };
+                bar.set_position(already);
+                bar.set_message(name.to_string());
+                self.file = Some(self.multi.insert_before(&self.total, bar));
+                self.total.inc(already);
+            }
+            Progress::Bytes(n) => {
+                if let Some(b) = &self.file {
+                    b.inc(n);
+                }
+                self.total.inc(n);
+            }
+            Progress::Done(o) => {
+                if let Some(b) = self.file.take() {
+                    b.finish_and_clear();
+                    self.multi.remove(&b);
+                }
+                self.report(o, verb);
+            }
+        }
+    }
+
+    fn report(&self, o: &FileOutcome, verb: &str) {
+        match &o.result {
+            Ok(()) => self.line(format!("{verb} {} ({}), verified", o.name, human(o.bytes))),
+            Err((code, msg)) => {
+                let line = format!("FAILED {}: {msg} ({code:?})", o.name);
+                if self.quiet || self.multi.is_hidden() {
+                    eprintln!("zcnet: {line}");
+                } else {
+                    let _ = self.multi.println(line);
+                }
+            }
+        }
+    }
+}
+
+fn summary(
+    bytes: u64,
+    seconds: f64,
+    cpu: CpuSeconds,
+    st: &StatsSnapshot,
+    files: usize,
+    failures: usize,
+) -> String {
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let mut s = format!(
+        "{files} file(s), {failures} failed; {} in {seconds:.2} s = {:.2} Gbit/s; CPU {:.2} s user + {:.2} s sys",
+        human(bytes),
+        bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
+        cpu.user,
+        cpu.sys
+    );
+    if gib > 0.0 {
+        s += &format!(" = {:.3} CPU-s/GiB", cpu.total() / gib);
+    }
+    s += &format!("\npaths: {}", zcnet::transfer::paths_summary(st));
+    s
+}
+
+/// `zcnet send`.
+pub fn send(args: &SendArgs) -> Result<(), String> {
+    let addr = resolve(&args.to)?;
+    let quiet = args.quiet;
+    let (srcs, total) = sources(args, &|w| {
+        if !quiet {
+            eprintln!("zcnet: {w}")
+        }
+    })?;
+    let nfiles = srcs.len();
+    let has_stream = srcs.iter().any(|s| matches!(s, Source::Stream { .. }));
+    let mut tx = Sender::connect(addr, &SenderConfig::new(TxPath::Copy))
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let opts = {
+        let mut o = SendOptions::default();
+        o.verify = !args.no_verify;
+        o.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
+        o
+    };
+    let mut bars = Bars::new(quiet, (!has_stream).then_some(total));
+    let cpu0 = process_rusage().map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let report = send_session(&mut tx, srcs, &opts, &mut |p| bars.event(p, "sent"))
+        .map_err(|e| format!("to {addr}: {e}"))?;
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = CpuSeconds::between(cpu0, process_rusage().map_err(|e| e.to_string())?);
+    bars.total.finish_and_clear();
+    let st = tx.stats().snapshot();
+    if !quiet {
+        eprintln!(
+            "{}",
+            summary(report.bytes(), secs, cpu, &st, nfiles, report.failures())
+        );
+    }
+    match report.failures() {
+        0 => Ok(()),
+        n => Err(format!("{n} of {nfiles} file(s) were not delivered")),
+    }
+}
+
+/// `zcnet recv`.
+pub fn recv(args: &RecvArgs) -> Result<(), String> {
+    let addr = resolve(&args.listen)?;
+    let meta = std::fs::metadata(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", args.dir.display()));
+    }
+    let mut rcfg = ReceiverConfig::new(RxPath::Copy);
+    rcfg.timeout = std::time::Duration::from_secs(60);
+    let listener = Listener::bind(addr, &rcfg).map_err(|e| format!("listening on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    if !args.quiet {
+        eprintln!("zcnet: receiving into {} on {local}", args.dir.display());
+    }
+    loop {
+        let mut rx = match listener.accept() {
+            Ok(rx) => rx,
+            Err(zcnet::Error::Timeout { .. }) => continue,
+            Err(e) => return Err(format!("accepting: {e}")),
+        };
+        let peer = rx
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let dir = args.dir.clone();
+        let store_opts = {
+            let mut o = StoreOptions::default();
+            o.overwrite = args.overwrite;
+            o.resume = args.resume;
+            o.max_bytes = args.max_bytes;
+            o
+        };
+        let ropts = {
+            let mut o = RecvOptions::default();
+            o.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
+            o
+        };
+        let quiet = args.quiet;
+        let mut serve = move || -> Result<(), String> {
+            let mut store =
+                Store::open(&dir, store_opts).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let mut bars = Bars::new(quiet, None);
+            let cpu0 = process_rusage().map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            let result = receive_session(&mut rx, &mut store, &ropts, &mut |p| {
+                bars.event(p, "received")
+            });
+            bars.total.finish_and_clear();
+            let report = result.map_err(|e| format!("from {peer}: {e}"))?;
+            let cpu = CpuSeconds::between(cpu0, process_rusage().map_err(|e| e.to_string())?);
+            if !quiet {
+                eprintln!(
+                    "from {peer}: {}",
+                    summary(
+                        report.bytes(),
+                        t0.elapsed().as_secs_f64(),
+                        cpu,
+                        &rx.stats().snapshot(),
+                        report.files.len(),
+                        report.failures()
+                    )
+                );
+            }
+            match report.failures() {
+                0 => Ok(()),
+                n => Err(format!("from {peer}: {n} file(s) refused or failed")),
+            }
+        };
+        if args.once {
+            return serve();
+        }
+        std::thread::spawn(move || {
+            let mut serve = serve;
+            if let Err(e) = serve() {
+                eprintln!("zcnet: {e}");
+            }
+        });
+    }
+}

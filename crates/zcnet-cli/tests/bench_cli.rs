@@ -1,0 +1,621 @@
+//! `zcnet bench` end to end: the built binary, real sockets, real namespaces.
+//!
+//! What these prove: the `--json` report has the documented fields with finite numbers and
+//! equal byte counts at both ends; `--server` and `--client` work as separate processes;
+//! the control protocol turns away a peer of another version and bad parameters with a
+//! clear message on both sides; a server that miscounts makes the client fail loudly;
+//! `--topology netns` leaves no namespace behind — after success, after an error, and
+//! after Ctrl-C; the papers suite writes its report. Runs are tiny (a few MiB): nothing
+//! here asserts on speed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use zcnet::bench::protocol::{self, Message, ProtocolError};
+use zcnet::bench::report::{Report, SideReport};
+
+fn zcnet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+}
+
+/// Runs to completion, bounded: a hung bench fails the test instead of hanging it.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zcnet");
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "zcnet did not finish within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn finite(v: &serde_json::Value, path: &str) -> f64 {
+    let mut cur = v;
+    for k in path.split('.') {
+        cur = &cur[k];
+    }
+    let x = cur
+        .as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number: {cur}"));
+    assert!(x.is_finite(), "{path} = {x} is not finite");
+    x
+}
+
+fn check_report_json(stdout: &[u8], want_runs: usize) -> Report {
+    let v: serde_json::Value = serde_json::from_slice(stdout).expect("stdout is one JSON value");
+    assert_eq!(v["schema"], 1);
+    for k in ["kernel", "cpus"] {
+        assert!(!v["host"][k].is_null(), "host.{k} missing");
+    }
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), want_runs);
+    for r in runs {
+        for k in ["tx", "rx", "topology", "size", "streams", "fallbacks"] {
+            assert!(!r[k].is_null(), "{k} missing in {r}");
+        }
+        for k in [
+            "bytes_sent",
+            "bytes_received",
+            "seconds",
+            "gbit_per_s",
+            "cpu.sender.user",
+            "cpu.sender.sys",
+            "cpu.receiver.user",
+            "cpu.receiver.sys",
+            "cpu.system.user",
+            "cpu.system.sys",
+            "cpu.system.softirq",
+            "cpu_s_per_gib",
+            "sender_cpu_s_per_gib",
+            "receiver_cpu_s_per_gib",
+            "gbit_per_core",
+            "zc_fraction_tx",
+            "zc_fraction_rx",
+        ] {
+            finite(r, k);
+        }
+        assert!(finite(r, "bytes_sent") > 0.0);
+        assert_eq!(r["bytes_sent"], r["bytes_received"], "bytes differ: {r}");
+        assert!(finite(r, "cpu.sender.user") + finite(r, "cpu.sender.sys") > 0.0);
+        assert!(finite(r, "cpu.receiver.user") + finite(r, "cpu.receiver.sys") > 0.0);
+        let f = finite(r, "zc_fraction_tx");
+        assert!((0.0..=1.0).contains(&f));
+    }
+    serde_json::from_value(v).expect("the report parses as the library's Report type")
+}
+
+#[test]
+fn a_short_run_prints_the_documented_json_and_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("sweep.svg");
+    let out = run_bounded(
+        zcnet()
+            .args([
+                "bench",
+                "--tx",
+                "copy,zerocopy",
+                "--rx",
+                "copy,mmap",
+                "--size",
+                "16K,64K",
+                "--bytes",
+                "8M",
+                "--repeat",
+                "1",
+                "--json",
+                "--plot",
+            ])
+            .arg(&svg),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report = check_report_json(&out.stdout, 8);
+    assert_eq!(report.summary.len(), 8);
+    assert!(report
+        .verdict
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("verdict:"));
+    // The receive path of each run is the one asked for, and each byte was counted.
+    for r in &report.runs {
+        assert_eq!(r.bytes_sent, 8 << 20);
+        assert_eq!(r.topology, "loopback");
+    }
+    let plot = std::fs::read_to_string(&svg).expect("plot written");
+    assert!(
+        plot.contains("<svg") && plot.contains("copy→mmap"),
+        "{}",
+        &plot[..200.min(plot.len())]
+    );
+}
+
+#[test]
+fn request_response_counts_both_directions() {
+    let out = run_bounded(
+        zcnet().args([
+            "bench", "--rr", "--tx", "copy", "--rx", "copy", "--size", "100,8K", "--bytes", "200K",
+            "--repeat", "1", "--json",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report = check_report_json(&out.stdout, 2);
+    for r in &report.runs {
+        let rtt = r.latency.rtt.expect("rr runs carry round-trip latency");
+        assert_eq!(rtt.count, 200 * 1024 / r.size, "one round trip per request");
+        assert!(rtt.p50_us > 0.0 && rtt.p99_us >= rtt.p50_us);
+        assert_eq!(r.sender_stats.tx_bytes_copy, r.bytes_sent);
+    }
+}
+
+/// A `--server` child and the address it listens on.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = zcnet()
+            .args(["bench", "--server", "--bind", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("server announces its address");
+        let addr = line
+            .split_whitespace()
+            .find(|w| w.starts_with("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    /// Waits (bounded) for a `--once` server to exit; returns its stderr and success.
+    fn finish(mut self) -> (bool, String) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (status.success(), err)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn server_and_client_run_as_separate_processes() {
+    let server = Server::start(&["--once"]);
+    let out = run_bounded(
+        zcnet().args([
+            "bench",
+            "--client",
+            &server.addr,
+            "--tx",
+            "zerocopy",
+            "--rx",
+            "mmap",
+            "--size",
+            "64K",
+            "--bytes",
+            "8M",
+            "--repeat",
+            "1",
+            "--streams",
+            "2",
+            "--json",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report = check_report_json(&out.stdout, 1);
+    assert_eq!(report.runs[0].streams, 2);
+    assert!(
+        report.runs[0].cpu.server_system.is_some(),
+        "the server reported its CPU"
+    );
+    let (ok, err) = server.finish();
+    assert!(ok, "server stderr: {err}");
+    assert!(
+        err.contains("zerocopy→mmap"),
+        "server logged the run: {err}"
+    );
+}
+
+#[test]
+fn a_peer_of_another_version_is_told_and_says_so() {
+    // A client from the future reaches a real server ...
+    let server = Server::start(&["--once"]);
+    let mut c = TcpStream::connect(&server.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let params = protocol::Params {
+        mode: zcnet::bench::report::Mode::Stream,
+        tx: "copy".into(),
+        rx: "copy".into(),
+        size: 4096,
+        streams: 1,
+        ring: 8,
+        touch: false,
+        limit: protocol::Limit::Bytes(4096),
+    };
+    c.write_all(&protocol::encode_with_version(
+        &Message::Hello { params },
+        99,
+    ))
+    .unwrap();
+    match protocol::read_message(&mut c) {
+        Ok(Message::Reject { reason }) => {
+            assert!(
+                reason.contains("protocol version mismatch") && reason.contains("99"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected a reject, got {other:?}"),
+    }
+    let (ok, err) = server.finish();
+    assert!(!ok, "a rejected --once run is a failure");
+    assert!(
+        err.contains("protocol version mismatch"),
+        "server stderr: {err}"
+    );
+
+    // ... and a client of this version meets a server from the future.
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap().to_string();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = protocol::read_frame(&mut s);
+        let reject = Message::Reject {
+            reason: "this server speaks protocol 99 only".into(),
+        };
+        s.write_all(&protocol::encode_with_version(&reject, 99))
+            .unwrap();
+    });
+    let out = run_bounded(
+        zcnet().args([
+            "bench", "--client", &addr, "--tx", "copy", "--rx", "copy", "--size", "4K", "--bytes",
+            "1M", "--repeat", "1",
+        ]),
+        Duration::from_secs(30),
+    );
+    t.join().unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("protocol version mismatch"), "{err}");
+    assert!(
+        err.contains("protocol 99 only"),
+        "the server's reason is shown: {err}"
+    );
+}
+
+#[test]
+fn bad_parameters_are_rejected_on_both_sides() {
+    let server = Server::start(&["--once"]);
+    let out = run_bounded(
+        zcnet().args([
+            "bench",
+            "--client",
+            &server.addr,
+            "--tx",
+            "copy",
+            "--rx",
+            "carrier-pigeon",
+            "--size",
+            "4K",
+            "--bytes",
+            "1M",
+            "--repeat",
+            "1",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("rejected the run") && err.contains("unknown receive path \"carrier-pigeon\""),
+        "{err}"
+    );
+    let (ok, serr) = server.finish();
+    assert!(!ok);
+    assert!(
+        serr.contains("unknown receive path \"carrier-pigeon\""),
+        "{serr}"
+    );
+    // Bad numbers never leave the client.
+    let out = run_bounded(
+        zcnet().args(["bench", "--size", "4M..4K", "--repeat", "1"]),
+        Duration::from_secs(10),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("empty sweep"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_server_that_miscounts_fails_the_run_loudly() {
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap().to_string();
+    let t = std::thread::spawn(move || -> Result<(), ProtocolError> {
+        let (mut c, _) = fake.accept()?;
+        c.set_read_timeout(Some(Duration::from_secs(20)))?;
+        let Message::Hello { params } = protocol::read_message(&mut c)? else {
+            panic!("hello expected")
+        };
+        let data = TcpListener::bind("127.0.0.1:0")?;
+        let port = data.local_addr()?.port();
+        protocol::write_message(&mut c, &Message::Accept { data_port: port })?;
+        let mut got = 0u64;
+        for _ in 0..params.streams {
+            let (mut d, _) = data.accept()?;
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match d.read(&mut buf)? {
+                    0 => break,
+                    n => got += n as u64,
+                }
+            }
+        }
+        let _ = protocol::read_message(&mut c)?;
+        let report = SideReport {
+            bytes_received: got - 1,
+            seconds: 0.1,
+            ..Default::default()
+        };
+        protocol::write_message(&mut c, &Message::Result { report })
+    });
+    let out = run_bounded(
+        zcnet().args([
+            "bench", "--client", &addr, "--tx", "copy", "--rx", "copy", "--size", "4K", "--bytes",
+            "1M", "--repeat", "1",
+        ]),
+        Duration::from_secs(30),
+    );
+    t.join().unwrap().unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("byte counts disagree") && err.contains("1048576") && err.contains("1048575"),
+        "{err}"
+    );
+}
+
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    let prefix = format!("zc-{pid}-");
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+fn netns_or_skip() -> bool {
+    if let Err(why) = zcnet::netns::available() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn netns_topology_leaves_no_namespace_behind() {
+    if !netns_or_skip() {
+        return;
+    }
+    // After a successful run.
+    let child = zcnet()
+        .args([
+            "bench",
+            "--topology",
+            "netns",
+            "--mtu",
+            "9000",
+            "--tx",
+            "copy",
+            "--rx",
+            "mmap",
+            "--size",
+            "64K",
+            "--bytes",
+            "8M",
+            "--repeat",
+            "1",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report = check_report_json(&out.stdout, 1);
+    assert_eq!(report.runs[0].topology, "netns");
+    assert_eq!(report.runs[0].mtu, Some(9000));
+    assert_eq!(namespaces_of(pid), Vec::<String>::new());
+
+    // After an error while building them (veth refuses the MTU).
+    let child = zcnet()
+        .args([
+            "bench",
+            "--topology",
+            "netns",
+            "--mtu",
+            "70000",
+            "--repeat",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("70000") || text(&out.stderr).contains("mtu"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(namespaces_of(pid), Vec::<String>::new());
+    // After an error once they exist: the sink refuses a size UDP cannot carry only after
+    // it has built the namespaces (the check needs the link's MTU).
+    let child = zcnet()
+        .args([
+            "bench",
+            "--topology",
+            "sink",
+            "--size",
+            "1M",
+            "--repeat",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("UDP payload limit"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(namespaces_of(pid), Vec::<String>::new());
+}
+
+#[test]
+fn ctrl_c_removes_the_namespaces() {
+    if !netns_or_skip() {
+        return;
+    }
+    let mut child = zcnet()
+        .args([
+            "bench",
+            "--topology",
+            "netns",
+            "--tx",
+            "copy",
+            "--rx",
+            "copy",
+            "--size",
+            "64K",
+            "--time",
+            "30",
+            "--repeat",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while namespaces_of(pid).len() < 2 {
+        assert!(Instant::now() < deadline, "the namespaces never appeared");
+        assert!(child.try_wait().unwrap().is_none(), "bench exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Let the transfer start, then interrupt it.
+    std::thread::sleep(Duration::from_millis(300));
+    let st = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "bench did not exit after SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        text(&out.stderr).contains("interrupted"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(namespaces_of(pid), Vec::<String>::new());
+}
+
+#[test]
+fn the_quick_papers_suite_writes_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(
+        zcnet()
+            .args(["bench", "--suite", "papers", "--quick", "--out"])
+            .arg(dir.path()),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    for title in [
+        "Size sweep and crossover",
+        "Data touching",
+        "Ring depth",
+        "Loaded system",
+        "Loan vs copy",
+        "ping-pong",
+    ] {
+        assert!(md.contains(title), "{title} missing from report.md");
+    }
+    assert_eq!(md.matches("**The paper:**").count(), 6);
+    for svg in ["crossover.svg", "ring.svg", "streams.svg", "rr.svg"] {
+        let s = std::fs::read_to_string(dir.path().join(svg)).unwrap();
+        assert!(s.contains("<svg"), "{svg}");
+        assert!(md.contains(&format!("]({svg})")), "{svg} not linked");
+    }
+    let json = std::fs::read(dir.path().join("report.json")).unwrap();
+    let r: Report = serde_json::from_slice(&json).unwrap();
+    assert!(r.runs.iter().all(|r| r.bytes_sent == r.bytes_received));
+}

@@ -1,0 +1,223 @@
+//! `zcnet send` / `zcnet recv` as processes: a directory tree and stdin end to end, and a
+//! sender killed with SIGKILL in the middle of a file leaves only `NAME.partial`, which
+//! `--resume` then completes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn zcnet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+}
+
+fn hash(p: &Path) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut std::fs::File::open(p).unwrap(), &mut h).unwrap();
+    *h.finalize().as_bytes()
+}
+
+/// `len` bytes: a pseudo-random block of 8 MiB + 13 repeated (fast to write, and no page- or
+/// MiB-aligned shift of the data matches itself).
+fn write_data(p: &Path, len: usize, seed: u64) {
+    let mut x = seed | 1;
+    let block: Vec<u8> = (0..(8 << 20) + 13)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect();
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let mut f = std::fs::File::create(p).unwrap();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len());
+        f.write_all(&block[..n]).unwrap();
+        left -= n;
+    }
+}
+
+/// A running `zcnet recv` on an ephemeral loopback port, found from its start-up line.
+struct Recv {
+    child: Child,
+    addr: String,
+    stderr: BufReader<ChildStderr>,
+}
+
+fn start_recv(dir: &Path, extra: &[&str]) -> Recv {
+    let mut child = zcnet()
+        .args(["recv", "--listen", "127.0.0.1:0", "--dir"])
+        .arg(dir)
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .rsplit(" on ")
+        .next()
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Recv {
+        child,
+        addr,
+        stderr,
+    }
+}
+
+impl Recv {
+    /// Waits (bounded) for the receiver to exit; returns success and what it printed.
+    fn finish(mut self) -> (bool, String) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("zcnet recv did not finish");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut err = String::new();
+        self.stderr.read_to_string(&mut err).unwrap();
+        (status.success(), err)
+    }
+}
+
+impl Drop for Recv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_directory_tree_and_stdin_arrive_verified() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let root = src.path().join("tree");
+    let files = [("a", 0), ("b/c", 1), ("b/d/e", 70_001), ("f", 2 << 20)];
+    for (i, (name, len)) in files.iter().enumerate() {
+        write_data(&root.join(name), *len, i as u64 + 1);
+    }
+    let recv = start_recv(dst.path(), &[]);
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let says = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{says}");
+    assert!(says.contains("4 file(s), 0 failed"), "summary: {says}");
+    assert!(
+        says.contains("CPU-s/GiB"),
+        "summary has CPU per GiB: {says}"
+    );
+    let mut child = zcnet()
+        .args([
+            "send", "--quiet", "--to", &recv.addr, "--name", "piped", "-",
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"through a pipe")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    drop(recv);
+    for (name, _) in files {
+        assert_eq!(
+            hash(&dst.path().join("tree").join(name)),
+            hash(&root.join(name)),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(dst.path().join("piped")).unwrap(),
+        b"through a pipe"
+    );
+}
+
+#[test]
+fn a_refused_file_fails_the_sender_with_the_reason() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    write_data(&src.path().join("x"), 10, 1);
+    std::fs::write(dst.path().join("x"), b"already here").unwrap();
+    let recv = start_recv(dst.path(), &["--once"]);
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(src.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let says = String::from_utf8_lossy(&out.stderr);
+    assert!(says.contains("exists"), "{says}");
+    assert_eq!(
+        std::fs::read(dst.path().join("x")).unwrap(),
+        b"already here"
+    );
+    let (ok, err) = recv.finish();
+    assert!(!ok, "the receiver reports the refusal too");
+    assert!(err.contains("refused"), "{err}");
+}
+
+#[test]
+fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("big");
+    write_data(&f, 1 << 30, 7);
+    let partial = dst.path().join("big.partial");
+    let final_path = dst.path().join("big");
+
+    let recv = start_recv(dst.path(), &["--once", "--resume"]);
+    let mut sender = zcnet()
+        .args(["send", "--quiet", "--to", &recv.addr])
+        .arg(&f)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&partial).map_or(0, |m| m.len()) == 0 {
+        assert!(Instant::now() < deadline, "no data arrived");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    sender.kill().unwrap(); // SIGKILL, mid-file
+    sender.wait().unwrap();
+    let (ok, err) = recv.finish();
+    assert!(
+        !final_path.exists(),
+        "a killed sender must not leave a file that looks complete"
+    );
+    assert!(!ok, "the receiver reports the interrupted session");
+    assert!(err.contains("big"), "the error names the file: {err}");
+    let kept = std::fs::metadata(&partial)
+        .expect("the partial file is kept")
+        .len();
+    assert!(kept < 1 << 30);
+
+    let recv = start_recv(dst.path(), &["--once", "--resume"]);
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, err) = recv.finish();
+    assert!(ok, "{err}");
+    assert_eq!(hash(&final_path), hash(&f));
+    assert!(!partial.exists());
+}

@@ -1,0 +1,20 @@
+//! The pure half of `zcnet bench` (quinn-proto style: no sockets, no clocks, all tested):
+//!
+//! * [`protocol`] — the versioned control protocol between `--client` and `--server`;
+//! * [`report`] — the `--json` schema (runs, CPU, efficiency, zero-copy shares) and the
+//!   grouping of repeats into medians;
+//! * [`summary`] — median and spread of repeated runs;
+//! * [`histogram`] — the per-call latency histogram;
+//! * [`sizes`] — `64K`, `4K..4M` sweeps;
+//! * [`touch`] — the Solaris data-touching workload;
+//! * [`verdict`] — which path moves a GiB for the least CPU, at which sizes.
+//!
+//! The measuring half (threads, sockets, namespaces, output) is the `zcnet` binary's.
+
+pub mod histogram;
+pub mod protocol;
+pub mod report;
+pub mod sizes;
+pub mod summary;
+pub mod touch;
+pub mod verdict;

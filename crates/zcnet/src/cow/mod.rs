@@ -1,0 +1,370 @@
+//! Copy-on-write for zero-copy transmit that keeps copy semantics: the engine behind the
+//! `cow` transmit path ([`crate::tx::cow`]), after Solaris's transmit side (seed 000,
+//! §3.2.4, §4.4.1, table 6).
+//!
+//! [`crate::Sender::send_slice`] on the `cow` path sends the page-aligned middle of the
+//! caller's slice with `MSG_ZEROCOPY` and write-protects those pages until the kernel's
+//! completion says it no longer reads them. A write to such a page gives the writer a private
+//! copy — the kernel keeps sending the original — so the caller may reuse the slice as soon
+//! as `send_slice` returns, exactly as with a copying send.
+//!
+//! One engine per process, shared by every `cow` sender: the protection mechanism and the
+//! table of protected pages ([`crate::sys::cow::CowSpace`]) and, for the userfaultfd backend,
+//! one fault-handling thread (`zcnet-cow`). It starts on first use.
+//!
+//! # Backends
+//!
+//! * `userfaultfd` (default): write-protect with `UFFD_USER_MODE_ONLY` userfaultfd, which
+//!   works unprivileged (findings §6).
+//! * `mprotect`: where userfaultfd is unavailable; `SIGSEGV` handler chained to the previous
+//!   one. See [`crate::sys::cow`] for its limits.
+//!
+//! `ZCNET_COW_BACKEND=userfaultfd|mprotect|none`, read once at start, forces a choice (for
+//! tests and measurements); `none` disables the engine, so every `cow` send copies and counts
+//! [`crate::FallbackReason::Unsupported`].
+//!
+//! # Which memory is protected
+//!
+//! Found by trying (see `docs/ARCHITECTURE.md`, "cow"): only resident, private, anonymous
+//! pages — heap (`brk` or `mmap`), anonymous `mmap`, [`crate::TxBuf`] storage — and not the
+//! calling thread's stack. File-backed and shared mappings (`MAP_SHARED`, memfd, shmem)
+//! are refused even though userfaultfd would register some of them: another mapping could
+//! change the bytes behind the protection. Refused spans are copied and counted as
+//! [`crate::FallbackReason::Unprotectable`].
+//!
+//! # Kernel writes into memory in flight
+//!
+//! With `UFFD_USER_MODE_ONLY`, the kernel cannot write into a protected page: `read(2)` or
+//! `recv(2)` into a buffer whose earlier contents are still in flight fails with `EFAULT`.
+//! [`crate::Receiver::recv_into`] checks the table first and, for a protected buffer,
+//! receives into a scratch buffer and copies (a user write, resolved by copy-on-write). Any
+//! other kernel write (the application's own `read`, another library's) fails until the
+//! send completes; [`is_protected`] tells whether a buffer is affected, and
+//! [`crate::Sender::flush`] waits until nothing is.
+//!
+//! # Process events
+//!
+//! * `fork`: the child's memory is not protected (the kernel drops userfaultfd registrations
+//!   in the child) and its writes are ordinary copy-on-write, so the parent's sends are
+//!   safe. In the child the engine refuses to protect (it would act on the parent), and its
+//!   `cow` senders copy.
+//! * `munmap` of a buffer in flight (a `Vec` dropped after `send_slice`): fine; the kernel
+//!   holds its own page references, and releasing the protection later skips the hole.
+//! * `mremap` (`realloc` of a large buffer) in flight: handled by userfaultfd's remap event
+//!   (every still-protected moved page gets its private copy at once).
+//! * exit: the handler thread dies with the process; nothing persists.
+
+pub mod gate;
+pub mod registry;
+
+pub use crate::sys::cow::{BackendKind, Ineligible};
+pub use gate::WorkingSetRule;
+
+use crate::error::Result;
+use crate::sys::cow::{CowSpace, FaultReport, Protected};
+use registry::Released;
+use serde::Serialize;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// How the `cow` path decides per [`crate::Sender::send_slice`] (beyond
+/// [`crate::Policy`]'s size threshold and COPIED demotion, which it shares with `zerocopy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CowPolicy {
+    /// Solaris's working-set threshold (see [`gate`]).
+    pub working_set: WorkingSetRule,
+}
+
+impl CowPolicy {
+    /// Protect every eligible span, however small the working set: for tests and for
+    /// measuring fault costs.
+    pub fn always() -> Self {
+        CowPolicy {
+            working_set: WorkingSetRule::Off,
+        }
+    }
+
+    /// Sets the working-set rule.
+    pub fn with_working_set(mut self, rule: WorkingSetRule) -> Self {
+        self.working_set = rule;
+        self
+    }
+}
+
+/// Process-wide counters of the engine (all senders together; per-sender numbers are in
+/// each sender's [`crate::Stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct EngineStats {
+    /// The protection mechanism.
+    pub backend: BackendKind,
+    /// userfaultfd messages read.
+    pub messages: u64,
+    /// Write faults resolved by a private copy.
+    pub faults: u64,
+    /// Pages copied (faults + pages moved by `mremap` while protected).
+    pub copies: u64,
+    /// Time spent resolving write faults (ns).
+    pub fault_ns: u64,
+    /// Faults on pages whose protection was lifted meanwhile (woken, not copied).
+    pub stale: u64,
+    /// Missing pages filled with zeros (pages the application zapped while in flight).
+    pub zero_fills: u64,
+    /// `mremap`s of protected memory handled.
+    pub remaps: u64,
+    /// Failures while resolving.
+    pub errors: u64,
+    /// `Receiver::recv_into` calls that received into scratch because the buffer was
+    /// protected.
+    pub kernel_write_detours: u64,
+    /// Pages protected right now.
+    pub protected_pages: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    messages: AtomicU64,
+    faults: AtomicU64,
+    copies: AtomicU64,
+    fault_ns: AtomicU64,
+    stale: AtomicU64,
+    zero_fills: AtomicU64,
+    remaps: AtomicU64,
+    errors: AtomicU64,
+    detours: AtomicU64,
+}
+
+impl Counters {
+    fn add(&self, r: &FaultReport) {
+        self.messages.fetch_add(r.messages, Relaxed);
+        self.faults.fetch_add(r.faults, Relaxed);
+        self.copies.fetch_add(r.copies, Relaxed);
+        self.fault_ns.fetch_add(r.fault_ns, Relaxed);
+        self.stale.fetch_add(r.stale, Relaxed);
+        self.zero_fills.fetch_add(r.zero_fills, Relaxed);
+        self.remaps.fetch_add(r.remaps, Relaxed);
+        self.errors.fetch_add(r.errors, Relaxed);
+    }
+}
+
+/// The process's copy-on-write engine.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    space: &'static CowSpace,
+    counters: &'static Counters,
+}
+
+static ENGINE: OnceLock<std::result::Result<Engine, String>> = OnceLock::new();
+
+fn start() -> std::result::Result<Engine, String> {
+    let choice = std::env::var("ZCNET_COW_BACKEND").unwrap_or_default();
+    let kinds: &[BackendKind] = match choice.as_str() {
+        "" | "auto" => &[BackendKind::Userfaultfd, BackendKind::Mprotect],
+        "userfaultfd" | "uffd" => &[BackendKind::Userfaultfd],
+        "mprotect" => &[BackendKind::Mprotect],
+        "none" | "off" => return Err("disabled by ZCNET_COW_BACKEND".into()),
+        other => return Err(format!("unknown ZCNET_COW_BACKEND {other:?}")),
+    };
+    start_with(kinds)
+}
+
+fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, String> {
+    let mut why = Vec::new();
+    for &kind in kinds {
+        match CowSpace::open(kind) {
+            Ok(space) => {
+                let space: &'static CowSpace = Box::leak(Box::new(space));
+                let counters: &'static Counters = Box::leak(Box::default());
+                match kind {
+                    BackendKind::Userfaultfd => spawn_handler(space, counters)
+                        .map_err(|e| format!("spawning the fault handler: {e}"))?,
+                    BackendKind::Mprotect => CowSpace::install_signal_handler(space)
+                        .map_err(|e| format!("sigaction(SIGSEGV): {e}"))?,
+                }
+                return Ok(Engine { space, counters });
+            }
+            Err(e) => why.push(format!("{kind:?}: {e}")),
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// The fault-handling thread: waits on the userfaultfd and resolves every message. Its
+/// loop allocates nothing (an application thread may sleep on a fault while holding the
+/// allocator's lock).
+fn spawn_handler(space: &'static CowSpace, counters: &'static Counters) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("zcnet-cow".into())
+        .spawn(move || loop {
+            if space.wait_events(Duration::from_secs(1)).is_err() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let mut r = FaultReport::default();
+            if space.handle_events(&mut r).is_err() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            counters.add(&r);
+        })
+        .map(drop)
+}
+
+/// The engine, started on first call; the reason when it cannot run here.
+pub(crate) fn engine() -> std::result::Result<&'static Engine, &'static str> {
+    match ENGINE.get_or_init(start) {
+        Ok(e) => Ok(e),
+        Err(why) => Err(why.as_str()),
+    }
+}
+
+/// The backend this process uses (starting the engine if needed), or why there is none.
+pub fn backend() -> std::result::Result<BackendKind, String> {
+    engine().map(|e| e.space.kind()).map_err(str::to_string)
+}
+
+/// Starts the engine with `kind` (instead of the automatic choice), before any `cow`
+/// sender does. Fails if it cannot run here, or if the engine already runs with another
+/// backend (there is one per process).
+pub fn use_backend(kind: BackendKind) -> std::result::Result<(), String> {
+    match ENGINE.get_or_init(|| start_with(&[kind])) {
+        Ok(e) if e.space.kind() == kind => Ok(()),
+        Ok(e) => Err(format!("the engine already runs with {:?}", e.space.kind())),
+        Err(why) => Err(why.clone()),
+    }
+}
+
+/// The engine's process-wide counters; `None` before any `cow` sender started it (or when
+/// it could not start).
+pub fn engine_stats() -> Option<EngineStats> {
+    let e = ENGINE.get()?.as_ref().ok()?;
+    let c = e.counters;
+    let (sig_faults, sig_ns) = crate::sys::cow::signal_fault_totals();
+    Some(EngineStats {
+        backend: e.space.kind(),
+        messages: c.messages.load(Relaxed),
+        faults: c.faults.load(Relaxed) + sig_faults,
+        copies: c.copies.load(Relaxed) + sig_faults,
+        fault_ns: c.fault_ns.load(Relaxed) + sig_ns,
+        stale: c.stale.load(Relaxed),
+        zero_fills: c.zero_fills.load(Relaxed),
+        remaps: c.remaps.load(Relaxed),
+        errors: c.errors.load(Relaxed),
+        kernel_write_detours: c.detours.load(Relaxed),
+        protected_pages: e.space.protected_pages() as u64,
+    })
+}
+
+/// Whether any page of `buf` is write-protected because a `cow` send may still read it:
+/// a kernel write into `buf` (`read`, `recv`) would fail with `EFAULT` now.
+pub fn is_protected(buf: &[u8]) -> bool {
+    match ENGINE.get() {
+        Some(Ok(e)) => e.space.any_protected(buf),
+        _ => false,
+    }
+}
+
+/// Runs `recv` — a kernel write into its argument — on `buf`, or, when part of `buf` is
+/// protected, on a scratch buffer whose bytes are then copied into `buf` by user-mode
+/// writes, which the engine resolves by copy-on-write. Returns what `recv` returned.
+pub(crate) fn kernel_write_into(
+    buf: &mut [u8],
+    recv: impl FnOnce(&mut [u8]) -> Result<usize>,
+) -> Result<usize> {
+    let e = match ENGINE.get() {
+        Some(Ok(e)) if e.space.any_protected(buf) => e,
+        _ => return recv(buf),
+    };
+    e.counters.detours.fetch_add(1, Relaxed);
+    let mut scratch = vec![0u8; buf.len().min(1 << 20)];
+    let n = recv(&mut scratch)?;
+    buf[..n].copy_from_slice(&scratch[..n]);
+    Ok(n)
+}
+
+/// Write-protection of one page-aligned span of application memory, for zero-copy senders
+/// zcnet does not drive itself (UDP `MSG_ZEROCOPY`, io_uring `SEND_ZC` from user memory):
+/// until it is dropped, a write to the span gives the writer a private copy and the kernel
+/// keeps reading the original bytes. Drop it (or [`Protection::release`]) once the kernel's
+/// completion covers every send that named the span.
+///
+/// Forgetting it is safe but leaves the span protected (and its kernel writes failing with
+/// `EFAULT`) for the life of the process.
+#[derive(Debug)]
+pub struct Protection {
+    span: Option<Protected>,
+    engine: &'static Engine,
+}
+
+impl Protection {
+    /// Pages protected.
+    pub fn pages(&self) -> usize {
+        self.span.as_ref().map_or(0, Protected::pages)
+    }
+
+    /// Lifts the protection (if no other protection holds the pages) and returns what the
+    /// pages went through while protected.
+    pub fn release(mut self) -> Released {
+        self.lift()
+    }
+
+    fn lift(&mut self) -> Released {
+        match self.span.take() {
+            Some(p) => self.engine.release(&mut vec![p]),
+            None => Released::default(),
+        }
+    }
+}
+
+impl Drop for Protection {
+    fn drop(&mut self) {
+        self.lift();
+    }
+}
+
+/// Write-protects `span` (page-aligned start and length; resident private anonymous memory,
+/// not the calling thread's stack) until the returned [`Protection`] is dropped. Starts the
+/// engine if needed.
+pub fn protect(span: &[u8]) -> std::result::Result<Protection, Ineligible> {
+    let engine = engine().map_err(|_| Ineligible::Unavailable)?;
+    let p = engine.protect(span)?;
+    Ok(Protection {
+        span: Some(p),
+        engine,
+    })
+}
+
+thread_local! {
+    static STACK: Cell<Option<Option<(usize, usize)>>> = const { Cell::new(None) };
+}
+
+/// The calling thread's stack, looked up once per thread.
+fn this_thread_stack() -> Option<(usize, usize)> {
+    STACK.with(|s| {
+        if let Some(v) = s.get() {
+            return v;
+        }
+        let v = crate::sys::cow::thread_stack();
+        s.set(Some(v));
+        v
+    })
+}
+
+impl Engine {
+    /// Checks and write-protects `span`.
+    pub(crate) fn protect(&self, span: &[u8]) -> std::result::Result<Protected, Ineligible> {
+        self.space.check(span, this_thread_stack())?;
+        self.space.protect(span)
+    }
+
+    /// Lifts the protection of completed spans (`spans` is emptied).
+    pub(crate) fn release(&self, spans: &mut Vec<Protected>) -> Released {
+        self.space.release(spans)
+    }
+
+    /// The protection mechanism.
+    pub(crate) fn kind(&self) -> BackendKind {
+        self.space.kind()
+    }
+}

@@ -4,10 +4,13 @@
 //! as the kernel allows, and falls back to copying whenever a fast path's conditions fail —
 //! always counting the fallback in [`Stats`], never hiding it.
 //!
-//! * Transmit: [`Sender`] over the `copy` path (`send(2)`) or the `zerocopy` path
-//!   (`MSG_ZEROCOPY` with completions read from the socket error queue).
-//! * Receive: [`Receiver`] over the `copy` path (`recv(2)`) or the `mmap` path
-//!   (`TCP_ZEROCOPY_RECEIVE` into a mapping of the socket).
+//! * Transmit ([`Sender`], [`TxPath`]): `copy` (`send(2)`), `zerocopy` (`MSG_ZEROCOPY`,
+//!   completions from the socket error queue), `uring` (io_uring `SEND_ZC` from registered
+//!   buffers) and `cow` (`MSG_ZEROCOPY` behind copy semantics: pages write-protected while
+//!   in flight, copied on write).
+//! * Receive ([`Receiver`], [`RxPath`]): `copy` (`recv(2)`), `mmap` (`TCP_ZEROCOPY_RECEIVE`
+//!   into a mapping of the socket), `uring` (multishot recv into a provided buffer ring) and
+//!   `zcrx` (io_uring zero-copy receive where a NIC allows it; refused and counted here).
 //! * Files: [`Sender::send_file`] (`sendfile(2)`, or `splice(2)` file → pipe → socket) and
 //!   [`Receiver::recv_to_file`] (`splice(2)` socket → pipe → file), with read+send and
 //!   recv+pwrite as counted fallbacks.
@@ -17,7 +20,8 @@
 //! [`Sender::send_slice`] keeps copy semantics. [`Receiver::recv`] lends an [`RxChunk`] whose
 //! mapped pages are released when it is dropped.
 //!
-//! `unsafe` code lives in [`sys`] only.
+//! On top: [`transfer`] (the `zcnet send`/`recv` protocol and its receiver rules) and
+//! [`bench`](mod@bench) (the measurement tool's pure parts). `unsafe` code lives in [`sys`] only.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

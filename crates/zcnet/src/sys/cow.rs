@@ -42,10 +42,19 @@
 //! Where userfaultfd is missing or forbidden: `mprotect(PROT_READ)` and a `SIGSEGV` handler
 //! that copies the page into a fresh mapping and `mremap`s it over the faulting one (findings
 //! §6: 13–15 µs). The previous `SIGSEGV` action (Rust's stack-overflow handler, or the
-//! application's) is called for every fault that is not ours. It splits VMAs (every copied
-//! page becomes its own mapping), and a buffer moved by `mremap` while in flight loses its
-//! protection *and* keeps `PROT_READ`: later writes to it are taken for the application's
-//! own faults. Use it only where userfaultfd is unavailable.
+//! application's) is called for every fault that is not ours. Because signals are
+//! process-wide and the table can hold stale entries (a buffer unmapped while in flight, its
+//! address reused — by a thread stack's guard page, for instance), the handler decides from
+//! the mapping itself, read from /proc/self/maps without allocating: it copies only a
+//! read-only private anonymous page that the table says is protected, retries a write to a
+//! page that has become writable meanwhile, and chains everything else. Releases likewise
+//! restore read-write only where the mapping is still `r--p` anonymous.
+//!
+//! Its costs and limits: it splits VMAs (every copied page becomes its own mapping); a
+//! buffer moved by `mremap` while in flight keeps `PROT_READ` at its new address, where
+//! writes are taken for the application's own faults (no remap event without userfaultfd);
+//! and new read-only anonymous memory mapped exactly where a freed in-flight buffer was
+//! would be made writable by a write fault. Use it only where userfaultfd is unavailable.
 //!
 //! # Soundness
 //!
@@ -67,7 +76,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -454,6 +463,7 @@ impl CowSpace {
                             drop(g);
                             // Reads /proc/self/maps: not under the table lock. The lift lock
                             // (held) keeps other protects of these pages out meanwhile.
+                            let _lifting = Lifting::start();
                             self.lift_mprotect(start, len);
                             drop(garbage);
                             return Err(Ineligible::Refused(
@@ -517,6 +527,9 @@ impl CowSpace {
                     .lift_lock
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
+                // A write racing with this lift may find its page gone from the table but
+                // still read-only: the signal handler waits for LIFTING to drop, then retries.
+                let _lifting = Lifting::start();
                 // At most one run per page; allocated before the table lock.
                 let total: usize = spans.iter().map(|s| s.pages).sum();
                 let mut runs: Vec<(usize, usize)> = Vec::with_capacity(total);
@@ -541,16 +554,18 @@ impl CowSpace {
         out
     }
 
-    /// Restores read-write on the parts of `start..start+len` that are still our
-    /// read-only anonymous mappings (the application may have unmapped and reused them).
+    /// Restores read-write on the parts of `start..start+len` that are still read-only
+    /// private anonymous memory (`r--p`, as we left it). The application may have unmapped
+    /// the buffer and something else — a thread stack's guard page, say — taken its place;
+    /// that is left alone.
     fn lift_mprotect(&self, start: usize, len: usize) {
-        LIFTS.fetch_add(1, Ordering::AcqRel);
         let Ok(vmas) = maps_covering(start, start + len) else {
             return;
         };
         for v in vmas {
             let (s, e) = (v.start.max(start), v.end.min(start + len));
-            if v.private && v.anonymous && s < e {
+            let ours = v.private && v.anonymous && v.readable && !v.writable && !v.executable;
+            if ours && s < e {
                 // SAFETY: restoring write access to private anonymous memory we made
                 // read-only changes no byte.
                 unsafe {
@@ -879,24 +894,44 @@ impl CowSpace {
     }
 
     /// The mprotect backend's copy-on-write, run inside the SIGSEGV handler of the thread
-    /// that wrote to `addr`. True if the fault was ours (resolved, or lifted meanwhile: the
-    /// write is retried); false to chain to the previous handler.
+    /// that wrote to `addr`. True if the fault was ours — resolved now, or resolved/lifted
+    /// meanwhile so the write can simply be retried — false to chain to the previous handler.
+    ///
+    /// The table alone cannot decide: an entry may be stale (the application unmapped the
+    /// buffer while in flight and the address now holds something else, such as a thread
+    /// stack's guard page). So the mapping itself is looked up ([`vma_at`], allocation-free):
+    /// only a read-only private anonymous page the table says is protected is copied; a
+    /// fault on a page that is writable by now is retried; anything else is not ours.
     fn cow_on_signal(&self, addr: usize) -> bool {
         if HOLDING.with(|h| h.get()) {
             return false; // a genuine fault inside our own locked code
         }
-        let lifts = LIFTS.load(Ordering::Acquire);
         let t0 = Instant::now();
-        let mut g = self.lock();
         let page_addr = addr & !(self.page - 1);
         let pno = page_addr / self.page;
-        match g.registry.get(pno) {
-            Some(s) if s.protected => {}
-            // Copied by another thread's fault first: retry the write.
-            Some(_) => return true,
-            // Lifted while we waited for the lock: retry; a fault that was never ours sees
-            // no lift in between and is chained.
-            None => return LIFTS.load(Ordering::Acquire) != lifts,
+        let mut g = self.lock();
+        let protected = g.registry.get(pno).is_some_and(|s| s.protected);
+        // Read under the table lock: no copy can change the mapping meanwhile (lifts can; see
+        // below). Reading /proc/self/maps takes mmap_lock, which nobody holds while waiting
+        // for our lock.
+        let vma = vma_at(page_addr);
+        let read_only_anon = vma.is_some_and(|v| {
+            v.private && v.anonymous && v.readable && !v.writable && !v.executable
+        });
+        if !(protected && read_only_anon) {
+            drop(g);
+            if vma.is_some_and(|v| v.writable) {
+                return true; // copied or lifted since the write faulted: retry it
+            }
+            if LIFTING.load(Ordering::Acquire) > 0 {
+                // Its release removed the page from the table but has not made it writable
+                // yet: wait for that, then retry (a foreign fault comes back and is chained).
+                while LIFTING.load(Ordering::Acquire) > 0 {
+                    std::thread::yield_now();
+                }
+                return true;
+            }
+            return false;
         }
         // SAFETY: a fresh anonymous page, checked against MAP_FAILED.
         let fresh = unsafe {
@@ -912,9 +947,10 @@ impl CowSpace {
         if fresh == libc::MAP_FAILED {
             return false;
         }
-        // SAFETY: page_addr is a readable (PROT_READ, ours) page and `fresh` a writable page
-        // of the same size; they do not overlap. The copy holds exactly the page's bytes,
-        // which cannot change while it is read-only.
+        // SAFETY: page_addr is a readable page (a read-only private anonymous mapping, as the
+        // lookup above just showed, that we protected) and `fresh` a writable page of the
+        // same size; they do not overlap. The copy holds exactly the page's bytes, which
+        // cannot change while it is read-only and we hold the lock.
         unsafe {
             std::ptr::copy_nonoverlapping(page_addr as *const u8, fresh.cast::<u8>(), self.page)
         };
@@ -942,6 +978,72 @@ impl CowSpace {
     }
 }
 
+/// The mapping containing `addr`, read from /proc/self/maps without allocating (raw
+/// `open`/`read` into a small stack buffer): callable from a signal handler running on a
+/// small alternate stack.
+fn vma_at(addr: usize) -> Option<Vma> {
+    const PATH: &[u8] = b"/proc/self/maps\0";
+    // SAFETY: PATH is NUL-terminated; open has no other preconditions.
+    let fd = unsafe { libc::open(PATH.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 512];
+    let mut line = [0u8; 128];
+    let mut len = 0;
+    let mut found = None;
+    'read: loop {
+        // SAFETY: buf is a live local of buf.len() bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        for &b in &buf[..n as usize] {
+            if b != b'\n' {
+                // Only the start of a line matters (range, perms, offset, dev, inode).
+                if len < line.len() {
+                    line[len] = b;
+                    len += 1;
+                }
+                continue;
+            }
+            let text = match std::str::from_utf8(&line[..len]) {
+                Ok(t) => t,
+                Err(e) => std::str::from_utf8(&line[..e.valid_up_to()]).unwrap_or(""),
+            };
+            if let Some(v) = parse_maps_line(text) {
+                if v.start <= addr && addr < v.end {
+                    found = Some(v);
+                    break 'read;
+                }
+            }
+            len = 0;
+        }
+    }
+    // SAFETY: closing the fd opened above, once.
+    unsafe { libc::close(fd) };
+    found
+}
+
+/// Releases of the mprotect backend in progress (between taking pages out of the table and
+/// making them writable again).
+static LIFTING: AtomicUsize = AtomicUsize::new(0);
+
+struct Lifting;
+
+impl Lifting {
+    fn start() -> Lifting {
+        LIFTING.fetch_add(1, Ordering::AcqRel);
+        Lifting
+    }
+}
+
+impl Drop for Lifting {
+    fn drop(&mut self) {
+        LIFTING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Write faults resolved by the mprotect backend's signal handler, and their time.
 pub fn signal_fault_totals() -> (u64, u64) {
     (
@@ -952,8 +1054,6 @@ pub fn signal_fault_totals() -> (u64, u64) {
 
 static SIGNAL_FAULTS: AtomicU64 = AtomicU64::new(0);
 static SIGNAL_FAULT_NS: AtomicU64 = AtomicU64::new(0);
-/// Lifts (mprotect back to read-write) so far: tells a stale SIGSEGV from a foreign one.
-static LIFTS: AtomicU64 = AtomicU64::new(0);
 static SPACE: AtomicPtr<CowSpace> = AtomicPtr::new(std::ptr::null_mut());
 
 struct SigAction(libc::sigaction);
@@ -1080,14 +1180,18 @@ const PAGEMAP_SCAN: u64 =
     (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
 
 /// One line of /proc/self/maps.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Vma {
     /// Start address.
     pub start: usize,
     /// End address (exclusive).
     pub end: usize,
-    /// Readable and writable.
+    /// `r`.
+    pub readable: bool,
+    /// `w`.
     pub writable: bool,
+    /// `x`.
+    pub executable: bool,
     /// `p` (private) rather than `s` (shared).
     pub private: bool,
     /// No backing file (inode 0) and not a kernel special mapping (`[vdso]`, `[stack]` …).
@@ -1109,7 +1213,9 @@ pub fn parse_maps_line(line: &str) -> Option<Vma> {
     Some(Vma {
         start: usize::from_str_radix(s, 16).ok()?,
         end: usize::from_str_radix(e, 16).ok()?,
-        writable: p[0] == b'r' && p[1] == b'w',
+        readable: p[0] == b'r',
+        writable: p[1] == b'w',
+        executable: p[2] == b'x',
         private: p[3] == b'p',
         anonymous: inode == "0" && !special,
     })
@@ -1125,12 +1231,13 @@ pub fn maps_covering(start: usize, end: usize) -> io::Result<Vec<Vma>> {
         .collect())
 }
 
-/// Whether `vmas` cover `start..end` without a hole with private anonymous memory that is
-/// writable (for the mprotect backend, which must restore exactly read-write).
-fn vmas_private_anon(vmas: &[Vma], start: usize, end: usize, need_writable: bool) -> bool {
+/// Whether `vmas` cover `start..end` without a hole with private anonymous memory; with
+/// `need_rw`, exactly read-write (`rw-p`: the mprotect backend restores exactly that).
+fn vmas_private_anon(vmas: &[Vma], start: usize, end: usize, need_rw: bool) -> bool {
     let mut at = start;
     for v in vmas {
-        if v.start > at || !v.private || !v.anonymous || (need_writable && !v.writable) {
+        let rw = v.readable && v.writable && !v.executable;
+        if v.start > at || !v.private || !v.anonymous || (need_rw && !rw) {
             return false;
         }
         at = v.end;
@@ -1192,7 +1299,8 @@ mod tests {
     fn maps_lines_are_classified() {
         let anon = parse_maps_line("7f00a000-7f00c000 rw-p 00000000 00:00 0 ").unwrap();
         assert_eq!((anon.start, anon.end), (0x7f00a000, 0x7f00c000));
-        assert!(anon.writable && anon.private && anon.anonymous);
+        assert!(anon.readable && anon.writable && !anon.executable);
+        assert!(anon.private && anon.anonymous);
         let heap = parse_maps_line("55d0-56d0 rw-p 00000000 00:00 0   [heap]").unwrap();
         assert!(heap.anonymous);
         let stack = parse_maps_line("7ffd-7ffe rw-p 00000000 00:00 0   [stack]").unwrap();
@@ -1200,10 +1308,12 @@ mod tests {
         let shared =
             parse_maps_line("1000-2000 rw-s 00000000 00:01 1234 /dev/zero (deleted)").unwrap();
         assert!(!shared.private && !shared.anonymous);
-        let file = parse_maps_line("1000-2000 r--p 00000000 08:01 77 /usr/lib/x.so").unwrap();
-        assert!(!file.writable && !file.anonymous);
+        let file = parse_maps_line("1000-2000 r-xp 00000000 08:01 77 /usr/lib/x.so").unwrap();
+        assert!(file.readable && !file.writable && file.executable && !file.anonymous);
+        let guard = parse_maps_line("3000-4000 ---p 00000000 00:00 0").unwrap();
+        assert!(!guard.readable && !guard.writable && guard.anonymous);
         assert!(parse_maps_line("garbage").is_none());
-        let v = [anon.clone()];
+        let v = [anon];
         assert!(vmas_private_anon(&v, 0x7f00a000, 0x7f00c000, true));
         assert!(!vmas_private_anon(&v, 0x7f009000, 0x7f00c000, true));
     }

@@ -31,7 +31,7 @@ pub fn send_all(fd: BorrowedFd<'_>, data: &[u8], stats: &Stats, timeout: Duratio
     Ok(())
 }
 
-/// The copy path as a [`super::Transmit`]: the buffer is free as soon as `send` returns.
+/// The copy path as a `Transmit` implementation: the buffer is free as soon as `send` returns.
 #[derive(Debug)]
 pub struct CopyTx {
     pub(crate) timeout: Duration,

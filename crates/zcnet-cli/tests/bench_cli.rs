@@ -605,11 +605,13 @@ fn the_quick_papers_suite_writes_its_report() {
         "Ring depth",
         "Loaded system",
         "Loan vs copy",
+        "File transfer (Solaris, FTP test)",
         "ping-pong",
     ] {
         assert!(md.contains(title), "{title} missing from report.md");
     }
-    assert_eq!(md.matches("**The paper:**").count(), 6);
+    assert_eq!(md.matches("**The paper:**").count(), 7);
+    assert!(md.contains("| sendfile | splice |"), "FTP table rows");
     for svg in ["crossover.svg", "ring.svg", "streams.svg", "rr.svg"] {
         let s = std::fs::read_to_string(dir.path().join(svg)).unwrap();
         assert!(s.contains("<svg"), "{svg}");

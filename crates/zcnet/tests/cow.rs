@@ -5,6 +5,8 @@
 //! fault counter, so a pass proves copy-on-write really happened rather than that the data
 //! happened to leave in time.
 
+#![deny(unsafe_code)]
+
 mod common;
 mod cow_support;
 
@@ -12,6 +14,7 @@ use common::{connect, listen, pattern, receiver_config, veth_or_skip, Topo};
 use std::io::Write as _;
 use std::sync::{Arc, Barrier, RwLock};
 use zcnet::cow::{self, CowPolicy, WorkingSetRule};
+use zcnet::sys::testing::{fork_and_run, Mapping};
 use zcnet::{FallbackReason, Policy, RxPath, TxPath};
 
 use cow_support::*;
@@ -356,57 +359,22 @@ fn munmap_and_mremap_while_in_flight() {
     let (sent, s) = run(Topo::Loopback, RxPath::Copy, |tx| {
         let mut pos = 0u64;
         for round in 0..8 {
-            // SAFETY (test): a fresh private anonymous mapping, only used through `buf`.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    LEN,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            // SAFETY (test): the mapping is LEN bytes, live until munmap/mremap below.
-            let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), LEN) };
+            let mut m = Mapping::anon_private(LEN).unwrap();
+            assert_eq!(m.len(), LEN);
+            let buf = m.as_mut_slice();
             buf.copy_from_slice(pattern(pos, LEN));
             tx.send_slice(buf).unwrap();
             pos += LEN as u64;
             if round % 2 == 0 {
-                // SAFETY (test): `buf` is not used after this.
-                assert_eq!(unsafe { libc::munmap(p, LEN) }, 0);
+                m.unmap().unwrap();
             } else {
                 // Grow it and move it (as realloc does), then overwrite everything at the
-                // new place. The target is reserved first so the move is certain.
-                // SAFETY (test): reserving address space nobody uses.
-                let to = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        64 * LEN,
-                        libc::PROT_NONE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                        -1,
-                        0,
-                    )
-                };
-                assert_ne!(to, libc::MAP_FAILED);
-                // SAFETY (test): `buf` is not used after this; `to` is our reservation.
-                let q = unsafe {
-                    libc::mremap(
-                        p,
-                        LEN,
-                        64 * LEN,
-                        libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                        to,
-                    )
-                };
-                assert_eq!(q, to);
-                // SAFETY (test): the moved mapping is 64·LEN bytes.
-                let moved = unsafe { std::slice::from_raw_parts_mut(q.cast::<u8>(), 64 * LEN) };
-                moved.fill(0xEE);
-                // SAFETY (test): `moved` is not used after this.
-                assert_eq!(unsafe { libc::munmap(q, 64 * LEN) }, 0);
+                // new place. The move is certain: the target is reserved first.
+                let old = m.as_slice().as_ptr();
+                let mut moved = m.move_and_resize(64 * LEN).unwrap();
+                assert_ne!(moved.as_slice().as_ptr(), old, "mremap did not move");
+                moved.as_mut_slice().fill(0xEE);
+                moved.unmap().unwrap();
             }
         }
         pos
@@ -430,48 +398,19 @@ fn unprotectable_memory_is_copied() {
         return;
     }
     const LEN: usize = 256 << 10;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("data");
-    std::fs::write(&path, pattern(LEN as u64, LEN)).unwrap();
     let (sent, s) = run(Topo::Loopback, RxPath::Copy, |tx| {
-        // SAFETY (test): a shared anonymous mapping, unmapped below.
-        let shared = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                LEN,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(shared, libc::MAP_FAILED);
-        // SAFETY (test): LEN bytes, live until the munmap below.
-        let b = unsafe { std::slice::from_raw_parts_mut(shared.cast::<u8>(), LEN) };
+        let mut shared = Mapping::anon_shared(LEN).unwrap();
+        let b = shared.as_mut_slice();
         b.copy_from_slice(pattern(0, LEN));
         tx.send_slice(b).unwrap();
         b.fill(1);
-        // SAFETY (test): `b` is not used after this.
-        unsafe { libc::munmap(shared, LEN) };
+        shared.unmap().unwrap();
 
-        let f = std::fs::File::open(&path).unwrap();
-        // SAFETY (test): a private read-only mapping of our temp file.
-        let file = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                LEN,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        assert_ne!(file, libc::MAP_FAILED);
-        // SAFETY (test): LEN readable bytes, live until the munmap below.
-        tx.send_slice(unsafe { std::slice::from_raw_parts(file.cast::<u8>(), LEN) })
-            .unwrap();
-        // SAFETY (test): the slice above is gone.
-        unsafe { libc::munmap(file, LEN) };
+        // A private read-only mapping of a regular (unnamed temporary) file.
+        let file = Mapping::file_copy(pattern(LEN as u64, LEN)).unwrap();
+        assert_eq!(file.len(), LEN);
+        tx.send_slice(file.as_slice()).unwrap();
+        file.unmap().unwrap();
 
         // The stack of this thread.
         let mut on_stack = [0u8; 64 << 10];
@@ -605,33 +544,17 @@ fn fork_with_a_buffer_in_flight() {
         b.copy_from_slice(pattern(0, LEN));
         tx.send_slice(b).unwrap();
         assert!(cow::is_protected(b));
-        // SAFETY (test): the child only writes memory and calls _exit (async-signal-safe).
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
+        // The child only writes memory (plain copy-on-write after fork), then exits.
+        let code = fork_and_run(std::time::Duration::from_secs(20), || {
             b.fill(0xCC);
-            // SAFETY (test): leaving the child without running the parent's destructors.
-            unsafe { libc::_exit(if b[LEN - 1] == 0xCC { 0 } else { 1 }) };
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let mut status = 0;
-        loop {
-            // SAFETY (test): waiting for our own child.
-            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if r == pid {
-                break;
+            if b[LEN - 1] == 0xCC {
+                0
+            } else {
+                1
             }
-            if std::time::Instant::now() > deadline {
-                // SAFETY (test): killing our own child.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                panic!("the forked child hung writing the protected buffer");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child status {status}"
-        );
+        })
+        .expect("the forked child hung or died writing the protected buffer");
+        assert_eq!(code, 0, "the child could not write its copy of the buffer");
         assert_eq!(
             &b[..16],
             pattern(0, 16),

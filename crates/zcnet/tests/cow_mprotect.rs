@@ -7,6 +7,8 @@
 //! `SIGSEGV`, and Rust's stack-overflow report still works. Those run in a child process
 //! (this binary again, one `#[ignore]`d test selected by an environment variable).
 
+#![deny(unsafe_code)]
+
 mod common;
 mod cow_support;
 
@@ -16,6 +18,7 @@ use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use zcnet::cow::{self, BackendKind};
+use zcnet::sys::testing::Mapping;
 use zcnet::RxPath;
 
 fn mprotect_or_skip() -> bool {
@@ -177,20 +180,10 @@ fn child() {
         std::io::stdout().flush().unwrap();
         match what.as_str() {
             "segv" => {
-                // SAFETY (test): a read-only page of our own; writing it is the point.
-                let p = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        PAGE,
-                        libc::PROT_READ,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                        -1,
-                        0,
-                    )
-                };
-                assert_ne!(p, libc::MAP_FAILED);
-                // SAFETY (test): deliberately faulting write.
-                unsafe { std::ptr::write_volatile(p.cast::<u8>(), 1) };
+                // A read-only page of our own, never protected by the engine.
+                let mut page = Mapping::anon_private_readonly(PAGE).unwrap();
+                // Deliberately faulting write.
+                page.write_volatile(0, 1);
                 println!("survived a write to read-only memory");
             }
             "overflow" => {

@@ -11,6 +11,8 @@ pub mod mem;
 pub mod netns;
 pub mod socket;
 pub mod splice;
+#[doc(hidden)]
+pub mod testing;
 pub mod udp;
 pub mod udp_send;
 pub mod uffd;

@@ -371,18 +371,7 @@ impl super::Transmit for CowTx {
         if released > 0 || self.completions.is_idle() {
             return Ok(released);
         }
-        match socket::poll(fd, 0, Some(timeout)) {
-            Ok(ev) if ev & libc::POLLERR != 0 => {
-                let n = self.reap(fd, stats)?;
-                if n == 0 {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                Ok(n)
-            }
-            Ok(_) => Ok(0),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
-            Err(e) => Err(Error::io("poll", e)),
-        }
+        super::zerocopy::poll_errqueue(fd, timeout, || self.reap(fd, stats))
     }
 
     fn buffers_in_flight(&self) -> usize {

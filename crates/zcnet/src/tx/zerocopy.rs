@@ -150,20 +150,7 @@ impl super::Transmit for ZerocopyTx {
         if released > 0 || self.completions.is_idle() {
             return Ok(released);
         }
-        // The error queue signals POLLERR; so does a pending socket error, which the next
-        // send or recv will report, so sleep briefly rather than spin on it.
-        match socket::poll(fd, 0, Some(timeout)) {
-            Ok(ev) if ev & libc::POLLERR != 0 => {
-                let n = self.reap(fd, stats)?;
-                if n == 0 {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                Ok(n)
-            }
-            Ok(_) => Ok(0),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
-            Err(e) => Err(Error::io("poll", e)),
-        }
+        poll_errqueue(fd, timeout, || self.reap(fd, stats))
     }
 
     fn buffers_in_flight(&self) -> usize {
@@ -175,5 +162,28 @@ impl super::Transmit for ZerocopyTx {
         let n = held.len();
         held.into_iter().for_each(TxBuf::retire);
         n
+    }
+}
+
+/// Waits up to `timeout` for the error queue to signal (`POLLERR`), then runs `reap`; shared
+/// by the paths that read `MSG_ZEROCOPY` completions. A pending socket error also raises
+/// `POLLERR` (the next send or recv reports it), so an empty reap sleeps briefly instead of
+/// spinning on it.
+pub(crate) fn poll_errqueue(
+    fd: BorrowedFd<'_>,
+    timeout: Duration,
+    mut reap: impl FnMut() -> Result<usize>,
+) -> Result<usize> {
+    match socket::poll(fd, 0, Some(timeout)) {
+        Ok(ev) if ev & libc::POLLERR != 0 => {
+            let n = reap()?;
+            if n == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Ok(n)
+        }
+        Ok(_) => Ok(0),
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
+        Err(e) => Err(Error::io("poll", e)),
     }
 }

@@ -166,17 +166,16 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// MTU of the interface that owns `addr` in the calling thread's network namespace
-/// (`getifaddrs` + `SIOCGIFMTU`), `None` if no interface has it. For the unspecified
-/// address the loopback interface is used.
-pub fn mtu_for_addr(addr: std::net::IpAddr) -> io::Result<Option<u32>> {
+/// Name of the first interface with an address for which `wanted` is true, in the calling
+/// thread's network namespace (`getifaddrs(3)`), `None` if there is none.
+pub fn find_interface(wanted: impl Fn(std::net::IpAddr) -> bool) -> io::Result<Option<String>> {
     use std::net::IpAddr;
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills ifap with a list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut ifap) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut name: Option<[libc::c_char; libc::IFNAMSIZ]> = None;
+    let mut name = None;
     let mut cur = ifap;
     while !cur.is_null() {
         // SAFETY: cur is a node of the list getifaddrs returned, not yet freed.
@@ -186,7 +185,7 @@ pub fn mtu_for_addr(addr: std::net::IpAddr) -> io::Result<Option<u32>> {
             continue;
         }
         // SAFETY: ifa_addr is non-null and points at a sockaddr whose family says its type.
-        let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
         let this: Option<IpAddr> = match family {
             libc::AF_INET => {
                 // SAFETY: family AF_INET means the sockaddr is a sockaddr_in.
@@ -202,32 +201,30 @@ pub fn mtu_for_addr(addr: std::net::IpAddr) -> io::Result<Option<u32>> {
             }
             _ => None,
         };
-        let wanted = if addr.is_unspecified() {
-            this.is_some_and(|a| a.is_loopback())
-        } else {
-            this == Some(addr)
-        };
-        if wanted {
-            // SAFETY: ifa_name is a NUL-terminated C string owned by the list.
-            let cname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_bytes();
-            let mut buf = [0 as libc::c_char; libc::IFNAMSIZ];
-            for (d, s) in buf.iter_mut().zip(cname.iter().take(libc::IFNAMSIZ - 1)) {
-                *d = *s as libc::c_char;
-            }
-            name = Some(buf);
+        if this.is_some_and(&wanted) {
+            // SAFETY: ifa_name is a NUL-terminated C string owned by the list, still live.
+            let cname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            name = Some(cname.to_string_lossy().into_owned());
             break;
         }
     }
     // SAFETY: ifap came from getifaddrs and is freed exactly once; no reference into it
     // survives (the name was copied).
     unsafe { libc::freeifaddrs(ifap) };
-    let Some(ifr_name) = name else {
-        return Ok(None);
-    };
+    Ok(name)
+}
+
+/// MTU of interface `name` (`SIOCGIFMTU` on a socket of the calling thread's namespace).
+pub fn interface_mtu(name: &str) -> io::Result<u32> {
     let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
     // SAFETY: ifreq is plain old data; all-zero is valid.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    ifr.ifr_name = ifr_name;
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
     // SAFETY: SIOCGIFMTU reads ifr_name and writes ifru_mtu of the live ifreq we pass.
     let r = unsafe { libc::ioctl(probe.as_raw_fd(), libc::SIOCGIFMTU, &mut ifr) };
     if r < 0 {
@@ -235,5 +232,18 @@ pub fn mtu_for_addr(addr: std::net::IpAddr) -> io::Result<Option<u32>> {
     }
     // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
     let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
-    Ok(Some(mtu.max(0) as u32))
+    Ok(mtu.max(0) as u32)
+}
+
+/// MTU of the interface that owns `addr` in the calling thread's network namespace, `None`
+/// if no interface has it. For the unspecified address the loopback interface is used.
+pub fn mtu_for_addr(addr: std::net::IpAddr) -> io::Result<Option<u32>> {
+    let name = find_interface(|a| {
+        if addr.is_unspecified() {
+            a.is_loopback()
+        } else {
+            a == addr
+        }
+    })?;
+    name.map(|n| interface_mtu(&n)).transpose()
 }

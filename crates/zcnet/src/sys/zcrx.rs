@@ -197,49 +197,7 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
 /// Index of the interface that holds `addr` in the calling thread's network namespace
 /// (`getifaddrs(3)`), `None` if no interface has it.
 pub fn ifindex_for_addr(addr: IpAddr) -> io::Result<Option<u32>> {
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills ifap with a list freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut ifap) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut found = None;
-    let mut cur = ifap;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list getifaddrs returned, not yet freed.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and points at a sockaddr whose family says its type.
-        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        let this = match family {
-            libc::AF_INET => {
-                // SAFETY: family AF_INET means the sockaddr is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                Some(IpAddr::from(
-                    u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                ))
-            }
-            libc::AF_INET6 => {
-                // SAFETY: family AF_INET6 means the sockaddr is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-            }
-            _ => None,
-        };
-        if this == Some(addr) {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list, still live.
-            let i = unsafe { libc::if_nametoindex(ifa.ifa_name) };
-            if i != 0 {
-                found = Some(i);
-            }
-            break;
-        }
-    }
-    // SAFETY: ifap came from getifaddrs and is freed exactly once; nothing points into it.
-    unsafe { libc::freeifaddrs(ifap) };
-    Ok(found)
+    Ok(super::socket::find_interface(|a| a == addr)?.and_then(|n| ifindex(&n).ok()))
 }
 
 fn register_ifq(ring_fd: i32, reg: &mut ZcrxIfqReg) -> io::Result<()> {

@@ -21,10 +21,12 @@
 //! mapped pages are released when it is dropped.
 //!
 //! On top: [`transfer`] (the `zcnet send`/`recv` protocol and its receiver rules) and
-//! [`bench`](mod@bench) (the measurement tool's pure parts). `unsafe` code lives in [`sys`] only.
+//! [`bench`](mod@bench) (the measurement tool's pure parts), and [`auto`] (the `auto` path's
+//! per-operation decisions from a host profile; pure, not yet wired in). `unsafe` code lives in [`sys`] only.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auto;
 pub mod bench;
 pub mod buf;
 pub mod completion;

@@ -1,0 +1,295 @@
+//! Online demotion and re-promotion of a path, from what the connection reports.
+//!
+//! The profile says what a path costs on this host in general; a particular connection can
+//! still make a zero-copy path pay nothing. On transmit, completions flagged
+//! `SO_EE_CODE_ZEROCOPY_COPIED` mean the kernel copied anyway (loopback, a device without
+//! scatter-gather; `Documentation/networking/msg_zerocopy.rst`, "Deferred copies"), so the path
+//! costs copy plus notification overhead. On receive, a `TCP_ZEROCOPY_RECEIVE` that maps
+//! nothing (data not page-sized or not page-aligned in the skb) falls back to `recv` after a
+//! wasted call. After `threshold` consecutive bad reports the path is demoted for this
+//! connection and the fallback is used; after a back-off (counted in caller-supplied ticks —
+//! operations or seconds — so the logic is testable without a clock) one operation re-probes
+//! it: a good report re-promotes it, a bad one demotes it again with the back-off doubled (up
+//! to a cap), so a path that never pays costs ever fewer probes.
+//!
+//! Reports arriving for a path while it is demoted (late completions of operations sent
+//! before the demotion) are ignored.
+
+use super::{AutoPath, AutoStats};
+use serde::Serialize;
+
+/// Why a path was demoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DemotionReason {
+    /// Transmit completions came back `COPIED`.
+    TxCopied,
+    /// Receive calls mapped nothing.
+    RxUnmapped,
+}
+
+/// What one operation on a path showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// The path did what it is for (a completion without `COPIED`, a receive that mapped).
+    Good,
+    /// It did not, and why.
+    Bad(DemotionReason),
+}
+
+/// The path an operation may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admit<P> {
+    /// The path to use.
+    pub path: P,
+    /// Whether this operation re-probes a demoted path (its report decides promotion).
+    pub probe: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    Good { bad_streak: u32 },
+    Demoted { until: u64, backoff: u64 },
+    Probing { backoff: u64 },
+}
+
+/// One connection's demotion state for every path it has used.
+#[derive(Debug, Clone)]
+pub struct Demotion<P> {
+    threshold: u32,
+    backoff: u64,
+    max_backoff: u64,
+    health: Vec<(P, Health)>,
+}
+
+impl<P: AutoPath> Demotion<P> {
+    /// Demote after `threshold` (at least 1) consecutive bad reports; re-probe `backoff`
+    /// ticks (at least 1) after a demotion, doubling after each failed re-probe up to
+    /// `max_backoff`.
+    pub fn new(threshold: u32, backoff: u64, max_backoff: u64) -> Self {
+        let backoff = backoff.max(1);
+        Demotion {
+            threshold: threshold.max(1),
+            backoff,
+            max_backoff: max_backoff.max(backoff),
+            health: Vec::new(),
+        }
+    }
+
+    fn health(&mut self, path: P) -> &mut Health {
+        let i = match self.health.iter().position(|(p, _)| *p == path) {
+            Some(i) => i,
+            None => {
+                self.health.push((path, Health::Good { bad_streak: 0 }));
+                self.health.len() - 1
+            }
+        };
+        &mut self.health[i].1
+    }
+
+    /// Whether `path` is demoted (or being re-probed) on this connection.
+    pub fn is_demoted(&self, path: P) -> bool {
+        self.health
+            .iter()
+            .any(|(p, h)| *p == path && !matches!(h, Health::Good { .. }))
+    }
+
+    /// The path an operation that wants `wanted` takes at tick `now`: `wanted` unless it is
+    /// demoted and not yet due for a re-probe, then `fallback` (counted).
+    pub fn admit(&mut self, wanted: P, fallback: P, now: u64, stats: &mut AutoStats) -> Admit<P> {
+        if wanted == fallback {
+            return Admit {
+                path: wanted,
+                probe: false,
+            };
+        }
+        let h = self.health(wanted);
+        match *h {
+            Health::Good { .. } => Admit {
+                path: wanted,
+                probe: false,
+            },
+            Health::Probing { .. } => Admit {
+                path: wanted,
+                probe: true,
+            },
+            Health::Demoted { until, backoff } if now >= until => {
+                *h = Health::Probing { backoff };
+                stats.reprobes += 1;
+                Admit {
+                    path: wanted,
+                    probe: true,
+                }
+            }
+            Health::Demoted { .. } => {
+                stats.fallback_demoted += 1;
+                Admit {
+                    path: fallback,
+                    probe: false,
+                }
+            }
+        }
+    }
+
+    /// Records what an operation on `path` showed at tick `now`; returns `true` if this
+    /// report demoted the path (the caller should leave it, e.g. [`super::Hysteresis::force`]).
+    pub fn report(&mut self, path: P, report: Report, now: u64, stats: &mut AutoStats) -> bool {
+        let (threshold, base, max) = (self.threshold, self.backoff, self.max_backoff);
+        let h = self.health(path);
+        match (*h, report) {
+            (Health::Demoted { .. }, _) => false,
+            (Health::Good { .. }, Report::Good) => {
+                *h = Health::Good { bad_streak: 0 };
+                false
+            }
+            (Health::Probing { .. }, Report::Good) => {
+                *h = Health::Good { bad_streak: 0 };
+                stats.promotions += 1;
+                false
+            }
+            (Health::Good { bad_streak }, Report::Bad(reason)) => {
+                if bad_streak + 1 < threshold {
+                    *h = Health::Good {
+                        bad_streak: bad_streak + 1,
+                    };
+                    return false;
+                }
+                *h = Health::Demoted {
+                    until: now.saturating_add(base),
+                    backoff: base,
+                };
+                match reason {
+                    DemotionReason::TxCopied => stats.demotions_tx_copied += 1,
+                    DemotionReason::RxUnmapped => stats.demotions_rx_unmapped += 1,
+                }
+                true
+            }
+            (Health::Probing { backoff }, Report::Bad(_)) => {
+                let backoff = backoff.saturating_mul(2).min(max);
+                *h = Health::Demoted {
+                    until: now.saturating_add(backoff),
+                    backoff,
+                };
+                stats.redemotions += 1;
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rx::RxPath;
+    use crate::tx::TxPath;
+    use proptest::prelude::*;
+
+    const COPIED: Report = Report::Bad(DemotionReason::TxCopied);
+
+    #[test]
+    fn demoted_after_k_bad_reports_then_reprobed_and_promoted() {
+        let mut s = AutoStats::default();
+        let mut d = Demotion::new(3, 10, 80);
+        let zc = TxPath::Zerocopy;
+        // Two bad, one good: the streak restarts.
+        assert!(!d.report(zc, COPIED, 0, &mut s));
+        assert!(!d.report(zc, COPIED, 1, &mut s));
+        assert!(!d.report(zc, Report::Good, 2, &mut s));
+        assert!(!d.report(zc, COPIED, 3, &mut s));
+        assert!(!d.report(zc, COPIED, 4, &mut s));
+        assert!(d.report(zc, COPIED, 5, &mut s));
+        assert!(d.is_demoted(zc));
+        assert_eq!(s.demotions_tx_copied, 1);
+        // Late reports while demoted change nothing.
+        assert!(!d.report(zc, Report::Good, 6, &mut s));
+        assert!(d.is_demoted(zc));
+        // Until tick 15 the fallback is used.
+        for now in 6..15 {
+            let a = d.admit(zc, TxPath::Copy, now, &mut s);
+            assert_eq!(
+                a,
+                Admit {
+                    path: TxPath::Copy,
+                    probe: false
+                }
+            );
+        }
+        assert_eq!(s.fallback_demoted, 9);
+        let a = d.admit(zc, TxPath::Copy, 15, &mut s);
+        assert_eq!(
+            a,
+            Admit {
+                path: zc,
+                probe: true
+            }
+        );
+        assert_eq!(s.reprobes, 1);
+        assert!(!d.report(zc, Report::Good, 16, &mut s));
+        assert!(!d.is_demoted(zc));
+        assert_eq!(s.promotions, 1);
+        assert_eq!(d.admit(zc, TxPath::Copy, 17, &mut s).path, zc);
+    }
+
+    #[test]
+    fn failed_reprobes_double_the_backoff_up_to_the_cap() {
+        let mut s = AutoStats::default();
+        let mut d = Demotion::new(1, 10, 40);
+        let mmap = RxPath::Mmap;
+        let unmapped = Report::Bad(DemotionReason::RxUnmapped);
+        assert!(d.report(mmap, unmapped, 0, &mut s));
+        assert_eq!(s.demotions_rx_unmapped, 1);
+        let mut now = 0;
+        let mut gaps = Vec::new();
+        for _ in 0..5 {
+            let start = now;
+            while !d.admit(mmap, RxPath::Copy, now, &mut s).probe {
+                now += 1;
+            }
+            gaps.push(now - start);
+            assert!(d.report(mmap, unmapped, now, &mut s));
+        }
+        assert_eq!(gaps, vec![10, 20, 40, 40, 40]);
+        assert_eq!((s.reprobes, s.redemotions, s.promotions), (5, 5, 0));
+    }
+
+    #[test]
+    fn the_fallback_itself_is_never_demoted_away() {
+        let mut s = AutoStats::default();
+        let mut d = Demotion::new(1, 5, 5);
+        d.report(TxPath::Copy, COPIED, 0, &mut s);
+        let a = d.admit(TxPath::Copy, TxPath::Copy, 1, &mut s);
+        assert_eq!(
+            a,
+            Admit {
+                path: TxPath::Copy,
+                probe: false
+            }
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn every_demotion_is_counted_and_admit_only_returns_wanted_or_fallback(
+            events in prop::collection::vec((any::<bool>(), any::<bool>()), 0..400),
+        ) {
+            let mut s = AutoStats::default();
+            let mut d = Demotion::new(3, 7, 50);
+            let mut demoted = 0u64;
+            for (now, (good, _)) in events.iter().enumerate() {
+                let now = now as u64;
+                let a = d.admit(TxPath::Uring, TxPath::Copy, now, &mut s);
+                prop_assert!(a.path == TxPath::Uring || a.path == TxPath::Copy);
+                if a.path == TxPath::Uring {
+                    let r = if *good { Report::Good } else { COPIED };
+                    if d.report(TxPath::Uring, r, now, &mut s) {
+                        demoted += 1;
+                    }
+                }
+            }
+            prop_assert_eq!(demoted, s.demotions_tx_copied + s.redemotions);
+            prop_assert!(s.promotions <= s.reprobes);
+            prop_assert!(s.reprobes <= s.demotions_tx_copied + s.redemotions);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The `auto` path's decision logic: which transmit or receive path an operation takes.
+//!
+//! Why: whether zero-copy pays depends on the host — its caches, its MMU, its NIC (the seed
+//! papers' common conclusion; issue 9). On loopback plain copying beats `MSG_ZEROCOPY` and
+//! `TCP_ZEROCOPY_RECEIVE` because local delivery copies anyway, while a device that takes the
+//! pages halves the sender's CPU. The CMU stack chose per write by size, Solaris by size and
+//! alignment; zcnet chooses per operation from what `zcnet tune` measured on this host.
+//!
+//! This module is pure code in the quinn-proto manner: no sockets, no clocks, no environment
+//! reads except the explicit [`Profile::default_path_from_env`] wrapper. Four parts:
+//!
+//! * [`profile`]: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
+//!   interface and MTU so a profile from another host or NIC is refused, not applied.
+//! * [`choose`]: a [`Chooser`] that answers, per operation size and alignment, the cheapest
+//!   measured path, preferring the conservative default (`copy`) unless another path is
+//!   cheaper beyond the measured spread; and the crossovers where the answer changes.
+//! * [`hysteresis`]: per-stream state so a stream whose sizes hover around a crossover does
+//!   not flap between paths.
+//! * [`demotion`]: online demotion of a path the connection reports as not paying (`COPIED`
+//!   completions on transmit, receive calls that map nothing) and periodic re-probing.
+//!
+//! How it will plug in (not wired yet): `Sender`/`Receiver` with `auto` will hold one
+//! [`Chooser`] per direction (from the profile at [`Profile::default_path`], or
+//! [`Chooser::defaults`] without one), and per connection a [`Hysteresis`], a [`Demotion`] and
+//! an [`AutoStats`]. Per operation: `chooser.choose(size, aligned)` → record the
+//! [`Choice`] → `hysteresis.observe` → `demotion.admit` → send/receive on the admitted path →
+//! feed the completion's `COPIED` flag (or the receive's mapped byte count) to
+//! `demotion.report`. `zcnet tune` will write a [`Profile`] with [`Profile::to_json`].
+
+pub mod choose;
+pub mod demotion;
+pub mod hysteresis;
+pub mod profile;
+
+pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
+pub use demotion::{Admit, Demotion, DemotionReason, Report};
+pub use hysteresis::Hysteresis;
+pub use profile::{HostKey, Measurement, Profile, ProfileError, Spread, Topology};
+
+use crate::rx::RxPath;
+use crate::tx::TxPath;
+use std::fmt;
+use std::hash::Hash;
+
+/// A path `auto` can choose among: [`TxPath`] for transmit, [`RxPath`] for receive.
+///
+/// The decision logic is the same in both directions; only the names and the conservative
+/// default differ.
+pub trait AutoPath: Copy + Eq + Hash + fmt::Debug + fmt::Display + serde::Serialize {
+    /// The conservative built-in choice when nothing measured says otherwise: `copy`, which
+    /// works on every socket and every buffer and is never much worse than the best path for
+    /// memory-to-memory transfers.
+    const DEFAULT: Self;
+    /// Which direction's table of the profile holds this path ("tx" or "rx").
+    const DIRECTION: &'static str;
+    /// The path for a profile name (`"copy"`, `"zerocopy"`, …), `None` if unknown.
+    fn from_name(name: &str) -> Option<Self>;
+}
+
+impl AutoPath for TxPath {
+    const DEFAULT: Self = TxPath::Copy;
+    const DIRECTION: &'static str = "tx";
+    fn from_name(name: &str) -> Option<Self> {
+        name.parse().ok()
+    }
+}
+
+impl AutoPath for RxPath {
+    const DEFAULT: Self = RxPath::Copy;
+    const DIRECTION: &'static str = "rx";
+    fn from_name(name: &str) -> Option<Self> {
+        name.parse().ok()
+    }
+}
+
+/// Every decision, switch, demotion and promotion of one connection's `auto` path, with its
+/// reason. Plain counters, so they can be merged into `Stats` snapshots and bench reports.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct AutoStats {
+    /// Operations decided (one per [`AutoStats::record_choice`]).
+    pub decisions: u64,
+    /// Decisions where the profile showed a path clearly cheaper than the default.
+    pub chose_by_profile: u64,
+    /// Decisions for the default because the profile measured it cheapest at that size.
+    pub chose_default_cheapest: u64,
+    /// Decisions for the default because there was no profile (or no baseline in it).
+    pub chose_default_no_profile: u64,
+    /// Decisions for the default because the buffer was not page-aligned.
+    pub chose_default_unaligned: u64,
+    /// Decisions for the default although another path's median was lower: the spreads
+    /// overlapped, so the difference was not established.
+    pub chose_default_overlap: u64,
+    /// Operations where hysteresis kept the current path although another was preferred.
+    pub held_by_hysteresis: u64,
+    /// Path switches hysteresis let through.
+    pub switches: u64,
+    /// Operations sent to the fallback because the wanted path was demoted.
+    pub fallback_demoted: u64,
+    /// Demotions because transmit completions kept coming back `COPIED`.
+    pub demotions_tx_copied: u64,
+    /// Demotions because receive calls kept mapping nothing.
+    pub demotions_rx_unmapped: u64,
+    /// Re-probes of a demoted path after its back-off.
+    pub reprobes: u64,
+    /// Re-promotions: a re-probe reported good.
+    pub promotions: u64,
+    /// Re-demotions: a re-probe reported bad (the back-off doubles).
+    pub redemotions: u64,
+}
+
+impl AutoStats {
+    /// Counts one decision of the [`Chooser`] with its reason.
+    pub fn record_choice<P>(&mut self, choice: &Choice<P>) {
+        self.decisions += 1;
+        let counter = match choice.reason {
+            ChoiceReason::Profile => &mut self.chose_by_profile,
+            ChoiceReason::DefaultCheapest => &mut self.chose_default_cheapest,
+            ChoiceReason::NoProfile => &mut self.chose_default_no_profile,
+            ChoiceReason::Unaligned => &mut self.chose_default_unaligned,
+            ChoiceReason::SpreadOverlap => &mut self.chose_default_overlap,
+        };
+        *counter += 1;
+    }
+}

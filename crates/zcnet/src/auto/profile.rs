@@ -1,0 +1,600 @@
+//! The host profile `zcnet tune` writes and `auto` reads.
+//!
+//! Versioned JSON (`"schema": 1`), keyed by kernel release, interface and MTU: the costs it
+//! records are properties of this kernel and this NIC, so a profile from another host, another
+//! kernel or another interface is refused with a message naming what differs rather than
+//! applied silently. Every number is checked (finite, non-negative, `lo ≤ median ≤ hi`) so a
+//! hand-edited or truncated profile cannot steer the choice with NaN.
+//!
+//! Layout:
+//!
+//! ```json
+//! {"schema": 1, "zcnet": "0.1.0", "kernel": "6.18.0", "interface": "lo", "mtu": 65536,
+//!  "topology": "loopback", "created": "2025-01-01T00:00:00Z",
+//!  "tx": [{"path": "copy", "size": 65536, "touch": false,
+//!          "cpu_s_per_gib": {"median": 0.30, "lo": 0.28, "hi": 0.33}}],
+//!  "rx": [{"path": "mmap", "size": 65536, "touch": true,
+//!          "cpu_s_per_gib": {"median": 0.41, "lo": 0.39, "hi": 0.45}}]}
+//! ```
+//!
+//! `created` is an RFC 3339 string or Unix seconds; it is informational.
+
+use super::AutoPath;
+use crate::rx::RxPath;
+use crate::tx::TxPath;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// The profile layout this build reads and writes.
+pub const SCHEMA: u32 = 1;
+
+/// What a profile must match to be applied on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostKey {
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// Network interface the connection uses (`lo`, `veth…`, `eth0`).
+    pub interface: String,
+    /// That interface's MTU.
+    pub mtu: u32,
+}
+
+/// How `zcnet tune` connected its two ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// Both ends on loopback in one namespace.
+    Loopback,
+    /// Two network namespaces joined by a veth pair.
+    Netns,
+}
+
+/// When the profile was written: RFC 3339 text or Unix seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Created {
+    /// Unix seconds.
+    Unix(u64),
+    /// RFC 3339 text (not interpreted).
+    Text(String),
+}
+
+/// A measured cost with its spread: CPU-seconds per GiB (both ends, softirq included).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// Median over the repetitions.
+    pub median: f64,
+    /// Low end of the spread (e.g. the minimum or a lower quantile).
+    pub lo: f64,
+    /// High end of the spread.
+    pub hi: f64,
+}
+
+/// One row of a direction's table: a path's cost at one operation size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Measurement<P> {
+    /// The path measured.
+    pub path: P,
+    /// Operation size in bytes.
+    pub size: u64,
+    /// Whether the application touched the data (wrote before sending / read after receiving).
+    pub touch: bool,
+    /// What it cost.
+    pub cpu_s_per_gib: Spread,
+}
+
+/// A validated profile for this host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    /// Layout version ([`SCHEMA`]).
+    pub schema: u32,
+    /// Version of the zcnet that wrote it (informational).
+    pub zcnet: String,
+    /// Kernel release it was measured on.
+    pub kernel: String,
+    /// Interface it was measured on.
+    pub interface: String,
+    /// That interface's MTU.
+    pub mtu: u32,
+    /// How the two ends were connected.
+    pub topology: Topology,
+    /// When it was written.
+    pub created: Created,
+    /// Transmit costs.
+    pub tx: Vec<Measurement<TxPath>>,
+    /// Receive costs.
+    pub rx: Vec<Measurement<RxPath>>,
+}
+
+/// Why a profile was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProfileError {
+    /// Not JSON, or not the layout of its schema.
+    #[error("profile is malformed: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// No `schema` number at the top level.
+    #[error("profile has no numeric \"schema\" field; it was not written by `zcnet tune`")]
+    MissingSchema,
+    /// Written by an older zcnet in a layout this one no longer reads.
+    #[error("profile schema {found} is older than the schema {supported} this zcnet reads; re-run `zcnet tune`")]
+    OldSchema {
+        /// The profile's schema.
+        found: u64,
+        /// This build's schema.
+        supported: u32,
+    },
+    /// Written by a newer zcnet.
+    #[error("profile schema {found} is newer than the schema {supported} this zcnet reads; upgrade zcnet or re-run `zcnet tune`")]
+    NewerSchema {
+        /// The profile's schema.
+        found: u64,
+        /// This build's schema.
+        supported: u32,
+    },
+    /// Measured on another kernel, interface or MTU.
+    #[error("profile was measured elsewhere: {differences}; re-run `zcnet tune` on this host")]
+    Foreign {
+        /// Each differing key, e.g. `kernel release "6.1.0" (this host: "6.18.0")`.
+        differences: String,
+    },
+    /// A direction's table has no rows.
+    #[error("profile's {direction} table is empty")]
+    EmptyTable {
+        /// "tx" or "rx".
+        direction: &'static str,
+    },
+    /// A path name this build does not know.
+    #[error("profile's {direction} table names unknown path {name:?}")]
+    UnknownPath {
+        /// "tx" or "rx".
+        direction: &'static str,
+        /// The name found.
+        name: String,
+    },
+    /// A row with size 0.
+    #[error("profile's {direction} row for {path} has size 0")]
+    ZeroSize {
+        /// "tx" or "rx".
+        direction: &'static str,
+        /// The path.
+        path: String,
+    },
+    /// NaN, infinity, a negative cost, or `lo ≤ median ≤ hi` violated.
+    #[error("profile's {direction} row for {path} at {size} bytes has a bad cost: {what}")]
+    BadCost {
+        /// "tx" or "rx".
+        direction: &'static str,
+        /// The path.
+        path: String,
+        /// The row's size.
+        size: u64,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// Two rows for the same path, size and touch.
+    #[error("profile's {direction} table has two rows for {path} at {size} bytes (touch={touch})")]
+    Duplicate {
+        /// "tx" or "rx".
+        direction: &'static str,
+        /// The path.
+        path: String,
+        /// The size.
+        size: u64,
+        /// The touch variant.
+        touch: bool,
+    },
+    /// No `copy` rows, so nothing to compare the other paths against.
+    #[error("profile's {direction} table has no rows for the baseline path {baseline}")]
+    NoBaseline {
+        /// "tx" or "rx".
+        direction: &'static str,
+        /// The baseline path's name.
+        baseline: String,
+    },
+    /// The interface name cannot be part of a file name.
+    #[error("interface name {0:?} cannot name a profile file")]
+    BadInterface(String),
+    /// Neither `$ZCNET_PROFILE`, `$XDG_CONFIG_HOME` nor `$HOME` is set.
+    #[error("no profile location: set $ZCNET_PROFILE, $XDG_CONFIG_HOME or $HOME")]
+    NoLocation,
+}
+
+#[derive(Deserialize)]
+struct RawProfile {
+    zcnet: String,
+    kernel: String,
+    interface: String,
+    mtu: u32,
+    topology: Topology,
+    created: Created,
+    tx: Vec<RawRow>,
+    rx: Vec<RawRow>,
+}
+
+#[derive(Deserialize)]
+struct RawRow {
+    path: String,
+    size: u64,
+    touch: bool,
+    cpu_s_per_gib: Spread,
+}
+
+impl Profile {
+    /// Parses and validates `json`, refusing a profile of another schema or another host.
+    ///
+    /// The schema is checked before the layout so an old or newer profile gets a message
+    /// about its version, not about a missing field.
+    pub fn parse(json: &str, expect: &HostKey) -> Result<Profile, ProfileError> {
+        let value: serde_json::Value = serde_json::from_str(json)?;
+        let schema = value
+            .get("schema")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or(ProfileError::MissingSchema)?;
+        if schema < u64::from(SCHEMA) {
+            return Err(ProfileError::OldSchema {
+                found: schema,
+                supported: SCHEMA,
+            });
+        }
+        if schema > u64::from(SCHEMA) {
+            return Err(ProfileError::NewerSchema {
+                found: schema,
+                supported: SCHEMA,
+            });
+        }
+        let raw: RawProfile = serde_json::from_value(value)?;
+        Self::from_raw(raw, expect)
+    }
+
+    fn from_raw(raw: RawProfile, expect: &HostKey) -> Result<Profile, ProfileError> {
+        let mut differences = Vec::new();
+        if raw.kernel != expect.kernel {
+            differences.push(format!(
+                "kernel release {:?} (this host: {:?})",
+                raw.kernel, expect.kernel
+            ));
+        }
+        if raw.interface != expect.interface {
+            differences.push(format!(
+                "interface {:?} (this connection: {:?})",
+                raw.interface, expect.interface
+            ));
+        }
+        if raw.mtu != expect.mtu {
+            differences.push(format!("MTU {} (this interface: {})", raw.mtu, expect.mtu));
+        }
+        if !differences.is_empty() {
+            return Err(ProfileError::Foreign {
+                differences: differences.join(", "),
+            });
+        }
+        Ok(Profile {
+            schema: SCHEMA,
+            zcnet: raw.zcnet,
+            kernel: raw.kernel,
+            interface: raw.interface,
+            mtu: raw.mtu,
+            topology: raw.topology,
+            created: raw.created,
+            tx: rows(raw.tx)?,
+            rx: rows(raw.rx)?,
+        })
+    }
+
+    /// The profile as JSON, as `zcnet tune` writes it (it parses back with [`Profile::parse`]).
+    pub fn to_json(&self) -> String {
+        // Serialising plain structs of strings, integers, finite floats and enums cannot fail.
+        serde_json::to_string_pretty(self).expect("a profile always serialises")
+    }
+
+    /// The key this profile applies to.
+    pub fn host_key(&self) -> HostKey {
+        HostKey {
+            kernel: self.kernel.clone(),
+            interface: self.interface.clone(),
+            mtu: self.mtu,
+        }
+    }
+
+    /// Where the profile for `interface` lives: `$ZCNET_PROFILE` if set, else
+    /// `$XDG_CONFIG_HOME/zcnet/profile-<interface>.json`, else
+    /// `$HOME/.config/zcnet/profile-<interface>.json`.
+    ///
+    /// Pure: the environment's values are parameters. Empty values count as unset, and a
+    /// relative `$XDG_CONFIG_HOME` is ignored, as the XDG Base Directory specification says.
+    pub fn default_path(
+        interface: &str,
+        zcnet_profile: Option<&OsStr>,
+        xdg_config_home: Option<&OsStr>,
+        home: Option<&OsStr>,
+    ) -> Result<PathBuf, ProfileError> {
+        fn set(v: Option<&OsStr>) -> Option<&OsStr> {
+            v.filter(|v| !v.is_empty())
+        }
+        if let Some(path) = set(zcnet_profile) {
+            return Ok(PathBuf::from(path));
+        }
+        if interface.is_empty() || interface.contains('/') || interface.starts_with('.') {
+            return Err(ProfileError::BadInterface(interface.to_owned()));
+        }
+        let file = format!("profile-{interface}.json");
+        if let Some(xdg) = set(xdg_config_home).filter(|v| Path::new(v).is_absolute()) {
+            return Ok(Path::new(xdg).join("zcnet").join(file));
+        }
+        if let Some(home) = set(home) {
+            return Ok(Path::new(home).join(".config").join("zcnet").join(file));
+        }
+        Err(ProfileError::NoLocation)
+    }
+
+    /// [`Profile::default_path`] with this process's environment.
+    pub fn default_path_from_env(interface: &str) -> Result<PathBuf, ProfileError> {
+        Self::default_path(
+            interface,
+            std::env::var_os("ZCNET_PROFILE").as_deref(),
+            std::env::var_os("XDG_CONFIG_HOME").as_deref(),
+            std::env::var_os("HOME").as_deref(),
+        )
+    }
+}
+
+fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileError> {
+    let direction = P::DIRECTION;
+    if raw.is_empty() {
+        return Err(ProfileError::EmptyTable { direction });
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for row in raw {
+        let path = P::from_name(&row.path).ok_or_else(|| ProfileError::UnknownPath {
+            direction,
+            name: row.path.clone(),
+        })?;
+        if row.size == 0 {
+            return Err(ProfileError::ZeroSize {
+                direction,
+                path: row.path,
+            });
+        }
+        let bad = |what| ProfileError::BadCost {
+            direction,
+            path: row.path.clone(),
+            size: row.size,
+            what,
+        };
+        let c = row.cpu_s_per_gib;
+        if ![c.median, c.lo, c.hi].iter().all(|v| v.is_finite()) {
+            return Err(bad("not a finite number"));
+        }
+        if c.lo < 0.0 {
+            return Err(bad("negative"));
+        }
+        if !(c.lo <= c.median && c.median <= c.hi) {
+            return Err(bad("not lo <= median <= hi"));
+        }
+        if !seen.insert((path, row.size, row.touch)) {
+            return Err(ProfileError::Duplicate {
+                direction,
+                path: row.path,
+                size: row.size,
+                touch: row.touch,
+            });
+        }
+        out.push(Measurement {
+            path,
+            size: row.size,
+            touch: row.touch,
+            cpu_s_per_gib: c,
+        });
+    }
+    if !out.iter().any(|m| m.path == P::DEFAULT) {
+        return Err(ProfileError::NoBaseline {
+            direction,
+            baseline: P::DEFAULT.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> HostKey {
+        HostKey {
+            kernel: "6.18.0".into(),
+            interface: "lo".into(),
+            mtu: 65536,
+        }
+    }
+
+    fn json_with(schema: &str, kernel: &str, mtu: u32, tx: &str) -> String {
+        format!(
+            r#"{{"schema": {schema}, "zcnet": "0.1.0", "kernel": "{kernel}", "interface": "lo",
+               "mtu": {mtu}, "topology": "loopback", "created": 1700000000,
+               "tx": {tx},
+               "rx": [{{"path": "copy", "size": 4096, "touch": false,
+                        "cpu_s_per_gib": {{"median": 0.5, "lo": 0.4, "hi": 0.6}}}},
+                      {{"path": "mmap", "size": 4096, "touch": false,
+                        "cpu_s_per_gib": {{"median": 0.7, "lo": 0.6, "hi": 0.8}}}}]}}"#
+        )
+    }
+
+    const TX: &str = r#"[{"path": "copy", "size": 4096, "touch": false,
+                          "cpu_s_per_gib": {"median": 0.3, "lo": 0.25, "hi": 0.35}},
+                         {"path": "zerocopy", "size": 4096, "touch": false,
+                          "cpu_s_per_gib": {"median": 0.2, "lo": 0.1, "hi": 0.22}}]"#;
+
+    fn good() -> String {
+        json_with("1", "6.18.0", 65536, TX)
+    }
+
+    #[test]
+    fn parses_a_good_profile_and_round_trips() {
+        let p = Profile::parse(&good(), &host()).unwrap();
+        assert_eq!(p.tx.len(), 2);
+        assert_eq!(p.tx[1].path, TxPath::Zerocopy);
+        assert_eq!(p.rx[1].path, RxPath::Mmap);
+        assert_eq!(p.topology, Topology::Loopback);
+        assert_eq!(p.created, Created::Unix(1_700_000_000));
+        assert_eq!(p.host_key(), host());
+        let again = Profile::parse(&p.to_json(), &host()).unwrap();
+        assert_eq!(again, p);
+    }
+
+    #[test]
+    fn old_and_newer_schemas_are_refused_by_version() {
+        let old = Profile::parse(&json_with("0", "6.18.0", 65536, TX), &host()).unwrap_err();
+        assert!(
+            matches!(old, ProfileError::OldSchema { found: 0, .. }),
+            "{old}"
+        );
+        assert!(old.to_string().contains("older"), "{old}");
+        // A newer layout with fields this build does not know still gets the version message.
+        let newer = r#"{"schema": 2, "tables": {}}"#;
+        let err = Profile::parse(newer, &host()).unwrap_err();
+        assert!(
+            matches!(err, ProfileError::NewerSchema { found: 2, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("newer"), "{err}");
+        let none = Profile::parse(r#"{"kernel": "6.18.0"}"#, &host()).unwrap_err();
+        assert!(matches!(none, ProfileError::MissingSchema), "{none}");
+        let text = Profile::parse(r#"{"schema": "1"}"#, &host()).unwrap_err();
+        assert!(matches!(text, ProfileError::MissingSchema), "{text}");
+    }
+
+    #[test]
+    fn foreign_profiles_are_refused_naming_what_differs() {
+        let err = Profile::parse(&json_with("1", "6.1.0", 1500, TX), &host()).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, ProfileError::Foreign { .. }), "{msg}");
+        assert!(
+            msg.contains("kernel release \"6.1.0\" (this host: \"6.18.0\")"),
+            "{msg}"
+        );
+        assert!(msg.contains("MTU 1500 (this interface: 65536)"), "{msg}");
+        assert!(!msg.contains("interface \""), "{msg}");
+        let eth = HostKey {
+            interface: "eth0".into(),
+            ..host()
+        };
+        let msg = Profile::parse(&good(), &eth).unwrap_err().to_string();
+        assert!(
+            msg.contains("interface \"lo\" (this connection: \"eth0\")"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn malformed_json_and_layout_are_refused() {
+        for bad in ["", "{", "[1, 2]", "{\"schema\": 1, \"kernel\": 5}"] {
+            let err = Profile::parse(bad, &host()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ProfileError::Malformed(_) | ProfileError::MissingSchema
+                ),
+                "{bad}: {err}"
+            );
+        }
+        let topo = good().replace("\"loopback\"", "\"wifi\"");
+        let err = Profile::parse(&topo, &host()).unwrap_err();
+        assert!(matches!(err, ProfileError::Malformed(_)), "{err}");
+        // Out-of-range numbers (which would be infinite) are refused by the JSON parser.
+        let huge = good().replace("0.22", "1e999");
+        assert!(Profile::parse(&huge, &host()).is_err());
+    }
+
+    #[test]
+    fn bad_tables_are_refused() {
+        let cases = [
+            ("[]", "empty"),
+            (
+                r#"[{"path": "teleport", "size": 1, "touch": false,
+                     "cpu_s_per_gib": {"median": 1, "lo": 1, "hi": 1}}]"#,
+                "unknown path \"teleport\"",
+            ),
+            (
+                r#"[{"path": "copy", "size": 0, "touch": false,
+                     "cpu_s_per_gib": {"median": 1, "lo": 1, "hi": 1}}]"#,
+                "size 0",
+            ),
+            (
+                r#"[{"path": "copy", "size": 4096, "touch": false,
+                     "cpu_s_per_gib": {"median": 1, "lo": 2, "hi": 3}}]"#,
+                "not lo <= median <= hi",
+            ),
+            (
+                r#"[{"path": "copy", "size": 4096, "touch": false,
+                     "cpu_s_per_gib": {"median": -1, "lo": -2, "hi": 3}}]"#,
+                "negative",
+            ),
+            (
+                r#"[{"path": "copy", "size": 4096, "touch": false,
+                     "cpu_s_per_gib": {"median": 1, "lo": 1, "hi": 1}},
+                    {"path": "copy", "size": 4096, "touch": false,
+                     "cpu_s_per_gib": {"median": 2, "lo": 2, "hi": 2}}]"#,
+                "two rows",
+            ),
+            (
+                r#"[{"path": "zerocopy", "size": 4096, "touch": false,
+                     "cpu_s_per_gib": {"median": 1, "lo": 1, "hi": 1}}]"#,
+                "baseline path copy",
+            ),
+        ];
+        for (tx, want) in cases {
+            let err = Profile::parse(&json_with("1", "6.18.0", 65536, tx), &host()).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains(want), "{want}: {msg}");
+            assert!(msg.contains("tx"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn non_finite_costs_are_refused() {
+        // JSON cannot spell NaN, but a profile built in memory (or a future parser) can.
+        for v in [f64::NAN, f64::INFINITY] {
+            let raw = vec![RawRow {
+                path: "copy".into(),
+                size: 4096,
+                touch: false,
+                cpu_s_per_gib: Spread {
+                    median: 1.0,
+                    lo: 0.5,
+                    hi: v,
+                },
+            }];
+            let err = rows::<TxPath>(raw).unwrap_err();
+            assert!(err.to_string().contains("not a finite number"), "{err}");
+        }
+    }
+
+    #[test]
+    fn default_path_follows_the_environment_order() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        assert_eq!(
+            Profile::default_path("lo", os("/p.json"), os("/x"), os("/h")).unwrap(),
+            PathBuf::from("/p.json")
+        );
+        assert_eq!(
+            Profile::default_path("lo", None, os("/x"), os("/h")).unwrap(),
+            PathBuf::from("/x/zcnet/profile-lo.json")
+        );
+        assert_eq!(
+            Profile::default_path("eth0", os(""), os("rel"), os("/h")).unwrap(),
+            PathBuf::from("/h/.config/zcnet/profile-eth0.json")
+        );
+        assert!(matches!(
+            Profile::default_path("lo", None, None, None),
+            Err(ProfileError::NoLocation)
+        ));
+        assert!(matches!(
+            Profile::default_path("../x", None, None, os("/h")),
+            Err(ProfileError::BadInterface(_))
+        ));
+    }
+}

@@ -200,7 +200,9 @@ impl Server {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break s;
             }
-            assert!(Instant::now() < deadline, "server did not exit");
+            if Instant::now() >= deadline {
+                panic!("server did not exit"); // a hang guard, not a speed check
+            }
             std::thread::sleep(Duration::from_millis(20));
         };
         let mut err = String::new();
@@ -559,7 +561,9 @@ fn ctrl_c_removes_the_namespaces() {
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(20);
     while namespaces_of(pid).len() < 2 {
-        assert!(Instant::now() < deadline, "the namespaces never appeared");
+        if Instant::now() >= deadline {
+            panic!("the namespaces never appeared"); // a hang guard, not a speed check
+        }
         assert!(child.try_wait().unwrap().is_none(), "bench exited early");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -575,7 +579,9 @@ fn ctrl_c_removes_the_namespaces() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "bench did not exit after SIGINT");
+        if Instant::now() >= deadline {
+            panic!("bench did not exit after SIGINT"); // a hang guard, not a speed check
+        }
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(130));

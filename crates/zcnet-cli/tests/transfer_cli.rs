@@ -188,7 +188,9 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::fs::metadata(&partial).map_or(0, |m| m.len()) == 0 {
-        assert!(Instant::now() < deadline, "no data arrived");
+        if Instant::now() >= deadline {
+            panic!("no data arrived"); // a hang guard, not a speed check
+        }
         std::thread::sleep(Duration::from_micros(200));
     }
     sender.kill().unwrap(); // SIGKILL, mid-file

@@ -1080,7 +1080,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut enobufs = 0;
         loop {
-            assert!(Instant::now() < deadline, "stalled");
+            if Instant::now() >= deadline {
+                panic!("stalled"); // a hang guard, not a speed check
+            }
             if ring.needs_arm() {
                 ring.arm(b.as_fd()).unwrap();
             }

@@ -67,3 +67,55 @@ fn run_every_path() {
         }
     }
 }
+
+#[test]
+fn a_stalled_peer_still_times_out_under_a_signal_storm() {
+    use common::{connect, listen, pattern, receiver_config, sender_config};
+    // Every signal restarts the kernel's SO_SNDTIMEO; the send must still give up.
+    signal_hook::flag::register(
+        signal_hook::consts::SIGUSR1,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let pid = std::process::id().to_string();
+    let storm = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-USR1", &pid])
+                    .status();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    let mut rcfg = receiver_config(RxPath::Copy);
+    rcfg.rcvbuf = Some(64 << 10);
+    let listener = listen(Topo::Loopback, &rcfg);
+    let port = listener.local_addr().unwrap().port();
+    let stop = AtomicBool::new(false);
+    let err = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _rx = listener.accept().unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let mut cfg = sender_config(TxPath::Copy);
+        cfg.timeout = Duration::from_secs(1);
+        let mut tx = connect(Topo::Loopback, port, &cfg);
+        let mut pos = 0u64;
+        let err = loop {
+            if let Err(e) = tx.send_slice(pattern(pos, 1 << 20)) {
+                break e;
+            }
+            pos += 1 << 20;
+        };
+        stop.store(true, Ordering::Relaxed);
+        err
+    });
+    done.store(true, Ordering::Relaxed);
+    storm.join().unwrap();
+    assert!(matches!(err, zcnet::Error::Timeout { .. }), "{err}");
+}

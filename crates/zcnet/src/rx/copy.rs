@@ -5,9 +5,10 @@ use crate::error::{Error, Result};
 use crate::stats::Stats;
 use crate::sys::socket;
 use std::os::fd::BorrowedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `recv` into `buf`, retrying `EINTR`; `EAGAIN` means `SO_RCVTIMEO` (`timeout`) ran out.
+/// Signals restart the kernel's timer, so the wait is also bounded here.
 pub fn recv_some(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
@@ -17,13 +18,21 @@ pub fn recv_some(
     if buf.is_empty() {
         return Ok(0);
     }
+    let start = Instant::now();
     loop {
         match socket::recv(fd, buf, 0) {
             Ok(n) => {
                 stats.add_rx_copied_bytes(n as u64);
                 return Ok(n);
             }
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                if start.elapsed() >= timeout {
+                    return Err(Error::Timeout {
+                        op: "recv",
+                        after: timeout,
+                    });
+                }
+            }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                 return Err(Error::Timeout {
                     op: "recv",

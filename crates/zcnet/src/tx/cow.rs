@@ -20,20 +20,18 @@
 //! it does without letting later writes reach the wire.
 
 use super::copy;
+use super::zerocopy::{reap_completions, send_all_zerocopy, ZerocopyCalls};
 use crate::buf::TxBuf;
 use crate::completion::Completions;
 use crate::cow::gate::{WorkingSet, SNDBUF_REFRESH};
 use crate::cow::{engine, CowPolicy, Engine, Ineligible};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::{FallbackReason, Stats};
 use crate::sys::cow::{abort_connection, Protected};
 use crate::sys::{mem::page_size, socket, zerocopy as zc};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
-
-/// Attempts at a zero-copy send after `ENOBUFS` (each after reaping) before copying.
-const ENOBUFS_RETRIES: u32 = 3;
 
 /// What a completion gives back.
 #[derive(Debug)]
@@ -145,46 +143,8 @@ impl CowTx {
         stats: &Stats,
     ) -> (u64, Result<()>) {
         let first = self.completions.next_id();
-        let mut off = 0;
-        let mut enobufs = 0;
-        while off < data.len() {
-            match zc::send_zerocopy(fd, &data[off..], 0) {
-                Ok(n) => {
-                    self.completions.record_call(n);
-                    stats.add_tx_zerocopy_bytes(n as u64);
-                    stats.add_tx_zerocopy_calls(1);
-                    off += n;
-                    enobufs = 0;
-                }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::ENOBUFS) => {
-                        stats.add_tx_enobufs(1);
-                        if enobufs < ENOBUFS_RETRIES {
-                            enobufs += 1;
-                            let pause = Duration::from_millis(1 << enobufs);
-                            if let Err(e) = super::Transmit::wait(self, fd, stats, pause) {
-                                return (first, Err(e));
-                            }
-                        } else {
-                            stats.fallback(FallbackReason::Enobufs, (data.len() - off) as u64);
-                            return (first, copy::send_all(fd, &data[off..], stats, self.timeout));
-                        }
-                    }
-                    Some(libc::EAGAIN) => {
-                        return (
-                            first,
-                            Err(Error::Timeout {
-                                op: "send(MSG_ZEROCOPY)",
-                                after: self.timeout,
-                            }),
-                        )
-                    }
-                    _ => return (first, Err(Error::io("send(MSG_ZEROCOPY)", e))),
-                },
-            }
-        }
-        (first, Ok(()))
+        let timeout = self.timeout;
+        (first, send_all_zerocopy(self, fd, data, stats, timeout))
     }
 
     /// Holds `loan` until the calls `first..next_id()` complete; releases at once if they
@@ -248,6 +208,21 @@ impl CowTx {
         }
         self.done.clear();
         n
+    }
+}
+
+impl ZerocopyCalls for CowTx {
+    fn record_call(&mut self, bytes: usize) {
+        self.completions.record_call(bytes);
+    }
+
+    fn wait_for_completions(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        stats: &Stats,
+        pause: Duration,
+    ) -> Result<usize> {
+        super::Transmit::wait(self, fd, stats, pause)
     }
 }
 
@@ -338,32 +313,20 @@ impl super::Transmit for CowTx {
     }
 
     fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize> {
-        self.entries.clear();
-        zc::read_errqueue(fd, &mut self.entries)
-            .map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
-        let mut released = 0;
-        for i in 0..self.entries.len() {
-            if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = self.entries[i] {
-                stats.add_tx_notifications(1);
-                let done = self.completions.complete(lo, hi)?;
-                stats.add_tx_completed_calls(done.calls);
-                if copied {
-                    stats.add_tx_zc_copied_bytes(done.bytes);
-                }
-                if self
-                    .demotion
-                    .observe(copied, self.policy.demote_after_copied)
-                {
-                    stats.add_tx_demotions(1);
-                }
-                released += done.released.len();
-                for l in done.released {
-                    self.give_back(l);
-                }
-            }
+        let released = reap_completions(
+            fd,
+            &mut self.entries,
+            &mut self.completions,
+            &mut self.demotion,
+            self.policy.demote_after_copied,
+            stats,
+        )?;
+        let n = released.len();
+        for loan in released {
+            self.give_back(loan);
         }
         self.release_done(stats);
-        Ok(released)
+        Ok(n)
     }
 
     fn wait(&mut self, fd: BorrowedFd<'_>, stats: &Stats, timeout: Duration) -> Result<usize> {

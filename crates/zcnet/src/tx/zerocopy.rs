@@ -62,6 +62,21 @@ impl ZerocopyTx {
     }
 }
 
+impl ZerocopyCalls for ZerocopyTx {
+    fn record_call(&mut self, bytes: usize) {
+        self.completions.record_call(bytes);
+    }
+
+    fn wait_for_completions(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        stats: &Stats,
+        pause: Duration,
+    ) -> Result<usize> {
+        super::Transmit::wait(self, fd, stats, pause)
+    }
+}
+
 impl super::Transmit for ZerocopyTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
         if let TxDecision::Copy(reason) = self.decide(&buf) {
@@ -69,45 +84,8 @@ impl super::Transmit for ZerocopyTx {
             return copy::send_all(fd, &buf, stats, self.timeout);
         }
         let first = self.completions.next_id();
-        let mut off = 0;
-        let mut enobufs = 0;
-        let mut result = Ok(());
-        while off < buf.len() {
-            match zc::send_zerocopy(fd, &buf[off..], 0) {
-                Ok(n) => {
-                    self.completions.record_call(n);
-                    stats.add_tx_zerocopy_bytes(n as u64);
-                    stats.add_tx_zerocopy_calls(1);
-                    off += n;
-                    enobufs = 0;
-                }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::ENOBUFS) => {
-                        stats.add_tx_enobufs(1);
-                        if enobufs < ENOBUFS_RETRIES {
-                            enobufs += 1;
-                            let _ = self.wait(fd, stats, Duration::from_millis(1 << enobufs))?;
-                        } else {
-                            stats.fallback(FallbackReason::Enobufs, (buf.len() - off) as u64);
-                            result = copy::send_all(fd, &buf[off..], stats, self.timeout);
-                            break;
-                        }
-                    }
-                    Some(libc::EAGAIN) => {
-                        result = Err(Error::Timeout {
-                            op: "send(MSG_ZEROCOPY)",
-                            after: self.timeout,
-                        });
-                        break;
-                    }
-                    _ => {
-                        result = Err(Error::io("send(MSG_ZEROCOPY)", e));
-                        break;
-                    }
-                },
-            }
-        }
+        let timeout = self.timeout;
+        let result = send_all_zerocopy(self, fd, &buf, stats, timeout);
         // Lend the buffer even on error: calls that did go out still reference its pages.
         let next = self.completions.next_id();
         if next > first {
@@ -121,28 +99,15 @@ impl super::Transmit for ZerocopyTx {
     }
 
     fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize> {
-        self.entries.clear();
-        zc::read_errqueue(fd, &mut self.entries)
-            .map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
-        let mut released = 0;
-        for i in 0..self.entries.len() {
-            if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = self.entries[i] {
-                stats.add_tx_notifications(1);
-                let done = self.completions.complete(lo, hi)?;
-                stats.add_tx_completed_calls(done.calls);
-                if copied {
-                    stats.add_tx_zc_copied_bytes(done.bytes);
-                }
-                if self
-                    .demotion
-                    .observe(copied, self.policy.demote_after_copied)
-                {
-                    stats.add_tx_demotions(1);
-                }
-                released += done.released.len();
-            }
-        }
-        Ok(released)
+        let released = reap_completions(
+            fd,
+            &mut self.entries,
+            &mut self.completions,
+            &mut self.demotion,
+            self.policy.demote_after_copied,
+            stats,
+        )?;
+        Ok(released.len())
     }
 
     fn wait(&mut self, fd: BorrowedFd<'_>, stats: &Stats, timeout: Duration) -> Result<usize> {
@@ -186,4 +151,96 @@ pub(crate) fn poll_errqueue(
         Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
         Err(e) => Err(Error::io("poll", e)),
     }
+}
+
+/// What [`send_all_zerocopy`] needs from a path that sends with `MSG_ZEROCOPY` (the
+/// `zerocopy` and `cow` paths keep different loans but number calls the same way).
+pub(crate) trait ZerocopyCalls {
+    /// Records one successful zero-copy call of `bytes` (it took the next notification id).
+    fn record_call(&mut self, bytes: usize);
+    /// Waits up to `pause` for completions, so option memory frees up after `ENOBUFS`.
+    fn wait_for_completions(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        stats: &Stats,
+        pause: Duration,
+    ) -> Result<usize>;
+}
+
+/// Sends all of `data` with `MSG_ZEROCOPY`, continuing short sends and retrying `EINTR`.
+/// `ENOBUFS` queues nothing and the kernel does not fall back by itself: reap and retry
+/// [`ENOBUFS_RETRIES`] times, then send the rest by copying, counted as
+/// [`FallbackReason::Enobufs`]. The caller lends the pages to its bookkeeping afterwards
+/// even on error, since calls that did go out still reference them.
+pub(crate) fn send_all_zerocopy(
+    path: &mut impl ZerocopyCalls,
+    fd: BorrowedFd<'_>,
+    data: &[u8],
+    stats: &Stats,
+    timeout: Duration,
+) -> Result<()> {
+    let mut off = 0;
+    let mut enobufs = 0;
+    while off < data.len() {
+        match zc::send_zerocopy(fd, &data[off..], 0) {
+            Ok(n) => {
+                path.record_call(n);
+                stats.add_tx_zerocopy_bytes(n as u64);
+                stats.add_tx_zerocopy_calls(1);
+                off += n;
+                enobufs = 0;
+            }
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOBUFS) => {
+                    stats.add_tx_enobufs(1);
+                    if enobufs < ENOBUFS_RETRIES {
+                        enobufs += 1;
+                        path.wait_for_completions(fd, stats, Duration::from_millis(1 << enobufs))?;
+                    } else {
+                        stats.fallback(FallbackReason::Enobufs, (data.len() - off) as u64);
+                        return copy::send_all(fd, &data[off..], stats, timeout);
+                    }
+                }
+                Some(libc::EAGAIN) => {
+                    return Err(Error::Timeout {
+                        op: "send(MSG_ZEROCOPY)",
+                        after: timeout,
+                    })
+                }
+                _ => return Err(Error::io("send(MSG_ZEROCOPY)", e)),
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Drains the error queue without blocking and applies every zero-copy notification:
+/// calls marked done, COPIED bytes and demotions counted. Returns the loans that came free.
+pub(crate) fn reap_completions<T>(
+    fd: BorrowedFd<'_>,
+    entries: &mut Vec<zc::ErrqueueEntry>,
+    completions: &mut Completions<T>,
+    demotion: &mut CopiedDemotion,
+    demote_after_copied: Option<u32>,
+    stats: &Stats,
+) -> Result<Vec<T>> {
+    entries.clear();
+    zc::read_errqueue(fd, entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
+    let mut released = Vec::new();
+    for entry in entries.iter() {
+        if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = *entry {
+            stats.add_tx_notifications(1);
+            let done = completions.complete(lo, hi)?;
+            stats.add_tx_completed_calls(done.calls);
+            if copied {
+                stats.add_tx_zc_copied_bytes(done.bytes);
+            }
+            if demotion.observe(copied, demote_after_copied) {
+                stats.add_tx_demotions(1);
+            }
+            released.extend(done.released);
+        }
+    }
+    Ok(released)
 }

@@ -34,6 +34,7 @@ pub mod conn;
 pub mod cow;
 pub mod cpu;
 pub mod error;
+mod named;
 pub mod netns;
 pub mod policy;
 pub mod probe;

@@ -29,11 +29,9 @@ use crate::error::{Error, Result};
 use crate::stats::{FallbackReason, Stats};
 use crate::sys::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
 use crate::tx::file::{range_end, sized_pipe, Stall};
-use std::fmt;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// How [`crate::Receiver::recv_to_file`] moves stream bytes into the file.
@@ -48,34 +46,10 @@ pub enum FileRxMode {
     Write,
 }
 
-impl FileRxMode {
-    /// Every mode.
-    pub const ALL: [FileRxMode; 2] = [FileRxMode::Splice, FileRxMode::Write];
-
-    /// The CLI/JSON name.
-    pub fn name(self) -> &'static str {
-        match self {
-            FileRxMode::Splice => "splice",
-            FileRxMode::Write => "write",
-        }
-    }
-}
-
-impl fmt::Display for FileRxMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for FileRxMode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        FileRxMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown file receive mode {s:?} (known: splice, write)"))
-    }
-}
+crate::named::named_enum!(FileRxMode, "file receive mode", {
+    Splice => "splice",
+    Write => "write",
+});
 
 /// The recv+pwrite buffer (made on first use).
 const SCRATCH_BYTES: usize = 256 * 1024;

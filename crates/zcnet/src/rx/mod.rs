@@ -15,10 +15,8 @@ pub mod uring;
 
 use crate::error::Result;
 use crate::stats::Stats;
-use std::fmt;
 use std::ops::Deref;
 use std::os::fd::BorrowedFd;
-use std::str::FromStr;
 
 /// Which receive path a [`crate::Receiver`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -36,36 +34,12 @@ pub enum RxPath {
     Zcrx,
 }
 
-impl RxPath {
-    /// Every path this build knows.
-    pub const ALL: [RxPath; 4] = [RxPath::Copy, RxPath::Mmap, RxPath::Uring, RxPath::Zcrx];
-
-    /// The CLI/JSON name.
-    pub fn name(self) -> &'static str {
-        match self {
-            RxPath::Copy => "copy",
-            RxPath::Mmap => "mmap",
-            RxPath::Uring => "uring",
-            RxPath::Zcrx => "zcrx",
-        }
-    }
-}
-
-impl fmt::Display for RxPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for RxPath {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        RxPath::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown receive path {s:?} (known: copy, mmap, uring, zcrx)"))
-    }
-}
+crate::named::named_enum!(RxPath, "receive path", {
+    Copy => "copy",
+    Mmap => "mmap",
+    Uring => "uring",
+    Zcrx => "zcrx",
+});
 
 /// Received bytes, lent by the [`crate::Receiver`] until dropped.
 ///

@@ -23,11 +23,9 @@ use crate::error::{Error, Result};
 use crate::stats::{FallbackReason, Stats};
 use crate::sys::mem::PageBuf;
 use crate::sys::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
-use std::fmt;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 /// How [`crate::Sender::send_file`] moves a file range to the socket.
@@ -44,41 +42,11 @@ pub enum FileTxMode {
     ReadSend,
 }
 
-impl FileTxMode {
-    /// Every mode.
-    pub const ALL: [FileTxMode; 3] = [
-        FileTxMode::Sendfile,
-        FileTxMode::Splice,
-        FileTxMode::ReadSend,
-    ];
-
-    /// The CLI/JSON name.
-    pub fn name(self) -> &'static str {
-        match self {
-            FileTxMode::Sendfile => "sendfile",
-            FileTxMode::Splice => "splice",
-            FileTxMode::ReadSend => "read_send",
-        }
-    }
-}
-
-impl fmt::Display for FileTxMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for FileTxMode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        FileTxMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                format!("unknown file transmit mode {s:?} (known: sendfile, splice, read_send)")
-            })
-    }
-}
+crate::named::named_enum!(FileTxMode, "file transmit mode", {
+    Sendfile => "sendfile",
+    Splice => "splice",
+    ReadSend => "read_send",
+});
 
 /// Bytes per `sendfile` call: large enough that the call count is noise, small enough that a
 /// signal or a timeout is noticed between calls.

@@ -18,9 +18,7 @@ pub mod zerocopy;
 use crate::buf::TxBuf;
 use crate::error::Result;
 use crate::stats::Stats;
-use std::fmt;
 use std::os::fd::BorrowedFd;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// Which transmit path a [`crate::Sender`] uses for loaned buffers.
@@ -40,38 +38,12 @@ pub enum TxPath {
     Cow,
 }
 
-impl TxPath {
-    /// Every path this build knows.
-    pub const ALL: [TxPath; 4] = [TxPath::Copy, TxPath::Zerocopy, TxPath::Uring, TxPath::Cow];
-
-    /// The CLI/JSON name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TxPath::Copy => "copy",
-            TxPath::Zerocopy => "zerocopy",
-            TxPath::Uring => "uring",
-            TxPath::Cow => "cow",
-        }
-    }
-}
-
-impl fmt::Display for TxPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for TxPath {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        TxPath::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                format!("unknown transmit path {s:?} (known: copy, zerocopy, uring, cow)")
-            })
-    }
-}
+crate::named::named_enum!(TxPath, "transmit path", {
+    Copy => "copy",
+    Zerocopy => "zerocopy",
+    Uring => "uring",
+    Cow => "cow",
+});
 
 /// What every transmit path does with a loaned buffer.
 pub(crate) trait Transmit: Send {

@@ -257,13 +257,6 @@ impl AsFd for Userfaultfd {
     }
 }
 
-fn range_of(mem: &[u8]) -> UffdioRange {
-    UffdioRange {
-        start: mem.as_ptr() as u64,
-        len: mem.len() as u64,
-    }
-}
-
 impl Userfaultfd {
     /// `userfaultfd(UFFD_USER_MODE_ONLY | O_NONBLOCK | O_CLOEXEC)`. `EINVAL` on kernels
     /// before 5.11 (no user-mode-only flag), `EPERM` where the sysctl or an LSM forbids it,
@@ -315,68 +308,18 @@ impl Userfaultfd {
     /// Once a range is write-protected, a *user-mode* write to it blocks until someone
     /// reads the fault from this fd and resolves it; with no handler that thread hangs.
     pub fn register(&self, mem: &[u8], mode: RegisterMode) -> io::Result<u64> {
-        let mut arg = UffdioRegister {
-            range: range_of(mem),
-            mode: mode.0,
-            ioctls: 0,
-        };
-        // SAFETY: UFFDIO_REGISTER reads and writes exactly one uffdio_register, a live local;
-        // the range names memory we borrow, and registering it changes only how future
-        // faults on it are handled.
-        let r = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                UFFDIO_REGISTER as libc::Ioctl,
-                &mut arg as *mut UffdioRegister,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(arg.ioctls)
+        self.register_range(mem.as_ptr() as usize, mem.len(), mode)
     }
 
     /// `UFFDIO_UNREGISTER` of `mem`.
     pub fn unregister(&self, mem: &[u8]) -> io::Result<()> {
-        let mut arg = range_of(mem);
-        // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range, a live local.
-        let r = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                UFFDIO_UNREGISTER as libc::Ioctl,
-                &mut arg as *mut UffdioRange,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.unregister_range(mem.as_ptr() as usize, mem.len())
     }
 
     /// `UFFDIO_WRITEPROTECT` of `mem` (registered with [`RegisterMode::WP`]): protects
     /// when `protect`, else removes the protection and wakes threads waiting on it.
     pub fn write_protect(&self, mem: &[u8], protect: bool) -> io::Result<()> {
-        let mut arg = UffdioWriteprotect {
-            range: range_of(mem),
-            mode: if protect {
-                UFFDIO_WRITEPROTECT_MODE_WP
-            } else {
-                0
-            },
-        };
-        // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect, a live local; changing
-        // the protection of registered pages cannot make any Rust reference dangle.
-        let r = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                UFFDIO_WRITEPROTECT as libc::Ioctl,
-                &mut arg as *mut UffdioWriteprotect,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.write_protect_range(mem.as_ptr() as usize, mem.len(), protect)
     }
 }
 
@@ -509,8 +452,9 @@ impl Userfaultfd {
             mode: mode.0,
             ioctls: 0,
         };
-        // SAFETY: as in `register`: one live uffdio_register; registration changes only how
-        // future faults on the range are handled.
+        // SAFETY: UFFDIO_REGISTER reads and writes exactly one uffdio_register, a live
+        // local; registering a range changes only how future faults on it are handled, and
+        // the kernel validates the range (EINVAL for unaligned or unmapped memory).
         let r = unsafe {
             libc::ioctl(
                 self.fd.as_raw_fd(),
@@ -558,8 +502,8 @@ impl Userfaultfd {
                 0
             },
         };
-        // SAFETY: as in `write_protect`: one live uffdio_writeprotect; protection changes
-        // cannot make a Rust reference dangle.
+        // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect, a live local; changing
+        // the protection of registered pages cannot make any Rust reference dangle.
         let r = unsafe {
             libc::ioctl(
                 self.fd.as_raw_fd(),

@@ -227,20 +227,7 @@ impl Receive for MmapRx {
         let n = src.len().min(buf.len());
         buf[..n].copy_from_slice(&src[..n]);
         if n < src.len() {
-            self.leftover = Some(match loc {
-                Loc::Mapped { off, len } => Loc::Mapped {
-                    off: off + n,
-                    len: len - n,
-                },
-                Loc::Copybuf { start, end } => Loc::Copybuf {
-                    start: start + n,
-                    end,
-                },
-                Loc::Scratch { start, end } => Loc::Scratch {
-                    start: start + n,
-                    end,
-                },
-            });
+            self.leftover = Some(loc.advance(n));
         }
         Ok(n)
     }

@@ -5,6 +5,7 @@
 //! structs are carried here because Debian's uapi headers are older than the kernels we run on.
 #![allow(unsafe_code)]
 
+pub mod cmsg;
 pub mod cow;
 pub mod cpu;
 pub mod mem;

@@ -88,29 +88,9 @@ pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<Gr
 /// Finds the `SOL_UDP`/`UDP_GRO` control message in a buffer filled by `recvmsg` (the
 /// `CMSG_FIRSTHDR`/`CMSG_NXTHDR` walk, done on bytes) and returns its segment size.
 pub fn parse_gro_control(control: &[u8]) -> Option<u16> {
-    let word = std::mem::size_of::<usize>();
-    let hdr = std::mem::size_of::<libc::cmsghdr>();
-    let align = |n: usize| n.div_ceil(word) * word;
-    let mut off = 0usize;
-    while off + hdr <= control.len() {
-        let len = usize::from_ne_bytes(control[off..off + word].try_into().ok()?);
-        let int_at = |o: usize| {
-            control
-                .get(o..o + 4)
-                .and_then(|b| b.try_into().ok())
-                .map(i32::from_ne_bytes)
-        };
-        let (level, kind) = (int_at(off + word)?, int_at(off + word + 4)?);
-        if len < hdr || off + len > control.len() {
-            return None;
-        }
-        if level == SOL_UDP && kind == UDP_GRO && len >= align(hdr) + 4 {
-            let v = int_at(off + align(hdr))?;
-            return u16::try_from(v).ok();
-        }
-        off += align(len);
-    }
-    None
+    super::cmsg::messages(control)
+        .find(|&(level, kind, data)| level == SOL_UDP && kind == UDP_GRO && data.len() >= 4)
+        .and_then(|(_, _, data)| u16::try_from(i32::from_ne_bytes(data[..4].try_into().ok()?)).ok())
 }
 
 #[cfg(test)]
@@ -120,19 +100,7 @@ mod tests {
     use std::os::fd::AsFd;
     use std::time::Duration;
 
-    fn cmsg(level: i32, kind: i32, data: &[u8]) -> Vec<u8> {
-        let word = std::mem::size_of::<usize>();
-        let len = std::mem::size_of::<libc::cmsghdr>() + data.len();
-        let mut v = Vec::new();
-        v.extend_from_slice(&len.to_ne_bytes()[..word]);
-        v.extend_from_slice(&level.to_ne_bytes());
-        v.extend_from_slice(&kind.to_ne_bytes());
-        v.extend_from_slice(data);
-        while v.len() % word != 0 {
-            v.push(0);
-        }
-        v
-    }
+    use crate::sys::cmsg::encode as cmsg;
 
     #[test]
     fn finds_the_gro_message_among_others() {

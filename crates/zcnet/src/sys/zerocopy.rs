@@ -96,36 +96,23 @@ pub enum ErrqueueEntry {
 /// Walks a control-message buffer as filled by `recvmsg` (the `CMSG_FIRSTHDR`/`CMSG_NXTHDR`
 /// walk, done on bytes so it needs no `unsafe`) and decodes every IP/IPv6 `RECVERR` entry.
 pub fn parse_control(control: &[u8], out: &mut Vec<ErrqueueEntry>) {
-    let word = std::mem::size_of::<usize>();
-    let hdr = std::mem::size_of::<libc::cmsghdr>();
-    let align = |n: usize| n.div_ceil(word) * word;
-    let mut off = 0usize;
-    while off + hdr <= control.len() {
-        let mut lenb = [0u8; 8];
-        lenb[..word].copy_from_slice(&control[off..off + word]);
-        let len = usize::from_ne_bytes(lenb[..word].try_into().unwrap_or([0; 8]));
-        let level = i32::from_ne_bytes(control[off + word..off + word + 4].try_into().unwrap());
-        let kind = i32::from_ne_bytes(control[off + word + 4..off + word + 8].try_into().unwrap());
-        if len < hdr || off + len > control.len() {
-            break;
-        }
-        let data = &control[off + align(hdr)..off + len];
+    for (level, kind, data) in super::cmsg::messages(control) {
         let is_recverr = (level == libc::SOL_IP && kind == IP_RECVERR)
             || (level == libc::SOL_IPV6 && kind == IPV6_RECVERR);
-        if is_recverr {
-            if let Some(e) = ExtendedErr::decode(data) {
-                if e.origin == SO_EE_ORIGIN_ZEROCOPY && e.errno == 0 {
-                    out.push(ErrqueueEntry::Zerocopy {
-                        lo: e.info,
-                        hi: e.data,
-                        copied: e.code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
-                    });
-                } else {
-                    out.push(ErrqueueEntry::Other(e));
-                }
+        if !is_recverr {
+            continue;
+        }
+        if let Some(e) = ExtendedErr::decode(data) {
+            if e.origin == SO_EE_ORIGIN_ZEROCOPY && e.errno == 0 {
+                out.push(ErrqueueEntry::Zerocopy {
+                    lo: e.info,
+                    hi: e.data,
+                    copied: e.code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                });
+            } else {
+                out.push(ErrqueueEntry::Other(e));
             }
         }
-        off += align(len);
     }
 }
 
@@ -172,20 +159,7 @@ pub fn read_errqueue(fd: BorrowedFd<'_>, out: &mut Vec<ErrqueueEntry>) -> io::Re
 mod tests {
     use super::*;
 
-    fn cmsg(level: i32, kind: i32, data: &[u8]) -> Vec<u8> {
-        let word = std::mem::size_of::<usize>();
-        let hdr = std::mem::size_of::<libc::cmsghdr>();
-        let len = hdr + data.len();
-        let mut v = Vec::new();
-        v.extend_from_slice(&len.to_ne_bytes()[..word]);
-        v.extend_from_slice(&level.to_ne_bytes());
-        v.extend_from_slice(&kind.to_ne_bytes());
-        v.extend_from_slice(data);
-        while v.len() % word != 0 {
-            v.push(0);
-        }
-        v
-    }
+    use crate::sys::cmsg::encode as cmsg;
 
     fn ee(errno: u32, origin: u8, code: u8, info: u32, data: u32) -> Vec<u8> {
         let mut v = Vec::new();

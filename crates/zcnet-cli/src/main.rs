@@ -1,9 +1,11 @@
 //! `zcnet`: zero-copy network I/O for Linux — find out what this host can do (`probe`) and
-//! whether zero-copy pays on it (`bench`).
+//! whether zero-copy pays on it (`bench`), move files (`send`/`recv`), and measure the profile
+//! the `auto` path chooses by (`tune`).
 
 mod bench;
 mod probe_cmd;
 mod transfer_cmd;
+mod tune;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +35,8 @@ enum Command {
     Send(transfer_cmd::SendArgs),
     /// Receive files into a directory, verified, never partial under their final name.
     Recv(transfer_cmd::RecvArgs),
+    /// Measure every path's CPU per GiB here and write the profile the `auto` path reads.
+    Tune(tune::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Send(args) => transfer_cmd::send(&args),
         Command::Recv(args) => transfer_cmd::recv(&args),
+        Command::Tune(args) => tune::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

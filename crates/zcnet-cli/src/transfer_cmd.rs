@@ -12,7 +12,7 @@ use zcnet::transfer::session::{
     receive_session, send_session, FileOutcome, Progress, RecvOptions, SendOptions, Source,
 };
 use zcnet::transfer::store::{Store, StoreOptions};
-use zcnet::{ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath};
+use zcnet::{ReceiverConfig, Sender, SenderConfig, StatsSnapshot};
 
 /// Options of `zcnet send`.
 #[derive(clap::Args, Debug)]
@@ -283,8 +283,11 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
     })?;
     let nfiles = srcs.len();
     let has_stream = srcs.iter().any(|s| matches!(s, Source::Stream { .. }));
-    let mut tx = Sender::connect(addr, &SenderConfig::new(TxPath::Copy))
+    // `auto` (the default): file bytes go by sendfile whatever it chooses; it decides the
+    // memory sends (control frames, a stdin stream) from this host's profile.
+    let mut tx = Sender::connect(addr, &SenderConfig::default())
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    warn_refused_profile(tx.profile_note(), quiet);
     let opts = {
         let mut o = SendOptions::default();
         o.verify = !args.no_verify;
@@ -312,6 +315,14 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
     }
 }
 
+/// A profile that was refused (foreign, old schema, unreadable) is worth a warning; one that
+/// simply was never written is not (`auto` then runs on built-in defaults, as documented).
+fn warn_refused_profile(note: Option<&str>, quiet: bool) {
+    if let Some(n) = note.filter(|n| !quiet && !n.starts_with("no profile")) {
+        eprintln!("zcnet: warning: {n}");
+    }
+}
+
 /// `zcnet recv`.
 pub fn recv(args: &RecvArgs) -> Result<(), String> {
     let addr = resolve(&args.listen)?;
@@ -319,7 +330,7 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", args.dir.display()));
     }
-    let mut rcfg = ReceiverConfig::new(RxPath::Copy);
+    let mut rcfg = ReceiverConfig::default();
     rcfg.timeout = std::time::Duration::from_secs(60);
     let listener = Listener::bind(addr, &rcfg).map_err(|e| format!("listening on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
@@ -332,6 +343,7 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
             Err(zcnet::Error::Timeout { .. }) => continue,
             Err(e) => return Err(format!("accepting: {e}")),
         };
+        warn_refused_profile(rx.profile_note(), args.quiet);
         let peer = rx
             .peer_addr()
             .map(|a| a.to_string())

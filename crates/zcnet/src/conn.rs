@@ -6,10 +6,14 @@ use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
 use crate::policy::{page_multiple_mss, Policy};
 use crate::rx::file::{FileRx, FileRxMode};
+use crate::rx::auto::AutoRxChoice;
+use crate::rx::mmap::AutoDemotion;
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk, RxPath};
 use crate::stats::{FallbackReason, Stats, StatsSnapshot};
 use crate::sys::{mem::page_size, socket, zcrecv::SocketMap, zerocopy as zc};
 use crate::tx::file::{FileTx, FileTxMode};
+use crate::auto::ProfileSource;
+use crate::tx::auto::{AutoSetup, AutoTx};
 use crate::tx::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit, TxPath};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -44,12 +48,17 @@ pub struct SenderConfig {
     pub file_tx: FileTxMode,
     /// When the `cow` path write-protects a `send_slice` (Solaris's working-set threshold).
     pub cow: crate::cow::CowPolicy,
+    /// Where the `auto` path finds this host's profile.
+    pub profile: ProfileSource,
+    /// Whether the application writes the data it sends (true for most; a benchmark that
+    /// sends untouched buffers says false): `auto` uses the profile's matching variant.
+    pub touch: bool,
 }
 
 impl Default for SenderConfig {
     fn default() -> Self {
         SenderConfig {
-            path: TxPath::Copy,
+            path: TxPath::Auto,
             policy: Policy::default(),
             pool_buffers: 16,
             buf_size: 256 * 1024,
@@ -60,6 +69,8 @@ impl Default for SenderConfig {
             nodelay: false,
             file_tx: FileTxMode::Sendfile,
             cow: crate::cow::CowPolicy::default(),
+            profile: ProfileSource::Default,
+            touch: true,
         }
     }
 }
@@ -96,6 +107,7 @@ pub struct Sender {
     timeout: Duration,
     file: FileTx,
     file_tx: FileTxMode,
+    profile_note: Option<String>,
 }
 
 impl std::fmt::Debug for Sender {
@@ -114,7 +126,7 @@ impl Sender {
     pub fn connect(addr: SocketAddr, cfg: &SenderConfig) -> Result<Sender> {
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
             .map_err(|e| Error::io("socket", e))?;
-        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow)
+        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow | TxPath::Auto)
             || zc::set_so_zerocopy(sock.as_fd()).is_ok();
         if let Some(n) = cfg.sndbuf {
             sock.set_send_buffer_size(n)
@@ -129,7 +141,7 @@ impl Sender {
     /// set now; Linux 6.x accepts it on established sockets.
     pub fn from_stream(stream: TcpStream, cfg: &SenderConfig) -> Result<Sender> {
         let sock = Socket::from(OwnedFd::from(stream));
-        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow)
+        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow | TxPath::Auto)
             || zc::set_so_zerocopy(sock.as_fd()).is_ok();
         if let Some(n) = cfg.sndbuf {
             sock.set_send_buffer_size(n)
@@ -153,7 +165,29 @@ impl Sender {
                 .map_err(|e| Error::io("mmap (buffer pool)", e))?,
         };
         let stats: Arc<Stats> = cfg.stats.clone().unwrap_or_default();
+        let mut profile_note = None;
         let tx: Box<dyn Transmit> = match cfg.path {
+            TxPath::Auto => {
+                let local = sock
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_socket())
+                    .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
+                let loaded = crate::auto::load::load(&cfg.profile, local);
+                profile_note = loaded.note;
+                Box::new(AutoTx::new(
+                    sock.as_fd(),
+                    AutoSetup {
+                        profile: loaded.profile.as_deref(),
+                        touch: cfg.touch,
+                        pool: &pool,
+                        cow: cfg.cow,
+                        timeout: cfg.timeout,
+                        zc_ok,
+                        stats: &stats,
+                    },
+                ))
+            }
             TxPath::Copy => Box::new(CopyTx {
                 timeout: cfg.timeout,
             }),
@@ -176,7 +210,15 @@ impl Sender {
             timeout: cfg.timeout,
             file: FileTx::default(),
             file_tx: cfg.file_tx,
+            profile_note,
         })
+    }
+
+    /// On the `auto` path: why no profile is in force (none written yet, or one refused as
+    /// foreign or of another schema), for the caller to show; `None` when one is in force
+    /// or the path is not `auto`.
+    pub fn profile_note(&self) -> Option<&str> {
+        self.profile_note.as_deref()
     }
 
     /// The path loaned buffers take.
@@ -369,12 +411,20 @@ pub struct ReceiverConfig {
     /// Pre-size the target range with `fallocate(2)` before [`Receiver::recv_to_file`]
     /// writes it (on by default: out-of-space shows at once, and extents come out whole).
     pub file_preallocate: bool,
+    /// Where the `auto` path finds this host's profile.
+    pub profile: ProfileSource,
+    /// Whether the application reads the data it receives (`auto` uses the profile's
+    /// matching variant).
+    pub touch: bool,
+    /// Bytes the application typically takes per receive: the size `auto` looks up in the
+    /// profile (256 KiB by default, a bulk stream's read size).
+    pub op_size: usize,
 }
 
 impl Default for ReceiverConfig {
     fn default() -> Self {
         ReceiverConfig {
-            path: RxPath::Copy,
+            path: RxPath::Auto,
             map_bytes: 4 << 20,
             buf_bytes: 256 * 1024,
             rcvlowat: None,
@@ -385,6 +435,9 @@ impl Default for ReceiverConfig {
             zcrx_queue: 0,
             file_rx: FileRxMode::Splice,
             file_preallocate: true,
+            profile: ProfileSource::Default,
+            touch: true,
+            op_size: 256 * 1024,
         }
     }
 }
@@ -405,6 +458,7 @@ pub struct Listener {
     sock: Socket,
     cfg: ReceiverConfig,
     mss: Option<u32>,
+    auto: Option<AutoRxChoice>,
 }
 
 fn tcp_timestamps_enabled() -> bool {
@@ -419,6 +473,15 @@ impl Listener {
     /// `TCP_MAXSEG` to the page-multiple MSS of the bound interface's MTU first (the MSS is
     /// advertised in the handshake, so it cannot be changed later).
     pub fn bind(addr: SocketAddr, cfg: &ReceiverConfig) -> Result<Listener> {
+        // `auto` decides now: the mapping path's MSS must be set before listen.
+        let auto = (cfg.path == RxPath::Auto).then(|| crate::rx::auto::choose(cfg, addr.ip()));
+        let cfg = &match &auto {
+            Some(a) => ReceiverConfig {
+                path: a.path,
+                ..cfg.clone()
+            },
+            None => cfg.clone(),
+        };
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
             .map_err(|e| Error::io("socket", e))?;
         sock.set_reuse_address(true)
@@ -449,6 +512,7 @@ impl Listener {
             sock,
             cfg: cfg.clone(),
             mss,
+            auto,
         })
     }
 
@@ -486,7 +550,7 @@ impl Listener {
                 r => break r.map_err(|e| Error::io("accept", e))?,
             }
         };
-        Receiver::setup(sock, &self.cfg)
+        Receiver::setup(sock, &self.cfg, self.auto.clone())
     }
 }
 
@@ -500,6 +564,7 @@ pub struct Receiver {
     file_rx: FileRxMode,
     file_preallocate: bool,
     timeout: Duration,
+    profile_note: Option<String>,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -513,10 +578,25 @@ impl std::fmt::Debug for Receiver {
 impl Receiver {
     /// Wraps an already connected stream.
     pub fn from_stream(stream: TcpStream, cfg: &ReceiverConfig) -> Result<Receiver> {
-        Self::setup(Socket::from(OwnedFd::from(stream)), cfg)
+        let sock = Socket::from(OwnedFd::from(stream));
+        if cfg.path != RxPath::Auto {
+            return Self::setup(sock, cfg, None);
+        }
+        let local = sock
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
+        let auto = crate::rx::auto::choose(cfg, local);
+        let cfg = ReceiverConfig {
+            path: auto.path,
+            ..cfg.clone()
+        };
+        Self::setup(sock, &cfg, Some(auto))
     }
 
-    fn setup(sock: Socket, cfg: &ReceiverConfig) -> Result<Receiver> {
+    /// `cfg.path` is concrete here; `auto` is the decision that chose it, if `auto` did.
+    fn setup(sock: Socket, cfg: &ReceiverConfig, auto: Option<AutoRxChoice>) -> Result<Receiver> {
         sock.set_read_timeout(Some(cfg.timeout))
             .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
         sock.set_write_timeout(Some(cfg.timeout))
@@ -531,16 +611,22 @@ impl Receiver {
             .map_err(|e| Error::io("setsockopt(SO_RCVLOWAT)", e))?;
         }
         let stats = cfg.stats.clone().unwrap_or_default();
+        if let Some(a) = &auto {
+            stats.add_auto_rx(&a.delta);
+        }
         let (rx, path): (Box<dyn Receive>, RxPath) = match cfg.path {
-            RxPath::Copy => (
+            RxPath::Copy | RxPath::Auto => (
                 Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)),
                 RxPath::Copy,
             ),
             RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
-                Ok(map) => (
-                    Box::new(MmapRx::new(map, cfg.buf_bytes, cfg.timeout)),
-                    RxPath::Mmap,
-                ),
+                Ok(map) => {
+                    let mut rx = MmapRx::new(map, cfg.buf_bytes, cfg.timeout);
+                    if let Some(a) = &auto {
+                        rx = rx.with_auto(AutoDemotion::new(a.expect_mapping));
+                    }
+                    (Box::new(rx), RxPath::Mmap)
+                }
                 Err(_) => {
                     // A kernel without TCP mmap: every receive copies, and says so.
                     stats.fallback(FallbackReason::Unsupported, 0);
@@ -561,7 +647,14 @@ impl Receiver {
             file_rx: cfg.file_rx,
             file_preallocate: cfg.file_preallocate,
             timeout: cfg.timeout,
+            profile_note: auto.and_then(|a| a.note),
         })
+    }
+
+    /// On the `auto` path: why no profile is in force, for the caller to show (see
+    /// [`Sender::profile_note`]).
+    pub fn profile_note(&self) -> Option<&str> {
+        self.profile_note.as_deref()
     }
 
     /// The path in effect (copy if the mmap path was asked for but is unsupported).

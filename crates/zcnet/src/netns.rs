@@ -233,6 +233,13 @@ impl VethPair {
 
     /// Name of a side's veth interface inside its namespace.
     pub fn ifname(&self, side: Side) -> &'static str {
+        Self::ifname_of(side)
+    }
+
+    /// Name of a side's veth interface inside its namespace — the same for every pair, since
+    /// each lives in a namespace of its own; a profile measured on one pair therefore keys
+    /// the interfaces of the next (`zcnet tune --topology netns`).
+    pub fn ifname_of(side: Side) -> &'static str {
         match side {
             Side::A => IFNAME_A,
             Side::B => IFNAME_B,

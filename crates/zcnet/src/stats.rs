@@ -43,11 +43,14 @@ pub enum FallbackReason {
     /// `cow` transmit: the memory cannot be write-protected — file-backed or shared, not
     /// resident, the thread's stack, or owned by another userfaultfd.
     Unprotectable,
+    /// Receive, `auto`: `TCP_ZEROCOPY_RECEIVE` kept mapping nothing on this connection, so
+    /// the mapping path is demoted and these bytes went by plain `recv` until a re-probe.
+    DemotedUnmapped,
 }
 
 impl FallbackReason {
     /// All reasons, in the order of their counters.
-    pub const ALL: [FallbackReason; 11] = [
+    pub const ALL: [FallbackReason; 12] = [
         FallbackReason::TooSmall,
         FallbackReason::Unaligned,
         FallbackReason::Enobufs,
@@ -59,6 +62,7 @@ impl FallbackReason {
         FallbackReason::Memlock,
         FallbackReason::SmallWorkingSet,
         FallbackReason::Unprotectable,
+        FallbackReason::DemotedUnmapped,
     ];
 
     fn index(self) -> usize {
@@ -78,6 +82,7 @@ impl FallbackReason {
             FallbackReason::FileUnsupported => "file_unsupported",
             FallbackReason::Memlock => "memlock",
             FallbackReason::SmallWorkingSet => "small_working_set",
+            FallbackReason::DemotedUnmapped => "demoted_unmapped",
             FallbackReason::Unprotectable => "unprotectable",
         }
     }
@@ -125,6 +130,8 @@ pub struct Stats {
     tx_cow_copies: AtomicU64,
     fallback_ops: [AtomicU64; NREASONS],
     fallback_bytes: [AtomicU64; NREASONS],
+    auto_tx: std::sync::Mutex<crate::auto::AutoStats>,
+    auto_rx: std::sync::Mutex<crate::auto::AutoStats>,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -213,6 +220,10 @@ pub struct StatsSnapshot {
     pub tx_cow_copies: u64,
     /// Fallbacks by reason: (reason, operations, bytes). Reasons with no count are left out.
     pub fallbacks: Vec<(FallbackReason, u64, u64)>,
+    /// The `auto` transmit path's decisions, switches and demotions, each by reason.
+    pub auto_tx: crate::auto::AutoStats,
+    /// The `auto` receive path's decisions and demotions.
+    pub auto_rx: crate::auto::AutoStats,
 }
 
 impl StatsSnapshot {
@@ -332,6 +343,27 @@ impl Stats {
         self.fallback_bytes[reason.index()].fetch_add(bytes, Relaxed);
     }
 
+    /// Adds one transmit operation's `auto` decisions (and any demotion) to the totals.
+    pub fn add_auto_tx(&self, delta: &crate::auto::AutoStats) {
+        let mut a = self.auto_tx.lock().unwrap_or_else(|e| e.into_inner());
+        a.add(delta);
+    }
+
+    /// Adds receive-side `auto` decisions (and any demotion) to the totals.
+    pub fn add_auto_rx(&self, delta: &crate::auto::AutoStats) {
+        let mut a = self.auto_rx.lock().unwrap_or_else(|e| e.into_inner());
+        a.add(delta);
+    }
+
+    /// Zero-copy completions so far: (calls completed, bytes the kernel copied anyway). The
+    /// `auto` path compares two readings to learn whether its last operations were copied.
+    pub(crate) fn zc_completion_marks(&self) -> (u64, u64) {
+        (
+            self.tx_completed_calls.load(Relaxed),
+            self.tx_bytes_zc_copied.load(Relaxed),
+        )
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> StatsSnapshot {
         let g = |a: &AtomicU64| a.load(Relaxed);
@@ -382,6 +414,8 @@ impl Stats {
                 })
                 .filter(|f| f.1 > 0)
                 .collect(),
+            auto_tx: *self.auto_tx.lock().unwrap_or_else(|e| e.into_inner()),
+            auto_rx: *self.auto_rx.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 }

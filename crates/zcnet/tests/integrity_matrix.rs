@@ -70,6 +70,15 @@ fn run_matrix(topo: Topo<'_>, label: &str) {
                             assert_eq!(out.tx.tx_cow_protections, 0, "{what}: loans unprotected");
                             assert_eq!(out.tx.tx_cow_faults, 0, "{what}");
                         }
+                        TxPath::Auto => {
+                            // No profile (the helpers pin built-in defaults): every loaned
+                            // buffer is decided, and the decision is copy, counted.
+                            assert_eq!(out.tx.tx_bytes_copy, size, "{what}: all copied");
+                            let a = out.tx.auto_tx;
+                            assert!(a.decisions >= 1, "{what}: decisions counted");
+                            assert_eq!(a.chose_default_no_profile, a.decisions, "{what}");
+                            assert_eq!(a.switches, 0, "{what}: never left copy");
+                        }
                         _ => unreachable!(),
                     }
                     match rx {
@@ -110,6 +119,12 @@ fn run_matrix(topo: Topo<'_>, label: &str) {
                             assert_eq!(out.rx.rx_zcrx_errno, want as u64, "{what}: errno");
                             assert_eq!(out.rx.rx_bytes_copied, size, "{what}: via uring");
                             assert!(out.rx.rx_uring_cqes >= 1, "{what}: multishot completions");
+                        }
+                        RxPath::Auto => {
+                            // Chosen once per connection: copy without a profile.
+                            assert_eq!(out.rx.rx_bytes_mapped, 0, "{what}");
+                            assert_eq!(out.rx.auto_rx.decisions, 1, "{what}: one decision");
+                            assert_eq!(out.rx.auto_rx.chose_default_no_profile, 1, "{what}");
                         }
                         _ => unreachable!(),
                     }

@@ -16,7 +16,7 @@
 
 mod client;
 mod output;
-mod plot;
+pub(crate) mod plot;
 mod server;
 mod sink;
 mod suite;

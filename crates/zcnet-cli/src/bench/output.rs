@@ -143,9 +143,51 @@ pub(crate) fn tables(report: &Report, what: &str) -> String {
     if !rr.is_empty() {
         s += &rr_table(&rr);
     }
+    s += &auto_table(&report.runs);
     if let Some(v) = &report.verdict {
         let _ = writeln!(s, "{v}");
     }
+    s
+}
+
+/// `auto` against the cheapest single path at each size, per direction (transmit paths into
+/// a `copy` receiver, a `copy` sender into receive paths): the issue's "within 5%" check.
+pub(crate) fn auto_table(runs: &[zcnet::bench::report::Run]) -> String {
+    let gaps = zcnet::auto::measure::auto_gaps(runs);
+    if gaps.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nauto vs the best single path (worker CPU-s/GiB of both ends, medians; \
+         tx rows into a copy receiver, rx rows from a copy sender)\n",
+    );
+    let _ = writeln!(
+        s,
+        "{:>3} {:>8} {:>6} {:>8} {:>10} {:>8} {:>8}",
+        "dir", "size", "touch", "auto", "best path", "best", "excess"
+    );
+    let mut worst: f64 = 0.0;
+    for g in &gaps {
+        worst = worst.max(g.excess);
+        let _ = writeln!(
+            s,
+            "{:>3} {:>8} {:>6} {:>8.3} {:>10} {:>8.3} {:>+7.1}%",
+            g.direction,
+            ByteSize(g.size).to_string(),
+            if g.touch { "yes" } else { "no" },
+            g.auto,
+            g.best_path,
+            g.best,
+            100.0 * g.excess
+        );
+    }
+    let within = gaps.iter().filter(|g| g.excess <= 0.05).count();
+    let _ = writeln!(
+        s,
+        "auto within 5% of the best path at {within} of {} points (worst {:+.1}%)",
+        gaps.len(),
+        100.0 * worst
+    );
     s
 }
 

@@ -115,6 +115,8 @@ fn sender_config(p: &Params, tx: TxPath, nodelay: bool) -> SenderConfig {
     };
     cfg.timeout = DATA_TIMEOUT;
     cfg.nodelay = nodelay;
+    // `auto` looks up the profile's variant for what this run's application does.
+    cfg.touch = p.touch;
     cfg
 }
 
@@ -122,6 +124,8 @@ fn sender_config(p: &Params, tx: TxPath, nodelay: bool) -> SenderConfig {
 pub(crate) fn receiver_config(p: &Params) -> Result<ReceiverConfig, BenchError> {
     let mut cfg = ReceiverConfig::new(rx_path(&p.rx)?);
     cfg.timeout = DATA_TIMEOUT;
+    cfg.touch = p.touch;
+    cfg.op_size = p.size as usize;
     Ok(cfg)
 }
 

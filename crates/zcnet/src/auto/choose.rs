@@ -62,6 +62,8 @@ struct Curve<P> {
     path: P,
     /// Sorted by size, sizes unique.
     points: Vec<(u64, Spread)>,
+    /// Recorded zero-copy shares by size ([`Measurement::zc_fraction`]).
+    zc: Vec<(u64, f64)>,
 }
 
 impl<P: AutoPath> Curve<P> {
@@ -106,12 +108,20 @@ impl<P: AutoPath> Chooser<P> {
     pub fn from_measurements(rows: &[Measurement<P>], touch: bool) -> Self {
         let mut curves: Vec<Curve<P>> = Vec::new();
         for row in rows.iter().filter(|r| r.touch == touch) {
-            match curves.iter_mut().find(|c| c.path == row.path) {
-                Some(c) => c.points.push((row.size, row.cpu_s_per_gib)),
-                None => curves.push(Curve {
-                    path: row.path,
-                    points: vec![(row.size, row.cpu_s_per_gib)],
-                }),
+            let i = match curves.iter().position(|c| c.path == row.path) {
+                Some(i) => i,
+                None => {
+                    curves.push(Curve {
+                        path: row.path,
+                        points: Vec::new(),
+                        zc: Vec::new(),
+                    });
+                    curves.len() - 1
+                }
+            };
+            curves[i].points.push((row.size, row.cpu_s_per_gib));
+            if let Some(f) = row.zc_fraction {
+                curves[i].zc.push((row.size, f));
             }
         }
         for c in &mut curves {
@@ -138,6 +148,36 @@ impl<P: AutoPath> Chooser<P> {
             .iter()
             .find(|c| c.path == path)
             .map(|c| c.at(size.max(1)))
+    }
+
+    /// Whether some page-aligned operation size would be given `path` (the default always
+    /// can). Lets a connection set up only the paths it may use.
+    pub fn can_choose(&self, path: P) -> bool {
+        path == P::DEFAULT
+            || self
+                .curves
+                .iter()
+                .flat_map(|c| c.points.iter().map(|p| p.0))
+                .any(|s| self.choose(s, true).path == path)
+            || self.crossovers().iter().any(|c| c.to == path)
+    }
+
+    /// Whether `path` went zero-copy at about `size` bytes when it was measured: the recorded
+    /// share at the measured size nearest in `log2(size)` is at least one half. Unknown (no
+    /// share recorded, or the path not measured) counts as yes, so online demotion still
+    /// catches a path that should not copy but does.
+    pub fn expects_zero_copy(&self, path: P, size: u64) -> bool {
+        let Some(c) = self.curves.iter().find(|c| c.path == path) else {
+            return true;
+        };
+        let l = (size.max(1) as f64).log2();
+        c.zc.iter()
+            .min_by(|a, b| {
+                let da = ((a.0 as f64).log2() - l).abs();
+                let db = ((b.0 as f64).log2() - l).abs();
+                da.total_cmp(&db)
+            })
+            .is_none_or(|&(_, f)| f >= 0.5)
     }
 
     /// The path for one operation of `size` bytes; `aligned` says whether the buffer starts on
@@ -251,6 +291,7 @@ mod tests {
             size,
             touch: false,
             cpu_s_per_gib: Spread { median, lo, hi },
+            zc_fraction: None,
         }
     }
 
@@ -266,6 +307,28 @@ mod tests {
             v.push(row(TxPath::Zerocopy, size, m, m - 0.05, m + 0.05));
         }
         v
+    }
+
+    #[test]
+    fn zero_copy_expectation_follows_the_nearest_recorded_share() {
+        let mut rows = falling();
+        for r in rows.iter_mut().filter(|r| r.path == TxPath::Zerocopy) {
+            // Measured copied below 64 KiB, zero-copy from there up.
+            r.zc_fraction = Some(if r.size < 64 * KIB { 0.0 } else { 0.97 });
+        }
+        let c = Chooser::from_measurements(&rows, false);
+        assert!(!c.expects_zero_copy(TxPath::Zerocopy, 4 * KIB));
+        assert!(!c.expects_zero_copy(TxPath::Zerocopy, 20 * KIB));
+        assert!(c.expects_zero_copy(TxPath::Zerocopy, 60 * KIB));
+        assert!(c.expects_zero_copy(TxPath::Zerocopy, 64 << 20));
+        // Nothing recorded (copy's rows) or not measured at all: assume it should not copy.
+        assert!(c.expects_zero_copy(TxPath::Copy, 4 * KIB));
+        assert!(c.expects_zero_copy(TxPath::Uring, 4 * KIB));
+        // `falling` makes zerocopy clearly cheaper from 256 KiB up; uring is never measured.
+        assert!(c.can_choose(TxPath::Zerocopy));
+        assert!(c.can_choose(TxPath::Copy));
+        assert!(!c.can_choose(TxPath::Uring));
+        assert!(!Chooser::<TxPath>::defaults().can_choose(TxPath::Zerocopy));
     }
 
     #[test]
@@ -381,6 +444,7 @@ mod tests {
                     lo: (median - dl).max(0.0),
                     hi: median + dh,
                 },
+                zc_fraction: None,
             });
         prop::collection::vec(one, 0..24)
     }

@@ -109,6 +109,7 @@ mod tests {
                         lo: m * 0.95,
                         hi: m * 1.05,
                     },
+                    zc_fraction: None,
                 })
             })
             .collect();

@@ -6,8 +6,8 @@
 //! pages halves the sender's CPU. The CMU stack chose per write by size, Solaris by size and
 //! alignment; zcnet chooses per operation from what `zcnet tune` measured on this host.
 //!
-//! This module is pure code in the quinn-proto manner: no sockets, no clocks, no environment
-//! reads except the explicit [`Profile::default_path_from_env`] wrapper. Four parts:
+//! This module is pure code in the quinn-proto manner — no sockets, no clocks, no environment
+//! reads — except [`load`], which finds a connection's profile. The parts:
 //!
 //! * [`profile`]: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
 //!   interface and MTU so a profile from another host or NIC is refused, not applied.
@@ -19,22 +19,31 @@
 //! * [`demotion`]: online demotion of a path the connection reports as not paying (`COPIED`
 //!   completions on transmit, receive calls that map nothing) and periodic re-probing.
 //!
-//! How it will plug in (not wired yet): `Sender`/`Receiver` with `auto` will hold one
-//! [`Chooser`] per direction (from the profile at [`Profile::default_path`], or
-//! [`Chooser::defaults`] without one), and per connection a [`Hysteresis`], a [`Demotion`] and
-//! an [`AutoStats`]. Per operation: `chooser.choose(size, aligned)` → record the
-//! [`Choice`] → `hysteresis.observe` → `demotion.admit` → send/receive on the admitted path →
-//! feed the completion's `COPIED` flag (or the receive's mapped byte count) to
-//! `demotion.report`. `zcnet tune` will write a [`Profile`] with [`Profile::to_json`].
+//! * [`measure`]: profile tables from bench runs, and `auto`'s gap to the best single path.
+//! * [`load`]: the connection's profile from the default location ([`ProfileSource`]).
+//!
+//! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]
+//! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]
+//! without one), a [`Hysteresis`] per kind of operation, a [`Demotion`] and per-operation
+//! [`AutoStats`] added to `Stats`. Per operation: `chooser.choose(size, aligned)` → record the
+//! [`Choice`] → `hysteresis.observe` → `demotion.admit` → send on the admitted path → feed the
+//! completions' `COPIED` flag to `demotion.report` (only where the profile measured the path
+//! not copying). A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
+//! operation size (receive paths cannot be mixed on one socket while a multishot recv is
+//! armed) and, on `mmap`, demotes to plain `recv` while mapping keeps failing.
+//! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
 
 pub mod choose;
 pub mod demotion;
 pub mod hysteresis;
+pub mod load;
+pub mod measure;
 pub mod profile;
 
 pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
 pub use demotion::{Admit, Demotion, DemotionReason, Report};
 pub use hysteresis::Hysteresis;
+pub use load::{Loaded, ProfileSource};
 pub use profile::{HostKey, Measurement, Profile, ProfileError, Spread, Topology};
 
 use crate::rx::RxPath;
@@ -61,7 +70,8 @@ impl AutoPath for TxPath {
     const DEFAULT: Self = TxPath::Copy;
     const DIRECTION: &'static str = "tx";
     fn from_name(name: &str) -> Option<Self> {
-        name.parse().ok()
+        // `auto` is a chooser, not a path with a cost of its own.
+        name.parse().ok().filter(|p| *p != TxPath::Auto)
     }
 }
 
@@ -69,7 +79,7 @@ impl AutoPath for RxPath {
     const DEFAULT: Self = RxPath::Copy;
     const DIRECTION: &'static str = "rx";
     fn from_name(name: &str) -> Option<Self> {
-        name.parse().ok()
+        name.parse().ok().filter(|p| *p != RxPath::Auto)
     }
 }
 
@@ -110,6 +120,40 @@ pub struct AutoStats {
 }
 
 impl AutoStats {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &AutoStats) {
+        let AutoStats {
+            decisions,
+            chose_by_profile,
+            chose_default_cheapest,
+            chose_default_no_profile,
+            chose_default_unaligned,
+            chose_default_overlap,
+            held_by_hysteresis,
+            switches,
+            fallback_demoted,
+            demotions_tx_copied,
+            demotions_rx_unmapped,
+            reprobes,
+            promotions,
+            redemotions,
+        } = *other;
+        self.decisions += decisions;
+        self.chose_by_profile += chose_by_profile;
+        self.chose_default_cheapest += chose_default_cheapest;
+        self.chose_default_no_profile += chose_default_no_profile;
+        self.chose_default_unaligned += chose_default_unaligned;
+        self.chose_default_overlap += chose_default_overlap;
+        self.held_by_hysteresis += held_by_hysteresis;
+        self.switches += switches;
+        self.fallback_demoted += fallback_demoted;
+        self.demotions_tx_copied += demotions_tx_copied;
+        self.demotions_rx_unmapped += demotions_rx_unmapped;
+        self.reprobes += reprobes;
+        self.promotions += promotions;
+        self.redemotions += redemotions;
+    }
+
     /// Counts one decision of the [`Chooser`] with its reason.
     pub fn record_choice<P>(&mut self, choice: &Choice<P>) {
         self.decisions += 1;

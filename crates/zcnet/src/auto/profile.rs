@@ -83,6 +83,13 @@ pub struct Measurement<P> {
     pub touch: bool,
     /// What it cost.
     pub cpu_s_per_gib: Spread,
+    /// Share of the bytes that really went without a copy while this was measured (transmit:
+    /// zero-copy bytes whose completions were not `COPIED`; receive: mapped bytes), if
+    /// recorded. Online demotion only blames a path for copying when the profile measured it
+    /// not copying: a path measured cheapest while the kernel copied (io_uring on loopback)
+    /// is expected to copy. Optional so older schema-1 profiles still read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zc_fraction: Option<f64>,
 }
 
 /// A validated profile for this host.
@@ -220,6 +227,8 @@ struct RawRow {
     size: u64,
     touch: bool,
     cpu_s_per_gib: Spread,
+    #[serde(default)]
+    zc_fraction: Option<f64>,
 }
 
 impl Profile {
@@ -375,6 +384,12 @@ fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileErr
         if !(c.lo <= c.median && c.median <= c.hi) {
             return Err(bad("not lo <= median <= hi"));
         }
+        if row
+            .zc_fraction
+            .is_some_and(|f| !(f.is_finite() && (0.0..=1.0).contains(&f)))
+        {
+            return Err(bad("zc_fraction not within 0..=1"));
+        }
         if !seen.insert((path, row.size, row.touch)) {
             return Err(ProfileError::Duplicate {
                 direction,
@@ -388,6 +403,7 @@ fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileErr
             size: row.size,
             touch: row.touch,
             cpu_s_per_gib: c,
+            zc_fraction: row.zc_fraction,
         });
     }
     if !out.iter().any(|m| m.path == P::DEFAULT) {
@@ -567,10 +583,38 @@ mod tests {
                     lo: 0.5,
                     hi: v,
                 },
+                zc_fraction: None,
             }];
             let err = rows::<TxPath>(raw).unwrap_err();
             assert!(err.to_string().contains("not a finite number"), "{err}");
         }
+    }
+
+    #[test]
+    fn zero_copy_shares_are_read_checked_and_optional() {
+        let with = |f: &str| {
+            json_with(
+                "1",
+                "6.18.0",
+                65536,
+                &format!(
+                    r#"[{{"path": "copy", "size": 4096, "touch": false,
+                         "cpu_s_per_gib": {{"median": 0.3, "lo": 0.25, "hi": 0.35}}}},
+                        {{"path": "zerocopy", "size": 4096, "touch": false, "zc_fraction": {f},
+                         "cpu_s_per_gib": {{"median": 0.2, "lo": 0.1, "hi": 0.22}}}}]"#
+                ),
+            )
+        };
+        let p = Profile::parse(&with("0.25"), &host()).unwrap();
+        assert_eq!(p.tx[1].zc_fraction, Some(0.25));
+        assert_eq!(p.tx[0].zc_fraction, None);
+        assert_eq!(Profile::parse(&p.to_json(), &host()).unwrap(), p);
+        let err = Profile::parse(&with("1.5"), &host()).unwrap_err();
+        assert!(err.to_string().contains("zc_fraction"), "{err}");
+        // `auto` is a chooser, not a measured path.
+        let auto = good().replace(r#""path": "zerocopy""#, r#""path": "auto""#);
+        let err = Profile::parse(&auto, &host()).unwrap_err();
+        assert!(matches!(err, ProfileError::UnknownPath { .. }), "{err}");
     }
 
     #[test]

@@ -592,7 +592,7 @@ impl Derived {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::stats::{FallbackReason, Stats};
 

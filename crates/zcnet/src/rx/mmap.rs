@@ -12,7 +12,8 @@
 //! (we always pass a length of at least one page, so that is the only way to get it); a
 //! reset arrives as `zc.err`. See shared/notes/kernel-probe-findings.md §2.
 
-use super::{copy::recv_some, Receive, RxChunk};
+use super::{copy::recv_some, Receive, RxChunk, RxPath};
+use crate::auto::{AutoStats, Demotion, DemotionReason, Report};
 use crate::error::{Error, Result};
 use crate::stats::{FallbackReason, Stats};
 use crate::sys::{socket, zcrecv::SocketMap};
@@ -75,6 +76,32 @@ pub struct MmapRx {
     leftover: Option<Loc>,
     eof: bool,
     timeout: Duration,
+    /// On the `auto` path: demotion to plain `recv` while mapping keeps failing.
+    auto: Option<AutoDemotion>,
+}
+
+/// The `auto` receive path's online demotion of `mmap` (see [`crate::auto::demotion`]):
+/// receive steps that found data but mapped none of it are bad reports; after
+/// [`crate::tx::auto::DEMOTE_AFTER`] of them in a row the path reads with plain `recv` and
+/// re-probes after a back-off counted in receive steps.
+#[derive(Debug)]
+pub(crate) struct AutoDemotion {
+    demotion: Demotion<RxPath>,
+    steps: u64,
+    /// Whether the profile measured `mmap` mapping at this connection's operation size; if
+    /// not, mapping nothing is what was measured and is no reason to demote.
+    expected: bool,
+}
+
+impl AutoDemotion {
+    pub(crate) fn new(expected: bool) -> Self {
+        use crate::tx::auto::{DEMOTE_AFTER, MAX_REPROBE_AFTER_OPS, REPROBE_AFTER_OPS};
+        AutoDemotion {
+            demotion: Demotion::new(DEMOTE_AFTER, REPROBE_AFTER_OPS, MAX_REPROBE_AFTER_OPS),
+            steps: 0,
+            expected,
+        }
+    }
 }
 
 impl MmapRx {
@@ -88,6 +115,46 @@ impl MmapRx {
             leftover: None,
             eof: false,
             timeout,
+            auto: None,
+        }
+    }
+
+    /// Puts this receiver under the `auto` path's online demotion.
+    pub(crate) fn with_auto(mut self, auto: AutoDemotion) -> Self {
+        self.auto = Some(auto);
+        self
+    }
+
+    /// Whether this step may try to map (always, unless `auto` demoted the path).
+    fn admit(&mut self, stats: &Stats) -> bool {
+        let Some(a) = self.auto.as_mut() else {
+            return true;
+        };
+        let mut delta = AutoStats::default();
+        a.steps += 1;
+        let admit = a
+            .demotion
+            .admit(RxPath::Mmap, RxPath::Copy, a.steps, &mut delta);
+        stats.add_auto_rx(&delta);
+        admit.path == RxPath::Mmap
+    }
+
+    /// What a mapping step showed, for the `auto` demotion.
+    fn report(&mut self, mapped: usize, found: bool, stats: &Stats) {
+        let Some(a) = self.auto.as_mut() else {
+            return;
+        };
+        let report = if mapped > 0 {
+            Report::Good
+        } else if found && a.expected {
+            Report::Bad(DemotionReason::RxUnmapped)
+        } else {
+            return;
+        };
+        let mut delta = AutoStats::default();
+        a.demotion.report(RxPath::Mmap, report, a.steps, &mut delta);
+        if delta != AutoStats::default() {
+            stats.add_auto_rx(&delta);
         }
     }
 
@@ -131,6 +198,16 @@ impl MmapRx {
                 stats.add_rx_release_calls(1);
                 stats.add_rx_released_bytes(n as u64);
             }
+            if !self.admit(stats) {
+                // Demoted: plain recv (blocking up to the timeout) until the re-probe.
+                let n = recv_some(fd, &mut self.scratch, stats, self.timeout)?;
+                if n == 0 {
+                    self.eof = true;
+                    return Ok(None);
+                }
+                stats.fallback(FallbackReason::DemotedUnmapped, n as u64);
+                return Ok(Some(Loc::Scratch { start: 0, end: n }));
+            }
             let want = self.map.remaining();
             let out = match self.map.receive(fd, want, &mut self.copybuf) {
                 Ok(o) => o,
@@ -158,6 +235,7 @@ impl MmapRx {
                 stats.fallback(FallbackReason::Copybuf, out.copied as u64);
             }
             self.skip = out.skip_hint;
+            self.report(out.mapped, out.copied > 0 || out.skip_hint > 0, stats);
             if out.mapped > 0 {
                 stats.add_rx_mapped_bytes(out.mapped as u64);
                 let off = self.map.mapped_end() - out.mapped;

@@ -8,6 +8,7 @@
 //! * [`mod@file`] — socket → pipe → file by `splice` ([`crate::Receiver::recv_to_file`]); works on
 //!   top of whichever path the receiver has, writing what that path already holds first.
 
+pub mod auto;
 pub mod copy;
 pub mod file;
 pub mod mmap;
@@ -32,6 +33,10 @@ pub enum RxPath {
     /// io_uring zero-copy receive (zcrx) into a registered area; needs a NIC with header
     /// split, and falls back to `uring` (or `copy`) where registration is refused.
     Zcrx,
+    /// The path this host's profile measured cheapest for the receiver's operation size,
+    /// chosen when the connection is accepted; on `mmap`, demoted online to plain `recv`
+    /// while mapping keeps failing ([`crate::auto`]). `copy` where there is no profile.
+    Auto,
 }
 
 crate::named::named_enum!(RxPath, "receive path", {
@@ -39,6 +44,7 @@ crate::named::named_enum!(RxPath, "receive path", {
     Mmap => "mmap",
     Uring => "uring",
     Zcrx => "zcrx",
+    Auto => "auto",
 });
 
 /// Received bytes, lent by the [`crate::Receiver`] until dropped.

@@ -1,6 +1,7 @@
 //! Transmit paths: one module per path, one small trait they share.
 //!
 //! * [`copy`] — `send(2)`: the baseline every measurement is against.
+//! * [`auto`] — per operation one of the others, as the host profile says ([`crate::auto`]).
 //! * [`zerocopy`] — `MSG_ZEROCOPY`, buffers held until the error-queue completion covers them.
 //! * [`cow`] — `MSG_ZEROCOPY` for `send_slice` callers: their pages write-protected while in
 //!   flight, a write fault giving the writer a private copy (Solaris's copy-on-write).
@@ -9,6 +10,7 @@
 //! * [`mod@file`] — a file range by `sendfile`/`splice` ([`crate::Sender::send_file`]), not a
 //!   [`TxPath`]: it sends from the page cache, not from loaned buffers.
 
+pub mod auto;
 pub mod copy;
 pub mod cow;
 pub mod file;
@@ -36,6 +38,10 @@ pub enum TxPath {
     /// write-protected while in flight and a write gives the writer a private copy, so the
     /// caller keeps copy semantics (loaned buffers go as on `zerocopy`).
     Cow,
+    /// Per operation, the path this host's profile measured cheapest for the size and
+    /// alignment, with hysteresis and online demotion ([`crate::auto`], [`auto`]); `copy`
+    /// where there is no profile.
+    Auto,
 }
 
 crate::named::named_enum!(TxPath, "transmit path", {
@@ -43,6 +49,7 @@ crate::named::named_enum!(TxPath, "transmit path", {
     Zerocopy => "zerocopy",
     Uring => "uring",
     Cow => "cow",
+    Auto => "auto",
 });
 
 /// What every transmit path does with a loaned buffer.

@@ -108,16 +108,20 @@ pub fn timeout() -> Duration {
     Duration::from_secs(30)
 }
 
+/// `auto` runs on its built-in defaults in the shared helpers, so a profile `zcnet tune`
+/// left on the machine cannot change what a test expects; tests/auto.rs gives profiles.
 pub fn sender_config(tx: TxPath) -> SenderConfig {
     let mut c = SenderConfig::new(tx);
     c.policy = zcnet::Policy::always();
     c.timeout = timeout();
+    c.profile = zcnet::auto::ProfileSource::BuiltIn;
     c
 }
 
 pub fn receiver_config(rx: RxPath) -> ReceiverConfig {
     let mut c = ReceiverConfig::new(rx);
     c.timeout = timeout();
+    c.profile = zcnet::auto::ProfileSource::BuiltIn;
     c
 }
 

@@ -1,0 +1,323 @@
+//! `zcnet tune`: measure what every transmit and receive path costs on this host, find the
+//! crossovers, and write the profile the `auto` path reads.
+//!
+//! The measurements are `zcnet bench` runs ([`crate::bench::execute`]): each transmit path
+//! into a `copy` receiver and a `copy` sender into each receive path, over a size sweep, with
+//! and without touching the data, repeated and interleaved. Each row of the profile is the
+//! median and range of the worker CPU-seconds per GiB of both ends
+//! ([`zcnet::auto::measure`]). One profile per interface measured, keyed by kernel release,
+//! interface and MTU, in the directory `auto` looks in.
+
+use crate::bench::{self, BenchError, Env, RunSpec, Topology};
+use std::path::{Path, PathBuf};
+use zcnet::auto::load::host_key_for;
+use zcnet::auto::measure::profile_rows;
+use zcnet::auto::profile::{Created, SCHEMA};
+use zcnet::auto::{Chooser, HostKey, Measurement, Profile, Topology as ProfileTopology};
+use zcnet::bench::protocol::{Limit, Params};
+use zcnet::bench::report::Mode;
+use zcnet::bench::sizes::{parse_sizes, ByteSize};
+use zcnet::{RxPath, TxPath};
+
+/// Options of `zcnet tune`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "Examples:\n  \
+    zcnet tune                                   loopback, profile for `lo`\n  \
+    zcnet tune --topology netns --mtu 9000       two namespaces joined by veth (root)\n  \
+    zcnet tune --size 4K..4M --repeat 5          finer and steadier, slower\n\n\
+    Profiles go to $ZCNET_PROFILE_DIR, else $XDG_CONFIG_HOME/zcnet, else ~/.config/zcnet,\n\
+    as profile-INTERFACE.json; `auto` reads the one for the interface a connection uses\n\
+    ($ZCNET_PROFILE names one file for every connection instead).")]
+pub struct Args {
+    /// Where the two ends live.
+    #[arg(long, value_enum, default_value = "loopback")]
+    topology: TuneTopology,
+    /// Link MTU for --topology netns (default 1500).
+    #[arg(long, value_name = "N")]
+    mtu: Option<u32>,
+    /// Write the profile to this file (loopback only; netns measures two interfaces and
+    /// writes one profile for each into --dir).
+    #[arg(long, value_name = "PROFILE")]
+    out: Option<PathBuf>,
+    /// Directory for the profiles (default: where `auto` looks).
+    #[arg(long, value_name = "DIR", conflicts_with = "out")]
+    dir: Option<PathBuf>,
+    /// Operation sizes: a list `4K,64K` or a sweep `4K..4M` (powers of two).
+    #[arg(long, value_name = "SIZES", default_value = "4K,16K,64K,256K,1M,4M")]
+    size: String,
+    /// Runs per configuration (median and range go into the profile).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    repeat: u32,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 0.25, value_name = "S")]
+    time: f64,
+    /// Measure only untouched data (halves the time; `auto` then has no touch variant and
+    /// falls back to its defaults for applications that touch their data).
+    #[arg(long)]
+    no_touch: bool,
+    /// SVG plot of CPU-s/GiB against size (default: beside the profile, `.svg`).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+/// The topologies a profile can be measured on (the sink has no receiver).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum TuneTopology {
+    Loopback,
+    Netns,
+}
+
+const TX_PATHS: [TxPath; 4] = [TxPath::Copy, TxPath::Zerocopy, TxPath::Uring, TxPath::Cow];
+const RX_PATHS: [RxPath; 3] = [RxPath::Mmap, RxPath::Uring, RxPath::Zcrx];
+
+/// Entry point from `main`.
+pub fn run(args: &Args) -> Result<(), String> {
+    run_inner(args).map_err(|e| e.to_string())
+}
+
+fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
+    if args.repeat == 0 {
+        return Err(BenchError::Usage("--repeat must be at least 1".into()));
+    }
+    if !(args.time.is_finite() && args.time >= 0.05) {
+        return Err(BenchError::Usage("--time must be at least 0.05 s".into()));
+    }
+    let sizes = parse_sizes(&args.size).map_err(|e| BenchError::Usage(e.to_string()))?;
+    let touches: &[bool] = if args.no_touch {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    let mut pairs: Vec<(String, String)> = TX_PATHS
+        .iter()
+        .map(|t| (t.name().to_string(), "copy".to_string()))
+        .collect();
+    pairs.extend(RX_PATHS.iter().map(|r| ("copy".to_string(), r.name().to_string())));
+    let mut specs = Vec::new();
+    for repeat in 0..args.repeat {
+        for &touch in touches {
+            for &size in &sizes {
+                for (tx, rx) in &pairs {
+                    specs.push(RunSpec {
+                        params: Params {
+                            mode: Mode::Stream,
+                            tx: tx.clone(),
+                            rx: rx.clone(),
+                            size,
+                            streams: 1,
+                            ring: bench::default_ring(size, Mode::Stream),
+                            touch,
+                            limit: Limit::Seconds(args.time),
+                        },
+                        label: String::new(),
+                        repeat,
+                        topology: env.info(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(specs)
+}
+
+/// The interfaces whose connections the measurements describe, with their keys.
+fn host_keys(env: &Env, topology: TuneTopology) -> Result<Vec<HostKey>, BenchError> {
+    match topology {
+        TuneTopology::Loopback => Ok(vec![host_key_for(std::net::Ipv4Addr::LOCALHOST.into())
+            .map_err(BenchError::Failed)?]),
+        TuneTopology::Netns => {
+            let kernel = bench::host().kernel;
+            let mtu = env.info().mtu.unwrap_or(1500);
+            Ok([zcnet::netns::Side::A, zcnet::netns::Side::B]
+                .into_iter()
+                .map(|side| HostKey {
+                    kernel: kernel.clone(),
+                    interface: zcnet::netns::VethPair::ifname_of(side).to_string(),
+                    mtu,
+                })
+                .collect())
+        }
+    }
+}
+
+fn profile_dir(args: &Args) -> Result<PathBuf, BenchError> {
+    if let Some(d) = &args.dir {
+        return Ok(d.clone());
+    }
+    if let Some(d) = std::env::var_os("ZCNET_PROFILE_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d));
+    }
+    // The directory of the default location, without $ZCNET_PROFILE (a single-file override
+    // for readers, not a place to write every interface's profile).
+    Profile::default_path(
+        "lo",
+        None,
+        std::env::var_os("XDG_CONFIG_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    )
+    .map(|p| p.parent().map(Path::to_path_buf).unwrap_or_default())
+    .map_err(|e| BenchError::Usage(e.to_string()))
+}
+
+fn now_rfc3339() -> Created {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Created::Unix(secs)
+}
+
+fn run_inner(args: &Args) -> Result<(), BenchError> {
+    if args.out.is_some() && args.topology == TuneTopology::Netns {
+        return Err(BenchError::Usage(
+            "--out names one file, but netns measures two interfaces: use --dir".into(),
+        ));
+    }
+    let topology = match args.topology {
+        TuneTopology::Loopback => Topology::Loopback,
+        TuneTopology::Netns => Topology::Netns,
+    };
+    let env = Env::open(topology, args.mtu, None)?;
+    let keys = host_keys(&env, args.topology)?;
+    let specs = plan(args, &env)?;
+    eprintln!(
+        "zcnet tune: {} runs on {} ({} sizes, {} repeats, {:.2} s each)",
+        specs.len(),
+        describe_env(&env),
+        parse_sizes(&args.size).map_or(0, |s| s.len()),
+        args.repeat,
+        args.time
+    );
+    let runs = bench::execute(&env, &specs, true)?;
+    drop(env);
+    let (tx, rx) = profile_rows(&runs);
+    let report = bench::make_report(runs);
+    let mut written = Vec::new();
+    for key in &keys {
+        let profile = Profile {
+            schema: SCHEMA,
+            zcnet: env!("CARGO_PKG_VERSION").to_string(),
+            kernel: key.kernel.clone(),
+            interface: key.interface.clone(),
+            mtu: key.mtu,
+            topology: match args.topology {
+                TuneTopology::Loopback => ProfileTopology::Loopback,
+                TuneTopology::Netns => ProfileTopology::Netns,
+            },
+            created: now_rfc3339(),
+            tx: tx.clone(),
+            rx: rx.clone(),
+        };
+        // What `auto` will read must parse: refuse to write a profile it would refuse.
+        Profile::parse(&profile.to_json(), key)
+            .map_err(|e| BenchError::Failed(format!("the measured profile is unusable: {e}")))?;
+        let path = match &args.out {
+            Some(p) => p.clone(),
+            None => profile_dir(args)?.join(format!("profile-{}.json", key.interface)),
+        };
+        write_atomically(&path, &profile.to_json())?;
+        written.push(path);
+    }
+    print!("{}", summary(&tx, &rx, args.no_touch));
+    let plot = args
+        .plot
+        .clone()
+        .unwrap_or_else(|| written[0].with_extension("svg"));
+    crate::bench::plot::sweep(&plot, &report.summary, "zcnet tune: CPU-s/GiB by path")?;
+    for p in &written {
+        println!("profile: {}", p.display());
+    }
+    println!("plot: {}", plot.display());
+    Ok(())
+}
+
+fn describe_env(env: &Env) -> String {
+    let t = env.info();
+    match t.mtu {
+        Some(m) => format!("{} (MTU {m})", t.name),
+        None => t.name,
+    }
+}
+
+/// Writes `text` to `path` by a temporary file and rename, so a reader never sees half.
+fn write_atomically(path: &Path, text: &str) -> Result<(), BenchError> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(d) = dir {
+        std::fs::create_dir_all(d)
+            .map_err(|e| BenchError::io_owned(format!("creating {}", d.display()), e))?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text)
+        .map_err(|e| BenchError::io_owned(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| BenchError::io_owned(format!("renaming to {}", path.display()), e))
+}
+
+/// Per direction and touch variant: each path's median (and range) by size, the path `auto`
+/// will choose there, and the crossovers.
+fn summary(tx: &[Measurement<TxPath>], rx: &[Measurement<RxPath>], no_touch: bool) -> String {
+    let mut out = String::new();
+    let touches: &[bool] = if no_touch { &[false] } else { &[false, true] };
+    for &touch in touches {
+        out += &table("transmit (into a copy receiver)", tx, touch);
+        out += &table("receive (from a copy sender)", rx, touch);
+    }
+    out
+}
+
+fn table<P: zcnet::auto::AutoPath>(
+    what: &str,
+    rows: &[Measurement<P>],
+    touch: bool,
+) -> String {
+    let rows: Vec<&Measurement<P>> = rows.iter().filter(|r| r.touch == touch).collect();
+    let mut paths: Vec<P> = Vec::new();
+    let mut sizes: Vec<u64> = Vec::new();
+    for r in &rows {
+        if !paths.contains(&r.path) {
+            paths.push(r.path);
+        }
+        if !sizes.contains(&r.size) {
+            sizes.push(r.size);
+        }
+    }
+    sizes.sort_unstable();
+    let owned: Vec<Measurement<P>> = rows.iter().map(|r| **r).collect();
+    let chooser = Chooser::from_measurements(&owned, touch);
+    let mut s = format!(
+        "\n{what}, data {}: worker CPU-s/GiB of both ends, median [min–max]\n",
+        if touch { "touched" } else { "untouched" }
+    );
+    s += &format!("{:>8}", "size");
+    for p in &paths {
+        s += &format!("  {:>20}", p.to_string());
+    }
+    s += "  auto takes\n";
+    for size in &sizes {
+        s += &format!("{:>8}", ByteSize(*size).to_string());
+        for p in &paths {
+            match rows.iter().find(|r| r.path == *p && r.size == *size) {
+                Some(r) => {
+                    let c = r.cpu_s_per_gib;
+                    s += &format!("  {:>6.3} [{:.3}–{:.3}]", c.median, c.lo, c.hi);
+                }
+                None => s += &format!("  {:>20}", "–"),
+            }
+        }
+        let choice = chooser.choose(*size, true);
+        s += &format!("  {} ({:?})\n", choice.path, choice.reason);
+    }
+    let cross = chooser.crossovers();
+    if cross.is_empty() {
+        s += "crossovers: none (one path at every size)\n";
+    } else {
+        for c in cross {
+            s += &format!(
+                "crossover: {} → {} at {}\n",
+                c.from,
+                c.to,
+                ByteSize(c.size)
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,117 @@
+//! Finding and loading the profile for one connection: the only part of [`crate::auto`] that
+//! reads the environment, the file system and the host's interfaces.
+//!
+//! A connection's profile is the one `zcnet tune` wrote for the interface that carries it
+//! (the interface holding the local address; `lo` for loopback), at
+//! [`Profile::default_path_from_env`], and it must match this kernel and that interface's MTU
+//! ([`HostKey`]). Anything else — no file, a file from another host, an old schema — leaves
+//! the connection on the built-in defaults, and the reason is kept in [`Loaded::note`] for
+//! the CLI to print: a refused profile is never applied and never silently ignored.
+
+use super::profile::{HostKey, Profile};
+use crate::sys::socket;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where a [`crate::Sender`]/[`crate::Receiver`] on the `auto` path gets its profile.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum ProfileSource {
+    /// The profile `zcnet tune` wrote for the connection's interface, at the default location
+    /// (`$ZCNET_PROFILE`, else `$XDG_CONFIG_HOME/zcnet/profile-IF.json`, else
+    /// `~/.config/zcnet/profile-IF.json`).
+    #[default]
+    Default,
+    /// That file (still checked against this host).
+    Path(PathBuf),
+    /// No profile: the built-in conservative defaults (`copy`).
+    BuiltIn,
+    /// This profile, already parsed; the caller vouches that it fits the connection.
+    Given(Arc<Profile>),
+}
+
+/// What loading gave.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    /// The profile in force, if any.
+    pub profile: Option<Arc<Profile>>,
+    /// Why there is none (or `None` when there is one, or when built-in defaults were asked
+    /// for).
+    pub note: Option<String>,
+}
+
+/// This host's key for a connection whose local address is `local`: kernel release, the
+/// interface holding that address (`lo` for loopback and unspecified addresses) and its MTU.
+pub fn host_key_for(local: IpAddr) -> Result<HostKey, String> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_err(|e| format!("reading the kernel release: {e}"))?
+        .trim()
+        .to_owned();
+    let interface = socket::find_interface(|a| {
+        if local.is_unspecified() || local.is_loopback() {
+            a.is_loopback()
+        } else {
+            a == local
+        }
+    })
+    .map_err(|e| format!("listing interfaces: {e}"))?
+    .ok_or_else(|| format!("no interface holds {local}"))?;
+    let mtu = socket::interface_mtu(&interface)
+        .map_err(|e| format!("reading the MTU of {interface}: {e}"))?;
+    Ok(HostKey {
+        kernel,
+        interface,
+        mtu,
+    })
+}
+
+/// Loads the profile `source` names for a connection whose local address is `local`.
+pub fn load(source: &ProfileSource, local: IpAddr) -> Loaded {
+    let path = match source {
+        ProfileSource::BuiltIn => return Loaded::default(),
+        ProfileSource::Given(p) => {
+            return Loaded {
+                profile: Some(p.clone()),
+                note: None,
+            }
+        }
+        ProfileSource::Path(p) => Some(p.clone()),
+        ProfileSource::Default => None,
+    };
+    let none = |note: String| Loaded {
+        profile: None,
+        note: Some(note),
+    };
+    let key = match host_key_for(local) {
+        Ok(k) => k,
+        Err(e) => return none(format!("no profile: {e}")),
+    };
+    let path = match path {
+        Some(p) => p,
+        None => match Profile::default_path_from_env(&key.interface) {
+            Ok(p) => p,
+            Err(e) => return none(format!("no profile: {e}")),
+        },
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return none(format!(
+                "no profile at {} (run `zcnet tune`); using built-in defaults",
+                path.display()
+            ))
+        }
+        Err(e) => return none(format!("cannot read profile {}: {e}", path.display())),
+    };
+    match Profile::parse(&text, &key) {
+        Ok(p) => Loaded {
+            profile: Some(Arc::new(p)),
+            note: None,
+        },
+        Err(e) => none(format!(
+            "profile {} refused: {e}; using built-in defaults",
+            path.display()
+        )),
+    }
+}

@@ -1,0 +1,273 @@
+//! The `auto` transmit path: per operation, the path this host's profile measured cheapest.
+//!
+//! Loaned buffers ([`crate::Sender::send`]) choose among `copy`, `zerocopy` and `uring`;
+//! `send_slice` callers keep copy semantics, so their choice is between `copy` and `cow`. The
+//! decision is [`crate::auto`]'s: [`Chooser`] by size and alignment, [`Hysteresis`] so a stream
+//! does not flap, [`Demotion`] when completions keep coming back `COPIED` on a path the profile
+//! measured going zero-copy, with a re-probe after a back-off counted in operations. Every
+//! decision, hold, switch and demotion is added to [`Stats`] with its reason.
+//!
+//! One socket, several paths: plain `send`, `MSG_ZEROCOPY` and io_uring `SEND_ZC` can be
+//! mixed on one TCP socket because each call returns only once its bytes are queued
+//! (`uring` waits for the request's result CQE), so the stream keeps the order of the calls.
+//! Only one `MSG_ZEROCOPY` user may read the socket's error queue (completion ids are one
+//! per-socket sequence), so loaned zero-copy sends go through the `cow` path's state when
+//! `cow` may be chosen for slices — it sends loaned buffers exactly as `zerocopy` does.
+//! Sub-paths run with [`Policy::always`]: the profile, not a fixed size threshold, decides,
+//! and demotion is this module's, not the sub-path's.
+
+use super::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit, TxPath};
+use crate::auto::{
+    AutoStats, Chooser, Demotion, DemotionReason, Hysteresis, Measurement, Profile, Report,
+};
+use crate::buf::{Pool, TxBuf};
+use crate::cow::CowPolicy;
+use crate::error::Result;
+use crate::policy::Policy;
+use crate::stats::{FallbackReason, Stats};
+use crate::sys::mem::page_size;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+/// Consecutive operations that must prefer another path before a stream switches.
+pub const HYSTERESIS_OPS: u32 = 8;
+/// Consecutive `COPIED` reports that demote a path expected to go zero-copy.
+pub const DEMOTE_AFTER: u32 = 64;
+/// Operations a demoted path waits before it is re-probed; doubles after each failed probe.
+pub const REPROBE_AFTER_OPS: u64 = 1024;
+/// Cap on the re-probe back-off, in operations.
+pub const MAX_REPROBE_AFTER_OPS: u64 = 64 * 1024;
+
+/// What a `Sender` on the auto path needs to set up.
+pub(crate) struct AutoSetup<'a> {
+    pub profile: Option<&'a Profile>,
+    pub touch: bool,
+    pub pool: &'a Pool,
+    pub cow: CowPolicy,
+    pub timeout: Duration,
+    /// `SO_ZEROCOPY` was accepted on the socket.
+    pub zc_ok: bool,
+    pub stats: &'a Stats,
+}
+
+/// The zero-copy sub-path that owns the socket's error queue.
+enum ZcState {
+    Zerocopy(ZerocopyTx),
+    Cow(CowTx),
+}
+
+impl ZcState {
+    fn tx(&mut self) -> &mut dyn Transmit {
+        match self {
+            ZcState::Zerocopy(t) => t,
+            ZcState::Cow(t) => t,
+        }
+    }
+    fn tx_ref(&self) -> &dyn Transmit {
+        match self {
+            ZcState::Zerocopy(t) => t,
+            ZcState::Cow(t) => t,
+        }
+    }
+}
+
+/// State of the auto path on one socket.
+pub(crate) struct AutoTx {
+    copy: CopyTx,
+    zc: Option<ZcState>,
+    uring: Option<UringTx>,
+    buf_chooser: Chooser<TxPath>,
+    slice_chooser: Chooser<TxPath>,
+    buf_hyst: Hysteresis<TxPath>,
+    slice_hyst: Hysteresis<TxPath>,
+    demotion: Demotion<TxPath>,
+    ops: u64,
+    marks: (u64, u64),
+    zc_ok: bool,
+}
+
+fn chooser(profile: Option<&Profile>, touch: bool, keep: impl Fn(TxPath) -> bool) -> Chooser<TxPath> {
+    match profile {
+        Some(p) => {
+            let rows: Vec<Measurement<TxPath>> =
+                p.tx.iter().filter(|m| keep(m.path)).copied().collect();
+            Chooser::from_measurements(&rows, touch)
+        }
+        None => Chooser::defaults(),
+    }
+}
+
+impl AutoTx {
+    pub(crate) fn new(fd: BorrowedFd<'_>, s: AutoSetup<'_>) -> Self {
+        let buf_chooser = chooser(s.profile, s.touch, |p| {
+            matches!(p, TxPath::Copy | TxPath::Zerocopy | TxPath::Uring)
+        });
+        let slice_chooser = chooser(s.profile, s.touch, |p| matches!(p, TxPath::Copy | TxPath::Cow));
+        let policy = Policy::always();
+        let zc = if slice_chooser.can_choose(TxPath::Cow) {
+            Some(ZcState::Cow(CowTx::new(fd, policy, s.cow, s.timeout, !s.zc_ok)))
+        } else if buf_chooser.can_choose(TxPath::Zerocopy) {
+            Some(ZcState::Zerocopy(ZerocopyTx::new(policy, s.timeout, !s.zc_ok)))
+        } else {
+            None
+        };
+        let uring = buf_chooser
+            .can_choose(TxPath::Uring)
+            .then(|| UringTx::new(s.pool, policy, s.timeout, s.stats));
+        AutoTx {
+            copy: CopyTx { timeout: s.timeout },
+            zc,
+            uring,
+            buf_chooser,
+            slice_chooser,
+            buf_hyst: Hysteresis::new(TxPath::Copy, HYSTERESIS_OPS),
+            slice_hyst: Hysteresis::new(TxPath::Copy, HYSTERESIS_OPS),
+            demotion: Demotion::new(DEMOTE_AFTER, REPROBE_AFTER_OPS, MAX_REPROBE_AFTER_OPS),
+            ops: 0,
+            marks: s.stats.zc_completion_marks(),
+            zc_ok: s.zc_ok,
+        }
+    }
+
+    /// Chooser → hysteresis → demotion for one operation of `len` bytes at `addr`.
+    fn decide(&mut self, len: usize, addr: usize, slice: bool, delta: &mut AutoStats) -> TxPath {
+        let aligned = addr % page_size() == 0;
+        let (chooser, hyst) = if slice {
+            (&self.slice_chooser, &mut self.slice_hyst)
+        } else {
+            (&self.buf_chooser, &mut self.buf_hyst)
+        };
+        let choice = chooser.choose(len as u64, aligned);
+        delta.record_choice(&choice);
+        let wanted = hyst.observe(choice.path, delta);
+        self.demotion
+            .admit(wanted, TxPath::Copy, self.ops, delta)
+            .path
+    }
+
+    /// [`AutoTx::decide`], counting an operation the demotion sent to `copy` as a fallback.
+    fn decide_counted(
+        &mut self,
+        len: usize,
+        addr: usize,
+        slice: bool,
+        stats: &Stats,
+        delta: &mut AutoStats,
+    ) -> TxPath {
+        let before = delta.fallback_demoted;
+        let path = self.decide(len, addr, slice, delta);
+        if delta.fallback_demoted > before {
+            stats.fallback(FallbackReason::DemotedCopied, len as u64);
+        }
+        path
+    }
+
+    /// After an operation on zero-copy path `path`: did completions arrive, and were they
+    /// copied? Reported to the demotion only where the profile expected zero-copy there.
+    fn observe(&mut self, path: TxPath, len: usize, stats: &Stats, delta: &mut AutoStats) {
+        let now = stats.zc_completion_marks();
+        let (calls, copied) = (now.0 - self.marks.0, now.1 - self.marks.1);
+        self.marks = now;
+        if calls == 0 || path == TxPath::Copy {
+            return;
+        }
+        let chooser = if path == TxPath::Cow {
+            &self.slice_chooser
+        } else {
+            &self.buf_chooser
+        };
+        let report = if copied > 0 && chooser.expects_zero_copy(path, len as u64) {
+            Report::Bad(DemotionReason::TxCopied)
+        } else {
+            Report::Good
+        };
+        self.demotion.report(path, report, self.ops, delta);
+    }
+
+    fn finish_op(&mut self, path: TxPath, len: usize, stats: &Stats, mut delta: AutoStats) {
+        self.observe(path, len, stats, &mut delta);
+        self.ops += 1;
+        stats.add_auto_tx(&delta);
+    }
+}
+
+impl Transmit for AutoTx {
+    fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
+        let mut delta = AutoStats::default();
+        let len = buf.len();
+        let path = self.decide_counted(len, buf.data_addr(), false, stats, &mut delta);
+        let r = match (path, self.zc.as_mut(), self.uring.as_mut()) {
+            (TxPath::Zerocopy, Some(zc), _) if self.zc_ok => zc.tx().send_buf(fd, buf, stats),
+            (TxPath::Uring, _, Some(u)) => u.send_buf(fd, buf, stats),
+            (TxPath::Copy, _, _) => self.copy.send_buf(fd, buf, stats),
+            _ => {
+                // SO_ZEROCOPY refused on this socket: the wanted path cannot run.
+                stats.fallback(FallbackReason::Unsupported, len as u64);
+                self.copy.send_buf(fd, buf, stats)
+            }
+        };
+        self.finish_op(path, len, stats, delta);
+        r
+    }
+
+    fn send_slice(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        data: &[u8],
+        stats: &Stats,
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut delta = AutoStats::default();
+        let path =
+            self.decide_counted(data.len(), data.as_ptr() as usize, true, stats, &mut delta);
+        let r = match (path, self.zc.as_mut()) {
+            (TxPath::Cow, Some(ZcState::Cow(c))) => c.send_slice(fd, data, stats, timeout),
+            _ => super::copy::send_all(fd, data, stats, timeout),
+        };
+        self.finish_op(path, data.len(), stats, delta);
+        r
+    }
+
+    fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize> {
+        let mut n = 0;
+        if let Some(zc) = self.zc.as_mut() {
+            n += zc.tx().reap(fd, stats)?;
+        }
+        if let Some(u) = self.uring.as_mut() {
+            n += u.reap(fd, stats)?;
+        }
+        Ok(n)
+    }
+
+    fn wait(&mut self, fd: BorrowedFd<'_>, stats: &Stats, timeout: Duration) -> Result<usize> {
+        let zc_busy = self
+            .zc
+            .as_ref()
+            .is_some_and(|z| z.tx_ref().buffers_in_flight() > 0);
+        let uring_busy = self.uring.as_ref().is_some_and(|u| u.buffers_in_flight() > 0);
+        // Both busy: split the wait so neither's completions sit unread for long.
+        let slice = if zc_busy && uring_busy {
+            timeout / 2
+        } else {
+            timeout
+        };
+        let mut n = 0;
+        if let (true, Some(zc)) = (zc_busy, self.zc.as_mut()) {
+            n += zc.tx().wait(fd, stats, slice)?;
+        }
+        if let (true, Some(u)) = (uring_busy, self.uring.as_mut()) {
+            n += u.wait(fd, stats, slice)?;
+        }
+        Ok(n + self.reap(fd, stats)?)
+    }
+
+    fn buffers_in_flight(&self) -> usize {
+        self.zc.as_ref().map_or(0, |z| z.tx_ref().buffers_in_flight())
+            + self.uring.as_ref().map_or(0, |u| u.buffers_in_flight())
+    }
+
+    fn abandon(&mut self) -> usize {
+        self.zc.as_mut().map_or(0, |z| z.tx().abandon())
+            + self.uring.as_mut().map_or(0, |u| u.abandon())
+    }
+}

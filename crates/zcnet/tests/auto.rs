@@ -1,0 +1,260 @@
+//! The `auto` path over real loopback sockets, with profiles given in the test: the choice
+//! follows the profile by size, hysteresis keeps a stream from flapping, a path whose
+//! completions keep coming back COPIED although the profile measured it zero-copy is demoted
+//! and re-probed, a foreign profile is refused with a message, and the mapping receive path is
+//! demoted while it maps nothing. Every byte is verified; every decision is in the stats.
+
+mod common;
+
+use common::{listen, recv_pattern, send_pattern, timeout, Topo};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use zcnet::auto::profile::Created;
+use zcnet::auto::{Measurement, Profile, ProfileSource, Spread, Topology};
+use zcnet::{
+    FallbackReason, Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath,
+};
+
+const KIB: u64 = 1024;
+
+fn row<P>(path: P, size: u64, median: f64, zc: Option<f64>) -> Measurement<P> {
+    Measurement {
+        path,
+        size,
+        touch: false,
+        cpu_s_per_gib: Spread {
+            median,
+            lo: median * 0.95,
+            hi: median * 1.05,
+        },
+        zc_fraction: zc,
+    }
+}
+
+fn profile(tx: Vec<Measurement<TxPath>>, rx: Vec<Measurement<RxPath>>) -> Arc<Profile> {
+    Arc::new(Profile {
+        schema: zcnet::auto::profile::SCHEMA,
+        zcnet: "test".into(),
+        kernel: "test".into(),
+        interface: "lo".into(),
+        mtu: 65536,
+        topology: Topology::Loopback,
+        created: Created::Unix(0),
+        tx,
+        rx,
+    })
+}
+
+/// copy flat at 1.0; `other` at 2.0 below 64 KiB, 0.5 from 64 KiB up (crossover in between).
+fn tx_profile(other: TxPath, zc: Option<f64>) -> Arc<Profile> {
+    let mut tx = Vec::new();
+    for (size, m) in [(4 * KIB, 2.0), (16 * KIB, 2.0), (64 * KIB, 0.5), (4096 * KIB, 0.5)] {
+        tx.push(row(TxPath::Copy, size, 1.0, None));
+        tx.push(row(other, size, m, zc));
+    }
+    profile(tx, vec![row(RxPath::Copy, 64 * KIB, 1.0, None)])
+}
+
+fn auto_sender_config(p: Arc<Profile>, buf: usize) -> SenderConfig {
+    let mut c = SenderConfig::new(TxPath::Auto);
+    c.profile = ProfileSource::Given(p);
+    c.touch = false;
+    c.timeout = timeout();
+    c.buf_size = buf;
+    c.pool_buffers = 64;
+    c
+}
+
+fn copy_receiver() -> ReceiverConfig {
+    let mut c = ReceiverConfig::new(RxPath::Copy);
+    c.timeout = timeout();
+    c
+}
+
+/// Runs `send` against a verifying copy receiver on loopback; returns (sender, receiver)
+/// stats after checking the byte count.
+fn run(
+    cfg: &SenderConfig,
+    rx_cfg: &ReceiverConfig,
+    send: impl FnOnce(&mut Sender) -> u64,
+) -> (StatsSnapshot, StatsSnapshot, RxPath) {
+    let listener = listen(Topo::Loopback, rx_cfg);
+    let port = listener.local_addr().unwrap().port();
+    let rx = std::thread::spawn(move || {
+        let mut r = listener.accept().unwrap();
+        let path = r.path();
+        let n = recv_pattern(&mut r, 0);
+        (n, r.stats().snapshot(), path)
+    });
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let mut tx = Sender::connect(addr, cfg).unwrap();
+    assert_eq!(tx.path(), TxPath::Auto);
+    assert_eq!(tx.profile_note(), None, "a given profile is in force");
+    let sent = send(&mut tx);
+    let tx_stats = tx.finish().unwrap();
+    let (got, rx_stats, path) = rx.join().unwrap();
+    assert_eq!(got, sent, "every byte arrived, in order");
+    (tx_stats, rx_stats, path)
+}
+
+/// Sends `ops` buffers of `size` bytes of the stream pattern starting at `pos`.
+fn send_ops(tx: &mut Sender, pos: &mut u64, size: usize, ops: usize) {
+    for _ in 0..ops {
+        let mut buf = tx.buffer().unwrap();
+        buf.fill_at(0, common::pattern(*pos, size));
+        tx.send(buf).unwrap();
+        *pos += size as u64;
+    }
+}
+
+#[test]
+fn follows_the_profile_by_size_and_holds_against_flapping() {
+    let cfg = auto_sender_config(tx_profile(TxPath::Uring, Some(0.0)), 256 * 1024);
+    let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {
+        let mut pos = 0;
+        // Alternating across the crossover: hysteresis never lets the stream switch.
+        for _ in 0..50 {
+            send_ops(tx, &mut pos, 4096, 1);
+            send_ops(tx, &mut pos, 256 * 1024, 1);
+        }
+        // Small sends stay on copy; a run of large ones switches to uring once.
+        send_ops(tx, &mut pos, 4096, 40);
+        send_ops(tx, &mut pos, 256 * 1024, 40);
+        pos
+    });
+    let a = tx.auto_tx;
+    assert_eq!(a.decisions, 180, "one decision per operation: {a:?}");
+    assert_eq!(a.chose_by_profile, 90, "the large sends: {a:?}");
+    assert_eq!(a.chose_default_cheapest, 90, "the small sends: {a:?}");
+    assert_eq!(a.switches, 1, "alternating sizes never switched: {a:?}");
+    assert!(a.held_by_hysteresis >= 50 + 7, "{a:?}");
+    assert!(
+        tx.tx_uring_fixed_calls >= 1,
+        "uring carried the large run: {tx:?}"
+    );
+    assert_eq!(
+        a.demotions_tx_copied, 0,
+        "the profile measured uring copied: COPIED is expected, no demotion: {a:?}"
+    );
+}
+
+#[test]
+fn a_path_that_copies_against_its_profile_is_demoted_and_reprobed() {
+    // The profile says zerocopy went zero-copy (a NIC); on loopback every completion says
+    // COPIED, so the connection demotes it, then re-probes after the back-off.
+    let cfg = auto_sender_config(tx_profile(TxPath::Zerocopy, Some(1.0)), 64 * 1024);
+    let ops = 3000;
+    let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {
+        let mut pos = 0;
+        send_ops(tx, &mut pos, 64 * 1024, ops);
+        pos
+    });
+    let a = tx.auto_tx;
+    assert_eq!(a.decisions, ops as u64, "{a:?}");
+    assert_eq!(a.switches, 1, "copy → zerocopy after the hysteresis run: {a:?}");
+    assert_eq!(a.demotions_tx_copied, 1, "{a:?}");
+    assert!(a.reprobes >= 1, "re-probed after the back-off: {a:?}");
+    assert!(a.redemotions >= 1, "still copied, demoted again: {a:?}");
+    assert_eq!(a.promotions, 0, "{a:?}");
+    assert!(a.fallback_demoted > 0, "{a:?}");
+    assert_eq!(
+        tx.fallback_ops(FallbackReason::DemotedCopied),
+        a.fallback_demoted,
+        "every demoted operation counted as a fallback"
+    );
+    assert!(tx.tx_bytes_zerocopy > 0 && tx.tx_bytes_zc_copied > 0, "{tx:?}");
+    assert!(
+        tx.tx_bytes_copy > tx.tx_bytes_zerocopy,
+        "most bytes went by copy once demoted: {tx:?}"
+    );
+}
+
+#[test]
+fn a_foreign_profile_is_refused_with_a_message_and_copy_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile-lo.json");
+    let mut foreign = (*tx_profile(TxPath::Zerocopy, None)).clone();
+    foreign.kernel = "2.6.32-elsewhere".into();
+    std::fs::write(&path, foreign.to_json()).unwrap();
+    let mut cfg = auto_sender_config(Arc::new(foreign), 64 * 1024);
+    cfg.profile = ProfileSource::Path(path.clone());
+
+    let listener = listen(Topo::Loopback, &copy_receiver());
+    let port = listener.local_addr().unwrap().port();
+    let rx = std::thread::spawn(move || recv_pattern(&mut listener.accept().unwrap(), 0));
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let mut tx = Sender::connect(addr, &cfg).unwrap();
+    let note = tx.profile_note().expect("a refusal note").to_owned();
+    assert!(note.contains("refused"), "{note}");
+    assert!(note.contains("2.6.32-elsewhere"), "names what differs: {note}");
+    send_pattern(&mut tx, 4 << 20, 0);
+    let s = tx.finish().unwrap();
+    assert_eq!(rx.join().unwrap(), 4 << 20);
+    assert_eq!(s.tx_bytes_copy, 4 << 20);
+    assert_eq!(s.auto_tx.chose_default_no_profile, s.auto_tx.decisions);
+
+    // A file that is not a profile at all: refused the same way.
+    std::fs::write(&path, "{\"schema\": 0}").unwrap();
+    let listener = listen(Topo::Loopback, &copy_receiver());
+    let port = listener.local_addr().unwrap().port();
+    let rx = std::thread::spawn(move || recv_pattern(&mut listener.accept().unwrap(), 0));
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let tx = Sender::connect(addr, &cfg).unwrap();
+    let note = tx.profile_note().expect("a refusal note").to_owned();
+    assert!(note.contains("older"), "{note}");
+    drop(tx);
+    assert_eq!(rx.join().unwrap(), 0);
+}
+
+fn rx_profile(mmap_zc: Option<f64>) -> Arc<Profile> {
+    let rx = [64 * KIB, 4096 * KIB]
+        .into_iter()
+        .flat_map(|s| [row(RxPath::Copy, s, 1.0, None), row(RxPath::Mmap, s, 0.3, mmap_zc)])
+        .collect();
+    profile(vec![row(TxPath::Copy, 64 * KIB, 1.0, None)], rx)
+}
+
+fn mmap_receive_against_copy_sender(mmap_zc: Option<f64>) -> StatsSnapshot {
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Given(rx_profile(mmap_zc));
+    rx_cfg.touch = false;
+    rx_cfg.timeout = timeout();
+    let mut tx_cfg = SenderConfig::new(TxPath::Copy);
+    tx_cfg.timeout = timeout();
+    let listener = listen(Topo::Loopback, &rx_cfg);
+    assert!(
+        listener.mss().is_some(),
+        "auto chose mmap at bind, so the page-multiple MSS is advertised"
+    );
+    let port = listener.local_addr().unwrap().port();
+    let rx = std::thread::spawn(move || {
+        let mut r: Receiver = listener.accept().unwrap();
+        assert_eq!(r.path(), RxPath::Mmap);
+        let n = recv_pattern(&mut r, 0);
+        (n, r.stats().snapshot())
+    });
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let mut tx = Sender::connect(addr, &tx_cfg).unwrap();
+    let size = 64u64 << 20;
+    send_pattern(&mut tx, size, 0);
+    tx.finish().unwrap();
+    let (n, s) = rx.join().unwrap();
+    assert_eq!(n, size);
+    assert_eq!(s.auto_rx.decisions, 1);
+    assert_eq!(s.auto_rx.chose_by_profile, 1);
+    s
+}
+
+#[test]
+fn the_mapping_receiver_is_demoted_while_it_maps_nothing() {
+    // A copy sender's pages never map (page_frag compound pages): against a profile that
+    // measured mmap mapping, the connection demotes it to plain recv.
+    let s = mmap_receive_against_copy_sender(Some(1.0));
+    assert_eq!(s.rx_bytes_mapped, 0);
+    assert_eq!(s.auto_rx.demotions_rx_unmapped, 1, "{:?}", s.auto_rx);
+    assert!(s.fallback_bytes(FallbackReason::DemotedUnmapped) > 0, "{s:?}");
+    // And where the profile measured it mapping nothing, that is no reason to demote.
+    let s = mmap_receive_against_copy_sender(Some(0.0));
+    assert_eq!(s.auto_rx.demotions_rx_unmapped, 0, "{:?}", s.auto_rx);
+    assert_eq!(s.fallback_bytes(FallbackReason::DemotedUnmapped), 0);
+}

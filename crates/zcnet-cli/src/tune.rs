@@ -92,7 +92,11 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         .iter()
         .map(|t| (t.name().to_string(), "copy".to_string()))
         .collect();
-    pairs.extend(RX_PATHS.iter().map(|r| ("copy".to_string(), r.name().to_string())));
+    pairs.extend(
+        RX_PATHS
+            .iter()
+            .map(|r| ("copy".to_string(), r.name().to_string())),
+    );
     let mut specs = Vec::new();
     for repeat in 0..args.repeat {
         for &touch in touches {
@@ -123,8 +127,9 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
 /// The interfaces whose connections the measurements describe, with their keys.
 fn host_keys(env: &Env, topology: TuneTopology) -> Result<Vec<HostKey>, BenchError> {
     match topology {
-        TuneTopology::Loopback => Ok(vec![host_key_for(std::net::Ipv4Addr::LOCALHOST.into())
-            .map_err(BenchError::Failed)?]),
+        TuneTopology::Loopback => Ok(vec![
+            host_key_for(std::net::Ipv4Addr::LOCALHOST.into()).map_err(BenchError::Failed)?
+        ]),
         TuneTopology::Netns => {
             let kernel = bench::host().kernel;
             let mtu = env.info().mtu.unwrap_or(1500);
@@ -264,11 +269,7 @@ fn summary(tx: &[Measurement<TxPath>], rx: &[Measurement<RxPath>], no_touch: boo
     out
 }
 
-fn table<P: zcnet::auto::AutoPath>(
-    what: &str,
-    rows: &[Measurement<P>],
-    touch: bool,
-) -> String {
+fn table<P: zcnet::auto::AutoPath>(what: &str, rows: &[Measurement<P>], touch: bool) -> String {
     let rows: Vec<&Measurement<P>> = rows.iter().filter(|r| r.touch == touch).collect();
     let mut paths: Vec<P> = Vec::new();
     let mut sizes: Vec<u64> = Vec::new();
@@ -311,12 +312,7 @@ fn table<P: zcnet::auto::AutoPath>(
         s += "crossovers: none (one path at every size)\n";
     } else {
         for c in cross {
-            s += &format!(
-                "crossover: {} → {} at {}\n",
-                c.from,
-                c.to,
-                ByteSize(c.size)
-            );
+            s += &format!("crossover: {} → {} at {}\n", c.from, c.to, ByteSize(c.size));
         }
     }
     s

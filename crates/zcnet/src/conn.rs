@@ -2,18 +2,18 @@
 //! socket and its options, pick the path per operation through the path modules, and never
 //! make a syscall themselves beyond set-up.
 
+use crate::auto::ProfileSource;
 use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
 use crate::policy::{page_multiple_mss, Policy};
-use crate::rx::file::{FileRx, FileRxMode};
 use crate::rx::auto::AutoRxChoice;
+use crate::rx::file::{FileRx, FileRxMode};
 use crate::rx::mmap::AutoDemotion;
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk, RxPath};
 use crate::stats::{FallbackReason, Stats, StatsSnapshot};
 use crate::sys::{mem::page_size, socket, zcrecv::SocketMap, zerocopy as zc};
-use crate::tx::file::{FileTx, FileTxMode};
-use crate::auto::ProfileSource;
 use crate::tx::auto::{AutoSetup, AutoTx};
+use crate::tx::file::{FileTx, FileTxMode};
 use crate::tx::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit, TxPath};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::{Shutdown, SocketAddr, TcpStream};

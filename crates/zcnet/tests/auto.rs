@@ -48,7 +48,12 @@ fn profile(tx: Vec<Measurement<TxPath>>, rx: Vec<Measurement<RxPath>>) -> Arc<Pr
 /// copy flat at 1.0; `other` at 2.0 below 64 KiB, 0.5 from 64 KiB up (crossover in between).
 fn tx_profile(other: TxPath, zc: Option<f64>) -> Arc<Profile> {
     let mut tx = Vec::new();
-    for (size, m) in [(4 * KIB, 2.0), (16 * KIB, 2.0), (64 * KIB, 0.5), (4096 * KIB, 0.5)] {
+    for (size, m) in [
+        (4 * KIB, 2.0),
+        (16 * KIB, 2.0),
+        (64 * KIB, 0.5),
+        (4096 * KIB, 0.5),
+    ] {
         tx.push(row(TxPath::Copy, size, 1.0, None));
         tx.push(row(other, size, m, zc));
     }
@@ -151,7 +156,10 @@ fn a_path_that_copies_against_its_profile_is_demoted_and_reprobed() {
     });
     let a = tx.auto_tx;
     assert_eq!(a.decisions, ops as u64, "{a:?}");
-    assert_eq!(a.switches, 1, "copy → zerocopy after the hysteresis run: {a:?}");
+    assert_eq!(
+        a.switches, 1,
+        "copy → zerocopy after the hysteresis run: {a:?}"
+    );
     assert_eq!(a.demotions_tx_copied, 1, "{a:?}");
     assert!(a.reprobes >= 1, "re-probed after the back-off: {a:?}");
     assert!(a.redemotions >= 1, "still copied, demoted again: {a:?}");
@@ -162,7 +170,10 @@ fn a_path_that_copies_against_its_profile_is_demoted_and_reprobed() {
         a.fallback_demoted,
         "every demoted operation counted as a fallback"
     );
-    assert!(tx.tx_bytes_zerocopy > 0 && tx.tx_bytes_zc_copied > 0, "{tx:?}");
+    assert!(
+        tx.tx_bytes_zerocopy > 0 && tx.tx_bytes_zc_copied > 0,
+        "{tx:?}"
+    );
     assert!(
         tx.tx_bytes_copy > tx.tx_bytes_zerocopy,
         "most bytes went by copy once demoted: {tx:?}"
@@ -186,7 +197,10 @@ fn a_foreign_profile_is_refused_with_a_message_and_copy_is_used() {
     let mut tx = Sender::connect(addr, &cfg).unwrap();
     let note = tx.profile_note().expect("a refusal note").to_owned();
     assert!(note.contains("refused"), "{note}");
-    assert!(note.contains("2.6.32-elsewhere"), "names what differs: {note}");
+    assert!(
+        note.contains("2.6.32-elsewhere"),
+        "names what differs: {note}"
+    );
     send_pattern(&mut tx, 4 << 20, 0);
     let s = tx.finish().unwrap();
     assert_eq!(rx.join().unwrap(), 4 << 20);
@@ -209,7 +223,12 @@ fn a_foreign_profile_is_refused_with_a_message_and_copy_is_used() {
 fn rx_profile(mmap_zc: Option<f64>) -> Arc<Profile> {
     let rx = [64 * KIB, 4096 * KIB]
         .into_iter()
-        .flat_map(|s| [row(RxPath::Copy, s, 1.0, None), row(RxPath::Mmap, s, 0.3, mmap_zc)])
+        .flat_map(|s| {
+            [
+                row(RxPath::Copy, s, 1.0, None),
+                row(RxPath::Mmap, s, 0.3, mmap_zc),
+            ]
+        })
         .collect();
     profile(vec![row(TxPath::Copy, 64 * KIB, 1.0, None)], rx)
 }
@@ -252,7 +271,10 @@ fn the_mapping_receiver_is_demoted_while_it_maps_nothing() {
     let s = mmap_receive_against_copy_sender(Some(1.0));
     assert_eq!(s.rx_bytes_mapped, 0);
     assert_eq!(s.auto_rx.demotions_rx_unmapped, 1, "{:?}", s.auto_rx);
-    assert!(s.fallback_bytes(FallbackReason::DemotedUnmapped) > 0, "{s:?}");
+    assert!(
+        s.fallback_bytes(FallbackReason::DemotedUnmapped) > 0,
+        "{s:?}"
+    );
     // And where the profile measured it mapping nothing, that is no reason to demote.
     let s = mmap_receive_against_copy_sender(Some(0.0));
     assert_eq!(s.auto_rx.demotions_rx_unmapped, 0, "{:?}", s.auto_rx);

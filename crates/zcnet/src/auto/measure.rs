@@ -53,11 +53,7 @@ fn rows<P: AutoPath>(runs: &[Run], tx: bool) -> Vec<Measurement<P>> {
                 path,
                 size,
                 touch,
-                cpu_s_per_gib: Spread {
-                    median: m,
-                    lo,
-                    hi,
-                },
+                cpu_s_per_gib: Spread { median: m, lo, hi },
                 zc_fraction: median(&zc).map(|f| f.clamp(0.0, 1.0)),
             })
         })
@@ -188,7 +184,10 @@ mod tests {
         let gaps = auto_gaps(&runs);
         assert_eq!(gaps.len(), 2, "{gaps:?}");
         let tx = &gaps[0];
-        assert_eq!((tx.direction, tx.size, tx.best_path.as_str()), ("tx", 65536, "uring"));
+        assert_eq!(
+            (tx.direction, tx.size, tx.best_path.as_str()),
+            ("tx", 65536, "uring")
+        );
         assert!((tx.excess - (0.92 / 0.9 - 1.0)).abs() < 1e-9);
         let rx = &gaps[1];
         assert_eq!((rx.direction, rx.best_path.as_str()), ("rx", "copy"));

@@ -86,7 +86,11 @@ pub(crate) struct AutoTx {
     zc_ok: bool,
 }
 
-fn chooser(profile: Option<&Profile>, touch: bool, keep: impl Fn(TxPath) -> bool) -> Chooser<TxPath> {
+fn chooser(
+    profile: Option<&Profile>,
+    touch: bool,
+    keep: impl Fn(TxPath) -> bool,
+) -> Chooser<TxPath> {
     match profile {
         Some(p) => {
             let rows: Vec<Measurement<TxPath>> =
@@ -102,12 +106,18 @@ impl AutoTx {
         let buf_chooser = chooser(s.profile, s.touch, |p| {
             matches!(p, TxPath::Copy | TxPath::Zerocopy | TxPath::Uring)
         });
-        let slice_chooser = chooser(s.profile, s.touch, |p| matches!(p, TxPath::Copy | TxPath::Cow));
+        let slice_chooser = chooser(s.profile, s.touch, |p| {
+            matches!(p, TxPath::Copy | TxPath::Cow)
+        });
         let policy = Policy::always();
         let zc = if slice_chooser.can_choose(TxPath::Cow) {
-            Some(ZcState::Cow(CowTx::new(fd, policy, s.cow, s.timeout, !s.zc_ok)))
+            Some(ZcState::Cow(CowTx::new(
+                fd, policy, s.cow, s.timeout, !s.zc_ok,
+            )))
         } else if buf_chooser.can_choose(TxPath::Zerocopy) {
-            Some(ZcState::Zerocopy(ZerocopyTx::new(policy, s.timeout, !s.zc_ok)))
+            Some(ZcState::Zerocopy(ZerocopyTx::new(
+                policy, s.timeout, !s.zc_ok,
+            )))
         } else {
             None
         };
@@ -218,8 +228,7 @@ impl Transmit for AutoTx {
         timeout: Duration,
     ) -> Result<()> {
         let mut delta = AutoStats::default();
-        let path =
-            self.decide_counted(data.len(), data.as_ptr() as usize, true, stats, &mut delta);
+        let path = self.decide_counted(data.len(), data.as_ptr() as usize, true, stats, &mut delta);
         let r = match (path, self.zc.as_mut()) {
             (TxPath::Cow, Some(ZcState::Cow(c))) => c.send_slice(fd, data, stats, timeout),
             _ => super::copy::send_all(fd, data, stats, timeout),
@@ -244,7 +253,10 @@ impl Transmit for AutoTx {
             .zc
             .as_ref()
             .is_some_and(|z| z.tx_ref().buffers_in_flight() > 0);
-        let uring_busy = self.uring.as_ref().is_some_and(|u| u.buffers_in_flight() > 0);
+        let uring_busy = self
+            .uring
+            .as_ref()
+            .is_some_and(|u| u.buffers_in_flight() > 0);
         // Both busy: split the wait so neither's completions sit unread for long.
         let slice = if zc_busy && uring_busy {
             timeout / 2
@@ -262,7 +274,9 @@ impl Transmit for AutoTx {
     }
 
     fn buffers_in_flight(&self) -> usize {
-        self.zc.as_ref().map_or(0, |z| z.tx_ref().buffers_in_flight())
+        self.zc
+            .as_ref()
+            .map_or(0, |z| z.tx_ref().buffers_in_flight())
             + self.uring.as_ref().map_or(0, |u| u.buffers_in_flight())
     }
 

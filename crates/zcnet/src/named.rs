@@ -59,7 +59,7 @@ mod tests {
         let e = "pigeon".parse::<TxPath>().unwrap_err();
         assert_eq!(
             e,
-            "unknown transmit path \"pigeon\" (known: copy, zerocopy, uring, cow)"
+            "unknown transmit path \"pigeon\" (known: copy, zerocopy, uring, cow, auto)"
         );
         assert!("x"
             .parse::<FileTxMode>()

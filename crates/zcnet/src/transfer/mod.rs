@@ -2,6 +2,7 @@
 //! The wire format is specified in `docs/transfer-protocol.md`.
 
 pub mod auth;
+pub mod digest;
 pub mod names;
 pub mod session;
 pub mod store;

@@ -8,6 +8,7 @@
 //! the last byte (a read from the page cache, skipped with `--no-verify`).
 
 use super::auth::{self, Role};
+use super::digest::hash_prefix;
 use super::store::{Refusal, Store};
 use super::wire::{Code, Frame, WireError, MAX_DATA, STREAM_SIZE, VERSION};
 use crate::conn::{Receiver, Sender};
@@ -299,25 +300,6 @@ pub fn send_session(
         Frame::Bye => Ok(report),
         other => Err(unexpected("bye", &other)),
     }
-}
-
-fn hash_prefix(file: &File, len: u64) -> io::Result<[u8; 32]> {
-    let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut off = 0;
-    while off < len {
-        let want = (len - off).min(buf.len() as u64) as usize;
-        let n = file.read_at(&mut buf[..want], off)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "file shrank while hashing",
-            ));
-        }
-        h.update(&buf[..n]);
-        off += n as u64;
-    }
-    Ok(*h.finalize().as_bytes())
 }
 
 /// The receiver's answer to a `File`: where to start (and the hash of what it has), or why not.

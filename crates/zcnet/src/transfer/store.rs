@@ -12,11 +12,12 @@
 //! * an existing `NAME` is not overwritten unless asked; `max_bytes` caps what one sender
 //!   may write; an interrupted file stays `NAME.partial`, for `--resume`.
 
+use super::digest::hash_prefix;
 use super::names::{components, NameError, PARTIAL_SUFFIX};
 use super::wire::Code;
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags};
 use std::fs::File;
-use std::io::{self, Read, Seek};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
@@ -175,19 +176,16 @@ impl Store {
             None
         };
         let file = match resumed {
-            Some(mut f) => {
+            Some(f) => {
                 let have = f
                     .metadata()
                     .map_err(|e| Refusal::io("reading", &partial, e))?
                     .len();
                 if size.is_some_and(|s| have <= s) && have > 0 {
                     offset = have;
-                    let mut h = blake3::Hasher::new();
-                    f.rewind()
-                        .map_err(|e| Refusal::io("reading", &partial, e))?;
-                    io::copy(&mut (&mut f).take(have), &mut h)
-                        .map_err(|e| Refusal::io("hashing", &partial, e))?;
-                    prefix = Some(*h.finalize().as_bytes());
+                    prefix = Some(
+                        hash_prefix(&f, have).map_err(|e| Refusal::io("hashing", &partial, e))?,
+                    );
                 } else {
                     // Nothing usable (longer than announced, or a stream): start over.
                     f.set_len(0)
@@ -319,12 +317,9 @@ impl Incoming {
             }
         }
         if let Some(want) = hash {
-            let mut h = blake3::Hasher::new();
-            let mut f = &self.file;
-            f.rewind()
+            let got = hash_prefix(&self.file, len)
                 .map_err(|e| Refusal::io("hashing", &self.partial, e))?;
-            io::copy(&mut f, &mut h).map_err(|e| Refusal::io("hashing", &self.partial, e))?;
-            if *h.finalize().as_bytes() != want {
+            if got != want {
                 self.discard();
                 return Err(Refusal::new(
                     Code::HashMismatch,

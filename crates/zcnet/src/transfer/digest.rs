@@ -1,0 +1,69 @@
+//! BLAKE3 of a file's first bytes, read from the page cache in cache-sized pieces.
+//!
+//! Why a 128 KiB buffer: `pread` into a buffer that stays in the core's L2 cache (512 KiB on
+//! the EPYC we measure on) costs about 0.13 CPU-s/GiB; from 256 KiB up the copy spills and
+//! costs 0.45–0.5, more than the hash itself (0.26–0.38 in memory). `io::copy`'s 8 KiB
+//! buffer pays a syscall per 8 KiB instead (0.48–0.56 in all). Mapping the file would save
+//! the copy but turns a file truncated under us into `SIGBUS`, so we read.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Read size for hashing (see the module docs).
+pub const HASH_CHUNK: usize = 128 * 1024;
+
+/// BLAKE3 of the first `len` bytes of `file`; `UnexpectedEof` if it is shorter.
+pub fn hash_prefix(file: &File, len: u64) -> io::Result<[u8; 32]> {
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; HASH_CHUNK];
+    let mut off = 0;
+    while off < len {
+        let want = (len - off).min(buf.len() as u64) as usize;
+        let n = match file.read_at(&mut buf[..want], off) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while hashing",
+                ))
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        h.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(*h.finalize().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn hashes_exactly_the_prefix_across_chunk_boundaries() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..(3 * HASH_CHUNK + 17))
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        f.write_all(&data).unwrap();
+        for len in [
+            0,
+            1,
+            HASH_CHUNK - 1,
+            HASH_CHUNK,
+            2 * HASH_CHUNK + 5,
+            data.len(),
+        ] {
+            assert_eq!(
+                hash_prefix(&f, len as u64).unwrap(),
+                *blake3::hash(&data[..len]).as_bytes(),
+                "len {len}"
+            );
+        }
+        let err = hash_prefix(&f, data.len() as u64 + 1).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+}

@@ -85,7 +85,8 @@ impl AutoPath for RxPath {
 
 /// Every decision, switch, demotion and promotion of one connection's `auto` path, with its
 /// reason. Plain counters, so they can be merged into `Stats` snapshots and bench reports.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct AutoStats {
     /// Operations decided (one per [`AutoStats::record_choice`]).

@@ -178,6 +178,14 @@ pub struct SideStats {
     pub tx_enobufs: u64,
     /// Fallbacks to copying, by reason name.
     pub fallbacks: BTreeMap<String, OpsBytes>,
+    /// The `auto` path's decisions, switches and demotions on this side (absent when the
+    /// side did not run `auto`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub auto: crate::auto::AutoStats,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl From<&StatsSnapshot> for SideStats {
@@ -196,6 +204,11 @@ impl From<&StatsSnapshot> for SideStats {
                 .iter()
                 .map(|&(r, ops, bytes)| (r.name().to_string(), OpsBytes { ops, bytes }))
                 .collect(),
+            auto: {
+                let mut a = s.auto_tx;
+                a.add(&s.auto_rx);
+                a
+            },
         }
     }
 }
@@ -211,6 +224,7 @@ impl SideStats {
         self.pool_waits += o.pool_waits;
         self.tx_demotions += o.tx_demotions;
         self.tx_enobufs += o.tx_enobufs;
+        self.auto.add(&o.auto);
         for (k, v) in &o.fallbacks {
             let e = self.fallbacks.entry(k.clone()).or_default();
             e.ops += v.ops;

@@ -191,7 +191,15 @@ impl AutoTx {
         } else {
             Report::Good
         };
-        self.demotion.report(path, report, self.ops, delta);
+        // One report per completed call: the kernel batches notifications (one range can
+        // cover hundreds of calls), and the demotion threshold counts calls, not batches.
+        // A batch with any COPIED bytes counts as copied throughout — the kernel flags a
+        // range only when a call in it was copied, and on a copying route all of them are.
+        for _ in 0..calls.min(u64::from(DEMOTE_AFTER)) {
+            if self.demotion.report(path, report, self.ops, delta) {
+                break;
+            }
+        }
     }
 
     fn finish_op(&mut self, path: TxPath, len: usize, stats: &Stats, mut delta: AutoStats) {

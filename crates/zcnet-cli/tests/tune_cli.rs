@@ -1,0 +1,180 @@
+//! `zcnet tune` end to end, tiny: it measures on loopback, writes a profile `auto` accepts on
+//! this host, and `zcnet bench --tx auto` then decides by that profile (its JSON says so);
+//! a foreign profile makes `zcnet send` warn, and the file still arrives intact. Nothing here
+//! asserts on speed: the profile's numbers are whatever this noisy machine measured.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use zcnet::auto::load::host_key_for;
+use zcnet::auto::Profile;
+use zcnet::bench::report::Report;
+use zcnet::{RxPath, TxPath};
+
+fn zcnet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+}
+
+/// Runs to completion, bounded: a hung command fails the test instead of hanging it.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zcnet");
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "zcnet did not finish within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn tune_writes_a_profile_that_auto_then_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(
+        zcnet()
+            .args([
+                "tune",
+                "--size",
+                "64K,256K",
+                "--repeat",
+                "2",
+                "--time",
+                "0.05",
+                "--no-touch",
+                "--dir",
+            ])
+            .arg(dir.path()),
+        Duration::from_secs(120),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tune failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("auto takes"), "summary table: {stdout}");
+    let path = dir.path().join("profile-lo.json");
+    assert!(stdout.contains(&path.display().to_string()), "{stdout}");
+    assert!(dir.path().join("profile-lo.svg").exists(), "the plot");
+
+    // The profile is this host's, and `auto` would accept it.
+    let key = host_key_for(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let p = Profile::parse(&text, &key).expect("tune's profile parses on this host");
+    for tx in [TxPath::Copy, TxPath::Zerocopy, TxPath::Uring, TxPath::Cow] {
+        let n = p.tx.iter().filter(|m| m.path == tx).count();
+        assert_eq!(n, 2, "{tx}: one row per size");
+    }
+    for rx in [RxPath::Copy, RxPath::Mmap, RxPath::Uring] {
+        assert_eq!(p.rx.iter().filter(|m| m.path == rx).count(), 2, "{rx}");
+    }
+    // zcrx is refused here (no header split): a refused path is never a row.
+    assert!(p.rx.iter().all(|m| m.path != RxPath::Zcrx));
+    assert!(p.tx.iter().chain(p.tx.iter()).all(|m| !m.touch));
+
+    // bench with `auto` on both ends, the profile given by $ZCNET_PROFILE.
+    let out = run_bounded(
+        zcnet()
+            .args([
+                "bench", "--tx", "auto", "--rx", "auto", "--size", "64K", "--bytes", "8M",
+                "--repeat", "1", "--json",
+            ])
+            .env("ZCNET_PROFILE", &path),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Report = serde_json::from_slice(&out.stdout).expect("bench JSON");
+    let run = &report.runs[0];
+    assert_eq!(run.bytes_sent, run.bytes_received);
+    let tx = run.sender_stats.auto;
+    assert!(tx.decisions >= 8 * 1024 * 1024 / (64 * 1024), "{tx:?}");
+    assert_eq!(
+        tx.chose_default_no_profile, 0,
+        "the profile was in force: {tx:?}"
+    );
+    let rx = run.receiver_stats.auto;
+    assert_eq!(
+        rx.decisions, 1,
+        "one receive decision per connection: {rx:?}"
+    );
+    assert_eq!(rx.chose_default_no_profile, 0, "{rx:?}");
+}
+
+#[test]
+fn a_foreign_profile_is_refused_loudly_and_the_transfer_still_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = host_key_for(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let foreign = format!(
+        r#"{{"schema": 1, "zcnet": "0.1.0", "kernel": "not-{}", "interface": "lo",
+            "mtu": {}, "topology": "loopback", "created": 0,
+            "tx": [{{"path": "copy", "size": 4096, "touch": true,
+                    "cpu_s_per_gib": {{"median": 1.0, "lo": 1.0, "hi": 1.0}}}}],
+            "rx": [{{"path": "copy", "size": 4096, "touch": true,
+                    "cpu_s_per_gib": {{"median": 1.0, "lo": 1.0, "hi": 1.0}}}}]}}"#,
+        key.kernel, key.mtu
+    );
+    let profile = dir.path().join("foreign.json");
+    std::fs::write(&profile, foreign).unwrap();
+    let src = dir.path().join("data.bin");
+    let data: Vec<u8> = (0..3_000_017u32).map(|i| (i * 7 % 253) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let into = dir.path().join("in");
+    std::fs::create_dir(&into).unwrap();
+
+    // Port 0; the first stderr line says where it listens.
+    let mut recv = zcnet()
+        .args(["recv", "--once", "--listen", "127.0.0.1:0", "--dir"])
+        .arg(&into)
+        .env("ZCNET_PROFILE", &profile)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut recv_err = BufReader::new(recv.stderr.take().unwrap());
+    let mut line = String::new();
+    recv_err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .expect("receiving into DIR on ADDR")
+        .to_string();
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    let out = run_bounded(
+        zcnet()
+            .args(["send", "--to", &addr])
+            .arg(&src)
+            .env("ZCNET_PROFILE", &profile),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "send failed: {stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("refused") && stderr.contains("not-"),
+        "send names the refused profile: {stderr}"
+    );
+    let mut rest = String::new();
+    recv_err.read_to_string(&mut rest).unwrap();
+    assert!(recv.wait().unwrap().success(), "{rest}");
+    assert!(
+        rest.contains("warning") && rest.contains("refused"),
+        "recv names the refused profile too: {rest}"
+    );
+    assert_eq!(std::fs::read(into.join("data.bin")).unwrap(), data);
+}

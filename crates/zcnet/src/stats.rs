@@ -2,6 +2,7 @@
 //! reason. Counters are relaxed atomics so the data path pays one uncontended add per
 //! operation, and a [`StatsSnapshot`] is a plain value to print, diff or serialise.
 
+use crate::auto::AutoStats;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -130,8 +131,21 @@ pub struct Stats {
     tx_cow_copies: AtomicU64,
     fallback_ops: [AtomicU64; NREASONS],
     fallback_bytes: [AtomicU64; NREASONS],
-    auto_tx: std::sync::Mutex<crate::auto::AutoStats>,
-    auto_rx: std::sync::Mutex<crate::auto::AutoStats>,
+    auto_tx: [AtomicU64; AutoStats::LEN],
+    auto_rx: [AtomicU64; AutoStats::LEN],
+}
+
+/// Adds the non-zero counters of `delta` (an operation touches two or three of them).
+fn add_auto(into: &[AtomicU64; AutoStats::LEN], delta: &AutoStats) {
+    for (a, v) in into.iter().zip(delta.to_array()) {
+        if v > 0 {
+            a.fetch_add(v, Relaxed);
+        }
+    }
+}
+
+fn read_auto(from: &[AtomicU64; AutoStats::LEN]) -> AutoStats {
+    AutoStats::from_array(std::array::from_fn(|i| from[i].load(Relaxed)))
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -221,9 +235,9 @@ pub struct StatsSnapshot {
     /// Fallbacks by reason: (reason, operations, bytes). Reasons with no count are left out.
     pub fallbacks: Vec<(FallbackReason, u64, u64)>,
     /// The `auto` transmit path's decisions, switches and demotions, each by reason.
-    pub auto_tx: crate::auto::AutoStats,
+    pub auto_tx: AutoStats,
     /// The `auto` receive path's decisions and demotions.
-    pub auto_rx: crate::auto::AutoStats,
+    pub auto_rx: AutoStats,
 }
 
 impl StatsSnapshot {
@@ -344,15 +358,13 @@ impl Stats {
     }
 
     /// Adds one transmit operation's `auto` decisions (and any demotion) to the totals.
-    pub fn add_auto_tx(&self, delta: &crate::auto::AutoStats) {
-        let mut a = self.auto_tx.lock().unwrap_or_else(|e| e.into_inner());
-        a.add(delta);
+    pub fn add_auto_tx(&self, delta: &AutoStats) {
+        add_auto(&self.auto_tx, delta);
     }
 
     /// Adds receive-side `auto` decisions (and any demotion) to the totals.
-    pub fn add_auto_rx(&self, delta: &crate::auto::AutoStats) {
-        let mut a = self.auto_rx.lock().unwrap_or_else(|e| e.into_inner());
-        a.add(delta);
+    pub fn add_auto_rx(&self, delta: &AutoStats) {
+        add_auto(&self.auto_rx, delta);
     }
 
     /// Zero-copy completions so far: (calls completed, bytes the kernel copied anyway). The
@@ -414,8 +426,8 @@ impl Stats {
                 })
                 .filter(|f| f.1 > 0)
                 .collect(),
-            auto_tx: *self.auto_tx.lock().unwrap_or_else(|e| e.into_inner()),
-            auto_rx: *self.auto_rx.lock().unwrap_or_else(|e| e.into_inner()),
+            auto_tx: read_auto(&self.auto_tx),
+            auto_rx: read_auto(&self.auto_rx),
         }
     }
 }

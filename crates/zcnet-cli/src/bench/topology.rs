@@ -60,10 +60,21 @@ pub(crate) fn install_interrupt_handler() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let r = ctrlc::set_handler(|| {
-            let names: Vec<String> = LIVE_NAMESPACES
+            let mut names: Vec<String> = LIVE_NAMESPACES
                 .lock()
                 .map(|mut v| std::mem::take(&mut *v))
                 .unwrap_or_default();
+            // A pair still being built (its namespaces exist, its guard does not yet) is
+            // found by the process id that zcnet::netns puts in every name it makes.
+            let ours = format!("zc-{}-", std::process::id());
+            if let Ok(dir) = std::fs::read_dir("/var/run/netns") {
+                for e in dir.flatten() {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    if n.starts_with(&ours) && !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+            }
             for n in &names {
                 let _ = Command::new("ip").args(["netns", "del", n]).status();
             }

@@ -121,38 +121,56 @@ pub struct AutoStats {
 }
 
 impl AutoStats {
+    /// How many counters there are ([`AutoStats::to_array`]).
+    pub const LEN: usize = 14;
+
+    /// The counters in declaration order, for atomic storage in `Stats`.
+    pub fn to_array(&self) -> [u64; Self::LEN] {
+        [
+            self.decisions,
+            self.chose_by_profile,
+            self.chose_default_cheapest,
+            self.chose_default_no_profile,
+            self.chose_default_unaligned,
+            self.chose_default_overlap,
+            self.held_by_hysteresis,
+            self.switches,
+            self.fallback_demoted,
+            self.demotions_tx_copied,
+            self.demotions_rx_unmapped,
+            self.reprobes,
+            self.promotions,
+            self.redemotions,
+        ]
+    }
+
+    /// The inverse of [`AutoStats::to_array`].
+    pub fn from_array(a: [u64; Self::LEN]) -> Self {
+        AutoStats {
+            decisions: a[0],
+            chose_by_profile: a[1],
+            chose_default_cheapest: a[2],
+            chose_default_no_profile: a[3],
+            chose_default_unaligned: a[4],
+            chose_default_overlap: a[5],
+            held_by_hysteresis: a[6],
+            switches: a[7],
+            fallback_demoted: a[8],
+            demotions_tx_copied: a[9],
+            demotions_rx_unmapped: a[10],
+            reprobes: a[11],
+            promotions: a[12],
+            redemotions: a[13],
+        }
+    }
+
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &AutoStats) {
-        let AutoStats {
-            decisions,
-            chose_by_profile,
-            chose_default_cheapest,
-            chose_default_no_profile,
-            chose_default_unaligned,
-            chose_default_overlap,
-            held_by_hysteresis,
-            switches,
-            fallback_demoted,
-            demotions_tx_copied,
-            demotions_rx_unmapped,
-            reprobes,
-            promotions,
-            redemotions,
-        } = *other;
-        self.decisions += decisions;
-        self.chose_by_profile += chose_by_profile;
-        self.chose_default_cheapest += chose_default_cheapest;
-        self.chose_default_no_profile += chose_default_no_profile;
-        self.chose_default_unaligned += chose_default_unaligned;
-        self.chose_default_overlap += chose_default_overlap;
-        self.held_by_hysteresis += held_by_hysteresis;
-        self.switches += switches;
-        self.fallback_demoted += fallback_demoted;
-        self.demotions_tx_copied += demotions_tx_copied;
-        self.demotions_rx_unmapped += demotions_rx_unmapped;
-        self.reprobes += reprobes;
-        self.promotions += promotions;
-        self.redemotions += redemotions;
+        let mut a = self.to_array();
+        for (x, y) in a.iter_mut().zip(other.to_array()) {
+            *x += y;
+        }
+        *self = Self::from_array(a);
     }
 
     /// Counts one decision of the [`Chooser`] with its reason.
@@ -166,5 +184,21 @@ impl AutoStats {
             ChoiceReason::SpreadOverlap => &mut self.chose_default_overlap,
         };
         *counter += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AutoStats;
+
+    #[test]
+    fn counters_round_trip_through_arrays_and_add_fieldwise() {
+        let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
+        let s = AutoStats::from_array(a);
+        assert_eq!(s.to_array(), a);
+        assert_eq!((s.decisions, s.redemotions), (1, AutoStats::LEN as u64));
+        let mut t = s;
+        t.add(&s);
+        assert_eq!(t.to_array(), a.map(|v| 2 * v));
     }
 }

@@ -18,7 +18,7 @@
 
 use super::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit, TxPath};
 use crate::auto::{
-    AutoStats, Chooser, Demotion, DemotionReason, Hysteresis, Measurement, Profile, Report,
+    AutoStats, Choice, Chooser, Demotion, DemotionReason, Hysteresis, Measurement, Profile, Report,
 };
 use crate::buf::{Pool, TxBuf};
 use crate::cow::CowPolicy;
@@ -84,6 +84,10 @@ pub(crate) struct AutoTx {
     ops: u64,
     marks: (u64, u64),
     zc_ok: bool,
+    /// The last decision per kind (slice, buf), keyed by (size, aligned): a stream repeats
+    /// its size, and interpolating the curves on every 4 KiB send would cost a noticeable
+    /// share of the send itself.
+    memo: [Option<((usize, bool), Choice<TxPath>)>; 2],
 }
 
 fn chooser(
@@ -136,6 +140,7 @@ impl AutoTx {
             ops: 0,
             marks: s.stats.zc_completion_marks(),
             zc_ok: s.zc_ok,
+            memo: [None, None],
         }
     }
 
@@ -147,7 +152,16 @@ impl AutoTx {
         } else {
             (&self.buf_chooser, &mut self.buf_hyst)
         };
-        let choice = chooser.choose(len as u64, aligned);
+        let key = (len, aligned);
+        let memo = &mut self.memo[usize::from(slice)];
+        let choice = match *memo {
+            Some((k, c)) if k == key => c,
+            _ => {
+                let c = chooser.choose(len as u64, aligned);
+                *memo = Some((key, c));
+                c
+            }
+        };
         delta.record_choice(&choice);
         let wanted = hyst.observe(choice.path, delta);
         self.demotion

@@ -71,6 +71,9 @@ impl ZcState {
     }
 }
 
+/// A remembered decision: (size, aligned) and what the chooser said.
+type Memo = Option<((usize, bool), Choice<TxPath>)>;
+
 /// State of the auto path on one socket.
 pub(crate) struct AutoTx {
     copy: CopyTx,
@@ -87,7 +90,7 @@ pub(crate) struct AutoTx {
     /// The last decision per kind (slice, buf), keyed by (size, aligned): a stream repeats
     /// its size, and interpolating the curves on every 4 KiB send would cost a noticeable
     /// share of the send itself.
-    memo: [Option<((usize, bool), Choice<TxPath>)>; 2],
+    memo: [Memo; 2],
 }
 
 fn chooser(

@@ -11,6 +11,10 @@
 //! * Receive ([`Receiver`], [`RxPath`]): `copy` (`recv(2)`), `mmap` (`TCP_ZEROCOPY_RECEIVE`
 //!   into a mapping of the socket), `uring` (multishot recv into a provided buffer ring) and
 //!   `zcrx` (io_uring zero-copy receive where a NIC allows it; refused and counted here).
+//! * Messages ([`msg`]): whole messages up to 1 MiB (configurable) over UDP, many datagrams
+//!   per call with GSO, `MSG_ZEROCOPY` from loaned buffers laid out with header holes
+//!   (Lightweight Messages' application-level fragmentation), GRO on receive, bounded
+//!   reassembly, and every lost message reported with its id (`docs/msg.md`).
 //! * Files: [`Sender::send_file`] (`sendfile(2)`, or `splice(2)` file → pipe → socket) and
 //!   [`Receiver::recv_to_file`] (`splice(2)` socket → pipe → file), with read+send and
 //!   recv+pwrite as counted fallbacks.
@@ -22,7 +26,7 @@
 //!
 //! On top: [`transfer`] (the `zcnet send`/`recv` protocol and its receiver rules) and
 //! [`bench`](mod@bench) (the measurement tool's pure parts), and [`auto`] (the `auto` path's
-//! per-operation decisions from a host profile; pure, not yet wired in). `unsafe` code lives in [`sys`] only.
+//! per-operation decisions from the host profile `zcnet tune` writes). `unsafe` code lives in [`sys`] only.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -34,6 +38,7 @@ pub mod conn;
 pub mod cow;
 pub mod cpu;
 pub mod error;
+pub mod msg;
 mod named;
 pub mod netns;
 pub mod policy;

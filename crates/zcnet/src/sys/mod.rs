@@ -15,6 +15,7 @@ pub mod splice;
 #[doc(hidden)]
 pub mod testing;
 pub mod udp;
+pub mod udp_msg;
 pub mod udp_send;
 pub mod uffd;
 pub mod uring;

@@ -1,0 +1,323 @@
+//! Whole messages over UDP: up to [`MsgConfig::max_message`] bytes (1 MiB by default) sent as
+//! self-describing datagrams, many per system call with GSO (`UDP_SEGMENT`), optionally from
+//! loaned buffers with `MSG_ZEROCOPY`, received with GRO (`UDP_GRO`) and reassembled — or
+//! reported lost, never delivered in part. See `docs/msg.md` for the wire format, the
+//! semantics and the limits.
+//!
+//! The idea is Lightweight Messages' (seed 004, §3.1): fragment in the application, with a
+//! hole for each fragment's header in the send buffer, so the payload is written once and
+//! every datagram is one contiguous piece of that buffer. Today's kernel does the rest that
+//! paper had to patch a driver for: one `sendmsg` hands it up to 64 KiB of datagrams (GSO),
+//! `MSG_ZEROCOPY` sends them from the application's pages, and `UDP_GRO` hands a receiver
+//! up to 64 KiB of them per read with the segment size in a control message.
+//!
+//! * [`MsgSender`] — over a connected socket. [`MsgSender::send`] copies (the caller may
+//!   reuse its slice at once; an iovec interleaves headers and the caller's bytes, so nothing
+//!   is copied in user space). [`MsgSender::buffer`] lends a [`MsgBuf`] laid out with header
+//!   holes; [`MsgSender::send_buf`] sends it with `MSG_ZEROCOPY` when [`MsgConfig::tx`] says
+//!   so and the [`crate::Policy`] agrees, and the buffer goes back to its pool when the
+//!   kernel's completion covers it.
+//! * [`MsgReceiver`] — over a bound socket. [`MsgReceiver::recv`] returns a [`MsgEvent`]: a
+//!   whole [`Message`], or [`Lost`] with the message id(s) and a [`LossReason`].
+//! * [`Reassembly`] — the receiver's bounded table, pure code.
+//! * [`wire`] — the 28-byte fragment header and the message layout.
+
+pub mod reassembly;
+pub mod recv;
+pub mod send;
+pub mod stats;
+pub mod wire;
+
+pub use reassembly::{InFlight, Reassembly};
+pub use recv::MsgReceiver;
+pub use send::{MsgBuf, MsgSender};
+pub use stats::{MsgStats, MsgStatsSnapshot};
+
+use crate::policy::Policy;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The largest [`MsgConfig::max_message`] accepted: reassembly reserves a message's whole
+/// length when its first fragment arrives, so the limit keeps one configuration from asking
+/// for more than a sane amount of memory per message.
+pub const MAX_MESSAGE_LIMIT: usize = 1 << 30;
+
+/// How [`MsgSender::send_buf`] sends a loaned buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MsgTx {
+    /// Plain `sendmsg`: the kernel copies; the buffer returns to its pool at once.
+    Copy,
+    /// `MSG_ZEROCOPY`: the kernel references the buffer's pages; the completion returns it.
+    Zerocopy,
+}
+
+/// Bounds of the receiver's reassembly state, in memory and in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReassemblyLimits {
+    /// Messages being reassembled at once; a new one beyond this evicts the least recently
+    /// active (reported lost, [`LossReason::Evicted`]).
+    pub max_messages: usize,
+    /// Bytes reserved for messages being reassembled (each reserves its total length on its
+    /// first fragment); must be at least [`MsgConfig::max_message`].
+    pub max_bytes: usize,
+    /// A message that receives no fragment for this long is lost ([`LossReason::Timeout`]);
+    /// an id that has not shown up this long after a later id did is lost
+    /// ([`LossReason::Gap`]). It is the reorder window.
+    pub timeout: Duration,
+    /// Senders (address + session) whose id sequences are tracked; beyond it the least
+    /// recently heard is forgotten (its open messages and gaps reported lost).
+    pub max_senders: usize,
+}
+
+impl Default for ReassemblyLimits {
+    fn default() -> Self {
+        ReassemblyLimits {
+            max_messages: 64,
+            max_bytes: 16 << 20,
+            timeout: Duration::from_secs(1),
+            max_senders: 256,
+        }
+    }
+}
+
+/// Configuration of a [`MsgSender`] or [`MsgReceiver`] (each reads the fields it needs).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MsgConfig {
+    /// Largest message, sender and receiver (1 MiB by default, at most
+    /// [`MAX_MESSAGE_LIMIT`]). Larger sends are [`MsgError::TooLarge`]; larger incoming
+    /// messages are reported lost ([`LossReason::TooLarge`]).
+    pub max_message: usize,
+    /// How loaned buffers are sent.
+    pub tx: MsgTx,
+    /// When a loaned message goes zero-copy (size threshold over its wire bytes, COPIED
+    /// demotion), as for streams.
+    pub policy: Policy,
+    /// Datagram size in bytes, header included; `None` derives it from the path MTU of the
+    /// connected socket (`IP_MTU`: 1500 → 1472, loopback's 65536 → 65507).
+    pub segment: Option<usize>,
+    /// Use GSO (`UDP_SEGMENT`) on send. Off: one datagram per `sendmsg`, the baseline.
+    pub gso: bool,
+    /// Ask for `UDP_GRO` on receive. Off: one datagram per `recvmsg`, the baseline.
+    pub gro: bool,
+    /// Buffers in the sender's pool of [`MsgBuf`]s (created on first use, each sized for
+    /// `max_message` with header holes). The flow-control bound for zero-copy sends.
+    pub pool_buffers: usize,
+    /// Send timeout (`SO_SNDTIMEO`), and how long [`MsgSender::buffer`] waits for a loan.
+    pub timeout: Duration,
+    /// Receive socket buffer to ask for (`SO_RCVBUF`, `SO_RCVBUFFORCE` when allowed): a burst
+    /// larger than it is dropped by the kernel, and the messages are then reported lost.
+    pub recv_buffer: usize,
+    /// Receive buffer of one read: a GRO read of up to 64 KiB must fit, or its tail is
+    /// truncated (`MSG_TRUNC`) and the messages in it reported lost.
+    pub datagram_buffer: usize,
+    /// Receiver's reassembly bounds.
+    pub reassembly: ReassemblyLimits,
+}
+
+impl Default for MsgConfig {
+    fn default() -> Self {
+        MsgConfig {
+            max_message: 1 << 20,
+            tx: MsgTx::Copy,
+            policy: Policy::default(),
+            segment: None,
+            gso: true,
+            gro: true,
+            pool_buffers: 4,
+            timeout: Duration::from_secs(10),
+            recv_buffer: 8 << 20,
+            datagram_buffer: 64 << 10,
+            reassembly: ReassemblyLimits::default(),
+        }
+    }
+}
+
+impl MsgConfig {
+    /// Defaults with loaned buffers sent as `tx` says.
+    pub fn new(tx: MsgTx) -> Self {
+        MsgConfig {
+            tx,
+            ..Self::default()
+        }
+    }
+
+    /// Checks the numbers against each other; every error names the field.
+    pub fn validate(&self) -> Result<(), MsgError> {
+        let bad = |s: String| Err(MsgError::Config(s));
+        if self.max_message > MAX_MESSAGE_LIMIT {
+            return bad(format!(
+                "max_message {} is above the limit of {MAX_MESSAGE_LIMIT} bytes",
+                self.max_message
+            ));
+        }
+        let r = &self.reassembly;
+        if r.max_bytes < self.max_message {
+            return bad(format!(
+                "reassembly.max_bytes {} is below max_message {}: a largest message could never be reassembled",
+                r.max_bytes, self.max_message
+            ));
+        }
+        if r.max_messages == 0 || r.max_senders == 0 {
+            return bad("reassembly.max_messages and max_senders must be at least 1".into());
+        }
+        if r.timeout.is_zero() {
+            return bad("reassembly.timeout must be positive".into());
+        }
+        if self.pool_buffers == 0 {
+            return bad("pool_buffers must be at least 1".into());
+        }
+        if self.datagram_buffer <= wire::HEADER_LEN {
+            return bad(format!(
+                "datagram_buffer {} cannot hold a {}-byte header and payload",
+                self.datagram_buffer,
+                wire::HEADER_LEN
+            ));
+        }
+        if let Some(s) = self.segment {
+            if let Err(e) = wire::Layout::new(s) {
+                return bad(format!("segment: {e}"));
+            }
+            if s > crate::sys::udp_msg::MAX_UDP_PAYLOAD_V4 {
+                return bad(format!(
+                    "segment {s} is above the largest UDP payload ({})",
+                    crate::sys::udp_msg::MAX_UDP_PAYLOAD_V4
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A failed message operation. Losses are not errors: they are [`MsgEvent::Lost`] events.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MsgError {
+    /// The message is larger than [`MsgConfig::max_message`]; nothing was sent.
+    #[error("message of {len} bytes is larger than the configured maximum of {max} bytes")]
+    TooLarge {
+        /// The message's length.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The configuration is inconsistent.
+    #[error("invalid message configuration: {0}")]
+    Config(String),
+    /// The socket or a syscall failed (including `ECONNREFUSED` when nobody listens on a
+    /// connected peer, timeouts and an exhausted pool).
+    #[error(transparent)]
+    Io(#[from] crate::Error),
+}
+
+/// Why a message was reported lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Some fragments never came within the reassembly timeout.
+    Timeout,
+    /// Evicted to keep reassembly within its limits (messages, bytes, senders).
+    Evicted,
+    /// A datagram of it was longer than the receive buffer (`MSG_TRUNC`).
+    Truncated,
+    /// Its fragments disagree (total length, overlapping ranges) or one is impossible.
+    Inconsistent,
+    /// Larger than the receiver's maximum message.
+    TooLarge,
+    /// No fragment of it ever arrived, and a later id of the same sender did, longer than
+    /// the reorder window ago.
+    Gap,
+}
+
+/// One message, delivered whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The sender's address.
+    pub from: SocketAddr,
+    /// The sender's session.
+    pub session: u32,
+    /// The message's id within the session.
+    pub id: u64,
+    /// Every byte of it.
+    pub data: Vec<u8>,
+}
+
+impl std::ops::Deref for Message {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// Messages that will not be delivered: ids `id .. id + count` of one sender's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lost {
+    /// The sender's address.
+    pub from: SocketAddr,
+    /// The sender's session.
+    pub session: u32,
+    /// First id lost.
+    pub id: u64,
+    /// How many consecutive ids (1 except for gaps).
+    pub count: u64,
+    /// Why.
+    pub reason: LossReason,
+}
+
+impl Lost {
+    /// The ids lost.
+    pub fn ids(&self) -> std::ops::Range<u64> {
+        self.id..self.id.saturating_add(self.count)
+    }
+}
+
+/// What [`MsgReceiver::recv`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MsgEvent {
+    /// A message, complete.
+    Message(Message),
+    /// Messages lost.
+    Lost(Lost),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_name_the_field() {
+        assert!(MsgConfig::default().validate().is_ok());
+        let c = MsgConfig {
+            max_message: MAX_MESSAGE_LIMIT + 1,
+            ..MsgConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_message"));
+        let mut c = MsgConfig {
+            max_message: 32 << 20,
+            ..MsgConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("max_bytes"));
+        c.reassembly.max_bytes = 64 << 20;
+        assert!(c.validate().is_ok());
+        let mut c = MsgConfig {
+            segment: Some(20),
+            ..MsgConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("segment"));
+        c.segment = Some(65_508);
+        assert!(c.validate().is_err());
+        c.segment = Some(1472);
+        assert!(c.validate().is_ok());
+        let mut c = MsgConfig::default();
+        c.reassembly.max_messages = 0;
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,738 @@
+//! [`MsgSender`]: messages out over a connected UDP socket, many datagrams per call (GSO),
+//! with `MSG_ZEROCOPY` from loaned [`MsgBuf`]s.
+//!
+//! * Segment size: `IP_MTU`/`IPV6_MTU` of the connected socket minus the IP and UDP headers
+//!   (1500 → 1472), or [`MsgConfig::segment`]. Every datagram is one header plus up to
+//!   `segment − 28` payload bytes.
+//! * Batches: one `sendmsg` carries `min(UDP_MAX_SEGMENTS, 65 507 / segment)` datagrams with
+//!   a `UDP_SEGMENT` control message (44 at MTU 1500; on loopback's MTU 65536 a datagram is
+//!   already 64 KiB and each call carries one). `EINVAL`/`EMSGSIZE`/`EIO` on a multi-datagram
+//!   call halves the batch and retries, counted (`gso_fallbacks`); at one datagram per call
+//!   GSO is switched off for the sender (`gso_disabled`), as quinn-udp lowers its
+//!   `max_gso_segments` for good.
+//! * [`MsgSender::send`] (copy semantics) builds an iovec `header, payload, header, payload,
+//!   …` over the caller's slice: the kernel copies once, user space never.
+//! * [`MsgSender::send_buf`] sends a loaned [`MsgBuf`], whose storage already has a hole for
+//!   each header (seed 004 §3.1, Fig. 1): headers are written into the holes and every batch
+//!   is one contiguous range, which is what `MSG_ZEROCOPY` needs — the kernel maps a
+//!   zero-copy send into at most 17 page fragments, and an interleaved iovec exhausts them
+//!   after 7 datagrams (`sys::udp_msg` pins this). The buffer is lent to the completion
+//!   bookkeeping ([`crate::completion`]) for the calls that named it and returns to the pool
+//!   when they are all complete; the headers live in the same storage, so they too stay
+//!   unchanged until then.
+//! * `ENOBUFS` (option memory) queues nothing: reap, wait 2/4/8 ms, retry, then copy the rest,
+//!   counted as [`FallbackReason::Enobufs`] — as the stream path does.
+
+use super::stats::MsgStats;
+use super::wire::{Header, Layout, HEADER_LEN};
+use super::{MsgConfig, MsgError, MsgTx};
+use crate::buf::{Pool, TxBuf};
+use crate::completion::Completions;
+use crate::error::Error;
+use crate::policy::{CopiedDemotion, TxDecision};
+use crate::stats::{FallbackReason, Stats};
+use crate::sys::mem::page_size;
+use crate::sys::socket;
+use crate::sys::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
+use crate::sys::zerocopy as zc;
+use crate::tx::zerocopy::reap_completions;
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::ops::Range;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Zero-copy attempts after `ENOBUFS` (each after reaping) before the rest is copied.
+const ENOBUFS_RETRIES: u32 = 3;
+/// How long `Drop` waits for outstanding completions before retiring the buffers.
+const DROP_WAIT: Duration = Duration::from_secs(1);
+
+/// How many datagrams go into one `sendmsg`, lowered for good when the kernel refuses.
+#[derive(Debug, Clone, Copy)]
+struct Batching {
+    per_call: usize,
+    gso: bool,
+}
+
+/// A loaned message buffer: pool storage laid out as the message will be on the wire, with a
+/// [`HEADER_LEN`]-byte hole before every `segment − 28` payload bytes. The application writes
+/// the payload into it once ([`MsgBuf::write_at`], [`MsgBuf::payload_mut`]); the headers are
+/// filled in by [`MsgSender::send_buf`].
+#[derive(Debug)]
+pub struct MsgBuf {
+    buf: TxBuf,
+    len: usize,
+    layout: Layout,
+}
+
+impl MsgBuf {
+    /// Payload length of the message.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn wire_len(&self) -> usize {
+        self.layout.wire_len(self.len)
+    }
+
+    /// The payload blocks, each with its offset in the message, for filling in place.
+    pub fn payload_mut(&mut self) -> impl Iterator<Item = (usize, &mut [u8])> + '_ {
+        let (seg, per) = (self.layout.segment(), self.layout.payload_per_datagram());
+        let wire = self.wire_len();
+        self.buf.storage_mut()[..wire]
+            .chunks_mut(seg)
+            .enumerate()
+            .map(move |(i, c)| (i * per, &mut c[HEADER_LEN..]))
+    }
+
+    /// The payload blocks, each with its offset in the message.
+    pub fn payload(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
+        let (seg, per) = (self.layout.segment(), self.layout.payload_per_datagram());
+        // The TxBuf's selected range is the whole wire layout (set when the buffer is made).
+        self.buf
+            .chunks(seg)
+            .enumerate()
+            .map(move |(i, c)| (i * per, &c[HEADER_LEN..]))
+    }
+
+    /// Copies `data` into the message at `offset`, across the header holes. Panics if it
+    /// does not fit in the message, as slice indexing does.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) {
+        assert!(
+            offset
+                .checked_add(data.len())
+                .is_some_and(|e| e <= self.len),
+            "write of {} bytes at {offset} outside a message of {} bytes",
+            data.len(),
+            self.len
+        );
+        let (seg, per) = (self.layout.segment(), self.layout.payload_per_datagram());
+        let storage = self.buf.storage_mut();
+        let mut done = 0;
+        while done < data.len() {
+            let off = offset + done;
+            let (i, within) = (off / per, off % per);
+            let n = (per - within).min(data.len() - done);
+            let at = i * seg + HEADER_LEN + within;
+            storage[at..at + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+    }
+
+    /// Copies the whole message in; `data` must be exactly [`MsgBuf::len`] bytes (panics
+    /// otherwise).
+    pub fn copy_from(&mut self, data: &[u8]) {
+        assert_eq!(
+            data.len(),
+            self.len,
+            "copy_from needs exactly the message length"
+        );
+        self.write_at(0, data);
+    }
+
+    /// The payload as one vector (a copy; for checks).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        for (_, p) in self.payload() {
+            v.extend_from_slice(p);
+        }
+        v
+    }
+}
+
+/// Sends whole messages to the peer of a connected UDP socket (see the module docs).
+#[derive(Debug)]
+pub struct MsgSender {
+    sock: UdpSocket,
+    peer: SocketAddr,
+    cfg: MsgConfig,
+    layout: Layout,
+    max_gso_bytes: usize,
+    batching: Batching,
+    session: u32,
+    next_id: u64,
+    zerocopy_ok: bool,
+    completions: Completions<TxBuf>,
+    demotion: CopiedDemotion,
+    entries: Vec<zc::ErrqueueEntry>,
+    pool: Option<Pool>,
+    headers: Vec<u8>,
+    stats: Arc<Stats>,
+    msg_stats: Arc<MsgStats>,
+}
+
+impl MsgSender {
+    /// A socket bound to the unspecified address of `peer`'s family, `SO_ZEROCOPY` on when
+    /// `cfg.tx` asks for it, connected to `peer`. Create it in the network namespace it is to
+    /// send from; it can be used from any thread after.
+    pub fn connect(peer: SocketAddr, cfg: &MsgConfig) -> Result<MsgSender, MsgError> {
+        cfg.validate()?;
+        let local: SocketAddr = match peer {
+            SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+            SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+        };
+        let sock = UdpSocket::bind(local).map_err(|e| Error::io("bind(UDP)", e))?;
+        let zerocopy_ok = cfg.tx == MsgTx::Zerocopy && zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        sock.connect(peer)
+            .map_err(|e| Error::io("connect(UDP)", e))?;
+        Self::build(sock, cfg, zerocopy_ok)
+    }
+
+    /// Takes over a UDP socket that is already connected.
+    pub fn from_socket(sock: UdpSocket, cfg: &MsgConfig) -> Result<MsgSender, MsgError> {
+        cfg.validate()?;
+        let zerocopy_ok = cfg.tx == MsgTx::Zerocopy
+            && (zc::so_zerocopy(sock.as_fd()).unwrap_or(false)
+                || zc::set_so_zerocopy(sock.as_fd()).is_ok());
+        Self::build(sock, cfg, zerocopy_ok)
+    }
+
+    fn build(sock: UdpSocket, cfg: &MsgConfig, zerocopy_ok: bool) -> Result<MsgSender, MsgError> {
+        let peer = sock
+            .peer_addr()
+            .map_err(|e| Error::io("getpeername (the UDP socket must be connected)", e))?;
+        sock.set_write_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        let (ip_udp, max_gso_bytes) = match peer.ip() {
+            IpAddr::V4(_) => (28, MAX_UDP_PAYLOAD_V4),
+            IpAddr::V6(_) => (48, MAX_UDP_PAYLOAD_V6),
+        };
+        let segment = match cfg.segment {
+            Some(s) => s,
+            None => {
+                let mtu = udp_msg::path_mtu(sock.as_fd(), peer.ip())
+                    .map_err(|e| Error::io("getsockopt(IP_MTU)", e))?;
+                (mtu as usize).saturating_sub(ip_udp).min(max_gso_bytes)
+            }
+        };
+        let layout = Layout::new(segment)
+            .map_err(|e| MsgError::Config(format!("segment from the path MTU: {e}")))?;
+        let per_call = (max_gso_bytes / segment).clamp(1, UDP_MAX_SEGMENTS);
+        let mut session = [0u8; 4];
+        getrandom::fill(&mut session)
+            .map_err(|e| Error::io("getrandom", io::Error::other(e.to_string())))?;
+        let stats = Arc::new(Stats::new());
+        if cfg.tx == MsgTx::Zerocopy && !zerocopy_ok {
+            // Counted once here; every loan is then copied and counted as Unsupported too.
+            stats.fallback(FallbackReason::Unsupported, 0);
+        }
+        Ok(MsgSender {
+            sock,
+            peer,
+            cfg: cfg.clone(),
+            layout,
+            max_gso_bytes,
+            batching: Batching {
+                per_call,
+                gso: cfg.gso && per_call > 1,
+            },
+            session: u32::from_ne_bytes(session),
+            next_id: 0,
+            zerocopy_ok,
+            completions: Completions::new(),
+            demotion: CopiedDemotion::default(),
+            entries: Vec::new(),
+            pool: None,
+            headers: Vec::new(),
+            stats,
+            msg_stats: Arc::new(MsgStats::new()),
+        })
+    }
+
+    /// The peer messages go to.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The socket's local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// This sender's random session number (in every header).
+    pub fn session(&self) -> u32 {
+        self.session
+    }
+
+    /// The id the next message will get.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Datagram size, header included (the GSO segment size).
+    pub fn segment(&self) -> usize {
+        self.layout.segment()
+    }
+
+    /// Payload bytes per datagram.
+    pub fn payload_per_datagram(&self) -> usize {
+        self.layout.payload_per_datagram()
+    }
+
+    /// Datagrams per `sendmsg` now (1 once GSO is off).
+    pub fn datagrams_per_call(&self) -> usize {
+        if self.batching.gso {
+            self.batching.per_call
+        } else {
+            1
+        }
+    }
+
+    /// Largest UDP payload of one GSO send for this socket's family.
+    pub fn max_gso_bytes(&self) -> usize {
+        self.max_gso_bytes
+    }
+
+    /// Whether `SO_ZEROCOPY` is on (only asked for with [`MsgTx::Zerocopy`]).
+    pub fn zerocopy_enabled(&self) -> bool {
+        self.zerocopy_ok
+    }
+
+    /// Message counters.
+    pub fn stats(&self) -> &Arc<MsgStats> {
+        &self.msg_stats
+    }
+
+    /// Socket-level byte counters: copy vs `MSG_ZEROCOPY` bytes (headers included), COPIED
+    /// completions, `ENOBUFS`, fallbacks by reason, pool waits.
+    pub fn io_stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// Loaned buffers the kernel still holds.
+    pub fn buffers_in_flight(&self) -> usize {
+        self.completions.loans_in_flight()
+    }
+
+    fn check_len(&self, len: usize) -> Result<(), MsgError> {
+        if len > self.cfg.max_message {
+            return Err(MsgError::TooLarge {
+                len,
+                max: self.cfg.max_message,
+            });
+        }
+        Ok(())
+    }
+
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn header(&self, id: u64, len: usize, i: usize) -> Header {
+        let r = self.layout.fragment(len, i);
+        Header {
+            session: self.session,
+            id,
+            total: len as u32,
+            offset: r.start as u32,
+            len: r.len() as u16,
+        }
+    }
+
+    /// Sends `data` as one message, copying (the slice may be reused at once). Returns its
+    /// id. If an error interrupts a message the id is used anyway: the receiver reports it
+    /// lost.
+    pub fn send(&mut self, data: &[u8]) -> Result<u64, MsgError> {
+        self.check_len(data.len())?;
+        let id = self.take_id();
+        let n = self.layout.fragments(data.len());
+        let mut headers = std::mem::take(&mut self.headers);
+        headers.clear();
+        for i in 0..n {
+            headers.extend_from_slice(&self.header(id, data.len(), i).encode());
+        }
+        let layout = self.layout;
+        let iov_of = |r: Range<usize>| -> Vec<IoSlice<'_>> {
+            r.flat_map(|i| {
+                [
+                    IoSlice::new(&headers[i * HEADER_LEN..(i + 1) * HEADER_LEN]),
+                    IoSlice::new(&data[layout.fragment(data.len(), i)]),
+                ]
+            })
+            .collect()
+        };
+        let result = self.send_copy(0..n, &iov_of);
+        self.headers = headers;
+        result?;
+        self.msg_stats.copied_messages(1);
+        self.sent(data.len(), n);
+        Ok(id)
+    }
+
+    fn sent(&self, len: usize, datagrams: usize) {
+        self.msg_stats.messages_sent(1);
+        self.msg_stats.bytes_sent(len as u64);
+        self.msg_stats.datagrams_sent(datagrams as u64);
+    }
+
+    /// Sends fragments `frags` without `MSG_ZEROCOPY`.
+    fn send_copy<'a>(
+        &mut self,
+        frags: Range<usize>,
+        iov_of: &dyn Fn(Range<usize>) -> Vec<IoSlice<'a>>,
+    ) -> Result<(), MsgError> {
+        let stats = self.stats.clone();
+        let fd = self.sock.as_fd();
+        let mut on_call = |bytes: usize| {
+            stats.add_tx_copy_bytes(bytes as u64);
+            stats.add_tx_copy_calls(1);
+        };
+        match send_batches(
+            fd,
+            &mut self.batching,
+            frags,
+            self.layout,
+            iov_of,
+            false,
+            &self.msg_stats,
+            &mut on_call,
+        ) {
+            Ok(()) => Ok(()),
+            Err((_, e)) => Err(send_error(e, self.cfg.timeout)),
+        }
+    }
+
+    /// A loaned buffer for a message of `len` bytes, from this sender's pool (made on first
+    /// use: [`MsgConfig::pool_buffers`] buffers sized for [`MsgConfig::max_message`]).
+    /// Waits, reaping completions, up to [`MsgConfig::timeout`] while the kernel holds every
+    /// buffer.
+    pub fn buffer(&mut self, len: usize) -> Result<MsgBuf, MsgError> {
+        self.check_len(len)?;
+        if self.pool.is_none() {
+            let size = self.layout.wire_len(self.cfg.max_message);
+            let pool = Pool::new(self.cfg.pool_buffers, size)
+                .map_err(|e| Error::io("mmap(message pool)", e))?;
+            self.pool = Some(pool);
+        }
+        let pool = self.pool.clone().expect("pool made above");
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut waited = false;
+        loop {
+            if let Some(mut buf) = pool.try_take() {
+                buf.set_len(self.layout.wire_len(len));
+                return Ok(MsgBuf {
+                    buf,
+                    len,
+                    layout: self.layout,
+                });
+            }
+            if !waited {
+                waited = true;
+                self.stats.add_pool_waits(1);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.stats.add_pool_timeouts(1);
+                return Err(Error::PoolExhausted(self.cfg.timeout).into());
+            }
+            self.wait_completions((deadline - now).min(Duration::from_millis(10)))?;
+        }
+    }
+
+    /// Sends a loaned message and returns its id: with `MSG_ZEROCOPY` when
+    /// [`MsgConfig::tx`] is [`MsgTx::Zerocopy`], `SO_ZEROCOPY` is on and the policy agrees
+    /// (else copied, the reason counted). The buffer returns to its pool when the kernel is
+    /// done with it.
+    pub fn send_buf(&mut self, mut msg: MsgBuf) -> Result<u64, MsgError> {
+        if !self.pool.as_ref().is_some_and(|p| p.owns(&msg.buf)) || msg.layout != self.layout {
+            return Err(Error::ForeignBuffer.into());
+        }
+        self.check_len(msg.len)?;
+        let id = self.take_id();
+        let len = msg.len;
+        let n = self.layout.fragments(len);
+        let seg = self.layout.segment();
+        {
+            let storage = msg.buf.storage_mut();
+            for i in 0..n {
+                let h = self.header(id, len, i);
+                h.encode_into(&mut storage[i * seg..]);
+            }
+        }
+        let wire_len = self.layout.wire_len(len);
+        msg.buf.set_len(wire_len);
+        let mut zerocopy = self.cfg.tx == MsgTx::Zerocopy
+            && match self.decide(&msg) {
+                TxDecision::ZeroCopy => true,
+                TxDecision::Copy(reason) => {
+                    self.stats.fallback(reason, wire_len as u64);
+                    false
+                }
+            };
+        let layout = self.layout;
+        let first_call = self.completions.next_id();
+        let mut next = 0;
+        let mut enobufs = 0;
+        let mut result = Ok(());
+        let buf = msg.buf;
+        while next < n {
+            let wire: &[u8] = &buf;
+            let iov_of = |r: Range<usize>| -> Vec<IoSlice<'_>> {
+                let start = layout.wire_range(len, r.start).start;
+                let end = layout.wire_range(len, r.end - 1).end;
+                vec![IoSlice::new(&wire[start..end])]
+            };
+            let stats = self.stats.clone();
+            let completions = &mut self.completions;
+            let mut on_call = |bytes: usize| {
+                if zerocopy {
+                    completions.record_call(bytes);
+                    stats.add_tx_zerocopy_bytes(bytes as u64);
+                    stats.add_tx_zerocopy_calls(1);
+                } else {
+                    stats.add_tx_copy_bytes(bytes as u64);
+                    stats.add_tx_copy_calls(1);
+                }
+            };
+            match send_batches(
+                self.sock.as_fd(),
+                &mut self.batching,
+                next..n,
+                layout,
+                &iov_of,
+                zerocopy,
+                &self.msg_stats,
+                &mut on_call,
+            ) {
+                Ok(()) => next = n,
+                Err((at, e)) => {
+                    next = at;
+                    if zerocopy && e.raw_os_error() == Some(libc::ENOBUFS) {
+                        self.stats.add_tx_enobufs(1);
+                        if enobufs < ENOBUFS_RETRIES {
+                            enobufs += 1;
+                            if let Err(e) =
+                                self.wait_completions(Duration::from_millis(1 << enobufs))
+                            {
+                                result = Err(e);
+                                break;
+                            }
+                        } else {
+                            let rest = wire_len - layout.wire_range(len, at).start;
+                            self.stats.fallback(FallbackReason::Enobufs, rest as u64);
+                            zerocopy = false;
+                        }
+                        continue;
+                    }
+                    result = Err(send_error(e, self.cfg.timeout));
+                    break;
+                }
+            }
+        }
+        let last_call = self.completions.next_id();
+        let went_zerocopy = last_call > first_call;
+        // Lend the buffer even after an error: calls that went out still reference it.
+        if went_zerocopy {
+            drop(self.completions.lend(buf, first_call, last_call - 1));
+        } else {
+            drop(buf);
+        }
+        result?;
+        if went_zerocopy {
+            self.msg_stats.zerocopy_messages(1);
+        } else {
+            self.msg_stats.copied_messages(1);
+        }
+        self.sent(len, n);
+        self.reap()?;
+        Ok(id)
+    }
+
+    fn decide(&self, msg: &MsgBuf) -> TxDecision {
+        if !self.zerocopy_ok {
+            return TxDecision::Copy(FallbackReason::Unsupported);
+        }
+        self.cfg.policy.decide(
+            msg.wire_len(),
+            msg.buf.data_addr(),
+            page_size(),
+            self.demotion.is_demoted(),
+        )
+    }
+
+    /// Reads completions without blocking; returns the loans that came back.
+    pub fn reap(&mut self) -> Result<usize, MsgError> {
+        if self.completions.is_idle() {
+            return Ok(0);
+        }
+        let released = reap_completions(
+            self.sock.as_fd(),
+            &mut self.entries,
+            &mut self.completions,
+            &mut self.demotion,
+            self.cfg.policy.demote_after_copied,
+            &self.stats,
+        )?;
+        Ok(released.len())
+    }
+
+    /// Reaps, and if nothing came back waits up to `pause` for the error queue to signal
+    /// (`POLLERR`) and reaps again. A pending socket error (an ICMP "port unreachable" on a
+    /// connected socket) raises `POLLERR` too, so an empty reap sleeps briefly rather than
+    /// spin; the next send reports that error.
+    fn wait_completions(&mut self, pause: Duration) -> Result<usize, MsgError> {
+        let got = self.reap()?;
+        if got > 0 || self.completions.is_idle() {
+            return Ok(got);
+        }
+        match socket::poll(self.sock.as_fd(), 0, Some(pause)) {
+            Ok(ev) if ev & libc::POLLERR != 0 => {
+                let n = self.reap()?;
+                if n == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Ok(n)
+            }
+            Ok(_) => Ok(0),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
+            Err(e) => Err(Error::io("poll", e).into()),
+        }
+    }
+
+    /// Waits up to `timeout` until the kernel has returned every loaned buffer; true when it
+    /// has.
+    pub fn flush(&mut self, timeout: Duration) -> Result<bool, MsgError> {
+        let deadline = Instant::now() + timeout;
+        while !self.completions.is_idle() {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            self.wait_completions((deadline - now).min(Duration::from_millis(10)))?;
+        }
+        Ok(true)
+    }
+}
+
+impl Drop for MsgSender {
+    fn drop(&mut self) {
+        if self.flush(DROP_WAIT).unwrap_or(false) {
+            return;
+        }
+        // The kernel may still read these pages: unmap them rather than let the pool hand
+        // them out again.
+        self.completions
+            .abandon()
+            .into_iter()
+            .for_each(TxBuf::retire);
+    }
+}
+
+/// Maps a send error to the caller's error: `EAGAIN` is the socket timeout running out.
+fn send_error(e: io::Error, timeout: Duration) -> MsgError {
+    if e.raw_os_error() == Some(libc::EAGAIN) {
+        Error::Timeout {
+            op: "sendmsg(UDP)",
+            after: timeout,
+        }
+        .into()
+    } else {
+        Error::io("sendmsg(UDP)", e).into()
+    }
+}
+
+/// Sends fragments `frags` in batches of `batching.per_call` datagrams, one GSO `sendmsg`
+/// each, calling `on_call(bytes)` after every successful call. A refused multi-datagram call
+/// (`EINVAL`, `EMSGSIZE`, `EIO`) halves the batch for good and retries. Any other error
+/// returns with the first fragment not yet sent.
+#[allow(clippy::too_many_arguments)]
+fn send_batches<'a>(
+    fd: BorrowedFd<'_>,
+    batching: &mut Batching,
+    frags: Range<usize>,
+    layout: Layout,
+    iov_of: &dyn Fn(Range<usize>) -> Vec<IoSlice<'a>>,
+    zerocopy: bool,
+    stats: &MsgStats,
+    on_call: &mut dyn FnMut(usize),
+) -> Result<(), (usize, io::Error)> {
+    let mut i = frags.start;
+    while i < frags.end {
+        let per = if batching.gso { batching.per_call } else { 1 };
+        let j = (i + per).min(frags.end);
+        let iov = iov_of(i..j);
+        let gso = (j - i > 1).then_some(layout.segment() as u16);
+        match udp_msg::send_vectored_gso(fd, &iov, zerocopy, gso) {
+            Ok(bytes) => {
+                stats.send_calls(1);
+                if j - i > 1 {
+                    stats.gso_calls(1);
+                }
+                on_call(bytes);
+                i = j;
+            }
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(errno @ (libc::EINVAL | libc::EMSGSIZE | libc::EIO)) if j - i > 1 => {
+                    stats.gso_fallbacks(1);
+                    stats.set_gso_errno(errno);
+                    batching.per_call = ((j - i) / 2).max(1);
+                    if batching.per_call == 1 {
+                        batching.gso = false;
+                        stats.set_gso_disabled();
+                    }
+                }
+                _ => return Err((i, e)),
+            },
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn msgbuf_writes_land_between_the_header_holes() {
+        let cfg = MsgConfig {
+            segment: Some(100),
+            max_message: 1000,
+            ..MsgConfig::default()
+        };
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+        assert_eq!(tx.payload_per_datagram(), 72);
+        let mut b = tx.buffer(500).unwrap();
+        let data: Vec<u8> = (0..500u32).map(|i| (i * 7) as u8).collect();
+        b.write_at(0, &data[..10]);
+        b.write_at(10, &data[10..300]);
+        b.write_at(300, &data[300..]);
+        assert_eq!(b.to_vec(), data);
+        let blocks: Vec<_> = b.payload_mut().map(|(o, p)| (o, p.len())).collect();
+        assert_eq!(blocks.len(), 7);
+        assert_eq!(blocks[0], (0, 72));
+        assert_eq!(blocks[6], (432, 68));
+        // The holes are untouched by payload writes.
+        assert!(b.buf[..HEADER_LEN].iter().all(|&x| x == 0));
+        assert!(matches!(
+            tx.buffer(1001),
+            Err(MsgError::TooLarge { len: 1001, .. })
+        ));
+        let mut other = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+        assert!(matches!(
+            other.send_buf(b),
+            Err(MsgError::Io(Error::ForeignBuffer))
+        ));
+    }
+
+    #[test]
+    #[should_panic(expected = "outside a message")]
+    fn msgbuf_write_past_the_end_panics() {
+        let cfg = MsgConfig {
+            max_message: 1000,
+            ..MsgConfig::default()
+        };
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+        tx.buffer(10).unwrap().write_at(5, &[0; 6]);
+    }
+}

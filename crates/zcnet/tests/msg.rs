@@ -1,0 +1,911 @@
+//! `zcnet::msg` over real sockets: loopback and a veth pair between two network namespaces.
+//! Every message's bytes come from a pattern that depends on its id, so a swapped or shifted
+//! message is caught, and every byte is compared. Loss and reordering are injected by a
+//! crafted sender (a plain UDP socket writing our wire format: fragments last-first as the
+//! Lightweight Messages paper sends them, shuffled, skipped) and by nftables in the
+//! receiver's namespace; losses must come back as `Lost` events with the right ids, never as
+//! wrong bytes.
+
+mod common;
+
+use common::{pattern, veth_or_skip, PERIOD};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use zcnet::msg::wire::{Header, Layout};
+use zcnet::msg::{
+    LossReason, Lost, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgStatsSnapshot,
+    MsgTx, ReassemblyLimits,
+};
+use zcnet::netns::VethPair;
+use zcnet::{FallbackReason, Policy, StatsSnapshot};
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * 1024;
+/// Bound on every wait for an event (a deadline against hangs, not a speed check).
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Message `id`'s bytes: a window of the pattern that starts where the id says.
+fn body(id: u64, len: usize) -> &'static [u8] {
+    pattern(id.wrapping_mul(7919) % PERIOD as u64, len)
+}
+
+fn check(id: u64, data: &[u8], want_len: usize, what: &str) {
+    assert_eq!(data.len(), want_len, "{what}: message {id} length");
+    if data != body(id, want_len) {
+        let at = data
+            .iter()
+            .zip(body(id, want_len))
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        panic!("{what}: message {id} differs at byte {at} of {want_len}");
+    }
+}
+
+fn config(tx: MsgTx) -> MsgConfig {
+    let mut c = MsgConfig::new(tx);
+    // Every loan goes zero-copy, so the stats can be checked exactly.
+    c.policy = Policy::always();
+    c.reassembly.timeout = Duration::from_millis(500);
+    c.recv_buffer = 16 * MIB;
+    c
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    /// `send(&[u8])`: copy semantics.
+    Slice,
+    /// `buffer` + fill in place + `send_buf`.
+    Loan,
+}
+
+struct Outcome {
+    tx: zcnet::msg::MsgStatsSnapshot,
+    tx_io: StatsSnapshot,
+    rx: MsgStatsSnapshot,
+    buffers_left: usize,
+}
+
+/// Sends one message per size (ids 0, 1, …), at most `window` bytes unacknowledged by the
+/// receiving thread so no burst outruns the socket buffer, and checks every delivered byte.
+/// Any loss fails: nothing drops on these paths unless the test makes it.
+fn transfer(
+    tx: &mut MsgSender,
+    mut rx: MsgReceiver,
+    sizes: &[usize],
+    api: Api,
+    what: &str,
+) -> Outcome {
+    let window = 4 * MIB;
+    let (ack_tx, ack_rx) = mpsc::channel::<usize>();
+    std::thread::scope(|s| {
+        let sizes_r = sizes.to_vec();
+        let what_r = what.to_string();
+        let receiver = s.spawn(move || {
+            for (id, &len) in sizes_r.iter().enumerate() {
+                match rx.recv(WAIT).unwrap() {
+                    Some(MsgEvent::Message(m)) => {
+                        assert_eq!(m.id, id as u64, "{what_r}: messages in order here");
+                        check(m.id, &m.data, len, &what_r);
+                        rx.recycle(m);
+                        let _ = ack_tx.send(len);
+                    }
+                    Some(MsgEvent::Lost(l)) => panic!("{what_r}: unexpected loss {l:?}"),
+                    None => panic!("{what_r}: message {id} did not arrive within {WAIT:?}"),
+                }
+            }
+            let f = rx.in_flight();
+            assert_eq!(
+                (f.messages, f.bytes),
+                (0, 0),
+                "{what_r}: table empty at the end"
+            );
+            rx.stats().snapshot()
+        });
+        let mut unacked = 0usize;
+        for (i, &len) in sizes.iter().enumerate() {
+            while unacked > 0 && unacked + len > window {
+                unacked -= ack_rx.recv_timeout(WAIT).expect("receiver acknowledges");
+            }
+            let id = match api {
+                Api::Slice => tx.send(body(i as u64, len)).unwrap(),
+                Api::Loan => {
+                    let mut buf = tx.buffer(len).unwrap();
+                    let mut filled = 0;
+                    for (off, block) in buf.payload_mut() {
+                        block.copy_from_slice(
+                            body(i as u64, len).get(off..off + block.len()).unwrap(),
+                        );
+                        filled += block.len();
+                    }
+                    assert_eq!(filled, len);
+                    tx.send_buf(buf).unwrap()
+                }
+            };
+            assert_eq!(id, i as u64);
+            unacked += len;
+        }
+        let rx_stats = receiver.join().unwrap();
+        assert!(tx.flush(WAIT).unwrap(), "{what}: every loan completed");
+        Outcome {
+            tx: tx.stats().snapshot(),
+            tx_io: tx.io_stats().snapshot(),
+            rx: rx_stats,
+            buffers_left: tx.buffers_in_flight(),
+        }
+    })
+}
+
+/// Sizes around every boundary: the 1500-MTU UDP payload (1472), one datagram's payload for
+/// this sender (P = segment − 28), 64 KiB, and the 1 MiB maximum.
+fn sizes_for(p: usize) -> Vec<usize> {
+    let mut v = vec![
+        0,
+        1,
+        1472,
+        1473,
+        p - 1,
+        p,
+        p + 1,
+        2 * p,
+        64 * KIB - 1,
+        64 * KIB,
+        64 * KIB + 1,
+        MIB - 1,
+        MIB,
+    ];
+    v.dedup();
+    v
+}
+
+fn check_outcome(
+    out: &Outcome,
+    sizes: &[usize],
+    api: Api,
+    tx_mode: MsgTx,
+    local: bool,
+    what: &str,
+) {
+    let n = sizes.len() as u64;
+    let bytes: u64 = sizes.iter().map(|&s| s as u64).sum();
+    assert_eq!(out.tx.messages_sent, n, "{what}");
+    assert_eq!(out.tx.bytes_sent, bytes, "{what}");
+    assert_eq!(out.rx.messages_received, n, "{what}");
+    assert_eq!(out.rx.bytes_received, bytes, "{what}");
+    assert_eq!(out.rx.messages_lost, 0, "{what}");
+    assert_eq!(out.rx.garbage(), 0, "{what}");
+    assert_eq!(out.rx.datagrams_received, out.tx.datagrams_sent, "{what}");
+    assert_eq!(out.buffers_left, 0, "{what}");
+    match (api, tx_mode) {
+        (Api::Loan, MsgTx::Zerocopy) => {
+            assert_eq!(out.tx.zerocopy_messages, n, "{what}: every loan zero-copy");
+            assert_eq!(out.tx_io.tx_bytes_copy, 0, "{what}");
+            assert_eq!(
+                out.tx_io.tx_completed_calls, out.tx_io.tx_calls_zerocopy,
+                "{what}: every zero-copy call completed"
+            );
+            assert_eq!(out.tx_io.tx_calls_zerocopy, out.tx.send_calls, "{what}");
+            if local {
+                // Delivery to a local socket copies the pages (skb_orphan_frags_rx), and
+                // the completions say so.
+                assert_eq!(
+                    out.tx_io.tx_bytes_zc_copied, out.tx_io.tx_bytes_zerocopy,
+                    "{what}: COPIED counted"
+                );
+            }
+        }
+        _ => {
+            assert_eq!(out.tx.copied_messages, n, "{what}");
+            assert_eq!(out.tx_io.tx_calls_zerocopy, 0, "{what}");
+        }
+    }
+}
+
+fn loopback_v4() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)
+}
+
+#[test]
+fn sizes_over_loopback_copy_and_zerocopy_with_and_without_small_segments() {
+    for segment in [None, Some(1472)] {
+        for (api, tx_mode) in [
+            (Api::Slice, MsgTx::Copy),
+            (Api::Loan, MsgTx::Copy),
+            (Api::Loan, MsgTx::Zerocopy),
+        ] {
+            let mut cfg = config(tx_mode);
+            cfg.segment = segment;
+            let rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+            assert!(rx.gro_enabled(), "UDP_GRO on loopback");
+            let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+            match segment {
+                // lo's MTU (65536, reported as 65535) leaves a 64 KiB datagram: no GSO needed.
+                None => {
+                    assert_eq!(tx.segment(), 65_507);
+                    assert_eq!(tx.datagrams_per_call(), 1);
+                }
+                Some(s) => {
+                    assert_eq!(tx.segment(), s);
+                    assert_eq!(tx.datagrams_per_call(), 65_507 / 1472);
+                }
+            }
+            let sizes = sizes_for(tx.payload_per_datagram());
+            let what = format!("lo segment {} {api:?} {tx_mode:?}", tx.segment());
+            eprintln!("case {what}");
+            let out = transfer(&mut tx, rx, &sizes, api, &what);
+            check_outcome(&out, &sizes, api, tx_mode, true, &what);
+            if segment.is_some() {
+                assert!(out.tx.gso_calls > 0, "{what}: GSO used");
+                assert!(out.rx.gro_reads > 0, "{what}: GRO reads");
+            }
+            assert_eq!(out.tx.gso_fallbacks, 0, "{what}");
+        }
+    }
+}
+
+#[test]
+fn ipv6_loopback() {
+    let cfg = config(MsgTx::Zerocopy);
+    let Ok(rx) = MsgReceiver::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0), &cfg)
+    else {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: no IPv6 loopback");
+        return;
+    };
+    let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+    assert_eq!(
+        tx.segment(),
+        65_487,
+        "lo MTU minus IPv6 and UDP headers, capped"
+    );
+    let sizes = [1, 70_000, MIB];
+    let out = transfer(&mut tx, rx, &sizes, Api::Loan, "lo6");
+    check_outcome(&out, &sizes, Api::Loan, MsgTx::Zerocopy, true, "lo6");
+}
+
+fn netns_case(pair: &VethPair, cfg: &MsgConfig, api: Api, what: &str) -> (Outcome, Vec<usize>) {
+    let rx = pair
+        .run_in_b(|| MsgReceiver::bind(SocketAddr::new(pair.addr_b().into(), 0), cfg))
+        .unwrap()
+        .unwrap();
+    let port = rx.local_addr().unwrap().port();
+    let mut tx = pair
+        .run_in_a(|| MsgSender::connect(SocketAddr::new(pair.addr_b().into(), port), cfg))
+        .unwrap()
+        .unwrap();
+    if cfg.segment.is_none() {
+        assert_eq!(
+            tx.segment() as u32,
+            pair.mtu() - 28,
+            "{what}: segment from IP_MTU"
+        );
+    }
+    let sizes = sizes_for(tx.payload_per_datagram());
+    let out = transfer(&mut tx, rx, &sizes, api, what);
+    (out, sizes)
+}
+
+#[test]
+fn sizes_over_veth_between_namespaces() {
+    for mtu in [1500, 9000] {
+        let Some(pair) = veth_or_skip(mtu) else {
+            return;
+        };
+        for (api, tx_mode) in [(Api::Slice, MsgTx::Copy), (Api::Loan, MsgTx::Zerocopy)] {
+            let what = format!("veth{mtu} {api:?} {tx_mode:?}");
+            eprintln!("case {what}");
+            let (out, sizes) = netns_case(&pair, &config(tx_mode), api, &what);
+            check_outcome(&out, &sizes, api, tx_mode, true, &what);
+            assert!(out.tx.gso_calls > 0, "{what}: GSO used");
+            assert_eq!(out.tx.gso_fallbacks, 0, "{what}");
+            // veth hands each GSO packet over whole, and GRO gives it to the socket as one
+            // read: one read per send call here.
+            assert!(out.rx.gro_reads > 0, "{what}: GRO reads");
+            eprintln!(
+                "{what}: {} send calls, {} reads ({} GRO) for {} datagrams",
+                out.tx.send_calls, out.rx.reads, out.rx.gro_reads, out.rx.datagrams_received
+            );
+        }
+    }
+}
+
+#[test]
+fn gso_refused_for_a_segment_above_the_mtu_falls_back_counted() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    // 4000-byte datagrams over a 1500 MTU: the kernel refuses GSO (EINVAL: segment larger
+    // than the path allows), so the sender halves its batches down to one datagram per call
+    // and stops asking; the kernel then IP-fragments each datagram. Nothing is lost.
+    let mut cfg = config(MsgTx::Copy);
+    cfg.segment = Some(4000);
+    let (out, sizes) = netns_case(&pair, &cfg, Api::Slice, "veth1500 segment 4000");
+    check_outcome(
+        &out,
+        &sizes,
+        Api::Slice,
+        MsgTx::Copy,
+        true,
+        "veth1500 segment 4000",
+    );
+    assert!(out.tx.gso_fallbacks >= 1);
+    assert_eq!(out.tx.gso_disabled, 1);
+    // 6.18 answers EMSGSIZE here; older kernels EINVAL.
+    assert!([libc::EINVAL, libc::EMSGSIZE].contains(&(out.tx.gso_errno as i32)));
+}
+
+#[test]
+fn enobufs_from_option_memory_retries_then_copies_counted() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    // optmem_max is per namespace in 6.x: 0 leaves no room for any zero-copy notification.
+    pair.sysctl_a("net.core.optmem_max", "0").unwrap();
+    let cfg = config(MsgTx::Zerocopy);
+    let (out, sizes) = netns_case(&pair, &cfg, Api::Loan, "veth optmem 0");
+    assert_eq!(out.rx.messages_received, sizes.len() as u64);
+    assert_eq!(out.rx.messages_lost, 0);
+    assert!(out.tx_io.tx_enobufs >= 1, "ENOBUFS seen");
+    assert!(
+        out.tx_io.fallback_ops(FallbackReason::Enobufs) >= 1,
+        "counted"
+    );
+    assert_eq!(out.tx_io.tx_calls_zerocopy, 0, "nothing went zero-copy");
+    assert_eq!(out.tx.copied_messages, sizes.len() as u64);
+}
+
+#[test]
+fn too_large_and_bad_configs_are_clear_errors() {
+    let mut cfg = config(MsgTx::Copy);
+    cfg.max_message = 100_000;
+    let rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+    let e = tx.send(&vec![0u8; 100_001]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            MsgError::TooLarge {
+                len: 100_001,
+                max: 100_000
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("100001"));
+    assert!(matches!(tx.buffer(100_001), Err(MsgError::TooLarge { .. })));
+    assert_eq!(tx.next_id(), 0, "no id spent on a refused message");
+    let mut big = MsgConfig::default();
+    big.max_message = zcnet::msg::MAX_MESSAGE_LIMIT + 1;
+    assert!(matches!(
+        MsgSender::connect(rx.local_addr().unwrap(), &big),
+        Err(MsgError::Config(_))
+    ));
+    // An unconnected socket cannot be a sender.
+    let lone = UdpSocket::bind(loopback_v4()).unwrap();
+    assert!(MsgSender::from_socket(lone, &cfg).is_err());
+}
+
+// ---- crafted senders: reordering, loss, garbage, floods ----
+
+/// A plain UDP socket speaking the wire format by hand.
+struct Crafted {
+    sock: UdpSocket,
+    session: u32,
+    layout: Layout,
+}
+
+impl Crafted {
+    fn new(to: SocketAddr, session: u32, segment: usize) -> Crafted {
+        let sock = UdpSocket::bind(loopback_v4()).unwrap();
+        sock.connect(to).unwrap();
+        Crafted {
+            sock,
+            session,
+            layout: Layout::new(segment).unwrap(),
+        }
+    }
+
+    /// Fragment `i` of message `id` (bytes from [`body`]) as one datagram.
+    fn fragment(&self, id: u64, len: usize, i: usize) -> Vec<u8> {
+        let r = self.layout.fragment(len, i);
+        let h = Header {
+            session: self.session,
+            id,
+            total: len as u32,
+            offset: r.start as u32,
+            len: r.len() as u16,
+        };
+        let mut d = h.encode().to_vec();
+        d.extend_from_slice(&body(id, len)[r]);
+        d
+    }
+
+    fn send_fragments(&self, id: u64, len: usize, order: impl IntoIterator<Item = usize>) {
+        for i in order {
+            self.sock.send(&self.fragment(id, len, i)).unwrap();
+        }
+    }
+
+    fn fragments(&self, len: usize) -> usize {
+        self.layout.fragments(len)
+    }
+}
+
+/// Receives until `want_messages` messages and `want_lost` lost ids have come (or panics
+/// after [`WAIT`]), verifying every delivered byte; returns delivered ids and losses.
+fn collect(
+    rx: &mut MsgReceiver,
+    sizes: &BTreeMap<u64, usize>,
+    want_messages: usize,
+    want_lost: u64,
+) -> (Vec<u64>, Vec<Lost>) {
+    let deadline = Instant::now() + WAIT;
+    let mut got = Vec::new();
+    let mut lost = Vec::new();
+    while got.len() < want_messages || lost.iter().map(|l: &Lost| l.count).sum::<u64>() < want_lost
+    {
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting: got {got:?}, lost {lost:?}"
+        );
+        match rx.recv(Duration::from_millis(200)).unwrap() {
+            Some(MsgEvent::Message(m)) => {
+                let len = *sizes
+                    .get(&m.id)
+                    .unwrap_or_else(|| panic!("unknown id {}", m.id));
+                check(m.id, &m.data, len, "crafted");
+                got.push(m.id);
+            }
+            Some(MsgEvent::Lost(l)) => lost.push(l),
+            None => {}
+        }
+    }
+    // Nothing more may come: no late duplicate delivery, no second report.
+    if let Some(ev) = rx.recv(Duration::from_millis(700)).unwrap() {
+        panic!("unexpected extra event {ev:?} after got {got:?}, lost {lost:?}");
+    }
+    (got, lost)
+}
+
+#[test]
+fn fragments_in_any_order_make_whole_messages() {
+    let cfg = config(MsgTx::Copy);
+    let mut rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    let c = Crafted::new(rx.local_addr().unwrap(), 0x1234_5678, 1472);
+    let sizes: BTreeMap<u64, usize> = [
+        (0, 100_000),
+        (1, 64 * KIB),
+        (2, 30_000),
+        (3, 30_000),
+        (4, 1473),
+    ]
+    .into();
+    // 0: last fragment first, as Lightweight Messages sends (seed 004 §3.1).
+    let n = c.fragments(sizes[&0]);
+    c.send_fragments(0, sizes[&0], (0..n).rev());
+    // 1: a fixed shuffle.
+    let n = c.fragments(sizes[&1]);
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = 0x9E37_79B9u64;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    c.send_fragments(1, sizes[&1], order);
+    // 4 before 2 and 3, and 2 and 3 interleaved.
+    c.send_fragments(4, sizes[&4], [1, 0]);
+    let n = c.fragments(sizes[&2]);
+    for i in 0..n {
+        c.send_fragments(3, sizes[&3], [n - 1 - i]);
+        c.send_fragments(2, sizes[&2], [i]);
+    }
+    let (mut got, lost) = collect(&mut rx, &sizes, 5, 0);
+    assert!(lost.is_empty(), "{lost:?}");
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    let s = rx.stats().snapshot();
+    assert_eq!(s.messages_received, 5);
+    assert_eq!(s.fragments_duplicate + s.fragments_stale + s.garbage(), 0);
+}
+
+#[test]
+fn skipped_fragments_are_reported_lost_with_their_ids() {
+    let mut cfg = config(MsgTx::Copy);
+    cfg.reassembly.timeout = Duration::from_millis(200);
+    let mut rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    let c = Crafted::new(rx.local_addr().unwrap(), 77, 1472);
+    let len = 20_000;
+    let n = c.fragments(len);
+    let sizes: BTreeMap<u64, usize> = (0..8).map(|id| (id, len)).collect();
+    c.send_fragments(0, len, 0..n);
+    c.send_fragments(1, len, (0..n).filter(|&i| i != n / 2)); // middle fragment dropped
+                                                              // 2 and 3: every fragment dropped.
+    c.send_fragments(4, len, (0..n).rev().filter(|&i| i != n - 1)); // the last one (sent first)
+    c.send_fragments(5, len, (0..n).rev());
+    c.send_fragments(6, len, (1..n).rev()); // the first one
+    c.send_fragments(7, len, 0..n);
+    // A duplicate of a fragment of a delivered message is stale, not a second delivery.
+    c.send_fragments(0, len, [3]);
+    let (mut got, mut lost) = collect(&mut rx, &sizes, 3, 5);
+    got.sort();
+    assert_eq!(got, vec![0, 5, 7]);
+    lost.sort_by_key(|l| l.id);
+    let summary: Vec<(u64, u64, LossReason)> =
+        lost.iter().map(|l| (l.id, l.count, l.reason)).collect();
+    assert_eq!(
+        summary,
+        vec![
+            (1, 1, LossReason::Timeout),
+            (2, 2, LossReason::Gap),
+            (4, 1, LossReason::Timeout),
+            (6, 1, LossReason::Timeout),
+        ]
+    );
+    assert!(lost
+        .iter()
+        .all(|l| l.session == 77 && l.from == c.sock.local_addr().unwrap()));
+    let s = rx.stats().snapshot();
+    assert_eq!((s.lost_timeout, s.lost_gap, s.messages_lost), (3, 2, 5));
+    assert_eq!(s.fragments_stale, 1);
+}
+
+#[test]
+fn garbage_is_counted_never_delivered_and_never_panics() {
+    let mut cfg = config(MsgTx::Copy);
+    cfg.max_message = 100_000;
+    cfg.reassembly.max_bytes = 1 << 20;
+    let mut rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    let c = Crafted::new(rx.local_addr().unwrap(), 5, 1472);
+    let good = c.fragment(0, 10, 0);
+    let send = |d: &[u8]| {
+        c.sock.send(d).unwrap();
+    };
+    send(&[]); // empty datagram
+    send(&good[..10]); // shorter than a header
+    let mut bad = good.clone();
+    bad[0] ^= 0xFF; // magic
+    send(&bad);
+    let mut bad = good.clone();
+    bad[2] = 9; // version
+    send(&bad);
+    let mut bad = good.clone();
+    bad[12] ^= 1; // total length changed under the checksum
+    send(&bad);
+    send(&good[..good.len() - 1]); // payload shorter than the header says
+    let mut longer = good.clone();
+    longer.push(0);
+    send(&longer);
+    // Random bytes.
+    let mut x = 0x1234_5678_9ABC_DEF0u64;
+    for n in 0..200usize {
+        let d: Vec<u8> = (0..n * 7 % 1500)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        send(&d);
+    }
+    // Checksummed but impossible: offset + len > total (id 1), total > max (id 2).
+    let h = Header {
+        session: 5,
+        id: 1,
+        total: 100,
+        offset: 95,
+        len: 10,
+    };
+    let mut d = h.encode().to_vec();
+    d.extend([0u8; 10]);
+    send(&d);
+    send(&c.fragment(2, 200_000, 0));
+    // And a good message after all of it.
+    let sizes: BTreeMap<u64, usize> = [(0, 10), (3, 5000)].into();
+    send(&good);
+    c.send_fragments(3, 5000, 0..c.fragments(5000));
+    let (mut got, mut lost) = collect(&mut rx, &sizes, 2, 2);
+    got.sort();
+    assert_eq!(got, vec![0, 3]);
+    lost.sort_by_key(|l| l.id);
+    let summary: Vec<_> = lost.iter().map(|l| (l.id, l.count, l.reason)).collect();
+    assert_eq!(
+        summary,
+        vec![
+            (1, 1, LossReason::Inconsistent),
+            (2, 1, LossReason::TooLarge)
+        ]
+    );
+    let s = rx.stats().snapshot();
+    assert_eq!(
+        s.garbage_short,
+        2 + 4,
+        "empty, 10 bytes, and the 4 random ones under 28 bytes"
+    );
+    assert!(s.garbage_magic >= 2);
+    assert!(s.garbage_checksum >= 1);
+    assert_eq!(s.garbage_length, 2);
+    assert_eq!(s.garbage_range, 1);
+    assert_eq!(
+        s.garbage(),
+        2 + 200 + 4 + 1 + 1,
+        "every bad datagram counted once"
+    );
+    assert_eq!((s.lost_inconsistent, s.lost_too_large), (1, 1));
+}
+
+#[test]
+fn a_flood_of_first_fragments_stays_within_the_limits() {
+    let mut cfg = config(MsgTx::Copy);
+    cfg.reassembly = {
+        let mut l = ReassemblyLimits::default();
+        l.max_messages = 16;
+        l.max_bytes = MIB;
+        l.timeout = Duration::from_millis(300);
+        l
+    };
+    let mut rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    let to = rx.local_addr().unwrap();
+    let flood = 5000u64;
+    // Each flooded message claims 100 000 bytes and sends only a 100-byte first fragment.
+    let c = Crafted::new(to, 0xF100D, 128);
+    let receiver = std::thread::spawn(move || {
+        let mut lost_ids = std::collections::BTreeSet::new();
+        let mut evicted = 0;
+        let mut peak = (0, 0);
+        let mut good = None;
+        let deadline = Instant::now() + WAIT;
+        // Until the good message is in and every flooded id up to the highest one the
+        // receiver saw is accounted for.
+        loop {
+            assert!(Instant::now() < deadline, "flood test did not settle");
+            let f = rx.in_flight();
+            assert!(
+                f.messages <= 16 && f.bytes <= MIB,
+                "table over its limits: {f:?}"
+            );
+            peak = (peak.0.max(f.messages), peak.1.max(f.bytes));
+            match rx.recv(Duration::from_millis(100)).unwrap() {
+                Some(MsgEvent::Lost(l)) if l.session == 0xF100D => {
+                    if l.reason == LossReason::Evicted {
+                        evicted += l.count;
+                    }
+                    for id in l.ids() {
+                        assert!(lost_ids.insert(id), "id {id} reported twice");
+                    }
+                }
+                Some(MsgEvent::Message(m)) => {
+                    assert_ne!(m.session, 0xF100D, "a flooded message was delivered");
+                    check(m.id, &m.data, 300_000, "after the flood");
+                    good = Some(m.id);
+                }
+                Some(MsgEvent::Lost(l)) => panic!("the good sender lost {l:?}"),
+                None => {
+                    let settled = rx.in_flight().messages == 0
+                        && lost_ids
+                            .last()
+                            .is_some_and(|&hi| lost_ids.len() as u64 == hi + 1);
+                    if good.is_some() && settled {
+                        break;
+                    }
+                }
+            }
+        }
+        (lost_ids, evicted, peak, rx.stats().snapshot())
+    });
+    for id in 0..flood {
+        let h = Header {
+            session: 0xF100D,
+            id,
+            total: 100_000,
+            offset: 0,
+            len: 100,
+        };
+        let mut d = h.encode().to_vec();
+        d.extend_from_slice(body(id, 100));
+        c.sock.send(&d).unwrap();
+    }
+    // A well-formed 300 000-byte message afterwards is still delivered.
+    let mut tx = MsgSender::connect(to, &config(MsgTx::Copy)).unwrap();
+    tx.send(body(0, 300_000)).unwrap();
+    let (lost_ids, evicted, peak, s) = receiver.join().unwrap();
+    eprintln!(
+        "flood: {} of {flood} ids reported lost ({evicted} evicted), peak {peak:?}, stats peak {} msgs {} B",
+        lost_ids.len(),
+        s.reassembly_peak_messages,
+        s.reassembly_peak_bytes
+    );
+    assert!(s.reassembly_peak_messages <= 16);
+    assert!(s.reassembly_peak_bytes <= MIB as u64);
+    assert!(evicted > 0, "the limits were hit");
+    // Every flooded id up to the last one that arrived was reported exactly once (a kernel
+    // drop of a flood datagram shows up as a gap, still reported).
+    assert!(
+        lost_ids.len() as u64 > flood / 2,
+        "most of the flood arrived"
+    );
+    assert_eq!(s.messages_received, 1);
+}
+
+#[test]
+fn a_datagram_longer_than_the_receive_buffer_is_reported_truncated() {
+    // Case 1: plain datagrams larger than a 2000-byte read buffer.
+    let mut cfg = config(MsgTx::Copy);
+    cfg.datagram_buffer = 2000;
+    cfg.gro = false;
+    cfg.reassembly.timeout = Duration::from_millis(200);
+    let mut rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    let mut scfg = config(MsgTx::Copy);
+    scfg.segment = Some(3000);
+    let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &scfg).unwrap();
+    tx.send(body(0, 10_000)).unwrap();
+    scfg.segment = Some(1000);
+    let mut small = MsgSender::connect(rx.local_addr().unwrap(), &scfg).unwrap();
+    small.send(body(0, 1900)).unwrap();
+    let sizes: BTreeMap<u64, usize> = [(0, 1900)].into();
+    let (got, lost) = collect(&mut rx, &sizes, 1, 1);
+    assert_eq!(got, vec![0]);
+    assert_eq!(
+        (lost[0].id, lost[0].count, lost[0].reason),
+        (0, 1, LossReason::Truncated)
+    );
+    assert_eq!(lost[0].session, tx.session());
+    let s = rx.stats().snapshot();
+    // 10 000 bytes in 2972-byte payloads: three 3000-byte datagrams are cut, the 1112-byte
+    // last one fits (and is then stale: its message was already reported).
+    assert_eq!(s.truncated_reads, 3);
+    assert_eq!(s.fragments_stale, 3);
+    assert_eq!(s.lost_truncated, 1);
+
+    // Case 2: a GRO read of several 1472-byte datagrams into the same small buffer: the
+    // first datagram fits, the second is cut (its header survives), the rest never arrive.
+    let mut cfg = config(MsgTx::Copy);
+    cfg.datagram_buffer = 2000;
+    cfg.reassembly.timeout = Duration::from_millis(200);
+    let mut rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    assert!(rx.gro_enabled());
+    let mut scfg = config(MsgTx::Copy);
+    scfg.segment = Some(1472);
+    let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &scfg).unwrap();
+    tx.send(body(0, 10_000)).unwrap();
+    let sizes: BTreeMap<u64, usize> = BTreeMap::new();
+    let (got, lost) = collect(&mut rx, &sizes, 0, 1);
+    assert!(got.is_empty());
+    assert_eq!((lost[0].id, lost[0].reason), (0, LossReason::Truncated));
+    let s = rx.stats().snapshot();
+    assert_eq!((s.truncated_reads, s.gro_reads), (1, 1));
+}
+
+// ---- loss injected by nftables in the receiver's namespace ----
+
+fn nft_or_skip() -> bool {
+    let found = std::process::Command::new("nft")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: nft not installed");
+    }
+    found
+}
+
+/// Loads `rules` into namespace `ns` with `nft -f -`.
+fn nft(ns: &str, rules: &str) {
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "nft rejected:\n{rules}");
+}
+
+/// A rule dropping UDP datagrams to `port` whose fragment header has message id `id`
+/// (low 32 bits) and, if given, fragment offset `offset`. The header starts right after
+/// the 8-byte UDP header: the id's low half is at bit 224 of the transport header, the
+/// offset at bit 256.
+fn drop_rule(port: u16, id: u32, offset: Option<u32>) -> String {
+    let mut r = format!("udp dport {port} @th,224,32 {id:#x}");
+    if let Some(o) = offset {
+        r += &format!(" @th,256,32 {o:#x}");
+    }
+    r + " counter drop"
+}
+
+#[test]
+fn datagrams_dropped_by_nftables_are_reported_lost() {
+    if !nft_or_skip() {
+        return;
+    }
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    let mut cfg = config(MsgTx::Zerocopy);
+    cfg.reassembly.timeout = Duration::from_millis(300);
+    let mut rx = pair
+        .run_in_b(|| MsgReceiver::bind(SocketAddr::new(pair.addr_b().into(), 0), &cfg))
+        .unwrap()
+        .unwrap();
+    let port = rx.local_addr().unwrap().port();
+    let connect = |cfg: &MsgConfig| {
+        pair.run_in_a(|| MsgSender::connect(SocketAddr::new(pair.addr_b().into(), port), cfg))
+            .unwrap()
+            .unwrap()
+    };
+    // Sender 1, GSO off: every datagram its own packet, so single fragments can be dropped.
+    let mut plain = cfg.clone();
+    plain.gso = false;
+    let mut tx1 = connect(&plain);
+    let p = tx1.payload_per_datagram() as u32;
+    // Sender 2, GSO on: the rule sees a whole GSO packet (up to 44 datagrams) by its first
+    // datagram's header and drops it all.
+    let mut tx2 = connect(&cfg);
+    assert_eq!(tx2.datagrams_per_call(), 44);
+    let batch = 44 * p;
+    let rules = format!(
+        "table inet zcmsg {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  {}\n  {}\n  {}\n }}\n}}\n",
+        drop_rule(port, 3, Some(2 * p)), // one fragment of tx1's message 3
+        drop_rule(port, 5, None),        // all of tx1's message 5
+        drop_rule(port, 1, Some(batch)), // tx2's message 1, second GSO packet
+    );
+    // Both senders use ids 0.. ; the rules cannot tell sessions apart, so tx2 sends ids 0..3
+    // only after tx1 is done and the rules are swapped.
+    nft(pair.name_b(), &rules);
+    let len1 = 20_000;
+    for id in 0..8u64 {
+        let mut b = tx1.buffer(len1).unwrap();
+        b.copy_from(body(id, len1));
+        assert_eq!(tx1.send_buf(b).unwrap(), id);
+    }
+    let sizes1: BTreeMap<u64, usize> = (0..8).map(|id| (id, len1)).collect();
+    let (mut got, lost) = collect(&mut rx, &sizes1, 6, 2);
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2, 4, 6, 7]);
+    let mut summary: Vec<_> = lost.iter().map(|l| (l.id, l.count, l.reason)).collect();
+    summary.sort_by_key(|x| x.0);
+    assert_eq!(
+        summary,
+        vec![(3, 1, LossReason::Timeout), (5, 1, LossReason::Gap)]
+    );
+    assert!(lost.iter().all(|l| l.session == tx1.session()));
+
+    // Now only tx2's rule matters for ids 0..3 (tx1's rules name ids 3 and 5).
+    let len2 = MIB;
+    for id in 0..3u64 {
+        assert_eq!(tx2.send(body(id, len2)).unwrap(), id);
+        // One message at a time: a 1 MiB burst per message stays within the socket buffer.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sizes2: BTreeMap<u64, usize> = (0..3).map(|id| (id, len2)).collect();
+    let (mut got, lost) = collect(&mut rx, &sizes2, 2, 1);
+    got.sort();
+    assert_eq!(got, vec![0, 2]);
+    assert_eq!(
+        (lost[0].id, lost[0].reason, lost[0].session),
+        (1, LossReason::Timeout, tx2.session())
+    );
+    let s = rx.stats().snapshot();
+    let listing = std::process::Command::new("ip")
+        .args(["netns", "exec", pair.name_b(), "nft", "list", "ruleset"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    eprintln!("{listing}");
+    // Every rule dropped something (on veth the GSO rule drops one packet of 44 datagrams:
+    // the GSO packet crosses the veth whole).
+    assert_eq!(listing.matches(" drop").count(), 3);
+    assert!(
+        !listing.contains("packets 0 "),
+        "a rule matched nothing:\n{listing}"
+    );
+    assert_eq!(s.messages_received, 8);
+    assert_eq!((s.lost_timeout, s.lost_gap), (2, 1));
+}

@@ -218,7 +218,50 @@ impl VethPair {
             run_ip(&["-n", ns, "addr", "add", &cidr, "dev", ifname])?;
             run_ip(&["-n", ns, "link", "set", ifname, "up"])?;
         }
+        // Permanent neighbour entries both ways: the first packets of a test would otherwise
+        // wait in the ARP queue (`unres_qlen`), which drops a burst — seen as lost UDP
+        // messages when a test's first GSO burst met an unresolved neighbour. It also lets a
+        // side transmit while its peer is down (the bench's sink).
+        for side in [Side::A, Side::B] {
+            let peer = side.peer();
+            let mac = pair.mac(peer)?;
+            run_ip(&[
+                "-n",
+                pair.name(side),
+                "neigh",
+                "replace",
+                &pair.addr(peer).to_string(),
+                "lladdr",
+                &mac,
+                "dev",
+                pair.ifname(side),
+                "nud",
+                "permanent",
+            ])?;
+        }
         Ok(pair)
+    }
+
+    /// The MAC address of a side's veth interface.
+    pub fn mac(&self, side: Side) -> Result<String, NetnsError> {
+        let args = [
+            "-n",
+            self.name(side),
+            "-o",
+            "link",
+            "show",
+            self.ifname(side),
+        ];
+        let text = run_ip(&args)?;
+        text.split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .map(str::to_owned)
+            .ok_or_else(|| NetnsError::Command {
+                command: format!("ip {}", args.join(" ")),
+                status: ExitStatus::default(),
+                stderr: format!("no link/ether address in: {}", text.trim()),
+            })
     }
 
     /// The MTU both veth ends were created with.

@@ -240,52 +240,6 @@ pub(crate) fn resolve(host: &str) -> Result<SocketAddr, BenchError> {
         .ok_or_else(|| BenchError::Usage(format!("{host:?} resolves to no address")))
 }
 
-/// The permanent neighbour entry `a` needs to transmit towards `b` while `b` is down (ARP
-/// cannot resolve then, and unresolved packets would be dropped by the neighbour layer
-/// before the device ever saw them — a NIC's driver is what we want to imitate).
-fn pin_neighbour(pair: &VethPair) -> Result<(), BenchError> {
-    let out = Command::new("ip")
-        .args([
-            "-n",
-            pair.name(Side::B),
-            "-o",
-            "link",
-            "show",
-            pair.ifname(Side::B),
-        ])
-        .output()
-        .map_err(|e| BenchError::io("running ip link show", e))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mac = text
-        .split_whitespace()
-        .skip_while(|w| *w != "link/ether")
-        .nth(1)
-        .ok_or_else(|| BenchError::Failed(format!("no MAC address in `ip link show`: {text}")))?
-        .to_string();
-    let st = Command::new("ip")
-        .args([
-            "-n",
-            pair.name(Side::A),
-            "neigh",
-            "replace",
-            &pair.addr(Side::B).to_string(),
-            "lladdr",
-            &mac,
-            "dev",
-            pair.ifname(Side::A),
-            "nud",
-            "permanent",
-        ])
-        .status()
-        .map_err(|e| BenchError::io("running ip neigh replace", e))?;
-    if !st.success() {
-        return Err(BenchError::Failed(format!(
-            "ip neigh replace failed ({st})"
-        )));
-    }
-    Ok(())
-}
-
 impl Env {
     /// Sets up `topology` (or connects nowhere yet, for `--client`).
     pub(crate) fn open(
@@ -313,7 +267,7 @@ impl Env {
             }
             Topology::Sink => {
                 let guard = NetnsGuard::create(mtu.unwrap_or(1500))?;
-                pin_neighbour(&guard.pair)?;
+                // VethPair pins the neighbours, so A still transmits once B is down.
                 guard.pair.set_link_up(Side::B, false)?;
                 Ok(Env::Sink { guard })
             }

@@ -374,11 +374,13 @@ pub struct Run {
 
 impl Run {
     /// Whether a path asked for could not run as itself on this host: every operation of
-    /// one side fell back with reason `unsupported`, or the receive path in effect differs.
+    /// one side fell back with reason `unsupported`, or the receive path in effect differs
+    /// (except for `auto`, whose path in effect is the one it chose).
     pub fn unsupported(&self) -> bool {
         self.sender_stats.fallbacks.contains_key("unsupported")
             || self.receiver_stats.fallbacks.contains_key("unsupported")
-            || self.rx_in_effect.as_deref().is_some_and(|p| p != self.rx)
+            // `auto` always runs as some concrete path: which one is its choice, not a refusal.
+            || (self.rx != "auto" && self.rx_in_effect.as_deref().is_some_and(|p| p != self.rx))
     }
 
     /// The key that groups repeats of one configuration.
@@ -641,6 +643,20 @@ pub(crate) mod tests {
             receiver_stats: SideStats::default(),
             rx_in_effect: None,
         }
+    }
+
+    #[test]
+    fn a_receive_path_in_effect_is_a_refusal_except_for_auto() {
+        let mut r = sample_run("copy", "zcrx", 4096, 0.5);
+        r.rx_in_effect = Some("uring".into());
+        assert!(r.unsupported());
+        let mut r = sample_run("copy", "auto", 4096, 0.5);
+        r.rx_in_effect = Some("copy".into());
+        assert!(!r.unsupported(), "auto chose copy: that is not a refusal");
+        r.receiver_stats
+            .fallbacks
+            .insert("unsupported".into(), OpsBytes { ops: 1, bytes: 0 });
+        assert!(r.unsupported());
     }
 
     #[test]

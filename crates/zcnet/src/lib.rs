@@ -48,6 +48,7 @@ pub mod stats;
 pub mod sys;
 pub mod transfer;
 pub mod tx;
+pub mod xsk;
 
 pub use buf::{Pool, TxBuf};
 pub use conn::{Receiver, ReceiverConfig, Sender, SenderConfig};

@@ -19,6 +19,7 @@ pub mod udp_msg;
 pub mod udp_send;
 pub mod uffd;
 pub mod uring;
+pub mod xsk;
 pub mod zcrecv;
 pub mod zcrx;
 pub mod zerocopy;

@@ -201,7 +201,7 @@ impl TxBuf {
 
     /// Whether the selected data starts on a page boundary.
     pub fn is_page_aligned(&self) -> bool {
-        (self.mem().as_ptr() as usize + self.range.start) % page_size() == 0
+        (self.mem().as_ptr() as usize + self.range.start).is_multiple_of(page_size())
     }
 
     /// Unmaps the storage instead of returning it to the pool: for a buffer the kernel may

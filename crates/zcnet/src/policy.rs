@@ -75,7 +75,7 @@ impl Policy {
             TxDecision::Copy(FallbackReason::DemotedCopied)
         } else if len < self.min_zerocopy_bytes {
             TxDecision::Copy(FallbackReason::TooSmall)
-        } else if self.require_page_aligned && addr % page != 0 {
+        } else if self.require_page_aligned && !addr.is_multiple_of(page) {
             TxDecision::Copy(FallbackReason::Unaligned)
         } else {
             TxDecision::ZeroCopy

@@ -338,10 +338,10 @@ pub fn fmt_bytes(n: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (size, unit) in UNITS {
         if n >= size {
-            if n % size == 0 {
+            if n.is_multiple_of(size) {
                 return format!("{} {unit}", n / size);
             }
-            if n >= 10 * size || (n * 10) % size == 0 {
+            if n >= 10 * size || (n * 10).is_multiple_of(size) {
                 return format!("{:.1} {unit}", n as f64 / size as f64);
             }
         }

@@ -109,7 +109,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         for (shift, suffix) in [(30, 'G'), (20, 'M'), (10, 'K')] {
-            if n >= 1 << shift && n % (1 << shift) == 0 {
+            if n >= 1 << shift && n.is_multiple_of(1 << shift) {
                 return write!(f, "{}{suffix}", n >> shift);
             }
         }

@@ -149,7 +149,7 @@ impl AutoTx {
 
     /// Chooser → hysteresis → demotion for one operation of `len` bytes at `addr`.
     fn decide(&mut self, len: usize, addr: usize, slice: bool, delta: &mut AutoStats) -> TxPath {
-        let aligned = addr % page_size() == 0;
+        let aligned = addr.is_multiple_of(page_size());
         let (chooser, hyst) = if slice {
             (&self.slice_chooser, &mut self.slice_hyst)
         } else {

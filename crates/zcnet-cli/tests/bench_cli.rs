@@ -10,38 +10,13 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use zcnet::bench::protocol::{self, Message, ProtocolError};
 use zcnet::bench::report::{Report, SideReport};
 
-fn zcnet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
-}
-
-/// Runs to completion, bounded: a hung bench fails the test instead of hanging it.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn zcnet");
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "zcnet did not finish within {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod common;
+use common::{run_bounded, zcnet};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

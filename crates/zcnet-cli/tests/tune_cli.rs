@@ -4,40 +4,15 @@
 //! asserts on speed: the profile's numbers are whatever this noisy machine measured.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 use zcnet::auto::load::host_key_for;
 use zcnet::auto::Profile;
 use zcnet::bench::report::Report;
 use zcnet::{RxPath, TxPath};
 
-fn zcnet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
-}
-
-/// Runs to completion, bounded: a hung command fails the test instead of hanging it.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn zcnet");
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "zcnet did not finish within {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod common;
+use common::{run_bounded, zcnet};
 
 #[test]
 fn tune_writes_a_profile_that_auto_then_uses() {

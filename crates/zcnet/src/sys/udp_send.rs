@@ -13,14 +13,8 @@
 //! ids, `SO_EE_CODE_ZEROCOPY_COPIED` when the kernel copied after all): read them with
 //! [`super::zerocopy::read_errqueue`].
 
-use super::udp::{SOL_UDP, UDP_SEGMENT};
-use super::zerocopy::MSG_ZEROCOPY;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
-
-/// Space for one `cmsghdr` carrying a `u16`, as `CMSG_SPACE(sizeof(uint16_t))`; kept in
-/// `u64`s so it is aligned for `cmsghdr`.
-const CONTROL_WORDS: usize = 4;
+use std::os::fd::BorrowedFd;
 
 /// `sendmsg(buf)` on a connected UDP socket, with `MSG_ZEROCOPY` when `zerocopy` (the
 /// socket needs `SO_ZEROCOPY`) and a `UDP_SEGMENT` control message when `gso_size` is
@@ -36,46 +30,9 @@ pub fn send_gso(
     zerocopy: bool,
     gso_size: Option<u16>,
 ) -> io::Result<usize> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; CONTROL_WORDS];
-    // SAFETY: msghdr is plain old data; all-zero (no name, no iov, no control) is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if let Some(seg) = gso_size {
-        // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic on a length.
-        let (space, len) = unsafe {
-            (
-                libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) as usize,
-                libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize,
-            )
-        };
-        debug_assert!(space <= std::mem::size_of_val(&control));
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space;
-        // SAFETY: msg_control points at `control`, aligned for cmsghdr and at least
-        // CMSG_SPACE(2) bytes long, so CMSG_FIRSTHDR is non-null and the header and its
-        // 2-byte payload written through CMSG_DATA lie inside `control`.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = SOL_UDP;
-            (*c).cmsg_type = UDP_SEGMENT;
-            (*c).cmsg_len = len;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-        }
-    }
-    let flags = libc::MSG_NOSIGNAL | if zerocopy { MSG_ZEROCOPY } else { 0 };
-    // SAFETY: msg describes one iovec over `buf` (readable for its length; the kernel only
-    // reads it) and a control buffer that lives across the call.
-    let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    // One iovec: the message layer's vectored send is the one place that builds the
+    // `UDP_SEGMENT` control message.
+    super::udp_msg::send_vectored_gso(fd, &[std::io::IoSlice::new(buf)], zerocopy, gso_size)
 }
 
 #[cfg(test)]

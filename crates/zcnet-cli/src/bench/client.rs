@@ -1,14 +1,15 @@
 //! The client side of one run: negotiate over the control connection, drive the data
 //! connections, collect the server's measurements, and put both sides into one [`Run`].
-//! Byte counts of the two ends must agree, or the run fails.
+//! Byte counts of the two ends must agree, or the run fails (UDP message runs: every message
+//! received whole or counted lost, [`check_agreement`]).
 
 use super::workers::{self, WorkerOut};
 use super::{BenchError, Progress, RunSpec};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use zcnet::bench::protocol::{self, Limit, Message, Params};
+use zcnet::bench::protocol::{self, Limit, Message, Params, Proto};
 use zcnet::bench::report::{
-    Cpu, Derived, Fallbacks, Latency, Mode, Run, SideReport, SystemCpuTimes,
+    check_message_counts, Cpu, Derived, Fallbacks, Latency, Mode, Run, SideReport, SystemCpuTimes,
 };
 use zcnet::cpu::SystemCpu;
 
@@ -51,15 +52,11 @@ pub(crate) fn run(
     spec: &RunSpec,
     progress: &Progress,
 ) -> Result<Run, BenchError> {
+    if spec.topology.proto == Proto::Udp {
+        return super::udp::run(ctrl, spec, progress);
+    }
     let p = &spec.params;
-    let mut c = TcpStream::connect_timeout(&ctrl, CONTROL_TIMEOUT).map_err(|e| {
-        BenchError::io_owned(format!("connecting to the bench server at {ctrl}"), e)
-    })?;
-    c.set_read_timeout(Some(CONTROL_TIMEOUT))
-        .map_err(io("control socket"))?;
-    c.set_write_timeout(Some(CONTROL_TIMEOUT))
-        .map_err(io("control socket"))?;
-    c.set_nodelay(true).map_err(io("control socket"))?;
+    let mut c = connect_control(ctrl)?;
     protocol::write_message(&mut c, &Message::Hello { params: p.clone() })?;
     let data_port = protocol::read_accept(protocol::read_message(&mut c))?;
     let data = SocketAddr::new(ctrl.ip(), data_port);
@@ -96,20 +93,7 @@ pub(crate) fn run(
         }
     }
     if let Some(e) = first_err {
-        // Tell the server; its own error, if it has one, says more.
-        let _ = protocol::write_message(
-            &mut c,
-            &Message::Error {
-                reason: e.to_string(),
-            },
-        );
-        c.set_read_timeout(Some(Duration::from_secs(2))).ok();
-        if let Ok(Message::Error { reason }) = protocol::read_message(&mut c) {
-            return Err(BenchError::Failed(format!(
-                "{e} (the server says: {reason})"
-            )));
-        }
-        return Err(e);
+        return Err(report_failure(&mut c, e));
     }
     let client = workers::merge(ok);
     protocol::write_message(
@@ -140,6 +124,62 @@ pub(crate) fn run(
     assemble(spec, &client, &server, system, wall)
 }
 
+/// Opens the control connection to `ctrl`, with the control timeouts and `TCP_NODELAY`.
+pub(crate) fn connect_control(ctrl: SocketAddr) -> Result<TcpStream, BenchError> {
+    let c = TcpStream::connect_timeout(&ctrl, CONTROL_TIMEOUT).map_err(|e| {
+        BenchError::io_owned(format!("connecting to the bench server at {ctrl}"), e)
+    })?;
+    c.set_read_timeout(Some(CONTROL_TIMEOUT))
+        .map_err(io("control socket"))?;
+    c.set_write_timeout(Some(CONTROL_TIMEOUT))
+        .map_err(io("control socket"))?;
+    c.set_nodelay(true).map_err(io("control socket"))?;
+    Ok(c)
+}
+
+/// Tells the server that this side failed with `e`; its own error, if it has one, says
+/// more (an `ack` still queued from a UDP run is skipped).
+pub(crate) fn report_failure(c: &mut TcpStream, e: BenchError) -> BenchError {
+    let _ = protocol::write_message(
+        c,
+        &Message::Error {
+            reason: e.to_string(),
+        },
+    );
+    c.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    loop {
+        match protocol::read_message(c) {
+            Ok(Message::Ack { .. }) => continue,
+            Ok(Message::Error { reason }) => {
+                return BenchError::Failed(format!("{e} (the server says: {reason})"))
+            }
+            _ => return e,
+        }
+    }
+}
+
+/// Checks that both ends agree: for TCP the same bytes each way; for UDP messages every
+/// message sent was received whole or counted lost, each way ([`check_message_counts`]).
+pub(crate) fn check_agreement(
+    proto: Proto,
+    size: u64,
+    client: &SideReport,
+    server: &SideReport,
+) -> Result<(), BenchError> {
+    match proto {
+        Proto::Tcp => check_bytes(client, server),
+        Proto::Udp => check_message_counts(client, server, size, "client", "server")
+            .and_then(|()| {
+                if server.messages_sent > 0 || client.messages_received > 0 {
+                    check_message_counts(server, client, size, "server", "client")
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(BenchError::Mismatch),
+    }
+}
+
 /// Checks that both ends counted the same bytes.
 pub(crate) fn check_bytes(client: &SideReport, server: &SideReport) -> Result<(), BenchError> {
     if client.bytes_sent != server.bytes_received {
@@ -166,8 +206,11 @@ pub(crate) fn assemble(
     system: SystemCpuTimes,
     wall: f64,
 ) -> Result<Run, BenchError> {
-    check_bytes(client, server)?;
     let p = &spec.params;
+    let proto = spec.topology.proto;
+    check_agreement(proto, p.size, client, server)?;
+    let udp = proto == Proto::Udp;
+    let rr = p.mode == Mode::Rr;
     // The transfer lasts until the last byte is received: the later of the two ends.
     let mut seconds = client.seconds.max(server.seconds);
     if seconds <= 0.0 {
@@ -191,7 +234,7 @@ pub(crate) fn assemble(
         tx: p.tx.clone(),
         rx: p.rx.clone(),
         topology: spec.topology.name.clone(),
-        transport: "tcp".into(),
+        transport: proto.name().into(),
         mtu: spec.topology.mtu,
         size: p.size,
         streams: p.streams,
@@ -226,5 +269,11 @@ pub(crate) fn assemble(
         sender_stats: tx_stats.clone(),
         receiver_stats: rx_stats.clone(),
         rx_in_effect: server.rx_path_in_effect.clone().filter(|eff| eff != &p.rx),
+        messages_sent: udp.then_some(client.messages_sent),
+        messages_received: udp.then_some(server.messages_received),
+        messages_lost: udp.then_some(server.messages_lost),
+        replies_sent: (udp && rr).then_some(server.messages_sent),
+        replies_received: (udp && rr).then_some(client.messages_received),
+        replies_lost: (udp && rr).then_some(client.messages_lost),
     })
 }

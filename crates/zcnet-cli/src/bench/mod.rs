@@ -21,13 +21,17 @@ mod server;
 mod sink;
 mod suite;
 mod topology;
+mod udp;
 mod workers;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use zcnet::bench::protocol::{Limit, Params, ProtocolError, DEFAULT_PORT, PROTOCOL_VERSION};
+use zcnet::bench::protocol::{
+    Limit, Params, Proto, ProtocolError, DEFAULT_PORT, MAX_UDP_MESSAGE, PROTOCOL_VERSION, UDP_RX,
+    UDP_TX,
+};
 use zcnet::bench::report::{summarise, Host, Mode, Report, Run, SCHEMA_VERSION};
 use zcnet::bench::sizes::{parse_size, parse_sizes};
 use zcnet::bench::verdict::{self, Metric};
@@ -44,6 +48,7 @@ pub(crate) use topology::{Env, Topology, TopologyInfo};
     zcnet bench --rr --size 64..64K              NetPIPE ping-pong\n  \
     zcnet bench --topology netns --mtu 9000      two namespaces joined by veth (root)\n  \
     zcnet bench --topology sink --tx all         transmit-only UDP into a dropping device (root)\n  \
+    zcnet bench --proto udp --tx copy,zerocopy --rx gro --size 1,1472,64K,1M [--rr]\n  \
     zcnet bench --server  /  zcnet bench --client HOST\n  \
     zcnet bench --suite papers --out DIR         the papers' experiments, report.md + SVG\n\n\
     The --json schema is documented in docs/bench.md.")]
@@ -60,6 +65,10 @@ pub struct Args {
     /// Run against a `zcnet bench --server` at HOST[:PORT] (default port 5301).
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "suite")]
     client: Option<String>,
+    /// Transport: `tcp` byte streams, or `udp` whole messages through zcnet::msg
+    /// (`--tx copy|zerocopy`, `--rx copy|gro`, `--size` = message size).
+    #[arg(long, value_enum, default_value = "tcp")]
+    proto: ProtoArg,
     /// Transmit paths: a comma-separated list, or `all`.
     #[arg(long, default_value = "all")]
     tx: String,
@@ -67,7 +76,8 @@ pub struct Args {
     #[arg(long, default_value = "all")]
     rx: String,
     /// Bytes per send: `64K`, a sweep `4K..4M` (powers of two), or a list `4K,64K`.
-    /// Default 16K,256K (stream), 1,64,1K,16K,64K,256K,1M (--rr).
+    /// Default 16K,256K (stream), 1,64,1K,16K,64K,256K,1M (--rr). With --proto udp: the
+    /// message size, 1 B to 16 MiB (default 1472,64K,1M; --rr 1,1472,64K,1M).
     #[arg(long, value_name = "SIZES")]
     size: Option<String>,
     /// Seconds per run (instead of --bytes).
@@ -113,6 +123,24 @@ pub struct Args {
     /// A small, fast suite (for tests and a first look; numbers are noisier).
     #[arg(long, requires = "suite")]
     quick: bool,
+}
+
+/// `--proto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProtoArg {
+    /// Byte streams over TCP.
+    Tcp,
+    /// Whole messages over UDP (GSO/GRO, MSG_ZEROCOPY loans).
+    Udp,
+}
+
+impl From<ProtoArg> for Proto {
+    fn from(p: ProtoArg) -> Proto {
+        match p {
+            ProtoArg::Tcp => Proto::Tcp,
+            ProtoArg::Udp => Proto::Udp,
+        }
+    }
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -310,13 +338,49 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
     if args.repeat == 0 {
         return Err(BenchError::Usage("--repeat must be at least 1".into()));
     }
-    let default_sizes = match mode {
-        Mode::Stream => "16K,256K",
-        Mode::Rr => "1,64,1K,16K,64K,256K,1M",
+    let proto = Proto::from(args.proto);
+    let udp = proto == Proto::Udp;
+    let default_sizes = match (proto, mode) {
+        (Proto::Tcp, Mode::Stream) => "16K,256K",
+        (Proto::Tcp, Mode::Rr) => "1,64,1K,16K,64K,256K,1M",
+        (Proto::Udp, Mode::Stream) => "1472,64K,1M",
+        (Proto::Udp, Mode::Rr) => "1,1472,64K,1M",
     };
     let sizes = parse_sizes(args.size.as_deref().unwrap_or(default_sizes))
         .map_err(|e| BenchError::Usage(e.to_string()))?;
-    let (txs, rxs) = if env.is_sink() {
+    if udp {
+        if let Some(&s) = sizes.iter().find(|&&s| s > MAX_UDP_MESSAGE) {
+            return Err(BenchError::Usage(format!(
+                "--proto udp: message size {s} is above the limit of {MAX_UDP_MESSAGE} bytes"
+            )));
+        }
+    } else if args.rx.split(',').any(|r| r.trim() == "gro") {
+        return Err(BenchError::Usage(
+            "receive path \"gro\" is a UDP message path (UDP_GRO): add --proto udp".into(),
+        ));
+    }
+    let (txs, rxs) = if env.is_sink() && udp {
+        if mode == Mode::Rr {
+            return Err(BenchError::Usage(
+                "the sink drops everything: --rr needs an answering peer (use loopback or netns)"
+                    .into(),
+            ));
+        }
+        if args.rx != "all" {
+            return Err(BenchError::Usage(
+                "the sink has no receiver: leave --rx out".into(),
+            ));
+        }
+        (
+            udp_paths(&args.tx, &UDP_TX, "transmit")?,
+            vec!["none".to_string()],
+        )
+    } else if udp {
+        (
+            udp_paths(&args.tx, &UDP_TX, "transmit")?,
+            udp_paths(&args.rx, &UDP_RX, "receive")?,
+        )
+    } else if env.is_sink() {
         if mode == Mode::Rr {
             return Err(BenchError::Usage(
                 "the sink drops everything: --rr needs an answering peer (use loopback or netns)"
@@ -372,14 +436,22 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                     } else {
                         rxs.iter().map(String::as_str).collect()
                     };
-                    params
-                        .validate(&tx_names(), &known_rx)
-                        .map_err(BenchError::Usage)?;
+                    if udp {
+                        params
+                            .validate(&UDP_TX, &known_rx)
+                            .and_then(|()| params.udp_limits())
+                    } else {
+                        params.validate(&tx_names(), &known_rx)
+                    }
+                    .map_err(BenchError::Usage)?;
                     specs.push(RunSpec {
                         params,
                         label: String::new(),
                         repeat,
-                        topology: env.info(),
+                        topology: TopologyInfo {
+                            proto,
+                            ..env.info()
+                        },
                     });
                 }
             }
@@ -392,6 +464,19 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         }
     }
     Ok(specs)
+}
+
+/// `all` or a comma-separated list of UDP message paths; anything else is named as not a
+/// UDP path (a TCP path such as `uring` or `mmap` given with `--proto udp`).
+fn udp_paths(spec: &str, known: &[&'static str], what: &str) -> Result<Vec<String>, BenchError> {
+    let paths = parse_paths(spec, known, what, true)?;
+    if let Some(p) = paths.iter().find(|p| !known.contains(&p.as_str())) {
+        return Err(BenchError::Usage(format!(
+            "{what} path {p:?} is not a UDP message path (--proto udp knows: {})",
+            known.join(", ")
+        )));
+    }
+    Ok(paths)
 }
 
 /// Seconds per stream run when neither `--time` nor `--bytes` is given: the whole bench
@@ -435,7 +520,12 @@ pub(crate) fn execute(
 pub(crate) fn describe_spec(spec: &RunSpec) -> String {
     let p = &spec.params;
     let mut s = format!(
-        "{} {}→{} {}",
+        "{}{} {}→{} {}",
+        if spec.topology.proto == Proto::Udp {
+            "udp "
+        } else {
+            ""
+        },
         p.mode.name(),
         p.tx,
         p.rx,
@@ -458,6 +548,11 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
     let mut s = t.name.clone();
     if let Some(m) = t.mtu {
         s += &format!(" (MTU {m})");
+    }
+    if args.proto == ProtoArg::Udp && env.is_sink() {
+        s += ", UDP messages (zcnet::msg's sender)";
+    } else if args.proto == ProtoArg::Udp {
+        s += ", UDP messages (zcnet::msg; every byte verified; window of acknowledged messages)";
     }
     if args.streams > 1 {
         s += &format!(", {} streams", args.streams);

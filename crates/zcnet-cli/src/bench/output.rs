@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use zcnet::bench::report::{Mode, Report, SummaryRow};
+use zcnet::bench::report::{ConfigKey, Mode, Report, Run, SummaryRow};
 use zcnet::bench::sizes::ByteSize;
 use zcnet::bench::summary::Summary;
 
@@ -114,6 +114,155 @@ pub(crate) fn rr_table(rows: &[&SummaryRow]) -> String {
     s
 }
 
+/// A figure that may be anything from 0.001 to 10⁵ (CPU-s/GiB of 1-byte messages) in a
+/// fixed-width column: about four significant digits.
+fn num(x: f64) -> String {
+    let prec = match x.abs() {
+        a if a >= 100.0 => 0,
+        a if a >= 10.0 => 1,
+        a if a >= 1.0 => 2,
+        _ => 3,
+    };
+    format!("{x:.prec$}")
+}
+
+/// [`num`] with the run-to-run spread, as [`pm`].
+fn num_pm(s: &Summary) -> String {
+    if s.n > 1 {
+        format!("{} ±{:.0}%", num(s.median), s.relative_spread() * 50.0)
+    } else {
+        num(s.median)
+    }
+}
+
+const NONE: Summary = Summary {
+    n: 0,
+    median: 0.0,
+    min: 0.0,
+    max: 0.0,
+};
+
+/// Medians of a UDP message configuration's runs: messages (round trips in `rr`) per second
+/// and the share of messages lost; `None` for TCP configurations.
+fn message_medians(runs: &[Run], row: &SummaryRow) -> Option<(Summary, Summary)> {
+    let key = ConfigKey {
+        label: row.label.clone(),
+        mode: row.mode,
+        tx: row.tx.clone(),
+        rx: row.rx.clone(),
+        topology: row.topology.clone(),
+        size: row.size,
+        streams: row.streams,
+        ring: row.ring,
+        touch: row.touch,
+    };
+    let g: Vec<&Run> = runs
+        .iter()
+        .filter(|r| r.is_messages() && r.config_key() == key)
+        .collect();
+    let rate: Vec<f64> = g.iter().filter_map(|r| r.messages_per_s()).collect();
+    let loss: Vec<f64> = g.iter().filter_map(|r| r.loss_fraction()).collect();
+    Some((Summary::of(&rate)?, Summary::of(&loss)?))
+}
+
+/// Renders the UDP message stream table: messages per second beside throughput, each
+/// side's CPU per GiB *delivered*, and the losses.
+pub(crate) fn msg_stream_table(rows: &[&SummaryRow], runs: &[Run]) -> String {
+    let mut s = String::new();
+    let sink = rows.iter().any(|r| r.rx == "none");
+    let _ = writeln!(
+        s,
+        "{:<6} {:<9} {:<5} {:>10} {:>13} {:>8} {:>8} {:>14} {:>7} {:>6} {:>14}",
+        "msg",
+        "tx",
+        "rx",
+        "msgs/s",
+        "Gbit/s",
+        "snd cpu",
+        "rcv cpu",
+        "machine cpu",
+        "loss%",
+        "tx zc%",
+        "send p50/p99µs"
+    );
+    for r in rows {
+        let mark = if r.unsupported { "*" } else { "" };
+        let (rate, loss) = message_medians(runs, r).unwrap_or((NONE, NONE));
+        let _ = writeln!(
+            s,
+            "{:<6} {:<9} {:<5} {:>10.0} {:>13} {:>8} {:>8} {:>14} {:>7.2} {:>6.1} {:>14}",
+            ByteSize(r.size).to_string(),
+            r.tx,
+            format!("{}{mark}", r.rx),
+            rate.median,
+            num_pm(&r.gbit_per_s),
+            num(r.sender_cpu_s_per_gib.median),
+            if sink {
+                "-".to_string()
+            } else {
+                num(r.receiver_cpu_s_per_gib.median)
+            },
+            num_pm(&r.cpu_s_per_gib),
+            loss.median * 100.0,
+            r.zc_fraction_tx.median * 100.0,
+            lat(&r.send_p50_us, &r.send_p99_us),
+        );
+    }
+    if rows.iter().any(|r| r.unsupported) {
+        let _ = writeln!(
+            s,
+            "* not supported on this host: the path fell back to copying (counted as `unsupported`); run once, then skipped"
+        );
+    }
+    s
+}
+
+/// Renders the UDP message ping-pong table: round-trip latency and bandwidth per size.
+pub(crate) fn msg_rr_table(rows: &[&SummaryRow], runs: &[Run]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<6} {:<9} {:<5} {:>11} {:>11} {:>9} {:>12} {:>14} {:>7} {:>6}",
+        "msg",
+        "tx",
+        "rx",
+        "rtt p50 µs",
+        "rtt p99 µs",
+        "trips/s",
+        "Mbit/s",
+        "machine cpu",
+        "loss%",
+        "tx zc%"
+    );
+    for r in rows {
+        let (rate, loss) = message_medians(runs, r).unwrap_or((NONE, NONE));
+        let _ = writeln!(
+            s,
+            "{:<6} {:<9} {:<5} {:>11} {:>11.1} {:>9.0} {:>12} {:>14} {:>7.2} {:>6.1}",
+            ByteSize(r.size).to_string(),
+            r.tx,
+            r.rx,
+            r.rtt_p50_us.as_ref().map_or("-".into(), |x| pm(x, 1)),
+            r.rtt_p99_us.as_ref().map_or(0.0, |x| x.median),
+            rate.median,
+            num(r.gbit_per_s.median * 1000.0),
+            num_pm(&r.cpu_s_per_gib),
+            loss.median * 100.0,
+            r.zc_fraction_tx.median * 100.0,
+        );
+    }
+    s
+}
+
+/// Printed under UDP message tables.
+pub(crate) const MSG_NOTE: &str = "udp: msg = message size; every message received is compared byte for byte with what was sent; \
+CPU per GiB delivered; loss% = messages lost / sent (rr: both directions). The sender keeps at most \
+clamp(4 MiB / size, 2, 1024) messages unacknowledged (acks on the control connection).";
+
+/// Printed under UDP message tables of the sink.
+pub(crate) const MSG_SINK_NOTE: &str = "udp sink: msg = message size; zcnet::msg's sender (header holes, GSO batches, MSG_ZEROCOPY loans \
+with --tx zerocopy) into the dropping device; nothing receives, so nothing is verified or lost.";
+
 /// The whole text report: a header, one table per mode, the verdict.
 pub(crate) fn tables(report: &Report, what: &str) -> String {
     let mut s = String::new();
@@ -127,21 +276,32 @@ pub(crate) fn tables(report: &Report, what: &str) -> String {
         "CPU columns are seconds per GiB moved: snd/rcv = the worker threads (getrusage), \
          machine = /proc/stat busy time incl. softirq; ±x% = half the run-to-run range"
     );
-    let stream: Vec<&SummaryRow> = report
-        .summary
-        .iter()
-        .filter(|r| r.mode == Mode::Stream)
-        .collect();
-    let rr: Vec<&SummaryRow> = report
-        .summary
-        .iter()
-        .filter(|r| r.mode == Mode::Rr)
-        .collect();
+    let is_msg = |r: &SummaryRow| message_medians(&report.runs, r).is_some();
+    let select = |mode: Mode, msg: bool| -> Vec<&SummaryRow> {
+        report
+            .summary
+            .iter()
+            .filter(|r| r.mode == mode && is_msg(r) == msg)
+            .collect()
+    };
+    let (stream, rr) = (select(Mode::Stream, false), select(Mode::Rr, false));
+    let (msg_stream, msg_rr) = (select(Mode::Stream, true), select(Mode::Rr, true));
     if !stream.is_empty() {
         s += &stream_table(&stream);
     }
     if !rr.is_empty() {
         s += &rr_table(&rr);
+    }
+    if !msg_stream.is_empty() {
+        s += &msg_stream_table(&msg_stream, &report.runs);
+    }
+    if !msg_rr.is_empty() {
+        s += &msg_rr_table(&msg_rr, &report.runs);
+    }
+    if !msg_rr.is_empty() || msg_stream.iter().any(|r| r.rx != "none") {
+        let _ = writeln!(s, "{MSG_NOTE}");
+    } else if !msg_stream.is_empty() {
+        let _ = writeln!(s, "{MSG_SINK_NOTE}");
     }
     s += &auto_table(&report.runs);
     if let Some(v) = &report.verdict {

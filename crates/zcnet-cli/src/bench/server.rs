@@ -2,7 +2,8 @@
 //! disturb each other's measurements). For each control connection: read the hello, reject
 //! what this build cannot run (with the reason, logged here and sent there), open a data
 //! listener on the control connection's own address, receive (or echo) on `streams`
-//! connections, and send this side's measurements back.
+//! connections, and send this side's measurements back. A UDP message run (`hello_udp`) is
+//! served by [`super::udp::serve`].
 
 use super::workers::{self, WorkerOut};
 use super::{BenchError, Progress};
@@ -85,7 +86,8 @@ fn handle(mut c: TcpStream, peer: SocketAddr, opts: ServeOptions) -> Result<(), 
     let rx_names = names(&RxPath::ALL, RxPath::name);
     let params = match protocol::answer_hello(protocol::read_message(&mut c), &tx_names, &rx_names)
     {
-        Ok(p) => p,
+        Ok(req) if req.udp.is_some() => return super::udp::serve(c, peer, req, opts.log),
+        Ok(req) => req.params,
         Err(reason) => {
             let _ = protocol::write_message(
                 &mut c,

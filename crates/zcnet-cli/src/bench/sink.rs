@@ -336,6 +336,12 @@ pub(crate) fn run(pair: &VethPair, spec: &RunSpec, progress: &Progress) -> Resul
         sender_stats: r.stats,
         receiver_stats: SideStats::default(),
         rx_in_effect: None,
+        messages_sent: None,
+        messages_received: None,
+        messages_lost: None,
+        replies_sent: None,
+        replies_received: None,
+        replies_lost: None,
     })
 }
 

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use zcnet::bench::protocol::DEFAULT_PORT;
+use zcnet::bench::protocol::{Proto, DEFAULT_PORT};
 use zcnet::bench::report::Run;
 use zcnet::netns::{Side, VethPair};
 
@@ -41,13 +41,16 @@ pub(crate) enum Topology {
     Sink,
 }
 
-/// Name and MTU of the topology a run used, for the report.
+/// Name and MTU of the topology a run used, and the transport over it, for the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TopologyInfo {
     /// `loopback`, `netns`, `sink` or `remote`.
     pub name: String,
     /// Link MTU, where the topology set one.
     pub mtu: Option<u32>,
+    /// TCP streams, or UDP messages (`--proto udp`); [`Env::info`] says TCP, and the plan
+    /// sets what `--proto` asks. On `sink`, TCP means the raw GSO sender of [`super::sink`].
+    pub proto: Proto,
 }
 
 /// Namespaces that exist now, for the interrupt handler.
@@ -284,18 +287,22 @@ impl Env {
                     "remote".into()
                 },
                 mtu: None,
+                proto: Proto::Tcp,
             },
             Env::Loopback { .. } => TopologyInfo {
                 name: "loopback".into(),
                 mtu: None,
+                proto: Proto::Tcp,
             },
             Env::Netns { guard, .. } => TopologyInfo {
                 name: "netns".into(),
                 mtu: Some(guard.pair.mtu()),
+                proto: Proto::Tcp,
             },
             Env::Sink { guard } => TopologyInfo {
                 name: "sink".into(),
                 mtu: Some(guard.pair.mtu()),
+                proto: Proto::Tcp,
             },
         }
     }
@@ -315,7 +322,14 @@ impl Env {
                 .run_in(Side::A, || super::client::run(server.addr, spec, progress))?,
             Env::Sink { guard } => {
                 let pair = &guard.pair;
-                pair.run_in(Side::A, || super::sink::run(pair, spec, progress))?
+                match spec.topology.proto {
+                    Proto::Tcp => {
+                        pair.run_in(Side::A, || super::sink::run(pair, spec, progress))?
+                    }
+                    Proto::Udp => {
+                        pair.run_in(Side::A, || super::udp::sink_run(pair, spec, progress))?
+                    }
+                }
             }
         }
     }

@@ -21,6 +21,12 @@
 //!                          ◀─────────────  Result{server's report} | Error{reason}
 //! ```
 //!
+//! A UDP message run (`--proto udp`, [`zcnet::msg`](crate::msg)) opens with
+//! `HelloUdp{params, udp}` instead; the data port is then a UDP port, and while messages flow
+//! the server sends `Ack{resolved}` (messages delivered or reported lost so far) on the
+//! control connection: UDP has no flow control of its own, and the client keeps a window of
+//! unacknowledged messages so that a run measures CPU per delivered byte rather than drops.
+//!
 //! Everything here is pure or generic over `Read`/`Write`, so it is tested without sockets.
 
 use super::report::{Mode, SideReport};
@@ -28,7 +34,8 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// The protocol version this build speaks. Bump on any change to the messages.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// 2: UDP message runs (`hello_udp`, `ack`) and message counts in the side reports.
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Key of the version field, present in every frame.
 pub const VERSION_KEY: &str = "zcnet_bench";
 /// Largest frame accepted.
@@ -46,6 +53,67 @@ pub const MAX_SIZE: u64 = 1 << 30;
 pub const MAX_RUN_MEMORY: u64 = 4 << 30;
 /// Longest run, seconds.
 pub const MAX_SECONDS: f64 = 24.0 * 3600.0;
+/// Largest message of a UDP message run: reassembly reserves a message's whole length, and
+/// the server holds a window of them.
+pub const MAX_UDP_MESSAGE: u64 = 16 << 20;
+/// Transmit paths of a UDP message run: how `zcnet::msg::MsgSender` sends a loaned buffer
+/// (`MsgTx`).
+pub const UDP_TX: [&str; 2] = ["copy", "zerocopy"];
+/// Receive paths of a UDP message run: `gro` is `MsgReceiver` with `UDP_GRO` (up to 64 KiB
+/// of datagrams per read), `copy` the same with GRO off (one datagram per read).
+pub const UDP_RX: [&str; 2] = ["copy", "gro"];
+
+/// The transport a run's data takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Proto {
+    /// Byte streams over TCP (`zcnet::Sender`/`Receiver`).
+    #[default]
+    Tcp,
+    /// Whole messages over UDP (`zcnet::msg`).
+    Udp,
+}
+
+impl Proto {
+    /// JSON/CLI name (the report's `transport`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+}
+
+/// What a UDP message run needs beyond [`Params`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdpParams {
+    /// `rr`: the client's UDP port for replies, on the control connection's client address
+    /// (the client's request socket is connected to the server's data port, so replies
+    /// come to a socket of their own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_port: Option<u16>,
+}
+
+/// A hello the server accepted: the parameters, and for a UDP message run its extras.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRequest {
+    /// The parameters.
+    pub params: Params,
+    /// `Some` for a UDP message run.
+    pub udp: Option<UdpParams>,
+}
+
+impl RunRequest {
+    /// The run's transport.
+    pub fn proto(&self) -> Proto {
+        if self.udp.is_some() {
+            Proto::Udp
+        } else {
+            Proto::Tcp
+        }
+    }
+}
 
 /// How long a run goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -135,6 +203,164 @@ impl Params {
         }
         Ok(())
     }
+
+    /// The limits a UDP message run adds to [`Params::validate`]: one sender per run (the
+    /// receiver checks every id of one session), messages of at most [`MAX_UDP_MESSAGE`].
+    pub fn udp_limits(&self) -> Result<(), String> {
+        if self.streams != 1 {
+            return Err(format!(
+                "a UDP message run has one sender (streams 1), not {}",
+                self.streams
+            ));
+        }
+        if self.size > MAX_UDP_MESSAGE {
+            return Err(format!(
+                "message size {} out of range for UDP (1 ..= {MAX_UDP_MESSAGE} bytes)",
+                self.size
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates a UDP message run: the paths against [`UDP_TX`] and [`UDP_RX`] (both ends
+    /// run both in `rr`; the sender's path is checked in a stream run too, since there is
+    /// no other), the numbers, [`Params::udp_limits`], and a reply port for `rr`.
+    pub fn validate_udp(&self, udp: &UdpParams) -> Result<(), String> {
+        if !UDP_TX.contains(&self.tx.as_str()) {
+            return Err(format!(
+                "transmit path {:?} is not a UDP message path (UDP knows: {})",
+                self.tx,
+                UDP_TX.join(", ")
+            ));
+        }
+        if !UDP_RX.contains(&self.rx.as_str()) {
+            return Err(format!(
+                "receive path {:?} is not a UDP message path (UDP knows: {})",
+                self.rx,
+                UDP_RX.join(", ")
+            ));
+        }
+        self.validate(&UDP_TX, &UDP_RX)?;
+        self.udp_limits()?;
+        if self.mode == Mode::Rr && udp.reply_port.is_none_or(|p| p == 0) {
+            return Err("a UDP rr run needs the client's reply port".into());
+        }
+        Ok(())
+    }
+}
+
+/// Bytes between id stamps in a UDP run's message ([`MessagePattern`]).
+pub const STAMP_EVERY: usize = 1024;
+/// Bytes of one stamp.
+pub const STAMP_LEN: usize = 8;
+/// Key bit of a reply's stamps in a UDP `rr` run: a reply to request `id` is keyed
+/// `id | REPLY_KEY`, so a server that echoes the request does not pass.
+pub const REPLY_KEY: u64 = 1 << 63;
+
+/// The bytes of every message of a UDP message run (both ends must agree on them, so they
+/// are part of the protocol): a pseudo-random reference of `size` bytes with the
+/// message's key stamped over the first [`STAMP_LEN`] bytes of every [`STAMP_EVERY`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagePattern {
+    reference: Vec<u8>,
+}
+
+impl MessagePattern {
+    /// The pattern of `size`-byte messages.
+    pub fn new(size: usize) -> MessagePattern {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ size as u64;
+        let mut reference = Vec::with_capacity(size + 8);
+        while reference.len() < size {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            reference.extend_from_slice(&x.to_le_bytes());
+        }
+        reference.truncate(size);
+        MessagePattern { reference }
+    }
+
+    /// The message size.
+    pub fn len(&self) -> usize {
+        self.reference.len()
+    }
+
+    /// Whether messages are empty (never, in a run: sizes start at 1).
+    pub fn is_empty(&self) -> bool {
+        self.reference.is_empty()
+    }
+
+    /// The bytes every message shares outside its stamps: what a sender writes into a
+    /// buffer once.
+    pub fn reference(&self) -> &[u8] {
+        &self.reference
+    }
+
+    /// The stamp of `key` in block `block`: splitmix64's finaliser, so every bit of the key
+    /// (the reply bit too) changes every byte of the stamp — a 1-byte reply differs from
+    /// its request.
+    fn stamp(key: u64, block: usize) -> [u8; STAMP_LEN] {
+        let mut z = key
+            .wrapping_add((block as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F))
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)).to_le_bytes()
+    }
+
+    /// `(offset, length)` of every stamp.
+    fn stamp_slots(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let len = self.len();
+        (0..len)
+            .step_by(STAMP_EVERY)
+            .map(move |o| (o, STAMP_LEN.min(len - o)))
+    }
+
+    /// Message `key`'s stamps: `(offset, bytes, length)`, the first `length` bytes written
+    /// at `offset` (the last stamp of a message may be cut short by its end).
+    pub fn stamps(&self, key: u64) -> impl Iterator<Item = (usize, [u8; STAMP_LEN], usize)> + '_ {
+        self.stamp_slots()
+            .enumerate()
+            .map(move |(k, (o, n))| (o, Self::stamp(key, k), n))
+    }
+
+    /// Message `key`'s bytes.
+    pub fn expected(&self, key: u64) -> Vec<u8> {
+        let mut v = self.reference.clone();
+        for (o, stamp, n) in self.stamps(key) {
+            v[o..o + n].copy_from_slice(&stamp[..n]);
+        }
+        v
+    }
+
+    /// Whether `data` is message `key`, every byte.
+    pub fn matches(&self, data: &[u8], key: u64) -> bool {
+        data.len() == self.len()
+            && self.stamps(key).all(|(o, stamp, n)| {
+                let end = (o + STAMP_EVERY).min(self.len());
+                data[o..o + n] == stamp[..n] && data[o + n..end] == self.reference[o + n..end]
+            })
+    }
+
+    /// Checks `data` against message `key`; the error names the first byte that differs.
+    pub fn check(&self, data: &[u8], key: u64) -> Result<(), String> {
+        if data.len() != self.len() {
+            return Err(format!(
+                "{} bytes where {} were sent",
+                data.len(),
+                self.len()
+            ));
+        }
+        if self.matches(data, key) {
+            return Ok(());
+        }
+        let at = data
+            .iter()
+            .zip(self.expected(key))
+            .position(|(a, b)| *a != b)
+            .unwrap_or(0);
+        Err(format!("differs at byte {at} of {}", self.len()))
+    }
 }
 
 /// One control message.
@@ -145,6 +371,19 @@ pub enum Message {
     Hello {
         /// The parameters.
         params: Params,
+    },
+    /// Client → server: a UDP message run it wants (`--proto udp`).
+    HelloUdp {
+        /// The parameters (`tx` from [`UDP_TX`], `rx` from [`UDP_RX`]).
+        params: Params,
+        /// What a UDP run needs besides.
+        udp: UdpParams,
+    },
+    /// Server → client, during a UDP message run: this many of the client's messages are
+    /// resolved (delivered, or reported lost). The client's flow-control window.
+    Ack {
+        /// Messages delivered or reported lost so far.
+        resolved: u64,
     },
     /// Server → client: go ahead, data connections to this port.
     Accept {
@@ -178,6 +417,8 @@ impl Message {
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Hello { .. } => "hello",
+            Message::HelloUdp { .. } => "hello_udp",
+            Message::Ack { .. } => "ack",
             Message::Accept { .. } => "accept",
             Message::Reject { .. } => "reject",
             Message::Done { .. } => "done",
@@ -310,15 +551,24 @@ pub fn read_message(r: &mut impl Read) -> Result<Message, ProtocolError> {
     decode(&read_frame(r)?)
 }
 
-/// The server's answer to a client's first frame: the parameters to run, or the
-/// `Reject` to send back (and log) with why.
+/// The server's answer to a client's first frame: the run to make, or the `Reject` to send
+/// back (and log) with why. `known_tx`/`known_rx` are this build's TCP path names; a UDP
+/// message run is checked against [`UDP_TX`]/[`UDP_RX`].
 pub fn answer_hello(
     first: Result<Message, ProtocolError>,
     known_tx: &[&str],
     known_rx: &[&str],
-) -> Result<Params, String> {
+) -> Result<RunRequest, String> {
     match first {
-        Ok(Message::Hello { params }) => params.validate(known_tx, known_rx).map(|()| params),
+        Ok(Message::Hello { params }) => params
+            .validate(known_tx, known_rx)
+            .map(|()| RunRequest { params, udp: None }),
+        Ok(Message::HelloUdp { params, udp }) => {
+            params.validate_udp(&udp).map(|()| RunRequest {
+                params,
+                udp: Some(udp),
+            })
+        }
         Ok(other) => Err(format!("expected a hello message, got {}", other.kind())),
         Err(ProtocolError::VersionMismatch { theirs, .. }) => Err(format!(
             "protocol version mismatch: the client speaks zcnet bench protocol {theirs}, this server {PROTOCOL_VERSION}"
@@ -361,6 +611,138 @@ mod tests {
         }
     }
 
+    fn udp_params(mode: Mode) -> Params {
+        Params {
+            mode,
+            tx: "zerocopy".into(),
+            rx: "gro".into(),
+            size: 1 << 20,
+            streams: 1,
+            ring: 16,
+            touch: false,
+            limit: Limit::Bytes(1 << 24),
+        }
+    }
+
+    #[test]
+    fn a_pattern_tells_messages_apart() {
+        for size in [1usize, 7, 8, 9, 1023, 1024, 1025, 1472, 65536, 1 << 20] {
+            let p = MessagePattern::new(size);
+            let a = p.expected(5);
+            assert_eq!(a.len(), size);
+            assert!(p.check(&a, 5).is_ok(), "{size}");
+            assert!(p.matches(&a, 5));
+            // Another id, or the reply to the same id, differs (in the stamps) — in the
+            // first byte already, so even 1-byte messages tell these apart.
+            for other in [4, 6, 5 | REPLY_KEY] {
+                assert!(!p.matches(&a, other), "{size} {other}");
+                assert_ne!(p.expected(other)[0], a[0], "{size} {other}");
+            }
+            // One changed byte anywhere is caught and named.
+            for at in [0, size / 2, size - 1] {
+                let mut b = a.clone();
+                b[at] ^= 0x40;
+                let e = p.check(&b, 5).unwrap_err();
+                assert!(e.contains(&format!("byte {at} ")), "{size}: {e}");
+            }
+            let e = p.check(&a[..size - 1], 5).unwrap_err();
+            assert!(e.contains("were sent"), "{e}");
+        }
+        // A fragment of message 6 placed into message 5 at the same offset differs.
+        let p = MessagePattern::new(4096);
+        let (mut a, b) = (p.expected(5), p.expected(6));
+        a[2048..3072].copy_from_slice(&b[2048..3072]);
+        assert!(p.check(&a, 5).unwrap_err().contains("byte 2048"));
+        // The reference is not periodic within a message: a shifted message differs.
+        let p = MessagePattern::new(8192);
+        let a = p.expected(1);
+        let mut shifted = a[1..].to_vec();
+        shifted.push(0);
+        assert!(!p.matches(&shifted, 1));
+    }
+
+    #[test]
+    fn udp_runs_are_checked_against_the_udp_paths() {
+        let udp = UdpParams { reply_port: None };
+        let rr = UdpParams {
+            reply_port: Some(4000),
+        };
+        let hello = |params: Params, udp: &UdpParams| {
+            answer_hello(
+                Ok(Message::HelloUdp {
+                    params,
+                    udp: udp.clone(),
+                }),
+                TX,
+                RX,
+            )
+        };
+        let ok = hello(udp_params(Mode::Stream), &udp).unwrap();
+        assert_eq!(ok.proto(), Proto::Udp);
+        assert_eq!(ok.udp, Some(udp.clone()));
+        assert!(hello(udp_params(Mode::Rr), &rr).is_ok());
+        let cases: Vec<(Params, &UdpParams, &str)> = vec![
+            (
+                Params {
+                    tx: "uring".into(),
+                    ..udp_params(Mode::Stream)
+                },
+                &udp,
+                "transmit path \"uring\" is not a UDP message path",
+            ),
+            (
+                Params {
+                    rx: "mmap".into(),
+                    ..udp_params(Mode::Stream)
+                },
+                &udp,
+                "receive path \"mmap\" is not a UDP message path",
+            ),
+            (
+                Params {
+                    streams: 2,
+                    ..udp_params(Mode::Stream)
+                },
+                &udp,
+                "one sender",
+            ),
+            (
+                Params {
+                    size: MAX_UDP_MESSAGE + 1,
+                    ..udp_params(Mode::Stream)
+                },
+                &udp,
+                "out of range for UDP",
+            ),
+            (
+                Params {
+                    size: 0,
+                    ..udp_params(Mode::Stream)
+                },
+                &udp,
+                "size 0",
+            ),
+            (udp_params(Mode::Rr), &udp, "reply port"),
+        ];
+        for (p, u, want) in cases {
+            let e = hello(p.clone(), u).expect_err(&format!("{p:?} should be rejected"));
+            assert!(e.contains(want), "{e:?} should mention {want:?}");
+        }
+        // `gro` is no TCP path: a TCP hello naming it is turned down by the TCP lists.
+        let e = answer_hello(
+            Ok(Message::Hello {
+                params: Params {
+                    rx: "gro".into(),
+                    ..params()
+                },
+            }),
+            TX,
+            RX,
+        )
+        .unwrap_err();
+        assert!(e.contains("unknown receive path \"gro\""), "{e}");
+    }
+
     fn round_trip(m: &Message) -> Result<Message, ProtocolError> {
         let mut c = Cursor::new(encode(m));
         read_message(&mut c)
@@ -385,6 +767,21 @@ mod tests {
             },
             Message::Error {
                 reason: "boom".into(),
+            },
+            Message::HelloUdp {
+                params: udp_params(Mode::Rr),
+                udp: UdpParams {
+                    reply_port: Some(9),
+                },
+            },
+            Message::Ack { resolved: 42 },
+            Message::Done {
+                report: SideReport {
+                    messages_sent: 10,
+                    messages_received: 8,
+                    messages_lost: 2,
+                    ..Default::default()
+                },
             },
         ];
         for m in &msgs {
@@ -575,7 +972,10 @@ mod tests {
         };
         assert_eq!(
             answer_hello(Ok(Message::Hello { params: p.clone() }), TX, RX),
-            Ok(p)
+            Ok(RunRequest {
+                params: p,
+                udp: None
+            })
         );
         // Out-of-turn and unknown fields.
         assert!(answer_hello(Ok(Message::Accept { data_port: 1 }), TX, RX)

@@ -182,6 +182,15 @@ pub struct SideStats {
     /// side did not run `auto`).
     #[serde(default, skip_serializing_if = "is_default")]
     pub auto: crate::auto::AutoStats,
+    /// UDP message runs: this side's `zcnet::msg::MsgStats` counters by name (datagrams,
+    /// GSO calls, GRO reads, losses by reason, …) and the bench's own (`lost_tail`,
+    /// `window_stalls`, `acks`, `late_replies`, `trips_lost`). Absent for TCP.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub msg: BTreeMap<String, u64>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -209,6 +218,7 @@ impl From<&StatsSnapshot> for SideStats {
                 a.add(&s.auto_rx);
                 a
             },
+            msg: BTreeMap::new(),
         }
     }
 }
@@ -225,6 +235,9 @@ impl SideStats {
         self.tx_demotions += o.tx_demotions;
         self.tx_enobufs += o.tx_enobufs;
         self.auto.add(&o.auto);
+        for (k, v) in &o.msg {
+            *self.msg.entry(k.clone()).or_default() += v;
+        }
         for (k, v) in &o.fallbacks {
             let e = self.fallbacks.entry(k.clone()).or_default();
             e.ops += v.ops;
@@ -261,6 +274,17 @@ pub struct SideReport {
     pub bytes_sent: u64,
     /// Payload bytes this side received.
     pub bytes_received: u64,
+    /// UDP message runs: messages this side sent whole (each `size` bytes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub messages_sent: u64,
+    /// UDP message runs: messages this side received whole, every byte verified.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub messages_received: u64,
+    /// UDP message runs: of the peer's messages, those this side never received — the ids
+    /// below the peer's count that were not delivered (reported lost by `zcnet::msg` with a
+    /// reason, or vanished at the end of the run where nothing can reveal them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub messages_lost: u64,
     /// Wall-clock seconds of this side's data phase.
     pub seconds: f64,
     /// CPU of this side's worker threads, summed.
@@ -370,9 +394,59 @@ pub struct Run {
     /// The receive path fell back (e.g. unsupported here): what really ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rx_in_effect: Option<String>,
+    /// UDP message runs: messages the client sent (requests in `rr`); absent for TCP.
+    /// `messages_sent == messages_received + messages_lost` and
+    /// `bytes_sent == bytes_received + messages_lost × size`, or the run fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_sent: Option<u64>,
+    /// UDP message runs: of those, messages the server received whole, every byte verified
+    /// (for `sink`: the messages the device took, equal to `messages_sent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_received: Option<u64>,
+    /// UDP message runs: of those, messages the server never received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_lost: Option<u64>,
+    /// UDP `rr`: replies the server sent (one per request it received).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replies_sent: Option<u64>,
+    /// UDP `rr`: of those, replies the client received whole, every byte verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replies_received: Option<u64>,
+    /// UDP `rr`: of those, replies the client never received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replies_lost: Option<u64>,
 }
 
 impl Run {
+    /// Whether this is a UDP message run (it counts messages).
+    pub fn is_messages(&self) -> bool {
+        self.messages_sent.is_some()
+    }
+
+    /// Messages delivered per second (`rr`: round trips per second); `None` for TCP.
+    pub fn messages_per_s(&self) -> Option<f64> {
+        let n = match self.mode {
+            Mode::Stream => self.messages_received?,
+            Mode::Rr => self.latency.rtt.map_or(0, |l| l.count),
+        };
+        Some(if self.seconds > 0.0 {
+            n as f64 / self.seconds
+        } else {
+            0.0
+        })
+    }
+
+    /// Share of messages lost (0..1), both directions together in `rr`; `None` for TCP.
+    pub fn loss_fraction(&self) -> Option<f64> {
+        let sent = self.messages_sent? + self.replies_sent.unwrap_or(0);
+        let lost = self.messages_lost.unwrap_or(0) + self.replies_lost.unwrap_or(0);
+        Some(if sent == 0 {
+            0.0
+        } else {
+            lost as f64 / sent as f64
+        })
+    }
+
     /// Whether a path asked for could not run as itself on this host: every operation of
     /// one side fell back with reason `unsupported`, or the receive path in effect differs
     /// (except for `auto`, whose path in effect is the one it chose).
@@ -481,6 +555,47 @@ pub struct SummaryRow {
     pub rtt_p99_us: Option<Summary>,
     /// Times the sender waited for a buffer, median per run.
     pub pool_waits: Summary,
+}
+
+/// The agreement of a UDP message run's two ends in one direction: every message the
+/// `sender` sent was either received whole by the `receiver` or counted lost by it, and the
+/// bytes follow (every message of a run is `size` bytes), so
+/// `bytes_sent == bytes_received + messages_lost × size`. `from`/`to` name the ends.
+pub fn check_message_counts(
+    sender: &SideReport,
+    receiver: &SideReport,
+    size: u64,
+    from: &str,
+    to: &str,
+) -> Result<(), String> {
+    let bytes = |n: u64| n.saturating_mul(size);
+    if sender.bytes_sent != bytes(sender.messages_sent) {
+        return Err(format!(
+            "the {from} counted {} messages of {size} bytes but {} bytes sent",
+            sender.messages_sent, sender.bytes_sent
+        ));
+    }
+    if receiver.bytes_received != bytes(receiver.messages_received) {
+        return Err(format!(
+            "the {to} counted {} messages of {size} bytes but {} bytes received",
+            receiver.messages_received, receiver.bytes_received
+        ));
+    }
+    if receiver
+        .messages_received
+        .checked_add(receiver.messages_lost)
+        != Some(sender.messages_sent)
+    {
+        return Err(format!(
+            "the {from} sent {} messages ({} bytes) but the {to} received {} ({} bytes) and lost {}",
+            sender.messages_sent,
+            sender.bytes_sent,
+            receiver.messages_received,
+            receiver.bytes_received,
+            receiver.messages_lost
+        ));
+    }
+    Ok(())
 }
 
 fn per_gib(seconds: f64, bytes: u64) -> f64 {
@@ -642,7 +757,61 @@ pub(crate) mod tests {
             sender_stats: SideStats::default(),
             receiver_stats: SideStats::default(),
             rx_in_effect: None,
+            messages_sent: None,
+            messages_received: None,
+            messages_lost: None,
+            replies_sent: None,
+            replies_received: None,
+            replies_lost: None,
         }
+    }
+
+    #[test]
+    fn message_counts_must_add_up() {
+        let sender = SideReport {
+            messages_sent: 10,
+            bytes_sent: 10 * 1472,
+            ..Default::default()
+        };
+        let mut receiver = SideReport {
+            messages_received: 8,
+            bytes_received: 8 * 1472,
+            messages_lost: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            check_message_counts(&sender, &receiver, 1472, "client", "server"),
+            Ok(())
+        );
+        receiver.messages_lost = 1;
+        let e = check_message_counts(&sender, &receiver, 1472, "client", "server").unwrap_err();
+        assert!(
+            e.contains("sent 10 messages") && e.contains("lost 1"),
+            "{e}"
+        );
+        receiver.messages_lost = 2;
+        receiver.bytes_received -= 1;
+        let e = check_message_counts(&sender, &receiver, 1472, "client", "server").unwrap_err();
+        assert!(e.contains("bytes received"), "{e}");
+        let liar = SideReport {
+            bytes_sent: 10 * 1472 + 1,
+            ..sender.clone()
+        };
+        assert!(check_message_counts(&liar, &receiver, 1472, "client", "server").is_err());
+        // TCP runs omit the message fields, UDP runs carry them.
+        let v = serde_json::to_value(sample_run("copy", "copy", 4096, 0.4)).unwrap();
+        assert!(v.get("messages_sent").is_none());
+        let mut r = sample_run("zerocopy", "gro", 65536, 0.4);
+        r.mode = Mode::Stream;
+        r.messages_sent = Some(10);
+        r.messages_received = Some(9);
+        r.messages_lost = Some(1);
+        assert!(r.is_messages());
+        assert!((r.loss_fraction().unwrap() - 0.1).abs() < 1e-12);
+        assert!((r.messages_per_s().unwrap() - 9.0).abs() < 1e-12);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["messages_lost"], 1);
+        assert_eq!(serde_json::from_value::<Run>(v).unwrap(), r);
     }
 
     #[test]

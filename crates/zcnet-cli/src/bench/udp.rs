@@ -1,0 +1,1091 @@
+//! `--proto udp`: whole messages over UDP through `zcnet::msg` — the client's
+//! [`MsgSender`] (GSO batches, `MSG_ZEROCOPY` loans with `--tx zerocopy`), the server's
+//! [`MsgReceiver`] (`UDP_GRO` with `--rx gro`, one datagram per read with `--rx copy`).
+//!
+//! * **stream**: the client sends `size`-byte messages back to back for the run's time or
+//!   bytes; the server receives, verifies and counts them.
+//! * **rr**: NetPIPE's ping-pong with messages — the client sends one request and waits for
+//!   its reply; the server answers each request with one reply of the same size. Both ends
+//!   use both paths (the request socket is connected to the server's data port, replies go
+//!   to a socket of their own whose port travels in the hello).
+//! * **sink** (`--topology sink --proto udp`): the client's `MsgSender` into the dropping
+//!   device, transmit only, so the message layer's own sender cost is what is measured.
+//!
+//! **Every byte is verified.** A message's bytes are a fixed pseudo-random reference
+//! ([`Pattern`], `zcnet::bench::protocol::MessagePattern`: both ends must agree on it) with
+//! the message id stamped over the first 8 bytes of every KiB — so each
+//! datagram carries its message's id in its payload, and a fragment placed in the wrong
+//! message, at the wrong offset, or a stale buffer sent again, differs. Replies are keyed by
+//! the request's id with the top bit set: a server that echoes the request does not pass.
+//! The sender writes the reference into each loaned buffer once (outside the measured
+//! window, when the application prepares its ring) and then only the stamps per message;
+//! `--touch` writes every byte of every message instead. The receiver compares every byte
+//! (one `memcmp` per KiB) inside its measured CPU: checking what arrived is part of
+//! receiving it here.
+//!
+//! **Losses are counted, never hidden.** The receiver keeps the ids it delivered and the
+//! ids `zcnet::msg` reported lost as range sets ([`Ledger`]): a message delivered twice,
+//! after being reported lost, or with an id the client never sent fails the run. At the end
+//! the client's count of messages sent (in its `done`) decides: every id below it that was
+//! not delivered is lost — reported with a reason, or vanished at the very end where nothing
+//! can reveal it (`lost_tail`).
+//!
+//! **Flow control.** UDP has none; a sender that outruns the receiver measures drops. The
+//! server acknowledges resolved messages (delivered or reported lost) on the control
+//! connection every quarter window, and the client keeps at most a window of
+//! `clamp(4 MiB / size, 2, 1024)` messages unacknowledged. A window that gets no ack for the
+//! reorder window + 1 s (a whole message lost at its end, which only a later id reveals)
+//! sends one more message anyway, counted in `window_stalls`.
+
+use super::workers::{merge, WorkerOut, DATA_TIMEOUT};
+use super::{client, BenchError, Progress, RunSpec};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::ops::Range;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use zcnet::bench::histogram::LatencyHistogram;
+use zcnet::bench::protocol::{
+    self, Limit, Message, MessagePattern as Pattern, Params, ProtocolError, RunRequest, UdpParams,
+    REPLY_KEY as REPLY,
+};
+use zcnet::bench::report::{
+    Cpu, Derived, Fallbacks, Latency, Mode, Run, SideCpu, SideReport, SideStats, SystemCpuTimes,
+};
+use zcnet::cpu::{thread_rusage, CpuSeconds, SystemCpu};
+use zcnet::msg::{MsgBuf, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgTx};
+use zcnet::netns::{Side, VethPair};
+use zcnet::Policy;
+
+/// Payload the client keeps unacknowledged: well within the 8 MiB socket receive buffer
+/// `MsgConfig` asks for, with room for the per-packet overhead the kernel charges.
+const WINDOW_BYTES: u64 = 4 << 20;
+/// Fewest and most messages in the window.
+const WINDOW_MESSAGES: (u64, u64) = (2, 1024);
+/// How often the server's loop looks at the control connection while messages flow.
+const CONTROL_EVERY: Duration = Duration::from_millis(10);
+/// The discard port: nothing listens behind the sink.
+const DISCARD_PORT: u16 = 9;
+/// Replies late by more than this many round trips are not recognised (counted corrupt).
+const LATE_REPLIES: usize = 64;
+
+fn merr(context: &'static str) -> impl Fn(MsgError) -> BenchError {
+    move |e| BenchError::Failed(format!("{context}: {e}"))
+}
+
+fn io(context: &'static str) -> impl Fn(std::io::Error) -> BenchError {
+    move |e| BenchError::io(context, e)
+}
+
+/// Messages the client keeps unacknowledged at `size` bytes each.
+pub(crate) fn window(size: u64) -> u64 {
+    (WINDOW_BYTES / size.max(1)).clamp(WINDOW_MESSAGES.0, WINDOW_MESSAGES.1)
+}
+
+/// The server acknowledges every this many resolved messages (a quarter window).
+pub(crate) fn ack_every(size: u64) -> u64 {
+    (window(size) / 4).max(1)
+}
+
+/// The message configuration of a run: the bench measures paths as themselves
+/// (`Policy::always()`: every loan goes zero-copy with `--tx zerocopy`), messages of exactly
+/// `size` bytes, a pool of `ring` loaned buffers, GRO as `rx` says.
+pub(crate) fn msg_config(p: &Params) -> Result<MsgConfig, BenchError> {
+    let tx = match p.tx.as_str() {
+        "copy" => MsgTx::Copy,
+        "zerocopy" => MsgTx::Zerocopy,
+        other => {
+            return Err(BenchError::Usage(format!(
+                "transmit path {other:?} is not a UDP message path (UDP knows: {})",
+                protocol::UDP_TX.join(", ")
+            )))
+        }
+    };
+    let size = usize::try_from(p.size).map_err(|_| BenchError::Usage("size too large".into()))?;
+    let mut cfg = MsgConfig::new(tx);
+    cfg.policy = Policy::always();
+    cfg.max_message = size;
+    // Room for a window of the largest messages in reassembly at once.
+    cfg.reassembly.max_bytes = cfg.reassembly.max_bytes.max(size.saturating_mul(4));
+    cfg.gro = p.rx != "copy";
+    cfg.pool_buffers = p.ring as usize;
+    cfg.timeout = DATA_TIMEOUT;
+    cfg.validate().map_err(merr("message configuration"))?;
+    Ok(cfg)
+}
+
+/// How long a full window waits for an acknowledgement before sending one more message.
+fn stall_wait(cfg: &MsgConfig) -> Duration {
+    cfg.reassembly.timeout + Duration::from_secs(1)
+}
+
+/// How long an `rr` request waits for its reply: longer than the receiver's reorder window,
+/// so a reply lost in part is reported lost before the trip is given up.
+fn reply_wait(cfg: &MsgConfig) -> Duration {
+    cfg.reassembly.timeout + Duration::from_millis(1500)
+}
+
+/// How long the server waits after the client's `done` for messages still unresolved
+/// before it counts them lost: the reorder window, and a margin.
+fn drain_wait(cfg: &MsgConfig) -> Duration {
+    cfg.reassembly.timeout + Duration::from_millis(500)
+}
+
+/// Writes messages into loaned buffers: the reference once per buffer of the pool (found by
+/// the address of its storage, which the pool keeps for the sender's life), the stamps
+/// every time; or every byte every time with `touch`. Into the sink, where nothing receives
+/// and nothing is verified, the stamps are left out (`stamp` false): the sender then touches
+/// no payload per message, as the raw sink's sender does not.
+#[derive(Debug)]
+struct Filler {
+    pattern: Pattern,
+    filled: HashSet<usize>,
+    touch: bool,
+    stamp: bool,
+}
+
+impl Filler {
+    fn new(size: usize, touch: bool) -> Filler {
+        Filler {
+            pattern: Pattern::new(size),
+            filled: HashSet::new(),
+            touch,
+            stamp: true,
+        }
+    }
+
+    fn write(&mut self, buf: &mut MsgBuf, key: u64) {
+        let addr = buf
+            .payload_mut()
+            .next()
+            .map_or(0, |(_, s)| s.as_ptr() as usize);
+        let whole = self.filled.insert(addr) || self.touch;
+        if whole {
+            buf.copy_from(self.pattern.reference());
+        }
+        if self.stamp {
+            for (o, stamp, n) in self.pattern.stamps(key) {
+                buf.write_at(o, &stamp[..n]);
+            }
+        }
+    }
+
+    /// The application prepares its ring before the clock starts: every buffer of the pool
+    /// gets the reference once (and the pool is mapped).
+    fn prepare(&mut self, sender: &mut MsgSender, ring: usize) -> Result<(), BenchError> {
+        let mut held = Vec::with_capacity(ring);
+        for _ in 0..ring {
+            let mut b = sender
+                .buffer(self.pattern.len())
+                .map_err(merr("preparing the message ring"))?;
+            self.write(&mut b, 0);
+            held.push(b);
+        }
+        Ok(())
+    }
+
+    /// Sends message `key` (its id, or a reply's key) from a loaned buffer; returns the id.
+    fn send(
+        &mut self,
+        sender: &mut MsgSender,
+        key: impl FnOnce(u64) -> u64,
+        hist: &mut LatencyHistogram,
+    ) -> Result<u64, BenchError> {
+        let id = sender.next_id();
+        let mut b = sender
+            .buffer(self.pattern.len())
+            .map_err(merr("waiting for a message buffer"))?;
+        self.write(&mut b, key(id));
+        let t = Instant::now();
+        let sent = sender.send_buf(b).map_err(merr("send (message)"))?;
+        hist.record(t.elapsed());
+        debug_assert_eq!(sent, id);
+        Ok(sent)
+    }
+}
+
+/// Disjoint ranges of message ids, merged as they grow (ids mostly come in order, so a run
+/// of millions of messages stays a handful of ranges).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RangeSet {
+    ranges: BTreeMap<u64, u64>,
+    count: u64,
+}
+
+impl RangeSet {
+    /// Whether any id of `r` is in the set.
+    pub(crate) fn overlaps(&self, r: &Range<u64>) -> bool {
+        self.ranges
+            .range(..r.end)
+            .next_back()
+            .is_some_and(|(_, &end)| end > r.start)
+    }
+
+    /// Adds `r`, which must not overlap.
+    pub(crate) fn insert(&mut self, r: Range<u64>) {
+        debug_assert!(!self.overlaps(&r));
+        if r.is_empty() {
+            return;
+        }
+        self.count += r.end - r.start;
+        let (mut start, mut end) = (r.start, r.end);
+        if let Some((&s, &e)) = self.ranges.range(..start).next_back() {
+            if e == start {
+                self.ranges.remove(&s);
+                start = s;
+            }
+        }
+        if let Some(e) = self.ranges.remove(&end) {
+            end = e;
+        }
+        self.ranges.insert(start, end);
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// One past the highest id.
+    pub(crate) fn end(&self) -> u64 {
+        self.ranges.values().next_back().copied().unwrap_or(0)
+    }
+}
+
+/// What became of each message id of one sender: delivered, or reported lost.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    delivered: RangeSet,
+    lost: RangeSet,
+}
+
+/// A ledger's final account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Account {
+    /// Messages delivered.
+    pub received: u64,
+    /// Messages never delivered, reported or not.
+    pub lost: u64,
+    /// Of those, the ones no loss report covered: vanished at the end of the run.
+    pub tail: u64,
+}
+
+impl Ledger {
+    pub(crate) fn deliver(&mut self, id: u64) -> Result<(), String> {
+        let r = id..id.saturating_add(1);
+        if self.delivered.overlaps(&r) {
+            return Err(format!("message {id} was delivered twice"));
+        }
+        if self.lost.overlaps(&r) {
+            return Err(format!(
+                "message {id} was delivered after it was reported lost"
+            ));
+        }
+        self.delivered.insert(r);
+        Ok(())
+    }
+
+    pub(crate) fn lose(&mut self, r: Range<u64>) -> Result<(), String> {
+        if self.delivered.overlaps(&r) {
+            return Err(format!(
+                "messages {}..{} were reported lost, but some were delivered",
+                r.start, r.end
+            ));
+        }
+        if self.lost.overlaps(&r) {
+            return Err(format!(
+                "messages {}..{} were reported lost twice",
+                r.start, r.end
+            ));
+        }
+        self.lost.insert(r);
+        Ok(())
+    }
+
+    /// Messages delivered or reported lost.
+    pub(crate) fn resolved(&self) -> u64 {
+        self.delivered.count() + self.lost.count()
+    }
+
+    /// The account once the sender says it sent `sent` messages (ids `0..sent`).
+    pub(crate) fn finish(&self, sent: u64) -> Result<Account, String> {
+        if self.delivered.end() > sent {
+            return Err(format!(
+                "message {} was delivered, but the sender says it sent only {sent}",
+                self.delivered.end() - 1
+            ));
+        }
+        if self.lost.end() > sent {
+            return Err(format!(
+                "message {} was reported lost, but the sender says it sent only {sent}",
+                self.lost.end() - 1
+            ));
+        }
+        let received = self.delivered.count();
+        let lost = sent - received;
+        Ok(Account {
+            received,
+            lost,
+            tail: lost - self.lost.count(),
+        })
+    }
+}
+
+fn cpu_now() -> Result<zcnet::sys::cpu::Rusage, BenchError> {
+    thread_rusage().map_err(io("getrusage(RUSAGE_THREAD)"))
+}
+
+fn side_cpu(a: zcnet::sys::cpu::Rusage, b: zcnet::sys::cpu::Rusage) -> SideCpu {
+    let c = CpuSeconds::between(a, b);
+    SideCpu {
+        user: c.user,
+        sys: c.sys,
+    }
+}
+
+/// `zcnet::msg`'s counters by name, for [`SideStats::msg`].
+fn msg_counters(s: &zcnet::msg::MsgStatsSnapshot) -> BTreeMap<String, u64> {
+    match serde_json::to_value(s) {
+        Ok(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.as_u64()?)))
+            .collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+fn sender_stats(sender: &MsgSender) -> SideStats {
+    let mut s = SideStats::from(&sender.io_stats().snapshot());
+    s.msg = msg_counters(&sender.stats().snapshot());
+    s
+}
+
+fn receiver_stats(rx: &MsgReceiver) -> SideStats {
+    let mut s = SideStats::from(&rx.io_stats().snapshot());
+    s.msg = msg_counters(&rx.stats().snapshot());
+    s
+}
+
+/// Waits up to `wait` for the control connection to become readable.
+fn readable(c: &TcpStream, wait: Duration) -> Result<bool, BenchError> {
+    match zcnet::sys::socket::poll(c.as_fd(), libc::POLLIN, Some(wait)) {
+        Ok(0) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(false),
+        Err(e) => Err(BenchError::io("poll (control)", e)),
+    }
+}
+
+/// Reads the acknowledgements that arrive within `wait` (all that are queued); the highest,
+/// or `None` when none came.
+fn read_acks(c: &mut TcpStream, wait: Duration) -> Result<Option<u64>, BenchError> {
+    let mut best = None;
+    let mut wait = wait;
+    while readable(c, wait)? {
+        match protocol::read_message(c)? {
+            Message::Ack { resolved } => best = Some(best.unwrap_or(0).max(resolved)),
+            Message::Error { reason } => return Err(ProtocolError::Peer(reason).into()),
+            other => {
+                return Err(ProtocolError::Unexpected {
+                    expected: "ack",
+                    got: other.kind(),
+                }
+                .into())
+            }
+        }
+        wait = Duration::ZERO;
+    }
+    Ok(best)
+}
+
+/// How many messages (stream) or round trips (rr) a byte limit means: whole messages of
+/// `size` bytes, at least one.
+fn count_of(p: &Params) -> Option<u64> {
+    match p.limit {
+        Limit::Bytes(b) => Some(b.div_ceil(p.size).max(1)),
+        Limit::Seconds(_) => None,
+    }
+}
+
+fn deadline_of(p: &Params, start: Instant) -> Option<Instant> {
+    match p.limit {
+        Limit::Seconds(s) => Some(start + Duration::from_secs_f64(s)),
+        Limit::Bytes(_) => None,
+    }
+}
+
+/// Whether the sender is done: its count, or the deadline once at least one went.
+fn done(count: Option<u64>, deadline: Option<Instant>, sent: u64) -> bool {
+    match (count, deadline) {
+        (Some(n), _) => sent >= n,
+        (None, Some(d)) => sent > 0 && Instant::now() >= d,
+        (None, None) => true,
+    }
+}
+
+/// The unspecified address of `ip`'s family (the server sends replies to the address the
+/// control connection comes from).
+fn unspecified(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+/// The client of a UDP message run against the server whose control port is `ctrl`. Must
+/// be called from a thread in the client's network namespace; the data phase runs on it.
+pub(crate) fn run(
+    ctrl: SocketAddr,
+    spec: &RunSpec,
+    progress: &Progress,
+) -> Result<Run, BenchError> {
+    let p = &spec.params;
+    let cfg = msg_config(p)?;
+    let mut c = client::connect_control(ctrl)?;
+    let mut replies = match p.mode {
+        Mode::Rr => Some(
+            MsgReceiver::bind(SocketAddr::new(unspecified(ctrl.ip()), 0), &cfg)
+                .map_err(merr("binding the reply socket"))?,
+        ),
+        Mode::Stream => None,
+    };
+    let reply_port = match &replies {
+        Some(r) => Some(
+            r.local_addr()
+                .map_err(io("getsockname (reply socket)"))?
+                .port(),
+        ),
+        None => None,
+    };
+    protocol::write_message(
+        &mut c,
+        &Message::HelloUdp {
+            params: p.clone(),
+            udp: UdpParams { reply_port },
+        },
+    )?;
+    let data_port = protocol::read_accept(protocol::read_message(&mut c))?;
+    let data = SocketAddr::new(ctrl.ip(), data_port);
+    let mut sys0 = None;
+    let mut start = Instant::now();
+    let out = (|| {
+        let mut sender = MsgSender::connect(data, &cfg).map_err(merr("connect (UDP data)"))?;
+        let mut filler = Filler::new(p.size as usize, p.touch);
+        if !p.touch {
+            filler.prepare(&mut sender, p.ring as usize)?;
+        }
+        sys0 = SystemCpu::now();
+        start = Instant::now();
+        match replies.as_mut() {
+            None => stream_send(&mut c, &mut sender, &mut filler, p, &cfg, progress),
+            Some(rx) => rr_client(&mut sender, rx, &mut filler, p, &cfg, progress),
+        }
+    })();
+    let mut client = match out {
+        Ok(r) => r,
+        Err(e) => return Err(client::report_failure(&mut c, e)),
+    };
+    protocol::write_message(
+        &mut c,
+        &Message::Done {
+            report: client.clone(),
+        },
+    )?;
+    c.set_read_timeout(Some(DATA_TIMEOUT + client::CONTROL_TIMEOUT))
+        .map_err(io("control socket"))?;
+    let server = loop {
+        match protocol::read_message(&mut c)? {
+            Message::Ack { .. } => continue,
+            Message::Result { report } => break report,
+            Message::Error { reason } => return Err(ProtocolError::Peer(reason).into()),
+            other => {
+                return Err(ProtocolError::Unexpected {
+                    expected: "result",
+                    got: other.kind(),
+                }
+                .into())
+            }
+        }
+    };
+    let wall = start.elapsed().as_secs_f64();
+    let system: SystemCpuTimes = match (sys0, SystemCpu::now()) {
+        (Some(a), Some(b)) => b.since(&a).into(),
+        _ => SystemCpuTimes::default(),
+    };
+    if p.mode == Mode::Rr {
+        // Replies the server sent that never came back: lost on the way to us.
+        client.messages_lost = server
+            .messages_sent
+            .checked_sub(client.messages_received)
+            .ok_or_else(|| {
+                BenchError::Mismatch(format!(
+                    "the client received {} replies but the server says it sent {}",
+                    client.messages_received, server.messages_sent
+                ))
+            })?;
+        let tail = client
+            .messages_lost
+            .saturating_sub(client.stats.msg.get("messages_lost").copied().unwrap_or(0));
+        client.stats.msg.insert("lost_tail".into(), tail);
+    }
+    client::assemble(spec, &client, &server, system, wall)
+}
+
+/// The client's stream: messages back to back within the window, until the count or the
+/// deadline; then every loan back.
+fn stream_send(
+    c: &mut TcpStream,
+    sender: &mut MsgSender,
+    filler: &mut Filler,
+    p: &Params,
+    cfg: &MsgConfig,
+    progress: &Progress,
+) -> Result<SideReport, BenchError> {
+    let count = count_of(p);
+    let window = window(p.size);
+    let stall = stall_wait(cfg);
+    let mut out = WorkerOut::default();
+    let (mut sent, mut acked, mut stalls, mut acks) = (0u64, 0u64, 0u64, 0u64);
+    let t0 = cpu_now()?;
+    let start = Instant::now();
+    let deadline = deadline_of(p, start);
+    out.started = Some(start);
+    while !done(count, deadline, sent) {
+        if sent - acked >= window {
+            match read_acks(c, stall)? {
+                Some(r) => {
+                    acks += 1;
+                    acked = acked.max(r);
+                    if sent - acked >= window {
+                        continue;
+                    }
+                }
+                // No ack for the reorder window and more: a whole message at the window's
+                // end may be lost, which only a later id reveals. Send one.
+                None => stalls += 1,
+            }
+        }
+        filler.send(sender, |id| id, &mut out.send)?;
+        sent += 1;
+        progress.bytes.fetch_add(p.size, Ordering::Relaxed);
+    }
+    flush(sender)?;
+    out.ended = Some(Instant::now());
+    out.cpu = side_cpu(t0, cpu_now()?);
+    out.bytes_sent = sent * p.size;
+    out.stats = sender_stats(sender);
+    out.stats.msg.insert("window_stalls".into(), stalls);
+    out.stats.msg.insert("acks_read".into(), acks);
+    Ok(SideReport {
+        messages_sent: sent,
+        ..merge(vec![out])
+    })
+}
+
+/// Every loan back before the clock stops: completion handling is part of the cost.
+fn flush(sender: &mut MsgSender) -> Result<(), BenchError> {
+    if !sender
+        .flush(DATA_TIMEOUT)
+        .map_err(merr("waiting for zero-copy completions"))?
+    {
+        return Err(BenchError::Failed(format!(
+            "{} loaned message buffers were not completed by the kernel within {DATA_TIMEOUT:?}",
+            sender.buffers_in_flight()
+        )));
+    }
+    Ok(())
+}
+
+/// The client's ping-pong: one request, then its reply (or the trip is lost after
+/// [`reply_wait`]), until the count or the deadline.
+fn rr_client(
+    sender: &mut MsgSender,
+    rx: &mut MsgReceiver,
+    filler: &mut Filler,
+    p: &Params,
+    cfg: &MsgConfig,
+    progress: &Progress,
+) -> Result<SideReport, BenchError> {
+    let count = count_of(p);
+    let wait = reply_wait(cfg);
+    let pattern = filler.pattern.clone();
+    let mut out = WorkerOut::default();
+    // Requests whose reply did not come in time, newest last: a late reply is recognised.
+    let mut overdue: VecDeque<u64> = VecDeque::new();
+    let (mut trips, mut received, mut late, mut lost_trips) = (0u64, 0u64, 0u64, 0u64);
+    let mut session = None;
+    let t0 = cpu_now()?;
+    let start = Instant::now();
+    let deadline = deadline_of(p, start);
+    out.started = Some(start);
+    while !done(count, deadline, trips) {
+        let t = Instant::now();
+        let id = filler.send(sender, |id| id, &mut out.send)?;
+        trips += 1;
+        out.bytes_sent += p.size;
+        let until = t + wait;
+        let answered = loop {
+            let now = Instant::now();
+            if now >= until {
+                break false;
+            }
+            let t_recv = Instant::now();
+            match rx.recv(until - now).map_err(merr("recv (reply)"))? {
+                None => break false,
+                Some(MsgEvent::Lost(l)) => check_peer(&mut session, l.from, l.session, "reply")?,
+                Some(MsgEvent::Message(m)) => {
+                    check_peer(&mut session, m.from, m.session, "reply")?;
+                    out.recv.record(t_recv.elapsed());
+                    received += 1;
+                    out.bytes_received += m.len() as u64;
+                    if pattern.matches(&m, id | REPLY) {
+                        rx.recycle(m);
+                        break true;
+                    }
+                    if let Some(i) = overdue.iter().position(|&o| pattern.matches(&m, o | REPLY)) {
+                        overdue.remove(i);
+                        late += 1;
+                        rx.recycle(m);
+                        continue;
+                    }
+                    let why = pattern
+                        .check(&m, id | REPLY)
+                        .err()
+                        .unwrap_or_else(|| "differs".into());
+                    return Err(BenchError::Failed(format!(
+                        "the reply to request {id} is not what the server must send: {why}"
+                    )));
+                }
+            }
+        };
+        if answered {
+            out.rtt.record(t.elapsed());
+            progress.bytes.fetch_add(2 * p.size, Ordering::Relaxed);
+        } else {
+            lost_trips += 1;
+            overdue.push_back(id);
+            if overdue.len() > LATE_REPLIES {
+                overdue.pop_front();
+            }
+        }
+    }
+    flush(sender)?;
+    out.ended = Some(Instant::now());
+    out.cpu = side_cpu(t0, cpu_now()?);
+    out.stats = sender_stats(sender);
+    out.stats.merge(&receiver_stats(rx));
+    out.stats.msg.insert("late_replies".into(), late);
+    out.stats.msg.insert("trips_lost".into(), lost_trips);
+    out.rx_path = Some(if rx.gro_enabled() { "gro" } else { "copy" }.into());
+    Ok(SideReport {
+        messages_sent: trips,
+        messages_received: received,
+        ..merge(vec![out])
+    })
+}
+
+/// Every event of a run must come from its one peer session: the first seen.
+fn check_peer(
+    known: &mut Option<(SocketAddr, u32)>,
+    from: SocketAddr,
+    session: u32,
+    what: &str,
+) -> Result<(), BenchError> {
+    match known {
+        None => {
+            *known = Some((from, session));
+            Ok(())
+        }
+        Some(k) if *k == (from, session) => Ok(()),
+        Some((a, s)) => Err(BenchError::Failed(format!(
+            "a {what} from {from} (session {session:#x}) where this run's peer is {a} (session {s:#x})"
+        ))),
+    }
+}
+
+/// The server of one UDP message run: answers the hello, receives (and in `rr` replies),
+/// and sends its measurements — or an `error` naming what went wrong.
+pub(crate) fn serve(
+    mut c: TcpStream,
+    peer: SocketAddr,
+    req: RunRequest,
+    log: bool,
+) -> Result<(), BenchError> {
+    let p = &req.params;
+    let udp = req.udp.clone().unwrap_or_default();
+    let result = serve_inner(&mut c, peer, p, &udp, log);
+    match result {
+        Ok(report) => {
+            protocol::write_message(&mut c, &Message::Result { report })?;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = protocol::write_message(
+                &mut c,
+                &Message::Error {
+                    reason: e.to_string(),
+                },
+            );
+            Err(e)
+        }
+    }
+}
+
+fn serve_inner(
+    c: &mut TcpStream,
+    peer: SocketAddr,
+    p: &Params,
+    udp: &UdpParams,
+    log: bool,
+) -> Result<SideReport, BenchError> {
+    let cfg = msg_config(p)?;
+    let ip = c.local_addr().map_err(io("getsockname (control)"))?.ip();
+    let mut rx =
+        MsgReceiver::bind(SocketAddr::new(ip, 0), &cfg).map_err(merr("binding the data socket"))?;
+    let pattern = Pattern::new(p.size as usize);
+    let mut replies = match (p.mode, udp.reply_port) {
+        (Mode::Rr, Some(port)) => {
+            let mut s = MsgSender::connect(SocketAddr::new(peer.ip(), port), &cfg)
+                .map_err(merr("connect (reply socket)"))?;
+            let mut f = Filler::new(p.size as usize, p.touch);
+            if !p.touch {
+                f.prepare(&mut s, p.ring as usize)?;
+            }
+            Some((s, f))
+        }
+        (Mode::Rr, None) => {
+            return Err(BenchError::Failed(
+                "a UDP rr run needs the client's reply port".into(),
+            ))
+        }
+        (Mode::Stream, _) => None,
+    };
+    let port = rx.local_addr().map_err(io("getsockname (data)"))?.port();
+    protocol::write_message(c, &Message::Accept { data_port: port })?;
+    if log {
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!(
+                "zcnet bench server: run from {peer}: udp {} {}→{} size {}\n",
+                p.mode.name(),
+                p.tx,
+                p.rx,
+                p.size
+            ),
+        );
+    }
+    let ack_every = ack_every(p.size);
+    let drain = drain_wait(&cfg);
+    let mut ledger = Ledger::default();
+    let mut session = None;
+    let mut out = WorkerOut {
+        rx_path: Some(if rx.gro_enabled() { "gro" } else { "copy" }.into()),
+        ..Default::default()
+    };
+    let (mut sent, mut client_report) = (None::<u64>, None::<SideReport>);
+    let (mut last_ack, mut acks, mut replied) = (0u64, 0u64, 0u64);
+    let sys0 = SystemCpu::now();
+    let t0 = cpu_now()?;
+    let mut last_progress = Instant::now();
+    let mut last_control = Instant::now();
+    loop {
+        let t = Instant::now();
+        let ev = rx.recv(CONTROL_EVERY).map_err(merr("recv (message)"))?;
+        let now = Instant::now();
+        let idle = ev.is_none();
+        match ev {
+            None => {}
+            Some(MsgEvent::Message(m)) => {
+                check_peer(&mut session, m.from, m.session, "message")?;
+                out.recv.record(t.elapsed());
+                ledger.deliver(m.id).map_err(BenchError::Failed)?;
+                pattern.check(&m, m.id).map_err(|why| {
+                    BenchError::Failed(format!(
+                        "message {} from the client is not what was sent: {why}",
+                        m.id
+                    ))
+                })?;
+                out.started.get_or_insert(now);
+                out.ended = Some(now);
+                last_progress = now;
+                out.bytes_received += m.len() as u64;
+                if let Some((s, f)) = replies.as_mut() {
+                    let req = m.id;
+                    f.send(s, |_| req | REPLY, &mut out.send)?;
+                    replied += 1;
+                    out.bytes_sent += p.size;
+                }
+                rx.recycle(m);
+            }
+            Some(MsgEvent::Lost(l)) => {
+                check_peer(&mut session, l.from, l.session, "loss report")?;
+                ledger.lose(l.ids()).map_err(BenchError::Failed)?;
+                out.ended = Some(now);
+                last_progress = now;
+            }
+        }
+        let resolved = ledger.resolved();
+        if p.mode == Mode::Stream
+            && resolved > last_ack
+            && (resolved - last_ack >= ack_every || idle)
+        {
+            protocol::write_message(c, &Message::Ack { resolved })?;
+            last_ack = resolved;
+            acks += 1;
+        }
+        if sent.is_none() && (idle || now - last_control >= CONTROL_EVERY) {
+            last_control = now;
+            if readable(c, Duration::ZERO)? {
+                match protocol::read_message(c)? {
+                    Message::Done { report } => {
+                        sent = Some(report.messages_sent);
+                        client_report = Some(report);
+                        last_progress = Instant::now();
+                    }
+                    Message::Error { reason } => {
+                        return Err(ProtocolError::Peer(reason).into());
+                    }
+                    other => {
+                        return Err(ProtocolError::Unexpected {
+                            expected: "done",
+                            got: other.kind(),
+                        }
+                        .into())
+                    }
+                }
+            }
+        }
+        match sent {
+            Some(n) if resolved >= n || now - last_progress >= drain => break,
+            None if now - last_progress >= DATA_TIMEOUT => {
+                return Err(BenchError::Failed(format!(
+                    "nothing from the client for {DATA_TIMEOUT:?}"
+                )))
+            }
+            _ => {}
+        }
+    }
+    if let Some((s, _)) = replies.as_mut() {
+        flush(s)?;
+    }
+    out.cpu = side_cpu(t0, cpu_now()?);
+    let system = match (sys0, SystemCpu::now()) {
+        (Some(a), Some(b)) => Some(b.since(&a).into()),
+        _ => None,
+    };
+    let sent = sent.unwrap_or(0);
+    let account = ledger.finish(sent).map_err(BenchError::Failed)?;
+    out.stats = receiver_stats(&rx);
+    if let Some((s, _)) = replies.as_ref() {
+        out.stats.merge(&sender_stats(s));
+    }
+    out.stats.msg.insert("lost_tail".into(), account.tail);
+    out.stats.msg.insert("acks_sent".into(), acks);
+    let report = SideReport {
+        system,
+        messages_received: account.received,
+        messages_lost: account.lost,
+        messages_sent: replied,
+        ..merge(vec![out])
+    };
+    if let Some(client) = &client_report {
+        if let Err(e) =
+            zcnet::bench::report::check_message_counts(client, &report, p.size, "client", "server")
+        {
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("zcnet bench server: run from {peer}: message counts disagree: {e}\n"),
+            );
+        }
+    }
+    Ok(report)
+}
+
+/// `--topology sink --proto udp`: the message layer's sender into the dropping device.
+/// Called on a thread inside namespace `a`.
+pub(crate) fn sink_run(
+    pair: &VethPair,
+    spec: &RunSpec,
+    progress: &Progress,
+) -> Result<Run, BenchError> {
+    let p = &spec.params;
+    let cfg = msg_config(p)?;
+    let dst = SocketAddr::new(pair.addr(Side::B).into(), DISCARD_PORT);
+    let mut sender = MsgSender::connect(dst, &cfg).map_err(merr("connect (sink)"))?;
+    let mut filler = Filler {
+        stamp: false,
+        ..Filler::new(p.size as usize, p.touch)
+    };
+    if !p.touch {
+        filler.prepare(&mut sender, p.ring as usize)?;
+    }
+    let count = count_of(p);
+    let mut out = WorkerOut::default();
+    let sys0 = SystemCpu::now();
+    let t0 = cpu_now()?;
+    let start = Instant::now();
+    let deadline = deadline_of(p, start);
+    out.started = Some(start);
+    let mut sent = 0u64;
+    while !done(count, deadline, sent) {
+        filler.send(&mut sender, |id| id, &mut out.send)?;
+        sent += 1;
+        progress.bytes.fetch_add(p.size, Ordering::Relaxed);
+    }
+    flush(&mut sender)?;
+    out.ended = Some(Instant::now());
+    out.cpu = side_cpu(t0, cpu_now()?);
+    let system: SystemCpuTimes = match (sys0, SystemCpu::now()) {
+        (Some(a), Some(b)) => b.since(&a).into(),
+        _ => SystemCpuTimes::default(),
+    };
+    out.bytes_sent = sent * p.size;
+    out.stats = sender_stats(&sender);
+    let r = merge(vec![out]);
+    let seconds = if r.seconds > 0.0 {
+        r.seconds
+    } else {
+        start.elapsed().as_secs_f64()
+    };
+    let d = Derived {
+        bytes: r.bytes_sent,
+        seconds,
+        sender: r.cpu,
+        receiver: SideCpu::default(),
+        system,
+    };
+    Ok(Run {
+        label: spec.label.clone(),
+        mode: p.mode,
+        tx: p.tx.clone(),
+        rx: "none".into(),
+        topology: spec.topology.name.clone(),
+        transport: "udp".into(),
+        mtu: Some(pair.mtu()),
+        size: p.size,
+        streams: p.streams,
+        ring: p.ring,
+        touch: p.touch,
+        repeat: spec.repeat,
+        bytes_sent: r.bytes_sent,
+        bytes_received: r.bytes_sent,
+        seconds,
+        gbit_per_s: d.gbit_per_s(),
+        cpu: Cpu {
+            sender: r.cpu,
+            receiver: SideCpu::default(),
+            system,
+            server_system: None,
+        },
+        cpu_s_per_gib: d.cpu_s_per_gib(),
+        sender_cpu_s_per_gib: d.sender_cpu_s_per_gib(),
+        receiver_cpu_s_per_gib: 0.0,
+        gbit_per_core: d.gbit_per_core(),
+        zc_fraction_tx: r.stats.tx_zerocopy_fraction(),
+        zc_fraction_rx: 0.0,
+        fallbacks: Fallbacks {
+            sender: r.stats.fallbacks.clone(),
+            receiver: Default::default(),
+        },
+        latency: Latency {
+            send: r.send_latency,
+            recv: None,
+            rtt: None,
+        },
+        sender_stats: r.stats,
+        receiver_stats: SideStats::default(),
+        rx_in_effect: None,
+        // The device took every message (and dropped it): nothing to lose on the way.
+        messages_sent: Some(sent),
+        messages_received: Some(sent),
+        messages_lost: Some(0),
+        replies_sent: None,
+        replies_received: None,
+        replies_lost: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_sets_merge_and_find_overlaps() {
+        let mut s = RangeSet::default();
+        s.insert(0..1);
+        s.insert(1..2);
+        s.insert(5..7);
+        s.insert(3..5);
+        assert_eq!(s.ranges.len(), 2, "{:?}", s.ranges);
+        assert_eq!(s.count(), 6);
+        assert_eq!(s.end(), 7);
+        assert!(s.overlaps(&(1..2)));
+        assert!(!s.overlaps(&(2..3)));
+        assert!(s.overlaps(&(2..4)));
+        assert!(s.overlaps(&(6..100)));
+        assert!(!s.overlaps(&(7..100)));
+        s.insert(2..3);
+        assert_eq!(s.ranges.len(), 1);
+        assert_eq!(s.count(), 7);
+    }
+
+    #[test]
+    fn the_ledger_accounts_for_every_id() {
+        let mut l = Ledger::default();
+        for id in [0, 1, 2, 4, 7] {
+            l.deliver(id).unwrap();
+        }
+        l.lose(5..7).unwrap();
+        assert_eq!(l.resolved(), 7);
+        assert!(l.deliver(4).unwrap_err().contains("twice"));
+        assert!(l.deliver(5).unwrap_err().contains("reported lost"));
+        assert!(l.lose(3..5).unwrap_err().contains("delivered"));
+        assert!(l.lose(6..7).unwrap_err().contains("twice"));
+        // Ids 3 (never seen) and 8, 9 (after the last one seen) are lost unreported.
+        assert_eq!(
+            l.finish(10).unwrap(),
+            Account {
+                received: 5,
+                lost: 5,
+                tail: 3
+            }
+        );
+        assert!(l.finish(7).unwrap_err().contains("sent only 7"));
+        let mut m = Ledger::default();
+        m.lose(0..3).unwrap();
+        assert!(m.finish(2).unwrap_err().contains("reported lost"));
+    }
+
+    #[test]
+    fn windows_stay_within_the_socket_buffer() {
+        assert_eq!(window(1), 1024);
+        assert_eq!(window(64 << 10), 64);
+        assert_eq!(window(1 << 20), 4);
+        assert_eq!(window(16 << 20), 2);
+        assert_eq!(ack_every(1 << 20), 1);
+        assert_eq!(ack_every(64 << 10), 16);
+        for s in [1u64, 1472, 65536, 1 << 20, 16 << 20] {
+            assert!(ack_every(s) <= window(s));
+            assert!(window(s) * s <= WINDOW_BYTES.max(2 * s));
+        }
+    }
+
+    #[test]
+    fn loaned_buffers_carry_the_pattern_once_filled() {
+        let rx = MsgReceiver::bind("127.0.0.1:0".parse().unwrap(), &MsgConfig::default()).unwrap();
+        let mut cfg = MsgConfig::default();
+        cfg.max_message = 5000;
+        cfg.segment = Some(1472);
+        cfg.pool_buffers = 2;
+        let mut s = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+        let mut f = Filler::new(5000, false);
+        f.prepare(&mut s, 2).unwrap();
+        assert_eq!(f.filled.len(), 2);
+        for key in [3u64, 4, 5 | REPLY] {
+            let mut b = s.buffer(5000).unwrap();
+            f.write(&mut b, key);
+            assert!(f.pattern.matches(&b.to_vec(), key), "{key}");
+        }
+        assert_eq!(f.filled.len(), 2, "no buffer filled twice");
+    }
+}

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use zcnet::bench::histogram::LatencyHistogram;
 use zcnet::bench::protocol::Limit;
 use zcnet::bench::report::{
-    Cpu, Derived, Fallbacks, Latency, Run, SideCpu, SideStats, SystemCpuTimes,
+    Cpu, Derived, Fallbacks, Latency, Run, SideCpu, SideReport, SideStats, SystemCpuTimes,
 };
 use zcnet::bench::touch;
 use zcnet::completion::Completions;
@@ -283,6 +283,21 @@ pub(crate) fn run(pair: &VethPair, spec: &RunSpec, progress: &Progress) -> Resul
     };
     let outs = outs.into_iter().collect::<Result<Vec<_>, _>>()?;
     let r = merge(outs);
+    Ok(sink_run(spec, r, start, system, mtu, None))
+}
+
+/// The report of one sink run: the sender's side only (the device took and dropped every
+/// byte). `messages` for message runs (`--proto udp`): all delivered to the device, none lost
+/// on the way.
+pub(crate) fn sink_run(
+    spec: &RunSpec,
+    r: SideReport,
+    start: Instant,
+    system: SystemCpuTimes,
+    mtu: u32,
+    messages: Option<u64>,
+) -> Run {
+    let p = &spec.params;
     let seconds = if r.seconds > 0.0 {
         r.seconds
     } else {
@@ -295,7 +310,7 @@ pub(crate) fn run(pair: &VethPair, spec: &RunSpec, progress: &Progress) -> Resul
         receiver: SideCpu::default(),
         system,
     };
-    Ok(Run {
+    Run {
         label: spec.label.clone(),
         mode: p.mode,
         tx: p.tx.clone(),
@@ -336,13 +351,13 @@ pub(crate) fn run(pair: &VethPair, spec: &RunSpec, progress: &Progress) -> Resul
         sender_stats: r.stats,
         receiver_stats: SideStats::default(),
         rx_in_effect: None,
-        messages_sent: None,
-        messages_received: None,
-        messages_lost: None,
+        messages_sent: messages,
+        messages_received: messages,
+        messages_lost: messages.map(|_| 0),
         replies_sent: None,
         replies_received: None,
         replies_lost: None,
-    })
+    }
 }
 
 #[cfg(test)]

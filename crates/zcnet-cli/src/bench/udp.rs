@@ -50,9 +50,7 @@ use zcnet::bench::protocol::{
     self, Limit, Message, MessagePattern as Pattern, Params, ProtocolError, RunRequest, UdpParams,
     REPLY_KEY as REPLY,
 };
-use zcnet::bench::report::{
-    Cpu, Derived, Fallbacks, Latency, Mode, Run, SideCpu, SideReport, SideStats, SystemCpuTimes,
-};
+use zcnet::bench::report::{Mode, Run, SideCpu, SideReport, SideStats, SystemCpuTimes};
 use zcnet::cpu::{thread_rusage, CpuSeconds, SystemCpu};
 use zcnet::msg::{MsgBuf, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet::netns::{Side, VethPair};
@@ -942,67 +940,15 @@ pub(crate) fn sink_run(
     out.bytes_sent = sent * p.size;
     out.stats = sender_stats(&sender);
     let r = merge(vec![out]);
-    let seconds = if r.seconds > 0.0 {
-        r.seconds
-    } else {
-        start.elapsed().as_secs_f64()
-    };
-    let d = Derived {
-        bytes: r.bytes_sent,
-        seconds,
-        sender: r.cpu,
-        receiver: SideCpu::default(),
+    // The device took every message (and dropped it): nothing to lose on the way.
+    Ok(super::sink::sink_run(
+        spec,
+        r,
+        start,
         system,
-    };
-    Ok(Run {
-        label: spec.label.clone(),
-        mode: p.mode,
-        tx: p.tx.clone(),
-        rx: "none".into(),
-        topology: spec.topology.name.clone(),
-        transport: "udp".into(),
-        mtu: Some(pair.mtu()),
-        size: p.size,
-        streams: p.streams,
-        ring: p.ring,
-        touch: p.touch,
-        repeat: spec.repeat,
-        bytes_sent: r.bytes_sent,
-        bytes_received: r.bytes_sent,
-        seconds,
-        gbit_per_s: d.gbit_per_s(),
-        cpu: Cpu {
-            sender: r.cpu,
-            receiver: SideCpu::default(),
-            system,
-            server_system: None,
-        },
-        cpu_s_per_gib: d.cpu_s_per_gib(),
-        sender_cpu_s_per_gib: d.sender_cpu_s_per_gib(),
-        receiver_cpu_s_per_gib: 0.0,
-        gbit_per_core: d.gbit_per_core(),
-        zc_fraction_tx: r.stats.tx_zerocopy_fraction(),
-        zc_fraction_rx: 0.0,
-        fallbacks: Fallbacks {
-            sender: r.stats.fallbacks.clone(),
-            receiver: Default::default(),
-        },
-        latency: Latency {
-            send: r.send_latency,
-            recv: None,
-            rtt: None,
-        },
-        sender_stats: r.stats,
-        receiver_stats: SideStats::default(),
-        rx_in_effect: None,
-        // The device took every message (and dropped it): nothing to lose on the way.
-        messages_sent: Some(sent),
-        messages_received: Some(sent),
-        messages_lost: Some(0),
-        replies_sent: None,
-        replies_received: None,
-        replies_lost: None,
-    })
+        pair.mtu(),
+        Some(sent),
+    ))
 }
 
 #[cfg(test)]

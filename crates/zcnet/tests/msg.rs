@@ -661,7 +661,9 @@ fn a_flood_of_first_fragments_stays_within_the_limits() {
         // Until the good message is in and every flooded id up to the highest one the
         // receiver saw is accounted for.
         loop {
-            assert!(Instant::now() < deadline, "flood test did not settle");
+            if Instant::now() >= deadline {
+                panic!("flood test did not settle"); // a hang guard, not a speed check
+            }
             let f = rx.in_flight();
             assert!(
                 f.messages <= 16 && f.bytes <= MIB,

@@ -2,6 +2,8 @@
 //! whether zero-copy pays on it (`bench`), move files (`send`/`recv`), and measure the profile
 //! the `auto` path chooses by (`tune`).
 
+#![forbid(unsafe_code)] // unsafe lives in the library's sys module only
+
 mod bench;
 mod probe_cmd;
 mod transfer_cmd;

@@ -164,7 +164,8 @@ fn profile_dir(args: &Args) -> Result<PathBuf, BenchError> {
     .map_err(|e| BenchError::Usage(e.to_string()))
 }
 
-fn now_rfc3339() -> Created {
+/// Now, in Unix seconds.
+fn created_now() -> Created {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -208,7 +209,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
                 TuneTopology::Loopback => ProfileTopology::Loopback,
                 TuneTopology::Netns => ProfileTopology::Netns,
             },
-            created: now_rfc3339(),
+            created: created_now(),
             tx: tx.clone(),
             rx: rx.clone(),
         };

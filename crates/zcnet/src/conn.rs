@@ -21,6 +21,15 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The socket's local address, which names the interface whose profile `auto` uses
+/// (unspecified — so loopback's — if the socket cannot say).
+fn local_ip(sock: &Socket) -> std::net::IpAddr {
+    sock.local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip())
+}
+
 /// How a [`Sender`] is set up.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -168,11 +177,7 @@ impl Sender {
         let mut profile_note = None;
         let tx: Box<dyn Transmit> = match cfg.path {
             TxPath::Auto => {
-                let local = sock
-                    .local_addr()
-                    .ok()
-                    .and_then(|a| a.as_socket())
-                    .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
+                let local = local_ip(&sock);
                 let loaded = crate::auto::load::load(&cfg.profile, local);
                 profile_note = loaded.note;
                 Box::new(AutoTx::new(
@@ -582,11 +587,7 @@ impl Receiver {
         if cfg.path != RxPath::Auto {
             return Self::setup(sock, cfg, None);
         }
-        let local = sock
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
+        let local = local_ip(&sock);
         let auto = crate::rx::auto::choose(cfg, local);
         let cfg = ReceiverConfig {
             path: auto.path,

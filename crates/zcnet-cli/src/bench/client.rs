@@ -117,10 +117,7 @@ pub(crate) fn run(
         }
     };
     let wall = start.elapsed().as_secs_f64();
-    let system: SystemCpuTimes = match (sys0, SystemCpu::now()) {
-        (Some(a), Some(b)) => b.since(&a).into(),
-        _ => SystemCpuTimes::default(),
-    };
+    let system = SystemCpuTimes::since(sys0).unwrap_or_default();
     assemble(spec, &client, &server, system, wall)
 }
 

@@ -144,10 +144,7 @@ fn handle(mut c: TcpStream, peer: SocketAddr, opts: ServeOptions) -> Result<(), 
     let progress = Progress::default();
     let sys0 = SystemCpu::now();
     let outs = receive_all(&listener, &params, &progress);
-    let system = match (sys0, SystemCpu::now()) {
-        (Some(a), Some(b)) => Some(b.since(&a).into()),
-        _ => None,
-    };
+    let system = zcnet::bench::report::SystemCpuTimes::since(sys0);
     let report = match outs {
         Ok(outs) => SideReport {
             system,

@@ -277,10 +277,7 @@ pub(crate) fn run(pair: &VethPair, spec: &RunSpec, progress: &Progress) -> Resul
             })
             .collect()
     });
-    let system: SystemCpuTimes = match (sys0, SystemCpu::now()) {
-        (Some(a), Some(b)) => b.since(&a).into(),
-        _ => SystemCpuTimes::default(),
-    };
+    let system = SystemCpuTimes::since(sys0).unwrap_or_default();
     let outs = outs.into_iter().collect::<Result<Vec<_>, _>>()?;
     let r = merge(outs);
     Ok(sink_run(spec, r, start, system, mtu, None))

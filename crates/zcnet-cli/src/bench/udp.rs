@@ -506,10 +506,7 @@ pub(crate) fn run(
         }
     };
     let wall = start.elapsed().as_secs_f64();
-    let system: SystemCpuTimes = match (sys0, SystemCpu::now()) {
-        (Some(a), Some(b)) => b.since(&a).into(),
-        _ => SystemCpuTimes::default(),
-    };
+    let system = SystemCpuTimes::since(sys0).unwrap_or_default();
     if p.mode == Mode::Rr {
         // Replies the server sent that never came back: lost on the way to us.
         client.messages_lost = server
@@ -867,10 +864,7 @@ fn serve_inner(
         flush(s)?;
     }
     out.cpu = side_cpu(t0, cpu_now()?);
-    let system = match (sys0, SystemCpu::now()) {
-        (Some(a), Some(b)) => Some(b.since(&a).into()),
-        _ => None,
-    };
+    let system = SystemCpuTimes::since(sys0);
     let sent = sent.unwrap_or(0);
     let account = ledger.finish(sent).map_err(BenchError::Failed)?;
     out.stats = receiver_stats(&rx);
@@ -933,10 +927,7 @@ pub(crate) fn sink_run(
     flush(&mut sender)?;
     out.ended = Some(Instant::now());
     out.cpu = side_cpu(t0, cpu_now()?);
-    let system: SystemCpuTimes = match (sys0, SystemCpu::now()) {
-        (Some(a), Some(b)) => b.since(&a).into(),
-        _ => SystemCpuTimes::default(),
-    };
+    let system = SystemCpuTimes::since(sys0).unwrap_or_default();
     out.bytes_sent = sent * p.size;
     out.stats = sender_stats(&sender);
     let r = merge(vec![out]);

@@ -117,6 +117,13 @@ impl SystemCpuTimes {
     pub fn busy(&self) -> f64 {
         self.user + self.sys + self.softirq
     }
+
+    /// Busy time since `start` (a [`crate::cpu::SystemCpu::now`] reading); `None` when
+    /// /proc/stat could not be read at either end.
+    pub fn since(start: Option<crate::cpu::SystemCpu>) -> Option<SystemCpuTimes> {
+        let (a, b) = (start?, crate::cpu::SystemCpu::now()?);
+        Some(b.since(&a).into())
+    }
 }
 
 impl From<crate::cpu::SystemCpu> for SystemCpuTimes {

@@ -38,6 +38,7 @@ pub mod conn;
 pub mod cow;
 pub mod cpu;
 pub mod error;
+pub mod lm;
 pub mod msg;
 mod named;
 pub mod netns;

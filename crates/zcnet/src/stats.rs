@@ -47,11 +47,19 @@ pub enum FallbackReason {
     /// Receive, `auto`: `TCP_ZEROCOPY_RECEIVE` kept mapping nothing on this connection, so
     /// the mapping path is demoted and these bytes went by plain `recv` until a re-probe.
     DemotedUnmapped,
+    /// AF_XDP (Lightweight Messages): the socket is bound in copy mode (`XDP_COPY`), because
+    /// the driver has no XSK zero-copy (veth: `EOPNOTSUPP`); the kernel copies each frame
+    /// between its buffer and the UMEM.
+    XskCopyMode,
+    /// AF_XDP (Lightweight Messages): no XSK or no XDP program on this end (not built, bind
+    /// or attach refused, queue taken), so the LM frames went through the kernel's UDP
+    /// socket instead, copied like any datagram.
+    XskUnavailable,
 }
 
 impl FallbackReason {
     /// All reasons, in the order of their counters.
-    pub const ALL: [FallbackReason; 12] = [
+    pub const ALL: [FallbackReason; 14] = [
         FallbackReason::TooSmall,
         FallbackReason::Unaligned,
         FallbackReason::Enobufs,
@@ -64,6 +72,8 @@ impl FallbackReason {
         FallbackReason::SmallWorkingSet,
         FallbackReason::Unprotectable,
         FallbackReason::DemotedUnmapped,
+        FallbackReason::XskCopyMode,
+        FallbackReason::XskUnavailable,
     ];
 
     fn index(self) -> usize {
@@ -85,6 +95,8 @@ impl FallbackReason {
             FallbackReason::SmallWorkingSet => "small_working_set",
             FallbackReason::DemotedUnmapped => "demoted_unmapped",
             FallbackReason::Unprotectable => "unprotectable",
+            FallbackReason::XskCopyMode => "xsk_copy_mode",
+            FallbackReason::XskUnavailable => "xsk_unavailable",
         }
     }
 }

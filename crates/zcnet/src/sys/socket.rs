@@ -57,6 +57,78 @@ pub fn poll(fd: BorrowedFd<'_>, events: i16, timeout: Option<Duration>) -> io::R
     }
 }
 
+/// `poll(2)` on several fds at once; returns each one's `revents` (all 0 on timeout). A
+/// non-zero timeout shorter than a millisecond waits one millisecond rather than spinning.
+pub fn poll_all<const N: usize>(
+    fds: [(BorrowedFd<'_>, i16); N],
+    timeout: Duration,
+) -> io::Result<[i16; N]> {
+    let mut pfds = fds.map(|(fd, events)| libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    });
+    let ms = match timeout.as_millis() {
+        0 if !timeout.is_zero() => 1,
+        n => n.min(i32::MAX as u128) as i32,
+    };
+    // SAFETY: pfds is a valid array of N pollfds living across the call, and the borrowed
+    // fds stay open for its duration (they are borrowed for the caller's lifetime).
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, ms) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(pfds.map(|p| p.revents))
+    }
+}
+
+/// An `ifreq` naming `ifname`, for the `SIOCGIF*` ioctls.
+fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
+    let bytes = ifname.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {ifname:?}"),
+        ));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value (empty name, zero union).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    Ok(req)
+}
+
+fn ifreq_ioctl(fd: BorrowedFd<'_>, request: libc::Ioctl, req: &mut libc::ifreq) -> io::Result<()> {
+    // SAFETY: `req` is a valid, NUL-terminated ifreq living across the call, which is what
+    // the SIOCGIF* requests read and write; `fd` is an open socket.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), request, req as *mut libc::ifreq) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `SIOCGIFHWADDR`: the Ethernet address of `ifname`, on a socket of the calling thread's
+/// namespace (unlike `/sys/class/net`, which shows the namespace sysfs was mounted in).
+pub fn interface_mac(ifname: &str) -> io::Result<[u8; 6]> {
+    let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    let mut req = ifreq(ifname)?;
+    ifreq_ioctl(
+        std::os::fd::AsFd::as_fd(&probe),
+        libc::SIOCGIFHWADDR,
+        &mut req,
+    )?;
+    // SAFETY: SIOCGIFHWADDR filled the union's ifru_hwaddr member (a sockaddr).
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (m, &b) in mac.iter_mut().zip(&sa.sa_data[..6]) {
+        *m = b as u8;
+    }
+    Ok(mac)
+}
+
 /// `setsockopt(level, name)` with an `int` value.
 pub fn set_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: we pass a pointer to a live i32 and its exact size.

@@ -232,6 +232,9 @@ pub struct XskSocket {
     /// Frames that are ours: not on any ring and not lent out.
     free: Vec<u64>,
     binding: Option<Binding>,
+    /// Set by [`XskSocket::manage_by_address`]: the caller places frames itself and no
+    /// frame goes back on the free list.
+    by_address: bool,
 }
 
 impl XskSocket {
@@ -251,6 +254,7 @@ impl XskSocket {
             config,
             free,
             binding: None,
+            by_address: false,
         })
     }
 
@@ -423,14 +427,84 @@ impl XskSocket {
         }
     }
 
-    /// Takes completed transmits back into the free list; returns how many.
+    /// Takes completed transmits back into the free list; returns how many. (After
+    /// [`XskSocket::manage_by_address`] the ranges are simply the caller's again.)
     pub fn reap_completions(&mut self) -> usize {
         let mut n = 0;
         while let Some(addr) = self.xsk.complete() {
-            self.free.push(self.xsk.chunk_of(addr));
+            if !self.by_address {
+                self.free.push(self.xsk.chunk_of(addr));
+            }
             n += 1;
         }
         n
+    }
+
+    /// Gives up the frame-by-frame bookkeeping: the free list is emptied and from now on
+    /// the caller lays out the UMEM itself, by address — [`XskSocket::umem_mut`] to write,
+    /// [`XskSocket::tx_at`] to transmit any range, [`XskSocket::fill_at`] to say where a
+    /// frame may land. The ledger still refuses every access to bytes the kernel holds.
+    /// Lightweight Messages (`crate::lm`) works this way: a message is one region with
+    /// header holes, not a set of frames.
+    pub fn manage_by_address(&mut self) {
+        self.free.clear();
+        self.by_address = true;
+    }
+
+    /// `len` bytes of the UMEM from `addr`, writable in place — refused if any of them is on
+    /// the FILL or TX ring.
+    pub fn umem_mut(&mut self, addr: u64, len: u32) -> Result<&mut [u8], XskError> {
+        Ok(self.xsk.write(addr, len)?)
+    }
+
+    /// Puts `[addr, addr + len)` on the TX ring without kicking; [`XskSocket::flush_tx`]
+    /// publishes and transmits. `Access(RingFull)` when the ring is full.
+    pub fn tx_at(&mut self, addr: u64, len: u32) -> Result<(), XskError> {
+        self.require_bound()?;
+        Ok(self.xsk.tx(addr, len)?)
+    }
+
+    /// Free TX ring slots.
+    pub fn tx_free(&self) -> u32 {
+        self.xsk.tx_free()
+    }
+
+    /// Free FILL ring slots.
+    pub fn fill_free(&self) -> u32 {
+        self.xsk.fill_free()
+    }
+
+    /// Publishes what [`XskSocket::tx_at`] queued and kicks the kernel once. Copy mode sends
+    /// at most 32 frames per kick (`TX_BATCH_SIZE`), so callers loop while frames remain;
+    /// `EAGAIN`/`EBUSY`/`ENOBUFS` are transient and reported as `Ok(false)`.
+    pub fn flush_tx(&mut self) -> Result<bool, XskError> {
+        self.require_bound()?;
+        self.xsk.publish_tx();
+        match self.xsk.kick_tx() {
+            Ok(()) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(source) => Err(XskError::Io {
+                op: "sendto(AF_XDP)",
+                source,
+            }),
+        }
+    }
+
+    /// Descriptors the kernel has not yet taken off the TX ring.
+    pub fn tx_queued(&self) -> u32 {
+        self.config.tx_ring - self.xsk.tx_free()
+    }
+
+    /// RX descriptors waiting to be taken.
+    pub fn rx_available(&self) -> u32 {
+        self.xsk.rx_available()
     }
 
     /// Transmits still waiting for their completion.

@@ -1,0 +1,236 @@
+//! The LM XDP program (`bpf/lm.c`): admission control and fragment order enforced before a
+//! frame takes a FILL chunk. Loaded and attached with aya like
+//! [`crate::xsk::RedirectProgram`]; detached when dropped.
+//!
+//! Its two one-entry maps are eight `u32` words each (the layout is the C file's `A_*` and
+//! `P_*` indices): [`LmProgram::admit`] writes the admission, [`LmProgram::progress`] reads
+//! what the program counted.
+
+use std::fmt;
+use std::net::SocketAddrV4;
+use std::os::fd::AsFd;
+
+use aya::maps::{Array, MapData, XskMap};
+use aya::programs::{Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+
+use crate::xsk::{AttachMode, XskError, XskSocket};
+
+const PROGRAM: &str = "zcnet_lm";
+const XSKS: &str = "zcnet_lm_xsks";
+const ADMIT: &str = "zcnet_lm_admit";
+const PROGRESS: &str = "zcnet_lm_progress";
+const PORT_GLOBAL: &str = "udp_port_be";
+
+type Words = [u32; 8];
+
+#[cfg(zcnet_xdp_prog)]
+fn object() -> Option<&'static [u8]> {
+    Some(aya::include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/lm.o"
+    )))
+}
+
+#[cfg(not(zcnet_xdp_prog))]
+fn object() -> Option<&'static [u8]> {
+    None
+}
+
+fn program_err(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> XskError {
+    XskError::Program {
+        op,
+        source: Box::new(e),
+    }
+}
+
+/// Who may send DATA frames now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// The admitted sender's address and UDP source port.
+    pub sender: SocketAddrV4,
+    /// The token its frames must carry.
+    pub token: u32,
+    /// Fragments in its message (the program expects `count - 1` down to `0`).
+    pub count: u32,
+}
+
+/// What the program counted (`lm_progress`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Progress {
+    /// The token the next two counts belong to.
+    pub token: u32,
+    /// DATA frames of that token passed to the socket.
+    pub received: u32,
+    /// A frame of that token came out of order: the rest of it is dropped.
+    pub broken: bool,
+    /// LM frames dropped because their sender was not admitted (ever).
+    pub foreign: u32,
+    /// DATA frames dropped for order (ever).
+    pub order: u32,
+    /// DATA frames dropped by fault injection (ever).
+    pub injected: u32,
+    /// PAD frames passed (ever).
+    pub pads: u32,
+}
+
+/// The LM program, loaded, with its maps.
+pub struct LmProgram {
+    ebpf: Ebpf,
+    xsks: XskMap<MapData>,
+    admit: Array<MapData, Words>,
+    progress: Array<MapData, Words>,
+    words: Words,
+    attached: Option<(u32, AttachMode)>,
+}
+
+impl fmt::Debug for LmProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LmProgram")
+            .field("attached", &self.attached)
+            .field("admit", &self.words)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LmProgram {
+    /// Whether this build carries the program (clang was found at build time).
+    pub fn is_built() -> bool {
+        object().is_some()
+    }
+
+    /// Loads the program for LM datagrams to UDP port `port`, with nobody admitted.
+    pub fn load(port: u16) -> Result<LmProgram, XskError> {
+        let obj = object().ok_or(XskError::ProgramNotBuilt)?;
+        let port_be = port.to_be();
+        let mut ebpf = EbpfLoader::new()
+            .override_global(PORT_GLOBAL, &port_be, true)
+            .load(obj)
+            .map_err(|e| program_err("load object", e))?;
+        let xdp: &mut Xdp = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(XskError::Config("LM object without its program"))?
+            .try_into()
+            .map_err(|e| program_err("program type", e))?;
+        xdp.load().map_err(|e| program_err("BPF_PROG_LOAD", e))?;
+        let mut take = |name: &'static str| {
+            ebpf.take_map(name)
+                .ok_or(XskError::Config("LM object without one of its maps"))
+        };
+        let xsks = XskMap::try_from(take(XSKS)?).map_err(|e| program_err("XSKMAP", e))?;
+        let admit = Array::try_from(take(ADMIT)?).map_err(|e| program_err("admit map", e))?;
+        let progress =
+            Array::try_from(take(PROGRESS)?).map_err(|e| program_err("progress map", e))?;
+        Ok(LmProgram {
+            ebpf,
+            xsks,
+            admit,
+            progress,
+            words: [0; 8],
+            attached: None,
+        })
+    }
+
+    /// Attaches to `ifname` in the calling thread's namespace.
+    pub fn attach(&mut self, ifname: &str, mode: AttachMode) -> Result<(), XskError> {
+        let ifindex = crate::sys::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
+            op: "if_nametoindex",
+            source,
+        })?;
+        let xdp: &mut Xdp = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .ok_or(XskError::Config("LM object without its program"))?
+            .try_into()
+            .map_err(|e| program_err("program type", e))?;
+        let flags = match mode {
+            AttachMode::Native => XdpMode::Driver,
+            AttachMode::Generic => XdpMode::Skb,
+        };
+        xdp.attach_to_if_index(ifindex, flags)
+            .map_err(|e| program_err("attach", e))?;
+        self.attached = Some((ifindex, mode));
+        Ok(())
+    }
+
+    /// Where it is attached.
+    pub fn attached(&self) -> Option<(u32, AttachMode)> {
+        self.attached
+    }
+
+    /// Steers frames of `queue` to `socket` (bound to that queue).
+    pub fn insert(&mut self, queue: u32, socket: &XskSocket) -> Result<(), XskError> {
+        if socket.binding().is_none() {
+            return Err(XskError::NotBound);
+        }
+        self.xsks
+            .set(queue, socket.as_fd(), 0)
+            .map_err(|e| program_err("XSKMAP update", e))
+    }
+
+    /// Admits one sender (`Some`) or nobody (`None`). Write it only between messages: the
+    /// program reads the entry without a lock, and a frame racing the update could see half
+    /// of it — which at worst drops that frame.
+    pub fn admit(&mut self, who: Option<Admission>) -> Result<(), XskError> {
+        match who {
+            Some(a) => {
+                self.words[0] = 1;
+                self.words[1] = u32::from_ne_bytes(a.sender.ip().octets());
+                self.words[2] = u32::from(u16::from_ne_bytes(a.sender.port().to_be_bytes()));
+                self.words[3] = u32::from_ne_bytes(a.token.to_be_bytes());
+                self.words[4] = a.count;
+            }
+            None => self.words[..5].fill(0),
+        }
+        self.write()
+    }
+
+    /// Fault injection, as netem would (this kernel has no netem): the program drops every
+    /// `n`-th DATA frame of admitted senders; 0 turns it off. Tests and `zcnet bench
+    /// --drop-every` use it to show that a lost fragment is a lost message, never wrong bytes.
+    pub fn drop_every(&mut self, n: u32) -> Result<(), XskError> {
+        self.words[5] = n;
+        self.write()
+    }
+
+    fn write(&mut self) -> Result<(), XskError> {
+        self.admit
+            .set(0, self.words, 0)
+            .map_err(|e| program_err("admit map update", e))
+    }
+
+    /// The program's counters.
+    pub fn progress(&self) -> Result<Progress, XskError> {
+        let w = self
+            .progress
+            .get(&0, 0)
+            .map_err(|e| program_err("progress map lookup", e))?;
+        Ok(Progress {
+            token: u32::from_be_bytes(w[0].to_ne_bytes()),
+            received: w[1],
+            broken: w[2] != 0,
+            foreign: w[3],
+            order: w[4],
+            injected: w[5],
+            pads: w[7],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_object_names_its_program_maps_and_port() {
+        let Some(obj) = object() else {
+            assert!(!LmProgram::is_built());
+            return;
+        };
+        let has = |s: &str| obj.windows(s.len()).any(|w| w == s.as_bytes());
+        for name in [PROGRAM, XSKS, ADMIT, PROGRESS, PORT_GLOBAL] {
+            assert!(has(name), "{name} missing from lm.o");
+        }
+    }
+}

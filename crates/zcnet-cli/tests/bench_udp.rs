@@ -295,6 +295,100 @@ fn udp_over_two_namespaces() {
 }
 
 #[test]
+fn lm_over_two_namespaces_streams_and_ping_pongs_in_place() {
+    if !netns_or_skip() {
+        return;
+    }
+    // One sweep over every UDP path: lm pairs only with lm, the others with each other.
+    let out = bench(&[
+        "--topology",
+        "netns",
+        "--proto",
+        "udp",
+        "--tx",
+        "copy,lm",
+        "--rx",
+        "copy,lm",
+        "--size",
+        "1473,1M",
+        "--bytes",
+        "3M",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    let runs = udp_runs(&out, 4);
+    for r in &runs {
+        assert_eq!(
+            r["tx"] == "lm",
+            r["rx"] == "lm",
+            "lm paired with another path: {r}"
+        );
+        if r["tx"] != "lm" {
+            continue;
+        }
+        assert_eq!(count(r, "messages_lost"), 0, "{r}");
+        let (tx, rx) = (&r["sender_stats"]["msg"], &r["receiver_stats"]["msg"]);
+        // Both ends on AF_XDP: sent through the TX ring, assembled in the UMEM.
+        assert_eq!(count(tx, "sent_xsk"), count(r, "messages_sent"), "{r}");
+        assert_eq!(
+            count(rx, "received_in_place"),
+            count(r, "messages_received"),
+            "{r}"
+        );
+        assert_eq!(count(rx, "xsk_rx_in_place"), 1, "{r}");
+        // Nothing out of place on the control port (late ENDMEs are expected, not odd).
+        assert_eq!(count(rx, "control_ignored"), 0, "{r}");
+        // veth binds copy mode: every byte is a counted fallback, on both ends.
+        for side in ["sender", "receiver"] {
+            assert_eq!(
+                count(&r["fallbacks"][side]["xsk_copy_mode"], "bytes"),
+                count(r, "bytes_sent"),
+                "{side}: {r}"
+            );
+        }
+        // 1473 bytes are two fragments of 1448.
+        if count(r, "size") == 1473 {
+            assert_eq!(
+                count(tx, "fragments_sent"),
+                2 * count(r, "messages_sent"),
+                "{r}"
+            );
+        }
+    }
+    let out = bench(&[
+        "--topology",
+        "netns",
+        "--proto",
+        "udp",
+        "--rr",
+        "--tx",
+        "lm",
+        "--rx",
+        "lm",
+        "--size",
+        "1,64K",
+        "--time",
+        "0.2",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    let runs = udp_runs(&out, 2);
+    check_rr(&runs);
+    for r in &runs {
+        // Both ends sent and received through one LmSocket each.
+        for side in ["sender_stats", "receiver_stats"] {
+            let m = &r[side]["msg"];
+            assert!(
+                count(m, "sent_xsk") > 0 && count(m, "received_in_place") > 0,
+                "{r}"
+            );
+        }
+    }
+}
+
+#[test]
 fn udp_into_the_sink_runs_the_message_sender() {
     if !netns_or_skip() {
         return;
@@ -375,6 +469,14 @@ fn paths_of_the_other_protocol_are_refused() {
                 "--proto", "udp", "--tx", "copy", "--rx", "gro", "--size", "0",
             ],
             "",
+        ),
+        (
+            &["--proto", "udp", "--tx", "lm", "--rx", "gro"],
+            "pairs only with lm",
+        ),
+        (
+            &["--proto", "udp", "--topology", "sink", "--tx", "lm"],
+            "admit Lightweight Messages",
         ),
     ];
     for (args, want) in cases {

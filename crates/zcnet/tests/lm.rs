@@ -621,3 +621,32 @@ fn bad_requests_are_refused_with_a_reason_and_oversized_loans_are_errors() {
         other => panic!("expected TooLong, got {other:?}"),
     }
 }
+
+#[test]
+fn on_loopback_the_sockets_fall_back_where_they_must_and_deliver() {
+    // On lo an XSK's frames never reach the host's own stack (and lo has no native XDP):
+    // both ends take the kernel path, say why, and messages arrive whole.
+    let lo = std::net::Ipv4Addr::LOCALHOST;
+    let tx = LmSocket::open(LmConfig::new(SocketAddrV4::new(lo, 0))).expect("open tx");
+    let rx = LmSocket::open(LmConfig::new(SocketAddrV4::new(lo, 0))).expect("open rx");
+    let sizes = vec![1, 65536, 1 << 20];
+    let (to, from) = (rx.local_addr(), tx.local_addr());
+    let receiver = receive_n(rx, sizes.len(), by_id(sizes.clone()));
+    let sender = send_all(tx, to, sizes.clone());
+    let (rx, got) = receiver.join().expect("receiver");
+    let (tx, _) = sender.join().expect("sender");
+    assert!(!tx.transmits_via_xsk() && !rx.receives_in_place());
+    for (i, g) in got.iter().enumerate() {
+        assert!(
+            matches!(g, Got::Message { from: f, id, len, .. } if *f == from && *id == i as u32 + 1 && *len == sizes[i]),
+            "{g:?}"
+        );
+    }
+    assert!(rx.notes()[0].contains("loopback"), "{:?}", rx.notes());
+    assert_eq!(
+        rx.io_stats()
+            .snapshot()
+            .fallback_bytes(FallbackReason::XskUnavailable),
+        sizes.iter().sum::<usize>() as u64
+    );
+}

@@ -15,6 +15,7 @@
 //! the library's [`zcnet::bench`] and are tested there without sockets.
 
 mod client;
+mod lm;
 mod output;
 pub(crate) mod plot;
 mod server;
@@ -371,10 +372,17 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                 "the sink has no receiver: leave --rx out".into(),
             ));
         }
-        (
-            udp_paths(&args.tx, &UDP_TX, "transmit")?,
-            vec!["none".to_string()],
-        )
+        let mut txs = udp_paths(&args.tx, &UDP_TX, "transmit")?;
+        if args.tx == "all" {
+            txs.retain(|t| t != "lm");
+        } else if txs.iter().any(|t| t == "lm") {
+            return Err(BenchError::Usage(
+                "the sink has no receiver to admit Lightweight Messages: --tx lm needs an \
+                 answering peer (--topology netns)"
+                    .into(),
+            ));
+        }
+        (txs, vec!["none".to_string()])
     } else if udp {
         (
             udp_paths(&args.tx, &UDP_TX, "transmit")?,
@@ -414,6 +422,10 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         for &size in &sizes {
             for tx in &txs {
                 for rx in &rxs {
+                    if udp && !env.is_sink() && !zcnet::bench::protocol::udp_paths_pair(tx, rx) {
+                        // lm pairs only with lm; the other UDP paths with each other.
+                        continue;
+                    }
                     let limit = match (args.time, args.bytes, mode) {
                         (Some(t), _, _) => Limit::Seconds(t),
                         (None, Some(b), _) => Limit::Bytes(b),
@@ -456,6 +468,13 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                 }
             }
         }
+    }
+    if specs.is_empty() {
+        return Err(BenchError::Usage(format!(
+            "--tx {} --rx {}: no pair of these paths can meet (lm is a transport of its own and \
+             pairs only with lm)",
+            args.tx, args.rx
+        )));
     }
     if args.time.is_none() && args.bytes.is_none() && mode == Mode::Stream {
         let t = default_seconds(specs.len());

@@ -62,11 +62,11 @@ const WINDOW_BYTES: u64 = 4 << 20;
 /// Fewest and most messages in the window.
 const WINDOW_MESSAGES: (u64, u64) = (2, 1024);
 /// How often the server's loop looks at the control connection while messages flow.
-const CONTROL_EVERY: Duration = Duration::from_millis(10);
+pub(crate) const CONTROL_EVERY: Duration = Duration::from_millis(10);
 /// The discard port: nothing listens behind the sink.
 const DISCARD_PORT: u16 = 9;
 /// Replies late by more than this many round trips are not recognised (counted corrupt).
-const LATE_REPLIES: usize = 64;
+pub(crate) const LATE_REPLIES: usize = 64;
 
 fn merr(context: &'static str) -> impl Fn(MsgError) -> BenchError {
     move |e| BenchError::Failed(format!("{context}: {e}"))
@@ -329,11 +329,11 @@ impl Ledger {
     }
 }
 
-fn cpu_now() -> Result<zcnet::sys::cpu::Rusage, BenchError> {
+pub(crate) fn cpu_now() -> Result<zcnet::sys::cpu::Rusage, BenchError> {
     thread_rusage().map_err(io("getrusage(RUSAGE_THREAD)"))
 }
 
-fn side_cpu(a: zcnet::sys::cpu::Rusage, b: zcnet::sys::cpu::Rusage) -> SideCpu {
+pub(crate) fn side_cpu(a: zcnet::sys::cpu::Rusage, b: zcnet::sys::cpu::Rusage) -> SideCpu {
     let c = CpuSeconds::between(a, b);
     SideCpu {
         user: c.user,
@@ -365,7 +365,7 @@ fn receiver_stats(rx: &MsgReceiver) -> SideStats {
 }
 
 /// Waits up to `wait` for the control connection to become readable.
-fn readable(c: &TcpStream, wait: Duration) -> Result<bool, BenchError> {
+pub(crate) fn readable(c: &TcpStream, wait: Duration) -> Result<bool, BenchError> {
     match zcnet::sys::socket::poll(c.as_fd(), libc::POLLIN, Some(wait)) {
         Ok(0) => Ok(false),
         Ok(_) => Ok(true),
@@ -398,14 +398,14 @@ fn read_acks(c: &mut TcpStream, wait: Duration) -> Result<Option<u64>, BenchErro
 
 /// How many messages (stream) or round trips (rr) a byte limit means: whole messages of
 /// `size` bytes, at least one.
-fn count_of(p: &Params) -> Option<u64> {
+pub(crate) fn count_of(p: &Params) -> Option<u64> {
     match p.limit {
         Limit::Bytes(b) => Some(b.div_ceil(p.size).max(1)),
         Limit::Seconds(_) => None,
     }
 }
 
-fn deadline_of(p: &Params, start: Instant) -> Option<Instant> {
+pub(crate) fn deadline_of(p: &Params, start: Instant) -> Option<Instant> {
     match p.limit {
         Limit::Seconds(s) => Some(start + Duration::from_secs_f64(s)),
         Limit::Bytes(_) => None,
@@ -413,7 +413,7 @@ fn deadline_of(p: &Params, start: Instant) -> Option<Instant> {
 }
 
 /// Whether the sender is done: its count, or the deadline once at least one went.
-fn done(count: Option<u64>, deadline: Option<Instant>, sent: u64) -> bool {
+pub(crate) fn done(count: Option<u64>, deadline: Option<Instant>, sent: u64) -> bool {
     match (count, deadline) {
         (Some(n), _) => sent >= n,
         (None, Some(d)) => sent > 0 && Instant::now() >= d,
@@ -438,6 +438,9 @@ pub(crate) fn run(
     progress: &Progress,
 ) -> Result<Run, BenchError> {
     let p = &spec.params;
+    if p.tx == "lm" {
+        return super::lm::run(ctrl, spec, progress);
+    }
     let cfg = msg_config(p)?;
     let mut c = client::connect_control(ctrl)?;
     let mut replies = match p.mode {
@@ -479,12 +482,25 @@ pub(crate) fn run(
             Some(rx) => rr_client(&mut sender, rx, &mut filler, p, &cfg, progress),
         }
     })();
-    let mut client = match out {
+    let client = match out {
         Ok(r) => r,
         Err(e) => return Err(client::report_failure(&mut c, e)),
     };
+    finish_client(&mut c, spec, client, sys0, start)
+}
+
+/// The end of a UDP message run, for every transport: `done` with the client's report, the
+/// server's result, the round trips' losses, the run assembled.
+pub(crate) fn finish_client(
+    c: &mut TcpStream,
+    spec: &RunSpec,
+    mut client: SideReport,
+    sys0: Option<SystemCpu>,
+    start: Instant,
+) -> Result<Run, BenchError> {
+    let p = &spec.params;
     protocol::write_message(
-        &mut c,
+        c,
         &Message::Done {
             report: client.clone(),
         },
@@ -492,7 +508,7 @@ pub(crate) fn run(
     c.set_read_timeout(Some(DATA_TIMEOUT + client::CONTROL_TIMEOUT))
         .map_err(io("control socket"))?;
     let server = loop {
-        match protocol::read_message(&mut c)? {
+        match protocol::read_message(c)? {
             Message::Ack { .. } => continue,
             Message::Result { report } => break report,
             Message::Error { reason } => return Err(ProtocolError::Peer(reason).into()),
@@ -708,7 +724,11 @@ pub(crate) fn serve(
 ) -> Result<(), BenchError> {
     let p = &req.params;
     let udp = req.udp.clone().unwrap_or_default();
-    let result = serve_inner(&mut c, peer, p, &udp, log);
+    let result = if p.tx == "lm" {
+        super::lm::serve_inner(&mut c, peer, p, &udp, log)
+    } else {
+        serve_inner(&mut c, peer, p, &udp, log)
+    };
     match result {
         Ok(report) => {
             protocol::write_message(&mut c, &Message::Result { report })?;

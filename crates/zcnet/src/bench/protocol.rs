@@ -57,11 +57,19 @@ pub const MAX_SECONDS: f64 = 24.0 * 3600.0;
 /// the server holds a window of them.
 pub const MAX_UDP_MESSAGE: u64 = 16 << 20;
 /// Transmit paths of a UDP message run: how `zcnet::msg::MsgSender` sends a loaned buffer
-/// (`MsgTx`).
-pub const UDP_TX: [&str; 2] = ["copy", "zerocopy"];
+/// (`MsgTx`), or `lm`: Lightweight Messages over AF_XDP (`zcnet::lm`), which pairs only
+/// with receive path `lm`.
+pub const UDP_TX: [&str; 3] = ["copy", "zerocopy", "lm"];
 /// Receive paths of a UDP message run: `gro` is `MsgReceiver` with `UDP_GRO` (up to 64 KiB
-/// of datagrams per read), `copy` the same with GRO off (one datagram per read).
-pub const UDP_RX: [&str; 2] = ["copy", "gro"];
+/// of datagrams per read), `copy` the same with GRO off (one datagram per read), `lm` an
+/// `LmSocket` assembling in place in its UMEM (with transmit path `lm` only).
+pub const UDP_RX: [&str; 3] = ["copy", "gro", "lm"];
+
+/// Whether a UDP transmit and receive path can meet: `lm` is a transport of its own (its
+/// frames carry an LM header and need an admitting receiver), so it pairs only with itself.
+pub fn udp_paths_pair(tx: &str, rx: &str) -> bool {
+    (tx == "lm") == (rx == "lm")
+}
 
 /// The transport a run's data takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -238,6 +246,12 @@ impl Params {
                 "receive path {:?} is not a UDP message path (UDP knows: {})",
                 self.rx,
                 UDP_RX.join(", ")
+            ));
+        }
+        if !udp_paths_pair(&self.tx, &self.rx) {
+            return Err(format!(
+                "{}→{}: lm is a transport of its own and pairs only with lm (--tx lm --rx lm)",
+                self.tx, self.rx
             ));
         }
         self.validate(&UDP_TX, &UDP_RX)?;

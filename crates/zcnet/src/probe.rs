@@ -34,7 +34,7 @@ pub const STEP_TIMEOUT: Duration = Duration::from_millis(2000);
 pub const CHECK_LIMIT: Duration = Duration::from_millis(3000);
 
 /// Every check, in the order [`run`] reports them.
-pub const CHECKS: [&str; 25] = [
+pub const CHECKS: [&str; 26] = [
     "so_zerocopy_tcp",
     "so_zerocopy_udp",
     "msg_zerocopy_tcp_loopback",
@@ -60,6 +60,7 @@ pub const CHECKS: [&str; 25] = [
     "af_xdp_bind_copy",
     "xdp_attach_native",
     "xdp_attach_generic",
+    "lm_xdp_program",
 ];
 
 /// What the host supports.
@@ -204,6 +205,7 @@ pub fn run() -> Report {
     checks.push(bounded(&["rlimit_memlock"], || vec![rlimit_memlock()]));
     checks.push(bounded(&XSK_CHECKS, xsk_checks));
     checks.push(bounded(&XSK_VETH_CHECKS, xsk_veth_checks));
+    checks.push(bounded(&["lm_xdp_program"], || vec![lm_program_check()]));
     Report {
         kernel: match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
             Ok(s) => s.trim().to_string(),
@@ -1578,6 +1580,30 @@ fn xsk_err(e: &crate::xsk::XskError) -> String {
     }
 }
 
+/// The Lightweight Messages program (`bpf/lm.c`): built into this binary, and accepted by
+/// this kernel's verifier with its maps (loading needs no interface).
+fn lm_program_check() -> Check {
+    use crate::lm::LmProgram;
+    const NAME: &str = "lm_xdp_program";
+    if !LmProgram::is_built() {
+        return Check::no(
+            NAME,
+            "zcnet was built without its XDP programs (no clang at build time): LM uses the kernel's UDP path",
+        );
+    }
+    match LmProgram::load(9) {
+        Ok(_) => Check::yes(
+            NAME,
+            "zcnet's Lightweight Messages program loaded: admission, fragment order and \
+             fault-injection maps accepted by the verifier",
+        ),
+        Err(e) => Check::no(
+            NAME,
+            format!("{}: LM uses the kernel's UDP path", xsk_err(&e)),
+        ),
+    }
+}
+
 fn xsk_checks() -> Vec<Check> {
     use crate::xsk::{XskError, XskSocket};
     let [socket_name, aligned, unaligned] = XSK_CHECKS;
@@ -2097,7 +2123,7 @@ mod tests {
             d.contains("1000 B UDP datagram") && d.contains("bytes verified"),
             "{d}"
         );
-        for name in ["xdp_attach_native", "xdp_attach_generic"] {
+        for name in ["xdp_attach_native", "xdp_attach_generic", "lm_xdp_program"] {
             let (st, d) = status(name);
             assert_eq!(st, Status::Yes, "{name}: {d}");
         }

@@ -91,7 +91,7 @@ pub(crate) fn ack_every(size: u64) -> u64 {
 /// `size` bytes, a pool of `ring` loaned buffers, GRO as `rx` says.
 pub(crate) fn msg_config(p: &Params) -> Result<MsgConfig, BenchError> {
     let tx = match p.tx.as_str() {
-        "copy" => MsgTx::Copy,
+        "copy" | "plain" => MsgTx::Copy,
         "zerocopy" => MsgTx::Zerocopy,
         other => {
             return Err(BenchError::Usage(format!(
@@ -107,6 +107,8 @@ pub(crate) fn msg_config(p: &Params) -> Result<MsgConfig, BenchError> {
     // Room for a window of the largest messages in reassembly at once.
     cfg.reassembly.max_bytes = cfg.reassembly.max_bytes.max(size.saturating_mul(4));
     cfg.gro = p.rx != "copy";
+    // The baseline: every datagram its own sendmsg, as a sender without GSO does.
+    cfg.gso = p.tx != "plain";
     cfg.pool_buffers = p.ring as usize;
     cfg.timeout = DATA_TIMEOUT;
     cfg.validate().map_err(merr("message configuration"))?;

@@ -57,9 +57,10 @@ pub const MAX_SECONDS: f64 = 24.0 * 3600.0;
 /// the server holds a window of them.
 pub const MAX_UDP_MESSAGE: u64 = 16 << 20;
 /// Transmit paths of a UDP message run: how `zcnet::msg::MsgSender` sends a loaned buffer
-/// (`MsgTx`), or `lm`: Lightweight Messages over AF_XDP (`zcnet::lm`), which pairs only
-/// with receive path `lm`.
-pub const UDP_TX: [&str; 3] = ["copy", "zerocopy", "lm"];
+/// — `plain` one datagram per `sendmsg`, copied (the baseline: GSO off); `copy` GSO batches,
+/// copied; `zerocopy` GSO batches with `MSG_ZEROCOPY` — or `lm`: Lightweight Messages over
+/// AF_XDP (`zcnet::lm`), which pairs only with receive path `lm`.
+pub const UDP_TX: [&str; 4] = ["plain", "copy", "zerocopy", "lm"];
 /// Receive paths of a UDP message run: `gro` is `MsgReceiver` with `UDP_GRO` (up to 64 KiB
 /// of datagrams per read), `copy` the same with GRO off (one datagram per read), `lm` an
 /// `LmSocket` assembling in place in its UMEM (with transmit path `lm` only).

@@ -53,11 +53,18 @@ pub(crate) fn figure(path: &Path, title: &str, panels: &[Panel]) -> Result<(), B
     for (area, panel) in areas.iter().zip(panels) {
         let pts = panel.series.iter().flat_map(|s| s.points.iter());
         let (mut xmin, mut xmax, mut ymax) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+        let mut ymin_pos = f64::INFINITY;
         for &(x, y) in pts {
             xmin = xmin.min(x);
             xmax = xmax.max(x);
             ymax = ymax.max(y);
+            if y > 0.0 {
+                ymin_pos = ymin_pos.min(y);
+            }
         }
+        // Values over more than two decades (CPU per GiB from 1-byte messages to 1 MiB, round
+        // trips from µs to ms) would flatten all but the largest on a linear axis.
+        let log_y = ymin_pos.is_finite() && ymax / ymin_pos > 100.0;
         if !xmin.is_finite() {
             continue;
         }
@@ -71,17 +78,35 @@ pub(crate) fn figure(path: &Path, title: &str, panels: &[Panel]) -> Result<(), B
             .x_label_area_size(40)
             .y_label_area_size(60);
         let is_size = panel.x_is_size;
+        let y_desc = if log_y {
+            format!("{} (log)", panel.y_label)
+        } else {
+            panel.y_label.clone()
+        };
+        let series: Vec<Series> = panel
+            .series
+            .iter()
+            .map(|s| Series {
+                name: s.name.clone(),
+                points: s
+                    .points
+                    .iter()
+                    .copied()
+                    .filter(|&(_, y)| !log_y || y > 0.0)
+                    .collect(),
+            })
+            .collect();
         macro_rules! draw {
             ($chart:expr) => {{
                 let mut chart = $chart;
                 chart
                     .configure_mesh()
                     .x_desc(panel.x_label.as_str())
-                    .y_desc(panel.y_label.as_str())
+                    .y_desc(y_desc.as_str())
                     .x_label_formatter(&|x| fmt_x(*x, is_size))
                     .draw()
                     .map_err(perr(path))?;
-                for (i, s) in panel.series.iter().enumerate() {
+                for (i, s) in series.iter().enumerate() {
                     let color = Palette99::pick(i).to_rgba();
                     chart
                         .draw_series(LineSeries::new(s.points.clone(), color.stroke_width(2)))
@@ -100,14 +125,20 @@ pub(crate) fn figure(path: &Path, title: &str, panels: &[Panel]) -> Result<(), B
                     .map_err(perr(path))?;
             }};
         }
-        if panel.log_x {
-            draw!(b
+        let ylow = ymin_pos / 1.5;
+        match (panel.log_x, log_y) {
+            (true, true) => draw!(b
+                .build_cartesian_2d((xmin..xmax).log_scale(), (ylow..ymax).log_scale())
+                .map_err(perr(path))?),
+            (true, false) => draw!(b
                 .build_cartesian_2d((xmin..xmax).log_scale(), 0f64..ymax)
-                .map_err(perr(path))?);
-        } else {
-            draw!(b
+                .map_err(perr(path))?),
+            (false, true) => draw!(b
+                .build_cartesian_2d(xmin..xmax, (ylow..ymax).log_scale())
+                .map_err(perr(path))?),
+            (false, false) => draw!(b
                 .build_cartesian_2d(xmin..xmax, 0f64..ymax)
-                .map_err(perr(path))?);
+                .map_err(perr(path))?),
         }
     }
     root.present().map_err(perr(path))?;

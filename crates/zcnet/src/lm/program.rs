@@ -187,8 +187,8 @@ impl LmProgram {
     }
 
     /// Fault injection, as netem would (this kernel has no netem): the program drops every
-    /// `n`-th DATA frame of admitted senders; 0 turns it off. Tests and `zcnet bench
-    /// --drop-every` use it to show that a lost fragment is a lost message, never wrong bytes.
+    /// `n`-th DATA frame of admitted senders and breaks that message; 0 turns it off. The
+    /// tests use it to show that a lost fragment is a lost message, never wrong bytes.
     pub fn drop_every(&mut self, n: u32) -> Result<(), XskError> {
         self.words[5] = n;
         self.write()

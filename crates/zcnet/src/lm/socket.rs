@@ -342,7 +342,7 @@ impl LmSocket {
         }
     }
 
-    /// Fault injection (tests, `zcnet bench --drop-every`): the XDP program drops every
+    /// Fault injection (netem is not in this kernel): the XDP program drops every
     /// `n`-th DATA frame of admitted senders; 0 stops it. Needs the program attached.
     pub fn inject_drop_every(&mut self, n: u32) -> Result<(), LmError> {
         match &mut self.program {

@@ -307,6 +307,53 @@ fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
 }
 
 #[test]
+fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
+    let Some(pair) = pair_or_skip(1500) else {
+        return;
+    };
+    let mut rx = open_b(&pair, |_| {});
+    let tx = open_a(&pair, PORT, |_| {});
+    let sizes = vec![1 << 20; 8];
+    let (to, from) = (rx.local_addr(), tx.local_addr());
+    let sender = send_all(tx, to, sizes.clone());
+    // Poll with timeouts far shorter than one 1 MiB message takes to arrive (725 frames):
+    // most calls return in the middle of an assembly.
+    let check: Arc<Sizes> = by_id(sizes.clone());
+    let (mut got, mut empty) = (Vec::new(), 0u64);
+    let deadline = Instant::now() + WAIT;
+    while got.len() < sizes.len() {
+        match recv_one(&mut rx, &*check, Duration::from_micros(200)) {
+            Some(g) => got.push(g),
+            None => empty += 1,
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "only {} of {} messages within {WAIT:?}: {got:?}",
+                got.len(),
+                sizes.len()
+            );
+        }
+    }
+    sender.join().expect("sender");
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(
+            *g,
+            Got::Message {
+                from,
+                id: i as u32 + 1,
+                len: 1 << 20,
+                in_place: true
+            }
+        );
+    }
+    assert!(
+        empty > 0,
+        "no recv returned mid-message: the test did not test anything"
+    );
+    assert_eq!(rx.stats().snapshot().messages_lost, 0);
+}
+
+#[test]
 fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_ring() {
     let Some(pair) = pair_or_skip(1500) else {
         return;

@@ -572,8 +572,12 @@ impl LmSocket {
         if let Some(l) = self.lost.pop_front() {
             return Ok(Some(LmEvent::Lost(l)));
         }
-        let Assembly::Ready(a) = std::mem::replace(&mut self.assembly, Assembly::Idle) else {
+        // Only a whole message is taken; one still being assembled stays as it is.
+        if !matches!(self.assembly, Assembly::Ready(_)) {
             return Ok(None);
+        }
+        let Assembly::Ready(a) = std::mem::replace(&mut self.assembly, Assembly::Idle) else {
+            unreachable!("checked Ready above");
         };
         self.remember(a.from, a.id);
         let len = a.layout.total;
@@ -913,8 +917,11 @@ impl LmSocket {
 
     /// The active message is whole: close the admission and hold it for `recv`.
     fn complete(&mut self) -> Result<(), LmError> {
-        let Assembly::Active(a) = std::mem::replace(&mut self.assembly, Assembly::Idle) else {
+        if !matches!(self.assembly, Assembly::Active(_)) {
             return Ok(());
+        }
+        let Assembly::Active(a) = std::mem::replace(&mut self.assembly, Assembly::Idle) else {
+            unreachable!("checked Active above");
         };
         self.assembly = Assembly::Ready(a);
         if let Some(p) = &mut self.program {
@@ -926,8 +933,12 @@ impl LmSocket {
     /// The active message will not complete: close the admission, turn its posted chunks
     /// into stale ones (PAD frames of the next sender take them) and report it.
     fn lose(&mut self, reason: LossReason) -> Result<(), LmError> {
-        let Assembly::Active(a) = std::mem::replace(&mut self.assembly, Assembly::Idle) else {
+        // A message already whole (Ready) is not lost by a later stray frame.
+        if !matches!(self.assembly, Assembly::Active(_)) {
             return Ok(());
+        }
+        let Assembly::Active(a) = std::mem::replace(&mut self.assembly, Assembly::Idle) else {
+            unreachable!("checked Active above");
         };
         if let Some(p) = &mut self.program {
             p.admit(None)?;

@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use zcnet::bench::histogram::LatencyHistogram;
 use zcnet::bench::protocol::{
-    self, Message, MessagePattern as Pattern, Params, ProtocolError, UdpParams, REPLY_KEY as REPLY,
+    self, Message, MessagePattern as Pattern, Params, UdpParams, REPLY_KEY as REPLY,
 };
 use zcnet::bench::report::{Mode, Run, SideReport, SideStats, SystemCpuTimes};
 use zcnet::cpu::SystemCpu;
@@ -397,22 +397,10 @@ pub(crate) fn serve_inner(
         }
         if sent.is_none() && (idle || now - last_control >= udp::CONTROL_EVERY) {
             last_control = now;
-            if udp::readable(c, Duration::ZERO)? {
-                match protocol::read_message(c)? {
-                    Message::Done { report } => {
-                        sent = Some(report.messages_sent);
-                        client_report = Some(report);
-                        last_progress = Instant::now();
-                    }
-                    Message::Error { reason } => return Err(ProtocolError::Peer(reason).into()),
-                    other => {
-                        return Err(ProtocolError::Unexpected {
-                            expected: "done",
-                            got: other.kind(),
-                        }
-                        .into())
-                    }
-                }
+            if let Some(report) = udp::poll_done(c)? {
+                sent = Some(report.messages_sent);
+                client_report = Some(report);
+                last_progress = Instant::now();
             }
         }
         let resolved = ledger.resolved();
@@ -440,15 +428,6 @@ pub(crate) fn serve_inner(
         messages_sent: replied,
         ..merge(vec![out])
     };
-    if let Some(client) = &client_report {
-        if let Err(e) =
-            zcnet::bench::report::check_message_counts(client, &report, p.size, "client", "server")
-        {
-            let _ = std::io::Write::write_fmt(
-                &mut std::io::stderr(),
-                format_args!("zcnet bench server: run from {peer}: message counts disagree: {e}\n"),
-            );
-        }
-    }
+    udp::log_count_mismatch(client_report.as_ref(), &report, p.size, peer);
     Ok(report)
 }

@@ -852,24 +852,10 @@ fn serve_inner(
         }
         if sent.is_none() && (idle || now - last_control >= CONTROL_EVERY) {
             last_control = now;
-            if readable(c, Duration::ZERO)? {
-                match protocol::read_message(c)? {
-                    Message::Done { report } => {
-                        sent = Some(report.messages_sent);
-                        client_report = Some(report);
-                        last_progress = Instant::now();
-                    }
-                    Message::Error { reason } => {
-                        return Err(ProtocolError::Peer(reason).into());
-                    }
-                    other => {
-                        return Err(ProtocolError::Unexpected {
-                            expected: "done",
-                            got: other.kind(),
-                        }
-                        .into())
-                    }
-                }
+            if let Some(report) = poll_done(c)? {
+                sent = Some(report.messages_sent);
+                client_report = Some(report);
+                last_progress = Instant::now();
             }
         }
         match sent {
@@ -902,9 +888,38 @@ fn serve_inner(
         messages_sent: replied,
         ..merge(vec![out])
     };
-    if let Some(client) = &client_report {
+    log_count_mismatch(client_report.as_ref(), &report, p.size, peer);
+    Ok(report)
+}
+
+/// The client's `done`, if it is waiting on the control connection: its report. Anything
+/// else there is a protocol error (an `error` names the client's failure).
+pub(crate) fn poll_done(c: &mut TcpStream) -> Result<Option<SideReport>, BenchError> {
+    if !readable(c, Duration::ZERO)? {
+        return Ok(None);
+    }
+    match protocol::read_message(c)? {
+        Message::Done { report } => Ok(Some(report)),
+        Message::Error { reason } => Err(ProtocolError::Peer(reason).into()),
+        other => Err(ProtocolError::Unexpected {
+            expected: "done",
+            got: other.kind(),
+        }
+        .into()),
+    }
+}
+
+/// Logs (server side) when the client's counts and ours disagree; the client fails the run
+/// on the same check, with both reports in hand.
+pub(crate) fn log_count_mismatch(
+    client: Option<&SideReport>,
+    server: &SideReport,
+    size: u64,
+    peer: SocketAddr,
+) {
+    if let Some(client) = client {
         if let Err(e) =
-            zcnet::bench::report::check_message_counts(client, &report, p.size, "client", "server")
+            zcnet::bench::report::check_message_counts(client, server, size, "client", "server")
         {
             let _ = std::io::Write::write_fmt(
                 &mut std::io::stderr(),
@@ -912,7 +927,6 @@ fn serve_inner(
             );
         }
     }
-    Ok(report)
 }
 
 /// `--topology sink --proto udp`: the message layer's sender into the dropping device.

@@ -11,15 +11,17 @@ use std::net::SocketAddrV4;
 use std::os::fd::AsFd;
 
 use aya::maps::{Array, MapData, XskMap};
-use aya::programs::{Xdp, XdpMode};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 
+use crate::xsk::program::{attach_xdp, load_xdp, program_err};
 use crate::xsk::{AttachMode, XskError, XskSocket};
 
 const PROGRAM: &str = "zcnet_lm";
 const XSKS: &str = "zcnet_lm_xsks";
 const ADMIT: &str = "zcnet_lm_admit";
 const PROGRESS: &str = "zcnet_lm_progress";
+/// The `.rodata` constant both programs filter on (set by `load_xdp`).
+#[cfg(test)]
 const PORT_GLOBAL: &str = "udp_port_be";
 
 type Words = [u32; 8];
@@ -35,13 +37,6 @@ fn object() -> Option<&'static [u8]> {
 #[cfg(not(zcnet_xdp_prog))]
 fn object() -> Option<&'static [u8]> {
     None
-}
-
-fn program_err(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> XskError {
-    XskError::Program {
-        op,
-        source: Box::new(e),
-    }
 }
 
 /// Who may send DATA frames now.
@@ -103,17 +98,7 @@ impl LmProgram {
     /// Loads the program for LM datagrams to UDP port `port`, with nobody admitted.
     pub fn load(port: u16) -> Result<LmProgram, XskError> {
         let obj = object().ok_or(XskError::ProgramNotBuilt)?;
-        let port_be = port.to_be();
-        let mut ebpf = EbpfLoader::new()
-            .override_global(PORT_GLOBAL, &port_be, true)
-            .load(obj)
-            .map_err(|e| program_err("load object", e))?;
-        let xdp: &mut Xdp = ebpf
-            .program_mut(PROGRAM)
-            .ok_or(XskError::Config("LM object without its program"))?
-            .try_into()
-            .map_err(|e| program_err("program type", e))?;
-        xdp.load().map_err(|e| program_err("BPF_PROG_LOAD", e))?;
+        let mut ebpf = load_xdp(obj, PROGRAM, port.to_be())?;
         let mut take = |name: &'static str| {
             ebpf.take_map(name)
                 .ok_or(XskError::Config("LM object without one of its maps"))
@@ -134,22 +119,7 @@ impl LmProgram {
 
     /// Attaches to `ifname` in the calling thread's namespace.
     pub fn attach(&mut self, ifname: &str, mode: AttachMode) -> Result<(), XskError> {
-        let ifindex = crate::sys::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
-            op: "if_nametoindex",
-            source,
-        })?;
-        let xdp: &mut Xdp = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .ok_or(XskError::Config("LM object without its program"))?
-            .try_into()
-            .map_err(|e| program_err("program type", e))?;
-        let flags = match mode {
-            AttachMode::Native => XdpMode::Driver,
-            AttachMode::Generic => XdpMode::Skb,
-        };
-        xdp.attach_to_if_index(ifindex, flags)
-            .map_err(|e| program_err("attach", e))?;
+        let ifindex = attach_xdp(&mut self.ebpf, PROGRAM, ifname, mode)?;
         self.attached = Some((ifindex, mode));
         Ok(())
     }

@@ -61,11 +61,57 @@ impl fmt::Display for AttachMode {
     }
 }
 
-fn program_err(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> XskError {
+pub(crate) fn program_err(
+    op: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> XskError {
     XskError::Program {
         op,
         source: Box::new(e),
     }
+}
+
+/// Loads object `obj` with its `udp_port_be` constant set, and its XDP program `name` into
+/// the kernel (the verifier runs here). Shared with the LM program (`crate::lm`).
+pub(crate) fn load_xdp(obj: &[u8], name: &str, port_be: u16) -> Result<Ebpf, XskError> {
+    let mut ebpf = EbpfLoader::new()
+        .override_global(PORT_GLOBAL, &port_be, true)
+        .load(obj)
+        .map_err(|e| program_err("load object", e))?;
+    let xdp: &mut Xdp = ebpf
+        .program_mut(name)
+        .ok_or(XskError::Config("XDP object without its program"))?
+        .try_into()
+        .map_err(|e| program_err("program type", e))?;
+    xdp.load().map_err(|e| program_err("BPF_PROG_LOAD", e))?;
+    Ok(ebpf)
+}
+
+/// Attaches program `name` of `ebpf` to `ifname` of the calling thread's namespace (a BPF
+/// link, or netlink where links are unavailable); returns the interface index. The link
+/// lives as long as `ebpf`.
+pub(crate) fn attach_xdp(
+    ebpf: &mut Ebpf,
+    name: &str,
+    ifname: &str,
+    mode: AttachMode,
+) -> Result<u32, XskError> {
+    let ifindex = crate::sys::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
+        op: "if_nametoindex",
+        source,
+    })?;
+    let xdp: &mut Xdp = ebpf
+        .program_mut(name)
+        .ok_or(XskError::Config("XDP object without its program"))?
+        .try_into()
+        .map_err(|e| program_err("program type", e))?;
+    let flags = match mode {
+        AttachMode::Native => XdpMode::Driver,
+        AttachMode::Generic => XdpMode::Skb,
+    };
+    xdp.attach_to_if_index(ifindex, flags)
+        .map_err(|e| program_err("attach", e))?;
+    Ok(ifindex)
 }
 
 /// zcnet's redirect program, loaded into the kernel, with its XSKMAP.
@@ -96,17 +142,7 @@ impl RedirectProgram {
     /// needs a static neighbour entry).
     pub fn load(udp_port: Option<u16>) -> Result<RedirectProgram, XskError> {
         let obj = object().ok_or(XskError::ProgramNotBuilt)?;
-        let port_be = udp_port.unwrap_or(0).to_be();
-        let mut ebpf = EbpfLoader::new()
-            .override_global(PORT_GLOBAL, &port_be, true)
-            .load(obj)
-            .map_err(|e| program_err("load object", e))?;
-        let xdp: &mut Xdp = ebpf
-            .program_mut(PROGRAM)
-            .ok_or(XskError::Config("XDP object without its program"))?
-            .try_into()
-            .map_err(|e| program_err("program type", e))?;
-        xdp.load().map_err(|e| program_err("BPF_PROG_LOAD", e))?;
+        let mut ebpf = load_xdp(obj, PROGRAM, udp_port.unwrap_or(0).to_be())?;
         let map = ebpf
             .take_map(MAP)
             .ok_or(XskError::Config("XDP object without its XSKMAP"))?;
@@ -125,22 +161,7 @@ impl RedirectProgram {
         if self.attached.is_some() {
             return Err(XskError::Config("the XDP program is already attached"));
         }
-        let ifindex = crate::sys::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
-            op: "if_nametoindex",
-            source,
-        })?;
-        let xdp: &mut Xdp = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .ok_or(XskError::Config("XDP object without its program"))?
-            .try_into()
-            .map_err(|e| program_err("program type", e))?;
-        let flags = match mode {
-            AttachMode::Native => XdpMode::Driver,
-            AttachMode::Generic => XdpMode::Skb,
-        };
-        xdp.attach_to_if_index(ifindex, flags)
-            .map_err(|e| program_err("attach", e))?;
+        let ifindex = attach_xdp(&mut self.ebpf, PROGRAM, ifname, mode)?;
         self.attached = Some((ifindex, mode));
         Ok(())
     }

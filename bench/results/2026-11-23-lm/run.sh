@@ -19,5 +19,13 @@ SIZES=1,64,1472,4K,16K,64K,256K,1M
     --json >"$D/sink-msg.json"
 "$Z" bench --topology sink --tx copy,zerocopy --size 63K --repeat 5 --time 1 \
     --json >"$D/sink-raw.json"
+# The same from a cold ring (256 MiB of buffers, far beyond the caches), as in the shared
+# kernel notes' sender-only experiment.
+"$Z" bench --topology sink --tx copy,zerocopy --size 63K --ring 4096 --repeat 5 --time 1 \
+    --json >"$D/sink-raw-cold.json"
+"$Z" bench --topology sink --proto udp --tx copy,zerocopy --size 64K --ring 4096 --repeat 5 \
+    --time 1 --json >"$D/sink-msg-cold.json"
+"$Z" bench --topology sink --proto udp --tx copy,zerocopy --size 1M --ring 256 --repeat 5 \
+    --time 1 --json >"$D/sink-msg-cold1m.json"
 python3 "$D/tables.py" "$D" | tee "$D/tables.txt"
 gzip -f "$D"/*.json

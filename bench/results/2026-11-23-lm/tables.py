@@ -83,14 +83,23 @@ def stream():
 
 
 def sink():
-    for path, what in (("sink-msg.json", "zcnet::msg's sender"), ("sink-raw.json", "the raw GSO sender")):
+    for path, what in (
+        ("sink-msg.json", "zcnet::msg's sender, default ring"),
+        ("sink-raw.json", "the raw GSO sender, default ring"),
+        ("sink-msg-cold.json", "zcnet::msg's sender, 4096 × 64K ring"),
+        ("sink-msg-cold1m.json", "zcnet::msg's sender, 256 × 1M ring"),
+        ("sink-raw-cold.json", "the raw GSO sender, 4096 × 63K ring"),
+    ):
         g = groups(path)
         print(f"Sink (transmit only, {what}), median of 5 runs of 1 s: sender CPU-s/GiB")
         for s in sorted({s for _, s in g}):
             c = med(g.get(("GSO copy", s), []), lambda r: r["sender_cpu_s_per_gib"])
             z = med(g.get(("GSO zerocopy", s), []), lambda r: r["sender_cpu_s_per_gib"])
             zf = med(g.get(("GSO zerocopy", s), []), lambda r: r["zc_fraction_tx"])
-            print(f"  {size_name(s):>4}: copy {c:.3f}  zerocopy {z:.3f}  ratio zc/copy {z / c:.2f}  (zc share of bytes {zf:.2f})")
+            print(
+                f"  {size_name(s):>4}: copy {c:.3f}  zerocopy {z:.3f}  ratio zc/copy {z / c:.2f}"
+                f"  (zc share of bytes {zf:.2f})"
+            )
         print()
 
 

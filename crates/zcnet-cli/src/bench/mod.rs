@@ -571,7 +571,11 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
     if args.proto == ProtoArg::Udp && env.is_sink() {
         s += ", UDP messages (zcnet::msg's sender)";
     } else if args.proto == ProtoArg::Udp {
-        s += ", UDP messages (zcnet::msg; every byte verified; window of acknowledged messages)";
+        s += ", UDP messages (zcnet::msg";
+        if args.tx == "all" || args.tx.split(',').any(|t| t.trim() == "lm") {
+            s += " and zcnet::lm over AF_XDP";
+        }
+        s += "; every byte verified)";
     }
     if args.streams > 1 {
         s += &format!(", {} streams", args.streams);

@@ -26,7 +26,7 @@ use zcnet::{RxPath, TxPath};
     zcnet tune --topology netns --mtu 9000       two namespaces joined by veth (root)\n  \
     zcnet tune --size 4K..4M --repeat 5          finer and steadier, slower\n\n\
     Profiles go to $ZCNET_PROFILE_DIR, else $XDG_CONFIG_HOME/zcnet, else ~/.config/zcnet,\n\
-    as profile-INTERFACE.json; `auto` reads the one for the interface a connection uses\n\
+    as profile-INTERFACE-mtuMTU.json; `auto` reads the one for the interface a connection uses\n\
     ($ZCNET_PROFILE names one file for every connection instead).")]
 pub struct Args {
     /// Where the two ends live.
@@ -156,6 +156,7 @@ fn profile_dir(args: &Args) -> Result<PathBuf, BenchError> {
     // for readers, not a place to write every interface's profile).
     Profile::default_path(
         "lo",
+        0,
         None,
         std::env::var_os("XDG_CONFIG_HOME").as_deref(),
         std::env::var_os("HOME").as_deref(),
@@ -218,7 +219,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             .map_err(|e| BenchError::Failed(format!("the measured profile is unusable: {e}")))?;
         let path = match &args.out {
             Some(p) => p.clone(),
-            None => profile_dir(args)?.join(format!("profile-{}.json", key.interface)),
+            None => profile_dir(args)?.join(Profile::file_name(&key.interface, key.mtu)),
         };
         write_atomically(&path, &profile.to_json())?;
         written.push(path);

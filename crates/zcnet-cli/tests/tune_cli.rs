@@ -40,12 +40,11 @@ fn tune_writes_a_profile_that_auto_then_uses() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("auto takes"), "summary table: {stdout}");
-    let path = dir.path().join("profile-lo.json");
-    assert!(stdout.contains(&path.display().to_string()), "{stdout}");
-    assert!(dir.path().join("profile-lo.svg").exists(), "the plot");
-
-    // The profile is this host's, and `auto` would accept it.
+    // The profile is this host's, named by interface and MTU, and `auto` would accept it.
     let key = host_key_for(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let path = dir.path().join(format!("profile-lo-mtu{}.json", key.mtu));
+    assert!(stdout.contains(&path.display().to_string()), "{stdout}");
+    assert!(path.with_extension("svg").exists(), "the plot");
     let text = std::fs::read_to_string(&path).unwrap();
     let p = Profile::parse(&text, &key).expect("tune's profile parses on this host");
     for tx in [TxPath::Copy, TxPath::Zerocopy, TxPath::Uring, TxPath::Cow] {

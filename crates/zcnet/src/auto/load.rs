@@ -19,8 +19,8 @@ use std::sync::Arc;
 #[non_exhaustive]
 pub enum ProfileSource {
     /// The profile `zcnet tune` wrote for the connection's interface, at the default location
-    /// (`$ZCNET_PROFILE`, else `$XDG_CONFIG_HOME/zcnet/profile-IF.json`, else
-    /// `~/.config/zcnet/profile-IF.json`).
+    /// (`$ZCNET_PROFILE`, else `$XDG_CONFIG_HOME/zcnet/profile-IF-mtuN.json`, else
+    /// `~/.config/zcnet/profile-IF-mtuN.json`).
     #[default]
     Default,
     /// That file (still checked against this host).
@@ -89,7 +89,7 @@ pub fn load(source: &ProfileSource, local: IpAddr) -> Loaded {
     };
     let path = match path {
         Some(p) => p,
-        None => match Profile::default_path_from_env(&key.interface) {
+        None => match Profile::default_path_from_env(&key.interface, key.mtu) {
             Ok(p) => p,
             Err(e) => return none(format!("no profile: {e}")),
         },

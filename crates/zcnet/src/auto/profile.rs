@@ -308,14 +308,21 @@ impl Profile {
         }
     }
 
-    /// Where the profile for `interface` lives: `$ZCNET_PROFILE` if set, else
-    /// `$XDG_CONFIG_HOME/zcnet/profile-<interface>.json`, else
-    /// `$HOME/.config/zcnet/profile-<interface>.json`.
+    /// The file name of the profile for `interface` at `mtu`: `profile-<if>-mtu<N>.json`.
+    /// The MTU is part of a profile's key, so profiles of one interface at two MTUs (a netns
+    /// topology tuned at 1500 and at 9000) must not overwrite each other.
+    pub fn file_name(interface: &str, mtu: u32) -> String {
+        format!("profile-{interface}-mtu{mtu}.json")
+    }
+
+    /// Where the profile for `interface` at `mtu` lives: `$ZCNET_PROFILE` if set, else
+    /// `$XDG_CONFIG_HOME/zcnet/` + [`Profile::file_name`], else `$HOME/.config/zcnet/` + it.
     ///
     /// Pure: the environment's values are parameters. Empty values count as unset, and a
     /// relative `$XDG_CONFIG_HOME` is ignored, as the XDG Base Directory specification says.
     pub fn default_path(
         interface: &str,
+        mtu: u32,
         zcnet_profile: Option<&OsStr>,
         xdg_config_home: Option<&OsStr>,
         home: Option<&OsStr>,
@@ -329,7 +336,7 @@ impl Profile {
         if interface.is_empty() || interface.contains('/') || interface.starts_with('.') {
             return Err(ProfileError::BadInterface(interface.to_owned()));
         }
-        let file = format!("profile-{interface}.json");
+        let file = Self::file_name(interface, mtu);
         if let Some(xdg) = set(xdg_config_home).filter(|v| Path::new(v).is_absolute()) {
             return Ok(Path::new(xdg).join("zcnet").join(file));
         }
@@ -340,9 +347,10 @@ impl Profile {
     }
 
     /// [`Profile::default_path`] with this process's environment.
-    pub fn default_path_from_env(interface: &str) -> Result<PathBuf, ProfileError> {
+    pub fn default_path_from_env(interface: &str, mtu: u32) -> Result<PathBuf, ProfileError> {
         Self::default_path(
             interface,
+            mtu,
             std::env::var_os("ZCNET_PROFILE").as_deref(),
             std::env::var_os("XDG_CONFIG_HOME").as_deref(),
             std::env::var_os("HOME").as_deref(),
@@ -621,23 +629,28 @@ mod tests {
     fn default_path_follows_the_environment_order() {
         let os = |s: &'static str| Some(OsStr::new(s));
         assert_eq!(
-            Profile::default_path("lo", os("/p.json"), os("/x"), os("/h")).unwrap(),
+            Profile::default_path("lo", 65536, os("/p.json"), os("/x"), os("/h")).unwrap(),
             PathBuf::from("/p.json")
         );
         assert_eq!(
-            Profile::default_path("lo", None, os("/x"), os("/h")).unwrap(),
-            PathBuf::from("/x/zcnet/profile-lo.json")
+            Profile::default_path("lo", 65536, None, os("/x"), os("/h")).unwrap(),
+            PathBuf::from("/x/zcnet/profile-lo-mtu65536.json")
         );
         assert_eq!(
-            Profile::default_path("eth0", os(""), os("rel"), os("/h")).unwrap(),
-            PathBuf::from("/h/.config/zcnet/profile-eth0.json")
+            Profile::default_path("eth0", 1500, os(""), os("rel"), os("/h")).unwrap(),
+            PathBuf::from("/h/.config/zcnet/profile-eth0-mtu1500.json")
+        );
+        // One interface at two MTUs: two files (a netns tuned at 1500 and at 9000).
+        assert_ne!(
+            Profile::default_path("vza", 1500, None, os("/x"), None).unwrap(),
+            Profile::default_path("vza", 9000, None, os("/x"), None).unwrap()
         );
         assert!(matches!(
-            Profile::default_path("lo", None, None, None),
+            Profile::default_path("lo", 65536, None, None, None),
             Err(ProfileError::NoLocation)
         ));
         assert!(matches!(
-            Profile::default_path("../x", None, None, os("/h")),
+            Profile::default_path("../x", 1500, None, None, os("/h")),
             Err(ProfileError::BadInterface(_))
         ));
     }

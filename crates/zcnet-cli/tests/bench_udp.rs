@@ -393,6 +393,40 @@ fn lm_over_two_namespaces_streams_and_ping_pongs_in_place() {
 }
 
 #[test]
+fn lm_on_loopback_takes_the_kernel_path_and_says_so() {
+    // AF_XDP frames sent on lo never reach the host's own stack: both ends fall back, every
+    // byte still verified, the fallback counted, the table marks the run.
+    let out = bench(&[
+        "--proto", "udp", "--tx", "lm", "--rx", "lm", "--size", "64K", "--bytes", "1M", "--repeat",
+        "1", "--json",
+    ]);
+    let runs = udp_runs(&out, 1);
+    let r = &runs[0];
+    assert_eq!(count(r, "messages_lost"), 0, "{r}");
+    for side in ["sender", "receiver"] {
+        assert_eq!(
+            count(&r["fallbacks"][side]["xsk_unavailable"], "bytes"),
+            count(r, "bytes_sent"),
+            "{side}: {r}"
+        );
+    }
+    assert_eq!(
+        count(&r["receiver_stats"]["msg"], "received_kernel"),
+        count(r, "messages_received")
+    );
+    let table = bench(&[
+        "--proto", "udp", "--tx", "lm", "--rx", "lm", "--size", "64K", "--bytes", "1M", "--repeat",
+        "1",
+    ]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    assert!(
+        text(&table.stdout).contains("lm not supported here"),
+        "{}",
+        text(&table.stdout)
+    );
+}
+
+#[test]
 fn udp_into_the_sink_runs_the_message_sender() {
     if !netns_or_skip() {
         return;

@@ -208,10 +208,17 @@ pub(crate) fn msg_stream_table(rows: &[&SummaryRow], runs: &[Run]) -> String {
             lat(&r.send_p50_us, &r.send_p99_us),
         );
     }
-    if rows.iter().any(|r| r.unsupported) {
+    if rows.iter().any(|r| r.unsupported && r.tx != "lm") {
         let _ = writeln!(
             s,
             "* not supported on this host: the path fell back to copying (counted as `unsupported`); run once, then skipped"
+        );
+    }
+    if rows.iter().any(|r| r.unsupported && r.tx == "lm") {
+        let _ = writeln!(
+            s,
+            "* lm not supported here: AF_XDP cannot carry it on this interface (loopback, or no XSK or XDP), so both \
+             ends took the kernel's UDP path (counted as `xsk_unavailable`); run once, then skipped"
         );
     }
     s

@@ -8,15 +8,15 @@
 //! after Ctrl-C; the papers suite writes its report. Runs are tiny (a few MiB): nothing
 //! here asserts on speed.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use zcnet::bench::protocol::{self, Message, ProtocolError};
 use zcnet::bench::report::{Report, SideReport};
 
 mod common;
-use common::{run_bounded, zcnet};
+use common::{run_bounded, zcnet, Server};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -138,63 +138,6 @@ fn request_response_counts_both_directions() {
         assert_eq!(rtt.count, 200 * 1024 / r.size, "one round trip per request");
         assert!(rtt.p50_us > 0.0 && rtt.p99_us >= rtt.p50_us);
         assert_eq!(r.sender_stats.tx_bytes_copy, r.bytes_sent);
-    }
-}
-
-/// A `--server` child and the address it listens on.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = zcnet()
-            .args(["bench", "--server", "--bind", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("server announces its address");
-        let addr = line
-            .split_whitespace()
-            .find(|w| w.starts_with("127.0.0.1:"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        Server { child, addr }
-    }
-
-    /// Waits (bounded) for a `--once` server to exit; returns its stderr and success.
-    fn finish(mut self) -> (bool, String) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() >= deadline {
-                panic!("server did not exit"); // a hang guard, not a speed check
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        self.child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        (status.success(), err)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -15,10 +15,10 @@
 
 mod common;
 
-use common::{run_bounded, zcnet};
-use std::io::{BufRead, BufReader, Read, Write};
+use common::{run_bounded, zcnet, Server};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 use zcnet::bench::protocol::{
     self, Limit, Message, MessagePattern, Params, ProtocolError, UdpParams, REPLY_KEY,
@@ -525,62 +525,6 @@ fn paths_of_the_other_protocol_are_refused() {
     }
 }
 
-/// A standalone `zcnet bench --server --once` on 127.0.0.1.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start() -> Server {
-        let mut child = zcnet()
-            .args(["bench", "--server", "--bind", "127.0.0.1:0", "--once"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("server announces its address");
-        let addr = line
-            .split_whitespace()
-            .find(|w| w.starts_with("127.0.0.1:"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        Server { child, addr }
-    }
-
-    fn finish(mut self) -> (bool, String) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server did not exit (hang guard)"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        self.child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        (status.success(), err)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn params(mode: Mode, size: u64, messages: u64) -> Params {
     Params {
         mode,
@@ -596,7 +540,7 @@ fn params(mode: Mode, size: u64, messages: u64) -> Params {
 
 #[test]
 fn a_client_sending_wrong_bytes_fails_the_run_at_the_server() {
-    let server = Server::start();
+    let server = Server::start(&["--once"]);
     let mut c = TcpStream::connect(&server.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     protocol::write_message(
@@ -747,7 +691,7 @@ fn lost_messages_are_counted_by_reason_and_the_tail_inferred() {
     // last two fragments of message 4 (a timeout), and message 6 (at the end: only the
     // client's count reveals it).
     const SIZE: usize = 4000;
-    let server = Server::start();
+    let server = Server::start(&["--once"]);
     let mut c = TcpStream::connect(&server.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     protocol::write_message(

@@ -35,6 +35,7 @@ pub mod bench;
 pub mod buf;
 pub mod completion;
 pub mod conn;
+mod counters;
 pub mod cow;
 pub mod cpu;
 pub mod error;

@@ -107,14 +107,7 @@ pub(crate) fn run(
         .map_err(io("control socket"))?;
     let server = match protocol::read_message(&mut c)? {
         Message::Result { report } => report,
-        Message::Error { reason } => return Err(protocol::ProtocolError::Peer(reason).into()),
-        other => {
-            return Err(protocol::ProtocolError::Unexpected {
-                expected: "result",
-                got: other.kind(),
-            }
-            .into())
-        }
+        other => return Err(protocol::ProtocolError::unexpected("result", other).into()),
     };
     let wall = start.elapsed().as_secs_f64();
     let system = SystemCpuTimes::since(sys0).unwrap_or_default();

@@ -20,7 +20,7 @@
 use super::udp::{self, Ledger};
 use super::workers::{merge, WorkerOut, DATA_TIMEOUT};
 use super::{client, BenchError, Progress, RunSpec};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -202,8 +202,8 @@ fn rr(
     let count = udp::count_of(p);
     let pattern = writer.pattern.clone();
     let mut out = WorkerOut::default();
-    let mut overdue: VecDeque<u64> = VecDeque::new();
-    let (mut trips, mut received, mut late, mut lost_trips) = (0u64, 0u64, 0u64, 0u64);
+    let mut replies = udp::Replies::default();
+    let (mut trips, mut received) = (0u64, 0u64);
     let t0 = udp::cpu_now()?;
     let start = Instant::now();
     let deadline = udp::deadline_of(p, start);
@@ -230,24 +230,9 @@ fn rr(
                     out.recv.record(t_recv.elapsed());
                     received += 1;
                     out.bytes_received += m.data.len() as u64;
-                    if pattern.matches(m.data, id | REPLY) {
+                    if replies.classify(&pattern, m.data, id)? {
                         break true;
                     }
-                    if let Some(i) = overdue
-                        .iter()
-                        .position(|&o| pattern.matches(m.data, o | REPLY))
-                    {
-                        overdue.remove(i);
-                        late += 1;
-                        continue;
-                    }
-                    let why = pattern
-                        .check(m.data, id | REPLY)
-                        .err()
-                        .unwrap_or_else(|| "differs".into());
-                    return Err(BenchError::Failed(format!(
-                        "the reply to request {id} is not what the server must send: {why}"
-                    )));
                 }
             }
         };
@@ -255,18 +240,13 @@ fn rr(
             out.rtt.record(t.elapsed());
             progress.bytes.fetch_add(2 * p.size, Ordering::Relaxed);
         } else {
-            lost_trips += 1;
-            overdue.push_back(id);
-            if overdue.len() > udp::LATE_REPLIES {
-                overdue.pop_front();
-            }
+            replies.missed(id);
         }
     }
     out.ended = Some(Instant::now());
     out.cpu = udp::side_cpu(t0, udp::cpu_now()?);
     out.stats = lm_stats(sock);
-    out.stats.msg.insert("late_replies".into(), late);
-    out.stats.msg.insert("trips_lost".into(), lost_trips);
+    replies.record(&mut out.stats);
     out.rx_path = Some(rx_path(sock).into());
     Ok(SideReport {
         messages_sent: trips,

@@ -360,7 +360,8 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
             "receive path \"gro\" is a UDP message path (UDP_GRO): add --proto udp".into(),
         ));
     }
-    let (txs, rxs) = if env.is_sink() && udp {
+    if env.is_sink() {
+        // The sink drops everything: nothing answers, nothing receives.
         if mode == Mode::Rr {
             return Err(BenchError::Usage(
                 "the sink drops everything: --rr needs an answering peer (use loopback or netns)"
@@ -372,6 +373,8 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                 "the sink has no receiver: leave --rx out".into(),
             ));
         }
+    }
+    let (txs, rxs) = if env.is_sink() && udp {
         let mut txs = udp_paths(&args.tx, &UDP_TX, "transmit")?;
         if args.tx == "all" {
             txs.retain(|t| t != "lm");
@@ -389,17 +392,6 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
             udp_paths(&args.rx, &UDP_RX, "receive")?,
         )
     } else if env.is_sink() {
-        if mode == Mode::Rr {
-            return Err(BenchError::Usage(
-                "the sink drops everything: --rr needs an answering peer (use loopback or netns)"
-                    .into(),
-            ));
-        }
-        if args.rx != "all" {
-            return Err(BenchError::Usage(
-                "the sink has no receiver: leave --rx out".into(),
-            ));
-        }
         let mtu = env.info().mtu.unwrap_or(1500);
         for &s in &sizes {
             sink::check_size(s, mtu).map_err(BenchError::Usage)?;

@@ -160,14 +160,7 @@ fn handle(mut c: TcpStream, peer: SocketAddr, opts: ServeOptions) -> Result<(), 
                 log(true, format_args!("run from {peer}: {e}"));
             }
         }
-        Message::Error { reason } => return Err(protocol::ProtocolError::Peer(reason).into()),
-        other => {
-            return Err(protocol::ProtocolError::Unexpected {
-                expected: "done",
-                got: other.kind(),
-            }
-            .into())
-        }
+        other => return Err(protocol::ProtocolError::unexpected("done", other).into()),
     }
     protocol::write_message(&mut c, &Message::Result { report })?;
     Ok(())

@@ -66,7 +66,7 @@ pub(crate) const CONTROL_EVERY: Duration = Duration::from_millis(10);
 /// The discard port: nothing listens behind the sink.
 const DISCARD_PORT: u16 = 9;
 /// Replies late by more than this many round trips are not recognised (counted corrupt).
-pub(crate) const LATE_REPLIES: usize = 64;
+const LATE_REPLIES: usize = 64;
 
 fn merr(context: &'static str) -> impl Fn(MsgError) -> BenchError {
     move |e| BenchError::Failed(format!("{context}: {e}"))
@@ -384,14 +384,7 @@ fn read_acks(c: &mut TcpStream, wait: Duration) -> Result<Option<u64>, BenchErro
     while readable(c, wait)? {
         match protocol::read_message(c)? {
             Message::Ack { resolved } => best = Some(best.unwrap_or(0).max(resolved)),
-            Message::Error { reason } => return Err(ProtocolError::Peer(reason).into()),
-            other => {
-                return Err(ProtocolError::Unexpected {
-                    expected: "ack",
-                    got: other.kind(),
-                }
-                .into())
-            }
+            other => return Err(ProtocolError::unexpected("ack", other).into()),
         }
         wait = Duration::ZERO;
     }
@@ -513,14 +506,7 @@ pub(crate) fn finish_client(
         match protocol::read_message(c)? {
             Message::Ack { .. } => continue,
             Message::Result { report } => break report,
-            Message::Error { reason } => return Err(ProtocolError::Peer(reason).into()),
-            other => {
-                return Err(ProtocolError::Unexpected {
-                    expected: "result",
-                    got: other.kind(),
-                }
-                .into())
-            }
+            other => return Err(ProtocolError::unexpected("result", other).into()),
         }
     };
     let wall = start.elapsed().as_secs_f64();
@@ -624,8 +610,8 @@ fn rr_client(
     let pattern = filler.pattern.clone();
     let mut out = WorkerOut::default();
     // Requests whose reply did not come in time, newest last: a late reply is recognised.
-    let mut overdue: VecDeque<u64> = VecDeque::new();
-    let (mut trips, mut received, mut late, mut lost_trips) = (0u64, 0u64, 0u64, 0u64);
+    let mut replies = Replies::default();
+    let (mut trips, mut received) = (0u64, 0u64);
     let mut session = None;
     let t0 = cpu_now()?;
     let start = Instant::now();
@@ -651,23 +637,11 @@ fn rr_client(
                     out.recv.record(t_recv.elapsed());
                     received += 1;
                     out.bytes_received += m.len() as u64;
-                    if pattern.matches(&m, id | REPLY) {
-                        rx.recycle(m);
+                    let awaited = replies.classify(&pattern, &m, id)?;
+                    rx.recycle(m);
+                    if awaited {
                         break true;
                     }
-                    if let Some(i) = overdue.iter().position(|&o| pattern.matches(&m, o | REPLY)) {
-                        overdue.remove(i);
-                        late += 1;
-                        rx.recycle(m);
-                        continue;
-                    }
-                    let why = pattern
-                        .check(&m, id | REPLY)
-                        .err()
-                        .unwrap_or_else(|| "differs".into());
-                    return Err(BenchError::Failed(format!(
-                        "the reply to request {id} is not what the server must send: {why}"
-                    )));
                 }
             }
         };
@@ -675,11 +649,7 @@ fn rr_client(
             out.rtt.record(t.elapsed());
             progress.bytes.fetch_add(2 * p.size, Ordering::Relaxed);
         } else {
-            lost_trips += 1;
-            overdue.push_back(id);
-            if overdue.len() > LATE_REPLIES {
-                overdue.pop_front();
-            }
+            replies.missed(id);
         }
     }
     flush(sender)?;
@@ -687,14 +657,68 @@ fn rr_client(
     out.cpu = side_cpu(t0, cpu_now()?);
     out.stats = sender_stats(sender);
     out.stats.merge(&receiver_stats(rx));
-    out.stats.msg.insert("late_replies".into(), late);
-    out.stats.msg.insert("trips_lost".into(), lost_trips);
+    replies.record(&mut out.stats);
     out.rx_path = Some(if rx.gro_enabled() { "gro" } else { "copy" }.into());
     Ok(SideReport {
         messages_sent: trips,
         messages_received: received,
         ..merge(vec![out])
     })
+}
+
+/// The `rr` client's view of replies: requests given up on (newest last, so a reply that
+/// comes late is recognised, not taken for a wrong one), late replies, lost trips.
+#[derive(Debug, Default)]
+pub(crate) struct Replies {
+    overdue: VecDeque<u64>,
+    late: u64,
+    lost_trips: u64,
+}
+
+impl Replies {
+    /// A reply to request `id` arrived (`true`), or a late one to an overdue request
+    /// (`false`); anything else is not what the server must send, and fails the run.
+    pub(crate) fn classify(
+        &mut self,
+        pattern: &Pattern,
+        data: &[u8],
+        id: u64,
+    ) -> Result<bool, BenchError> {
+        if pattern.matches(data, id | REPLY) {
+            return Ok(true);
+        }
+        if let Some(i) = self
+            .overdue
+            .iter()
+            .position(|&o| pattern.matches(data, o | REPLY))
+        {
+            self.overdue.remove(i);
+            self.late += 1;
+            return Ok(false);
+        }
+        let why = pattern
+            .check(data, id | REPLY)
+            .err()
+            .unwrap_or_else(|| "differs".into());
+        Err(BenchError::Failed(format!(
+            "the reply to request {id} is not what the server must send: {why}"
+        )))
+    }
+
+    /// No reply to request `id` in time: the trip is lost, the reply may still come.
+    pub(crate) fn missed(&mut self, id: u64) {
+        self.lost_trips += 1;
+        self.overdue.push_back(id);
+        if self.overdue.len() > LATE_REPLIES {
+            self.overdue.pop_front();
+        }
+    }
+
+    /// `late_replies` and `trips_lost` into the side's counters.
+    pub(crate) fn record(&self, stats: &mut SideStats) {
+        stats.msg.insert("late_replies".into(), self.late);
+        stats.msg.insert("trips_lost".into(), self.lost_trips);
+    }
 }
 
 /// Every event of a run must come from its one peer session: the first seen.
@@ -900,12 +924,7 @@ pub(crate) fn poll_done(c: &mut TcpStream) -> Result<Option<SideReport>, BenchEr
     }
     match protocol::read_message(c)? {
         Message::Done { report } => Ok(Some(report)),
-        Message::Error { reason } => Err(ProtocolError::Peer(reason).into()),
-        other => Err(ProtocolError::Unexpected {
-            expected: "done",
-            got: other.kind(),
-        }
-        .into()),
+        other => Err(ProtocolError::unexpected("done", other).into()),
     }
 }
 

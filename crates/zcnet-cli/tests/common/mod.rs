@@ -1,7 +1,8 @@
 //! What the CLI's integration tests share: the built binary, run with a bound.
 #![allow(dead_code)] // each test crate uses its own subset
 
-use std::process::{Command, Output, Stdio};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `zcnet` binary under test.
@@ -30,5 +31,63 @@ pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
             );
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `zcnet bench --server` child on 127.0.0.1 and the address it announced.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+}
+
+impl Server {
+    /// Starts `zcnet bench --server --bind 127.0.0.1:0 EXTRA…` and reads its address.
+    pub fn start(extra: &[&str]) -> Server {
+        let mut child = zcnet()
+            .args(["bench", "--server", "--bind", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("server announces its address");
+        let addr = line
+            .split_whitespace()
+            .find(|w| w.starts_with("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    /// Waits (bounded) for a `--once` server to exit; returns its success and stderr.
+    pub fn finish(mut self) -> (bool, String) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                panic!("server did not exit"); // a hang guard, not a speed check
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (status.success(), err)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -491,6 +491,20 @@ pub enum ProtocolError {
     },
 }
 
+impl ProtocolError {
+    /// What receiving `got` when `expected` was due means: the peer's own failure if it sent
+    /// an `error`, otherwise a message out of turn.
+    pub fn unexpected(expected: &'static str, got: Message) -> ProtocolError {
+        match got {
+            Message::Error { reason } => ProtocolError::Peer(reason),
+            other => ProtocolError::Unexpected {
+                expected,
+                got: other.kind(),
+            },
+        }
+    }
+}
+
 /// Serialises `msg` with the version key into one frame (length prefix included).
 pub fn encode(msg: &Message) -> Vec<u8> {
     encode_with_version(msg, PROTOCOL_VERSION)
@@ -597,11 +611,7 @@ pub fn read_accept(answer: Result<Message, ProtocolError>) -> Result<u16, Protoc
     match answer? {
         Message::Accept { data_port } => Ok(data_port),
         Message::Reject { reason } => Err(ProtocolError::Rejected(reason)),
-        Message::Error { reason } => Err(ProtocolError::Peer(reason)),
-        other => Err(ProtocolError::Unexpected {
-            expected: "accept",
-            got: other.kind(),
-        }),
+        other => Err(ProtocolError::unexpected("accept", other)),
     }
 }
 

@@ -8,12 +8,11 @@
 
 use std::fmt;
 use std::net::SocketAddrV4;
-use std::os::fd::AsFd;
 
 use aya::maps::{Array, MapData, XskMap};
 use aya::Ebpf;
 
-use crate::xsk::program::{attach_xdp, load_xdp, program_err};
+use crate::xsk::program::{attach_xdp, insert_xsk, load_xdp, program_err};
 use crate::xsk::{AttachMode, XskError, XskSocket};
 
 const PROGRAM: &str = "zcnet_lm";
@@ -131,12 +130,7 @@ impl LmProgram {
 
     /// Steers frames of `queue` to `socket` (bound to that queue).
     pub fn insert(&mut self, queue: u32, socket: &XskSocket) -> Result<(), XskError> {
-        if socket.binding().is_none() {
-            return Err(XskError::NotBound);
-        }
-        self.xsks
-            .set(queue, socket.as_fd(), 0)
-            .map_err(|e| program_err("XSKMAP update", e))
+        insert_xsk(&mut self.xsks, queue, socket)
     }
 
     /// Admits one sender (`Some`) or nobody (`None`). Write it only between messages: the

@@ -88,7 +88,6 @@ pub struct LmSocket {
     ctl: UdpSocket,
     xsk: Option<XskSocket>,
     program: Option<LmProgram>,
-    binding: Option<Binding>,
     notes: Vec<String>,
     mac: [u8; 6],
     mtu: u32,
@@ -145,7 +144,8 @@ impl LmSocket {
             .map_err(io_err("set the LM control socket non-blocking"))?;
         // On the fallback receive path a whole message's datagrams may queue here at once
         // (truesize about twice the payload): room for a few of the largest.
-        crate::sys::udp_msg::grow_rcvbuf(ctl.as_fd(), (4 * cfg.max_message).max(4 << 20))
+        let want_rcvbuf = (4 * cfg.max_message).max(4 << 20);
+        let rcvbuf = crate::sys::udp_msg::grow_rcvbuf(ctl.as_fd(), want_rcvbuf)
             .map_err(io_err("SO_RCVBUF on the LM control socket"))?;
         let local = match ctl.local_addr().map_err(io_err("getsockname"))? {
             SocketAddr::V4(a) => a,
@@ -177,7 +177,6 @@ impl LmSocket {
             ctl,
             xsk: None,
             program: None,
-            binding: None,
             notes: Vec::new(),
             mac,
             mtu,
@@ -236,6 +235,14 @@ impl LmSocket {
         if sock.xsk.is_none() {
             sock.kernel_tx = vec![0; tx_layout.tx_len()];
         }
+        if sock.program.is_none() && sock.cfg.receive && rcvbuf < want_rcvbuf {
+            // Receiving through the socket, a burst beyond its buffer is dropped by the kernel
+            // and the message reported lost: say why up front.
+            sock.notes.push(format!(
+                "receive buffer of the LM control socket is {rcvbuf} bytes, not the {want_rcvbuf} asked for \
+                 (raise net.core.rmem_max, or run with CAP_NET_ADMIN): large messages on the kernel path may be lost"
+            ));
+        }
         Ok(sock)
     }
 
@@ -274,7 +281,6 @@ impl LmSocket {
                 )),
             }
         }
-        self.binding = Some(binding);
         self.xsk = Some(xsk);
         Ok(())
     }
@@ -296,7 +302,7 @@ impl LmSocket {
 
     /// The XSK binding, if AF_XDP is in use (`zero_copy` false: copy mode).
     pub fn binding(&self) -> Option<&Binding> {
-        self.binding.as_ref()
+        self.xsk.as_ref().and_then(XskSocket::binding)
     }
 
     /// Transmit goes through the XSK TX ring (else through the kernel's UDP socket).
@@ -478,7 +484,7 @@ impl LmSocket {
         self.stats.bytes_sent(bytes);
         self.stats.fragments_sent(n as u64);
         self.stats.pads_sent(u64::from(pad));
-        match &self.binding {
+        match self.binding() {
             Some(b) if b.zero_copy => self.io_stats.add_tx_zerocopy_bytes(bytes),
             Some(_) => {
                 self.io_stats.add_tx_copy_bytes(bytes);
@@ -586,7 +592,7 @@ impl LmSocket {
         let data = if a.in_place {
             self.stats.received_in_place(1);
             let xsk = self.xsk.as_ref().expect("in-place assembly needs the XSK");
-            if self.binding.as_ref().is_some_and(|b| b.zero_copy) {
+            if self.binding().is_some_and(|b| b.zero_copy) {
                 self.io_stats.add_rx_mapped_bytes(len as u64);
             } else {
                 self.io_stats.add_rx_copied_bytes(len as u64);
@@ -640,10 +646,10 @@ impl LmSocket {
             let polled = match (&self.xsk, &self.program) {
                 (Some(x), Some(_)) => crate::sys::socket::poll_all(
                     [(self.ctl.as_fd(), libc::POLLIN), (x.as_fd(), libc::POLLIN)],
-                    wait,
+                    Some(wait),
                 )
                 .map(|_| ()),
-                _ => crate::sys::socket::poll_all([(self.ctl.as_fd(), libc::POLLIN)], wait)
+                _ => crate::sys::socket::poll_all([(self.ctl.as_fd(), libc::POLLIN)], Some(wait))
                     .map(|_| ()),
             };
             match polled {
@@ -707,7 +713,7 @@ impl LmSocket {
                 _ if self.recent.contains(&(from, h.msg_id)) => {}
                 _ => self.stats.control_ignored(1),
             },
-            Kind::Data => self.on_kernel_data(from, h, &d[LM_HLEN..]),
+            Kind::Data => self.on_kernel_data(from, h, &d[LM_HLEN..])?,
             // PAD through the kernel: we posted no chunk for it, nothing to consume.
             Kind::Pad => {}
             _ => self.stats.control_ignored(1),
@@ -888,10 +894,15 @@ impl LmSocket {
         }
     }
 
-    fn on_kernel_data(&mut self, from: SocketAddrV4, h: Header, payload: &[u8]) {
+    fn on_kernel_data(
+        &mut self,
+        from: SocketAddrV4,
+        h: Header,
+        payload: &[u8],
+    ) -> Result<(), LmError> {
         let Assembly::Active(a) = &mut self.assembly else {
             self.stats.foreign_dropped(1);
-            return;
+            return Ok(());
         };
         let k = h.index as usize;
         if a.in_place
@@ -902,7 +913,7 @@ impl LmSocket {
             || payload.len() != a.layout.range(k).len()
         {
             self.stats.foreign_dropped(1);
-            return;
+            return Ok(());
         }
         if !a.got[k] {
             a.got[k] = true;
@@ -910,9 +921,9 @@ impl LmSocket {
             self.kernel_rx[a.layout.range(k)].copy_from_slice(payload);
         }
         if a.arrived == a.got.len() {
-            // Infallible without a program: complete() only touches the program's map.
-            let _ = self.complete();
+            self.complete()?;
         }
+        Ok(())
     }
 
     /// The active message is whole: close the admission and hold it for `recv`.
@@ -1086,9 +1097,10 @@ fn send_dgram(ctl: &UdpSocket, d: &[u8], to: SocketAddrV4) -> Result<(), LmError
         match ctl.send_to(d, to) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let _ = crate::sys::socket::poll_all(
-                    [(ctl.as_fd(), libc::POLLOUT)],
-                    Duration::from_millis(10),
+                let _ = crate::sys::socket::poll(
+                    ctl.as_fd(),
+                    libc::POLLOUT,
+                    Some(Duration::from_millis(10)),
                 );
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -8,38 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::LossReason;
 
-macro_rules! lm_stats {
-    ($($(#[doc = $doc:literal])* $field:ident),* $(,)?) => {
-        /// Live LM counters (see the module docs).
-        #[derive(Debug, Default)]
-        pub struct LmStats {
-            $($field: AtomicU64,)*
-        }
-
-        /// A point-in-time copy of [`LmStats`].
-        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-        #[non_exhaustive]
-        pub struct LmStatsSnapshot {
-            $($(#[doc = $doc])* pub $field: u64,)*
-        }
-
-        impl LmStats {
-            /// Reads every counter.
-            pub fn snapshot(&self) -> LmStatsSnapshot {
-                LmStatsSnapshot {
-                    $($field: self.$field.load(Relaxed),)*
-                }
-            }
-        }
-
-        #[allow(missing_docs, dead_code)]
-        impl LmStats {
-            $(pub(crate) fn $field(&self, n: u64) { self.$field.fetch_add(n, Relaxed); })*
-        }
-    };
-}
-
-lm_stats! {
+crate::counters::counter_set!(LmStats, LmStatsSnapshot, "Live LM counters (see the module docs)." {
     /// Messages whose every fragment was handed to the kernel, and `ENDME` sent.
     messages_sent,
     /// Payload bytes of those messages.
@@ -96,7 +65,7 @@ lm_stats! {
     control_ignored,
     /// Kernel-path DATA datagrams from senders not admitted, or not matching the admission.
     foreign_dropped,
-}
+});
 
 impl LmStats {
     pub(crate) fn lost(&self, reason: LossReason) {

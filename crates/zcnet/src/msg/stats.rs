@@ -12,39 +12,7 @@ use super::LossReason;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-macro_rules! msg_stats {
-    ($($(#[doc = $doc:literal])* $field:ident),* $(,)?) => {
-        /// Live message counters (see the module docs).
-        #[derive(Debug, Default)]
-        pub struct MsgStats {
-            $($field: AtomicU64,)*
-        }
-
-        /// A point-in-time copy of [`MsgStats`].
-        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-        #[non_exhaustive]
-        pub struct MsgStatsSnapshot {
-            $($(#[doc = $doc])* pub $field: u64,)*
-        }
-
-        impl MsgStats {
-            /// Reads every counter.
-            pub fn snapshot(&self) -> MsgStatsSnapshot {
-                MsgStatsSnapshot {
-                    $($field: self.$field.load(Relaxed),)*
-                }
-            }
-        }
-
-        /// Adders, one per counter (`MsgStats::add(field, n)` would lose the names).
-        #[allow(missing_docs, dead_code)]
-        impl MsgStats {
-            $(pub(crate) fn $field(&self, n: u64) { self.$field.fetch_add(n, Relaxed); })*
-        }
-    };
-}
-
-msg_stats! {
+crate::counters::counter_set!(MsgStats, MsgStatsSnapshot, "Live message counters (see the module docs)." {
     /// Messages handed to the kernel completely (every datagram sent).
     messages_sent,
     /// Payload bytes of those messages (headers not counted).
@@ -119,7 +87,7 @@ msg_stats! {
     reassembly_peak_messages,
     /// Most bytes reserved for reassembly at once.
     reassembly_peak_bytes,
-}
+});
 
 impl MsgStats {
     /// Fresh zeroed counters.

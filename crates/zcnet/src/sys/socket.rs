@@ -39,38 +39,25 @@ pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<usize>
 
 /// `poll(2)` on one fd; returns the `revents` (0 on timeout). `None` waits forever.
 pub fn poll(fd: BorrowedFd<'_>, events: i16, timeout: Option<Duration>) -> io::Result<i16> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
-        revents: 0,
-    };
-    let ms = match timeout {
-        None => -1,
-        Some(d) => d.as_millis().min(i32::MAX as u128) as i32,
-    };
-    // SAFETY: pfd is a valid pollfd array of length 1 living across the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(pfd.revents)
-    }
+    poll_all([(fd, events)], timeout).map(|[r]| r)
 }
 
-/// `poll(2)` on several fds at once; returns each one's `revents` (all 0 on timeout). A
-/// non-zero timeout shorter than a millisecond waits one millisecond rather than spinning.
+/// `poll(2)` on several fds at once; returns each one's `revents` (all 0 on timeout).
+/// `None` waits forever; a non-zero timeout shorter than a millisecond waits one millisecond
+/// rather than spinning.
 pub fn poll_all<const N: usize>(
     fds: [(BorrowedFd<'_>, i16); N],
-    timeout: Duration,
+    timeout: Option<Duration>,
 ) -> io::Result<[i16; N]> {
     let mut pfds = fds.map(|(fd, events)| libc::pollfd {
         fd: fd.as_raw_fd(),
         events,
         revents: 0,
     });
-    let ms = match timeout.as_millis() {
-        0 if !timeout.is_zero() => 1,
-        n => n.min(i32::MAX as u128) as i32,
+    let ms = match timeout.map(|t| (t, t.as_millis())) {
+        None => -1,
+        Some((t, 0)) if !t.is_zero() => 1,
+        Some((_, n)) => n.min(i32::MAX as u128) as i32,
     };
     // SAFETY: pfds is a valid array of N pollfds living across the call, and the borrowed
     // fds stay open for its duration (they are borrowed for the caller's lifetime).
@@ -82,14 +69,12 @@ pub fn poll_all<const N: usize>(
     }
 }
 
-/// An `ifreq` naming `ifname`, for the `SIOCGIF*` ioctls.
+/// An `ifreq` naming `ifname`, for the `SIOCGIF*` ioctls. A name no interface can have
+/// (empty, too long, with a NUL) is `ENODEV`, as the kernel would answer.
 fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
     let bytes = ifname.as_bytes();
     if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bad interface name {ifname:?}"),
-        ));
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
     }
     // SAFETY: ifreq is plain old data; all-zero is a valid value (empty name, zero union).
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -289,21 +274,10 @@ pub fn find_interface(wanted: impl Fn(std::net::IpAddr) -> bool) -> io::Result<O
 /// MTU of interface `name` (`SIOCGIFMTU` on a socket of the calling thread's namespace).
 pub fn interface_mtu(name: &str) -> io::Result<u32> {
     let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
-    // SAFETY: ifreq is plain old data; all-zero is valid.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    if name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::from_raw_os_error(libc::ENODEV));
-    }
-    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: SIOCGIFMTU reads ifr_name and writes ifru_mtu of the live ifreq we pass.
-    let r = unsafe { libc::ioctl(probe.as_raw_fd(), libc::SIOCGIFMTU, &mut ifr) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut req = ifreq(name)?;
+    ifreq_ioctl(std::os::fd::AsFd::as_fd(&probe), libc::SIOCGIFMTU, &mut req)?;
     // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
-    let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
     Ok(mtu.max(0) as u32)
 }
 

@@ -71,6 +71,19 @@ pub(crate) fn program_err(
     }
 }
 
+/// Puts bound `socket` in slot `queue` of an XSKMAP. Shared with the LM program.
+pub(crate) fn insert_xsk(
+    xsks: &mut XskMap<MapData>,
+    queue: u32,
+    socket: &XskSocket,
+) -> Result<(), XskError> {
+    if socket.binding().is_none() {
+        return Err(XskError::NotBound);
+    }
+    xsks.set(queue, socket.as_fd(), 0)
+        .map_err(|e| program_err("XSKMAP update", e))
+}
+
 /// Loads object `obj` with its `udp_port_be` constant set, and its XDP program `name` into
 /// the kernel (the verifier runs here). Shared with the LM program (`crate::lm`).
 pub(crate) fn load_xdp(obj: &[u8], name: &str, port_be: u16) -> Result<Ebpf, XskError> {
@@ -180,12 +193,7 @@ impl RedirectProgram {
     /// go to it. The socket must be bound to that queue (the kernel drops a frame redirected
     /// to a socket bound elsewhere) and have an RX ring.
     pub fn insert(&mut self, queue: u32, socket: &XskSocket) -> Result<(), XskError> {
-        if socket.binding().is_none() {
-            return Err(XskError::NotBound);
-        }
-        self.xsks
-            .set(queue, socket.as_fd(), 0)
-            .map_err(|e| program_err("XSKMAP update", e))
+        insert_xsk(&mut self.xsks, queue, socket)
     }
 
     /// Empties slot `queue`: its frames go to the kernel stack again.

@@ -103,6 +103,33 @@ def sink():
         print()
 
 
+def ratios():
+    """LM and GSO/GRO+zc against plain UDP, per size, from the same runs (the numbers to
+    quote: absolute times on this shared 2-vCPU VM move from run to run, ratios less)."""
+    rr_g, st_g = groups("rr.json"), groups("stream.json")
+    sizes = sorted({s for _, s in st_g})
+    print("Ratios to plain UDP, same sweep (below 1: less time or CPU than plain UDP)")
+    print(f'{"size":>6} {"LM rr p50":>10} {"LM CPU/GiB":>11} {"LM Gbit/s":>10}'
+          f' {"GSO rr p50":>11} {"GSO CPU/GiB":>12} {"GSO Gbit/s":>11}')
+
+    def cpu(rs):
+        return med(rs, lambda r: r["sender_cpu_s_per_gib"] + r["receiver_cpu_s_per_gib"])
+
+    for s in sizes:
+        p50 = {k: med(rr_g.get((k, s), []), lambda r: r["latency"]["rtt"]["p50_us"]) for k in KEEP}
+        c = {k: cpu(st_g.get((k, s), [])) for k in KEEP}
+        g = {k: med(st_g.get((k, s), []), lambda r: r["gbit_per_s"]) for k in KEEP}
+        base = "plain UDP"
+
+        def q(d, k):
+            return d[k] / d[base] if d[base] else float("nan")
+
+        print(f"{size_name(s):>6} {q(p50, 'LM'):10.2f} {q(c, 'LM'):11.2f} {q(g, 'LM'):10.2f}"
+              f" {q(p50, 'GSO/GRO+zc'):11.2f} {q(c, 'GSO/GRO+zc'):12.2f} {q(g, 'GSO/GRO+zc'):11.2f}")
+    print()
+
+
 rr()
 stream()
+ratios()
 sink()

@@ -2,9 +2,10 @@
 //! whether zero-copy pays on it (`bench`), move files (`send`/`recv`), and measure the profile
 //! the `auto` path chooses by (`tune`).
 
-#![forbid(unsafe_code)] // unsafe lives in the library's sys module only
+#![forbid(unsafe_code)] // unsafe lives in the zcnet-sys crate only
 
 mod bench;
+mod probe;
 mod probe_cmd;
 mod transfer_cmd;
 mod tune;

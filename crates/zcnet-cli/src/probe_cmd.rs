@@ -1,4 +1,4 @@
-//! `zcnet probe [--json]`: runs [`zcnet::probe::run`] and prints the report — an aligned
+//! `zcnet probe [--json]`: runs [`crate::probe::run`] and prints the report — an aligned
 //! `check  result  detail` table, or exactly one JSON object with `--json`.
 //!
 //! A check that says "no" is a finding, not a failure: the command fails only when the
@@ -8,7 +8,7 @@ use std::io::Write;
 
 /// Probes this host and prints the report to stdout.
 pub fn run(json: bool) -> Result<(), String> {
-    let report = zcnet::probe::run();
+    let report = crate::probe::run();
     let text = render(&report, json)?;
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -17,7 +17,7 @@ pub fn run(json: bool) -> Result<(), String> {
 }
 
 /// The report as printed: the table, or one pretty-printed JSON object; newline-terminated.
-fn render(report: &zcnet::probe::Report, json: bool) -> Result<String, String> {
+fn render(report: &crate::probe::Report, json: bool) -> Result<String, String> {
     if json {
         serde_json::to_string_pretty(report)
             .map(|s| s + "\n")
@@ -33,13 +33,13 @@ mod tests {
 
     #[test]
     fn json_is_one_object_with_every_check() {
-        let report = zcnet::probe::run();
+        let report = crate::probe::run();
         let text = render(&report, true).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).expect("one JSON value");
         assert_eq!(v["kernel"].as_str(), Some(report.kernel.as_str()));
         let checks = v["checks"].as_array().expect("checks array");
         let names: Vec<&str> = checks.iter().filter_map(|c| c["name"].as_str()).collect();
-        assert_eq!(names, zcnet::probe::CHECKS);
+        assert_eq!(names, crate::probe::CHECKS);
         for c in checks {
             let status = c["status"].as_str().unwrap_or("");
             assert!(["yes", "no", "partial"].contains(&status), "{c}");
@@ -54,10 +54,10 @@ mod tests {
 
     #[test]
     fn table_has_a_row_per_check() {
-        let report = zcnet::probe::run();
+        let report = crate::probe::run();
         let text = render(&report, false).unwrap();
         assert!(text.starts_with(&format!("kernel {}\n", report.kernel)));
         assert!(text.contains("\ncheck "));
-        assert_eq!(text.lines().count(), 3 + zcnet::probe::CHECKS.len());
+        assert_eq!(text.lines().count(), 3 + crate::probe::CHECKS.len());
     }
 }

@@ -7,12 +7,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use zcnet::conn::Listener;
-use zcnet::cpu::{process_rusage, CpuSeconds};
-use zcnet::transfer::session::{
+use zcnet::{ReceiverConfig, Sender, SenderConfig, StatsSnapshot};
+use zcnet_bench::cpu::{process_rusage, CpuSeconds};
+use zcnet_transfer::session::{
     receive_session, send_session, FileOutcome, Progress, RecvOptions, SendOptions, Source,
 };
-use zcnet::transfer::store::{Store, StoreOptions};
-use zcnet::{ReceiverConfig, Sender, SenderConfig, StatsSnapshot};
+use zcnet_transfer::store::{Store, StoreOptions};
 
 /// Options of `zcnet send`.
 #[derive(clap::Args, Debug)]
@@ -67,7 +67,7 @@ pub struct RecvArgs {
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
-    zcnet::bench::sizes::parse_size(s).map_err(|e| e.to_string())
+    zcnet_bench::sizes::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn resolve(s: &str) -> Result<SocketAddr, String> {
@@ -152,7 +152,7 @@ fn walk(
 }
 
 fn human(n: u64) -> String {
-    zcnet::probe::fmt_bytes(n)
+    zcnet::stats::fmt_bytes(n)
 }
 
 fn style(template: &str) -> ProgressStyle {
@@ -268,7 +268,7 @@ fn summary(
     if gib > 0.0 {
         s += &format!(" = {:.3} CPU-s/GiB", cpu.total() / gib);
     }
-    s += &format!("\npaths: {}", zcnet::transfer::paths_summary(st));
+    s += &format!("\npaths: {}", zcnet_transfer::paths_summary(st));
     s
 }
 

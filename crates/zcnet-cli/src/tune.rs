@@ -5,19 +5,19 @@
 //! into a `copy` receiver and a `copy` sender into each receive path, over a size sweep, with
 //! and without touching the data, repeated and interleaved. Each row of the profile is the
 //! median and range of the worker CPU-seconds per GiB of both ends
-//! ([`zcnet::auto::measure`]). One profile per interface measured, keyed by kernel release,
+//! ([`zcnet_bench::measure`]). One profile per interface measured, keyed by kernel release,
 //! interface and MTU, in the directory `auto` looks in.
 
 use crate::bench::{self, BenchError, Env, RunSpec, Topology};
 use std::path::{Path, PathBuf};
 use zcnet::auto::load::host_key_for;
-use zcnet::auto::measure::profile_rows;
 use zcnet::auto::profile::{Created, SCHEMA};
 use zcnet::auto::{Chooser, HostKey, Measurement, Profile, Topology as ProfileTopology};
-use zcnet::bench::protocol::{Limit, Params};
-use zcnet::bench::report::Mode;
-use zcnet::bench::sizes::{parse_sizes, ByteSize};
 use zcnet::{RxPath, TxPath};
+use zcnet_bench::measure::profile_rows;
+use zcnet_bench::protocol::{Limit, Params};
+use zcnet_bench::report::Mode;
+use zcnet_bench::sizes::{parse_sizes, ByteSize};
 
 /// Options of `zcnet tune`.
 #[derive(clap::Args, Debug, Clone)]
@@ -133,14 +133,16 @@ fn host_keys(env: &Env, topology: TuneTopology) -> Result<Vec<HostKey>, BenchErr
         TuneTopology::Netns => {
             let kernel = bench::host().kernel;
             let mtu = env.info().mtu.unwrap_or(1500);
-            Ok([zcnet::netns::Side::A, zcnet::netns::Side::B]
-                .into_iter()
-                .map(|side| HostKey {
-                    kernel: kernel.clone(),
-                    interface: zcnet::netns::VethPair::ifname_of(side).to_string(),
-                    mtu,
-                })
-                .collect())
+            Ok(
+                [zcnet_testbed::netns::Side::A, zcnet_testbed::netns::Side::B]
+                    .into_iter()
+                    .map(|side| HostKey {
+                        kernel: kernel.clone(),
+                        interface: zcnet_testbed::netns::VethPair::ifname_of(side).to_string(),
+                        mtu,
+                    })
+                    .collect(),
+            )
         }
     }
 }

@@ -12,8 +12,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use zcnet::bench::protocol::{self, Message, ProtocolError};
-use zcnet::bench::report::{Report, SideReport};
+use zcnet_bench::protocol::{self, Message, ProtocolError};
+use zcnet_bench::report::{Report, SideReport};
 
 mod common;
 use common::{run_bounded, zcnet, Server};
@@ -187,7 +187,7 @@ fn a_peer_of_another_version_is_told_and_says_so() {
     let mut c = TcpStream::connect(&server.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let params = protocol::Params {
-        mode: zcnet::bench::report::Mode::Stream,
+        mode: zcnet_bench::report::Mode::Stream,
         tx: "copy".into(),
         rx: "copy".into(),
         size: 4096,
@@ -356,7 +356,7 @@ fn namespaces_of(pid: u32) -> Vec<String> {
 }
 
 fn netns_or_skip() -> bool {
-    if let Err(why) = zcnet::netns::available() {
+    if let Err(why) = zcnet_testbed::netns::available() {
         let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
         return false;
     }

@@ -20,12 +20,12 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Output;
 use std::time::{Duration, Instant};
-use zcnet::bench::protocol::{
-    self, Limit, Message, MessagePattern, Params, ProtocolError, UdpParams, REPLY_KEY,
-};
-use zcnet::bench::report::{Mode, SideReport};
 use zcnet::msg::wire::{Header, Layout};
 use zcnet::msg::{MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
+use zcnet_bench::protocol::{
+    self, Limit, Message, MessagePattern, Params, ProtocolError, UdpParams, REPLY_KEY,
+};
+use zcnet_bench::report::{Mode, SideReport};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -94,7 +94,7 @@ fn udp_runs(out: &Output, want_runs: usize) -> Vec<serde_json::Value> {
 }
 
 fn netns_or_skip() -> bool {
-    if let Err(why) = zcnet::netns::available() {
+    if let Err(why) = zcnet_testbed::netns::available() {
         let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
         return false;
     }

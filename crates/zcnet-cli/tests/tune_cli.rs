@@ -8,8 +8,8 @@ use std::process::Stdio;
 use std::time::Duration;
 use zcnet::auto::load::host_key_for;
 use zcnet::auto::Profile;
-use zcnet::bench::report::Report;
 use zcnet::{RxPath, TxPath};
+use zcnet_bench::report::Report;
 
 mod common;
 use common::{run_bounded, zcnet};

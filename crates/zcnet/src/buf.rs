@@ -8,11 +8,11 @@
 //! recommends (a ring larger than sndbuf + window keeps the sender from waiting), and the
 //! NEC paper's "allocate+map, fill, release on transmit" API.
 
-use crate::sys::mem::{page_size, PageBuf};
 use std::fmt;
 use std::ops::{Deref, DerefMut, Range};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use zcnet_sys::mem::{page_size, PageBuf};
 
 struct PoolInner {
     free: Mutex<Vec<PageBuf>>,

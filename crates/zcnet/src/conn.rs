@@ -11,7 +11,6 @@ use crate::rx::file::{FileRx, FileRxMode};
 use crate::rx::mmap::AutoDemotion;
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk, RxPath};
 use crate::stats::{FallbackReason, Stats, StatsSnapshot};
-use crate::sys::{mem::page_size, socket, zcrecv::SocketMap, zerocopy as zc};
 use crate::tx::auto::{AutoSetup, AutoTx};
 use crate::tx::file::{FileTx, FileTxMode};
 use crate::tx::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit, TxPath};
@@ -20,6 +19,10 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet_sys::mem::page_size;
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::zcrecv::SocketMap;
+use zcnet_sys::raw::zerocopy as zc;
 
 /// The socket's local address, which names the interface whose profile `auto` uses
 /// (unspecified — so loopback's — if the socket cannot say).
@@ -409,7 +412,7 @@ pub struct ReceiverConfig {
     /// Counters to share with others.
     pub stats: Option<Arc<Stats>>,
     /// Hardware receive queue the `zcrx` path registers (`ethtool -N` must steer the flow
-    /// there; see [`crate::sys::zcrx`]).
+    /// there; see [`zcnet_sys::uring::zcrx`]).
     pub zcrx_queue: u32,
     /// How [`Receiver::recv_to_file`] moves stream bytes into the file (`splice` by default).
     pub file_rx: FileRxMode,

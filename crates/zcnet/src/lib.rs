@@ -24,32 +24,30 @@
 //! [`Sender::send_slice`] keeps copy semantics. [`Receiver::recv`] lends an [`RxChunk`] whose
 //! mapped pages are released when it is dropped.
 //!
-//! On top: [`transfer`] (the `zcnet send`/`recv` protocol and its receiver rules) and
-//! [`bench`](mod@bench) (the measurement tool's pure parts), and [`auto`] (the `auto` path's
-//! per-operation decisions from the host profile `zcnet tune` writes). `unsafe` code lives in [`sys`] only.
-#![deny(unsafe_code)]
+//! [`auto`] makes the `auto` path's per-operation decisions from the host profile `zcnet tune`
+//! writes. This crate contains no `unsafe`: the syscalls and the memory the kernel touches
+//! are owned by `zcnet-sys`. The file-transfer protocol (`zcnet-transfer`), the bench's pure
+//! half (`zcnet-bench`) and the two-host test bed (`zcnet-testbed`) are crates of their own,
+//! so a user of [`Sender`] compiles none of them.
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod auto;
-pub mod bench;
 pub mod buf;
 pub mod completion;
 pub mod conn;
 mod counters;
 pub mod cow;
-pub mod cpu;
 pub mod error;
+#[cfg(feature = "afxdp")]
 pub mod lm;
 pub mod msg;
 mod named;
-pub mod netns;
 pub mod policy;
-pub mod probe;
 pub mod rx;
 pub mod stats;
-pub mod sys;
-pub mod transfer;
 pub mod tx;
+#[cfg(feature = "afxdp")]
 pub mod xsk;
 
 pub use buf::{Pool, TxBuf};

@@ -444,6 +444,23 @@ impl Stats {
     }
 }
 
+/// `4000 B`, `64 KiB`, `1.5 MiB`, `97.7 KiB`: a unit when the value is a whole or tenth
+/// multiple of it or at least ten of it, bytes otherwise.
+pub fn fmt_bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (size, unit) in UNITS {
+        if n >= size {
+            if n.is_multiple_of(size) {
+                return format!("{} {unit}", n / size);
+            }
+            if n >= 10 * size || (n * 10).is_multiple_of(size) {
+                return format!("{:.1} {unit}", n as f64 / size as f64);
+            }
+        }
+    }
+    format!("{n} B")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

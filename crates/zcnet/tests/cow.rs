@@ -14,8 +14,8 @@ use common::{connect, listen, pattern, receiver_config, veth_or_skip, Topo};
 use std::io::Write as _;
 use std::sync::{Arc, Barrier, RwLock};
 use zcnet::cow::{self, CowPolicy, WorkingSetRule};
-use zcnet::sys::testing::{fork_and_run, Mapping};
 use zcnet::{FallbackReason, Policy, RxPath, TxPath};
+use zcnet_sys::testing::{fork_and_run, Mapping};
 
 use cow_support::*;
 

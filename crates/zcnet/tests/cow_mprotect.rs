@@ -18,8 +18,8 @@ use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use zcnet::cow::{self, BackendKind};
-use zcnet::sys::testing::Mapping;
 use zcnet::RxPath;
+use zcnet_sys::testing::Mapping;
 
 fn mprotect_or_skip() -> bool {
     match cow::use_backend(BackendKind::Mprotect) {

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet::lm::wire::{Header, Kind, Layout, LM_HLEN};
 use zcnet::lm::{LmConfig, LmError, LmEvent, LmProgram, LmSocket, LossReason};
-use zcnet::netns::VethPair;
 use zcnet::FallbackReason;
+use zcnet_testbed::netns::VethPair;
 
 const PORT: u16 = 7710;
 const WAIT: Duration = Duration::from_secs(5);

@@ -19,8 +19,8 @@ use zcnet::msg::{
     LossReason, Lost, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgStatsSnapshot,
     MsgTx, ReassemblyLimits,
 };
-use zcnet::netns::VethPair;
 use zcnet::{FallbackReason, Policy, StatsSnapshot};
+use zcnet_testbed::netns::VethPair;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;

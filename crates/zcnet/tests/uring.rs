@@ -14,8 +14,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 use std::time::Duration;
 use zcnet::conn::Listener;
-use zcnet::sys::zcrx;
 use zcnet::{Error, FallbackReason, Pool, RxPath, StatsSnapshot, TxPath};
+use zcnet_sys::uring::zcrx;
 
 fn skipped(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");

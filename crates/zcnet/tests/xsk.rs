@@ -14,9 +14,9 @@ use std::io::Write as _;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
-use zcnet::netns::VethPair;
 use zcnet::xsk::wire::{self, UDP_FRAME_HLEN};
 use zcnet::xsk::{AttachMode, BindMode, RedirectProgram, XskConfig, XskError, XskSocket};
+use zcnet_testbed::netns::VethPair;
 
 /// Destination port the redirect program steers to the XSK (the namespaces are the test's
 /// own, so a fixed port cannot clash).

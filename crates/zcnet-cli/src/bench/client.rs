@@ -7,11 +7,11 @@ use super::workers::{self, WorkerOut};
 use super::{BenchError, Progress, RunSpec};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use zcnet::bench::protocol::{self, Limit, Message, Params, Proto};
-use zcnet::bench::report::{
+use zcnet_bench::cpu::SystemCpu;
+use zcnet_bench::protocol::{self, Limit, Message, Params, Proto};
+use zcnet_bench::report::{
     check_message_counts, Cpu, Derived, Fallbacks, Latency, Mode, Run, SideReport, SystemCpuTimes,
 };
-use zcnet::cpu::SystemCpu;
 
 /// Bound on control-connection steps other than waiting for the run's end.
 pub(crate) const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -24,13 +24,13 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::bench::histogram::LatencyHistogram;
-use zcnet::bench::protocol::{
+use zcnet::lm::{LmConfig, LmError, LmEvent, LmSocket};
+use zcnet_bench::cpu::SystemCpu;
+use zcnet_bench::histogram::LatencyHistogram;
+use zcnet_bench::protocol::{
     self, Message, MessagePattern as Pattern, Params, UdpParams, REPLY_KEY as REPLY,
 };
-use zcnet::bench::report::{Mode, Run, SideReport, SideStats, SystemCpuTimes};
-use zcnet::cpu::SystemCpu;
-use zcnet::lm::{LmConfig, LmError, LmEvent, LmSocket};
+use zcnet_bench::report::{Mode, Run, SideReport, SideStats, SystemCpuTimes};
 
 fn lerr(context: &'static str) -> impl Fn(LmError) -> BenchError {
     move |e| BenchError::Failed(format!("{context}: {e}"))

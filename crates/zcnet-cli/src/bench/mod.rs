@@ -6,13 +6,13 @@
 //!
 //! Roles (iperf3's model): `--server` answers runs, `--client HOST` drives them, and the
 //! default runs both here (server on a thread). A versioned control connection
-//! ([`zcnet::bench::protocol`]) carries the parameters and each side's measurements; data
+//! ([`zcnet_bench::protocol`]) carries the parameters and each side's measurements; data
 //! moves on `--streams` connections. Topologies: loopback, two network namespaces joined by
 //! veth, or a transmit-only sink ([`topology`]). `--suite papers` runs the seed papers'
 //! experiments and writes a report ([`suite`]).
 //!
 //! The pure parts — statistics, protocol, report schema, size sweeps, verdict — live in
-//! the library's [`zcnet::bench`] and are tested there without sockets.
+//! the library's [`zcnet_bench`] and are tested there without sockets.
 
 mod client;
 mod lm;
@@ -29,14 +29,14 @@ use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use zcnet::bench::protocol::{
+use zcnet::{RxPath, TxPath};
+use zcnet_bench::protocol::{
     Limit, Params, Proto, ProtocolError, DEFAULT_PORT, MAX_UDP_MESSAGE, PROTOCOL_VERSION, UDP_RX,
     UDP_TX,
 };
-use zcnet::bench::report::{summarise, Host, Mode, Report, Run, SCHEMA_VERSION};
-use zcnet::bench::sizes::{parse_size, parse_sizes};
-use zcnet::bench::verdict::{self, Metric};
-use zcnet::{RxPath, TxPath};
+use zcnet_bench::report::{summarise, Host, Mode, Report, Run, SCHEMA_VERSION};
+use zcnet_bench::sizes::{parse_size, parse_sizes};
+use zcnet_bench::verdict::{self, Metric};
 
 pub(crate) use topology::{Env, Topology, TopologyInfo};
 
@@ -176,7 +176,7 @@ pub(crate) enum BenchError {
     },
     /// Namespaces could not be built or entered.
     #[error(transparent)]
-    Netns(#[from] zcnet::netns::NetnsError),
+    Netns(#[from] zcnet_testbed::netns::NetnsError),
     /// The two ends counted different bytes.
     #[error("byte counts disagree: {0}")]
     Mismatch(String),
@@ -414,7 +414,7 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         for &size in &sizes {
             for tx in &txs {
                 for rx in &rxs {
-                    if udp && !env.is_sink() && !zcnet::bench::protocol::udp_paths_pair(tx, rx) {
+                    if udp && !env.is_sink() && !zcnet_bench::protocol::udp_paths_pair(tx, rx) {
                         // lm pairs only with lm; the other UDP paths with each other.
                         continue;
                     }
@@ -540,7 +540,7 @@ pub(crate) fn describe_spec(spec: &RunSpec) -> String {
         p.mode.name(),
         p.tx,
         p.rx,
-        zcnet::bench::sizes::ByteSize(p.size)
+        zcnet_bench::sizes::ByteSize(p.size)
     );
     if p.streams > 1 {
         s += &format!(" ×{}", p.streams);
@@ -577,7 +577,7 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
     }
     match (args.time, args.bytes) {
         (Some(t), _) => s += &format!(", {t} s per run"),
-        (None, Some(b)) => s += &format!(", {} per run", zcnet::bench::sizes::ByteSize(b)),
+        (None, Some(b)) => s += &format!(", {} per run", zcnet_bench::sizes::ByteSize(b)),
         _ if !args.rr => s += &format!(", {:.2} s per run", default_seconds(runs)),
         _ => s += ", 200 to 5000 round trips per run",
     }

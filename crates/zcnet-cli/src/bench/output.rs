@@ -7,9 +7,9 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use zcnet::bench::report::{ConfigKey, Mode, Report, Run, SummaryRow};
-use zcnet::bench::sizes::ByteSize;
-use zcnet::bench::summary::Summary;
+use zcnet_bench::report::{ConfigKey, Mode, Report, Run, SummaryRow};
+use zcnet_bench::sizes::ByteSize;
+use zcnet_bench::summary::Summary;
 
 /// Printed under sink tables: what the topology shows and why it is UDP only.
 pub(crate) const SINK_NOTE: &str = "sink: UDP into a veth whose peer is down — the device drops what it is given, as a NIC frees what it sent, \
@@ -321,8 +321,8 @@ pub(crate) fn tables(report: &Report, what: &str) -> String {
 
 /// `auto` against the cheapest single path at each size, per direction (transmit paths into
 /// a `copy` receiver, a `copy` sender into receive paths): the issue's "within 5%" check.
-pub(crate) fn auto_table(runs: &[zcnet::bench::report::Run]) -> String {
-    let gaps = zcnet::auto::measure::auto_gaps(runs);
+pub(crate) fn auto_table(runs: &[zcnet_bench::report::Run]) -> String {
+    let gaps = zcnet_bench::measure::auto_gaps(runs);
     if gaps.is_empty() {
         return String::new();
     }

@@ -6,8 +6,8 @@ use super::BenchError;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
-use zcnet::bench::report::SummaryRow;
-use zcnet::bench::sizes::ByteSize;
+use zcnet_bench::report::SummaryRow;
+use zcnet_bench::sizes::ByteSize;
 
 /// One line.
 #[derive(Debug, Clone)]
@@ -185,9 +185,7 @@ pub(crate) fn sweep(path: &Path, rows: &[SummaryRow], title: &str) -> Result<(),
             "--plot draws against size: give a sweep such as --size 4K..1M".into(),
         ));
     }
-    let rr = rows
-        .iter()
-        .all(|r| r.mode == zcnet::bench::report::Mode::Rr);
+    let rr = rows.iter().all(|r| r.mode == zcnet_bench::report::Mode::Rr);
     let first = if rr {
         Panel {
             title: "round-trip time (p50)".into(),

@@ -12,11 +12,11 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use zcnet::bench::protocol::{self, Message, Params};
-use zcnet::bench::report::{Mode, SideReport};
 use zcnet::conn::Listener;
-use zcnet::cpu::SystemCpu;
 use zcnet::{RxPath, TxPath};
+use zcnet_bench::cpu::SystemCpu;
+use zcnet_bench::protocol::{self, Message, Params};
+use zcnet_bench::report::{Mode, SideReport};
 
 /// How the server reports.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +45,7 @@ pub(crate) fn serve(
         if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-        match zcnet::sys::socket::poll(
+        match zcnet_sys::raw::socket::poll(
             listener.as_fd(),
             libc::POLLIN,
             Some(Duration::from_millis(100)),
@@ -144,7 +144,7 @@ fn handle(mut c: TcpStream, peer: SocketAddr, opts: ServeOptions) -> Result<(), 
     let progress = Progress::default();
     let sys0 = SystemCpu::now();
     let outs = receive_all(&listener, &params, &progress);
-    let system = zcnet::bench::report::SystemCpuTimes::since(sys0);
+    let system = zcnet_bench::report::SystemCpuTimes::since(sys0);
     let report = match outs {
         Ok(outs) => SideReport {
             system,

@@ -15,17 +15,19 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::bench::histogram::LatencyHistogram;
-use zcnet::bench::protocol::Limit;
-use zcnet::bench::report::{
+use zcnet::completion::Completions;
+use zcnet::{FallbackReason, Pool, Stats, TxBuf};
+use zcnet_bench::cpu::{thread_rusage, CpuSeconds, SystemCpu};
+use zcnet_bench::histogram::LatencyHistogram;
+use zcnet_bench::protocol::Limit;
+use zcnet_bench::report::{
     Cpu, Derived, Fallbacks, Latency, Run, SideCpu, SideReport, SideStats, SystemCpuTimes,
 };
-use zcnet::bench::touch;
-use zcnet::completion::Completions;
-use zcnet::cpu::{thread_rusage, CpuSeconds, SystemCpu};
-use zcnet::netns::{Side, VethPair};
-use zcnet::sys::{socket, udp_send, zerocopy as zc};
-use zcnet::{FallbackReason, Pool, Stats, TxBuf};
+use zcnet_bench::touch;
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::udp_send;
+use zcnet_sys::raw::zerocopy as zc;
+use zcnet_testbed::netns::{Side, VethPair};
 
 /// IPv4 + UDP headers.
 const UDP4_HEADERS: u32 = 28;
@@ -107,7 +109,7 @@ impl ZcState {
 
 /// One sending socket.
 fn stream(
-    p: &zcnet::bench::protocol::Params,
+    p: &zcnet_bench::protocol::Params,
     dst: SocketAddr,
     src: SocketAddr,
     gso: u16,

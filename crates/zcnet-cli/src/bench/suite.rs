@@ -11,9 +11,9 @@ use super::plot::{self, Panel, Series};
 use super::{default_ring, execute, BenchError, Env, RunSpec, Topology};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use zcnet::bench::protocol::{Limit, Params};
-use zcnet::bench::report::{summarise, Mode, Report, Run, SummaryRow, SCHEMA_VERSION};
-use zcnet::bench::sizes::ByteSize;
+use zcnet_bench::protocol::{Limit, Params};
+use zcnet_bench::report::{summarise, Mode, Report, Run, SummaryRow, SCHEMA_VERSION};
+use zcnet_bench::sizes::ByteSize;
 
 /// `--suite`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -160,7 +160,7 @@ fn secs(t: f64) -> String {
 fn f3(x: f64) -> String {
     format!("{x:.3}")
 }
-fn pmd(s: &zcnet::bench::summary::Summary, prec: usize) -> String {
+fn pmd(s: &zcnet_bench::summary::Summary, prec: usize) -> String {
     if s.n > 1 {
         format!(
             "{:.prec$} ({:.prec$}–{:.prec$})",
@@ -752,7 +752,7 @@ fn file_run(
     rx_mode: zcnet::FileRxMode,
 ) -> Result<(f64, f64, f64), BenchError> {
     use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-    use zcnet::cpu::{thread_rusage, CpuSeconds};
+    use zcnet_bench::cpu::{thread_rusage, CpuSeconds};
     let fail = |e: String| BenchError::Failed(format!("file transfer: {e}"));
     let _ = std::fs::remove_file(dst);
     let out = std::fs::OpenOptions::new()
@@ -855,7 +855,7 @@ fn file_transfer(cx: &mut Cx) -> Result<Section, BenchError> {
             sc.push(s);
             rc.push(r);
         }
-        let m = |v: &[f64]| zcnet::bench::summary::median(v).unwrap_or(f64::NAN);
+        let m = |v: &[f64]| zcnet_bench::summary::median(v).unwrap_or(f64::NAN);
         let (g, s, r) = (m(&g), m(&sc), m(&rc));
         let _ = writeln!(
             table,
@@ -1109,7 +1109,7 @@ fn render(cx: &Cx, sections: &[Section], secs: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zcnet::bench::summary::Summary;
+    use zcnet_bench::summary::Summary;
 
     fn row(tx: &str, size: u64, cpu: f64) -> SummaryRow {
         let s = Summary {

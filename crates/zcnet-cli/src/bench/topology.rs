@@ -3,7 +3,7 @@
 //! * `loopback` — both ends in this process's network namespace on 127.0.0.1 (the server
 //!   in a thread);
 //! * `netns` — two network namespaces joined by a veth pair with a chosen MTU
-//!   ([`zcnet::netns::VethPair`]), the client in `a`, the server in `b`: two "hosts" with a
+//!   ([`zcnet_testbed::netns::VethPair`]), the client in `a`, the server in `b`: two "hosts" with a
 //!   real link between them, the papers' large-MTU networks on one machine;
 //! * `sink` — the same pair with `b` down, so whatever `a` transmits is dropped by the
 //!   device as a NIC's driver frees what it has sent: the kernel never copies zero-copy
@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use zcnet::bench::protocol::{Proto, DEFAULT_PORT};
-use zcnet::bench::report::Run;
-use zcnet::netns::{Side, VethPair};
+use zcnet_bench::protocol::{Proto, DEFAULT_PORT};
+use zcnet_bench::report::Run;
+use zcnet_testbed::netns::{Side, VethPair};
 
 /// `--topology`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,7 +68,7 @@ pub(crate) fn install_interrupt_handler() {
                 .map(|mut v| std::mem::take(&mut *v))
                 .unwrap_or_default();
             // A pair still being built (its namespaces exist, its guard does not yet) is
-            // found by the process id that zcnet::netns puts in every name it makes.
+            // found by the process id that zcnet_testbed::netns puts in every name it makes.
             let ours = format!("zc-{}-", std::process::id());
             if let Ok(dir) = std::fs::read_dir("/var/run/netns") {
                 for e in dir.flatten() {
@@ -110,7 +110,7 @@ pub(crate) struct NetnsGuard {
 impl NetnsGuard {
     pub(crate) fn create(mtu: u32) -> Result<NetnsGuard, BenchError> {
         install_interrupt_handler();
-        if let Err(why) = zcnet::netns::available() {
+        if let Err(why) = zcnet_testbed::netns::available() {
             return Err(BenchError::Usage(format!(
                 "this topology needs two network namespaces: {why}"
             )));
@@ -158,7 +158,7 @@ impl LocalServer {
             .spawn(move || -> Result<(), BenchError> {
                 let setup = (|| {
                     if let Some(f) = &netns {
-                        zcnet::sys::netns::setns_net(f.as_fd())
+                        zcnet_testbed::netns::enter_handle(f.as_fd())
                             .map_err(|e| BenchError::io("setns (server namespace)", e))?;
                     }
                     let l = TcpListener::bind(bind)

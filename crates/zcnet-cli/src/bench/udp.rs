@@ -12,7 +12,7 @@
 //!   device, transmit only, so the message layer's own sender cost is what is measured.
 //!
 //! **Every byte is verified.** A message's bytes are a fixed pseudo-random reference
-//! ([`Pattern`], `zcnet::bench::protocol::MessagePattern`: both ends must agree on it) with
+//! ([`Pattern`], `zcnet_bench::protocol::MessagePattern`: both ends must agree on it) with
 //! the message id stamped over the first 8 bytes of every KiB — so each
 //! datagram carries its message's id in its payload, and a fragment placed in the wrong
 //! message, at the wrong offset, or a stale buffer sent again, differs. Replies are keyed by
@@ -45,16 +45,16 @@ use std::ops::Range;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::bench::histogram::LatencyHistogram;
-use zcnet::bench::protocol::{
+use zcnet::msg::{MsgBuf, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgTx};
+use zcnet::Policy;
+use zcnet_bench::cpu::{thread_rusage, CpuSeconds, SystemCpu};
+use zcnet_bench::histogram::LatencyHistogram;
+use zcnet_bench::protocol::{
     self, Limit, Message, MessagePattern as Pattern, Params, ProtocolError, RunRequest, UdpParams,
     REPLY_KEY as REPLY,
 };
-use zcnet::bench::report::{Mode, Run, SideCpu, SideReport, SideStats, SystemCpuTimes};
-use zcnet::cpu::{thread_rusage, CpuSeconds, SystemCpu};
-use zcnet::msg::{MsgBuf, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgTx};
-use zcnet::netns::{Side, VethPair};
-use zcnet::Policy;
+use zcnet_bench::report::{Mode, Run, SideCpu, SideReport, SideStats, SystemCpuTimes};
+use zcnet_testbed::netns::{Side, VethPair};
 
 /// Payload the client keeps unacknowledged: well within the 8 MiB socket receive buffer
 /// `MsgConfig` asks for, with room for the per-packet overhead the kernel charges.
@@ -331,11 +331,11 @@ impl Ledger {
     }
 }
 
-pub(crate) fn cpu_now() -> Result<zcnet::sys::cpu::Rusage, BenchError> {
+pub(crate) fn cpu_now() -> Result<zcnet_sys::raw::cpu::Rusage, BenchError> {
     thread_rusage().map_err(io("getrusage(RUSAGE_THREAD)"))
 }
 
-pub(crate) fn side_cpu(a: zcnet::sys::cpu::Rusage, b: zcnet::sys::cpu::Rusage) -> SideCpu {
+pub(crate) fn side_cpu(a: zcnet_sys::raw::cpu::Rusage, b: zcnet_sys::raw::cpu::Rusage) -> SideCpu {
     let c = CpuSeconds::between(a, b);
     SideCpu {
         user: c.user,
@@ -368,7 +368,7 @@ fn receiver_stats(rx: &MsgReceiver) -> SideStats {
 
 /// Waits up to `wait` for the control connection to become readable.
 pub(crate) fn readable(c: &TcpStream, wait: Duration) -> Result<bool, BenchError> {
-    match zcnet::sys::socket::poll(c.as_fd(), libc::POLLIN, Some(wait)) {
+    match zcnet_sys::raw::socket::poll(c.as_fd(), libc::POLLIN, Some(wait)) {
         Ok(0) => Ok(false),
         Ok(_) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(false),
@@ -938,7 +938,7 @@ pub(crate) fn log_count_mismatch(
 ) {
     if let Some(client) = client {
         if let Err(e) =
-            zcnet::bench::report::check_message_counts(client, server, size, "client", "server")
+            zcnet_bench::report::check_message_counts(client, server, size, "client", "server")
         {
             let _ = std::io::Write::write_fmt(
                 &mut std::io::stderr(),

@@ -13,13 +13,13 @@ use super::{BenchError, Progress};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::bench::histogram::LatencyHistogram;
-use zcnet::bench::protocol::Params;
-use zcnet::bench::report::{SideCpu, SideReport, SideStats};
-use zcnet::bench::touch;
 use zcnet::conn::{Listener, Receiver};
-use zcnet::cpu::{thread_rusage, CpuSeconds};
 use zcnet::{Policy, Pool, ReceiverConfig, RxPath, Sender, SenderConfig, TxPath};
+use zcnet_bench::cpu::{thread_rusage, CpuSeconds};
+use zcnet_bench::histogram::LatencyHistogram;
+use zcnet_bench::protocol::Params;
+use zcnet_bench::report::{SideCpu, SideReport, SideStats};
+use zcnet_bench::touch;
 
 /// Bound on every blocking step of a data connection: a stalled peer fails the run rather
 /// than hang it.
@@ -72,11 +72,11 @@ pub(crate) fn merge(outs: Vec<WorkerOut>) -> SideReport {
     r
 }
 
-fn cpu_now() -> Result<zcnet::sys::cpu::Rusage, BenchError> {
+fn cpu_now() -> Result<zcnet_sys::raw::cpu::Rusage, BenchError> {
     thread_rusage().map_err(|e| BenchError::io("getrusage(RUSAGE_THREAD)", e))
 }
 
-fn side_cpu(a: zcnet::sys::cpu::Rusage, b: zcnet::sys::cpu::Rusage) -> SideCpu {
+fn side_cpu(a: zcnet_sys::raw::cpu::Rusage, b: zcnet_sys::raw::cpu::Rusage) -> SideCpu {
     let c = CpuSeconds::between(a, b);
     SideCpu {
         user: c.user,

@@ -9,10 +9,10 @@
 //! the CLI to print: a refused profile is never applied and never silently ignored.
 
 use super::profile::{HostKey, Profile};
-use crate::sys::socket;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use zcnet_sys::raw::socket;
 
 /// Where a [`crate::Sender`]/[`crate::Receiver`] on the `auto` path gets its profile.
 #[derive(Debug, Clone, Default)]

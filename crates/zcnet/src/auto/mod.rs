@@ -37,7 +37,6 @@ pub mod choose;
 pub mod demotion;
 pub mod hysteresis;
 pub mod load;
-pub mod measure;
 pub mod profile;
 
 pub use choose::{Choice, ChoiceReason, Chooser, Crossover};

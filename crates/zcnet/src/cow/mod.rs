@@ -9,7 +9,7 @@
 //! as `send_slice` returns, exactly as with a copying send.
 //!
 //! One engine per process, shared by every `cow` sender: the protection mechanism and the
-//! table of protected pages ([`crate::sys::cow::CowSpace`]) and, for the userfaultfd backend,
+//! table of protected pages ([`zcnet_sys::cow::CowSpace`]) and, for the userfaultfd backend,
 //! one fault-handling thread (`zcnet-cow`). It starts on first use.
 //!
 //! # Backends
@@ -17,7 +17,7 @@
 //! * `userfaultfd` (default): write-protect with `UFFD_USER_MODE_ONLY` userfaultfd, which
 //!   works unprivileged (findings §6).
 //! * `mprotect`: where userfaultfd is unavailable; `SIGSEGV` handler chained to the previous
-//!   one. See [`crate::sys::cow`] for its limits.
+//!   one. See [`zcnet_sys::cow`] for its limits.
 //!
 //! `ZCNET_COW_BACKEND=userfaultfd|mprotect|none`, read once at start, forces a choice (for
 //! tests and measurements); `none` disables the engine, so every `cow` send copies and counts
@@ -55,19 +55,18 @@
 //! * exit: the handler thread dies with the process; nothing persists.
 
 pub mod gate;
-pub mod registry;
 
-pub use crate::sys::cow::{BackendKind, Ineligible};
 pub use gate::WorkingSetRule;
+pub use zcnet_sys::cow::{BackendKind, Ineligible};
 
 use crate::error::Result;
-use crate::sys::cow::{CowSpace, FaultReport, Protected};
-use registry::Released;
 use serde::Serialize;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::time::Duration;
+use zcnet_sys::cow::registry::Released;
+use zcnet_sys::cow::{CowSpace, FaultReport, Protected};
 
 /// How the `cow` path decides per [`crate::Sender::send_slice`] (beyond
 /// [`crate::Policy`]'s size threshold and COPIED demotion, which it shares with `zerocopy`).
@@ -240,7 +239,7 @@ pub fn use_backend(kind: BackendKind) -> std::result::Result<(), String> {
 pub fn engine_stats() -> Option<EngineStats> {
     let e = ENGINE.get()?.as_ref().ok()?;
     let c = e.counters;
-    let (sig_faults, sig_ns) = crate::sys::cow::signal_fault_totals();
+    let (sig_faults, sig_ns) = zcnet_sys::cow::signal_fault_totals();
     Some(EngineStats {
         backend: e.space.kind(),
         messages: c.messages.load(Relaxed),
@@ -345,7 +344,7 @@ fn this_thread_stack() -> Option<(usize, usize)> {
         if let Some(v) = s.get() {
             return v;
         }
-        let v = crate::sys::cow::thread_stack();
+        let v = zcnet_sys::cow::thread_stack();
         s.set(Some(v));
         v
     })

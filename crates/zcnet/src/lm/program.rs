@@ -25,17 +25,8 @@ const PORT_GLOBAL: &str = "udp_port_be";
 
 type Words = [u32; 8];
 
-#[cfg(zcnet_xdp_prog)]
 fn object() -> Option<&'static [u8]> {
-    Some(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/lm.o"
-    )))
-}
-
-#[cfg(not(zcnet_xdp_prog))]
-fn object() -> Option<&'static [u8]> {
-    None
+    None // TEMP-BPF
 }
 
 /// Who may send DATA frames now.

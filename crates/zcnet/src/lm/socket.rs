@@ -132,7 +132,7 @@ impl LmSocket {
             Some(n) => n.clone(),
             None => {
                 let ip = std::net::IpAddr::V4(*cfg.local.ip());
-                crate::sys::socket::find_interface(|a| a == ip)
+                zcnet_sys::raw::socket::find_interface(|a| a == ip)
                     .map_err(io_err("getifaddrs"))?
                     .ok_or_else(|| {
                         LmError::Config(format!("no interface here has the address {ip}"))
@@ -145,14 +145,15 @@ impl LmSocket {
         // On the fallback receive path a whole message's datagrams may queue here at once
         // (truesize about twice the payload): room for a few of the largest.
         let want_rcvbuf = (4 * cfg.max_message).max(4 << 20);
-        let rcvbuf = crate::sys::udp_msg::grow_rcvbuf(ctl.as_fd(), want_rcvbuf)
+        let rcvbuf = zcnet_sys::raw::udp_msg::grow_rcvbuf(ctl.as_fd(), want_rcvbuf)
             .map_err(io_err("SO_RCVBUF on the LM control socket"))?;
         let local = match ctl.local_addr().map_err(io_err("getsockname"))? {
             SocketAddr::V4(a) => a,
             SocketAddr::V6(_) => unreachable!("bound to an IPv4 address"),
         };
-        let mtu = crate::sys::socket::interface_mtu(&ifname).map_err(io_err("SIOCGIFMTU"))?;
-        let mac = crate::sys::socket::interface_mac(&ifname).map_err(io_err("SIOCGIFHWADDR"))?;
+        let mtu = zcnet_sys::raw::socket::interface_mtu(&ifname).map_err(io_err("SIOCGIFMTU"))?;
+        let mac =
+            zcnet_sys::raw::socket::interface_mac(&ifname).map_err(io_err("SIOCGIFHWADDR"))?;
         let cfg = LmConfig { local, ..cfg };
         let payload = wire::max_payload(mtu, CHUNK);
         if payload == 0 {
@@ -644,13 +645,15 @@ impl LmSocket {
             }
             let wait = wake.saturating_duration_since(now);
             let polled = match (&self.xsk, &self.program) {
-                (Some(x), Some(_)) => crate::sys::socket::poll_all(
+                (Some(x), Some(_)) => zcnet_sys::raw::socket::poll_all(
                     [(self.ctl.as_fd(), libc::POLLIN), (x.as_fd(), libc::POLLIN)],
                     Some(wait),
                 )
                 .map(|_| ()),
-                _ => crate::sys::socket::poll_all([(self.ctl.as_fd(), libc::POLLIN)], Some(wait))
-                    .map(|_| ()),
+                _ => {
+                    zcnet_sys::raw::socket::poll_all([(self.ctl.as_fd(), libc::POLLIN)], Some(wait))
+                        .map(|_| ())
+                }
             };
             match polled {
                 Ok(()) => {}
@@ -1097,7 +1100,7 @@ fn send_dgram(ctl: &UdpSocket, d: &[u8], to: SocketAddrV4) -> Result<(), LmError
         match ctl.send_to(d, to) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let _ = crate::sys::socket::poll(
+                let _ = zcnet_sys::raw::socket::poll(
                     ctl.as_fd(),
                     libc::POLLOUT,
                     Some(Duration::from_millis(10)),

@@ -181,10 +181,10 @@ impl MsgConfig {
             if let Err(e) = wire::Layout::new(s) {
                 return bad(format!("segment: {e}"));
             }
-            if s > crate::sys::udp_msg::MAX_UDP_PAYLOAD_V4 {
+            if s > zcnet_sys::raw::udp_msg::MAX_UDP_PAYLOAD_V4 {
                 return bad(format!(
                     "segment {s} is above the largest UDP payload ({})",
-                    crate::sys::udp_msg::MAX_UDP_PAYLOAD_V4
+                    zcnet_sys::raw::udp_msg::MAX_UDP_PAYLOAD_V4
                 ));
             }
         }

@@ -15,12 +15,14 @@ use super::stats::MsgStats;
 use super::{Message, MsgConfig, MsgError, MsgEvent};
 use crate::error::Error;
 use crate::stats::Stats;
-use crate::sys::{socket, udp, udp_msg};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::udp;
+use zcnet_sys::raw::udp_msg;
 
 /// Receives whole messages on a bound UDP socket (see the module docs).
 #[derive(Debug)]

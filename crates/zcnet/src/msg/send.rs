@@ -31,10 +31,6 @@ use crate::completion::Completions;
 use crate::error::Error;
 use crate::policy::{CopiedDemotion, TxDecision};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::mem::page_size;
-use crate::sys::socket;
-use crate::sys::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
-use crate::sys::zerocopy as zc;
 use crate::tx::zerocopy::reap_completions;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -42,6 +38,10 @@ use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet_sys::mem::page_size;
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
+use zcnet_sys::raw::zerocopy as zc;
 
 /// Zero-copy attempts after `ENOBUFS` (each after reaping) before the rest is copied.
 const ENOBUFS_RETRIES: u32 = 3;

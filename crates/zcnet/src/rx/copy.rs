@@ -3,9 +3,9 @@
 use super::{Receive, RxChunk};
 use crate::error::{Error, Result};
 use crate::stats::Stats;
-use crate::sys::socket;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+use zcnet_sys::raw::socket;
 
 /// `recv` into `buf`, retrying `EINTR`; `EAGAIN` means `SO_RCVTIMEO` (`timeout`) ran out.
 /// Signals restart the kernel's timer, so the wait is also bounded here.

@@ -27,12 +27,12 @@
 use super::Receive;
 use crate::error::{Error, Result};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
 use crate::tx::file::{range_end, sized_pipe, Stall};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
+use zcnet_sys::raw::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
 
 /// How [`crate::Receiver::recv_to_file`] moves stream bytes into the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]

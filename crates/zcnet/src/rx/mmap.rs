@@ -16,9 +16,10 @@ use super::{copy::recv_some, Receive, RxChunk, RxPath};
 use crate::auto::{AutoStats, Demotion, DemotionReason, Report};
 use crate::error::{Error, Result};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::{socket, zcrecv::SocketMap};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::zcrecv::SocketMap;
 
 /// Below this much free window, release the window before the next call: a call into a tiny
 /// window maps little and costs as much.

@@ -2,7 +2,7 @@
 //!
 //! * [`copy`] — `recv(2)` into a buffer the receiver owns.
 //! * [`mmap`] — `TCP_ZEROCOPY_RECEIVE`: received pages are mapped, not copied, when the
-//!   sender and the MSS let the kernel (see [`crate::sys::zcrecv`]).
+//!   sender and the MSS let the kernel (see [`zcnet_sys::raw::zcrecv`]).
 //! * [`uring`] — io_uring: multishot `recv` into provided buffers (`uring`), and zero-copy
 //!   receive into a registered area where the NIC allows it (`zcrx`).
 //! * [`mod@file`] — socket → pipe → file by `splice` ([`crate::Receiver::recv_to_file`]); works on

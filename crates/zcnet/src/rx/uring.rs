@@ -6,7 +6,7 @@
 //!   it saves is the per-read syscall and buffer choice — the NEC paper's kernel pool mapped
 //!   to the user, and the FreeBSD proposal's "receive into user-posted buffers".
 //! * `zcrx` — io_uring zero-copy receive: the NIC's header split puts payloads straight into
-//!   a registered area ([`crate::sys::zcrx`]). Registration is tried when the connection is
+//!   a registered area ([`zcnet_sys::uring::zcrx`]). Registration is tried when the connection is
 //!   accepted; loopback, veth and virtio refuse it (`EOPNOTSUPP`; findings §3), and the
 //!   receiver then takes the `uring` path (or `copy` without io_uring), counting
 //!   [`FallbackReason::Unsupported`], `rx_zcrx_refusals` and the errno (`rx_zcrx_errno`).
@@ -26,12 +26,12 @@ use super::{copy::CopyRx, Receive, RxChunk, RxPath};
 use crate::conn::ReceiverConfig;
 use crate::error::{Error, Result};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::mem::{page_size, round_to_pages};
-use crate::sys::uring::{BufRingRecv, Lent, RecvEvent};
-use crate::sys::zcrx::{self, ZcLent, ZcrxEvent, ZcrxQueue};
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+use zcnet_sys::mem::{page_size, round_to_pages};
+use zcnet_sys::uring::zcrx::{self, ZcLent, ZcrxEvent, ZcrxQueue};
+use zcnet_sys::uring::{BufRingRecv, Lent, RecvEvent};
 
 /// How long one wait inside a receive lasts before the deadline is checked again.
 const WAIT_SLICE: Duration = Duration::from_millis(100);

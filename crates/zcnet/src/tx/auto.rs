@@ -25,9 +25,9 @@ use crate::cow::CowPolicy;
 use crate::error::Result;
 use crate::policy::Policy;
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::mem::page_size;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
+use zcnet_sys::mem::page_size;
 
 /// Consecutive operations that must prefer another path before a stream switches.
 pub const HYSTERESIS_OPS: u32 = 8;

@@ -3,9 +3,9 @@
 use crate::buf::TxBuf;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
-use crate::sys::socket;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+use zcnet_sys::raw::socket;
 
 /// Sends all of `data`, continuing short sends and retrying `EINTR`. `EAGAIN` on a blocking
 /// socket means its `SO_SNDTIMEO` (`timeout`) ran out. A signal restarts the kernel's

@@ -28,10 +28,12 @@ use crate::cow::{engine, CowPolicy, Engine, Ineligible};
 use crate::error::Result;
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::cow::{abort_connection, Protected};
-use crate::sys::{mem::page_size, socket, zerocopy as zc};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
+use zcnet_sys::cow::{abort_connection, Protected};
+use zcnet_sys::mem::page_size;
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::zerocopy as zc;
 
 /// What a completion gives back.
 #[derive(Debug)]

@@ -21,12 +21,12 @@
 use super::copy::send_all;
 use crate::error::{Error, Result};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::mem::PageBuf;
-use crate::sys::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
+use zcnet_sys::mem::PageBuf;
+use zcnet_sys::raw::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
 
 /// How [`crate::Sender::send_file`] moves a file range to the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]

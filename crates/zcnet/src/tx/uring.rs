@@ -34,10 +34,10 @@ use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::mem::page_size;
-use crate::sys::uring::{PushError, SendBuf, SendEvent, SendToken, SendZcRing};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+use zcnet_sys::mem::page_size;
+use zcnet_sys::uring::{PushError, SendBuf, SendEvent, SendToken, SendZcRing};
 
 /// Submission queue entries: a send has at most one request submitted at a time, plus
 /// cancellations.

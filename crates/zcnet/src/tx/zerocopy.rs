@@ -16,9 +16,11 @@ use crate::completion::Completions;
 use crate::error::{Error, Result};
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::{FallbackReason, Stats};
-use crate::sys::{mem::page_size, socket, zerocopy as zc};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
+use zcnet_sys::mem::page_size;
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::zerocopy as zc;
 
 /// Attempts at a zero-copy send after `ENOBUFS` (each after reaping) before copying.
 const ENOBUFS_RETRIES: u32 = 3;

@@ -9,7 +9,7 @@
 //! reads frames in place from the RX ring. Transmit is the mirror: frames built in the UMEM,
 //! posted on the TX ring, handed back on the COMPLETION ring.
 //!
-//! This module is the safe layer over [`crate::sys::xsk`], which owns the memory and keeps
+//! This module is the safe layer over [`zcnet_sys::xsk`], which owns the memory and keeps
 //! the ledger of what the kernel holds (so no slice here can alias a kernel write):
 //!
 //! * [`XskSocket`] — one socket with its own UMEM of `frame_count` frames; [`XskSocket::bind`]
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use rustix::net::xdp::SocketAddrXdpFlags;
 
-use crate::sys::xsk::{self as sys, AccessError, Geometry, RingSizes, Xsk};
+use zcnet_sys::xsk::{self as sys, AccessError, Geometry, RingSizes, Xsk};
 
 /// How a socket is configured: its UMEM and its rings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -272,7 +272,7 @@ impl XskSocket {
         if self.binding.is_some() {
             return Err(XskError::AlreadyBound);
         }
-        let ifindex = crate::sys::zcrx::ifindex(ifname).map_err(|source| XskError::Bind {
+        let ifindex = zcnet_sys::uring::zcrx::ifindex(ifname).map_err(|source| XskError::Bind {
             ifname: ifname.to_string(),
             queue,
             mode,

@@ -23,17 +23,8 @@ const PORT_GLOBAL: &str = "udp_port_be";
 /// Slots in the XSKMAP (queue ids 0..64), as declared in the C source.
 pub const MAX_QUEUES: u32 = 64;
 
-#[cfg(zcnet_xdp_prog)]
 fn object() -> Option<&'static [u8]> {
-    Some(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/xsk_redirect.o"
-    )))
-}
-
-#[cfg(not(zcnet_xdp_prog))]
-fn object() -> Option<&'static [u8]> {
-    None
+    None // TEMP-BPF
 }
 
 /// Where the program runs (`XDP_FLAGS_DRV_MODE` / `XDP_FLAGS_SKB_MODE`).
@@ -109,7 +100,7 @@ pub(crate) fn attach_xdp(
     ifname: &str,
     mode: AttachMode,
 ) -> Result<u32, XskError> {
-    let ifindex = crate::sys::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
+    let ifindex = zcnet_sys::uring::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
         op: "if_nametoindex",
         source,
     })?;

@@ -3,89 +3,14 @@
 //! two network namespaces.
 #![allow(dead_code)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::OnceLock;
 use std::time::Duration;
 use zcnet::conn::Listener;
-use zcnet::netns::VethPair;
 use zcnet::{Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath};
 
-/// Period of the pattern: a prime, so a page or a segment landing at the wrong offset never
-/// lines up with the right bytes.
-pub const PERIOD: usize = 1_048_573;
-
-fn table() -> &'static [u8] {
-    static T: OnceLock<Vec<u8>> = OnceLock::new();
-    T.get_or_init(|| {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let period: Vec<u8> = (0..PERIOD)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect();
-        // The tail repeats the start, so any window of up to 8 MiB is one slice.
-        period
-            .iter()
-            .cycle()
-            .take(PERIOD + (8 << 20))
-            .copied()
-            .collect()
-    })
-}
-
-/// The pattern's bytes at stream offsets `pos..pos+len` (len ≤ 8 MiB).
-pub fn pattern(pos: u64, len: usize) -> &'static [u8] {
-    let start = (pos % PERIOD as u64) as usize;
-    &table()[start..start + len]
-}
-
-/// Checks a received stream incrementally.
-#[derive(Debug, Default)]
-pub struct Verifier {
-    pub pos: u64,
-}
-
-impl Verifier {
-    pub fn check(&mut self, data: &[u8]) {
-        let mut off = 0;
-        while off < data.len() {
-            let n = (data.len() - off).min(4 << 20);
-            let want = pattern(self.pos, n);
-            if want != &data[off..off + n] {
-                let i = want
-                    .iter()
-                    .zip(&data[off..off + n])
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(0);
-                let at = self.pos + i as u64;
-                let got = &data[off + i..(off + i + 64).min(data.len())];
-                // Where in the pattern do the received bytes come from?
-                let found = (0..PERIOD as u64)
-                    .find(|&p| pattern(p, got.len()) == got)
-                    .map_or("nowhere".to_string(), |p| format!("pattern offset {p}"));
-                panic!(
-                    "byte {at} of the stream is wrong (chunk of {} at stream {}; received bytes match {found}): got {:?} want {:?}",
-                    data.len(),
-                    self.pos - off as u64,
-                    &got[..got.len().min(16)],
-                    &pattern(at, 16)
-                );
-            }
-            self.pos += n as u64;
-            off += n;
-        }
-    }
-}
-
-/// Where a transfer runs.
-#[derive(Debug, Clone, Copy)]
-pub enum Topo<'a> {
-    Loopback,
-    Netns(&'a VethPair),
-}
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use zcnet_testbed::pattern::{pattern, Verifier, PERIOD};
+#[allow(unused_imports)]
+pub use zcnet_testbed::topo::{veth_or_skip, Topo};
 
 /// One transfer's shape.
 #[derive(Debug, Clone, Copy)]
@@ -127,28 +52,14 @@ pub fn receiver_config(rx: RxPath) -> ReceiverConfig {
 
 /// Binds a listener on the receiving side of `topo`.
 pub fn listen(topo: Topo<'_>, cfg: &ReceiverConfig) -> Listener {
-    match topo {
-        Topo::Loopback => {
-            Listener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0), cfg).unwrap()
-        }
-        Topo::Netns(p) => {
-            let addr = SocketAddr::new(IpAddr::V4(p.addr_b()), 0);
-            p.run_in_b(|| Listener::bind(addr, cfg)).unwrap().unwrap()
-        }
-    }
+    topo.on_receiver(|| Listener::bind(topo.receiver_addr(0), cfg))
+        .expect("binding the listener")
 }
 
 /// Connects a sender from the sending side of `topo`.
 pub fn connect(topo: Topo<'_>, port: u16, cfg: &SenderConfig) -> Sender {
-    match topo {
-        Topo::Loopback => {
-            Sender::connect(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port), cfg).unwrap()
-        }
-        Topo::Netns(p) => {
-            let addr = SocketAddr::new(IpAddr::V4(p.addr_b()), port);
-            p.run_in_a(|| Sender::connect(addr, cfg)).unwrap().unwrap()
-        }
-    }
+    topo.on_sender(|| Sender::connect(topo.receiver_addr(port), cfg))
+        .expect("connecting the sender")
 }
 
 /// Sends `size` pattern bytes in pool-buffer pieces, data placed at `offset` in each buffer.
@@ -203,17 +114,4 @@ pub fn transfer(topo: Topo<'_>, case: Case) -> Outcome {
             received,
         }
     })
-}
-
-/// Skips (visibly) when namespaces cannot be built here; returns the pair otherwise.
-pub fn veth_or_skip(mtu: u32) -> Option<VethPair> {
-    if let Err(why) = zcnet::netns::available() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: network namespaces unavailable: {why}"
-        );
-        return None;
-    }
-    Some(VethPair::create(mtu).unwrap())
 }

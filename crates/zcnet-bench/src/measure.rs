@@ -1,0 +1,196 @@
+//! From `zcnet bench` runs to a profile's tables, and the check that `auto` keeps up with the
+//! best single path. Pure: `zcnet tune` and `zcnet bench` feed it runs they measured.
+//!
+//! A direction's table comes from runs that vary only that direction against the `copy`
+//! baseline of the other (transmit paths into a `copy` receiver, `copy` senders into each
+//! receive path), so each row's cost — worker CPU-seconds per GiB of both ends, the bench
+//! verdict's metric — moves with the path measured. Runs where the path could not run as
+//! itself ([`Run::unsupported`]) are left out: a refused path must not look cheap.
+
+use crate::report::Run;
+use crate::summary::median;
+use std::collections::BTreeMap;
+use zcnet::auto::profile::{Measurement, Spread};
+use zcnet::auto::AutoPath;
+use zcnet::rx::RxPath;
+use zcnet::tx::TxPath;
+
+/// The cost `auto` minimises: worker CPU-seconds per GiB of both ends.
+pub fn run_cost(r: &Run) -> f64 {
+    r.sender_cpu_s_per_gib + r.receiver_cpu_s_per_gib
+}
+
+/// `(path name, size, touch)` → (costs, zero-copy shares) over the repeats.
+type Groups = BTreeMap<(String, u64, bool), (Vec<f64>, Vec<f64>)>;
+
+fn groups(runs: &[Run], tx: bool) -> Groups {
+    let mut g = Groups::new();
+    for r in runs.iter().filter(|r| !r.unsupported()) {
+        let (this, other, zc) = if tx {
+            (&r.tx, &r.rx, r.zc_fraction_tx)
+        } else {
+            (&r.rx, &r.tx, r.zc_fraction_rx)
+        };
+        if other != "copy" {
+            continue;
+        }
+        let e = g.entry((this.clone(), r.size, r.touch)).or_default();
+        e.0.push(run_cost(r));
+        e.1.push(zc);
+    }
+    g
+}
+
+fn rows<P: AutoPath>(runs: &[Run], tx: bool) -> Vec<Measurement<P>> {
+    groups(runs, tx)
+        .into_iter()
+        .filter_map(|((name, size, touch), (costs, zc))| {
+            let path = P::from_name(&name)?;
+            let m = median(&costs)?;
+            let lo = costs.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = costs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            Some(Measurement {
+                path,
+                size,
+                touch,
+                cpu_s_per_gib: Spread { median: m, lo, hi },
+                zc_fraction: median(&zc).map(|f| f.clamp(0.0, 1.0)),
+            })
+        })
+        .collect()
+}
+
+/// The transmit and receive tables of a profile from `runs` (`auto` runs are ignored).
+pub fn profile_rows(runs: &[Run]) -> (Vec<Measurement<TxPath>>, Vec<Measurement<RxPath>>) {
+    (rows(runs, true), rows(runs, false))
+}
+
+/// How `auto` did against the best single path at one size.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AutoGap {
+    /// "tx" or "rx".
+    pub direction: &'static str,
+    /// Operation size.
+    pub size: u64,
+    /// Touch variant.
+    pub touch: bool,
+    /// `auto`'s median cost.
+    pub auto: f64,
+    /// The cheapest single path at this size.
+    pub best_path: String,
+    /// Its median cost.
+    pub best: f64,
+    /// `auto / best − 1`: 0.05 means 5% more CPU per GiB than the best path.
+    pub excess: f64,
+}
+
+/// For each direction, size and touch variant with an `auto` row and at least one single
+/// path: `auto`'s median cost against the cheapest single path's.
+pub fn auto_gaps(runs: &[Run]) -> Vec<AutoGap> {
+    let mut out = Vec::new();
+    for (tx, direction) in [(true, "tx"), (false, "rx")] {
+        let g = groups(runs, tx);
+        // (size, touch) → (auto's median, the cheapest single path and its median).
+        type Point = (Option<f64>, Option<(String, f64)>);
+        let mut by_point: BTreeMap<(u64, bool), Point> = BTreeMap::new();
+        for ((name, size, touch), (costs, _)) in &g {
+            let Some(m) = median(costs) else { continue };
+            let e = by_point.entry((*size, *touch)).or_default();
+            if name == "auto" {
+                e.0 = Some(m);
+            } else if e.1.as_ref().is_none_or(|(_, b)| m < *b) {
+                e.1 = Some((name.clone(), m));
+            }
+        }
+        for ((size, touch), (auto, best)) in by_point {
+            if let (Some(auto), Some((best_path, best))) = (auto, best) {
+                let excess = if best > 0.0 { auto / best - 1.0 } else { 0.0 };
+                out.push(AutoGap {
+                    direction,
+                    size,
+                    touch,
+                    auto,
+                    best_path,
+                    best,
+                    excess,
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::sample_run;
+
+    fn run_with(tx: &str, rx: &str, size: u64, snd: f64, rcv: f64, ztx: f64, zrx: f64) -> Run {
+        let mut r = sample_run(tx, rx, size, snd + rcv);
+        r.sender_cpu_s_per_gib = snd;
+        r.receiver_cpu_s_per_gib = rcv;
+        r.zc_fraction_tx = ztx;
+        r.zc_fraction_rx = zrx;
+        r
+    }
+
+    #[test]
+    fn tables_take_each_direction_against_the_copy_baseline() {
+        let runs = vec![
+            run_with("copy", "copy", 4096, 0.2, 0.3, 0.0, 0.0),
+            run_with("copy", "copy", 4096, 0.3, 0.3, 0.0, 0.0),
+            run_with("copy", "copy", 4096, 0.25, 0.3, 0.0, 0.0),
+            run_with("uring", "copy", 4096, 0.1, 0.3, 0.9, 0.0),
+            run_with("copy", "mmap", 4096, 0.2, 0.1, 0.0, 0.8),
+            // Neither direction at the copy baseline: no row.
+            run_with("zerocopy", "mmap", 4096, 0.01, 0.01, 1.0, 1.0),
+            // `auto` is never a row.
+            run_with("auto", "copy", 4096, 0.01, 0.01, 0.0, 0.0),
+        ];
+        let (tx, rx) = profile_rows(&runs);
+        assert_eq!(tx.len(), 2, "{tx:?}");
+        let copy = tx.iter().find(|m| m.path == TxPath::Copy).unwrap();
+        assert!((copy.cpu_s_per_gib.median - 0.55).abs() < 1e-9);
+        assert!((copy.cpu_s_per_gib.lo - 0.5).abs() < 1e-9);
+        assert!((copy.cpu_s_per_gib.hi - 0.6).abs() < 1e-9);
+        let uring = tx.iter().find(|m| m.path == TxPath::Uring).unwrap();
+        assert_eq!(uring.zc_fraction, Some(0.9));
+        assert_eq!(rx.len(), 2, "{rx:?}");
+        let mmap = rx.iter().find(|m| m.path == RxPath::Mmap).unwrap();
+        assert_eq!(mmap.zc_fraction, Some(0.8));
+        assert!((mmap.cpu_s_per_gib.median - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unsupported_runs_are_left_out() {
+        let mut refused = run_with("copy", "zcrx", 4096, 0.01, 0.01, 0.0, 0.0);
+        refused.rx_in_effect = Some("uring".into());
+        let runs = vec![run_with("copy", "copy", 4096, 0.2, 0.3, 0.0, 0.0), refused];
+        let (_, rx) = profile_rows(&runs);
+        assert_eq!(rx.len(), 1);
+        assert_eq!(rx[0].path, RxPath::Copy);
+    }
+
+    #[test]
+    fn auto_is_compared_with_the_cheapest_single_path() {
+        let runs = vec![
+            run_with("copy", "copy", 65536, 0.5, 0.5, 0.0, 0.0),
+            run_with("uring", "copy", 65536, 0.4, 0.5, 0.0, 0.0),
+            run_with("auto", "copy", 65536, 0.42, 0.5, 0.0, 0.0),
+            run_with("copy", "auto", 65536, 0.5, 0.6, 0.0, 0.0),
+            // No auto row at this size: nothing to compare.
+            run_with("copy", "copy", 4096, 0.5, 0.5, 0.0, 0.0),
+        ];
+        let gaps = auto_gaps(&runs);
+        assert_eq!(gaps.len(), 2, "{gaps:?}");
+        let tx = &gaps[0];
+        assert_eq!(
+            (tx.direction, tx.size, tx.best_path.as_str()),
+            ("tx", 65536, "uring")
+        );
+        assert!((tx.excess - (0.92 / 0.9 - 1.0)).abs() < 1e-9);
+        let rx = &gaps[1];
+        assert_eq!((rx.direction, rx.best_path.as_str()), ("rx", "copy"));
+        assert!((rx.excess - 0.1).abs() < 1e-9);
+    }
+}

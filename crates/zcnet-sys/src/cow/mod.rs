@@ -1,0 +1,1360 @@
+//! Copy-on-write protection of application pages that a `MSG_ZEROCOPY` send may still read:
+//! Solaris's transmit COW (seed 000, §3.2.4, §4.4.1) rebuilt from userfaultfd.
+//!
+//! A page in flight is write-protected. When the application writes to it, the writing
+//! thread sleeps on the fault; the handler copies the page, zaps it and maps the copy in its
+//! place, then wakes the writer. The kernel keeps its reference to the *original* page, so the
+//! bytes on the wire are the bytes at the time of the send, and the writer never notices
+//! (findings §6: 13–29 µs per fault). When the send's completion arrives the pages are
+//! unregistered, which also lifts the protection.
+//!
+//! # Mechanism (userfaultfd backend)
+//!
+//! * One `userfaultfd(UFFD_USER_MODE_ONLY | O_NONBLOCK)` per process; API features
+//!   `PAGEFAULT_FLAG_WP` and `EVENT_REMAP`.
+//! * Protect: `UFFDIO_REGISTER` of exactly the span in mode `MISSING | WP`, then
+//!   `UFFDIO_WRITEPROTECT`. `MISSING` is needed because the copy-on-write below zaps the page
+//!   before refilling it: with `MISSING` registered, another thread touching the page in that
+//!   window sleeps on a missing fault instead of being handed a zero page.
+//! * Copy-on-write of page P (all under the table lock): `process_vm_readv` P into a staging
+//!   page (a *kernel-mode* read: if the application unmapped P meanwhile this fails with
+//!   `EFAULT` instead of faulting the handler itself), `madvise(MADV_DONTNEED)` P, then
+//!   `UFFDIO_COPY` staging → P, which maps a fresh page and wakes the writer. This keeps the
+//!   VMA whole, unlike the mremap variant (findings §6: 3 VMAs per copied page).
+//! * `mremap` of a registered range (glibc `realloc` of a large buffer does this) would
+//!   otherwise drop the registration and the protection, and the next write would land in
+//!   the page the kernel is sending. With `EVENT_REMAP` the kernel keeps both, queues an
+//!   event and holds the `mremap` caller until the handler reads it; the handler then copies
+//!   every still-protected page of the moved range and unregisters it.
+//!
+//! # What the protection cannot cover (`UFFD_USER_MODE_ONLY`)
+//!
+//! Kernel-mode writes into a protected page (`read(2)`/`recv(2)` into a buffer still in
+//! flight) fail with `EFAULT` and never reach the handler (findings §6). zcnet's own
+//! `Receiver::recv_into` receives into a scratch buffer and copies in that case (a user
+//! write, which the handler resolves); anything else must wait for the send's completion or
+//! use loaned buffers. While a span is registered `MISSING`, a kernel-mode *read* of a page
+//! of it that is not mapped also fails with `EFAULT`: only possible for a page the
+//! application zapped itself (`MADV_DONTNEED`) or during the few microseconds of a copy.
+//!
+//! # mprotect backend
+//!
+//! Where userfaultfd is missing or forbidden: `mprotect(PROT_READ)` and a `SIGSEGV` handler
+//! that copies the page into a fresh mapping and `mremap`s it over the faulting one (findings
+//! §6: 13–15 µs). The previous `SIGSEGV` action (Rust's stack-overflow handler, or the
+//! application's) is called for every fault that is not ours. Because signals are
+//! process-wide and the table can hold stale entries (a buffer unmapped while in flight, its
+//! address reused — by a thread stack's guard page, for instance), the handler decides from
+//! the mapping itself, read from /proc/self/maps without allocating: it copies only a
+//! read-only private anonymous page that the table says is protected, retries a write to a
+//! page that has become writable meanwhile, and chains everything else. Releases likewise
+//! restore read-write only where the mapping is still `r--p` anonymous.
+//!
+//! Its costs and limits: it splits VMAs (every copied page becomes its own mapping); a
+//! buffer moved by `mremap` while in flight keeps `PROT_READ` at its new address, where
+//! writes are taken for the application's own faults (no remap event without userfaultfd);
+//! and new read-only anonymous memory mapped exactly where a freed in-flight buffer was
+//! would be made writable by a write fault. Use it only where userfaultfd is unavailable.
+//!
+//! # Soundness
+//!
+//! The only operations here that can change bytes Rust code may see are the zap + refill
+//! of a copy-on-write, and they preserve every byte: they run under the table lock, only on
+//! a page this space write-protected and still records (or, for a page moved by `mremap`,
+//! that `/proc/self/pagemap` shows write-protected by a userfaultfd, which in this process
+//! can only be ours), while it is protected — no user-mode write can land, kernel-mode
+//! writes fail, and every other access sleeps until the refill. The application can break
+//! this only by unmapping and re-mapping the memory *while* a fault on it is being handled,
+//! which safe Rust cannot do (the faulting writer holds the borrow).
+
+pub mod registry;
+pub mod uffd;
+
+use self::registry::{PageState, Registry, Released};
+use self::uffd::{RegisterMode, UffdEvent, Userfaultfd, EVENT_BATCH, UFFD_PAGEFAULT_FLAG_WP};
+use crate::mem::{page_size, PageBuf};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Which mechanism write-protects pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// userfaultfd write-protect (`UFFD_USER_MODE_ONLY`), faults resolved by a handler thread.
+    Userfaultfd,
+    /// `mprotect(PROT_READ)` and a chained `SIGSEGV` handler, faults resolved in the faulting
+    /// thread.
+    Mprotect,
+}
+
+/// Why a span cannot be protected (the send then copies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Ineligible {
+    /// This is a `fork`ed child of the process that set up the protection: the userfaultfd
+    /// belongs to the parent's address space.
+    #[error("the copy-on-write engine belongs to the parent process (fork)")]
+    Forked,
+    /// The span is not page-aligned.
+    #[error("span not page-aligned")]
+    Misaligned,
+    /// Part of the span is the calling thread's stack: signal frames and syscall results
+    /// are written there by the kernel, which would fail on a protected page.
+    #[error("span lies on the thread's stack")]
+    Stack,
+    /// A page is file-backed or shared (page cache or shmem): another mapping could change it
+    /// behind the protection.
+    #[error("memory is file-backed or shared")]
+    NotAnonymous,
+    /// A page is not resident (never touched, or swapped out).
+    #[error("memory not resident")]
+    NotResident,
+    /// The kernel refused to register or protect the range (e.g. another userfaultfd owns
+    /// it: `EBUSY`; not anonymous memory: `EINVAL`).
+    #[error("the kernel refused to protect the range (errno {0})")]
+    Refused(i32),
+    /// No copy-on-write engine runs in this process (see [`crate::cow::backend`]).
+    #[error("no copy-on-write engine in this process")]
+    Unavailable,
+}
+
+/// A protected span: one hold on each of its pages, given back with [`CowSpace::release`].
+/// Deliberately not `Clone`: each protect is released once.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Protected {
+    first: usize,
+    pages: usize,
+}
+
+impl Protected {
+    /// Pages in the span.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+}
+
+/// What one round of the fault handler did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultReport {
+    /// Messages read.
+    pub messages: u64,
+    /// Write faults resolved by a private copy.
+    pub faults: u64,
+    /// Pages copied (faults + pages moved by `mremap` while protected).
+    pub copies: u64,
+    /// Nanoseconds spent resolving write faults.
+    pub fault_ns: u64,
+    /// Write faults on pages no longer protected (lifted meanwhile): woken only.
+    pub stale: u64,
+    /// Missing-page faults filled with the zero page (pages the application zapped).
+    pub zero_fills: u64,
+    /// `mremap`s of protected memory handled.
+    pub remaps: u64,
+    /// Failures (the writer was woken; it faults again or the page was gone).
+    pub errors: u64,
+}
+
+impl FaultReport {
+    fn add(&mut self, o: &FaultReport) {
+        self.messages += o.messages;
+        self.faults += o.faults;
+        self.copies += o.copies;
+        self.fault_ns += o.fault_ns;
+        self.stale += o.stale;
+        self.zero_fills += o.zero_fills;
+        self.remaps += o.remaps;
+        self.errors += o.errors;
+    }
+}
+
+enum Backend {
+    Uffd(Userfaultfd),
+    Mprotect,
+}
+
+/// `mremap` events waiting to be handled (read while a copy waited for them).
+const REMAP_QUEUE: usize = 256;
+
+struct Inner {
+    registry: Registry,
+    staging: PageBuf,
+    remaps: Vec<(usize, usize, usize)>,
+}
+
+thread_local! {
+    /// This thread holds the table lock (the SIGSEGV handler must not wait for it then).
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Locked<'a> {
+    g: MutexGuard<'a, Inner>,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(false));
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.g
+    }
+}
+
+/// The process's copy-on-write machinery: the protection mechanism, the table of pages in
+/// flight, and the fault handling. One per process (see [`crate::cow`]).
+pub struct CowSpace {
+    backend: Backend,
+    inner: Mutex<Inner>,
+    /// Serialises protect and lift for the mprotect backend, whose lift reads
+    /// /proc/self/maps (allocates) and so must not run under `inner`.
+    lift_lock: Mutex<()>,
+    pagemap: File,
+    scan: bool,
+    pid: u32,
+    page: usize,
+}
+
+impl std::fmt::Debug for CowSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CowSpace")
+            .field("backend", &self.kind())
+            .field("pagemap_scan", &self.scan)
+            .finish()
+    }
+}
+
+fn err(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
+}
+
+impl CowSpace {
+    /// Sets up the `kind` backend. userfaultfd: the fd, the API handshake with
+    /// `PAGEFAULT_FLAG_WP | EVENT_REMAP` (refused without `EVENT_REMAP`, see the module
+    /// doc), and a check that `process_vm_readv` on ourselves works (seccomp may forbid it).
+    /// mprotect: nothing yet — [`CowSpace::install_signal_handler`] arms it.
+    pub fn open(kind: BackendKind) -> io::Result<CowSpace> {
+        let page = page_size();
+        let pagemap = File::open("/proc/self/pagemap")?;
+        let mut staging = PageBuf::new(page)?;
+        let staging_at = staging.as_ptr() as usize;
+        let backend = match kind {
+            BackendKind::Userfaultfd => {
+                let uffd = Userfaultfd::user_mode_only()?;
+                let probe = Userfaultfd::user_mode_only()?;
+                let offered = probe.api(0)?.features;
+                drop(probe);
+                let want = self::uffd::UFFD_FEATURE_PAGEFAULT_FLAG_WP
+                    | self::uffd::UFFD_FEATURE_EVENT_REMAP;
+                if offered & want != want {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!("userfaultfd lacks PAGEFAULT_FLAG_WP or EVENT_REMAP (features {offered:#x})"),
+                    ));
+                }
+                uffd.api(want)?;
+                let src = staging.as_ptr() as usize;
+                read_own(staging.as_mut_slice(), src)?;
+                Backend::Uffd(uffd)
+            }
+            BackendKind::Mprotect => Backend::Mprotect,
+        };
+        let space = CowSpace {
+            backend,
+            inner: Mutex::new(Inner {
+                registry: Registry::with_capacity(1024),
+                staging,
+                remaps: Vec::with_capacity(REMAP_QUEUE),
+            }),
+            lift_lock: Mutex::new(()),
+            pagemap,
+            scan: false,
+            pid: std::process::id(),
+            page,
+        };
+        let scan = space
+            .pagemap_scan(staging_at, staging_at + page, 0, 0, 0)
+            .is_ok();
+        Ok(CowSpace { scan, ..space })
+    }
+
+    /// The backend in use.
+    pub fn kind(&self) -> BackendKind {
+        match self.backend {
+            Backend::Uffd(_) => BackendKind::Userfaultfd,
+            Backend::Mprotect => BackendKind::Mprotect,
+        }
+    }
+
+    /// The fd the fault handler polls (userfaultfd backend).
+    pub fn events_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.backend {
+            Backend::Uffd(u) => Some(u.as_fd()),
+            Backend::Mprotect => None,
+        }
+    }
+
+    fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    fn lock(&self) -> Locked<'_> {
+        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        HOLDING.with(|h| h.set(true));
+        Locked { g }
+    }
+
+    /// Locks the table with room for `extra` more pages. The table is never grown under the
+    /// lock (see [`crate::cow::registry`]): a bigger one is allocated unlocked, swapped in,
+    /// and the old storage returned to be freed after unlocking.
+    fn lock_with_room(&self, extra: usize) -> (Locked<'_>, Option<HashMap<usize, PageState>>) {
+        loop {
+            let need = {
+                let g = self.lock();
+                if g.registry.spare() >= extra {
+                    return (g, None);
+                }
+                (g.registry.len() + extra) * 2
+            };
+            let fresh = HashMap::with_capacity(need);
+            let mut g = self.lock();
+            if g.registry.spare() >= extra {
+                drop(g);
+                drop(fresh);
+                continue;
+            }
+            let old = g.registry.rehome(fresh);
+            return (g, Some(old));
+        }
+    }
+
+    /// Whether `span` may be protected: page-aligned, not the calling thread's stack
+    /// (`stack`, from [`thread_stack`]), every page resident anonymous private memory
+    /// (`PAGEMAP_SCAN`: present and not `PAGE_IS_FILE`, so shmem, `MAP_SHARED` and
+    /// unwritten pages of private file mappings are refused). Without `PAGEMAP_SCAN`
+    /// (kernels before 6.7), and always for the mprotect backend, the mapping is looked up
+    /// in /proc/self/maps instead.
+    pub fn check(&self, span: &[u8], stack: Option<(usize, usize)>) -> Result<(), Ineligible> {
+        if self.forked() {
+            return Err(Ineligible::Forked);
+        }
+        let (start, len) = (span.as_ptr() as usize, span.len());
+        if start % self.page != 0 || len % self.page != 0 || len == 0 {
+            return Err(Ineligible::Misaligned);
+        }
+        if let Some((lo, hi)) = stack {
+            if start < hi && lo < start + len {
+                return Err(Ineligible::Stack);
+            }
+        }
+        let mprotect = matches!(self.backend, Backend::Mprotect);
+        if self.scan && !mprotect {
+            // Pages that are not present, or are file/shmem pages, match; none may.
+            match self.pagemap_scan(
+                start,
+                start + len,
+                PAGE_IS_PRESENT,
+                0,
+                PAGE_IS_PRESENT | PAGE_IS_FILE,
+            ) {
+                Ok(Some(reg)) if reg.categories & PAGE_IS_FILE != 0 => {
+                    return Err(Ineligible::NotAnonymous)
+                }
+                Ok(Some(_)) => return Err(Ineligible::NotResident),
+                Ok(None) => return Ok(()),
+                Err(_) => {}
+            }
+        }
+        match maps_covering(start, start + len) {
+            Ok(vmas) if vmas_private_anon(&vmas, start, start + len, mprotect) => {}
+            _ => return Err(Ineligible::NotAnonymous),
+        }
+        if !mprotect {
+            // No PAGEMAP_SCAN to see residency: populate (maps the zero page where nothing
+            // was written), so the send's page lookup never meets a missing page.
+            // SAFETY: MADV_POPULATE_READ only faults pages in for reading; contents unchanged.
+            let r = unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_POPULATE_READ) };
+            if r != 0 {
+                return Err(Ineligible::NotResident);
+            }
+        }
+        Ok(())
+    }
+
+    /// Write-protects `span` (page-aligned; [`CowSpace::check`] it first) and takes one hold on
+    /// each of its pages. A page already held by another send is protected again (a write
+    /// fault may have given it a fresh, unprotected copy since).
+    pub fn protect(&self, span: &[u8]) -> Result<Protected, Ineligible> {
+        if self.forked() {
+            return Err(Ineligible::Forked);
+        }
+        let (start, len) = (span.as_ptr() as usize, span.len());
+        if start % self.page != 0 || len % self.page != 0 || len == 0 {
+            return Err(Ineligible::Misaligned);
+        }
+        let (first, pages) = (start / self.page, len / self.page);
+        let _serial = match self.backend {
+            Backend::Mprotect => Some(
+                self.lift_lock
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            ),
+            Backend::Uffd(_) => None,
+        };
+        let (mut g, garbage) = self.lock_with_room(pages);
+        g.registry.hold(first, pages);
+        let r = match &self.backend {
+            Backend::Uffd(u) => {
+                match u.register_range(start, len, RegisterMode::MISSING | RegisterMode::WP) {
+                    Err(e) => Err((e, false)),
+                    Ok(_) => {
+                        let deadline = Instant::now() + Duration::from_secs(2);
+                        loop {
+                            match u.write_protect_range(start, len, true) {
+                                // A pending mremap event (mmap_changing): let the handler read it.
+                                Err(e)
+                                    if e.raw_os_error() == Some(libc::EAGAIN)
+                                        && Instant::now() < deadline =>
+                                {
+                                    drop(g);
+                                    std::thread::sleep(Duration::from_micros(50));
+                                    g = self.lock();
+                                }
+                                r => break r.map_err(|e| (e, true)),
+                            }
+                        }
+                    }
+                }
+            }
+            Backend::Mprotect => {
+                // SAFETY: mprotect to read-only changes no byte; a write to the span now
+                // raises SIGSEGV, which our handler resolves (install_signal_handler ran at
+                // set-up).
+                match unsafe { libc::mprotect(start as *mut libc::c_void, len, libc::PROT_READ) } {
+                    0 => Ok(()),
+                    _ => Err((io::Error::last_os_error(), true)),
+                }
+            }
+        };
+        let out = match r {
+            Ok(()) => {
+                g.registry.mark_protected(first, pages);
+                Ok(Protected { first, pages })
+            }
+            Err((e, touched)) => {
+                // Give the holds back without lifting anything yet; then undo what this call
+                // did, on the pages nobody else holds.
+                g.registry.release([(first, pages)], |_, _| {});
+                if touched {
+                    match &self.backend {
+                        Backend::Uffd(u) => self.lift_uffd_unheld(&g, u, first, pages),
+                        Backend::Mprotect => {
+                            drop(g);
+                            // Reads /proc/self/maps: not under the table lock. The lift lock
+                            // (held) keeps other protects of these pages out meanwhile.
+                            let _lifting = Lifting::start();
+                            self.lift_mprotect(start, len);
+                            drop(garbage);
+                            return Err(Ineligible::Refused(
+                                e.raw_os_error().unwrap_or(libc::EINVAL),
+                            ));
+                        }
+                    }
+                }
+                Err(Ineligible::Refused(
+                    e.raw_os_error().unwrap_or(libc::EINVAL),
+                ))
+            }
+        };
+        drop(g);
+        drop(garbage);
+        out
+    }
+
+    fn lift_uffd_unheld(&self, g: &Inner, u: &Userfaultfd, first: usize, pages: usize) {
+        let mut run: Option<(usize, usize)> = None;
+        for p in first..first + pages {
+            if g.registry.get(p).is_some() {
+                if let Some((f, n)) = run.take() {
+                    let _ = u.unregister_range(f * self.page, n * self.page);
+                }
+            } else {
+                run = Some(run.map_or((p, 1), |(f, n)| (f, n + 1)));
+            }
+        }
+        if let Some((f, n)) = run {
+            let _ = u.unregister_range(f * self.page, n * self.page);
+        }
+    }
+
+    /// Gives back the holds of `spans` (emptied; its storage is kept for reuse). Pages whose
+    /// last hold goes are unprotected, neighbouring runs coalesced into one call. Returns
+    /// the counters of those pages (faults they took, copies, fault time) for the caller's
+    /// stats. Nothing is allocated under the lock: sorting happens before it.
+    pub fn release(&self, spans: &mut Vec<Protected>) -> Released {
+        if spans.is_empty() {
+            return Released::default();
+        }
+        spans.sort_unstable_by_key(|s| s.first);
+        let forked = self.forked();
+        let out = match &self.backend {
+            Backend::Uffd(u) => {
+                let mut g = self.lock();
+                let page = self.page;
+                g.registry
+                    .release(spans.iter().map(|s| (s.first, s.pages)), |f, n| {
+                        if !forked {
+                            // Unregistering also drops the write-protect bits and wakes anyone
+                            // still waiting on the range. It fails harmlessly where the
+                            // application unmapped the memory meanwhile.
+                            let _ = u.unregister_range(f * page, n * page);
+                        }
+                    })
+            }
+            Backend::Mprotect => {
+                let _serial = self
+                    .lift_lock
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                // A write racing with this lift may find its page gone from the table but
+                // still read-only: the signal handler waits for LIFTING to drop, then retries.
+                let _lifting = Lifting::start();
+                // At most one run per page; allocated before the table lock.
+                let total: usize = spans.iter().map(|s| s.pages).sum();
+                let mut runs: Vec<(usize, usize)> = Vec::with_capacity(total);
+                let rel = {
+                    let mut g = self.lock();
+                    g.registry
+                        .release(spans.iter().map(|s| (s.first, s.pages)), |f, n| {
+                            if runs.len() < runs.capacity() {
+                                runs.push((f, n));
+                            }
+                        })
+                };
+                if !forked {
+                    for (f, n) in runs {
+                        self.lift_mprotect(f * self.page, n * self.page);
+                    }
+                }
+                rel
+            }
+        };
+        spans.clear();
+        out
+    }
+
+    /// Restores read-write on the parts of `start..start+len` that are still read-only
+    /// private anonymous memory (`r--p`, as we left it). The application may have unmapped
+    /// the buffer and something else — a thread stack's guard page, say — taken its place;
+    /// that is left alone.
+    fn lift_mprotect(&self, start: usize, len: usize) {
+        let Ok(vmas) = maps_covering(start, start + len) else {
+            return;
+        };
+        for v in vmas {
+            let (s, e) = (v.start.max(start), v.end.min(start + len));
+            let ours = v.private && v.anonymous && v.readable && !v.writable && !v.executable;
+            if ours && s < e {
+                // SAFETY: restoring write access to private anonymous memory we made
+                // read-only changes no byte.
+                unsafe {
+                    libc::mprotect(
+                        s as *mut libc::c_void,
+                        e - s,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Whether any page of `buf` is write-protected now (a kernel write into it would fail).
+    pub fn any_protected(&self, buf: &[u8]) -> bool {
+        if buf.is_empty() {
+            return false;
+        }
+        let start = buf.as_ptr() as usize;
+        let first = start / self.page;
+        let last = (start + buf.len() - 1) / self.page;
+        let g = self.lock();
+        g.registry.any_protected(first, last - first + 1)
+    }
+
+    /// Pages write-protected right now.
+    pub fn protected_pages(&self) -> usize {
+        self.lock().registry.protected_pages()
+    }
+
+    /// Waits up to `timeout` for userfaultfd messages (`poll`); true if some are pending.
+    pub fn wait_events(&self, timeout: Duration) -> io::Result<bool> {
+        let Some(fd) = self.events_fd() else {
+            std::thread::sleep(timeout);
+            return Ok(false);
+        };
+        match crate::raw::socket::poll(fd, libc::POLLIN, Some(timeout)) {
+            Ok(ev) => Ok(ev & libc::POLLIN != 0),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads and resolves every pending userfaultfd message; the fault handler thread's
+    /// loop body. Allocates nothing (see [`crate::cow::registry`]).
+    pub fn handle_events(&self, report: &mut FaultReport) -> io::Result<()> {
+        let Backend::Uffd(u) = &self.backend else {
+            return Ok(());
+        };
+        loop {
+            let mut evs = [None; EVENT_BATCH];
+            let n = u.read_events(&mut evs)?;
+            if n == 0 {
+                return Ok(());
+            }
+            let mut r = FaultReport {
+                messages: n as u64,
+                ..Default::default()
+            };
+            let mut g = self.lock();
+            for ev in evs[..n].iter().flatten() {
+                match *ev {
+                    UffdEvent::Pagefault { flags, address } => {
+                        self.resolve(&mut g, u, flags, address as usize, &mut r)
+                    }
+                    UffdEvent::Remap { from, to, len } => {
+                        queue_remap(&mut g, from as usize, to as usize, len as usize, &mut r)
+                    }
+                    UffdEvent::Other(_) => {}
+                }
+            }
+            self.drain_remaps(&mut g, u, &mut r);
+            drop(g);
+            report.add(&r);
+        }
+    }
+
+    fn resolve(
+        &self,
+        g: &mut Locked<'_>,
+        u: &Userfaultfd,
+        flags: u64,
+        addr: usize,
+        r: &mut FaultReport,
+    ) {
+        let page_addr = addr & !(self.page - 1);
+        let pno = page_addr / self.page;
+        if flags & UFFD_PAGEFAULT_FLAG_WP == 0 {
+            // A missing page in a registered span: the application zapped it (MADV_DONTNEED
+            // / MADV_FREE) while in flight. Anonymous memory reads back as zeros. (A page
+            // zapped by our own copy is refilled before the lock is released.)
+            match u.zeropage(page_addr, self.page) {
+                Ok(()) => r.zero_fills += 1,
+                Err(_) => {
+                    let _ = u.wake(page_addr, self.page);
+                }
+            }
+            return;
+        }
+        let t0 = Instant::now();
+        let ours = match g.registry.get(pno) {
+            Some(s) => s.protected,
+            // Not in the table: a page mremap moved before its event was handled, or a stale
+            // message. Only our fd sets uffd-wp bits, so if the bit is set it is ours.
+            None => self.is_uffd_wp(page_addr),
+        };
+        if !ours {
+            r.stale += 1;
+            let _ = u.wake(page_addr, self.page);
+            return;
+        }
+        match self.copy_on_write(g, u, page_addr, r) {
+            Ok(()) => {
+                let ns = t0.elapsed().as_nanos() as u64;
+                g.registry.note_copy(pno, true, ns);
+                r.faults += 1;
+                r.copies += 1;
+                r.fault_ns += ns;
+            }
+            Err(_) => {
+                g.registry.note_unprotected(pno);
+                r.errors += 1;
+                let _ = u.wake(page_addr, self.page);
+            }
+        }
+    }
+
+    /// Replaces the protected page at `page_addr` by an unprotected private copy; the kernel
+    /// keeps the original. See the module doc for why every byte is preserved.
+    fn copy_on_write(
+        &self,
+        g: &mut Locked<'_>,
+        u: &Userfaultfd,
+        page_addr: usize,
+        r: &mut FaultReport,
+    ) -> io::Result<()> {
+        read_own(g.staging.as_mut_slice(), page_addr)?;
+        // SAFETY: the page is write-protected by us and we hold the lock, so its bytes are
+        // those now in `staging`; every user access sleeps on the missing fault until the
+        // refill below puts them back (module doc, Soundness).
+        if unsafe {
+            libc::madvise(
+                page_addr as *mut libc::c_void,
+                self.page,
+                libc::MADV_DONTNEED,
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        let mut tries = 0;
+        loop {
+            // SAFETY: `staging` holds exactly the bytes of the page just zapped.
+            match unsafe { u.copy_page(page_addr, g.staging.as_slice()) } {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && tries < 10_000 => {
+                    // An mremap is waiting for us to read its event (mmap_changing).
+                    tries += 1;
+                    self.read_while_busy(g, u, r);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOMEM) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads messages while a copy waits: remap events are queued (reading them lets the
+    /// `mremap` finish), faults are woken to fault again later — a missing fault on the
+    /// page being copied must not get the zero page.
+    fn read_while_busy(&self, g: &mut Locked<'_>, u: &Userfaultfd, r: &mut FaultReport) {
+        let mut evs = [None; EVENT_BATCH];
+        let n = u.read_events(&mut evs).unwrap_or(0);
+        if n == 0 {
+            std::thread::yield_now();
+        }
+        r.messages += n as u64;
+        for ev in evs[..n].iter().flatten() {
+            match *ev {
+                UffdEvent::Pagefault { address, .. } => {
+                    let _ = u.wake(address as usize & !(self.page - 1), self.page);
+                }
+                UffdEvent::Remap { from, to, len } => {
+                    queue_remap(g, from as usize, to as usize, len as usize, r)
+                }
+                UffdEvent::Other(_) => {}
+            }
+        }
+    }
+
+    /// Handles queued `mremap` events: every page of the moved range that is still
+    /// protected gets its private copy now (its original stays with the kernel), the moved
+    /// range is unregistered, and the old addresses are no longer counted as protected.
+    fn drain_remaps(&self, g: &mut Locked<'_>, u: &Userfaultfd, r: &mut FaultReport) {
+        while let Some((from, to, len)) = g.remaps.pop() {
+            r.remaps += 1;
+            let end = to + len;
+            let mut at = to;
+            while at < end {
+                // The next run of present, uffd-write-protected pages (PAGEMAP_SCAN), or
+                // page by page through /proc/self/pagemap on older kernels.
+                let (lo, hi) = if self.scan {
+                    match self.pagemap_scan(
+                        at,
+                        end,
+                        PAGE_IS_WRITTEN,
+                        PAGE_IS_PRESENT | PAGE_IS_WRITTEN,
+                        0,
+                    ) {
+                        Ok(Some(reg)) => (reg.start as usize, reg.end as usize),
+                        Ok(None) => break,
+                        Err(_) => (at, at + self.page),
+                    }
+                } else if self.is_uffd_wp(at) {
+                    (at, at + self.page)
+                } else {
+                    at += self.page;
+                    continue;
+                };
+                let mut p = lo.max(at);
+                while p < hi.min(end) {
+                    if self.is_uffd_wp(p) {
+                        match self.copy_on_write(g, u, p, r) {
+                            Ok(()) => {
+                                r.copies += 1;
+                                g.registry
+                                    .note_copy((from + (p - to)) / self.page, false, 0);
+                            }
+                            Err(_) => r.errors += 1,
+                        }
+                    }
+                    p += self.page;
+                }
+                at = hi.max(at + self.page);
+            }
+            let _ = u.unregister_range(to, len);
+            for p in from / self.page..(from + len) / self.page {
+                g.registry.note_unprotected(p);
+            }
+        }
+    }
+
+    /// Whether the page at `addr` is present and write-protected by a userfaultfd
+    /// (/proc/self/pagemap bit 57, `PM_UFFD_WP`).
+    fn is_uffd_wp(&self, addr: usize) -> bool {
+        let mut e = [0u8; 8];
+        let off = (addr / self.page) as u64 * 8;
+        match self.pagemap.read_exact_at(&mut e, off) {
+            Ok(()) => {
+                let v = u64::from_ne_bytes(e);
+                v & (1 << 63) != 0 && v & (1 << 57) != 0
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// `PAGEMAP_SCAN` (linux/fs.h, 6.7+) of `start..end`: the first region of pages
+    /// (with their categories) matching `(cat ^ inverted) & mask == mask` and, if `anyof` is non-zero,
+    /// `(cat ^ inverted) & anyof != 0`; `None` if no page matches.
+    fn pagemap_scan(
+        &self,
+        start: usize,
+        end: usize,
+        inverted: u64,
+        mask: u64,
+        anyof: u64,
+    ) -> io::Result<Option<PageRegion>> {
+        let mut region = PageRegion::default();
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            flags: 0,
+            start: start as u64,
+            end: end as u64,
+            walk_end: 0,
+            vec: &mut region as *mut PageRegion as u64,
+            vec_len: 1,
+            max_pages: 0,
+            category_inverted: inverted,
+            category_mask: mask,
+            category_anyof_mask: anyof,
+            return_mask: PAGE_IS_PRESENT | PAGE_IS_FILE | PAGE_IS_WRITTEN,
+        };
+        // SAFETY: PAGEMAP_SCAN reads one pm_scan_arg (a live local) and writes at most
+        // vec_len = 1 page_region into `region`, a live local; it only reads page tables.
+        let r = unsafe {
+            libc::ioctl(
+                self.pagemap.as_raw_fd(),
+                PAGEMAP_SCAN as libc::Ioctl,
+                &mut arg as *mut PmScanArg,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((r > 0).then_some(region))
+    }
+
+    /// Arms the mprotect backend: installs the `SIGSEGV` handler for `space`, keeping the
+    /// previous action to chain to. Call once, with the process-lifetime space.
+    pub fn install_signal_handler(space: &'static CowSpace) -> io::Result<()> {
+        if !matches!(space.backend, Backend::Mprotect) {
+            return Ok(());
+        }
+        // SAFETY: sigaction structs are plain old data; all-zero is valid (SIG_DFL).
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: querying the current action writes only `old`, a live local.
+        if unsafe { libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let _ = OLD_SEGV.set(SigAction(old));
+        SPACE.store(space as *const CowSpace as *mut CowSpace, Ordering::Release);
+        // SAFETY: as above.
+        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+        new.sa_sigaction = on_sigsegv as *const () as usize;
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        // SAFETY: sa_mask is a live field; sigemptyset initialises it.
+        unsafe { libc::sigemptyset(&mut new.sa_mask) };
+        // SAFETY: `new` is fully initialised and `on_sigsegv` is an extern "C" handler with
+        // the SA_SIGINFO signature.
+        if unsafe { libc::sigaction(libc::SIGSEGV, &new, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The mprotect backend's copy-on-write, run inside the SIGSEGV handler of the thread
+    /// that wrote to `addr`. True if the fault was ours — resolved now, or resolved/lifted
+    /// meanwhile so the write can simply be retried — false to chain to the previous handler.
+    ///
+    /// The table alone cannot decide: an entry may be stale (the application unmapped the
+    /// buffer while in flight and the address now holds something else, such as a thread
+    /// stack's guard page). So the mapping itself is looked up ([`vma_at`], allocation-free):
+    /// only a read-only private anonymous page the table says is protected is copied; a
+    /// fault on a page that is writable by now is retried; anything else is not ours.
+    fn cow_on_signal(&self, addr: usize) -> bool {
+        if HOLDING.with(|h| h.get()) {
+            return false; // a genuine fault inside our own locked code
+        }
+        let t0 = Instant::now();
+        let page_addr = addr & !(self.page - 1);
+        let pno = page_addr / self.page;
+        let mut g = self.lock();
+        let protected = g.registry.get(pno).is_some_and(|s| s.protected);
+        // Read under the table lock: no copy can change the mapping meanwhile (lifts can; see
+        // below). Reading /proc/self/maps takes mmap_lock, which nobody holds while waiting
+        // for our lock.
+        let vma = vma_at(page_addr);
+        let read_only_anon = vma.is_some_and(|v| {
+            v.private && v.anonymous && v.readable && !v.writable && !v.executable
+        });
+        if !(protected && read_only_anon) {
+            drop(g);
+            if vma.is_some_and(|v| v.writable) {
+                return true; // copied or lifted since the write faulted: retry it
+            }
+            if LIFTING.load(Ordering::Acquire) > 0 {
+                // Its release removed the page from the table but has not made it writable
+                // yet: wait for that, then retry (a foreign fault comes back and is chained).
+                while LIFTING.load(Ordering::Acquire) > 0 {
+                    std::thread::yield_now();
+                }
+                return true;
+            }
+            return false;
+        }
+        // SAFETY: a fresh anonymous page, checked against MAP_FAILED.
+        let fresh = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                self.page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if fresh == libc::MAP_FAILED {
+            return false;
+        }
+        // SAFETY: page_addr is a readable page (a read-only private anonymous mapping, as the
+        // lookup above just showed, that we protected) and `fresh` a writable page of the
+        // same size; they do not overlap. The copy holds exactly the page's bytes, which
+        // cannot change while it is read-only and we hold the lock.
+        unsafe {
+            std::ptr::copy_nonoverlapping(page_addr as *const u8, fresh.cast::<u8>(), self.page)
+        };
+        // SAFETY: moves the copy over the protected page atomically (MREMAP_FIXED replaces
+        // the old mapping); the kernel keeps its reference to the original page.
+        let moved = unsafe {
+            libc::mremap(
+                fresh,
+                self.page,
+                self.page,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                page_addr as *mut libc::c_void,
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            // SAFETY: unmapping the page we mapped above.
+            unsafe { libc::munmap(fresh, self.page) };
+            return false;
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        g.registry.note_copy(pno, true, ns);
+        SIGNAL_FAULTS.fetch_add(1, Ordering::Relaxed);
+        SIGNAL_FAULT_NS.fetch_add(ns, Ordering::Relaxed);
+        true
+    }
+}
+
+/// The mapping containing `addr`, read from /proc/self/maps without allocating (raw
+/// `open`/`read` into a small stack buffer): callable from a signal handler running on a
+/// small alternate stack.
+fn vma_at(addr: usize) -> Option<Vma> {
+    const PATH: &[u8] = b"/proc/self/maps\0";
+    // SAFETY: PATH is NUL-terminated; open has no other preconditions.
+    let fd = unsafe { libc::open(PATH.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 512];
+    let mut line = [0u8; 128];
+    let mut len = 0;
+    let mut found = None;
+    'read: loop {
+        // SAFETY: buf is a live local of buf.len() bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        for &b in &buf[..n as usize] {
+            if b != b'\n' {
+                // Only the start of a line matters (range, perms, offset, dev, inode).
+                if len < line.len() {
+                    line[len] = b;
+                    len += 1;
+                }
+                continue;
+            }
+            let text = match std::str::from_utf8(&line[..len]) {
+                Ok(t) => t,
+                Err(e) => std::str::from_utf8(&line[..e.valid_up_to()]).unwrap_or(""),
+            };
+            if let Some(v) = parse_maps_line(text) {
+                if v.start <= addr && addr < v.end {
+                    found = Some(v);
+                    break 'read;
+                }
+            }
+            len = 0;
+        }
+    }
+    // SAFETY: closing the fd opened above, once.
+    unsafe { libc::close(fd) };
+    found
+}
+
+/// Releases of the mprotect backend in progress (between taking pages out of the table and
+/// making them writable again).
+static LIFTING: AtomicUsize = AtomicUsize::new(0);
+
+struct Lifting;
+
+impl Lifting {
+    fn start() -> Lifting {
+        LIFTING.fetch_add(1, Ordering::AcqRel);
+        Lifting
+    }
+}
+
+impl Drop for Lifting {
+    fn drop(&mut self) {
+        LIFTING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Write faults resolved by the mprotect backend's signal handler, and their time.
+pub fn signal_fault_totals() -> (u64, u64) {
+    (
+        SIGNAL_FAULTS.load(Ordering::Relaxed),
+        SIGNAL_FAULT_NS.load(Ordering::Relaxed),
+    )
+}
+
+static SIGNAL_FAULTS: AtomicU64 = AtomicU64::new(0);
+static SIGNAL_FAULT_NS: AtomicU64 = AtomicU64::new(0);
+static SPACE: AtomicPtr<CowSpace> = AtomicPtr::new(std::ptr::null_mut());
+
+struct SigAction(libc::sigaction);
+// SAFETY: a sigaction is plain data (handler address, mask, flags), written once before the
+// handler that reads it is installed.
+unsafe impl Sync for SigAction {}
+// SAFETY: as above.
+unsafe impl Send for SigAction {}
+static OLD_SEGV: OnceLock<SigAction> = OnceLock::new();
+
+extern "C" fn on_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
+    let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+    const SEGV_ACCERR: i32 = 2;
+    if code == SEGV_ACCERR {
+        let p = SPACE.load(Ordering::Acquire);
+        // SAFETY: SPACE is only ever set to a &'static CowSpace.
+        if !p.is_null() && unsafe { &*p }.cow_on_signal(addr) {
+            return;
+        }
+    }
+    chain_sigsegv(sig, info, ctx);
+}
+
+/// Passes a fault that is not ours to the action installed before us; with none (or
+/// `SIG_IGN`), restores `SIG_DFL` so the faulting instruction, run again, gets the default.
+fn chain_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    match OLD_SEGV.get() {
+        Some(SigAction(old))
+            if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN =>
+        {
+            if old.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: the previous action was installed as an SA_SIGINFO handler with
+                // this signature; we pass it the kernel's own arguments.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    unsafe { std::mem::transmute(old.sa_sigaction) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: a plain sa_handler takes the signal number only.
+                let f: extern "C" fn(libc::c_int) =
+                    unsafe { std::mem::transmute(old.sa_sigaction) };
+                f(sig);
+            }
+        }
+        _ => {
+            // SAFETY: all-zero sigaction is SIG_DFL with an empty mask.
+            let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: sigaction is async-signal-safe; `dfl` is a live local.
+            unsafe { libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut()) };
+        }
+    }
+}
+
+fn queue_remap(g: &mut Locked<'_>, from: usize, to: usize, len: usize, r: &mut FaultReport) {
+    if g.remaps.len() < g.remaps.capacity() {
+        g.remaps.push((from, to, len));
+    } else {
+        // Never grow under the lock. The moved pages stay protected and registered: writes
+        // to them are still copied (their uffd-wp bit is found in pagemap), only the
+        // registration outlives the send.
+        r.errors += 1;
+    }
+}
+
+/// Reads `dst.len()` bytes of our own memory at `src` with `process_vm_readv(2)`: a
+/// kernel-mode read, which fails with `EFAULT` where nothing is mapped instead of faulting
+/// the caller (the fault handler must never fault on application memory itself).
+fn read_own(dst: &mut [u8], src: usize) -> io::Result<()> {
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: src as *mut libc::c_void,
+        iov_len: dst.len(),
+    };
+    // SAFETY: `local` describes `dst`, live and writable for its length; the remote range is
+    // only read, by the kernel, which checks it.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != dst.len() {
+        return Err(err(libc::EFAULT));
+    }
+    Ok(())
+}
+
+const MADV_POPULATE_READ: i32 = 22;
+
+const PAGE_IS_WRITTEN: u64 = 1 << 1;
+const PAGE_IS_FILE: u64 = 1 << 2;
+const PAGE_IS_PRESENT: u64 = 1 << 3;
+
+/// `struct page_region` (linux/fs.h).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct PageRegion {
+    start: u64,
+    end: u64,
+    categories: u64,
+}
+
+/// `struct pm_scan_arg` (linux/fs.h).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+/// `PAGEMAP_SCAN` = `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN: u64 =
+    (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+
+/// One line of /proc/self/maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vma {
+    /// Start address.
+    pub start: usize,
+    /// End address (exclusive).
+    pub end: usize,
+    /// `r`.
+    pub readable: bool,
+    /// `w`.
+    pub writable: bool,
+    /// `x`.
+    pub executable: bool,
+    /// `p` (private) rather than `s` (shared).
+    pub private: bool,
+    /// No backing file (inode 0) and not a kernel special mapping (`[vdso]`, `[stack]` …).
+    pub anonymous: bool,
+}
+
+/// Parses one /proc/self/maps line.
+pub fn parse_maps_line(line: &str) -> Option<Vma> {
+    let mut it = line.split_whitespace();
+    let (range, perms, _off, _dev, inode) =
+        (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+    let path = it.next().unwrap_or("");
+    let (s, e) = range.split_once('-')?;
+    let p = perms.as_bytes();
+    if p.len() < 4 {
+        return None;
+    }
+    let special = path.starts_with('[') && path != "[heap]" && !path.starts_with("[anon:");
+    Some(Vma {
+        start: usize::from_str_radix(s, 16).ok()?,
+        end: usize::from_str_radix(e, 16).ok()?,
+        readable: p[0] == b'r',
+        writable: p[1] == b'w',
+        executable: p[2] == b'x',
+        private: p[3] == b'p',
+        anonymous: inode == "0" && !special,
+    })
+}
+
+/// The /proc/self/maps lines overlapping `start..end`, in address order.
+pub fn maps_covering(start: usize, end: usize) -> io::Result<Vec<Vma>> {
+    let text = std::fs::read_to_string("/proc/self/maps")?;
+    Ok(text
+        .lines()
+        .filter_map(parse_maps_line)
+        .filter(|v| v.start < end && start < v.end)
+        .collect())
+}
+
+/// Whether `vmas` cover `start..end` without a hole with private anonymous memory; with
+/// `need_rw`, exactly read-write (`rw-p`: the mprotect backend restores exactly that).
+fn vmas_private_anon(vmas: &[Vma], start: usize, end: usize, need_rw: bool) -> bool {
+    let mut at = start;
+    for v in vmas {
+        let rw = v.readable && v.writable && !v.executable;
+        if v.start > at || !v.private || !v.anonymous || (need_rw && !rw) {
+            return false;
+        }
+        at = v.end;
+    }
+    at >= end
+}
+
+/// The calling thread's stack as `(lowest, highest)` address (`pthread_getattr_np`), or
+/// `None` where it cannot be told.
+pub fn thread_stack() -> Option<(usize, usize)> {
+    // SAFETY: pthread_attr_t is plain data; pthread_getattr_np initialises it.
+    let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `attr` is a live local; pthread_self() is always valid.
+    if unsafe { libc::pthread_getattr_np(libc::pthread_self(), &mut attr) } != 0 {
+        return None;
+    }
+    let mut addr: *mut libc::c_void = std::ptr::null_mut();
+    let mut size: libc::size_t = 0;
+    // SAFETY: `attr` was initialised above; addr/size are live locals.
+    let r = unsafe { libc::pthread_attr_getstack(&attr, &mut addr, &mut size) };
+    // SAFETY: destroying the attr initialised above, once.
+    unsafe { libc::pthread_attr_destroy(&mut attr) };
+    (r == 0 && size > 0).then(|| (addr as usize, addr as usize + size))
+}
+
+/// Aborts a TCP connection in place (`connect(AF_UNSPEC)`, i.e. `tcp_disconnect`): sends a
+/// reset and drops the send queue, so the kernel lets go of the pages it still held, while
+/// the fd stays open. The cow path uses it for a sender dropped with sends still in flight.
+pub fn abort_connection(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: sockaddr is plain data; all-zero with sa_family AF_UNSPEC is the documented
+    // "dissolve the association" address.
+    let mut sa: libc::sockaddr = unsafe { std::mem::zeroed() };
+    sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+    // SAFETY: `sa` is a live local of the length passed.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            &sa,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pagemap_scan_ioctl_number_matches_the_uapi_header() {
+        assert_eq!(std::mem::size_of::<PmScanArg>(), 96);
+        assert_eq!(PAGEMAP_SCAN, 0xC060_6610);
+    }
+
+    #[test]
+    fn maps_lines_are_classified() {
+        let anon = parse_maps_line("7f00a000-7f00c000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((anon.start, anon.end), (0x7f00a000, 0x7f00c000));
+        assert!(anon.readable && anon.writable && !anon.executable);
+        assert!(anon.private && anon.anonymous);
+        let heap = parse_maps_line("55d0-56d0 rw-p 00000000 00:00 0   [heap]").unwrap();
+        assert!(heap.anonymous);
+        let stack = parse_maps_line("7ffd-7ffe rw-p 00000000 00:00 0   [stack]").unwrap();
+        assert!(!stack.anonymous);
+        let shared =
+            parse_maps_line("1000-2000 rw-s 00000000 00:01 1234 /dev/zero (deleted)").unwrap();
+        assert!(!shared.private && !shared.anonymous);
+        let file = parse_maps_line("1000-2000 r-xp 00000000 08:01 77 /usr/lib/x.so").unwrap();
+        assert!(file.readable && !file.writable && file.executable && !file.anonymous);
+        let guard = parse_maps_line("3000-4000 ---p 00000000 00:00 0").unwrap();
+        assert!(!guard.readable && !guard.writable && guard.anonymous);
+        assert!(parse_maps_line("garbage").is_none());
+        let v = [anon];
+        assert!(vmas_private_anon(&v, 0x7f00a000, 0x7f00c000, true));
+        assert!(!vmas_private_anon(&v, 0x7f009000, 0x7f00c000, true));
+    }
+
+    #[test]
+    fn eligibility_follows_the_memory_kind() {
+        let space = CowSpace::open(BackendKind::Userfaultfd).expect("userfaultfd backend");
+        let page = page_size();
+        let mut anon = PageBuf::new(4 * page).unwrap();
+        anon.as_mut_slice().fill(1);
+        assert_eq!(space.check(anon.as_slice(), None), Ok(()));
+        assert_eq!(
+            space.check(&anon.as_slice()[1..page + 1], None),
+            Err(Ineligible::Misaligned)
+        );
+        let lo = anon.as_ptr() as usize;
+        assert_eq!(
+            space.check(anon.as_slice(), Some((lo + page, lo + 2 * page))),
+            Err(Ineligible::Stack)
+        );
+        // SAFETY: (test) a shared anonymous mapping, unmapped below.
+        let shared = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(shared, libc::MAP_FAILED);
+        // SAFETY: (test) the mapping is live, writable, page-sized.
+        let s = unsafe { std::slice::from_raw_parts_mut(shared.cast::<u8>(), page) };
+        s.fill(1);
+        assert_eq!(space.check(s, None), Err(Ineligible::NotAnonymous));
+        // SAFETY: (test) unmapping our own mapping; `s` is not used after.
+        unsafe { libc::munmap(shared, page) };
+    }
+}

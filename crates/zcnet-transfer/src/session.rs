@@ -1,0 +1,702 @@
+//! Both ends of a transfer session over a zcnet [`Sender`]/[`Receiver`] pair: the control
+//! frames go through the copy paths (they are tiny), the file data through the `file`
+//! paths — `sendfile` out of the page cache, `splice` into the partial file — so it never
+//! passes through a user buffer on either side.
+//!
+//! Hashing stays off the data path: the sender hashes the file from the page cache on a
+//! second thread while the data is being sent; the receiver hashes the partial file after
+//! the last byte (a read from the page cache, skipped with `--no-verify`).
+
+use super::auth::{self, Role};
+use super::digest::hash_prefix;
+use super::store::{Refusal, Store};
+use super::wire::{Code, Frame, WireError, MAX_DATA, STREAM_SIZE, VERSION};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+use zcnet::conn::{Receiver, Sender};
+
+/// Bytes per `send_file`/`recv_to_file` call: progress is reported between calls.
+const STEP: u64 = 16 << 20;
+
+/// A session that could not go on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransferError {
+    /// The connection failed.
+    #[error(transparent)]
+    Net(#[from] zcnet::Error),
+    /// The peer sent something malformed.
+    #[error("malformed message from the peer: {0}")]
+    Wire(#[from] WireError),
+    /// The peer sent a well-formed frame at the wrong time.
+    #[error("protocol error: expected {expected}, got {got}")]
+    Unexpected {
+        /// What we waited for.
+        expected: &'static str,
+        /// What came.
+        got: &'static str,
+    },
+    /// The peer speaks another protocol version.
+    #[error("protocol version mismatch: we speak {ours}, the peer {theirs}")]
+    Version {
+        /// Ours.
+        ours: u16,
+        /// Theirs.
+        theirs: u16,
+    },
+    /// Authentication failed (wrong or missing token).
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The peer refused the whole session.
+    #[error("refused by the receiver: {0}")]
+    Refused(String),
+    /// A local file could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        /// What we were doing.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The connection ended in the middle of a file.
+    #[error("the connection ended after {got} of {expected} bytes of {name:?}")]
+    Truncated {
+        /// The file.
+        name: String,
+        /// Bytes announced.
+        expected: u64,
+        /// Bytes that arrived.
+        got: u64,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransferError {
+    let what = what.into();
+    move |source| TransferError::Io { what, source }
+}
+
+/// How one file ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOutcome {
+    /// Name as sent.
+    pub name: String,
+    /// Bytes of data that crossed the wire for it.
+    pub bytes: u64,
+    /// `Ok` when the receiver verified and renamed it; the refusal otherwise.
+    pub result: Result<(), (Code, String)>,
+}
+
+/// What a session did.
+#[derive(Debug, Clone, Default)]
+pub struct SessionReport {
+    /// Per file, in order.
+    pub files: Vec<FileOutcome>,
+}
+
+impl SessionReport {
+    /// Data bytes moved.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+
+    /// Files that failed.
+    pub fn failures(&self) -> usize {
+        self.files.iter().filter(|f| f.result.is_err()).count()
+    }
+}
+
+/// Progress events for the CLI's bars.
+#[derive(Debug, Clone)]
+pub enum Progress<'a> {
+    /// A file starts: name, size (`None`: stream), bytes already there (resume).
+    Start(&'a str, Option<u64>, u64),
+    /// `n` more bytes of the current file moved.
+    Bytes(u64),
+    /// The current file ended.
+    Done(&'a FileOutcome),
+}
+
+/// What to send.
+pub enum Source {
+    /// A regular file.
+    File {
+        /// Where it is.
+        path: PathBuf,
+        /// The relative name the receiver gets.
+        name: String,
+    },
+    /// A stream of unknown length (stdin).
+    Stream {
+        /// Where the bytes come from.
+        reader: Box<dyn Read + Send>,
+        /// The name the receiver gets.
+        name: String,
+    },
+}
+
+/// Sender-side options.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SendOptions {
+    /// Pre-shared token, if the receiver asks for one.
+    pub token: Option<Vec<u8>>,
+    /// Send a BLAKE3 hash per file (`--no-verify` turns it off).
+    pub verify: bool,
+}
+
+/// Receiver-side options.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RecvOptions {
+    /// Require senders to prove this token.
+    pub token: Option<Vec<u8>>,
+}
+
+// ---- control-frame I/O ------------------------------------------------------------------
+
+fn sock_read_exact(tx: &Sender, buf: &mut [u8]) -> Result<(), TransferError> {
+    let fd = tx.socket();
+    let sock = socket2::SockRef::from(&fd);
+    (&*sock).read_exact(buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            zcnet::Error::PeerClosed {
+                op: "reading the receiver's answer",
+            }
+            .into()
+        } else {
+            zcnet::Error::io("reading the receiver's answer", e).into()
+        }
+    })
+}
+
+fn read_frame_from_sender_side(tx: &Sender) -> Result<Frame, TransferError> {
+    let mut h = [0u8; 5];
+    sock_read_exact(tx, &mut h)?;
+    let (ty, len) = Frame::check_header(h)?;
+    let mut p = vec![0u8; len];
+    sock_read_exact(tx, &mut p)?;
+    Ok(Frame::decode(ty, &p)?)
+}
+
+fn rx_read_exact(rx: &mut Receiver, buf: &mut [u8]) -> Result<bool, TransferError> {
+    let mut off = 0;
+    while off < buf.len() {
+        let n = rx.recv_into(&mut buf[off..])?;
+        if n == 0 {
+            if off == 0 {
+                return Ok(false);
+            }
+            return Err(zcnet::Error::PeerClosed {
+                op: "reading a frame",
+            }
+            .into());
+        }
+        off += n;
+    }
+    Ok(true)
+}
+
+/// Reads one frame on the receiving side; `None` at a clean end of stream between frames.
+fn read_frame_receiver_side(rx: &mut Receiver) -> Result<Option<Frame>, TransferError> {
+    let mut h = [0u8; 5];
+    if !rx_read_exact(rx, &mut h)? {
+        return Ok(None);
+    }
+    let (ty, len) = Frame::check_header(h)?;
+    let mut p = vec![0u8; len];
+    if !rx_read_exact(rx, &mut p)? && len > 0 {
+        return Err(zcnet::Error::PeerClosed {
+            op: "reading a frame",
+        }
+        .into());
+    }
+    Ok(Some(Frame::decode(ty, &p)?))
+}
+
+fn reply(rx: &Receiver, f: &Frame) -> Result<(), TransferError> {
+    let fd = rx.socket();
+    let sock = socket2::SockRef::from(&fd);
+    (&*sock)
+        .write_all(&f.to_bytes())
+        .map_err(|e| zcnet::Error::io("answering the sender", e).into())
+}
+
+fn unexpected(expected: &'static str, got: &Frame) -> TransferError {
+    TransferError::Unexpected {
+        expected,
+        got: got.kind(),
+    }
+}
+
+// ---- sender ------------------------------------------------------------------------------
+
+/// Runs a whole session from the sending side: handshake, every source in order, goodbye.
+/// A file the receiver refuses or fails to verify is reported and the session goes on; a
+/// failure of the connection itself ends it.
+pub fn send_session(
+    tx: &mut Sender,
+    sources: Vec<Source>,
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
+    // Handshake: the receiver speaks first.
+    let (auth_required, rnonce) = match read_frame_from_sender_side(tx)? {
+        Frame::Hello {
+            version,
+            auth,
+            nonce,
+        } => {
+            if version != VERSION {
+                return Err(TransferError::Version {
+                    ours: VERSION,
+                    theirs: version,
+                });
+            }
+            (auth, nonce)
+        }
+        Frame::Refuse { message, .. } => return Err(TransferError::Refused(message)),
+        other => return Err(unexpected("hello", &other)),
+    };
+    let snonce = auth::nonce().map_err(io_err("reading random bytes"))?;
+    tx.send_slice(
+        &Frame::Hello {
+            version: VERSION,
+            auth: opts.token.is_some(),
+            nonce: snonce,
+        }
+        .to_bytes(),
+    )?;
+    if auth_required {
+        let token = opts.token.as_deref().ok_or_else(|| {
+            TransferError::Auth("the receiver requires a token (--token or ZCNET_TOKEN)".into())
+        })?;
+        let mac = auth::prove(token, Role::Sender, &rnonce, &snonce);
+        tx.send_slice(&Frame::Auth { mac }.to_bytes())?;
+        match read_frame_from_sender_side(tx)? {
+            Frame::Auth { mac } if auth::verify(token, Role::Receiver, &rnonce, &snonce, &mac) => {}
+            Frame::Auth { .. } => {
+                return Err(TransferError::Auth(
+                    "the receiver could not prove it knows the token".into(),
+                ))
+            }
+            Frame::Refuse { message, .. } => return Err(TransferError::Auth(message)),
+            other => return Err(unexpected("auth", &other)),
+        }
+    }
+    let mut report = SessionReport::default();
+    for src in sources {
+        let outcome = match src {
+            Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
+            Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
+        };
+        progress(Progress::Done(&outcome));
+        report.files.push(outcome);
+    }
+    tx.send_slice(&Frame::Bye.to_bytes())?;
+    match read_frame_from_sender_side(tx)? {
+        Frame::Bye => Ok(report),
+        other => Err(unexpected("bye", &other)),
+    }
+}
+
+/// The receiver's answer to a `File`: where to start (and the hash of what it has), or why not.
+type Answer = Result<(u64, Option<[u8; 32]>), (Code, String)>;
+
+fn await_answer(tx: &Sender) -> Result<Answer, TransferError> {
+    match read_frame_from_sender_side(tx)? {
+        Frame::Ready { offset, prefix } => Ok(Ok((offset, prefix))),
+        Frame::Refuse { code, message } => Ok(Err((code, message))),
+        other => Err(unexpected("ready or refuse", &other)),
+    }
+}
+
+fn await_ack(tx: &Sender, name: &str, bytes: u64) -> Result<FileOutcome, TransferError> {
+    match read_frame_from_sender_side(tx)? {
+        Frame::Ack { code, message, .. } => Ok(FileOutcome {
+            name: name.into(),
+            bytes,
+            result: if code == Code::Ok {
+                Ok(())
+            } else {
+                Err((code, message))
+            },
+        }),
+        other => Err(unexpected("ack", &other)),
+    }
+}
+
+fn send_one_file(
+    tx: &mut Sender,
+    path: &std::path::Path,
+    name: &str,
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<FileOutcome, TransferError> {
+    let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    let size = meta.len();
+    tx.send_slice(
+        &Frame::File {
+            name: name.into(),
+            size,
+            mode: meta.mode() & 0o7777,
+            mtime_s: meta.mtime(),
+            mtime_ns: meta.mtime_nsec() as u32,
+            verify: opts.verify,
+        }
+        .to_bytes(),
+    )?;
+    let (offer, prefix) = match await_answer(tx)? {
+        Ok(v) => v,
+        Err(refused) => {
+            return Ok(FileOutcome {
+                name: name.into(),
+                bytes: 0,
+                result: Err(refused),
+            })
+        }
+    };
+    // Resume only from a prefix that really is ours.
+    let start = match prefix {
+        Some(p) if offer > 0 && offer <= size => match hash_prefix(&file, offer) {
+            Ok(mine) if mine == p => offer,
+            _ => 0,
+        },
+        _ => 0,
+    };
+    tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
+    progress(Progress::Start(name, Some(size), start));
+    let hash = std::thread::scope(|s| -> Result<Option<[u8; 32]>, TransferError> {
+        // The hash is computed from the page cache on another thread, off the data path.
+        let hasher = opts.verify.then(|| s.spawn(|| hash_prefix(&file, size)));
+        let mut off = start;
+        while off < size {
+            let n = tx.send_file(&file, off, (size - off).min(STEP))?;
+            if n == 0 {
+                return Err(TransferError::Truncated {
+                    name: name.into(),
+                    expected: size,
+                    got: off,
+                });
+            }
+            off += n;
+            progress(Progress::Bytes(n));
+        }
+        match hasher {
+            None => Ok(None),
+            Some(h) => h
+                .join()
+                .map_err(|_| io_err("hashing")(io::Error::other("hasher thread panicked")))?
+                .map(Some)
+                .map_err(io_err(format!("hashing {}", path.display()))),
+        }
+    })?;
+    tx.send_slice(&Frame::Trailer { hash }.to_bytes())?;
+    await_ack(tx, name, size - start)
+}
+
+fn send_stream(
+    tx: &mut Sender,
+    mut reader: Box<dyn Read + Send>,
+    name: &str,
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<FileOutcome, TransferError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    tx.send_slice(
+        &Frame::File {
+            name: name.into(),
+            size: STREAM_SIZE,
+            mode: 0o644,
+            mtime_s: now.as_secs() as i64,
+            mtime_ns: now.subsec_nanos(),
+            verify: opts.verify,
+        }
+        .to_bytes(),
+    )?;
+    if let Err(refused) = await_answer(tx)? {
+        return Ok(FileOutcome {
+            name: name.into(),
+            bytes: 0,
+            result: Err(refused),
+        });
+    }
+    tx.send_slice(&Frame::Start { offset: 0 }.to_bytes())?;
+    progress(Progress::Start(name, None, 0));
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; MAX_DATA.min(1 << 20)];
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_err(format!("reading {name}"))(e)),
+        };
+        h.update(&buf[..n]);
+        tx.send_slice(&Frame::Data(buf[..n].to_vec()).to_bytes())?;
+        total += n as u64;
+        progress(Progress::Bytes(n as u64));
+    }
+    tx.send_slice(&Frame::EndData.to_bytes())?;
+    let hash = opts.verify.then(|| *h.finalize().as_bytes());
+    tx.send_slice(&Frame::Trailer { hash }.to_bytes())?;
+    await_ack(tx, name, total)
+}
+
+// ---- receiver ----------------------------------------------------------------------------
+
+/// Runs a whole session from the receiving side until the sender says goodbye. Files that
+/// fail a check are refused or acknowledged with the reason and the session goes on; a
+/// connection that ends inside a file leaves only `NAME.partial` and returns
+/// [`TransferError::Truncated`].
+pub fn receive_session(
+    rx: &mut Receiver,
+    store: &mut Store,
+    opts: &RecvOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
+    let rnonce = auth::nonce().map_err(io_err("reading random bytes"))?;
+    reply(
+        rx,
+        &Frame::Hello {
+            version: VERSION,
+            auth: opts.token.is_some(),
+            nonce: rnonce,
+        },
+    )?;
+    let snonce = match read_frame_receiver_side(rx)? {
+        Some(Frame::Hello { version, nonce, .. }) => {
+            if version != VERSION {
+                let _ = reply(
+                    rx,
+                    &Frame::Refuse {
+                        code: Code::Version,
+                        message: format!(
+                            "receiver speaks protocol version {VERSION}, sender {version}"
+                        ),
+                    },
+                );
+                return Err(TransferError::Version {
+                    ours: VERSION,
+                    theirs: version,
+                });
+            }
+            nonce
+        }
+        Some(other) => return Err(unexpected("hello", &other)),
+        None => return Err(zcnet::Error::PeerClosed { op: "handshake" }.into()),
+    };
+    if let Some(token) = &opts.token {
+        match read_frame_receiver_side(rx)? {
+            Some(Frame::Auth { mac })
+                if auth::verify(token, Role::Sender, &rnonce, &snonce, &mac) =>
+            {
+                let mac = auth::prove(token, Role::Receiver, &rnonce, &snonce);
+                reply(rx, &Frame::Auth { mac })?;
+            }
+            Some(Frame::Auth { .. }) | Some(Frame::File { .. }) | None => {
+                let _ = reply(
+                    rx,
+                    &Frame::Refuse {
+                        code: Code::AuthFailed,
+                        message: "wrong or missing token".into(),
+                    },
+                );
+                return Err(TransferError::Auth(
+                    "the sender did not prove it knows the token".into(),
+                ));
+            }
+            Some(other) => return Err(unexpected("auth", &other)),
+        }
+    }
+    let mut report = SessionReport::default();
+    loop {
+        let frame = match read_frame_receiver_side(rx)? {
+            Some(f) => f,
+            None => {
+                return Err(zcnet::Error::PeerClosed {
+                    op: "waiting for the next file",
+                }
+                .into())
+            }
+        };
+        let (name, size, mode, mtime_s, mtime_ns, verify) = match frame {
+            Frame::Bye => {
+                reply(rx, &Frame::Bye)?;
+                return Ok(report);
+            }
+            Frame::File {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } => (name, size, mode, mtime_s, mtime_ns, verify),
+            other => return Err(unexpected("file or bye", &other)),
+        };
+        let announced = (size != STREAM_SIZE).then_some(size);
+        let mut inc = match store.begin(&name, announced) {
+            Ok(i) => i,
+            Err(Refusal { code, message }) => {
+                reply(
+                    rx,
+                    &Frame::Refuse {
+                        code,
+                        message: message.clone(),
+                    },
+                )?;
+                let outcome = FileOutcome {
+                    name,
+                    bytes: 0,
+                    result: Err((code, message)),
+                };
+                progress(Progress::Done(&outcome));
+                report.files.push(outcome);
+                continue;
+            }
+        };
+        reply(
+            rx,
+            &Frame::Ready {
+                offset: inc.offset(),
+                prefix: inc.prefix(),
+            },
+        )?;
+        let start = match read_frame_receiver_side(rx)? {
+            Some(Frame::Start { offset }) => offset,
+            Some(Frame::Abort { message }) => {
+                let outcome = FileOutcome {
+                    name,
+                    bytes: 0,
+                    result: Err((Code::Io, format!("the sender gave up: {message}"))),
+                };
+                progress(Progress::Done(&outcome));
+                report.files.push(outcome);
+                continue;
+            }
+            Some(other) => return Err(unexpected("start", &other)),
+            None => {
+                return Err(zcnet::Error::PeerClosed {
+                    op: "waiting for data",
+                }
+                .into())
+            }
+        };
+        if start != inc.offset() {
+            if start != 0 {
+                return Err(TransferError::Unexpected {
+                    expected: "start at the offered offset or at 0",
+                    got: "start elsewhere",
+                });
+            }
+            inc.restart()
+                .map_err(|r| io_err("restarting")(io::Error::other(r.message)))?;
+        }
+        progress(Progress::Start(&name, announced, start));
+        let mut got = 0u64;
+        let data_result: Result<(), Refusal> = match announced {
+            Some(size) => {
+                let mut off = start;
+                while off < size {
+                    let want = (size - off).min(STEP);
+                    let n = match rx.recv_to_file(inc.file(), off, want) {
+                        Ok(n) => n,
+                        Err(zcnet::Error::Truncated { got: g, .. }) => {
+                            return Err(TransferError::Truncated {
+                                name,
+                                expected: size,
+                                got: off - start + g,
+                            })
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    off += n;
+                    got += n;
+                    progress(Progress::Bytes(n));
+                }
+                store.charge(got).map(|_| ())
+            }
+            None => {
+                let mut res = Ok(());
+                loop {
+                    match read_frame_receiver_side(rx)? {
+                        Some(Frame::Data(d)) => {
+                            if res.is_ok() {
+                                res = store.charge(d.len() as u64).and_then(|_| {
+                                    inc.file().write_all_at(&d, got).map_err(|e| Refusal {
+                                        code: Code::Io,
+                                        message: format!("writing {name:?}: {e}"),
+                                    })
+                                });
+                            }
+                            got += d.len() as u64;
+                            progress(Progress::Bytes(d.len() as u64));
+                        }
+                        Some(Frame::EndData) => break,
+                        Some(other) => return Err(unexpected("data", &other)),
+                        None => {
+                            return Err(TransferError::Truncated {
+                                name,
+                                expected: u64::MAX,
+                                got,
+                            })
+                        }
+                    }
+                }
+                res
+            }
+        };
+        let hash = match read_frame_receiver_side(rx)? {
+            Some(Frame::Trailer { hash }) => hash,
+            Some(other) => return Err(unexpected("trailer", &other)),
+            None => {
+                return Err(zcnet::Error::PeerClosed {
+                    op: "waiting for the trailer",
+                }
+                .into())
+            }
+        };
+        if verify && hash.is_none() {
+            return Err(TransferError::Unexpected {
+                expected: "a trailer with a hash",
+                got: "trailer without hash",
+            });
+        }
+        let result = match data_result {
+            Ok(()) => inc.finish(hash, mode, (mtime_s, mtime_ns)),
+            Err(r) => {
+                // Refused mid-stream (cap, disk): the bytes on disk are incomplete.
+                inc.discard();
+                Err(r)
+            }
+        };
+        let (code, message, bytes) = match &result {
+            Ok(len) => (Code::Ok, String::new(), *len),
+            Err(r) => (r.code, r.message.clone(), got),
+        };
+        reply(
+            rx,
+            &Frame::Ack {
+                code,
+                bytes,
+                message: message.clone(),
+            },
+        )?;
+        let outcome = FileOutcome {
+            name,
+            bytes: got,
+            result: result.map(|_| ()).map_err(|r| (r.code, r.message)),
+        };
+        progress(Progress::Done(&outcome));
+        report.files.push(outcome);
+    }
+}

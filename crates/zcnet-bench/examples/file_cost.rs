@@ -18,7 +18,7 @@ use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use zcnet::conn::Listener;
+use zcnet::stream::Listener;
 use zcnet::{
     FileRxMode, FileTxMode, Policy, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot,
     TxPath,

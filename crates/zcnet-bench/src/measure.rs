@@ -12,8 +12,8 @@ use crate::summary::median;
 use std::collections::BTreeMap;
 use zcnet::auto::profile::{Measurement, Spread};
 use zcnet::auto::AutoPath;
-use zcnet::rx::RxPath;
-use zcnet::tx::TxPath;
+use zcnet::path::RxPath;
+use zcnet::path::TxPath;
 
 /// The cost `auto` minimises: worker CPU-seconds per GiB of both ends.
 pub fn run_cost(r: &Run) -> f64 {

@@ -732,7 +732,8 @@ impl Derived {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use zcnet::stats::{FallbackReason, Stats};
+    use zcnet::path::FallbackReason;
+    use zcnet::stats::Stats;
 
     pub(crate) fn sample_run(tx: &str, rx: &str, size: u64, cpu: f64) -> Run {
         Run {

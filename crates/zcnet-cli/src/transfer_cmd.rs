@@ -6,7 +6,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use zcnet::conn::Listener;
+use zcnet::stream::Listener;
 use zcnet::{ReceiverConfig, Sender, SenderConfig, StatsSnapshot};
 use zcnet_bench::cpu::{process_rusage, CpuSeconds};
 use zcnet_transfer::session::{

@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
-use zcnet::conn::{Receiver, Sender};
+use zcnet::stream::{Receiver, Sender};
 
 /// Bytes per `send_file`/`recv_to_file` call: progress is reported between calls.
 const STEP: u64 = 16 << 20;

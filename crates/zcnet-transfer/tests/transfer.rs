@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use zcnet::conn::Listener;
+use zcnet::stream::Listener;
 use zcnet::{ReceiverConfig, RxPath, SenderConfig, TxPath};
 use zcnet_testbed::pattern::pattern;
 use zcnet_testbed::topo::{veth_or_skip, Topo};

@@ -35,7 +35,6 @@
 pub mod auto;
 pub mod buf;
 pub mod completion;
-pub mod conn;
 mod counters;
 pub mod cow;
 pub mod error;
@@ -43,19 +42,19 @@ pub mod error;
 pub mod lm;
 pub mod msg;
 mod named;
+pub mod path;
 pub mod policy;
 pub mod rx;
 pub mod stats;
+pub mod stream;
 pub mod tx;
 #[cfg(feature = "afxdp")]
 pub mod xsk;
 
 pub use buf::{Pool, TxBuf};
-pub use conn::{Receiver, ReceiverConfig, Sender, SenderConfig};
 pub use error::Error;
+pub use path::{FallbackReason, FileRxMode, FileTxMode, RxPath, TxPath};
 pub use policy::Policy;
-pub use rx::file::FileRxMode;
-pub use rx::{RxChunk, RxPath};
-pub use stats::{FallbackReason, Stats, StatsSnapshot};
-pub use tx::file::FileTxMode;
-pub use tx::TxPath;
+pub use rx::RxChunk;
+pub use stats::{Stats, StatsSnapshot};
+pub use stream::{Listener, Receiver, ReceiverConfig, Sender, SenderConfig};

@@ -7,7 +7,7 @@
 //! namespace) gains nothing from asking: after `demote_after_copied` consecutive COPIED
 //! completions it stops asking, as the kernel documentation suggests.
 
-use crate::stats::FallbackReason;
+use crate::path::FallbackReason;
 
 /// Per-operation decision rules for the zero-copy transmit path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 use std::time::Duration;
-use zcnet::conn::Listener;
+use zcnet::stream::Listener;
 use zcnet::{Error, FallbackReason, Pool, RxPath, StatsSnapshot, TxPath};
 use zcnet_sys::uring::zcrx;
 

@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use zcnet::conn::Listener;
+use zcnet::stream::Listener;
 use zcnet::{RxPath, TxPath};
 use zcnet_bench::cpu::SystemCpu;
 use zcnet_bench::protocol::{self, Message, Params};

@@ -761,7 +761,7 @@ fn file_run(
         .create_new(true)
         .open(dst)
         .map_err(|e| fail(format!("{}: {e}", dst.display())))?;
-    let listener = zcnet::conn::Listener::bind(
+    let listener = zcnet::stream::Listener::bind(
         SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
         &zcnet::ReceiverConfig::new(zcnet::RxPath::Copy),
     )

@@ -13,7 +13,7 @@ use super::{BenchError, Progress};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::conn::{Listener, Receiver};
+use zcnet::stream::{Listener, Receiver};
 use zcnet::{Policy, Pool, ReceiverConfig, RxPath, Sender, SenderConfig, TxPath};
 use zcnet_bench::cpu::{thread_rusage, CpuSeconds};
 use zcnet_bench::histogram::LatencyHistogram;

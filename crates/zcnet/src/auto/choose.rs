@@ -280,7 +280,7 @@ impl<P: AutoPath> Chooser<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tx::TxPath;
+    use crate::path::TxPath;
     use proptest::prelude::*;
 
     const KIB: u64 = 1024;

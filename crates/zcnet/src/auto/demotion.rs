@@ -181,8 +181,8 @@ impl<P: AutoPath> Demotion<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rx::RxPath;
-    use crate::tx::TxPath;
+    use crate::path::RxPath;
+    use crate::path::TxPath;
     use proptest::prelude::*;
 
     const COPIED: Report = Report::Bad(DemotionReason::TxCopied);

@@ -71,7 +71,7 @@ mod tests {
     use super::*;
     use crate::auto::profile::{Measurement, Spread};
     use crate::auto::Chooser;
-    use crate::tx::TxPath;
+    use crate::path::TxPath;
     use proptest::prelude::*;
 
     #[test]

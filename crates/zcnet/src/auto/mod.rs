@@ -45,8 +45,8 @@ pub use hysteresis::Hysteresis;
 pub use load::{Loaded, ProfileSource};
 pub use profile::{HostKey, Measurement, Profile, ProfileError, Spread, Topology};
 
-use crate::rx::RxPath;
-use crate::tx::TxPath;
+use crate::path::RxPath;
+use crate::path::TxPath;
 use std::fmt;
 use std::hash::Hash;
 

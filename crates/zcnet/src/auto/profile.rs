@@ -20,8 +20,8 @@
 //! `created` is an RFC 3339 string or Unix seconds; it is informational.
 
 use super::AutoPath;
-use crate::rx::RxPath;
-use crate::tx::TxPath;
+use crate::path::RxPath;
+use crate::path::TxPath;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::ffi::OsStr;

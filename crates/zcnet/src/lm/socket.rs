@@ -18,7 +18,8 @@ use super::program::{Admission, LmProgram, Progress};
 use super::stats::LmStats;
 use super::wire::{self, Header, Kind, Layout, Reject, FRAME_HLEN, LM_HLEN, XDP_HEADROOM};
 use super::{LmConfig, LmError, LmEvent, LmLost, LmMessage, LossReason};
-use crate::stats::{FallbackReason, Stats};
+use crate::path::FallbackReason;
+use crate::stats::Stats;
 use crate::xsk::wire::{write_udp_headers, UDP_FRAME_HLEN};
 use crate::xsk::{Binding, Placed, XskConfig, XskSocket};
 

@@ -7,9 +7,9 @@
 //! handshake. What can change online is `mmap`: while the kernel keeps mapping nothing it is
 //! demoted to plain `recv` and re-probed later ([`super::mmap`]).
 
-use super::RxPath;
 use crate::auto::{load, AutoStats, Chooser};
-use crate::conn::ReceiverConfig;
+use crate::path::RxPath;
+use crate::stream::ReceiverConfig;
 use std::net::IpAddr;
 
 /// The decision for one listener or connection.

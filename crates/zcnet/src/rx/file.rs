@@ -26,30 +26,15 @@
 
 use super::Receive;
 use crate::error::{Error, Result};
-use crate::stats::{FallbackReason, Stats};
+use crate::path::FallbackReason;
+use crate::path::FileRxMode;
+use crate::stats::Stats;
 use crate::tx::file::{range_end, sized_pipe, Stall};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 use zcnet_sys::raw::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
-
-/// How [`crate::Receiver::recv_to_file`] moves stream bytes into the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum FileRxMode {
-    /// `splice(2)` socket → pipe → file: never through user memory.
-    #[default]
-    Splice,
-    /// The receiver's own path (recv, or mapped pages), then `pwrite(2)`.
-    Write,
-}
-
-crate::named::named_enum!(FileRxMode, "file receive mode", {
-    Splice => "splice",
-    Write => "write",
-});
 
 /// The recv+pwrite buffer (made on first use).
 const SCRATCH_BYTES: usize = 256 * 1024;

@@ -12,10 +12,12 @@
 //! (we always pass a length of at least one page, so that is the only way to get it); a
 //! reset arrives as `zc.err`. See shared/notes/kernel-probe-findings.md §2.
 
-use super::{copy::recv_some, Receive, RxChunk, RxPath};
+use super::{copy::recv_some, Receive, RxChunk};
 use crate::auto::{AutoStats, Demotion, DemotionReason, Report};
 use crate::error::{Error, Result};
-use crate::stats::{FallbackReason, Stats};
+use crate::path::FallbackReason;
+use crate::path::RxPath;
+use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 use zcnet_sys::raw::socket;

@@ -19,34 +19,6 @@ use crate::stats::Stats;
 use std::ops::Deref;
 use std::os::fd::BorrowedFd;
 
-/// Which receive path a [`crate::Receiver`] uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RxPath {
-    /// Plain `recv`.
-    Copy,
-    /// `TCP_ZEROCOPY_RECEIVE` into a socket mapping, `recv` for what cannot be mapped.
-    Mmap,
-    /// io_uring multishot `recv` into a ring of provided buffers (the kernel still copies).
-    Uring,
-    /// io_uring zero-copy receive (zcrx) into a registered area; needs a NIC with header
-    /// split, and falls back to `uring` (or `copy`) where registration is refused.
-    Zcrx,
-    /// The path this host's profile measured cheapest for the receiver's operation size,
-    /// chosen when the connection is accepted; on `mmap`, demoted online to plain `recv`
-    /// while mapping keeps failing ([`crate::auto`]). `copy` where there is no profile.
-    Auto,
-}
-
-crate::named::named_enum!(RxPath, "receive path", {
-    Copy => "copy",
-    Mmap => "mmap",
-    Uring => "uring",
-    Zcrx => "zcrx",
-    Auto => "auto",
-});
-
 /// Received bytes, lent by the [`crate::Receiver`] until dropped.
 ///
 /// Mapped chunks point straight at the pages the NIC (or the kernel's deferred copy) filled;

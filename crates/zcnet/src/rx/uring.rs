@@ -22,10 +22,12 @@
 //! final CQE with `res == 0` is end of stream; other errors are classified like `recv`'s
 //! (`ECONNRESET` → [`crate::Error::Reset`]). Every wait is bounded by the receiver's timeout.
 
-use super::{copy::CopyRx, Receive, RxChunk, RxPath};
-use crate::conn::ReceiverConfig;
+use super::{copy::CopyRx, Receive, RxChunk};
 use crate::error::{Error, Result};
-use crate::stats::{FallbackReason, Stats};
+use crate::path::FallbackReason;
+use crate::path::RxPath;
+use crate::stats::Stats;
+use crate::stream::ReceiverConfig;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};

@@ -16,15 +16,17 @@
 //! Sub-paths run with [`Policy::always`]: the profile, not a fixed size threshold, decides,
 //! and demotion is this module's, not the sub-path's.
 
-use super::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit, TxPath};
+use super::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit};
 use crate::auto::{
     AutoStats, Choice, Chooser, Demotion, DemotionReason, Hysteresis, Measurement, Profile, Report,
 };
 use crate::buf::{Pool, TxBuf};
 use crate::cow::CowPolicy;
 use crate::error::Result;
+use crate::path::FallbackReason;
+use crate::path::TxPath;
 use crate::policy::Policy;
-use crate::stats::{FallbackReason, Stats};
+use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use zcnet_sys::mem::page_size;

@@ -20,33 +20,15 @@
 
 use super::copy::send_all;
 use crate::error::{Error, Result};
-use crate::stats::{FallbackReason, Stats};
+use crate::path::FallbackReason;
+use crate::path::FileTxMode;
+use crate::stats::Stats;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 use zcnet_sys::mem::PageBuf;
 use zcnet_sys::raw::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
-
-/// How [`crate::Sender::send_file`] moves a file range to the socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum FileTxMode {
-    /// `sendfile(2)`: page-cache pages to the socket by reference.
-    #[default]
-    Sendfile,
-    /// `splice(2)` file → pipe → socket.
-    Splice,
-    /// `pread` + `send`: the copying baseline.
-    ReadSend,
-}
-
-crate::named::named_enum!(FileTxMode, "file transmit mode", {
-    Sendfile => "sendfile",
-    Splice => "splice",
-    ReadSend => "read_send",
-});
 
 /// Bytes per `sendfile` call: large enough that the call count is noise, small enough that a
 /// signal or a timeout is noticed between calls.

@@ -23,35 +23,6 @@ use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-/// Which transmit path a [`crate::Sender`] uses for loaned buffers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum TxPath {
-    /// Plain `send`: the kernel copies the bytes into socket buffers.
-    Copy,
-    /// `MSG_ZEROCOPY`: the kernel references the pages; completions return the buffers.
-    Zerocopy,
-    /// io_uring `SEND_ZC` from registered (fixed) buffers; notification CQEs return them.
-    Uring,
-    /// `MSG_ZEROCOPY` for [`crate::Sender::send_slice`] too: the slice's pages are
-    /// write-protected while in flight and a write gives the writer a private copy, so the
-    /// caller keeps copy semantics (loaned buffers go as on `zerocopy`).
-    Cow,
-    /// Per operation, the path this host's profile measured cheapest for the size and
-    /// alignment, with hysteresis and online demotion ([`crate::auto`], [`auto`]); `copy`
-    /// where there is no profile.
-    Auto,
-}
-
-crate::named::named_enum!(TxPath, "transmit path", {
-    Copy => "copy",
-    Zerocopy => "zerocopy",
-    Uring => "uring",
-    Cow => "cow",
-    Auto => "auto",
-});
-
 /// What every transmit path does with a loaned buffer.
 pub(crate) trait Transmit: Send {
     /// Sends all of `buf`'s selected bytes (continuing short sends) and keeps `buf` until

@@ -32,8 +32,9 @@
 use super::copy;
 use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
+use crate::path::FallbackReason;
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
-use crate::stats::{FallbackReason, Stats};
+use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 use zcnet_sys::mem::page_size;

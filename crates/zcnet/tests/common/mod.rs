@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::time::Duration;
-use zcnet::conn::Listener;
+use zcnet::stream::Listener;
 use zcnet::{Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath};
 
 #[allow(unused_imports)] // each test binary uses its own subset

@@ -1,0 +1,114 @@
+//! [`Listener`]: accepts [`Receiver`]s set up from one [`ReceiverConfig`].
+
+use super::receiver::{Receiver, ReceiverConfig};
+use crate::error::{Error, Result};
+use crate::path::RxPath;
+use crate::policy::page_multiple_mss;
+use crate::rx::auto::AutoRxChoice;
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use zcnet_sys::mem::page_size;
+use zcnet_sys::raw::socket;
+
+/// A listening socket that accepts [`Receiver`]s.
+#[derive(Debug)]
+pub struct Listener {
+    sock: Socket,
+    cfg: ReceiverConfig,
+    mss: Option<u32>,
+    auto: Option<AutoRxChoice>,
+}
+
+fn tcp_timestamps_enabled() -> bool {
+    // /proc/sys/net resolves to the calling thread's network namespace.
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
+        .map(|s| s.trim() != "0")
+        .unwrap_or(true)
+}
+
+impl Listener {
+    /// Binds and listens on `addr`. For the mmap path with `page_multiple_mss`, sets
+    /// `TCP_MAXSEG` to the page-multiple MSS of the bound interface's MTU first (the MSS is
+    /// advertised in the handshake, so it cannot be changed later).
+    pub fn bind(addr: SocketAddr, cfg: &ReceiverConfig) -> Result<Listener> {
+        // `auto` decides now: the mapping path's MSS must be set before listen.
+        let auto = (cfg.path == RxPath::Auto).then(|| crate::rx::auto::choose(cfg, addr.ip()));
+        let cfg = &match &auto {
+            Some(a) => ReceiverConfig {
+                path: a.path,
+                ..cfg.clone()
+            },
+            None => cfg.clone(),
+        };
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
+            .map_err(|e| Error::io("socket", e))?;
+        sock.set_reuse_address(true)
+            .map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
+        if let Some(n) = cfg.rcvbuf {
+            sock.set_recv_buffer_size(n)
+                .map_err(|e| Error::io("setsockopt(SO_RCVBUF)", e))?;
+        }
+        let mut mss = None;
+        if cfg.path == RxPath::Mmap && cfg.page_multiple_mss {
+            if let Ok(Some(mtu)) = socket::mtu_for_addr(addr.ip()) {
+                mss = page_multiple_mss(
+                    mtu,
+                    addr.is_ipv6(),
+                    tcp_timestamps_enabled(),
+                    page_size() as u32,
+                );
+                if let Some(m) = mss {
+                    sock.set_tcp_mss(m)
+                        .map_err(|e| Error::io("setsockopt(TCP_MAXSEG)", e))?;
+                }
+            }
+        }
+        sock.bind(&SockAddr::from(addr))
+            .map_err(|e| Error::io("bind", e))?;
+        sock.listen(128).map_err(|e| Error::io("listen", e))?;
+        Ok(Listener {
+            sock,
+            cfg: cfg.clone(),
+            mss,
+            auto,
+        })
+    }
+
+    /// The bound address (with the port the kernel chose for port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.sock
+            .local_addr()
+            .map_err(|e| Error::io("getsockname", e))?
+            .as_socket()
+            .ok_or_else(|| Error::io("getsockname", std::io::Error::other("not an IP address")))
+    }
+
+    /// The MSS advertised for the mmap path, if one was set.
+    pub fn mss(&self) -> Option<u32> {
+        self.mss
+    }
+
+    /// Accepts one connection (bounded by the configured timeout).
+    pub fn accept(&self) -> Result<Receiver> {
+        let ev = loop {
+            match socket::poll(self.sock.as_fd(), libc::POLLIN, Some(self.cfg.timeout)) {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => break r.map_err(|e| Error::io("poll (accept)", e))?,
+            }
+        };
+        if ev == 0 {
+            return Err(Error::Timeout {
+                op: "accept",
+                after: self.cfg.timeout,
+            });
+        }
+        let (sock, _) = loop {
+            match self.sock.accept() {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => break r.map_err(|e| Error::io("accept", e))?,
+            }
+        };
+        Receiver::setup(sock, &self.cfg, self.auto.clone())
+    }
+}

@@ -1,0 +1,274 @@
+//! [`Receiver`]: a TCP socket that receives, with its receive path chosen by [`ReceiverConfig`].
+
+use super::local_ip;
+use crate::auto::ProfileSource;
+use crate::error::{Error, Result};
+use crate::path::FallbackReason;
+use crate::path::{FileRxMode, RxPath};
+use crate::rx::auto::AutoRxChoice;
+use crate::rx::file::FileRx;
+use crate::rx::mmap::AutoDemotion;
+use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk};
+use crate::stats::Stats;
+use socket2::Socket;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+use zcnet_sys::raw::socket;
+use zcnet_sys::raw::zcrecv::SocketMap;
+
+/// How a [`Receiver`] is set up.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReceiverConfig {
+    /// Receive path.
+    pub path: RxPath,
+    /// Size of the socket mapping for the mmap path: released in one batch when used up.
+    pub map_bytes: usize,
+    /// Size of the copy buffer (copy path) or of the scratch buffer for unmappable bytes.
+    pub buf_bytes: usize,
+    /// `SO_RCVLOWAT`: fewer, larger zero-copy calls (findings §2: 4 MiB halves receiver CPU
+    /// with an 8 MiB map). Leave unset for request/response traffic.
+    pub rcvlowat: Option<usize>,
+    /// Advertise a page-multiple MSS on the listener (mmap path) so payloads land in whole
+    /// pages; derived from the MTU of the bound interface.
+    pub page_multiple_mss: bool,
+    /// `SO_RCVBUF`, if set.
+    pub rcvbuf: Option<usize>,
+    /// Bound on every blocking step.
+    pub timeout: Duration,
+    /// Counters to share with others.
+    pub stats: Option<Arc<Stats>>,
+    /// Hardware receive queue the `zcrx` path registers (`ethtool -N` must steer the flow
+    /// there; see [`zcnet_sys::uring::zcrx`]).
+    pub zcrx_queue: u32,
+    /// How [`Receiver::recv_to_file`] moves stream bytes into the file (`splice` by default).
+    pub file_rx: FileRxMode,
+    /// Pre-size the target range with `fallocate(2)` before [`Receiver::recv_to_file`]
+    /// writes it (on by default: out-of-space shows at once, and extents come out whole).
+    pub file_preallocate: bool,
+    /// Where the `auto` path finds this host's profile.
+    pub profile: ProfileSource,
+    /// Whether the application reads the data it receives (`auto` uses the profile's
+    /// matching variant).
+    pub touch: bool,
+    /// Bytes the application typically takes per receive: the size `auto` looks up in the
+    /// profile (256 KiB by default, a bulk stream's read size).
+    pub op_size: usize,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            path: RxPath::Auto,
+            map_bytes: 4 << 20,
+            buf_bytes: 256 * 1024,
+            rcvlowat: None,
+            page_multiple_mss: true,
+            rcvbuf: None,
+            timeout: Duration::from_secs(30),
+            stats: None,
+            zcrx_queue: 0,
+            file_rx: FileRxMode::Splice,
+            file_preallocate: true,
+            profile: ProfileSource::Default,
+            touch: true,
+            op_size: 256 * 1024,
+        }
+    }
+}
+
+impl ReceiverConfig {
+    /// Defaults with receive path `path`.
+    pub fn new(path: RxPath) -> Self {
+        ReceiverConfig {
+            path,
+            ..Default::default()
+        }
+    }
+}
+
+/// The receiving end of a TCP connection.
+pub struct Receiver {
+    sock: Socket,
+    rx: Box<dyn Receive>,
+    path: RxPath,
+    stats: Arc<Stats>,
+    file: FileRx,
+    file_rx: FileRxMode,
+    file_preallocate: bool,
+    timeout: Duration,
+    profile_note: Option<String>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl Receiver {
+    /// Wraps an already connected stream.
+    pub fn from_stream(stream: TcpStream, cfg: &ReceiverConfig) -> Result<Receiver> {
+        let sock = Socket::from(OwnedFd::from(stream));
+        if cfg.path != RxPath::Auto {
+            return Self::setup(sock, cfg, None);
+        }
+        let local = local_ip(&sock);
+        let auto = crate::rx::auto::choose(cfg, local);
+        let cfg = ReceiverConfig {
+            path: auto.path,
+            ..cfg.clone()
+        };
+        Self::setup(sock, &cfg, Some(auto))
+    }
+
+    /// `cfg.path` is concrete here; `auto` is the decision that chose it, if `auto` did.
+    pub(super) fn setup(
+        sock: Socket,
+        cfg: &ReceiverConfig,
+        auto: Option<AutoRxChoice>,
+    ) -> Result<Receiver> {
+        sock.set_read_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+        sock.set_write_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        if let Some(n) = cfg.rcvlowat {
+            socket::set_int(
+                sock.as_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                n.min(i32::MAX as usize) as i32,
+            )
+            .map_err(|e| Error::io("setsockopt(SO_RCVLOWAT)", e))?;
+        }
+        let stats = cfg.stats.clone().unwrap_or_default();
+        if let Some(a) = &auto {
+            stats.add_auto_rx(&a.delta);
+        }
+        let (rx, path): (Box<dyn Receive>, RxPath) = match cfg.path {
+            RxPath::Copy | RxPath::Auto => (
+                Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)),
+                RxPath::Copy,
+            ),
+            RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
+                Ok(map) => {
+                    let mut rx = MmapRx::new(map, cfg.buf_bytes, cfg.timeout);
+                    if let Some(a) = &auto {
+                        rx = rx.with_auto(AutoDemotion::new(a.expect_mapping));
+                    }
+                    (Box::new(rx), RxPath::Mmap)
+                }
+                Err(_) => {
+                    // A kernel without TCP mmap: every receive copies, and says so.
+                    stats.fallback(FallbackReason::Unsupported, 0);
+                    (
+                        Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)),
+                        RxPath::Copy,
+                    )
+                }
+            },
+            RxPath::Uring | RxPath::Zcrx => crate::rx::uring::setup(sock.as_fd(), cfg, &stats),
+        };
+        Ok(Receiver {
+            sock,
+            rx,
+            path,
+            stats,
+            file: FileRx::default(),
+            file_rx: cfg.file_rx,
+            file_preallocate: cfg.file_preallocate,
+            timeout: cfg.timeout,
+            profile_note: auto.and_then(|a| a.note),
+        })
+    }
+
+    /// On the `auto` path: why no profile is in force, for the caller to show (see
+    /// [`Sender::profile_note`]).
+    pub fn profile_note(&self) -> Option<&str> {
+        self.profile_note.as_deref()
+    }
+
+    /// The path in effect (copy if the mmap path was asked for but is unsupported).
+    pub fn path(&self) -> RxPath {
+        self.path
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The socket, for options zcnet does not set.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Result<SocketAddr> {
+        self.sock
+            .peer_addr()
+            .map_err(|e| Error::io("getpeername", e))?
+            .as_socket()
+            .ok_or_else(|| Error::io("getpeername", std::io::Error::other("not an IP address")))
+    }
+
+    /// The next bytes of the stream, lent until the chunk is dropped; `None` at end of
+    /// stream.
+    pub fn recv(&mut self) -> Result<Option<RxChunk<'_>>> {
+        self.rx.recv(self.sock.as_fd(), &self.stats)
+    }
+
+    /// Copy semantics: the next bytes into `buf`; 0 at end of stream.
+    pub fn recv_into(&mut self, buf: &mut [u8]) -> Result<usize> {
+        // A buffer still in flight on a `cow` sender is write-protected, and the kernel's
+        // write would fail (EFAULT): receive into scratch and copy instead (crate::cow).
+        let (rx, fd, stats) = (&mut self.rx, self.sock.as_fd(), &self.stats);
+        crate::cow::kernel_write_into(buf, |b| rx.recv_into(fd, b, stats))
+    }
+
+    /// Receives exactly the next `len` bytes of the stream into `file` at `offset` (the file
+    /// position does not move) with the configured [`FileRxMode`] — `splice(2)` socket →
+    /// pipe → file by default — and returns `len`.
+    ///
+    /// Bytes an earlier [`Receiver::recv`]/[`Receiver::recv_into`] left in the receiver are
+    /// written first, so the file gets the stream in order. The range is pre-sized with
+    /// `fallocate` (unless configured off). If the stream ends first, the result is
+    /// [`Error::Truncated`] with the bytes that arrived, and a file this call grew is cut back
+    /// to them. Where splice is refused, the rest goes by the receiver's own path plus
+    /// `pwrite`, counted as [`FallbackReason::FileUnsupported`]. A file opened `O_APPEND` is
+    /// [`Error::UnsuitableFile`]. Each blocking step is bounded by the socket timeout.
+    pub fn recv_to_file(&mut self, file: &std::fs::File, offset: u64, len: u64) -> Result<u64> {
+        self.recv_to_file_with(file, offset, len, self.file_rx)
+    }
+
+    /// [`Receiver::recv_to_file`] with an explicit mode.
+    pub fn recv_to_file_with(
+        &mut self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+        mode: FileRxMode,
+    ) -> Result<u64> {
+        self.file.recv(
+            self.sock.as_fd(),
+            self.rx.as_mut(),
+            file,
+            offset,
+            len,
+            mode,
+            self.file_preallocate,
+            &self.stats,
+            self.timeout,
+        )
+    }
+
+    /// Borrow-scoped receive (smoltcp's `RxToken::consume` idiom): runs `f` on the next bytes
+    /// and releases them when it returns. `None` at end of stream.
+    pub fn recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        Ok(self.recv()?.map(|c| f(&c)))
+    }
+}

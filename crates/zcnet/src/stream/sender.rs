@@ -1,0 +1,374 @@
+//! [`Sender`]: a TCP socket that sends, with its transmit path chosen by [`SenderConfig`].
+
+use super::local_ip;
+use crate::auto::ProfileSource;
+use crate::buf::{Pool, TxBuf};
+use crate::error::{Error, Result};
+use crate::path::{FileTxMode, TxPath};
+use crate::policy::Policy;
+use crate::stats::{Stats, StatsSnapshot};
+use crate::tx::auto::{AutoSetup, AutoTx};
+use crate::tx::file::FileTx;
+use crate::tx::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit};
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zcnet_sys::raw::zerocopy as zc;
+
+/// How a [`Sender`] is set up.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SenderConfig {
+    /// Transmit path. [`Sender::send_slice`] copies on every path but `cow`, which sends
+    /// the slice zero-copy under write protection.
+    pub path: TxPath,
+    /// When zero-copy is worth it.
+    pub policy: Policy,
+    /// Buffers in the pool (ignored when `pool` is given).
+    pub pool_buffers: usize,
+    /// Bytes per buffer (ignored when `pool` is given).
+    pub buf_size: usize,
+    /// A pool to share with other senders.
+    pub pool: Option<Pool>,
+    /// Counters to share with others (a fresh set otherwise).
+    pub stats: Option<Arc<Stats>>,
+    /// Bound on every blocking step: connect, a send, waiting for a buffer, flushing.
+    pub timeout: Duration,
+    /// `SO_SNDBUF`, if set.
+    pub sndbuf: Option<usize>,
+    /// `TCP_NODELAY`.
+    pub nodelay: bool,
+    /// How [`Sender::send_file`] moves file bytes (`sendfile` by default).
+    pub file_tx: FileTxMode,
+    /// When the `cow` path write-protects a `send_slice` (Solaris's working-set threshold).
+    pub cow: crate::cow::CowPolicy,
+    /// Where the `auto` path finds this host's profile.
+    pub profile: ProfileSource,
+    /// Whether the application writes the data it sends (true for most; a benchmark that
+    /// sends untouched buffers says false): `auto` uses the profile's matching variant.
+    pub touch: bool,
+}
+
+impl Default for SenderConfig {
+    fn default() -> Self {
+        SenderConfig {
+            path: TxPath::Auto,
+            policy: Policy::default(),
+            pool_buffers: 16,
+            buf_size: 256 * 1024,
+            pool: None,
+            stats: None,
+            timeout: Duration::from_secs(30),
+            sndbuf: None,
+            nodelay: false,
+            file_tx: FileTxMode::Sendfile,
+            cow: crate::cow::CowPolicy::default(),
+            profile: ProfileSource::Default,
+            touch: true,
+        }
+    }
+}
+
+impl SenderConfig {
+    /// Defaults with transmit path `path`.
+    pub fn new(path: TxPath) -> Self {
+        SenderConfig {
+            path,
+            ..Default::default()
+        }
+    }
+}
+
+/// The sending end of a TCP connection.
+///
+/// ```no_run
+/// # fn main() -> Result<(), zcnet::Error> {
+/// use zcnet::{Sender, SenderConfig, TxPath};
+/// let mut tx = Sender::connect("127.0.0.1:9000".parse().unwrap(), &SenderConfig::new(TxPath::Zerocopy))?;
+/// let mut buf = tx.buffer()?;            // a pooled, page-aligned buffer
+/// buf.fill_at(0, b"hello");              // write the payload once
+/// tx.send(buf)?;                         // moved in; back to the pool on completion
+/// tx.send_slice(b"copy semantics")?;     // always safe; copies (zero-copy on `cow`)
+/// let stats = tx.finish()?;
+/// # Ok(()) }
+/// ```
+pub struct Sender {
+    sock: Socket,
+    tx: Box<dyn Transmit>,
+    path: TxPath,
+    pool: Pool,
+    stats: Arc<Stats>,
+    timeout: Duration,
+    file: FileTx,
+    file_tx: FileTxMode,
+    profile_note: Option<String>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("path", &self.path)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl Sender {
+    /// Connects to `addr`. `SO_ZEROCOPY` is set before `connect` for the zero-copy path; if
+    /// the kernel refuses it, the sender copies and counts every send as
+    /// [`FallbackReason::Unsupported`].
+    pub fn connect(addr: SocketAddr, cfg: &SenderConfig) -> Result<Sender> {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
+            .map_err(|e| Error::io("socket", e))?;
+        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow | TxPath::Auto)
+            || zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        if let Some(n) = cfg.sndbuf {
+            sock.set_send_buffer_size(n)
+                .map_err(|e| Error::io("setsockopt(SO_SNDBUF)", e))?;
+        }
+        sock.connect_timeout(&SockAddr::from(addr), cfg.timeout)
+            .map_err(|e| Error::io("connect", e))?;
+        Self::finish_setup(sock, cfg, zc_ok)
+    }
+
+    /// Wraps an already connected stream (for example, an accepted one). `SO_ZEROCOPY` is
+    /// set now; Linux 6.x accepts it on established sockets.
+    pub fn from_stream(stream: TcpStream, cfg: &SenderConfig) -> Result<Sender> {
+        let sock = Socket::from(OwnedFd::from(stream));
+        let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow | TxPath::Auto)
+            || zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        if let Some(n) = cfg.sndbuf {
+            sock.set_send_buffer_size(n)
+                .map_err(|e| Error::io("setsockopt(SO_SNDBUF)", e))?;
+        }
+        Self::finish_setup(sock, cfg, zc_ok)
+    }
+
+    fn finish_setup(sock: Socket, cfg: &SenderConfig, zc_ok: bool) -> Result<Sender> {
+        sock.set_write_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        sock.set_read_timeout(Some(cfg.timeout))
+            .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+        if cfg.nodelay {
+            sock.set_tcp_nodelay(true)
+                .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
+        }
+        let pool = match &cfg.pool {
+            Some(p) => p.clone(),
+            None => Pool::new(cfg.pool_buffers.max(1), cfg.buf_size)
+                .map_err(|e| Error::io("mmap (buffer pool)", e))?,
+        };
+        let stats: Arc<Stats> = cfg.stats.clone().unwrap_or_default();
+        let mut profile_note = None;
+        let tx: Box<dyn Transmit> = match cfg.path {
+            TxPath::Auto => {
+                let local = local_ip(&sock);
+                let loaded = crate::auto::load::load(&cfg.profile, local);
+                profile_note = loaded.note;
+                Box::new(AutoTx::new(
+                    sock.as_fd(),
+                    AutoSetup {
+                        profile: loaded.profile.as_deref(),
+                        touch: cfg.touch,
+                        pool: &pool,
+                        cow: cfg.cow,
+                        timeout: cfg.timeout,
+                        zc_ok,
+                        stats: &stats,
+                    },
+                ))
+            }
+            TxPath::Copy => Box::new(CopyTx {
+                timeout: cfg.timeout,
+            }),
+            TxPath::Zerocopy => Box::new(ZerocopyTx::new(cfg.policy, cfg.timeout, !zc_ok)),
+            TxPath::Uring => Box::new(UringTx::new(&pool, cfg.policy, cfg.timeout, &stats)),
+            TxPath::Cow => Box::new(CowTx::new(
+                sock.as_fd(),
+                cfg.policy,
+                cfg.cow,
+                cfg.timeout,
+                !zc_ok,
+            )),
+        };
+        Ok(Sender {
+            sock,
+            tx,
+            path: cfg.path,
+            pool,
+            stats,
+            timeout: cfg.timeout,
+            file: FileTx::default(),
+            file_tx: cfg.file_tx,
+            profile_note,
+        })
+    }
+
+    /// On the `auto` path: why no profile is in force (none written yet, or one refused as
+    /// foreign or of another schema), for the caller to show; `None` when one is in force
+    /// or the path is not `auto`.
+    pub fn profile_note(&self) -> Option<&str> {
+        self.profile_note.as_deref()
+    }
+
+    /// The path loaned buffers take.
+    pub fn path(&self) -> TxPath {
+        self.path
+    }
+
+    /// The buffer pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The socket, for options zcnet does not set.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Takes a free buffer from the pool, reaping completions while none is free. Gives up
+    /// with [`Error::PoolExhausted`] after the configured timeout — the receiver stopped
+    /// reading, so the kernel still holds every buffer — rather than hang.
+    pub fn buffer(&mut self) -> Result<TxBuf> {
+        if let Some(b) = self.pool.try_take() {
+            return Ok(b);
+        }
+        self.stats.add_pool_waits(1);
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            self.tx.reap(self.sock.as_fd(), &self.stats)?;
+            if let Some(b) = self.pool.try_take() {
+                return Ok(b);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.stats.add_pool_timeouts(1);
+                return Err(Error::PoolExhausted(self.timeout));
+            }
+            let slice = (deadline - now).min(Duration::from_millis(10));
+            if self.tx.buffers_in_flight() > 0 {
+                self.tx.wait(self.sock.as_fd(), &self.stats, slice)?;
+            } else if let Some(b) = self.pool.take_timeout(slice) {
+                return Ok(b);
+            }
+        }
+    }
+
+    /// Sends `buf`'s selected bytes. The buffer is moved in: it returns to its pool when the
+    /// kernel's completion covers it (zero-copy) or when the bytes are queued (copy).
+    ///
+    /// Touching the buffer after handing it over does not compile:
+    ///
+    /// ```compile_fail
+    /// # fn f(tx: &mut zcnet::Sender) -> Result<(), zcnet::Error> {
+    /// let mut buf = tx.buffer()?;
+    /// buf.fill_at(0, b"payload");
+    /// tx.send(buf)?;
+    /// buf[0] = b'X'; // error[E0382]: borrow of moved value: `buf`
+    /// # Ok(()) }
+    /// ```
+    pub fn send(&mut self, buf: TxBuf) -> Result<()> {
+        self.tx.send_buf(self.sock.as_fd(), buf, &self.stats)
+    }
+
+    /// Sends `data` with copy semantics: `data` may be reused as soon as this returns. On
+    /// the `cow` path its page-aligned middle goes zero-copy while write-protected
+    /// ([`crate::cow`]); elsewhere it is copied.
+    pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
+        self.tx
+            .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)?;
+        self.tx.reap(self.sock.as_fd(), &self.stats)?;
+        Ok(())
+    }
+
+    /// Sends `len` bytes of `file` starting at `offset` (the file position does not move)
+    /// with the configured [`FileTxMode`] — `sendfile(2)` by default — and returns `len`.
+    ///
+    /// The bytes go from the page cache to the socket without a user-space copy; where the
+    /// file refuses (`EINVAL`/`ENOSYS`/`EOPNOTSUPP`, e.g. most /proc files) the rest goes by
+    /// `pread` + `send`, counted as [`FallbackReason::FileUnsupported`]. A range past the end
+    /// of a regular file is [`Error::RangeBeyondEof`] before anything is sent; a file that
+    /// ends early anyway (truncated under us, or a /proc file reporting size 0) is
+    /// [`Error::Truncated`] with the bytes that did go out. Each blocking call is bounded by
+    /// the socket timeout ([`Error::Timeout`]).
+    pub fn send_file(&mut self, file: &std::fs::File, offset: u64, len: u64) -> Result<u64> {
+        self.send_file_with(file, offset, len, self.file_tx)
+    }
+
+    /// [`Sender::send_file`] with an explicit mode.
+    pub fn send_file_with(
+        &mut self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+        mode: FileTxMode,
+    ) -> Result<u64> {
+        let n = self.file.send(
+            self.sock.as_fd(),
+            file,
+            offset,
+            len,
+            mode,
+            &self.stats,
+            self.timeout,
+        )?;
+        self.tx.reap(self.sock.as_fd(), &self.stats)?;
+        Ok(n)
+    }
+
+    /// Waits until the kernel has returned every loaned buffer (bounded by the timeout).
+    pub fn flush(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        while self.tx.buffers_in_flight() > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    op: "waiting for zero-copy completions",
+                    after: self.timeout,
+                });
+            }
+            self.tx.wait(
+                self.sock.as_fd(),
+                &self.stats,
+                (deadline - now).min(Duration::from_millis(50)),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Ends the stream (FIN), waits for every buffer to come back, and returns the stats.
+    pub fn finish(mut self) -> Result<StatsSnapshot> {
+        self.sock
+            .shutdown(Shutdown::Write)
+            .map_err(|e| Error::io("shutdown", e))?;
+        self.flush()?;
+        Ok(self.stats.snapshot())
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.tx.buffers_in_flight() > 0 {
+            // Give the kernel a short, bounded chance to finish; what it still holds after
+            // that is unmapped, never recycled while it may still be read.
+            let deadline = Instant::now() + self.timeout.min(Duration::from_secs(2));
+            while self.tx.buffers_in_flight() > 0 && Instant::now() < deadline {
+                if self
+                    .tx
+                    .wait(self.sock.as_fd(), &self.stats, Duration::from_millis(20))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            self.tx.abandon();
+        }
+    }
+}

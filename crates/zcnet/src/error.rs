@@ -47,7 +47,7 @@ pub enum Error {
     ForeignBuffer,
     /// The kernel reported a completion range that matches no call in flight.
     #[error("inconsistent zero-copy completion: {0}")]
-    Completion(#[from] crate::completion::RangeError),
+    Completion(#[from] RangeError),
     /// A stream or a file ended before the requested range was complete: the peer closed
     /// early (receive), or the file was shorter than it claimed or was truncated under us
     /// (send). `got` bytes did go through; never a silently short transfer.
@@ -89,3 +89,20 @@ impl Error {
 
 /// Shorthand.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A notification that does not fit the calls in flight: a kernel or bookkeeping bug that
+/// must be reported, not papered over.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "completion range {lo}..={hi} is outside the calls in flight (oldest {oldest}, next {next})"
+)]
+pub struct RangeError {
+    /// First id of the offending range.
+    pub lo: u32,
+    /// Last id of the offending range.
+    pub hi: u32,
+    /// Oldest outstanding id (low 32 bits).
+    pub oldest: u32,
+    /// Next id to be assigned (low 32 bits).
+    pub next: u32,
+}

@@ -34,10 +34,11 @@
 
 pub mod auto;
 pub mod buf;
-pub mod completion;
+
 mod counters;
 pub mod cow;
 pub mod error;
+pub mod file;
 #[cfg(feature = "afxdp")]
 pub mod lm;
 pub mod msg;
@@ -50,6 +51,7 @@ pub mod stream;
 pub mod tx;
 #[cfg(feature = "afxdp")]
 pub mod xsk;
+pub mod zc;
 
 pub use buf::{Pool, TxBuf};
 pub use error::Error;

@@ -1,15 +1,15 @@
 //! The `auto` receive path: which receive path a connection takes, from this host's profile.
 //!
 //! Unlike transmit, the choice is made once per connection, from the receiver's operation
-//! size ([`crate::ReceiverConfig::op_size`]): receive paths cannot be mixed on one socket
+//! size (`ReceiverConfig::op_size`): receive paths cannot be mixed on one socket
 //! while an io_uring multishot `recv` is armed (it would race a plain `recv` for the same
 //! bytes), and the mapping path's page-multiple MSS has to be advertised before the
 //! handshake. What can change online is `mmap`: while the kernel keeps mapping nothing it is
 //! demoted to plain `recv` and re-probed later ([`super::mmap`]).
 
+use crate::auto::ProfileSource;
 use crate::auto::{load, AutoStats, Chooser};
 use crate::path::RxPath;
-use crate::stream::ReceiverConfig;
 use std::net::IpAddr;
 
 /// The decision for one listener or connection.
@@ -25,14 +25,20 @@ pub(crate) struct AutoRxChoice {
     pub delta: AutoStats,
 }
 
-/// Chooses the receive path for a receiver bound to (or accepted at) `local`.
-pub(crate) fn choose(cfg: &ReceiverConfig, local: IpAddr) -> AutoRxChoice {
-    let loaded = load::load(&cfg.profile, local);
+/// Chooses the receive path for a receiver bound to (or accepted at) `local` that receives
+/// `op_size` bytes per call (and reads them, if `touch`), by the profile `profile` names.
+pub(crate) fn choose(
+    profile: &ProfileSource,
+    touch: bool,
+    op_size: usize,
+    local: IpAddr,
+) -> AutoRxChoice {
+    let loaded = load::load(profile, local);
     let chooser = match loaded.profile.as_deref() {
-        Some(p) => Chooser::from_measurements(&p.rx, cfg.touch),
+        Some(p) => Chooser::from_measurements(&p.rx, touch),
         None => Chooser::defaults(),
     };
-    let size = cfg.op_size.max(1) as u64;
+    let size = op_size.max(1) as u64;
     let choice = chooser.choose(size, true);
     let mut delta = AutoStats::default();
     delta.record_choice(&choice);

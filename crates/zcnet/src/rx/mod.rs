@@ -5,12 +5,10 @@
 //!   sender and the MSS let the kernel (see [`zcnet_sys::raw::zcrecv`]).
 //! * [`uring`] — io_uring: multishot `recv` into provided buffers (`uring`), and zero-copy
 //!   receive into a registered area where the NIC allows it (`zcrx`).
-//! * [`mod@file`] — socket → pipe → file by `splice` ([`crate::Receiver::recv_to_file`]); works on
-//!   top of whichever path the receiver has, writing what that path already holds first.
+//! * Files are written by [`crate::file::recv`], on top of whichever path the receiver has.
 
 pub mod auto;
 pub mod copy;
-pub mod file;
 pub mod mmap;
 pub mod uring;
 

@@ -27,7 +27,6 @@ use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::path::RxPath;
 use crate::stats::Stats;
-use crate::stream::ReceiverConfig;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -310,8 +309,23 @@ pub fn ring_geometry(buf_bytes: usize, map_bytes: usize) -> (u16, usize) {
     (entries, size)
 }
 
+/// What the io_uring receive paths need from the receiver's configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UringRxParams {
+    /// `Uring` or `Zcrx`: which to try first.
+    pub path: RxPath,
+    /// Bytes per provided buffer.
+    pub buf_bytes: usize,
+    /// Bytes of all provided buffers together (or of the zcrx area).
+    pub map_bytes: usize,
+    /// The hardware queue a zcrx area is registered on.
+    pub zcrx_queue: u32,
+    /// How long a receive waits.
+    pub timeout: Duration,
+}
+
 /// A `uring` receive path for `cfg`.
-pub(crate) fn uring_rx(cfg: &ReceiverConfig) -> io::Result<UringRx> {
+pub(crate) fn uring_rx(cfg: &UringRxParams) -> io::Result<UringRx> {
     let (entries, size) = ring_geometry(cfg.buf_bytes, cfg.map_bytes);
     Ok(RingRx::new(BufRingRecv::new(entries, size)?, cfg.timeout))
 }
@@ -320,7 +334,7 @@ pub(crate) fn uring_rx(cfg: &ReceiverConfig) -> io::Result<UringRx> {
 /// local address (in the calling thread's network namespace), hardware queue
 /// `cfg.zcrx_queue`, an area of `cfg.map_bytes`. The error carries the kernel's errno
 /// (`ENODEV` when no interface here holds the address).
-pub(crate) fn zcrx_rx(fd: BorrowedFd<'_>, cfg: &ReceiverConfig) -> io::Result<ZcrxRx> {
+pub(crate) fn zcrx_rx(fd: BorrowedFd<'_>, cfg: &UringRxParams) -> io::Result<ZcrxRx> {
     let local = socket2::SockRef::from(&fd)
         .local_addr()?
         .as_socket()
@@ -337,7 +351,7 @@ pub(crate) fn zcrx_rx(fd: BorrowedFd<'_>, cfg: &ReceiverConfig) -> io::Result<Zc
 /// describes; returns the path in effect.
 pub(crate) fn setup(
     fd: BorrowedFd<'_>,
-    cfg: &ReceiverConfig,
+    cfg: &UringRxParams,
     stats: &Stats,
 ) -> (Box<dyn Receive>, RxPath) {
     if cfg.path == RxPath::Zcrx {

@@ -33,7 +33,8 @@ impl Listener {
     /// advertised in the handshake, so it cannot be changed later).
     pub fn bind(addr: SocketAddr, cfg: &ReceiverConfig) -> Result<Listener> {
         // `auto` decides now: the mapping path's MSS must be set before listen.
-        let auto = (cfg.path == RxPath::Auto).then(|| crate::rx::auto::choose(cfg, addr.ip()));
+        let auto = (cfg.path == RxPath::Auto)
+            .then(|| crate::rx::auto::choose(&cfg.profile, cfg.touch, cfg.op_size, addr.ip()));
         let cfg = &match &auto {
             Some(a) => ReceiverConfig {
                 path: a.path,

@@ -3,10 +3,10 @@
 use super::local_ip;
 use crate::auto::ProfileSource;
 use crate::error::{Error, Result};
+use crate::file::recv::FileRx;
 use crate::path::FallbackReason;
 use crate::path::{FileRxMode, RxPath};
 use crate::rx::auto::AutoRxChoice;
-use crate::rx::file::FileRx;
 use crate::rx::mmap::AutoDemotion;
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk};
 use crate::stats::Stats;
@@ -118,7 +118,7 @@ impl Receiver {
             return Self::setup(sock, cfg, None);
         }
         let local = local_ip(&sock);
-        let auto = crate::rx::auto::choose(cfg, local);
+        let auto = crate::rx::auto::choose(&cfg.profile, cfg.touch, cfg.op_size, local);
         let cfg = ReceiverConfig {
             path: auto.path,
             ..cfg.clone()
@@ -171,7 +171,17 @@ impl Receiver {
                     )
                 }
             },
-            RxPath::Uring | RxPath::Zcrx => crate::rx::uring::setup(sock.as_fd(), cfg, &stats),
+            RxPath::Uring | RxPath::Zcrx => crate::rx::uring::setup(
+                sock.as_fd(),
+                &crate::rx::uring::UringRxParams {
+                    path: cfg.path,
+                    buf_bytes: cfg.buf_bytes,
+                    map_bytes: cfg.map_bytes,
+                    zcrx_queue: cfg.zcrx_queue,
+                    timeout: cfg.timeout,
+                },
+                &stats,
+            ),
         };
         Ok(Receiver {
             sock,

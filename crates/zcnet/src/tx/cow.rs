@@ -20,15 +20,16 @@
 //! it does without letting later writes reach the wire.
 
 use super::copy;
-use super::zerocopy::{reap_completions, send_all_zerocopy, ZerocopyCalls};
+use super::zerocopy::{send_all_zerocopy, ZerocopyCalls};
 use crate::buf::TxBuf;
-use crate::completion::Completions;
 use crate::cow::gate::{WorkingSet, SNDBUF_REFRESH};
 use crate::cow::{engine, CowPolicy, Engine, Ineligible};
 use crate::error::Result;
 use crate::path::FallbackReason;
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::Stats;
+use crate::zc::completion::Completions;
+use crate::zc::reap::{poll_errqueue, reap_completions};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 use zcnet_sys::cow::{abort_connection, Protected};
@@ -337,7 +338,7 @@ impl super::Transmit for CowTx {
         if released > 0 || self.completions.is_idle() {
             return Ok(released);
         }
-        super::zerocopy::poll_errqueue(fd, timeout, || self.reap(fd, stats))
+        poll_errqueue(fd, timeout, || self.reap(fd, stats))
     }
 
     fn buffers_in_flight(&self) -> usize {

@@ -7,13 +7,12 @@
 //!   flight, a write fault giving the writer a private copy (Solaris's copy-on-write).
 //! * [`uring`] — io_uring `SEND_ZC` from the pool registered as fixed buffers, buffers held
 //!   until each request's notification CQE.
-//! * [`mod@file`] — a file range by `sendfile`/`splice` ([`crate::Sender::send_file`]), not a
-//!   [`TxPath`]: it sends from the page cache, not from loaned buffers.
+//! * Files go by [`crate::file::send`]: not a [`TxPath`], since they are sent from the page
+//!   cache, not from loaned buffers.
 
 pub mod auto;
 pub mod copy;
 pub mod cow;
-pub mod file;
 pub mod uring;
 pub mod zerocopy;
 

@@ -12,15 +12,15 @@
 
 use super::copy;
 use crate::buf::TxBuf;
-use crate::completion::Completions;
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::Stats;
+use crate::zc::completion::Completions;
+use crate::zc::reap::{poll_errqueue, reap_completions};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use zcnet_sys::mem::page_size;
-use zcnet_sys::raw::socket;
 use zcnet_sys::raw::zerocopy as zc;
 
 /// Attempts at a zero-copy send after `ENOBUFS` (each after reaping) before copying.
@@ -133,29 +133,6 @@ impl super::Transmit for ZerocopyTx {
     }
 }
 
-/// Waits up to `timeout` for the error queue to signal (`POLLERR`), then runs `reap`; shared
-/// by the paths that read `MSG_ZEROCOPY` completions. A pending socket error also raises
-/// `POLLERR` (the next send or recv reports it), so an empty reap sleeps briefly instead of
-/// spinning on it.
-pub(crate) fn poll_errqueue(
-    fd: BorrowedFd<'_>,
-    timeout: Duration,
-    mut reap: impl FnMut() -> Result<usize>,
-) -> Result<usize> {
-    match socket::poll(fd, 0, Some(timeout)) {
-        Ok(ev) if ev & libc::POLLERR != 0 => {
-            let n = reap()?;
-            if n == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            Ok(n)
-        }
-        Ok(_) => Ok(0),
-        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
-        Err(e) => Err(Error::io("poll", e)),
-    }
-}
-
 /// What [`send_all_zerocopy`] needs from a path that sends with `MSG_ZEROCOPY` (the
 /// `zerocopy` and `cow` paths keep different loans but number calls the same way).
 pub(crate) trait ZerocopyCalls {
@@ -216,34 +193,4 @@ pub(crate) fn send_all_zerocopy(
         }
     }
     Ok(())
-}
-
-/// Drains the error queue without blocking and applies every zero-copy notification:
-/// calls marked done, COPIED bytes and demotions counted. Returns the loans that came free.
-pub(crate) fn reap_completions<T>(
-    fd: BorrowedFd<'_>,
-    entries: &mut Vec<zc::ErrqueueEntry>,
-    completions: &mut Completions<T>,
-    demotion: &mut CopiedDemotion,
-    demote_after_copied: Option<u32>,
-    stats: &Stats,
-) -> Result<Vec<T>> {
-    entries.clear();
-    zc::read_errqueue(fd, entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
-    let mut released = Vec::new();
-    for entry in entries.iter() {
-        if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = *entry {
-            stats.add_tx_notifications(1);
-            let done = completions.complete(lo, hi)?;
-            stats.add_tx_completed_calls(done.calls);
-            if copied {
-                stats.add_tx_zc_copied_bytes(done.bytes);
-            }
-            if demotion.observe(copied, demote_after_copied) {
-                stats.add_tx_demotions(1);
-            }
-            released.extend(done.released);
-        }
-    }
-    Ok(released)
 }

@@ -24,12 +24,12 @@
 //! file we grew is cut back to the bytes actually written — never a silently short (or
 //! zero-padded) file.
 
-use super::Receive;
+use super::{range_end, refused, sized_pipe, Stall};
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::path::FileRxMode;
+use crate::rx::Receive;
 use crate::stats::Stats;
-use crate::tx::file::{range_end, sized_pipe, Stall};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
@@ -82,13 +82,6 @@ fn truncated(expected: u64, got: u64) -> Error {
         expected,
         got,
     }
-}
-
-fn refused(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)
-    )
 }
 
 fn pwrite_all(file: &File, data: &[u8], pos: u64) -> Result<()> {

@@ -9,24 +9,8 @@
 //! they finished in. Counter values are unwrapped to `u64` relative to the oldest call still
 //! outstanding, which is exact as long as fewer than 2^32 calls are in flight.
 
+pub use crate::error::RangeError;
 use std::collections::VecDeque;
-
-/// A notification that does not fit the calls in flight: a kernel or bookkeeping bug that
-/// must be reported, not papered over.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "completion range {lo}..={hi} is outside the calls in flight (oldest {oldest}, next {next})"
-)]
-pub struct RangeError {
-    /// First id of the offending range.
-    pub lo: u32,
-    /// Last id of the offending range.
-    pub hi: u32,
-    /// Oldest outstanding id (low 32 bits).
-    pub oldest: u32,
-    /// Next id to be assigned (low 32 bits).
-    pub next: u32,
-}
 
 /// What one notification finished.
 #[derive(Debug, PartialEq, Eq)]

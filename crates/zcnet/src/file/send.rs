@@ -18,15 +18,16 @@
 //! does is an [`Error::Truncated`] naming how much went out — never a short transfer that
 //! looks complete.
 
-use super::copy::send_all;
+use super::{range_end, refused, sized_pipe, Stall};
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::path::FileTxMode;
 use crate::stats::Stats;
+use crate::tx::copy::send_all;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zcnet_sys::mem::PageBuf;
 use zcnet_sys::raw::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
 
@@ -36,68 +37,6 @@ const SENDFILE_CHUNK: usize = 4 << 20;
 /// The read+send buffer: page-aligned and pre-faulted like a pool buffer, but the file path's
 /// own, so a file send never waits for zero-copy loans to come back.
 const SCRATCH_BYTES: usize = 256 * 1024;
-/// Largest pipe we ask for; `pipe-max-size` (1 MiB by default) usually caps it first.
-const PIPE_MAX: usize = 16 << 20;
-const PIPE_MIN: usize = 64 * 1024;
-
-/// A pipe sized up with `F_SETPIPE_SZ` to `/proc/sys/fs/pipe-max-size` (capped at 16 MiB),
-/// halving on refusal (`EPERM` past the per-user pipe page limit) down to the 64 KiB
-/// default. Returns the pipe and its capacity in bytes.
-pub(crate) fn sized_pipe() -> Result<(Pipe, usize)> {
-    let pipe = Pipe::new().map_err(|e| Error::io("pipe2", e))?;
-    let mut want = splice::pipe_max_size()
-        .unwrap_or(1 << 20)
-        .clamp(PIPE_MIN, PIPE_MAX);
-    while want > PIPE_MIN && pipe.set_size(want).is_err() {
-        want /= 2;
-    }
-    let cap = pipe.size().unwrap_or(PIPE_MIN).max(4096);
-    Ok((pipe, cap))
-}
-
-/// Bounds a loop that retries `EINTR`. The socket timeout restarts with every call, so a
-/// steady stream of signals would otherwise keep a stalled transfer alive for ever: after
-/// `limit` without progress, an interrupted call ends the transfer with [`Error::Timeout`].
-#[derive(Debug)]
-pub(crate) struct Stall {
-    since: Instant,
-    limit: Duration,
-}
-
-impl Stall {
-    pub(crate) fn new(limit: Duration) -> Stall {
-        Stall {
-            since: Instant::now(),
-            limit,
-        }
-    }
-
-    /// Bytes moved: the clock starts over.
-    pub(crate) fn progress(&mut self) {
-        self.since = Instant::now();
-    }
-
-    /// A call was interrupted: retry, unless nothing moved for the whole timeout.
-    pub(crate) fn interrupted(&self, op: &'static str) -> Result<()> {
-        if self.since.elapsed() >= self.limit {
-            return Err(Error::Timeout {
-                op,
-                after: self.limit,
-            });
-        }
-        Ok(())
-    }
-}
-
-/// `offset + len` as an end offset that fits an `off_t`.
-pub(crate) fn range_end(offset: u64, len: u64) -> Result<u64> {
-    offset
-        .checked_add(len)
-        .filter(|&e| e <= i64::MAX as u64)
-        .ok_or(Error::UnsuitableFile(
-            "offset + length exceeds the largest file offset",
-        ))
-}
 
 /// Refuses a range that ends past the end of a regular file before anything is sent. A size
 /// of 0 is not trusted: /proc files report 0 and still have content, so for them (and for
@@ -121,15 +60,6 @@ fn truncated(expected: u64, got: u64) -> Error {
         expected,
         got,
     }
-}
-
-/// `EINVAL`, `ENOSYS`, `EOPNOTSUPP`: the file (or the socket) does not support the zero-copy
-/// call at all; anything else is a real failure.
-fn refused(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)
-    )
 }
 
 /// The file path's state on one socket: a pipe for splice and a buffer for read+send, each
@@ -368,6 +298,7 @@ fn read_send(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::file::{PIPE_MAX, PIPE_MIN};
 
     #[test]
     fn modes_have_names_and_parse_back() {

@@ -18,6 +18,13 @@
 use super::{AutoPath, AutoStats};
 use serde::Serialize;
 
+/// Consecutive `COPIED` reports that demote a path expected to go zero-copy.
+pub const DEMOTE_AFTER: u32 = 64;
+/// Operations a demoted path waits before it is re-probed; doubles after each failed probe.
+pub const REPROBE_AFTER_OPS: u64 = 1024;
+/// Cap on the re-probe back-off, in operations.
+pub const MAX_REPROBE_AFTER_OPS: u64 = 64 * 1024;
+
 /// Why a path was demoted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::path::FileTxMode;
 use crate::stats::Stats;
-use crate::tx::copy::send_all;
+use crate::tx::plain::send_all;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;

@@ -85,7 +85,7 @@ pub struct MmapRx {
 
 /// The `auto` receive path's online demotion of `mmap` (see [`crate::auto::demotion`]):
 /// receive steps that found data but mapped none of it are bad reports; after
-/// [`crate::tx::auto::DEMOTE_AFTER`] of them in a row the path reads with plain `recv` and
+/// [`crate::auto::demotion::DEMOTE_AFTER`] of them in a row the path reads with plain `recv` and
 /// re-probes after a back-off counted in receive steps.
 #[derive(Debug)]
 pub(crate) struct AutoDemotion {
@@ -98,7 +98,7 @@ pub(crate) struct AutoDemotion {
 
 impl AutoDemotion {
     pub(crate) fn new(expected: bool) -> Self {
-        use crate::tx::auto::{DEMOTE_AFTER, MAX_REPROBE_AFTER_OPS, REPROBE_AFTER_OPS};
+        use crate::auto::demotion::{DEMOTE_AFTER, MAX_REPROBE_AFTER_OPS, REPROBE_AFTER_OPS};
         AutoDemotion {
             demotion: Demotion::new(DEMOTE_AFTER, REPROBE_AFTER_OPS, MAX_REPROBE_AFTER_OPS),
             steps: 0,

@@ -17,6 +17,7 @@
 //! and demotion is this module's, not the sub-path's.
 
 use super::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit};
+use crate::auto::demotion::{DEMOTE_AFTER, MAX_REPROBE_AFTER_OPS, REPROBE_AFTER_OPS};
 use crate::auto::{
     AutoStats, Choice, Chooser, Demotion, DemotionReason, Hysteresis, Measurement, Profile, Report,
 };
@@ -33,12 +34,6 @@ use zcnet_sys::mem::page_size;
 
 /// Consecutive operations that must prefer another path before a stream switches.
 pub const HYSTERESIS_OPS: u32 = 8;
-/// Consecutive `COPIED` reports that demote a path expected to go zero-copy.
-pub const DEMOTE_AFTER: u32 = 64;
-/// Operations a demoted path waits before it is re-probed; doubles after each failed probe.
-pub const REPROBE_AFTER_OPS: u64 = 1024;
-/// Cap on the re-probe back-off, in operations.
-pub const MAX_REPROBE_AFTER_OPS: u64 = 64 * 1024;
 
 /// What a `Sender` on the auto path needs to set up.
 pub(crate) struct AutoSetup<'a> {
@@ -258,7 +253,7 @@ impl Transmit for AutoTx {
         let path = self.decide_counted(data.len(), data.as_ptr() as usize, true, stats, &mut delta);
         let r = match (path, self.zc.as_mut()) {
             (TxPath::Cow, Some(ZcState::Cow(c))) => c.send_slice(fd, data, stats, timeout),
-            _ => super::copy::send_all(fd, data, stats, timeout),
+            _ => super::plain::send_all(fd, data, stats, timeout),
         };
         self.finish_op(path, data.len(), stats, delta);
         r

@@ -19,7 +19,7 @@
 //! that makes the kernel drop the pages at once, and the protection cannot be lifted before
 //! it does without letting later writes reach the wire.
 
-use super::copy;
+use super::plain;
 use super::zerocopy::{send_all_zerocopy, ZerocopyCalls};
 use crate::buf::TxBuf;
 use crate::cow::gate::{WorkingSet, SNDBUF_REFRESH};
@@ -245,7 +245,7 @@ impl super::Transmit for CowTx {
         };
         if let TxDecision::Copy(reason) = decision {
             stats.fallback(reason, buf.len() as u64);
-            return copy::send_all(fd, &buf, stats, self.timeout);
+            return plain::send_all(fd, &buf, stats, self.timeout);
         }
         let (first, result) = self.send_zerocopy(fd, &buf, stats);
         // Lend the buffer even on error: calls that did go out still reference its pages.
@@ -272,11 +272,11 @@ impl super::Transmit for CowTx {
         self.stream_pos += data.len() as u64;
         if let Some(reason) = declined {
             stats.fallback(reason, data.len() as u64);
-            return copy::send_all(fd, data, stats, timeout);
+            return plain::send_all(fd, data, stats, timeout);
         }
         let Some(engine) = self.engine else {
             stats.fallback(FallbackReason::Unsupported, data.len() as u64);
-            return copy::send_all(fd, data, stats, timeout);
+            return plain::send_all(fd, data, stats, timeout);
         };
         // Protect before sending: the pages were checked resident, so the kernel's page
         // lookup for MSG_ZEROCOPY never meets a missing page in the registered range.
@@ -284,18 +284,18 @@ impl super::Transmit for CowTx {
             Ok(p) => p,
             Err(Ineligible::Forked) => {
                 stats.fallback(FallbackReason::Unsupported, data.len() as u64);
-                return copy::send_all(fd, data, stats, timeout);
+                return plain::send_all(fd, data, stats, timeout);
             }
             Err(_) => {
                 stats.fallback(FallbackReason::Unprotectable, data.len() as u64);
-                return copy::send_all(fd, data, stats, timeout);
+                return plain::send_all(fd, data, stats, timeout);
             }
         };
         stats.add_tx_cow_protections(1);
         stats.add_tx_cow_pages_protected(protected.pages() as u64);
         if !h.is_empty() {
             stats.fallback(FallbackReason::Unaligned, h.len() as u64);
-            if let Err(e) = copy::send_all(fd, h, stats, timeout) {
+            if let Err(e) = plain::send_all(fd, h, stats, timeout) {
                 self.done.push(protected);
                 self.release_done(stats);
                 return Err(e);
@@ -310,7 +310,7 @@ impl super::Transmit for CowTx {
         result?;
         if !tail.is_empty() {
             stats.fallback(FallbackReason::Unaligned, tail.len() as u64);
-            copy::send_all(fd, tail, stats, timeout)?;
+            plain::send_all(fd, tail, stats, timeout)?;
         }
         self.reap(fd, stats)?;
         Ok(())

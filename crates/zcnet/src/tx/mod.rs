@@ -13,6 +13,7 @@
 pub mod auto;
 pub mod copy;
 pub mod cow;
+pub mod plain;
 pub mod uring;
 pub mod zerocopy;
 
@@ -37,7 +38,7 @@ pub(crate) trait Transmit: Send {
         stats: &Stats,
         timeout: Duration,
     ) -> Result<()> {
-        copy::send_all(fd, data, stats, timeout)
+        plain::send_all(fd, data, stats, timeout)
     }
 
     /// Reads completions without blocking; returns how many buffers went back.

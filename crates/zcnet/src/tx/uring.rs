@@ -29,7 +29,7 @@
 //! without io_uring or `SEND_ZC` copies every send, counted as
 //! [`FallbackReason::Unsupported`].
 
-use super::copy;
+use super::plain;
 use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
@@ -281,7 +281,7 @@ impl UringTx {
                 stats.fallback(reason, (len - off) as u64);
                 let ring = self.ring.as_ref().expect("ring present on this path");
                 let bytes = ring.bytes(token).expect("buffer owned until sealed");
-                return copy::send_all(fd, &bytes[off..len], stats, self.timeout);
+                return plain::send_all(fd, &bytes[off..len], stats, self.timeout);
             }
             pin_retries = 0;
             if res < 0 {
@@ -319,7 +319,7 @@ impl super::Transmit for UringTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
         if self.ring.is_none() {
             stats.fallback(FallbackReason::Unsupported, buf.len() as u64);
-            return copy::send_all(fd, &buf, stats, self.timeout);
+            return plain::send_all(fd, &buf, stats, self.timeout);
         }
         let decision = self.policy.decide(
             buf.len(),
@@ -329,7 +329,7 @@ impl super::Transmit for UringTx {
         );
         if let TxDecision::Copy(reason) = decision {
             stats.fallback(reason, buf.len() as u64);
-            return copy::send_all(fd, &buf, stats, self.timeout);
+            return plain::send_all(fd, &buf, stats, self.timeout);
         }
         if buf.is_empty() {
             return Ok(());

@@ -10,7 +10,7 @@
 //! the kernel does not fall back by itself: we reap and retry a few times, then send the rest
 //! by copying, counted as [`FallbackReason::Enobufs`].
 
-use super::copy;
+use super::plain;
 use crate::buf::TxBuf;
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
@@ -84,7 +84,7 @@ impl super::Transmit for ZerocopyTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
         if let TxDecision::Copy(reason) = self.decide(&buf) {
             stats.fallback(reason, buf.len() as u64);
-            return copy::send_all(fd, &buf, stats, self.timeout);
+            return plain::send_all(fd, &buf, stats, self.timeout);
         }
         let first = self.completions.next_id();
         let timeout = self.timeout;
@@ -179,7 +179,7 @@ pub(crate) fn send_all_zerocopy(
                         path.wait_for_completions(fd, stats, Duration::from_millis(1 << enobufs))?;
                     } else {
                         stats.fallback(FallbackReason::Enobufs, (data.len() - off) as u64);
-                        return copy::send_all(fd, &data[off..], stats, timeout);
+                        return plain::send_all(fd, &data[off..], stats, timeout);
                     }
                 }
                 Some(libc::EAGAIN) => {

@@ -208,8 +208,8 @@ pub enum XskError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// zcnet was built without its XDP program (no clang at build time).
-    #[error("zcnet was built without its XDP program (clang was not found at build time)")]
+    /// zcnet was built without its XDP program.
+    #[error("zcnet was built without its XDP program")]
     ProgramNotBuilt,
 }
 

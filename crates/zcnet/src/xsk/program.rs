@@ -3,7 +3,7 @@
 //! An XSK receives nothing by itself: an XDP program on the interface must
 //! `bpf_redirect_map` each frame into an XSKMAP slot holding a socket bound to that same
 //! queue (af_xdp.rst "XSKMAP / BPF_MAP_TYPE_XSKMAP"). Ours (`bpf/xsk_redirect.c`, built by
-//! clang in build.rs) redirects IPv4 UDP frames for one destination port — or every frame —
+//! clang by bpf/build.sh, committed and embedded) redirects IPv4 UDP frames for one destination port — or every frame —
 //! by `rx_queue_index`, and passes everything else to the kernel stack, so ARP and the host's
 //! own traffic keep flowing. It is loaded and attached with aya (pure Rust, no libbpf), and
 //! detached when the [`RedirectProgram`] is dropped.
@@ -23,8 +23,12 @@ const PORT_GLOBAL: &str = "udp_port_be";
 /// Slots in the XSKMAP (queue ids 0..64), as declared in the C source.
 pub const MAX_QUEUES: u32 = 64;
 
+/// The compiled program, committed beside its source (`bpf/xsk_redirect.c`, rebuilt and compared by
+/// `bpf/build.sh --check` in CI) so that building zcnet needs no clang. `Option` because the
+/// loaders treat a missing program as "AF_XDP unavailable here", the same way as a kernel
+/// that refuses it.
 fn object() -> Option<&'static [u8]> {
-    None // TEMP-BPF
+    Some(aya::include_bytes_aligned!("../../bpf/xsk_redirect.o"))
 }
 
 /// Where the program runs (`XDP_FLAGS_DRV_MODE` / `XDP_FLAGS_SKB_MODE`).
@@ -136,7 +140,8 @@ impl fmt::Debug for RedirectProgram {
 }
 
 impl RedirectProgram {
-    /// Whether this build carries the program (clang was found at build time).
+    /// Whether this build carries the program: always, since the object is committed and
+    /// embedded (kept so callers need not change if a build ever leaves it out).
     pub fn is_built() -> bool {
         object().is_some()
     }
@@ -201,7 +206,7 @@ mod tests {
 
     #[test]
     fn the_object_is_built_here_and_names_program_and_map() {
-        // clang is a build dependency (docs/lm-afxdp.md); without it, is_built() says so.
+        // The object is embedded from bpf/; a build without it would say so in is_built().
         let Some(obj) = object() else {
             assert!(!RedirectProgram::is_built());
             return;

@@ -116,14 +116,25 @@ mod tests {
 
     #[test]
     fn live_readings_move_forward() {
+        // RUSAGE_THREAD is sampled at the scheduler tick, so a fixed amount of work can read
+        // as zero when optimised (it did under --release). Burn CPU until the reading moves,
+        // with a deadline far beyond any tick length: a reading that never moves fails.
         let a = SystemCpu::now().expect("/proc/stat readable");
         let t0 = thread_rusage().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut x = 0u64;
-        for i in 0..20_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
-        let t1 = thread_rusage().unwrap();
+        let t1 = loop {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            let t1 = thread_rusage().unwrap();
+            if CpuSeconds::between(t0, t1).total() > 0.0 {
+                break t1;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!("thread CPU time did not move in 10 s of busy work");
+            }
+        };
         let b = SystemCpu::now().unwrap();
         assert!(CpuSeconds::between(t0, t1).total() > 0.0);
         assert!(b.since(&a).busy() >= 0.0);

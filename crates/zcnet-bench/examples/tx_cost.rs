@@ -271,7 +271,7 @@ fn udp_run(pair: &VethPair, path: &'static str, size: usize, total: u64) -> Cell
 }
 
 fn sink() -> Result<VethPair, String> {
-    zcnet_testbed::netns::available()?;
+    zcnet_testbed::netns::available().map_err(|e| e.to_string())?;
     let pair = VethPair::create(1500).map_err(|e| e.to_string())?;
     let ok = Command::new("ip")
         .args(["-n", pair.name(Side::A), "neigh", "replace"])

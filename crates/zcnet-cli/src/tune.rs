@@ -127,9 +127,8 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
 /// The interfaces whose connections the measurements describe, with their keys.
 fn host_keys(env: &Env, topology: TuneTopology) -> Result<Vec<HostKey>, BenchError> {
     match topology {
-        TuneTopology::Loopback => Ok(vec![
-            host_key_for(std::net::Ipv4Addr::LOCALHOST.into()).map_err(BenchError::Failed)?
-        ]),
+        TuneTopology::Loopback => Ok(vec![host_key_for(std::net::Ipv4Addr::LOCALHOST.into())
+            .map_err(|e| BenchError::Failed(e.to_string()))?]),
         TuneTopology::Netns => {
             let kernel = bench::host().kernel;
             let mtu = env.info().mtu.unwrap_or(1500);

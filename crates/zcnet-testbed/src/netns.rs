@@ -470,8 +470,8 @@ impl VethPair {
 /// The probe builds and deletes a real pair, because that is the only reliable answer:
 /// capabilities, container seccomp profiles and missing kernel modules all show up there and
 /// nowhere else. The answer is computed once per process.
-pub fn available() -> Result<(), String> {
-    static ANSWER: OnceLock<Result<(), String>> = OnceLock::new();
+pub fn available() -> Result<(), Unavailable> {
+    static ANSWER: OnceLock<Result<(), Unavailable>> = OnceLock::new();
     ANSWER
         .get_or_init(|| match VethPair::create(1500) {
             Ok(pair) => {
@@ -479,13 +479,31 @@ pub fn available() -> Result<(), String> {
                 Ok(())
             }
             Err(err) => Err(match effective_uid() {
-                Some(0) | None => format!("cannot build a veth pair in network namespaces: {err}"),
-                Some(uid) => format!(
-                    "network namespaces need root (running as uid {uid}); probe failed: {err}"
-                ),
+                Some(0) | None => Unavailable::Refused(err.to_string()),
+                Some(uid) => Unavailable::NotRoot {
+                    uid,
+                    probe: err.to_string(),
+                },
             }),
         })
         .clone()
+}
+
+/// Why this host cannot build a [`VethPair`], for a test to print when it skips.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// Namespaces need `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`; `probe` is what the attempt said.
+    #[error("network namespaces need root (running as uid {uid}); probe failed: {probe}")]
+    NotRoot {
+        /// The effective uid.
+        uid: u32,
+        /// The error the probe pair gave.
+        probe: String,
+    },
+    /// Root, but the pair could not be built (no `ip`, no veth, a seccomp profile, ...).
+    #[error("cannot build a veth pair in network namespaces: {0}")]
+    Refused(String),
 }
 
 /// A named network namespace created by `ip netns add`, deleted on drop.
@@ -627,7 +645,7 @@ mod tests {
         match available() {
             Ok(()) => true,
             Err(reason) => {
-                skip(&reason);
+                skip(&reason.to_string());
                 false
             }
         }

@@ -55,6 +55,7 @@ pub mod zc;
 
 pub use buf::{Pool, TxBuf};
 pub use error::Error;
+pub use named::UnknownName;
 pub use path::{FallbackReason, FileRxMode, FileTxMode, RxPath, TxPath};
 pub use policy::Policy;
 pub use rx::RxChunk;

@@ -24,11 +24,14 @@ macro_rules! named_enum {
         }
 
         impl std::str::FromStr for $ty {
-            type Err = String;
-            fn from_str(s: &str) -> std::result::Result<Self, String> {
+            type Err = $crate::named::UnknownName;
+            fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
                 $ty::ALL.into_iter().find(|v| v.name() == s).ok_or_else(|| {
-                    let known: Vec<&str> = $ty::ALL.iter().map(|v| v.name()).collect();
-                    format!(concat!("unknown ", $what, " {:?} (known: {})"), s, known.join(", "))
+                    $crate::named::UnknownName {
+                        what: $what,
+                        name: s.to_string(),
+                        known: $ty::ALL.iter().map(|v| v.name()).collect(),
+                    }
                 })
             }
         }
@@ -36,6 +39,18 @@ macro_rules! named_enum {
 }
 
 pub(crate) use named_enum;
+
+/// A name that is not one of a path's or mode's names (parsing `TxPath`, `RxPath`, …).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?} (known: {})", known.join(", "))]
+pub struct UnknownName {
+    /// What was being parsed ("transmit path").
+    pub what: &'static str,
+    /// The name given.
+    pub name: String,
+    /// Every name that would have been accepted.
+    pub known: Vec<&'static str>,
+}
 
 #[cfg(test)]
 mod tests {
@@ -58,12 +73,14 @@ mod tests {
         }
         let e = "pigeon".parse::<TxPath>().unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "unknown transmit path \"pigeon\" (known: copy, zerocopy, uring, cow, auto)"
         );
+        assert_eq!(e.name, "pigeon");
         assert!("x"
             .parse::<FileTxMode>()
             .unwrap_err()
+            .to_string()
             .ends_with("(known: sendfile, splice, read_send)"));
     }
 }

@@ -86,12 +86,14 @@ fn side_cpu(a: zcnet_sys::raw::cpu::Rusage, b: zcnet_sys::raw::cpu::Rusage) -> S
 
 /// Parses a path name this build knows.
 pub(crate) fn tx_path(name: &str) -> Result<TxPath, BenchError> {
-    name.parse().map_err(BenchError::Usage)
+    name.parse()
+        .map_err(|e: zcnet::UnknownName| BenchError::Usage(e.to_string()))
 }
 
 /// Parses a path name this build knows.
 pub(crate) fn rx_path(name: &str) -> Result<RxPath, BenchError> {
-    name.parse().map_err(BenchError::Usage)
+    name.parse()
+        .map_err(|e: zcnet::UnknownName| BenchError::Usage(e.to_string()))
 }
 
 /// The `cow` path keeps copy semantics for `&[u8]` callers (pages write-protected while in

@@ -41,11 +41,33 @@ pub struct Loaded {
     pub note: Option<String>,
 }
 
+/// Why this host's key could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostKeyError {
+    /// A read of the kernel or the interfaces failed; `what` names it.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being read.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No interface in this network namespace holds the address.
+    #[error("no interface holds {0}")]
+    NoInterface(IpAddr),
+}
+
 /// This host's key for a connection whose local address is `local`: kernel release, the
 /// interface holding that address (`lo` for loopback and unspecified addresses) and its MTU.
-pub fn host_key_for(local: IpAddr) -> Result<HostKey, String> {
+pub fn host_key_for(local: IpAddr) -> Result<HostKey, HostKeyError> {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |source| HostKeyError::Io { what, source }
+    };
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map_err(|e| format!("reading the kernel release: {e}"))?
+        .map_err(io("reading the kernel release"))?
         .trim()
         .to_owned();
     let interface = socket::find_interface(|a| {
@@ -55,10 +77,10 @@ pub fn host_key_for(local: IpAddr) -> Result<HostKey, String> {
             a == local
         }
     })
-    .map_err(|e| format!("listing interfaces: {e}"))?
-    .ok_or_else(|| format!("no interface holds {local}"))?;
+    .map_err(io("listing interfaces"))?
+    .ok_or(HostKeyError::NoInterface(local))?;
     let mtu = socket::interface_mtu(&interface)
-        .map_err(|e| format!("reading the MTU of {interface}: {e}"))?;
+        .map_err(io(&format!("reading the MTU of {interface}")))?;
     Ok(HostKey {
         kernel,
         interface,

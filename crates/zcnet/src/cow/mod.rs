@@ -156,21 +156,40 @@ pub(crate) struct Engine {
     counters: &'static Counters,
 }
 
-static ENGINE: OnceLock<std::result::Result<Engine, String>> = OnceLock::new();
+/// Why the copy-on-write engine cannot run in this process. Kept for the process's life: a
+/// backend that failed once is not retried (as quinn-udp lowers a capability for good).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CowUnavailable {
+    /// `ZCNET_COW_BACKEND=none` (or `off`).
+    #[error("disabled by ZCNET_COW_BACKEND")]
+    Disabled,
+    /// `ZCNET_COW_BACKEND` names no backend.
+    #[error("unknown ZCNET_COW_BACKEND {0:?} (known: auto, userfaultfd, mprotect, none)")]
+    UnknownBackend(String),
+    /// Every backend tried was refused; one `kind: reason` per backend.
+    #[error("no copy-on-write backend could start: {0}")]
+    Refused(String),
+    /// [`use_backend`] asked for one backend after the engine had started with another.
+    #[error("the engine already runs with {0:?}")]
+    AlreadyRunning(BackendKind),
+}
 
-fn start() -> std::result::Result<Engine, String> {
+static ENGINE: OnceLock<std::result::Result<Engine, CowUnavailable>> = OnceLock::new();
+
+fn start() -> std::result::Result<Engine, CowUnavailable> {
     let choice = std::env::var("ZCNET_COW_BACKEND").unwrap_or_default();
     let kinds: &[BackendKind] = match choice.as_str() {
         "" | "auto" => &[BackendKind::Userfaultfd, BackendKind::Mprotect],
         "userfaultfd" | "uffd" => &[BackendKind::Userfaultfd],
         "mprotect" => &[BackendKind::Mprotect],
-        "none" | "off" => return Err("disabled by ZCNET_COW_BACKEND".into()),
-        other => return Err(format!("unknown ZCNET_COW_BACKEND {other:?}")),
+        "none" | "off" => return Err(CowUnavailable::Disabled),
+        other => return Err(CowUnavailable::UnknownBackend(other.to_string())),
     };
     start_with(kinds)
 }
 
-fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, String> {
+fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, CowUnavailable> {
     let mut why = Vec::new();
     for &kind in kinds {
         match CowSpace::open(kind) {
@@ -178,17 +197,18 @@ fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, String> {
                 let space: &'static CowSpace = Box::leak(Box::new(space));
                 let counters: &'static Counters = Box::leak(Box::default());
                 match kind {
-                    BackendKind::Userfaultfd => spawn_handler(space, counters)
-                        .map_err(|e| format!("spawning the fault handler: {e}"))?,
+                    BackendKind::Userfaultfd => spawn_handler(space, counters).map_err(|e| {
+                        CowUnavailable::Refused(format!("spawning the fault handler: {e}"))
+                    })?,
                     BackendKind::Mprotect => CowSpace::install_signal_handler(space)
-                        .map_err(|e| format!("sigaction(SIGSEGV): {e}"))?,
+                        .map_err(|e| CowUnavailable::Refused(format!("sigaction(SIGSEGV): {e}")))?,
                 }
                 return Ok(Engine { space, counters });
             }
             Err(e) => why.push(format!("{kind:?}: {e}")),
         }
     }
-    Err(why.join("; "))
+    Err(CowUnavailable::Refused(why.join("; ")))
 }
 
 /// The fault-handling thread: waits on the userfaultfd and resolves every message. Its
@@ -211,25 +231,22 @@ fn spawn_handler(space: &'static CowSpace, counters: &'static Counters) -> std::
 }
 
 /// The engine, started on first call; the reason when it cannot run here.
-pub(crate) fn engine() -> std::result::Result<&'static Engine, &'static str> {
-    match ENGINE.get_or_init(start) {
-        Ok(e) => Ok(e),
-        Err(why) => Err(why.as_str()),
-    }
+pub(crate) fn engine() -> std::result::Result<&'static Engine, &'static CowUnavailable> {
+    ENGINE.get_or_init(start).as_ref()
 }
 
 /// The backend this process uses (starting the engine if needed), or why there is none.
-pub fn backend() -> std::result::Result<BackendKind, String> {
-    engine().map(|e| e.space.kind()).map_err(str::to_string)
+pub fn backend() -> std::result::Result<BackendKind, CowUnavailable> {
+    engine().map(|e| e.space.kind()).map_err(Clone::clone)
 }
 
 /// Starts the engine with `kind` (instead of the automatic choice), before any `cow`
 /// sender does. Fails if it cannot run here, or if the engine already runs with another
 /// backend (there is one per process).
-pub fn use_backend(kind: BackendKind) -> std::result::Result<(), String> {
+pub fn use_backend(kind: BackendKind) -> std::result::Result<(), CowUnavailable> {
     match ENGINE.get_or_init(|| start_with(&[kind])) {
         Ok(e) if e.space.kind() == kind => Ok(()),
-        Ok(e) => Err(format!("the engine already runs with {:?}", e.space.kind())),
+        Ok(e) => Err(CowUnavailable::AlreadyRunning(e.space.kind())),
         Err(why) => Err(why.clone()),
     }
 }

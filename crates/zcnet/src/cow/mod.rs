@@ -361,7 +361,7 @@ fn this_thread_stack() -> Option<(usize, usize)> {
         if let Some(v) = s.get() {
             return v;
         }
-        let v = zcnet_sys::cow::thread_stack();
+        let v = zcnet_sys::cow::vma::thread_stack();
         s.set(Some(v));
         v
     })

@@ -61,3 +61,9 @@ pub use policy::Policy;
 pub use rx::RxChunk;
 pub use stats::{Stats, StatsSnapshot};
 pub use stream::{Listener, Receiver, ReceiverConfig, Sender, SenderConfig};
+
+/// The README's examples, compiled and run by `cargo test` so the first code a user copies
+/// keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -2,19 +2,19 @@
 //! while in flight, copy on write) against loaned zero-copy (`zerocopy`, `Sender::send`) and
 //! plain copying (`copy`), with buffer rings deep enough that no buffer is rewritten while
 //! in flight (no faults) and with a single buffer rewritten after every send (a fault per
-//! touched page). It is the analogue of Solaris's table 6 (seed 000, §7: "0-COW", "w/o COW",
+//! touched page). It is the analogue of Solaris's table 6 (Chu, "Zero-Copy TCP in Solaris", §7: "0-COW", "w/o COW",
 //! single copy).
 //!
 //! Two topologies:
 //!
 //! * `lo`: TCP over loopback to a receiver thread in this process. Local delivery copies
-//!   every zero-copy skb (findings §1, COPIED), so this shows the mechanism's cost, not a
+//!   every zero-copy skb (docs/measurements/kernel-findings.md §1, COPIED), so this shows the mechanism's cost, not a
 //!   saving.
 //! * `sink`: transmit-only. TCP cannot be used — with the peer down no ACK ever comes, so
 //!   the original skbs stay in the retransmit queue and their pages are never released.
 //!   Instead UDP with GSO (`UDP_SEGMENT` 8192, 56 KiB per send) is sent into a veth pair
 //!   (MTU 9000) whose peer end is down: the driver frees each skb at once, as a NIC does
-//!   after transmit, and completions come back *not* COPIED (findings §1). The `cow` rows
+//!   after transmit, and completions come back *not* COPIED (docs/measurements/kernel-findings.md §1). The `cow` rows
 //!   protect with [`zcnet::cow::protect`], the same engine the TCP path uses.
 //!
 //! Every mode writes 8 bytes into each page of a buffer before sending it (an application
@@ -280,7 +280,9 @@ fn sink_run(pair: &VethPair, mode: Mode, ring: usize, bytes: u64) -> Row {
             reap(&mut done, &mut lent, &mut row);
         }
         let sent = match mode {
-            Mode::Copy => socket::send(fd, b, 0).expect("send"),
+            Mode::Copy => {
+                socket::send(fd, b, zcnet_sys::raw::socket::SendFlags::empty()).expect("send")
+            }
             _ => {
                 let loan = match mode {
                     Mode::Loan => SinkLoan::Buf,
@@ -294,7 +296,7 @@ fn sink_run(pair: &VethPair, mode: Mode, ring: usize, bytes: u64) -> Row {
                 };
                 let id = done.next_id();
                 let n = loop {
-                    match zc::send_zerocopy(fd, b, 0) {
+                    match zc::send_zerocopy(fd, b, zcnet_sys::raw::socket::SendFlags::empty()) {
                         Ok(n) => break n,
                         Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                             reap(&mut done, &mut lent, &mut row)
@@ -318,7 +320,11 @@ fn sink_run(pair: &VethPair, mode: Mode, ring: usize, bytes: u64) -> Row {
     // Drain the last completions.
     let deadline = Instant::now() + Duration::from_secs(5);
     while !done.is_idle() && Instant::now() < deadline {
-        let _ = socket::poll(fd, 0, Some(Duration::from_millis(10)));
+        let _ = socket::poll(
+            fd,
+            zcnet_sys::raw::socket::PollFlags::empty(),
+            Some(Duration::from_millis(10)),
+        );
         reap(&mut done, &mut lent, &mut row);
     }
     for (_, loan) in done.abandon() {

@@ -1,6 +1,6 @@
 //! What the `file` paths cost: CPU seconds per GiB on each end of a loopback transfer of a
 //! file on tmpfs, for every way zcnet can send a file and every way it can receive one.
-//! The Solaris paper's FTP test, on today's mechanisms (shared/notes/kernel-probe-findings.md
+//! The Solaris paper's FTP test, on today's mechanisms (docs/measurements/kernel-findings.md
 //! §4 measured the raw calls; this measures zcnet's paths).
 //!
 //! ```text

@@ -12,7 +12,7 @@
 //! and acknowledges it over a channel; the sender keeps at most 4 MiB unacknowledged, so no
 //! burst outruns the socket buffer and nothing is lost (a loss aborts the run). CPU is
 //! `getrusage(RUSAGE_THREAD)` of each thread. On loopback the kernel copies zero-copy pages
-//! at delivery anyway (findings §1), so zero-copy is expected to lose here; the transmit-only
+//! at delivery anyway (docs/measurements/kernel-findings.md §1), so zero-copy is expected to lose here; the transmit-only
 //! sink (`zcnet bench --topology sink`) is where it can win. Compare within one run only.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -12,11 +12,11 @@
 //! * **loopback TCP** — through [`zcnet::Sender`] with `Policy::always()` to a receiver thread
 //!   that reads with `recv`. Local delivery copies every zero-copy skb
 //!   (`skb_orphan_frags_rx`), so the zero-copy paths pay pinning and notifications *and* the
-//!   copy (findings §1, §3).
+//!   copy (docs/measurements/kernel-findings.md §1, §3).
 //! * **UDP sink** — a connected UDP socket with `UDP_SEGMENT` 1400 in namespace `a` of a
 //!   [`zcnet_testbed::netns::VethPair`] whose end `b` is down (and a permanent neighbour entry, so no
 //!   ARP): every packet is dropped by the device after transmit, like a NIC that sent it, so
-//!   nothing copies and the zero-copy saving shows (findings §1: 0% COPIED). An operation of
+//!   nothing copies and the zero-copy saving shows (docs/measurements/kernel-findings.md §1: 0% COPIED). An operation of
 //!   more than 61 600 bytes is sent as several GSO sends of at most 61 600 (44 × 1400).
 //!
 //! CPU is `getrusage(RUSAGE_THREAD)` of the sending thread over the whole run, including
@@ -131,7 +131,7 @@ fn udp_send(path: &str, sock: &UdpSocket, pool: &Pool, size: usize, ops: usize) 
                 let mut b = free.pop_front().expect("a buffer");
                 b.storage_mut()[0] = i as u8;
                 for c in b.storage_mut()[..size].chunks(GSO_MAX) {
-                    socket::send(fd, c, 0).unwrap();
+                    socket::send(fd, c, zcnet_sys::raw::socket::SendFlags::empty()).unwrap();
                 }
                 free.push_back(b);
             }
@@ -141,7 +141,11 @@ fn udp_send(path: &str, sock: &UdpSocket, pool: &Pool, size: usize, ops: usize) 
             let mut entries = Vec::new();
             let mut reap = |done: &mut Completions<TxBuf>, free: &mut VecDeque<TxBuf>, block| {
                 if block {
-                    let _ = socket::poll(fd, 0, Some(Duration::from_millis(100)));
+                    let _ = socket::poll(
+                        fd,
+                        zcnet_sys::raw::socket::PollFlags::empty(),
+                        Some(Duration::from_millis(100)),
+                    );
                 }
                 entries.clear();
                 zc::read_errqueue(fd, &mut entries).unwrap();
@@ -167,7 +171,7 @@ fn udp_send(path: &str, sock: &UdpSocket, pool: &Pool, size: usize, ops: usize) 
                 let first = done.next_id();
                 for c in b.chunks(GSO_MAX) {
                     let n = loop {
-                        match zc::send_zerocopy(fd, c, 0) {
+                        match zc::send_zerocopy(fd, c, zcnet_sys::raw::socket::SendFlags::empty()) {
                             Ok(n) => break n,
                             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                                 reap(&mut done, &mut free, true)

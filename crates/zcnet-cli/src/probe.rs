@@ -5,7 +5,7 @@
 //! inside it bounded by [`STEP_TIMEOUT`]), so a kernel that stalls or a check that panics is
 //! reported as [`Status::No`] with the reason instead of hanging or killing the caller.
 //! Statuses mean: [`Status::Yes`] — works as intended; [`Status::Partial`] — works, with a
-//! caveat the detail names (for example local delivery copies anyway, findings §1);
+//! caveat the detail names (for example local delivery copies anyway, docs/measurements/kernel-findings.md §1);
 //! [`Status::No`] — refused or broken, with the errno or the reason.
 //!
 //! Traffic goes over 127.0.0.1 of the calling thread's network namespace, so run the probe
@@ -879,7 +879,7 @@ fn uring_transfer(
 /// Registers a sender's pool as io_uring fixed buffers and sends from them with `SEND_ZC`
 /// (`IORING_RECVSEND_FIXED_BUF`), asking for usage reports: whether registration is allowed
 /// (`RLIMIT_MEMLOCK`), whether every request gets its notification, and whether the kernel
-/// copied anyway (always, over loopback: findings §3).
+/// copied anyway (always, over loopback: docs/measurements/kernel-findings.md §3).
 fn io_uring_fixed_buffers() -> Check {
     const NAME: &str = "io_uring_fixed_buffers";
     const CHUNK: usize = 64 * 1024;
@@ -1132,7 +1132,11 @@ fn read_datagrams(rx: &UdpSocket, total: usize) -> Result<Vec<(usize, Option<u16
     let (mut reads, mut got) = (Vec::new(), 0usize);
     let deadline = Instant::now() + STEP_TIMEOUT;
     while got < total && Instant::now() < deadline {
-        match udp::recv_gro(rx.as_fd(), &mut buf, 0) {
+        match udp::recv_gro(
+            rx.as_fd(),
+            &mut buf,
+            zcnet_sys::raw::socket::RecvFlags::empty(),
+        ) {
             Ok(r) => {
                 if let Some(at) = pattern.first_mismatch(got as u64, &buf[..r.len]) {
                     return Err(format!("datagram payload corrupted at byte {at}"));
@@ -1284,7 +1288,7 @@ fn rlimit_memlock() -> Check {
 }
 
 // ---------------------------------------------------------------------------------------
-// The file paths: sendfile and splice (findings §4).
+// The file paths: sendfile and splice (docs/measurements/kernel-findings.md §4).
 
 /// Bytes each file check moves: odd, so a lost or doubled page shows.
 const FILE_CHECK_BYTES: usize = (1 << 20) + 3;
@@ -1353,7 +1357,7 @@ fn splice_through(
             pipe.write_end(),
             None,
             len - done,
-            splice::SPLICE_F_MOVE,
+            splice::SpliceFlags::MOVE,
         ) {
             Ok(0) => return Err(format!("{into}: input ended after {done} of {len} bytes")),
             Ok(n) => n,
@@ -1369,9 +1373,11 @@ fn splice_through(
                     to,
                     Some(o + (done + n - left) as u64),
                     left,
-                    splice::SPLICE_F_MOVE,
+                    splice::SpliceFlags::MOVE,
                 ),
-                None => splice::splice_to_socket(pipe.read_end(), to, left, splice::SPLICE_F_MOVE),
+                None => {
+                    splice::splice_to_socket(pipe.read_end(), to, left, splice::SpliceFlags::MOVE)
+                }
             };
             match r {
                 Ok(0) => return Err(format!("{outof}: moved nothing")),
@@ -1672,7 +1678,7 @@ fn xsk_veth_checks() -> Vec<Check> {
 
 /// In namespace b: attach in both modes, then the two binds. The copy-bound socket is
 /// returned for the receive step: closing it and binding the queue again at once would meet
-/// `EBUSY`, as socket teardown is asynchronous (findings §7).
+/// `EBUSY`, as socket teardown is asynchronous (docs/measurements/kernel-findings.md §7).
 fn xsk_veth_checks_in_b(
     pair: &zcnet_testbed::netns::VethPair,
 ) -> (Vec<Check>, Option<zcnet::xsk::XskSocket>) {
@@ -1980,7 +1986,7 @@ mod tests {
         assert_eq!((got[1].name, got[1].status), ("y", Status::Yes));
     }
 
-    // The real probe on this machine (Linux 6.18, root; findings §1–§6).
+    // The real probe on this machine (Linux 6.18, root; docs/measurements/kernel-findings.md §1–§6).
 
     #[test]
     fn every_check_reports_once_in_order_with_a_detail() {
@@ -2095,7 +2101,7 @@ mod tests {
             assert_eq!(st, Status::Yes, "{name}: {d}");
         }
         assert!(status("af_xdp_umem_unaligned").1.contains("3000 B chunks"));
-        // veth has no XSK zero-copy (findings §7): the errno, not a vague "no".
+        // veth has no XSK zero-copy (docs/measurements/kernel-findings.md §7): the errno, not a vague "no".
         let (st, d) = status("af_xdp_bind_zerocopy");
         assert_eq!(st, Status::No, "{d}");
         assert!(d.starts_with("EOPNOTSUPP (errno 95)"), "{d}");

@@ -361,9 +361,10 @@ fn exited_within(pidfd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match crate::raw::socket::poll(std::os::fd::AsFd::as_fd(pidfd), libc::POLLIN, Some(left)) {
-            Ok(0) if left.is_zero() => return Ok(false),
-            Ok(0) => continue,
+        let readable = rustix::event::PollFlags::IN;
+        match crate::raw::socket::poll(std::os::fd::AsFd::as_fd(pidfd), readable, Some(left)) {
+            Ok(ev) if ev.is_empty() && left.is_zero() => return Ok(false),
+            Ok(ev) if ev.is_empty() => continue,
             Ok(_) => return Ok(true),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),

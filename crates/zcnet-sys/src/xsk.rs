@@ -29,6 +29,7 @@
 //! producer index with acquire order, reads descriptors, then publishes its consumer index
 //! with release order. Indices are free-running `u32`s; slot = index & (size - 1).
 
+use crate::raw::socket::{PollFlags, SendFlags};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::marker::PhantomData;
@@ -742,7 +743,7 @@ impl Xsk {
     /// holds (copy mode transmits only inside this call; af_xdp.rst "TX Ring"). `EAGAIN`,
     /// `EBUSY` and `ENOBUFS` mean "try again after completions"; they are returned as is.
     pub fn kick_tx(&self) -> io::Result<()> {
-        crate::raw::socket::send(self.fd.as_fd(), &[], libc::MSG_DONTWAIT).map(|_| ())
+        crate::raw::socket::send(self.fd.as_fd(), &[], SendFlags::DONTWAIT).map(|_| ())
     }
 
     /// Takes the next COMPLETION entry: that transmit is done and its range is ours again.
@@ -758,7 +759,7 @@ impl Xsk {
 
     /// Waits up to `timeout` for the socket to become readable (RX descriptors) or, with
     /// `POLLOUT`, writable; returns the `revents`.
-    pub fn poll(&self, events: i16, timeout: Duration) -> io::Result<i16> {
+    pub fn poll(&self, events: PollFlags, timeout: Duration) -> io::Result<PollFlags> {
         crate::raw::socket::poll(self.fd.as_fd(), events, Some(timeout))
     }
 

@@ -130,7 +130,7 @@ pub enum FallbackReason {
     /// lacks `CAP_IPC_LOCK`) even after in-flight sends completed; the rest was copied.
     Memlock,
     /// `cow` transmit: the application's working set of send buffers is below Solaris's
-    /// threshold (seed 000, §6.4), so it would likely write pages still in flight and pay a
+    /// threshold (Chu, "Zero-Copy TCP in Solaris", §6.4), so it would likely write pages still in flight and pay a
     /// copy-on-write fault (10–30 µs) per page; copying is cheaper.
     SmallWorkingSet,
     /// `cow` transmit: the memory cannot be write-protected — file-backed or shared, not

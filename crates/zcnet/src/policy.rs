@@ -155,7 +155,7 @@ mod tests {
 }
 
 /// The `TCP_MAXSEG` that makes every segment's payload a whole number of pages on a link of
-/// `mtu` bytes, so `TCP_ZEROCOPY_RECEIVE` can map every page (findings §2: 4096·k + 12 with
+/// `mtu` bytes, so `TCP_ZEROCOPY_RECEIVE` can map every page (docs/measurements/kernel-findings.md §2: 4096·k + 12 with
 /// timestamps maps 100%). `None` when not even one page fits (MTU 1500): then the default
 /// MSS is better, since veth forwards GSO skbs whole and ~94% still maps.
 ///

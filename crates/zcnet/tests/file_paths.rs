@@ -356,7 +356,7 @@ fn overwriting_a_range_keeps_the_rest_of_the_file() {
 /// The transfer tool's shape: a header read with `recv_into` (which may leave the rest of a
 /// chunk — mapped pages, copybuf, scratch — in the receiver), then the body to a file. The
 /// held bytes must reach the file first, in order. The sender is `MSG_ZEROCOPY` so the mmap
-/// receiver really maps (loopback's deferred copy lands in order-0 pages, findings §2).
+/// receiver really maps (loopback's deferred copy lands in order-0 pages, docs/measurements/kernel-findings.md §2).
 #[test]
 fn bytes_an_earlier_receive_left_behind_go_to_the_file_first() {
     const HEADER: usize = 1000;
@@ -772,8 +772,14 @@ fn a_procfs_sink_falls_back_to_recv_write_and_is_counted() {
             .write_all(b"0123456789abcdef")
             .unwrap();
         let addr = probe.as_ptr() as u64;
-        match zcnet_sys::raw::splice::splice(pipe.read_end(), None, mem.as_fd(), Some(addr), 16, 0)
-        {
+        match zcnet_sys::raw::splice::splice(
+            pipe.read_end(),
+            None,
+            mem.as_fd(),
+            Some(addr),
+            16,
+            zcnet_sys::raw::splice::SpliceFlags::empty(),
+        ) {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 eprintln!("splice(pipe → /proc/self/mem) → {e} (EINVAL): no splice_write");
             }

@@ -52,7 +52,7 @@ fn run_matrix(topo: Topo<'_>, label: &str) {
                             );
                             assert_eq!(out.tx.tx_uring_register_failures, 0, "{what}");
                             // Local delivery (lo, veth into a namespace) copies every skb, and
-                            // the usage reports say so (findings §3).
+                            // the usage reports say so (docs/measurements/kernel-findings.md §3).
                             assert_eq!(
                                 out.tx.tx_bytes_zc_copied, size,
                                 "{what}: IORING_NOTIF_USAGE_ZC_COPIED on every byte"

@@ -481,7 +481,7 @@ fn fragments_in_any_order_make_whole_messages() {
         (4, 1473),
     ]
     .into();
-    // 0: last fragment first, as Lightweight Messages sends (seed 004 §3.1).
+    // 0: last fragment first, as Lightweight Messages sends (Jin, Zhang, Tan, "Lightweight Messages", §3.1).
     let n = c.fragments(sizes[&0]);
     c.send_fragments(0, sizes[&0], (0..n).rev());
     // 1: a fixed shuffle.

@@ -1,4 +1,4 @@
-//! AF_XDP between two network namespaces (issue 8 part 2, docs/lm-afxdp.md): an XSK in copy
+//! AF_XDP between two network namespaces (docs/lm-afxdp.md): an XSK in copy
 //! mode on the receiving veth, fed by zcnet's XDP redirect program, gets UDP datagrams that an
 //! ordinary socket in the other namespace sends; every payload byte is checked against the
 //! pattern. The UMEM is far smaller than the traffic, so frames only keep arriving if every
@@ -240,7 +240,7 @@ fn zero_copy_bind_is_refused_on_veth_and_the_same_socket_then_binds_in_copy_mode
     recv_datagram(&mut sock, local(&tx), to, payload);
 }
 
-/// Driver-level defragmentation (seed 004 §3.2) with unaligned chunks: the receiver posts,
+/// Driver-level defragmentation (Jin, Zhang, Tan, "Lightweight Messages", §3.2) with unaligned chunks: the receiver posts,
 /// for each fragment of a message, the chunk address that puts that fragment's payload
 /// right in front of the next one's; the sender sends fragments last-first, so each
 /// arriving frame's payload overwrites the headers of the one that arrived before it. After

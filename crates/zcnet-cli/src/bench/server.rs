@@ -47,10 +47,10 @@ pub(crate) fn serve(
         }
         match zcnet_sys::raw::socket::poll(
             listener.as_fd(),
-            libc::POLLIN,
+            zcnet_sys::raw::socket::PollFlags::IN,
             Some(Duration::from_millis(100)),
         ) {
-            Ok(0) => continue,
+            Ok(ev) if ev.is_empty() => continue,
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) => return Err(BenchError::io("poll (control listener)", e)),

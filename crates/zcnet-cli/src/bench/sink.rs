@@ -2,7 +2,7 @@
 //! is given, as a NIC's driver releases what it has sent, so zero-copy pages are never
 //! copied for local delivery and `MSG_ZEROCOPY` completions come back *without*
 //! `SO_EE_CODE_ZEROCOPY_COPIED` — the transmit-side saving as real hardware would see it
-//! (kernel-probe findings §1: about half the sender CPU per GiB from a cold ring).
+//! (kernel-probe docs/measurements/kernel-findings.md §1: about half the sender CPU per GiB from a cold ring).
 //!
 //! Each send is one GSO super-datagram of `size` bytes (`UDP_SEGMENT` = MTU − 28, so no IP
 //! fragmentation, which would force a copy), from a ring of `ring` pooled buffers. On the
@@ -99,7 +99,7 @@ impl ZcState {
         if n > 0 || self.completions.is_idle() {
             return Ok(n);
         }
-        match socket::poll(fd, 0, Some(d)) {
+        match socket::poll(fd, zcnet_sys::raw::socket::PollFlags::empty(), Some(d)) {
             Ok(_) => self.reap(fd, stats),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
             Err(e) => Err(BenchError::io("poll (error queue)", e)),

@@ -368,8 +368,9 @@ fn receiver_stats(rx: &MsgReceiver) -> SideStats {
 
 /// Waits up to `wait` for the control connection to become readable.
 pub(crate) fn readable(c: &TcpStream, wait: Duration) -> Result<bool, BenchError> {
-    match zcnet_sys::raw::socket::poll(c.as_fd(), libc::POLLIN, Some(wait)) {
-        Ok(0) => Ok(false),
+    match zcnet_sys::raw::socket::poll(c.as_fd(), zcnet_sys::raw::socket::PollFlags::IN, Some(wait))
+    {
+        Ok(ev) if ev.is_empty() => Ok(false),
         Ok(_) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(false),
         Err(e) => Err(BenchError::io("poll (control)", e)),

@@ -1,11 +1,11 @@
 //! Copy-on-write protection of application pages that a `MSG_ZEROCOPY` send may still read:
-//! Solaris's transmit COW (seed 000, §3.2.4, §4.4.1) rebuilt from userfaultfd.
+//! Solaris's transmit COW (Chu, "Zero-Copy TCP in Solaris", §3.2.4, §4.4.1) rebuilt from userfaultfd.
 //!
 //! A page in flight is write-protected. When the application writes to it, the writing
 //! thread sleeps on the fault; the handler copies the page, zaps it and maps the copy in its
 //! place, then wakes the writer. The kernel keeps its reference to the *original* page, so the
 //! bytes on the wire are the bytes at the time of the send, and the writer never notices
-//! (findings §6: 13–29 µs per fault). When the send's completion arrives the pages are
+//! (docs/measurements/kernel-findings.md §6: 13–29 µs per fault). When the send's completion arrives the pages are
 //! unregistered, which also lifts the protection.
 //!
 //! # Mechanism (userfaultfd backend)
@@ -20,7 +20,7 @@
 //!   page (a *kernel-mode* read: if the application unmapped P meanwhile this fails with
 //!   `EFAULT` instead of faulting the handler itself), `madvise(MADV_DONTNEED)` P, then
 //!   `UFFDIO_COPY` staging → P, which maps a fresh page and wakes the writer. This keeps the
-//!   VMA whole, unlike the mremap variant (findings §6: 3 VMAs per copied page).
+//!   VMA whole, unlike the mremap variant (docs/measurements/kernel-findings.md §6: 3 VMAs per copied page).
 //! * `mremap` of a registered range (glibc `realloc` of a large buffer does this) would
 //!   otherwise drop the registration and the protection, and the next write would land in
 //!   the page the kernel is sending. With `EVENT_REMAP` the kernel keeps both, queues an
@@ -30,7 +30,7 @@
 //! # What the protection cannot cover (`UFFD_USER_MODE_ONLY`)
 //!
 //! Kernel-mode writes into a protected page (`read(2)`/`recv(2)` into a buffer still in
-//! flight) fail with `EFAULT` and never reach the handler (findings §6). zcnet's own
+//! flight) fail with `EFAULT` and never reach the handler (docs/measurements/kernel-findings.md §6). zcnet's own
 //! `Receiver::recv_into` receives into a scratch buffer and copies in that case (a user
 //! write, which the handler resolves); anything else must wait for the send's completion or
 //! use loaned buffers. While a span is registered `MISSING`, a kernel-mode *read* of a page
@@ -79,6 +79,7 @@ use self::vma::{
 use self::registry::{PageState, Registry, Released};
 use self::uffd::{RegisterMode, UffdEvent, Userfaultfd, EVENT_BATCH, UFFD_PAGEFAULT_FLAG_WP};
 use crate::mem::{page_size, PageBuf};
+use crate::raw::socket::PollFlags;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
@@ -612,8 +613,8 @@ impl CowSpace {
             std::thread::sleep(timeout);
             return Ok(false);
         };
-        match crate::raw::socket::poll(fd, libc::POLLIN, Some(timeout)) {
-            Ok(ev) => Ok(ev & libc::POLLIN != 0),
+        match crate::raw::socket::poll(fd, PollFlags::IN, Some(timeout)) {
+            Ok(ev) => Ok(ev.contains(PollFlags::IN)),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(false),
             Err(e) => Err(e),
         }

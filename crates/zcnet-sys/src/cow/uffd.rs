@@ -1,6 +1,6 @@
 //! userfaultfd write-protect (`UFFD_USER_MODE_ONLY`, `UFFDIO_REGISTER_MODE_WP`,
 //! `UFFDIO_WRITEPROTECT`): the mechanism that can guard a loaned buffer against writes while
-//! the kernel may still read it (findings §6, Documentation/admin-guide/mm/userfaultfd.rst,
+//! the kernel may still read it (docs/measurements/kernel-findings.md §6, Documentation/admin-guide/mm/userfaultfd.rst,
 //! userfaultfd(2), ioctl_userfaultfd(2)).
 //!
 //! The fd is always created with `UFFD_USER_MODE_ONLY`: that works without privileges even
@@ -537,7 +537,7 @@ mod tests {
 
     #[test]
     fn write_protect_round_trip_on_anonymous_memory() {
-        // Kernel 6.18 with CONFIG_USERFAULTFD and PTE_MARKER_UFFD_WP (findings §6).
+        // Kernel 6.18 with CONFIG_USERFAULTFD and PTE_MARKER_UFFD_WP (docs/measurements/kernel-findings.md §6).
         let uffd = Userfaultfd::user_mode_only().expect("userfaultfd(USER_MODE_ONLY)");
         let api = uffd.api(0).expect("UFFDIO_API");
         assert!(

@@ -7,66 +7,50 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
+pub use rustix::event::PollFlags;
+pub use rustix::net::{RecvFlags, SendFlags};
+
 /// `send(2)` with `flags`; `MSG_NOSIGNAL` is always added so a closed peer is an `EPIPE`
 /// error, never a process-killing `SIGPIPE`.
-pub fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: i32) -> io::Result<usize> {
-    // SAFETY: buf is a valid readable slice for its length for the duration of the call.
-    let n = unsafe {
-        libc::send(
-            fd.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            flags | libc::MSG_NOSIGNAL,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+pub fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: SendFlags) -> io::Result<usize> {
+    Ok(rustix::net::send(fd, buf, flags | SendFlags::NOSIGNAL)?)
 }
 
 /// `recv(2)` into `buf` with `flags`.
-pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<usize> {
-    // SAFETY: buf is a valid writable slice for its length for the duration of the call.
-    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: RecvFlags) -> io::Result<usize> {
+    Ok(rustix::net::recv(fd, buf, flags)?.0)
 }
 
-/// `poll(2)` on one fd; returns the `revents` (0 on timeout). `None` waits forever.
-pub fn poll(fd: BorrowedFd<'_>, events: i16, timeout: Option<Duration>) -> io::Result<i16> {
+/// `poll(2)` on one fd; returns the `revents` (empty on timeout). `None` waits forever.
+pub fn poll(
+    fd: BorrowedFd<'_>,
+    events: PollFlags,
+    timeout: Option<Duration>,
+) -> io::Result<PollFlags> {
     poll_all([(fd, events)], timeout).map(|[r]| r)
 }
 
-/// `poll(2)` on several fds at once; returns each one's `revents` (all 0 on timeout).
+/// `poll(2)` on several fds at once; returns each one's `revents` (all empty on timeout).
 /// `None` waits forever; a non-zero timeout shorter than a millisecond waits one millisecond
 /// rather than spinning.
 pub fn poll_all<const N: usize>(
-    fds: [(BorrowedFd<'_>, i16); N],
+    fds: [(BorrowedFd<'_>, PollFlags); N],
     timeout: Option<Duration>,
-) -> io::Result<[i16; N]> {
-    let mut pfds = fds.map(|(fd, events)| libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
-        revents: 0,
+) -> io::Result<[PollFlags; N]> {
+    let mut pfds = fds.map(|(fd, events)| rustix::event::PollFd::from_borrowed_fd(fd, events));
+    let ts = timeout.map(|t| {
+        let t = if !t.is_zero() && t < Duration::from_millis(1) {
+            Duration::from_millis(1)
+        } else {
+            t
+        };
+        rustix::event::Timespec {
+            tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+            tv_nsec: i64::from(t.subsec_nanos()),
+        }
     });
-    let ms = match timeout.map(|t| (t, t.as_millis())) {
-        None => -1,
-        Some((t, 0)) if !t.is_zero() => 1,
-        Some((_, n)) => n.min(i32::MAX as u128) as i32,
-    };
-    // SAFETY: pfds is a valid array of N pollfds living across the call, and the borrowed
-    // fds stay open for its duration (they are borrowed for the caller's lifetime).
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, ms) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(pfds.map(|p| p.revents))
-    }
+    rustix::event::poll(&mut pfds, ts.as_ref())?;
+    Ok(pfds.map(|p| p.revents()))
 }
 
 /// An `ifreq` naming `ifname`, for the `SIOCGIF*` ioctls. A name no interface can have

@@ -3,7 +3,7 @@
 //!
 //! `sendfile` hands page-cache pages to the socket by reference; `splice` moves references
 //! through a pipe, file → pipe → socket on transmit and socket → pipe → file on receive
-//! (splice(2); shared/notes/kernel-probe-findings.md §4). Into a *file*, splice still copies
+//! (splice(2); docs/measurements/kernel-findings.md §4). Into a *file*, splice still copies
 //! into the page cache — it only skips the user buffer.
 //!
 //! Since Linux 6.5 both write to a socket through `splice_to_socket` → `sock_sendmsg`
@@ -18,35 +18,33 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
-/// `SPLICE_F_MOVE`: a hint to move pages rather than copy (a no-op since 2.6.21, kept for
-/// when it is not).
-pub const SPLICE_F_MOVE: u32 = 0x01;
-/// `SPLICE_F_NONBLOCK`: do not block on the pipe.
-pub const SPLICE_F_NONBLOCK: u32 = 0x02;
-/// `SPLICE_F_MORE`: more data follows (`MSG_MORE` on a socket).
-pub const SPLICE_F_MORE: u32 = 0x04;
+/// `posix_fadvise(2)` advice.
+pub use rustix::fs::Advice;
+/// `fallocate(2)` modes (empty: allocate the range and extend the file to cover it).
+pub use rustix::fs::FallocateFlags;
+/// File status flags (`O_APPEND`, `O_NONBLOCK`, the access mode...).
+pub use rustix::fs::OFlags;
+/// `splice(2)` flags: `MOVE` (a hint to move pages rather than copy; a no-op since 2.6.21,
+/// kept for when it is not), `NONBLOCK` (do not block on the pipe), `MORE` (more data
+/// follows: `MSG_MORE` on a socket).
+pub use rustix::pipe::SpliceFlags;
 
 /// The largest count one `sendfile`/`splice` call moves (`MAX_RW_COUNT`, INT_MAX rounded
 /// down to a page); larger requests come back short anyway.
 pub const MAX_RW_COUNT: usize = 0x7fff_f000;
 
-fn off_t(v: u64) -> io::Result<libc::off_t> {
-    libc::off_t::try_from(v).map_err(|_| {
-        io::Error::new(
+/// Refuses an offset past the largest `off_t` before the kernel sees it (rustix takes a
+/// `u64`, and the kernel's answer would be a less clear `EINVAL`/`EOVERFLOW`).
+fn off_t(v: u64) -> io::Result<u64> {
+    if v > i64::MAX as u64 {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "file offset exceeds the largest off_t",
-        )
-    })
-}
-
-fn ret(n: isize) -> io::Result<usize> {
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
+        ));
     }
+    Ok(v)
 }
 
 /// Runs `f` with `SIGPIPE` blocked in this thread; if it failed with `EPIPE`, consumes the
@@ -107,16 +105,12 @@ pub fn sendfile(
 ) -> io::Result<usize> {
     let mut off = off_t(offset)?;
     without_sigpipe(|| {
-        // SAFETY: both fds are valid for the call (borrowed); `off` is a live local the kernel
-        // reads and updates; no user buffer is involved.
-        ret(unsafe {
-            libc::sendfile(
-                out.as_raw_fd(),
-                in_file.as_raw_fd(),
-                &mut off,
-                count.min(MAX_RW_COUNT),
-            )
-        })
+        Ok(rustix::fs::sendfile(
+            out,
+            in_file,
+            Some(&mut off),
+            count.min(MAX_RW_COUNT),
+        )?)
     })
 }
 
@@ -126,28 +120,18 @@ fn splice_raw(
     fd_out: BorrowedFd<'_>,
     off_out: Option<u64>,
     len: usize,
-    flags: u32,
+    flags: SpliceFlags,
 ) -> io::Result<usize> {
     let mut oi = off_in.map(off_t).transpose()?;
     let mut oo = off_out.map(off_t).transpose()?;
-    let pi = oi
-        .as_mut()
-        .map_or(std::ptr::null_mut(), |o| o as *mut libc::off_t);
-    let po = oo
-        .as_mut()
-        .map_or(std::ptr::null_mut(), |o| o as *mut libc::off_t);
-    // SAFETY: both fds are valid for the call (borrowed); the offset pointers are null or
-    // point at live locals the kernel reads and updates; no user buffer is involved.
-    ret(unsafe {
-        libc::splice(
-            fd_in.as_raw_fd(),
-            pi,
-            fd_out.as_raw_fd(),
-            po,
-            len.min(MAX_RW_COUNT),
-            flags,
-        )
-    })
+    Ok(rustix::pipe::splice(
+        fd_in,
+        oi.as_mut(),
+        fd_out,
+        oo.as_mut(),
+        len.min(MAX_RW_COUNT),
+        flags,
+    )?)
 }
 
 /// `splice(2)` between `fd_in` and `fd_out`, one of which must be a pipe. `off_in`/`off_out`
@@ -160,7 +144,7 @@ pub fn splice(
     fd_out: BorrowedFd<'_>,
     off_out: Option<u64>,
     len: usize,
-    flags: u32,
+    flags: SpliceFlags,
 ) -> io::Result<usize> {
     splice_raw(fd_in, off_in, fd_out, off_out, len, flags)
 }
@@ -170,7 +154,7 @@ pub fn splice_to_socket(
     pipe: BorrowedFd<'_>,
     sock: BorrowedFd<'_>,
     len: usize,
-    flags: u32,
+    flags: SpliceFlags,
 ) -> io::Result<usize> {
     without_sigpipe(|| splice_raw(pipe, None, sock, None, len, flags))
 }
@@ -187,14 +171,7 @@ pub struct Pipe {
 impl Pipe {
     /// A fresh pipe (capacity 64 KiB until [`Pipe::set_size`]).
     pub fn new() -> io::Result<Pipe> {
-        let mut fds = [-1i32; 2];
-        // SAFETY: fds is a live array of two ints the kernel fills on success.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else; each is
-        // wrapped exactly once.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         Ok(Pipe {
             read: File::from(r),
             write: File::from(w),
@@ -221,17 +198,12 @@ impl Pipe {
     /// power-of-two number of pages). Unprivileged callers are capped by
     /// `/proc/sys/fs/pipe-max-size` (`EPERM` above it) and by `pipe-user-pages-soft`.
     pub fn set_size(&self, bytes: usize) -> io::Result<usize> {
-        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: F_SETPIPE_SZ takes an int argument and touches no user memory.
-        let r = unsafe { libc::fcntl(self.write.as_raw_fd(), libc::F_SETPIPE_SZ, v) };
-        ret(r as isize)
+        Ok(rustix::pipe::fcntl_setpipe_size(&self.write, bytes)?)
     }
 
     /// `fcntl(F_GETPIPE_SZ)`: the capacity in bytes.
     pub fn size(&self) -> io::Result<usize> {
-        // SAFETY: F_GETPIPE_SZ takes no argument and touches no user memory.
-        let r = unsafe { libc::fcntl(self.write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-        ret(r as isize)
+        Ok(rustix::pipe::fcntl_getpipe_size(&self.write)?)
     }
 }
 
@@ -244,39 +216,28 @@ pub fn pipe_max_size() -> Option<usize> {
         .ok()
 }
 
-/// `fallocate(fd, mode, offset, len)` (fallocate(2)). Mode 0 allocates the range and extends
-/// the file size to cover it. File systems without it answer `EOPNOTSUPP`; pseudo-files
-/// `ENODEV`/`ESPIPE`/`EFBIG`.
-pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+/// `fallocate(fd, mode, offset, len)` (fallocate(2)). An empty mode allocates the range and
+/// extends the file size to cover it. File systems without it answer `EOPNOTSUPP`;
+/// pseudo-files `ENODEV`/`ESPIPE`/`EFBIG`.
+pub fn fallocate(
+    fd: BorrowedFd<'_>,
+    mode: FallocateFlags,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
     let (o, l) = (off_t(offset)?, off_t(len)?);
-    // SAFETY: fallocate takes an fd and integers; no user memory is involved.
-    let r = unsafe { libc::fallocate(fd.as_raw_fd(), mode, o, l) };
-    ret(r as isize).map(drop)
+    Ok(rustix::fs::fallocate(fd, mode, o, l)?)
 }
 
-/// `POSIX_FADV_SEQUENTIAL`: read-ahead more aggressively.
-pub const FADV_SEQUENTIAL: i32 = libc::POSIX_FADV_SEQUENTIAL;
-/// `POSIX_FADV_DONTNEED`: drop clean cached pages of the range.
-pub const FADV_DONTNEED: i32 = libc::POSIX_FADV_DONTNEED;
-
 /// `posix_fadvise(fd, offset, len, advice)` (posix_fadvise(2)); `len` 0 means to the end.
-pub fn fadvise(fd: BorrowedFd<'_>, offset: u64, len: u64, advice: i32) -> io::Result<()> {
-    let (o, l) = (off_t(offset)?, off_t(len)?);
-    // SAFETY: posix_fadvise takes an fd and integers; no user memory is involved. It returns
-    // the error number instead of setting errno.
-    let r = unsafe { libc::posix_fadvise(fd.as_raw_fd(), o, l, advice) };
-    if r != 0 {
-        Err(io::Error::from_raw_os_error(r))
-    } else {
-        Ok(())
-    }
+pub fn fadvise(fd: BorrowedFd<'_>, offset: u64, len: u64, advice: Advice) -> io::Result<()> {
+    let len = std::num::NonZeroU64::new(off_t(len)?);
+    Ok(rustix::fs::fadvise(fd, off_t(offset)?, len, advice)?)
 }
 
 /// `fcntl(F_GETFL)`: the file status flags (`O_APPEND`, `O_NONBLOCK`, access mode…).
-pub fn status_flags(fd: BorrowedFd<'_>) -> io::Result<i32> {
-    // SAFETY: F_GETFL takes no argument and touches no user memory.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    ret(r as isize).map(|v| v as i32)
+pub fn status_flags(fd: BorrowedFd<'_>) -> io::Result<OFlags> {
+    Ok(rustix::fs::fcntl_getfl(fd)?)
 }
 
 #[cfg(test)]
@@ -284,6 +245,7 @@ mod tests {
     use super::*;
     use std::io::{Seek, Write};
     use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
 
     fn tmpfile(content: &[u8]) -> File {
         let dir = std::env::temp_dir();
@@ -331,10 +293,18 @@ mod tests {
         let p = Pipe::new().unwrap();
         assert!(p.set_size(1 << 20).unwrap() >= 64 * 1024);
         assert_eq!(p.size().unwrap(), p.set_size(1 << 20).unwrap());
-        let n = splice(s.as_fd(), None, p.write_end(), None, 5, SPLICE_F_MOVE).unwrap();
+        let n = splice(s.as_fd(), None, p.write_end(), None, 5, SpliceFlags::MOVE).unwrap();
         assert_eq!(n, 5);
         let out = tmpfile(b"..........");
-        let m = splice(p.read_end(), None, out.as_fd(), Some(2), 5, SPLICE_F_MOVE).unwrap();
+        let m = splice(
+            p.read_end(),
+            None,
+            out.as_fd(),
+            Some(2),
+            5,
+            SpliceFlags::MOVE,
+        )
+        .unwrap();
         assert_eq!(m, 5);
         let mut got = Vec::new();
         (&out).read_to_end(&mut got).unwrap();
@@ -389,8 +359,16 @@ mod tests {
         let e = sendfile(c.as_fd(), f.as_fd(), 0, 4096).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EPIPE));
         assert!(!take_pending_sigpipe(), "sendfile left a SIGPIPE pending");
-        let n = splice(f.as_fd(), Some(0), p.write_end(), None, 4096, 0).unwrap();
-        let e = splice_to_socket(p.read_end(), c.as_fd(), n, 0).unwrap_err();
+        let n = splice(
+            f.as_fd(),
+            Some(0),
+            p.write_end(),
+            None,
+            4096,
+            SpliceFlags::empty(),
+        )
+        .unwrap();
+        let e = splice_to_socket(p.read_end(), c.as_fd(), n, SpliceFlags::empty()).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EPIPE));
         assert!(!take_pending_sigpipe(), "splice left a SIGPIPE pending");
         // SAFETY: restores the mask saved above.
@@ -400,10 +378,10 @@ mod tests {
     #[test]
     fn append_flag_and_fallocate_are_visible() {
         let f = tmpfile(b"");
-        assert_eq!(status_flags(f.as_fd()).unwrap() & libc::O_APPEND, 0);
-        fallocate(f.as_fd(), 0, 0, 8192).unwrap();
+        assert!(!status_flags(f.as_fd()).unwrap().contains(OFlags::APPEND));
+        fallocate(f.as_fd(), FallocateFlags::empty(), 0, 8192).unwrap();
         assert_eq!(f.metadata().unwrap().len(), 8192);
-        fadvise(f.as_fd(), 0, 0, FADV_SEQUENTIAL).unwrap();
+        fadvise(f.as_fd(), 0, 0, Advice::Sequential).unwrap();
         assert!(pipe_max_size().is_some_and(|n| n >= 4096));
     }
 }

@@ -8,7 +8,7 @@
 //!   flow in one read; the segment size arrives as a `SOL_UDP`/`UDP_GRO` control message
 //!   (an `int`), which is the only way to find the datagram boundaries again.
 
-use super::socket;
+use super::socket::{self, RecvFlags};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -53,7 +53,7 @@ pub struct GroRecv {
 }
 
 /// `recvmsg(buf, flags)` with room for the `UDP_GRO` control message.
-pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<GroRecv> {
+pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], flags: RecvFlags) -> io::Result<GroRecv> {
     // u64 storage keeps the control buffer aligned for cmsghdr.
     let mut control = [0u64; 8];
     let mut iov = libc::iovec {
@@ -68,7 +68,7 @@ pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<Gr
     msg.msg_controllen = std::mem::size_of_val(&control);
     // SAFETY: msg points at one iovec describing `buf` (live and writable for its length)
     // and at a live control buffer of msg_controllen bytes; the kernel writes within them.
-    let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+    let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags.bits() as i32) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -133,7 +133,7 @@ mod tests {
         let data: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
         assert_eq!(tx.send_to(&data, rx.local_addr().unwrap()).unwrap(), 4000);
         let mut buf = vec![0u8; 65536];
-        let got = recv_gro(rx.as_fd(), &mut buf, 0).unwrap();
+        let got = recv_gro(rx.as_fd(), &mut buf, RecvFlags::empty()).unwrap();
         // Loopback hands a GRO-enabled socket the GSO packet unsegmented (6.18).
         assert_eq!(
             got,

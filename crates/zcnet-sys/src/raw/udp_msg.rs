@@ -12,10 +12,11 @@
 //!   fragments, merging only neighbouring bytes of one page: an iovec that alternates small
 //!   headers and payload slices runs out after 7 segments of 1472 bytes (`EMSGSIZE`), while
 //!   one contiguous 64 KiB range always fits. That is why the message layer lays zero-copy
-//!   messages out with holes for the headers (application-level fragmentation, seed 004
+//!   messages out with holes for the headers (application-level fragmentation, Jin, Zhang, Tan, "Lightweight Messages", 
 //!   §3.1) and sends each batch as one contiguous range;
 //! * an iovec array holds at most `UIO_MAXIOV` (1024) entries.
 
+use super::socket::RecvFlags;
 use super::udp::{parse_gro_control, SOL_UDP, UDP_SEGMENT};
 use super::zerocopy::MSG_ZEROCOPY;
 use std::io::{self, IoSlice};
@@ -112,7 +113,11 @@ pub struct DatagramRecv {
 
 /// `recvmsg(buf, flags | MSG_TRUNC)` with room for the sender's address and the `UDP_GRO`
 /// control message. `EAGAIN`/`EINTR` go back to the caller.
-pub fn recv_datagram(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<DatagramRecv> {
+pub fn recv_datagram(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    flags: RecvFlags,
+) -> io::Result<DatagramRecv> {
     // u64 storage keeps both buffers aligned (cmsghdr; sockaddr_storage is 8-aligned).
     let mut control = [0u64; 8];
     let mut name = [0u64; 16]; // 128 bytes = sizeof(struct sockaddr_storage)
@@ -131,7 +136,13 @@ pub fn recv_datagram(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Resu
     // SAFETY: msg points at one iovec describing `buf` (live and writable for its length),
     // a live 128-byte name buffer of msg_namelen bytes and a live control buffer of
     // msg_controllen bytes; the kernel writes within them.
-    let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags | libc::MSG_TRUNC) };
+    let r = unsafe {
+        libc::recvmsg(
+            fd.as_raw_fd(),
+            &mut msg,
+            (flags | RecvFlags::TRUNC).bits() as i32,
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -240,7 +251,7 @@ mod tests {
             1600
         );
         let mut buf = vec![0u8; 65536];
-        let got = recv_datagram(rx.as_fd(), &mut buf, 0).unwrap();
+        let got = recv_datagram(rx.as_fd(), &mut buf, RecvFlags::empty()).unwrap();
         assert_eq!((got.len, got.full_len, got.truncated), (1600, 1600, false));
         assert_eq!(got.gso_size, Some(1000));
         assert_eq!(got.from, Some(tx.local_addr().unwrap()));
@@ -255,7 +266,7 @@ mod tests {
         let data = [7u8; 3000];
         send_vectored_gso(tx.as_fd(), &[IoSlice::new(&data)], false, None).unwrap();
         let mut buf = vec![0u8; 1000];
-        let got = recv_datagram(rx.as_fd(), &mut buf, 0).unwrap();
+        let got = recv_datagram(rx.as_fd(), &mut buf, RecvFlags::empty()).unwrap();
         assert_eq!((got.len, got.full_len, got.truncated), (1000, 3000, true));
         assert_eq!(got.gso_size, None);
     }

@@ -38,6 +38,7 @@ pub fn send_gso(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raw::socket::RecvFlags;
     use crate::raw::udp::{recv_gro, set_udp_gro};
     use crate::raw::zerocopy::{read_errqueue, set_so_zerocopy, ErrqueueEntry};
     use std::net::UdpSocket;
@@ -55,7 +56,7 @@ mod tests {
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
         assert_eq!(send_gso(tx.as_fd(), &data, true, Some(1200)).unwrap(), 5000);
         let mut buf = vec![0u8; 65536];
-        let got = recv_gro(rx.as_fd(), &mut buf, 0).unwrap();
+        let got = recv_gro(rx.as_fd(), &mut buf, RecvFlags::empty()).unwrap();
         assert_eq!(got.len, 5000);
         assert_eq!(got.gso_size, Some(1200));
         assert_eq!(&buf[..5000], &data[..]);
@@ -79,7 +80,7 @@ mod tests {
             send_gso(tx.as_fd(), &data[..100], false, None).unwrap(),
             100
         );
-        let got = recv_gro(rx.as_fd(), &mut buf, 0).unwrap();
+        let got = recv_gro(rx.as_fd(), &mut buf, RecvFlags::empty()).unwrap();
         assert_eq!((got.len, got.gso_size), (100, None));
     }
 

@@ -5,7 +5,7 @@
 //! carry the full 6.x struct ourselves and always pass all 64 bytes. A page is mapped only
 //! when the frag under the read position is exactly one order-0 page at offset 0 with no
 //! page-cache owner; everything else comes back as `recv_skip_hint` (must be read with
-//! `recv`) or is copied into `copybuf`. See shared/notes/kernel-probe-findings.md §2.
+//! `recv`) or is copied into `copybuf`. See docs/measurements/kernel-findings.md §2.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};

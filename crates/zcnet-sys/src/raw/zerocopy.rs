@@ -7,7 +7,7 @@
 //! `[ee_info, ee_data]`; `ee_code` carries `SO_EE_CODE_ZEROCOPY_COPIED` when it had to copy
 //! the data after all (loopback, veth into a namespace, no scatter-gather).
 
-use super::socket;
+use super::socket::{self, SendFlags};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -36,8 +36,13 @@ pub fn so_zerocopy(fd: BorrowedFd<'_>) -> io::Result<bool> {
 /// `send(buf, MSG_ZEROCOPY | flags)`. The kernel pins `buf`'s pages and may read them after
 /// this returns, until the completion covering this call arrives: the caller must keep the
 /// bytes unchanged until then (that is what loaned `TxBuf`s guarantee).
-pub fn send_zerocopy(fd: BorrowedFd<'_>, buf: &[u8], flags: i32) -> io::Result<usize> {
-    socket::send(fd, buf, flags | MSG_ZEROCOPY)
+pub fn send_zerocopy(fd: BorrowedFd<'_>, buf: &[u8], flags: SendFlags) -> io::Result<usize> {
+    // rustix names no MSG_ZEROCOPY; its flag types keep bits they do not name.
+    socket::send(
+        fd,
+        buf,
+        flags | SendFlags::from_bits_retain(MSG_ZEROCOPY as u32),
+    )
 }
 
 /// `struct sock_extended_err` (linux/errqueue.h), decoded.

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 pub const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: set in a notification's `res` (with
 /// [`IORING_SEND_ZC_REPORT_USAGE`]) when some of the request's data was copied, or none of it
-/// went zero-copy (local delivery always copies: findings §3).
+/// went zero-copy (local delivery always copies: docs/measurements/kernel-findings.md §3).
 pub const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 /// `IORING_CQE_F_MORE`: more CQEs for this request follow.
 pub const IORING_CQE_F_MORE: u32 = 1 << 1;

@@ -11,7 +11,7 @@
 //!   hardware receive queues, an [`ZcrxAreaReg`] (the memory the NIC fills) and a
 //!   [`RegionDesc`] (the memory of the *refill ring*); it needs `CAP_NET_ADMIN`, a device in
 //!   the caller's network namespace (`ENODEV` otherwise) whose driver has queue-management
-//!   ops and header/data split (`EOPNOTSUPP` otherwise — loopback, veth, virtio: findings §3).
+//!   ops and header/data split (`EOPNOTSUPP` otherwise — loopback, veth, virtio: docs/measurements/kernel-findings.md §3).
 //!   The admin also steers the flow to that queue (`ethtool -N … action Q`) and keeps other
 //!   flows off it (RSS); nothing here can do that.
 //! * `IORING_OP_RECV_ZC` (multishot) then posts 32-byte CQEs: `res` bytes at

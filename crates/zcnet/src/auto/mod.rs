@@ -1,7 +1,7 @@
 //! The `auto` path's decision logic: which transmit or receive path an operation takes.
 //!
 //! Why: whether zero-copy pays depends on the host — its caches, its MMU, its NIC (the seed
-//! papers' common conclusion; issue 9). On loopback plain copying beats `MSG_ZEROCOPY` and
+//! papers' common conclusion). On loopback plain copying beats `MSG_ZEROCOPY` and
 //! `TCP_ZEROCOPY_RECEIVE` because local delivery copies anyway, while a device that takes the
 //! pages halves the sender's CPU. The CMU stack chose per write by size, Solaris by size and
 //! alignment; zcnet chooses per operation from what `zcnet tune` measured on this host.

@@ -1,6 +1,6 @@
 //! Solaris's threshold: write-protect only when copy-on-write faults will be rare. Pure code.
 //!
-//! Chu's Solaris zero-copy (seed 000, §3.2.4 and §6.4) did not enable page remapping + COW
+//! Chu's Solaris zero-copy (Chu, "Zero-Copy TCP in Solaris", §3.2.4 and §6.4) did not enable page remapping + COW
 //! "unless the total size of working write buffers exceeds certain threshold": an
 //! application that cycles through more buffer bytes than the transport can hold
 //! (socket send buffer + window, 128 KB there) blocks in `write` before it can touch a busy

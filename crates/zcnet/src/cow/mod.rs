@@ -1,5 +1,5 @@
 //! Copy-on-write for zero-copy transmit that keeps copy semantics: the engine behind the
-//! `cow` transmit path ([`crate::tx::cow`]), after Solaris's transmit side (seed 000,
+//! `cow` transmit path ([`crate::tx::cow`]), after Solaris's transmit side (Chu, "Zero-Copy TCP in Solaris", 
 //! §3.2.4, §4.4.1, table 6).
 //!
 //! [`crate::Sender::send_slice`] on the `cow` path sends the page-aligned middle of the
@@ -15,7 +15,7 @@
 //! # Backends
 //!
 //! * `userfaultfd` (default): write-protect with `UFFD_USER_MODE_ONLY` userfaultfd, which
-//!   works unprivileged (findings §6).
+//!   works unprivileged (docs/measurements/kernel-findings.md §6).
 //! * `mprotect`: where userfaultfd is unavailable; `SIGSEGV` handler chained to the previous
 //!   one. See [`zcnet_sys::cow`] for its limits.
 //!

@@ -4,7 +4,7 @@
 //! * [`FileRxMode::Splice`] (default) — `splice(2)` socket → pipe → file at the right offset
 //!   (`off_out`, so the file position never moves). The bytes never enter user memory; the
 //!   kernel still copies them once, from the socket's pages into the page cache (splice into
-//!   a file is a copy; `SPLICE_F_MOVE` is a no-op). Findings §4: 20–50% less receiver CPU
+//!   a file is a copy; `SpliceFlags::MOVE` is a no-op). Findings §4: 20–50% less receiver CPU
 //!   than recv+write on this host.
 //! * [`FileRxMode::Write`] — the receiver's own path, then `pwrite`: recv+pwrite for a copy
 //!   receiver; for an mmap receiver, "mapped receive plus write" — mapped pages are written
@@ -34,7 +34,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
-use zcnet_sys::raw::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
+use zcnet_sys::raw::splice::{self, Pipe, SpliceFlags};
 
 /// The recv+pwrite buffer (made on first use).
 const SCRATCH_BYTES: usize = 256 * 1024;
@@ -43,7 +43,7 @@ const SCRATCH_BYTES: usize = 256 * 1024;
 /// an `O_APPEND` file appends whatever the offset (pwrite(2), BUGS), and splice refuses it.
 fn check_sink(file: &File) -> Result<()> {
     let flags = splice::status_flags(file.as_fd()).map_err(|e| Error::io("fcntl(F_GETFL)", e))?;
-    if flags & libc::O_APPEND != 0 {
+    if flags.contains(zcnet_sys::raw::splice::OFlags::APPEND) {
         return Err(Error::UnsuitableFile(
             "opened with O_APPEND: positional writes would append",
         ));
@@ -60,7 +60,12 @@ fn preallocate(file: &File, offset: u64, len: u64, end: u64) -> Result<Option<u6
     }
     let before = meta.len();
     loop {
-        match splice::fallocate(file.as_fd(), 0, offset, len) {
+        match splice::fallocate(
+            file.as_fd(),
+            zcnet_sys::raw::splice::FallocateFlags::empty(),
+            offset,
+            len,
+        ) {
             Ok(()) => return Ok((before < end).then_some(before)),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             // Out of space is known now rather than halfway through the stream.
@@ -235,7 +240,7 @@ impl FileRx {
                 pipe.write_end(),
                 None,
                 want,
-                SPLICE_F_MOVE | SPLICE_F_MORE,
+                SpliceFlags::MOVE | SpliceFlags::MORE,
             ) {
                 Ok(0) => return Err(truncated(len, *done)),
                 Ok(n) => n,
@@ -266,7 +271,7 @@ impl FileRx {
                     file.as_fd(),
                     Some(offset + *done),
                     left,
-                    SPLICE_F_MOVE,
+                    SpliceFlags::MOVE,
                 ) {
                     Ok(0) => {
                         self.pipe = None;

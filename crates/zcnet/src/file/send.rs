@@ -29,7 +29,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 use zcnet_sys::mem::PageBuf;
-use zcnet_sys::raw::splice::{self, Pipe, SPLICE_F_MORE, SPLICE_F_MOVE};
+use zcnet_sys::raw::splice::{self, Pipe, SpliceFlags};
 
 /// Bytes per `sendfile` call: large enough that the call count is noise, small enough that a
 /// signal or a timeout is noticed between calls.
@@ -96,7 +96,7 @@ impl FileTx {
             return Ok(0);
         }
         // Read-ahead hint for the page cache; purely advisory, so its failure is ignored.
-        let _ = splice::fadvise(file.as_fd(), offset, len, splice::FADV_SEQUENTIAL);
+        let _ = splice::fadvise(file.as_fd(), offset, len, splice::Advice::Sequential);
         let progress = match mode {
             FileTxMode::Sendfile => sendfile_range(sock, file, offset, len, stats, timeout)?,
             FileTxMode::Splice => self.splice_range(sock, file, offset, len, stats, timeout)?,
@@ -157,7 +157,7 @@ impl FileTx {
                 pipe.write_end(),
                 None,
                 want,
-                SPLICE_F_MOVE,
+                SpliceFlags::MOVE,
             ) {
                 Ok(0) => return Err(truncated(len, done)),
                 Ok(n) => n,
@@ -171,11 +171,16 @@ impl FileTx {
             let mut left = n;
             while left > 0 {
                 let more = if done + (n as u64) < len {
-                    SPLICE_F_MORE
+                    SpliceFlags::MORE
                 } else {
-                    0
+                    SpliceFlags::empty()
                 };
-                match splice::splice_to_socket(pipe.read_end(), sock, left, SPLICE_F_MOVE | more) {
+                match splice::splice_to_socket(
+                    pipe.read_end(),
+                    sock,
+                    left,
+                    SpliceFlags::MOVE | more,
+                ) {
                     Ok(0) => {
                         self.pipe = None;
                         return Err(Error::io(

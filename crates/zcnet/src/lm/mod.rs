@@ -1,4 +1,4 @@
-//! Lightweight Messages over AF_XDP (issue 8 part 2, seed 004, `docs/lm-afxdp.md`).
+//! Lightweight Messages over AF_XDP (Jin, Zhang, Tan, "Lightweight Messages", `docs/lm-afxdp.md`).
 //!
 //! A message of up to [`LmConfig::max_message`] bytes goes from one [`LmSocket`] to another
 //! with its payload written once, by the application, and never moved by user space again:

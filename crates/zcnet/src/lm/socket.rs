@@ -647,14 +647,18 @@ impl LmSocket {
             let wait = wake.saturating_duration_since(now);
             let polled = match (&self.xsk, &self.program) {
                 (Some(x), Some(_)) => zcnet_sys::raw::socket::poll_all(
-                    [(self.ctl.as_fd(), libc::POLLIN), (x.as_fd(), libc::POLLIN)],
+                    [
+                        (self.ctl.as_fd(), zcnet_sys::raw::socket::PollFlags::IN),
+                        (x.as_fd(), zcnet_sys::raw::socket::PollFlags::IN),
+                    ],
                     Some(wait),
                 )
                 .map(|_| ()),
-                _ => {
-                    zcnet_sys::raw::socket::poll_all([(self.ctl.as_fd(), libc::POLLIN)], Some(wait))
-                        .map(|_| ())
-                }
+                _ => zcnet_sys::raw::socket::poll_all(
+                    [(self.ctl.as_fd(), zcnet_sys::raw::socket::PollFlags::IN)],
+                    Some(wait),
+                )
+                .map(|_| ()),
             };
             match polled {
                 Ok(()) => {}
@@ -1103,7 +1107,7 @@ fn send_dgram(ctl: &UdpSocket, d: &[u8], to: SocketAddrV4) -> Result<(), LmError
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let _ = zcnet_sys::raw::socket::poll(
                     ctl.as_fd(),
-                    libc::POLLOUT,
+                    zcnet_sys::raw::socket::PollFlags::OUT,
                     Some(Duration::from_millis(10)),
                 );
             }

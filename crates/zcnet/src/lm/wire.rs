@@ -160,7 +160,7 @@ impl Header {
 
 /// How a message of `total` bytes is cut into fragments of `payload` bytes, and where each
 /// piece lies — on the sender, in a region laid out with header holes (application-level
-/// fragmentation, seed 004 §3.1); on the receiver, in a region where each fragment lands so
+/// fragmentation, Jin, Zhang, Tan, "Lightweight Messages", §3.1); on the receiver, in a region where each fragment lands so
 /// that the payloads end up back to back (driver-level defragmentation, §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {

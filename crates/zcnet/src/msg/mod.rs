@@ -4,7 +4,7 @@
 //! reported lost, never delivered in part. See `docs/msg.md` for the wire format, the
 //! semantics and the limits.
 //!
-//! The idea is Lightweight Messages' (seed 004, §3.1): fragment in the application, with a
+//! The idea is Lightweight Messages' (Jin, Zhang, Tan, "Lightweight Messages", §3.1): fragment in the application, with a
 //! hole for each fragment's header in the send buffer, so the payload is written once and
 //! every datagram is one contiguous piece of that buffer. Today's kernel does the rest that
 //! paper had to patch a driver for: one `sendmsg` hands it up to 64 KiB of datagrams (GSO),

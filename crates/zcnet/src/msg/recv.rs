@@ -132,7 +132,11 @@ impl MsgReceiver {
             let wait = wake
                 .saturating_duration_since(now)
                 .max(Duration::from_millis(1));
-            match socket::poll(self.sock.as_fd(), libc::POLLIN, Some(wait)) {
+            match socket::poll(
+                self.sock.as_fd(),
+                zcnet_sys::raw::socket::PollFlags::IN,
+                Some(wait),
+            ) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Err(Error::io("poll", e).into()),
@@ -142,7 +146,11 @@ impl MsgReceiver {
 
     /// One non-blocking read, fed to the table; false when nothing was queued.
     fn read_one(&mut self) -> Result<bool, MsgError> {
-        let r = match udp_msg::recv_datagram(self.sock.as_fd(), &mut self.buf, libc::MSG_DONTWAIT) {
+        let r = match udp_msg::recv_datagram(
+            self.sock.as_fd(),
+            &mut self.buf,
+            zcnet_sys::raw::socket::RecvFlags::DONTWAIT,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 return match e.raw_os_error() {

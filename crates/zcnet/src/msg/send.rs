@@ -13,7 +13,7 @@
 //! * [`MsgSender::send`] (copy semantics) builds an iovec `header, payload, header, payload,
 //!   …` over the caller's slice: the kernel copies once, user space never.
 //! * [`MsgSender::send_buf`] sends a loaned [`MsgBuf`], whose storage already has a hole for
-//!   each header (seed 004 §3.1, Fig. 1): headers are written into the holes and every batch
+//!   each header (Jin, Zhang, Tan, "Lightweight Messages", §3.1, Fig. 1): headers are written into the holes and every batch
 //!   is one contiguous range, which is what `MSG_ZEROCOPY` needs — the kernel maps a
 //!   zero-copy send into at most 17 page fragments, and an interleaved iovec exhausts them
 //!   after 7 datagrams (`sys::udp_msg` pins this). The buffer is lent to the completion
@@ -590,8 +590,12 @@ impl MsgSender {
         if got > 0 || self.completions.is_idle() {
             return Ok(got);
         }
-        match socket::poll(self.sock.as_fd(), 0, Some(pause)) {
-            Ok(ev) if ev & libc::POLLERR != 0 => {
+        match socket::poll(
+            self.sock.as_fd(),
+            zcnet_sys::raw::socket::PollFlags::empty(),
+            Some(pause),
+        ) {
+            Ok(ev) if ev.contains(zcnet_sys::raw::socket::PollFlags::ERR) => {
                 let n = self.reap()?;
                 if n == 0 {
                     std::thread::sleep(Duration::from_micros(200));

@@ -22,7 +22,7 @@
 //! Why fragment ourselves instead of sending one 1 MiB datagram: a UDP datagram is at most
 //! 64 KiB, and above the MTU the kernel would IP-fragment it, losing the whole datagram to any
 //! one lost fragment with no way to say which message it was. Application-level fragmentation
-//! (seed 004, §3.1) makes every datagram self-describing, and GSO (`UDP_SEGMENT`) still lets
+//! (Jin, Zhang, Tan, "Lightweight Messages", §3.1) makes every datagram self-describing, and GSO (`UDP_SEGMENT`) still lets
 //! one system call hand the kernel up to 64 KiB of them.
 
 use std::ops::Range;
@@ -188,7 +188,7 @@ impl Header {
 /// fragment but the last carries `segment - HEADER_LEN` payload bytes. The same layout
 /// describes the message on the wire, where fragment `i` occupies bytes
 /// `i * segment .. i * segment + HEADER_LEN + len_i` — header holes between payload blocks,
-/// as in the Lightweight Messages send buffer (seed 004, Fig. 1).
+/// as in the Lightweight Messages send buffer (Jin, Zhang, Tan, "Lightweight Messages", Fig. 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     segment: usize,

@@ -20,7 +20,7 @@ pub fn recv_some(
     }
     let start = Instant::now();
     loop {
-        match socket::recv(fd, buf, 0) {
+        match socket::recv(fd, buf, zcnet_sys::raw::socket::RecvFlags::empty()) {
             Ok(n) => {
                 stats.add_rx_copied_bytes(n as u64);
                 return Ok(n);

@@ -10,7 +10,7 @@
 //! The kernel never blocks in this call, so an empty queue is waited for with `poll`. End of
 //! stream is the `EIO` the kernel returns when a call makes no progress after the peer's FIN
 //! (we always pass a length of at least one page, so that is the only way to get it); a
-//! reset arrives as `zc.err`. See shared/notes/kernel-probe-findings.md §2.
+//! reset arrives as `zc.err`. See docs/measurements/kernel-findings.md §2.
 
 use super::{copy::recv_some, Receive, RxChunk};
 use crate::auto::{AutoStats, Demotion, DemotionReason, Report};
@@ -271,8 +271,18 @@ impl MmapRx {
                 });
             }
             let slice = POLL_SLICE.min(deadline - now);
-            match socket::poll(fd, libc::POLLIN | libc::POLLRDHUP, Some(slice)) {
-                Ok(ev) => hup = ev & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0,
+            match socket::poll(
+                fd,
+                zcnet_sys::raw::socket::PollFlags::IN | zcnet_sys::raw::socket::PollFlags::RDHUP,
+                Some(slice),
+            ) {
+                Ok(ev) => {
+                    hup = ev.intersects(
+                        zcnet_sys::raw::socket::PollFlags::HUP
+                            | zcnet_sys::raw::socket::PollFlags::RDHUP
+                            | zcnet_sys::raw::socket::PollFlags::ERR,
+                    )
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Err(Error::io("poll", e)),
             }

@@ -7,7 +7,7 @@
 //!   to the user, and the FreeBSD proposal's "receive into user-posted buffers".
 //! * `zcrx` — io_uring zero-copy receive: the NIC's header split puts payloads straight into
 //!   a registered area ([`zcnet_sys::uring::zcrx`]). Registration is tried when the connection is
-//!   accepted; loopback, veth and virtio refuse it (`EOPNOTSUPP`; findings §3), and the
+//!   accepted; loopback, veth and virtio refuse it (`EOPNOTSUPP`; docs/measurements/kernel-findings.md §3), and the
 //!   receiver then takes the `uring` path (or `copy` without io_uring), counting
 //!   [`FallbackReason::Unsupported`], `rx_zcrx_refusals` and the errno (`rx_zcrx_errno`).
 //!

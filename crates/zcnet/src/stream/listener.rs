@@ -93,12 +93,16 @@ impl Listener {
     /// Accepts one connection (bounded by the configured timeout).
     pub fn accept(&self) -> Result<Receiver> {
         let ev = loop {
-            match socket::poll(self.sock.as_fd(), libc::POLLIN, Some(self.cfg.timeout)) {
+            match socket::poll(
+                self.sock.as_fd(),
+                zcnet_sys::raw::socket::PollFlags::IN,
+                Some(self.cfg.timeout),
+            ) {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 r => break r.map_err(|e| Error::io("poll (accept)", e))?,
             }
         };
-        if ev == 0 {
+        if ev.is_empty() {
             return Err(Error::Timeout {
                 op: "accept",
                 after: self.cfg.timeout,

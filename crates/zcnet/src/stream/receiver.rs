@@ -28,7 +28,7 @@ pub struct ReceiverConfig {
     pub map_bytes: usize,
     /// Size of the copy buffer (copy path) or of the scratch buffer for unmappable bytes.
     pub buf_bytes: usize,
-    /// `SO_RCVLOWAT`: fewer, larger zero-copy calls (findings §2: 4 MiB halves receiver CPU
+    /// `SO_RCVLOWAT`: fewer, larger zero-copy calls (docs/measurements/kernel-findings.md §2: 4 MiB halves receiver CPU
     /// with an 8 MiB map). Leave unset for request/response traffic.
     pub rcvlowat: Option<usize>,
     /// Advertise a page-multiple MSS on the listener (mmap path) so payloads land in whole

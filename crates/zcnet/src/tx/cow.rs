@@ -1,5 +1,5 @@
 //! The `cow` transmit path: zero-copy for callers of [`crate::Sender::send_slice`], who keep
-//! copy semantics (Solaris's page remapping + copy-on-write, seed 000 §3.2.4).
+//! copy semantics (Solaris's page remapping + copy-on-write, Chu, "Zero-Copy TCP in Solaris", §3.2.4).
 //!
 //! Per `send_slice`: the unaligned head and tail of the slice are copied (counted as
 //! [`FallbackReason::Unaligned`]); the page-aligned middle, if at least

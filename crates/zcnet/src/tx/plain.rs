@@ -15,7 +15,7 @@ pub fn send_all(fd: BorrowedFd<'_>, data: &[u8], stats: &Stats, timeout: Duratio
     let mut off = 0;
     let mut progress = Instant::now();
     while off < data.len() {
-        match socket::send(fd, &data[off..], 0) {
+        match socket::send(fd, &data[off..], zcnet_sys::raw::socket::SendFlags::empty()) {
             Ok(n) => {
                 off += n;
                 progress = Instant::now();

@@ -4,7 +4,7 @@
 //! Why: the Solaris, CMU and NEC designs all kept transmit buffers pinned and mapped so a send
 //! pays neither page lookup nor pinning; io_uring's registered buffers are that cache, and
 //! `SEND_ZC` is `MSG_ZEROCOPY` with a per-request completion instead of an error-queue range
-//! (findings §3). One ring per [`crate::Sender`], set up once with the pool registered
+//! (docs/measurements/kernel-findings.md §3). One ring per [`crate::Sender`], set up once with the pool registered
 //! (`io_uring_register_buffers(3)`); every send names its buffer's index
 //! (`IORING_RECVSEND_FIXED_BUF`).
 //!

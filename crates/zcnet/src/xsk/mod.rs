@@ -1,7 +1,7 @@
-//! AF_XDP sockets: the receive and transmit ground under Lightweight Messages (issue 8 part 2,
-//! `docs/lm-afxdp.md`).
+//! AF_XDP sockets: the receive and transmit ground under Lightweight Messages
+//! (`docs/lm-afxdp.md`).
 //!
-//! The Lightweight Messages paper (seed 004, §3.2) had to patch a NIC driver so that the
+//! The Lightweight Messages paper (Jin, Zhang, Tan, "Lightweight Messages", §3.2) had to patch a NIC driver so that the
 //! fragments of one message land back to back in one buffer mapped into the application.
 //! AF_XDP (kernel `Documentation/networking/af_xdp.rst`) gives user space that driver level:
 //! the application owns a memory area (the UMEM), says where each received frame may go by
@@ -394,10 +394,10 @@ impl XskSocket {
             if left.is_zero() {
                 return Ok(None);
             }
-            match self
-                .xsk
-                .poll(libc::POLLIN, left.min(Duration::from_millis(100)))
-            {
+            match self.xsk.poll(
+                zcnet_sys::raw::socket::PollFlags::IN,
+                left.min(Duration::from_millis(100)),
+            ) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(source) => return Err(XskError::Io { op: "poll", source }),

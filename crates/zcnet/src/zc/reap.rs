@@ -18,8 +18,12 @@ pub(crate) fn poll_errqueue(
     timeout: Duration,
     mut reap: impl FnMut() -> Result<usize>,
 ) -> Result<usize> {
-    match socket::poll(fd, 0, Some(timeout)) {
-        Ok(ev) if ev & libc::POLLERR != 0 => {
+    match socket::poll(
+        fd,
+        zcnet_sys::raw::socket::PollFlags::empty(),
+        Some(timeout),
+    ) {
+        Ok(ev) if ev.contains(zcnet_sys::raw::socket::PollFlags::ERR) => {
             let n = reap()?;
             if n == 0 {
                 std::thread::sleep(Duration::from_micros(200));

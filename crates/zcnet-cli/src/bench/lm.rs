@@ -17,9 +17,13 @@
 //! back to the kernel's UDP path by themselves; the run goes on and its stats say so
 //! (`xsk_unavailable`, `sent_kernel`, `received_kernel`), as they say `xsk_copy_mode` on veth.
 
-use super::udp::{self, Ledger};
-use super::workers::{merge, WorkerOut, DATA_TIMEOUT};
-use super::{client, BenchError, Progress, RunSpec};
+use super::control::{
+    connect_control, count_of, cpu_now, deadline_of, done, finish_client, log_count_mismatch,
+    merge, poll_done, report_failure, respond, side_cpu, Replies, WorkerOut, CONTROL_EVERY,
+    DATA_TIMEOUT,
+};
+use super::ledger::Ledger;
+use super::spec::{BenchError, Progress, RunSpec, Transport};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, TcpStream};
 use std::sync::atomic::Ordering;
@@ -28,7 +32,7 @@ use zcnet::lm::{LmConfig, LmError, LmEvent, LmSocket};
 use zcnet_bench::cpu::SystemCpu;
 use zcnet_bench::histogram::LatencyHistogram;
 use zcnet_bench::protocol::{
-    self, Message, MessagePattern as Pattern, Params, UdpParams, REPLY_KEY as REPLY,
+    self, Message, MessagePattern as Pattern, Params, RunRequest, UdpParams, REPLY_KEY as REPLY,
 };
 use zcnet_bench::report::{Mode, Run, SideReport, SideStats, SystemCpuTimes};
 
@@ -121,7 +125,7 @@ pub(crate) fn run(
     progress: &Progress,
 ) -> Result<Run, BenchError> {
     let p = &spec.params;
-    let mut c = client::connect_control(ctrl)?;
+    let mut c = connect_control(ctrl)?;
     let local = v4(
         c.local_addr()
             .map_err(|e| BenchError::io("getsockname (control)", e))?
@@ -154,9 +158,9 @@ pub(crate) fn run(
     };
     let client = match out {
         Ok(r) => r,
-        Err(e) => return Err(client::report_failure(&mut c, e)),
+        Err(e) => return Err(report_failure(&mut c, e)),
     };
-    udp::finish_client(&mut c, spec, client, sys0, start)
+    finish_client(&mut c, spec, client, sys0, start)
 }
 
 fn stream(
@@ -166,20 +170,20 @@ fn stream(
     p: &Params,
     progress: &Progress,
 ) -> Result<SideReport, BenchError> {
-    let count = udp::count_of(p);
+    let count = count_of(p);
     let mut out = WorkerOut::default();
     let mut sent = 0u64;
-    let t0 = udp::cpu_now()?;
+    let t0 = cpu_now()?;
     let start = Instant::now();
-    let deadline = udp::deadline_of(p, start);
+    let deadline = deadline_of(p, start);
     out.started = Some(start);
-    while !udp::done(count, deadline, sent) {
+    while !done(count, deadline, sent) {
         writer.send(sock, to, u64::from, &mut out.send)?;
         sent += 1;
         progress.bytes.fetch_add(p.size, Ordering::Relaxed);
     }
     out.ended = Some(Instant::now());
-    out.cpu = udp::side_cpu(t0, udp::cpu_now()?);
+    out.cpu = side_cpu(t0, cpu_now()?);
     out.bytes_sent = sent * p.size;
     out.stats = lm_stats(sock);
     Ok(SideReport {
@@ -199,16 +203,16 @@ fn rr(
     p: &Params,
     progress: &Progress,
 ) -> Result<SideReport, BenchError> {
-    let count = udp::count_of(p);
+    let count = count_of(p);
     let pattern = writer.pattern.clone();
     let mut out = WorkerOut::default();
-    let mut replies = udp::Replies::default();
+    let mut replies = Replies::default();
     let (mut trips, mut received) = (0u64, 0u64);
-    let t0 = udp::cpu_now()?;
+    let t0 = cpu_now()?;
     let start = Instant::now();
-    let deadline = udp::deadline_of(p, start);
+    let deadline = deadline_of(p, start);
     out.started = Some(start);
-    while !udp::done(count, deadline, trips) {
+    while !done(count, deadline, trips) {
         let t = Instant::now();
         let id = u64::from(writer.send(sock, to, u64::from, &mut out.send)?);
         trips += 1;
@@ -244,7 +248,7 @@ fn rr(
         }
     }
     out.ended = Some(Instant::now());
-    out.cpu = udp::side_cpu(t0, udp::cpu_now()?);
+    out.cpu = side_cpu(t0, cpu_now()?);
     out.stats = lm_stats(sock);
     replies.record(&mut out.stats);
     out.rx_path = Some(rx_path(sock).into());
@@ -258,7 +262,7 @@ fn rr(
 /// The receive path in effect: `lm` in place, or the kernel-socket fallback.
 fn rx_path(sock: &LmSocket) -> &'static str {
     if sock.receives_in_place() {
-        "lm"
+        Transport::LM
     } else {
         "lm-kernel"
     }
@@ -274,8 +278,21 @@ fn check_from(from: SocketAddrV4, want: SocketAddrV4, what: &str) -> Result<(), 
     }
 }
 
+/// The server of one LM run: answers the hello, receives (and in `rr` replies), and sends
+/// its measurements — or an `error` naming what went wrong.
+pub(crate) fn serve(
+    mut c: TcpStream,
+    peer: SocketAddr,
+    req: RunRequest,
+    log: bool,
+) -> Result<(), BenchError> {
+    let udp = req.udp.clone().unwrap_or_default();
+    let result = serve_inner(&mut c, peer, &req.params, &udp, log);
+    respond(&mut c, result)
+}
+
 /// The server of one LM run (after the hello): receives, verifies, replies in `rr`.
-pub(crate) fn serve_inner(
+fn serve_inner(
     c: &mut TcpStream,
     peer: SocketAddr,
     p: &Params,
@@ -329,14 +346,12 @@ pub(crate) fn serve_inner(
     let mut replied = 0u64;
     let drain = Duration::from_secs(2);
     let sys0 = SystemCpu::now();
-    let t0 = udp::cpu_now()?;
+    let t0 = cpu_now()?;
     let mut last_progress = Instant::now();
     let mut last_control = Instant::now();
     loop {
         let t = Instant::now();
-        let ev = sock
-            .recv(udp::CONTROL_EVERY)
-            .map_err(lerr("recv (message)"))?;
+        let ev = sock.recv(CONTROL_EVERY).map_err(lerr("recv (message)"))?;
         let now = Instant::now();
         let idle = ev.is_none();
         let mut reply_to = None;
@@ -375,9 +390,9 @@ pub(crate) fn serve_inner(
             replied += 1;
             out.bytes_sent += p.size;
         }
-        if sent.is_none() && (idle || now - last_control >= udp::CONTROL_EVERY) {
+        if sent.is_none() && (idle || now - last_control >= CONTROL_EVERY) {
             last_control = now;
-            if let Some(report) = udp::poll_done(c)? {
+            if let Some(report) = poll_done(c)? {
                 sent = Some(report.messages_sent);
                 client_report = Some(report);
                 last_progress = Instant::now();
@@ -394,7 +409,7 @@ pub(crate) fn serve_inner(
             _ => {}
         }
     }
-    out.cpu = udp::side_cpu(t0, udp::cpu_now()?);
+    out.cpu = side_cpu(t0, cpu_now()?);
     let system = SystemCpuTimes::since(sys0);
     let account = ledger
         .finish(sent.unwrap_or(0))
@@ -408,6 +423,6 @@ pub(crate) fn serve_inner(
         messages_sent: replied,
         ..merge(vec![out])
     };
-    udp::log_count_mismatch(client_report.as_ref(), &report, p.size, peer);
+    log_count_mismatch(client_report.as_ref(), &report, p.size, peer);
     Ok(report)
 }

@@ -13,32 +13,49 @@
 //!
 //! The pure parts — statistics, protocol, report schema, size sweeps, verdict — live in
 //! the library's [`zcnet_bench`] and are tested there without sockets.
+//!
+//! Layout, imports pointing down this list:
+//!
+//! * this file — the options, the plan of runs, and printing the report;
+//! * [`suite`] (the papers' experiments), [`topology`] (where runs go, and running them),
+//!   [`server`] and [`client`] — the one dispatch each way from a run to its
+//!   [`spec::Transport`];
+//! * the transports, which do not import each other: [`tcp`] (with [`workers`], the data
+//!   connections), [`udp`] (`zcnet::msg`), [`lm`] (`zcnet::lm`), [`sink`] (the raw GSO
+//!   sender into a dropping device);
+//! * what they share: [`control`] (control connection, accounting, assembling a run),
+//!   [`ledger`] (message ids delivered or lost), [`output`] and [`plot`];
+//! * [`spec`] — the shared terms (`RunSpec`, `BenchError`, `Transport`), a leaf.
 
 mod client;
+mod control;
+mod ledger;
 mod lm;
 mod output;
 pub(crate) mod plot;
 mod server;
 mod sink;
+mod spec;
 mod suite;
+mod tcp;
 mod topology;
 mod udp;
 mod workers;
 
-use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use zcnet::{RxPath, TxPath};
+use std::sync::atomic::AtomicBool;
 use zcnet_bench::protocol::{
-    Limit, Params, Proto, ProtocolError, DEFAULT_PORT, MAX_UDP_MESSAGE, PROTOCOL_VERSION, UDP_RX,
-    UDP_TX,
+    Limit, Params, Proto, DEFAULT_PORT, MAX_UDP_MESSAGE, PROTOCOL_VERSION, UDP_RX, UDP_TX,
 };
-use zcnet_bench::report::{summarise, Host, Mode, Report, Run, SCHEMA_VERSION};
+use zcnet_bench::report::Mode;
 use zcnet_bench::sizes::{parse_size, parse_sizes};
-use zcnet_bench::verdict::{self, Metric};
 
-pub(crate) use topology::{Env, Topology, TopologyInfo};
+pub(crate) use spec::{
+    default_ring, default_seconds, host, make_report, rr_bytes, rx_names, tx_names, BenchError,
+    RunSpec, Topology, TopologyInfo, Transport,
+};
+pub(crate) use topology::{execute, Env};
 
 /// Options of `zcnet bench`.
 #[derive(clap::Args, Debug, Clone)]
@@ -148,71 +165,6 @@ fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
-/// Why a bench failed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BenchError {
-    /// Bad options or a topology this host cannot build.
-    #[error("{0}")]
-    Usage(String),
-    /// The control protocol failed.
-    #[error(transparent)]
-    Protocol(#[from] ProtocolError),
-    /// The server turned a run down (logged on the server side).
-    #[error("rejected: {0}")]
-    Rejected(String),
-    /// A zcnet operation failed.
-    #[error("{context}: {source}")]
-    Zcnet {
-        context: &'static str,
-        #[source]
-        source: zcnet::Error,
-    },
-    /// A system call failed.
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Namespaces could not be built or entered.
-    #[error(transparent)]
-    Netns(#[from] zcnet_testbed::netns::NetnsError),
-    /// The two ends counted different bytes.
-    #[error("byte counts disagree: {0}")]
-    Mismatch(String),
-    /// Anything else that stops a run.
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl BenchError {
-    pub(crate) fn io(context: &'static str, source: std::io::Error) -> Self {
-        BenchError::Io {
-            context: context.to_string(),
-            source,
-        }
-    }
-
-    pub(crate) fn io_owned(context: String, source: std::io::Error) -> Self {
-        BenchError::Io { context, source }
-    }
-}
-
-/// Live byte count of the run in progress, for the progress line.
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    pub bytes: AtomicU64,
-}
-
-/// One run to make.
-#[derive(Debug, Clone)]
-pub(crate) struct RunSpec {
-    pub params: Params,
-    pub label: String,
-    pub repeat: u32,
-    pub topology: TopologyInfo,
-}
-
 /// Entry point from `main`.
 pub fn run(args: &Args) -> Result<(), String> {
     run_inner(args).map_err(|e| e.to_string())
@@ -223,7 +175,13 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
         return serve_standalone(args);
     }
     if let Some(name) = args.suite {
-        return suite::run(name, args);
+        let opts = suite::SuiteOptions {
+            out: args.out.clone(),
+            quick: args.quick,
+            repeat: args.repeat,
+            time: args.time,
+        };
+        return suite::run(name, &opts);
     }
     let env = Env::open(args.topology, args.mtu, args.client.as_deref())?;
     let specs = plan(args, &env)?;
@@ -309,29 +267,6 @@ fn parse_paths(
     Ok(out)
 }
 
-pub(crate) fn tx_names() -> Vec<&'static str> {
-    TxPath::ALL.iter().map(|p| p.name()).collect()
-}
-
-pub(crate) fn rx_names() -> Vec<&'static str> {
-    RxPath::ALL.iter().map(|p| p.name()).collect()
-}
-
-/// Default ring depth: 16 MiB of buffers per connection, between 8 and 1024 of them — more
-/// than sndbuf + window, so a sender never waits for a buffer the kernel still holds (the
-/// Solaris paper's rule, §3.2.4), unless `--ring` asks to see what happens when it does.
-pub(crate) fn default_ring(size: u64, mode: Mode) -> u32 {
-    match mode {
-        Mode::Rr => 2,
-        Mode::Stream => ((16u64 << 20) / size.max(1)).clamp(8, 1024) as u32,
-    }
-}
-
-/// Default limit of an `rr` run at `size`: 200 to 5000 round trips, about 32 MiB.
-pub(crate) fn rr_bytes(size: u64) -> u64 {
-    size * ((32u64 << 20) / size).clamp(200, 5000)
-}
-
 /// Turns the options into the list of runs, repeats interleaved (so drift over the
 /// sitting hits every configuration alike).
 fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
@@ -377,8 +312,8 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
     let (txs, rxs) = if env.is_sink() && udp {
         let mut txs = udp_paths(&args.tx, &UDP_TX, "transmit")?;
         if args.tx == "all" {
-            txs.retain(|t| t != "lm");
-        } else if txs.iter().any(|t| t == "lm") {
+            txs.retain(|t| t != Transport::LM);
+        } else if txs.iter().any(|t| t == Transport::LM) {
             return Err(BenchError::Usage(
                 "the sink has no receiver to admit Lightweight Messages: --tx lm needs an \
                  answering peer (--topology netns)"
@@ -490,70 +425,6 @@ fn udp_paths(spec: &str, known: &[&'static str], what: &str) -> Result<Vec<Strin
     Ok(paths)
 }
 
-/// Seconds per stream run when neither `--time` nor `--bytes` is given: the whole bench
-/// within about 40 s (so `zcnet bench` with no arguments stays under a minute however many
-/// paths this build has), each run between 0.2 s (enough for /proc/stat's 10 ms ticks)
-/// and 1 s. Time rather than bytes keeps slow and fast paths equally long under the clock.
-pub(crate) fn default_seconds(runs: usize) -> f64 {
-    (40.0 / runs.max(1) as f64).clamp(0.2, 1.0)
-}
-
-/// Runs `specs` in order. A path pair found unsupported on this host (every operation fell
-/// back with reason `unsupported`) is run once, marked, and skipped afterwards. Any failure
-/// stops everything with the run named.
-pub(crate) fn execute(
-    env: &Env,
-    specs: &[RunSpec],
-    show_progress: bool,
-) -> Result<Vec<Run>, BenchError> {
-    let mut runs = Vec::new();
-    let mut unsupported: HashSet<(String, String)> = HashSet::new();
-    output::with_progress(show_progress, specs.len(), |ui| {
-        for (i, spec) in specs.iter().enumerate() {
-            let p = &spec.params;
-            let pair = (p.tx.clone(), p.rx.clone());
-            if unsupported.contains(&pair) {
-                continue;
-            }
-            ui.begin(i, &describe_spec(spec));
-            let run = env.run(spec, &ui.progress).map_err(|e| {
-                BenchError::Failed(format!("run {} failed: {e}", describe_spec(spec)))
-            })?;
-            if run.unsupported() {
-                unsupported.insert(pair);
-            }
-            runs.push(run);
-        }
-        Ok(runs)
-    })
-}
-
-pub(crate) fn describe_spec(spec: &RunSpec) -> String {
-    let p = &spec.params;
-    let mut s = format!(
-        "{}{} {}→{} {}",
-        if spec.topology.proto == Proto::Udp {
-            "udp "
-        } else {
-            ""
-        },
-        p.mode.name(),
-        p.tx,
-        p.rx,
-        zcnet_bench::sizes::ByteSize(p.size)
-    );
-    if p.streams > 1 {
-        s += &format!(" ×{}", p.streams);
-    }
-    if p.touch {
-        s += " touch";
-    }
-    if !spec.label.is_empty() {
-        s = format!("[{}] {s}", spec.label);
-    }
-    s
-}
-
 fn describe(args: &Args, env: &Env, runs: usize) -> String {
     let t = env.info();
     let mut s = t.name.clone();
@@ -564,7 +435,7 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
         s += ", UDP messages (zcnet::msg's sender)";
     } else if args.proto == ProtoArg::Udp {
         s += ", UDP messages (zcnet::msg";
-        if args.tx == "all" || args.tx.split(',').any(|t| t.trim() == "lm") {
+        if args.tx == "all" || args.tx.split(',').any(|t| t.trim() == Transport::LM) {
             s += " and zcnet::lm over AF_XDP";
         }
         s += "; every byte verified)";
@@ -583,42 +454,4 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
     }
     s += &format!(", median of {}", args.repeat);
     s
-}
-
-pub(crate) fn host() -> Host {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    };
-    let cpu_model = read("/proc/cpuinfo")
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_default();
-    Host {
-        kernel: read("/proc/sys/kernel/osrelease"),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        cpu_model,
-        hostname: read("/proc/sys/kernel/hostname"),
-        zcnet: env!("CARGO_PKG_VERSION").to_string(),
-    }
-}
-
-/// Builds the report. The verdict is decided by the worker threads' CPU (sender +
-/// receiver): on a shared machine the whole-machine figure also counts other tenants'
-/// work, and with tick-based accounting (no `CONFIG_IRQ_TIME_ACCOUNTING`, as here) the
-/// softirq work a thread triggers in its own context is charged to that thread anyway. The
-/// machine figure stays in the table and the JSON beside it.
-pub(crate) fn make_report(runs: Vec<Run>) -> Report {
-    let summary = summarise(&runs);
-    let verdict = verdict::judge(&summary, Metric::Workers).map(|v| v.line());
-    Report {
-        schema: SCHEMA_VERSION,
-        host: host(),
-        runs,
-        summary,
-        verdict,
-    }
 }

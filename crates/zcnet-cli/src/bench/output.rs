@@ -1,6 +1,6 @@
 //! What a person sees: the tables, the verdict, and the live progress line.
 
-use super::Progress;
+use super::spec::{Progress, Transport};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -208,13 +208,13 @@ pub(crate) fn msg_stream_table(rows: &[&SummaryRow], runs: &[Run]) -> String {
             lat(&r.send_p50_us, &r.send_p99_us),
         );
     }
-    if rows.iter().any(|r| r.unsupported && r.tx != "lm") {
+    if rows.iter().any(|r| r.unsupported && r.tx != Transport::LM) {
         let _ = writeln!(
             s,
             "* not supported on this host: the path fell back to copying (counted as `unsupported`); run once, then skipped"
         );
     }
-    if rows.iter().any(|r| r.unsupported && r.tx == "lm") {
+    if rows.iter().any(|r| r.unsupported && r.tx == Transport::LM) {
         let _ = writeln!(
             s,
             "* lm not supported here: AF_XDP cannot carry it on this interface (loopback, or no XSK or XDP), so both \

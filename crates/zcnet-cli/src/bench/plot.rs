@@ -2,7 +2,7 @@
 //! one line per path — the shape of the CMU paper's figure 5 — and the suite's other
 //! experiments against their own parameter.
 
-use super::BenchError;
+use super::spec::BenchError;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;

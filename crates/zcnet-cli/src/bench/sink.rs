@@ -9,8 +9,8 @@
 //! zero-copy path a buffer is lent to the same [`Completions`] bookkeeping the TCP path
 //! uses and returns to the ring when the kernel's completion covers its call.
 
-use super::workers::{merge, WorkerOut, DATA_TIMEOUT};
-use super::{BenchError, Progress, RunSpec};
+use super::control::{merge, sink_report, WorkerOut, DATA_TIMEOUT};
+use super::spec::{BenchError, Progress, RunSpec};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
@@ -20,9 +20,7 @@ use zcnet::{FallbackReason, Pool, Stats, TxBuf};
 use zcnet_bench::cpu::{thread_rusage, CpuSeconds, SystemCpu};
 use zcnet_bench::histogram::LatencyHistogram;
 use zcnet_bench::protocol::Limit;
-use zcnet_bench::report::{
-    Cpu, Derived, Fallbacks, Latency, Run, SideCpu, SideReport, SideStats, SystemCpuTimes,
-};
+use zcnet_bench::report::{Run, SideCpu, SideStats, SystemCpuTimes};
 use zcnet_bench::touch;
 use zcnet_sys::raw::socket;
 use zcnet_sys::raw::udp_send;
@@ -282,81 +280,7 @@ pub(crate) fn run(pair: &VethPair, spec: &RunSpec, progress: &Progress) -> Resul
     let system = SystemCpuTimes::since(sys0).unwrap_or_default();
     let outs = outs.into_iter().collect::<Result<Vec<_>, _>>()?;
     let r = merge(outs);
-    Ok(sink_run(spec, r, start, system, mtu, None))
-}
-
-/// The report of one sink run: the sender's side only (the device took and dropped every
-/// byte). `messages` for message runs (`--proto udp`): all delivered to the device, none lost
-/// on the way.
-pub(crate) fn sink_run(
-    spec: &RunSpec,
-    r: SideReport,
-    start: Instant,
-    system: SystemCpuTimes,
-    mtu: u32,
-    messages: Option<u64>,
-) -> Run {
-    let p = &spec.params;
-    let seconds = if r.seconds > 0.0 {
-        r.seconds
-    } else {
-        start.elapsed().as_secs_f64()
-    };
-    let d = Derived {
-        bytes: r.bytes_sent,
-        seconds,
-        sender: r.cpu,
-        receiver: SideCpu::default(),
-        system,
-    };
-    Run {
-        label: spec.label.clone(),
-        mode: p.mode,
-        tx: p.tx.clone(),
-        rx: "none".into(),
-        topology: spec.topology.name.clone(),
-        transport: "udp".into(),
-        mtu: Some(mtu),
-        size: p.size,
-        streams: p.streams,
-        ring: p.ring,
-        touch: p.touch,
-        repeat: spec.repeat,
-        bytes_sent: r.bytes_sent,
-        bytes_received: r.bytes_sent,
-        seconds,
-        gbit_per_s: d.gbit_per_s(),
-        cpu: Cpu {
-            sender: r.cpu,
-            receiver: SideCpu::default(),
-            system,
-            server_system: None,
-        },
-        cpu_s_per_gib: d.cpu_s_per_gib(),
-        sender_cpu_s_per_gib: d.sender_cpu_s_per_gib(),
-        receiver_cpu_s_per_gib: 0.0,
-        gbit_per_core: d.gbit_per_core(),
-        zc_fraction_tx: r.stats.tx_zerocopy_fraction(),
-        zc_fraction_rx: 0.0,
-        fallbacks: Fallbacks {
-            sender: r.stats.fallbacks.clone(),
-            receiver: Default::default(),
-        },
-        latency: Latency {
-            send: r.send_latency,
-            recv: None,
-            rtt: None,
-        },
-        sender_stats: r.stats,
-        receiver_stats: SideStats::default(),
-        rx_in_effect: None,
-        messages_sent: messages,
-        messages_received: messages,
-        messages_lost: messages.map(|_| 0),
-        replies_sent: None,
-        replies_received: None,
-        replies_lost: None,
-    }
+    Ok(sink_report(spec, r, start, system, mtu, None))
 }
 
 #[cfg(test)]

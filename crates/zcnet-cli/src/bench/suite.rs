@@ -8,7 +8,8 @@
 //! list it in [`PAPERS`].
 
 use super::plot::{self, Panel, Series};
-use super::{default_ring, execute, BenchError, Env, RunSpec, Topology};
+use super::spec::{default_ring, BenchError, RunSpec, Topology};
+use super::topology::{execute, Env};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use zcnet_bench::protocol::{Limit, Params};
@@ -121,7 +122,7 @@ impl Cx {
 }
 
 fn tx_all() -> Vec<&'static str> {
-    super::tx_names()
+    super::spec::tx_names()
 }
 
 fn has_tx(name: &str) -> bool {
@@ -370,7 +371,7 @@ fn touching(cx: &mut Cx) -> Result<Section, BenchError> {
         ("zerocopy", "mmap"),
     ]
     .into_iter()
-    .filter(|(t, r)| has_tx(t) && super::rx_names().contains(r))
+    .filter(|(t, r)| has_tx(t) && super::spec::rx_names().contains(r))
     .collect();
     let mut specs = Vec::new();
     for touch in [false, true] {
@@ -631,7 +632,7 @@ fn loaded_system(cx: &mut Cx) -> Result<Section, BenchError> {
     }
     here += &format!(
         "This host has {} CPUs: beyond that, connections share cores and every latency grows.",
-        super::host().cpus
+        super::spec::host().cpus
     );
     Ok(Section {
         title: "Loaded system (Solaris, figure 3)".into(),
@@ -909,7 +910,7 @@ fn ping_pong(cx: &mut Cx) -> Result<Section, BenchError> {
         .into_iter()
         .map(|t| (t.to_string(), "copy"))
         .collect();
-    if super::rx_names().contains(&"mmap") {
+    if super::spec::rx_names().contains(&"mmap") {
         pairs.push(("copy".into(), "mmap"));
     }
     let mut specs = Vec::new();
@@ -1003,7 +1004,20 @@ fn ping_pong(cx: &mut Cx) -> Result<Section, BenchError> {
 }
 
 /// Runs the suite and writes the report.
-pub(crate) fn run(name: SuiteName, args: &super::Args) -> Result<(), BenchError> {
+/// What `zcnet bench --suite` takes from the command line.
+#[derive(Debug, Clone)]
+pub(crate) struct SuiteOptions {
+    /// `--out DIR`: where the report goes (required).
+    pub out: Option<std::path::PathBuf>,
+    /// `--quick`: one short repeat of everything, to check the suite runs.
+    pub quick: bool,
+    /// `--repeat`.
+    pub repeat: u32,
+    /// `--time`, seconds per run.
+    pub time: Option<f64>,
+}
+
+pub(crate) fn run(name: SuiteName, args: &SuiteOptions) -> Result<(), BenchError> {
     let SuiteName::Papers = name;
     let out = args
         .out
@@ -1049,7 +1063,7 @@ pub(crate) fn run(name: SuiteName, args: &super::Args) -> Result<(), BenchError>
     let runs = std::mem::take(&mut cx.runs);
     let report = Report {
         schema: SCHEMA_VERSION,
-        host: super::host(),
+        host: super::spec::host(),
         summary: summarise(&runs),
         runs,
         verdict: None,
@@ -1068,7 +1082,7 @@ fn write(path: &Path, data: &[u8]) -> Result<(), BenchError> {
 }
 
 fn render(cx: &Cx, sections: &[Section], secs: f64) -> String {
-    let h = super::host();
+    let h = super::spec::host();
     let mut s = String::new();
     let _ = writeln!(s, "# zcnet bench: the papers' experiments on this host\n");
     let _ = writeln!(

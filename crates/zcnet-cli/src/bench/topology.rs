@@ -15,8 +15,10 @@
 //! error and panic, and by the Ctrl-C/SIGTERM handler (which deletes every namespace still
 //! registered, then exits) when the user interrupts.
 
+use super::output;
 use super::server::{self, ServeOptions};
-use super::{BenchError, Progress, RunSpec};
+use super::spec::{describe_spec, BenchError, Progress, RunSpec, Topology, TopologyInfo};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
@@ -29,29 +31,6 @@ use std::time::Duration;
 use zcnet_bench::protocol::{Proto, DEFAULT_PORT};
 use zcnet_bench::report::Run;
 use zcnet_testbed::netns::{Side, VethPair};
-
-/// `--topology`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Topology {
-    /// Both ends on 127.0.0.1.
-    Loopback,
-    /// Two network namespaces joined by veth (root).
-    Netns,
-    /// Transmit-only into a veth whose peer is down; UDP (root).
-    Sink,
-}
-
-/// Name and MTU of the topology a run used, and the transport over it, for the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TopologyInfo {
-    /// `loopback`, `netns`, `sink` or `remote`.
-    pub name: String,
-    /// Link MTU, where the topology set one.
-    pub mtu: Option<u32>,
-    /// TCP streams, or UDP messages (`--proto udp`); [`Env::info`] says TCP, and the plan
-    /// sets what `--proto` asks. On `sink`, TCP means the raw GSO sender of [`super::sink`].
-    pub proto: Proto,
-}
 
 /// Namespaces that exist now, for the interrupt handler.
 static LIVE_NAMESPACES: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -333,6 +312,36 @@ impl Env {
             }
         }
     }
+}
+
+/// Runs `specs` in order. A path pair found unsupported on this host (every operation fell
+/// back with reason `unsupported`) is run once, marked, and skipped afterwards. Any failure
+/// stops everything with the run named.
+pub(crate) fn execute(
+    env: &Env,
+    specs: &[RunSpec],
+    show_progress: bool,
+) -> Result<Vec<Run>, BenchError> {
+    let mut runs = Vec::new();
+    let mut unsupported: HashSet<(String, String)> = HashSet::new();
+    output::with_progress(show_progress, specs.len(), |ui| {
+        for (i, spec) in specs.iter().enumerate() {
+            let p = &spec.params;
+            let pair = (p.tx.clone(), p.rx.clone());
+            if unsupported.contains(&pair) {
+                continue;
+            }
+            ui.begin(i, &describe_spec(spec));
+            let run = env.run(spec, &ui.progress).map_err(|e| {
+                BenchError::Failed(format!("run {} failed: {e}", describe_spec(spec)))
+            })?;
+            if run.unsupported() {
+                unsupported.insert(pair);
+            }
+            runs.push(run);
+        }
+        Ok(runs)
+    })
 }
 
 #[cfg(test)]

@@ -9,80 +9,17 @@
 //! * rr: NetPIPE's ping-pong — the client sends `size` bytes and waits for `size` bytes
 //!   back, the server echoes; both ends use both paths on one socket (`TCP_NODELAY`).
 
-use super::{BenchError, Progress};
+use super::control::{cpu_now, side_cpu, WorkerOut, DATA_TIMEOUT};
+use super::spec::{BenchError, Progress};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use zcnet::stream::{Listener, Receiver};
 use zcnet::{Policy, Pool, ReceiverConfig, RxPath, Sender, SenderConfig, TxPath};
-use zcnet_bench::cpu::{thread_rusage, CpuSeconds};
 use zcnet_bench::histogram::LatencyHistogram;
 use zcnet_bench::protocol::Params;
-use zcnet_bench::report::{SideCpu, SideReport, SideStats};
+use zcnet_bench::report::SideStats;
 use zcnet_bench::touch;
-
-/// Bound on every blocking step of a data connection: a stalled peer fails the run rather
-/// than hang it.
-pub(crate) const DATA_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// What one data connection's thread measured.
-#[derive(Debug, Default)]
-pub(crate) struct WorkerOut {
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-    pub cpu: SideCpu,
-    pub stats: SideStats,
-    pub send: LatencyHistogram,
-    pub recv: LatencyHistogram,
-    pub rtt: LatencyHistogram,
-    pub rx_path: Option<String>,
-    pub started: Option<Instant>,
-    pub ended: Option<Instant>,
-}
-
-/// Merges the workers of one side into that side's report.
-pub(crate) fn merge(outs: Vec<WorkerOut>) -> SideReport {
-    let mut r = SideReport::default();
-    let (mut send, mut recv, mut rtt) = (
-        LatencyHistogram::new(),
-        LatencyHistogram::new(),
-        LatencyHistogram::new(),
-    );
-    let start = outs.iter().filter_map(|o| o.started).min();
-    let end = outs.iter().filter_map(|o| o.ended).max();
-    for o in &outs {
-        r.bytes_sent += o.bytes_sent;
-        r.bytes_received += o.bytes_received;
-        r.cpu = r.cpu.add(&o.cpu);
-        r.stats.merge(&o.stats);
-        send.merge(&o.send);
-        recv.merge(&o.recv);
-        rtt.merge(&o.rtt);
-        if r.rx_path_in_effect.is_none() {
-            r.rx_path_in_effect = o.rx_path.clone();
-        }
-    }
-    if let (Some(s), Some(e)) = (start, end) {
-        r.seconds = e.duration_since(s).as_secs_f64();
-    }
-    let some = |h: LatencyHistogram| (h.count() > 0).then(|| h.summary());
-    r.send_latency = some(send);
-    r.recv_latency = some(recv);
-    r.rtt = some(rtt);
-    r
-}
-
-fn cpu_now() -> Result<zcnet_sys::raw::cpu::Rusage, BenchError> {
-    thread_rusage().map_err(|e| BenchError::io("getrusage(RUSAGE_THREAD)", e))
-}
-
-fn side_cpu(a: zcnet_sys::raw::cpu::Rusage, b: zcnet_sys::raw::cpu::Rusage) -> SideCpu {
-    let c = CpuSeconds::between(a, b);
-    SideCpu {
-        user: c.user,
-        sys: c.sys,
-    }
-}
 
 /// Parses a path name this build knows.
 pub(crate) fn tx_path(name: &str) -> Result<TxPath, BenchError> {

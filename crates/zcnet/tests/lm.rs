@@ -1,4 +1,4 @@
-//! Lightweight Messages over AF_XDP between two network namespaces (Jin, Zhang, Tan, "Lightweight Messages", 
+//! Lightweight Messages over AF_XDP between two network namespaces (Jin, Zhang, Tan, "Lightweight Messages",
 //! `docs/lm-afxdp.md`). Every test builds its own veth pair; every message is checked byte
 //! for byte against the prime-period pattern at an offset that depends on its number, so a
 //! fragment from another message, or placed one slot off, cannot pass.

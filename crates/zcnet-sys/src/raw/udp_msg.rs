@@ -12,7 +12,7 @@
 //!   fragments, merging only neighbouring bytes of one page: an iovec that alternates small
 //!   headers and payload slices runs out after 7 segments of 1472 bytes (`EMSGSIZE`), while
 //!   one contiguous 64 KiB range always fits. That is why the message layer lays zero-copy
-//!   messages out with holes for the headers (application-level fragmentation, Jin, Zhang, Tan, "Lightweight Messages", 
+//!   messages out with holes for the headers (application-level fragmentation, Jin, Zhang, Tan, "Lightweight Messages",
 //!   §3.1) and sends each batch as one contiguous range;
 //! * an iovec array holds at most `UIO_MAXIOV` (1024) entries.
 

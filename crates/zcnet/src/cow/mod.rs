@@ -1,5 +1,5 @@
 //! Copy-on-write for zero-copy transmit that keeps copy semantics: the engine behind the
-//! `cow` transmit path ([`crate::tx::cow`]), after Solaris's transmit side (Chu, "Zero-Copy TCP in Solaris", 
+//! `cow` transmit path ([`crate::tx::cow`]), after Solaris's transmit side (Chu, "Zero-Copy TCP in Solaris",
 //! §3.2.4, §4.4.1, table 6).
 //!
 //! [`crate::Sender::send_slice`] on the `cow` path sends the page-aligned middle of the

@@ -156,12 +156,29 @@ pub struct Params {
     pub limit: Limit,
 }
 
+/// Why a run's parameters, a message or the two ends' counts are refused: one sentence for
+/// the user (and, for a refused hello, the `reject` reason sent to the peer).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl std::ops::Deref for Refusal {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl Params {
     /// Checks the numbers and that the paths this side must run are ones it knows
     /// (`known_tx`/`known_rx` are this build's path names). The server runs the receive
     /// path, and in `rr` the transmit path too; a transmit path it does not know is the
     /// client's business in a stream run.
-    pub fn validate(&self, known_tx: &[&str], known_rx: &[&str]) -> Result<(), String> {
+    pub fn validate(&self, known_tx: &[&str], known_rx: &[&str]) -> Result<(), Refusal> {
+        self.check_against(known_tx, known_rx).map_err(Refusal)
+    }
+
+    fn check_against(&self, known_tx: &[&str], known_rx: &[&str]) -> Result<(), String> {
         let list = |v: &[&str]| v.join(", ");
         if !known_rx.contains(&self.rx.as_str()) {
             return Err(format!(
@@ -215,7 +232,11 @@ impl Params {
 
     /// The limits a UDP message run adds to [`Params::validate`]: one sender per run (the
     /// receiver checks every id of one session), messages of at most [`MAX_UDP_MESSAGE`].
-    pub fn udp_limits(&self) -> Result<(), String> {
+    pub fn udp_limits(&self) -> Result<(), Refusal> {
+        self.check_udp_limits().map_err(Refusal)
+    }
+
+    fn check_udp_limits(&self) -> Result<(), String> {
         if self.streams != 1 {
             return Err(format!(
                 "a UDP message run has one sender (streams 1), not {}",
@@ -234,7 +255,11 @@ impl Params {
     /// Validates a UDP message run: the paths against [`UDP_TX`] and [`UDP_RX`] (both ends
     /// run both in `rr`; the sender's path is checked in a stream run too, since there is
     /// no other), the numbers, [`Params::udp_limits`], and a reply port for `rr`.
-    pub fn validate_udp(&self, udp: &UdpParams) -> Result<(), String> {
+    pub fn validate_udp(&self, udp: &UdpParams) -> Result<(), Refusal> {
+        self.check_udp(udp).map_err(Refusal)
+    }
+
+    fn check_udp(&self, udp: &UdpParams) -> Result<(), String> {
         if !UDP_TX.contains(&self.tx.as_str()) {
             return Err(format!(
                 "transmit path {:?} is not a UDP message path (UDP knows: {})",
@@ -255,8 +280,8 @@ impl Params {
                 self.tx, self.rx
             ));
         }
-        self.validate(&UDP_TX, &UDP_RX)?;
-        self.udp_limits()?;
+        self.check_against(&UDP_TX, &UDP_RX)?;
+        self.check_udp_limits()?;
         if self.mode == Mode::Rr && udp.reply_port.is_none_or(|p| p == 0) {
             return Err("a UDP rr run needs the client's reply port".into());
         }
@@ -358,7 +383,11 @@ impl MessagePattern {
     }
 
     /// Checks `data` against message `key`; the error names the first byte that differs.
-    pub fn check(&self, data: &[u8], key: u64) -> Result<(), String> {
+    pub fn check(&self, data: &[u8], key: u64) -> Result<(), Refusal> {
+        self.first_difference(data, key).map_err(Refusal)
+    }
+
+    fn first_difference(&self, data: &[u8], key: u64) -> Result<(), String> {
         if data.len() != self.len() {
             return Err(format!(
                 "{} bytes where {} were sent",
@@ -587,7 +616,7 @@ pub fn answer_hello(
     first: Result<Message, ProtocolError>,
     known_tx: &[&str],
     known_rx: &[&str],
-) -> Result<RunRequest, String> {
+) -> Result<RunRequest, Refusal> {
     match first {
         Ok(Message::Hello { params }) => params
             .validate(known_tx, known_rx)
@@ -598,11 +627,14 @@ pub fn answer_hello(
                 udp: Some(udp),
             })
         }
-        Ok(other) => Err(format!("expected a hello message, got {}", other.kind())),
-        Err(ProtocolError::VersionMismatch { theirs, .. }) => Err(format!(
+        Ok(other) => Err(Refusal(format!(
+            "expected a hello message, got {}",
+            other.kind()
+        ))),
+        Err(ProtocolError::VersionMismatch { theirs, .. }) => Err(Refusal(format!(
             "protocol version mismatch: the client speaks zcnet bench protocol {theirs}, this server {PROTOCOL_VERSION}"
-        )),
-        Err(e) => Err(e.to_string()),
+        ))),
+        Err(e) => Err(Refusal(e.to_string())),
     }
 }
 
@@ -855,14 +887,14 @@ mod tests {
         // ... and an older server's reject reaches this client, reason included.
         let reject = encode_with_version(
             &Message::Reject {
-                reason: reason.clone(),
+                reason: reason.0.clone(),
             },
             99,
         );
         let err = read_accept(read_message(&mut Cursor::new(reject))).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("version mismatch"), "{text}");
-        assert!(text.contains(&reason), "{text}");
+        assert!(text.contains(&reason.0), "{text}");
     }
 
     #[test]

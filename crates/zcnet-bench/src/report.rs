@@ -574,6 +574,16 @@ pub fn check_message_counts(
     size: u64,
     from: &str,
     to: &str,
+) -> Result<(), crate::protocol::Refusal> {
+    counts_agree(sender, receiver, size, from, to).map_err(crate::protocol::Refusal)
+}
+
+fn counts_agree(
+    sender: &SideReport,
+    receiver: &SideReport,
+    size: u64,
+    from: &str,
+    to: &str,
 ) -> Result<(), String> {
     let bytes = |n: u64| n.saturating_mul(size);
     if sender.bytes_sent != bytes(sender.messages_sent) {

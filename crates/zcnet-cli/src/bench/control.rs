@@ -82,7 +82,7 @@ pub(crate) fn check_agreement(
                     Ok(())
                 }
             })
-            .map_err(BenchError::Mismatch),
+            .map_err(|r| BenchError::Mismatch(r.0)),
     }
 }
 
@@ -313,7 +313,7 @@ impl Replies {
         let why = pattern
             .check(data, id | REPLY)
             .err()
-            .unwrap_or_else(|| "differs".into());
+            .map_or_else(|| "differs".to_string(), |r| r.0);
         Err(BenchError::Failed(format!(
             "the reply to request {id} is not what the server must send: {why}"
         )))

@@ -382,7 +382,7 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                     } else {
                         params.validate(&tx_names(), &known_rx)
                     }
-                    .map_err(BenchError::Usage)?;
+                    .map_err(|r| BenchError::Usage(r.0))?;
                     specs.push(RunSpec {
                         params,
                         label: String::new(),

@@ -81,10 +81,10 @@ fn handle(mut c: TcpStream, peer: SocketAddr, opts: ServeOptions) -> Result<(), 
             let _ = protocol::write_message(
                 &mut c,
                 &Message::Reject {
-                    reason: reason.clone(),
+                    reason: reason.0.clone(),
                 },
             );
-            return Err(BenchError::Rejected(reason));
+            return Err(BenchError::Rejected(reason.0));
         }
     };
     let proto = if req.udp.is_some() {

@@ -20,6 +20,7 @@ pub mod cpu;
 pub mod histogram;
 pub mod measure;
 pub mod protocol;
+pub mod refusal;
 pub mod report;
 pub mod sizes;
 pub mod summary;

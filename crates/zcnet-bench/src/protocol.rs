@@ -30,6 +30,7 @@
 //! Everything here is pure or generic over `Read`/`Write`, so it is tested without sockets.
 
 use super::report::{Mode, SideReport};
+pub use crate::refusal::Refusal;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
@@ -154,19 +155,6 @@ pub struct Params {
     pub touch: bool,
     /// When the run ends.
     pub limit: Limit,
-}
-
-/// Why a run's parameters, a message or the two ends' counts are refused: one sentence for
-/// the user (and, for a refused hello, the `reject` reason sent to the peer).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refusal(pub String);
-
-impl std::ops::Deref for Refusal {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
 }
 
 impl Params {

@@ -574,8 +574,8 @@ pub fn check_message_counts(
     size: u64,
     from: &str,
     to: &str,
-) -> Result<(), crate::protocol::Refusal> {
-    counts_agree(sender, receiver, size, from, to).map_err(crate::protocol::Refusal)
+) -> Result<(), crate::refusal::Refusal> {
+    counts_agree(sender, receiver, size, from, to).map_err(crate::refusal::Refusal)
 }
 
 fn counts_agree(

@@ -90,6 +90,31 @@ impl Error {
 /// Shorthand.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// For callers in `io::Result` code (an `io::Write` impl, a `?` in a function returning
+/// `io::Result`): the kind says what happened, and the zcnet error rides along as the
+/// source, so nothing is lost. An OS error keeps its own kind (and errno).
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        let kind = match &e {
+            Error::Io { source, .. } => source.kind(),
+            Error::PeerClosed { .. } => io::ErrorKind::BrokenPipe,
+            Error::Reset { .. } => io::ErrorKind::ConnectionReset,
+            Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            // Every buffer is still the kernel's: try again once the peer reads.
+            Error::PoolExhausted(_) => io::ErrorKind::WouldBlock,
+            Error::ForeignBuffer | Error::RangeBeyondEof { .. } | Error::UnsuitableFile(_) => {
+                io::ErrorKind::InvalidInput
+            }
+            Error::Truncated { .. } => io::ErrorKind::UnexpectedEof,
+            Error::Completion(_) => io::ErrorKind::Other,
+        };
+        match e {
+            Error::Io { source, .. } if source.raw_os_error().is_some() => source,
+            e => io::Error::new(kind, e),
+        }
+    }
+}
+
 /// A notification that does not fit the calls in flight: a kernel or bookkeeping bug that
 /// must be reported, not papered over.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

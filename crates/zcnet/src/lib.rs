@@ -35,6 +35,7 @@
 pub mod auto;
 pub mod buf;
 
+pub(crate) mod builder;
 mod counters;
 pub mod cow;
 pub mod error;

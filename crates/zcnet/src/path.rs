@@ -18,6 +18,12 @@ pub enum TxPath {
     /// `MSG_ZEROCOPY` for [`crate::Sender::send_slice`] too: the slice's pages are
     /// write-protected while in flight and a write gives the writer a private copy, so the
     /// caller keeps copy semantics (loaned buffers go as on `zerocopy`).
+    ///
+    /// The first `cow` sender starts a process-wide engine that lives as long as the
+    /// process: with the userfaultfd backend (the default where the kernel allows
+    /// `UFFD_USER_MODE_ONLY` write-protect) a handler thread named `zcnet-cow`; with the
+    /// mprotect backend (`ZCNET_COW_BACKEND=mprotect`, or where userfaultfd is refused) a
+    /// `SIGSEGV` handler that chains to any handler installed before it. See [`crate::cow`].
     Cow,
     /// Per operation, the path this host's profile measured cheapest for the size and
     /// alignment, with hysteresis and online demotion ([`crate::auto`], [`auto`]); `copy`
@@ -108,8 +114,11 @@ pub enum FallbackReason {
     TooSmall,
     /// Not page-aligned and the policy requires alignment.
     Unaligned,
-    /// `ENOBUFS` from the option-memory limit (`net.core.optmem_max`) persisted after
-    /// reaping completions; the kernel does not fall back by itself.
+    /// `ENOBUFS` persisted after reaping completions; the kernel does not fall back by
+    /// itself. Two limits raise it: the socket's option memory, which holds the pending
+    /// completion notifications (`net.core.optmem_max`), and the locked-memory limit that
+    /// pinned zero-copy pages are charged to (`RLIMIT_MEMLOCK`, `ulimit -l`, for a process
+    /// without `CAP_IPC_LOCK`). Raise the one that is low, or send fewer bytes in flight.
     Enobufs,
     /// The socket stopped asking for zero-copy after its completions kept saying COPIED.
     DemotedCopied,

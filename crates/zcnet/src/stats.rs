@@ -210,6 +210,70 @@ impl StatsSnapshot {
     }
 }
 
+/// A short human summary: what was sent and received, by which path, how much of it the
+/// kernel really did not copy, and every fallback with its reason. Sides that moved nothing
+/// are left out.
+///
+/// ```text
+/// sent 1 GiB: 1 GiB zero-copy (96.0% not copied), 64 KiB copied; received nothing; fallbacks: too_small 3 ops, 192 B
+/// ```
+impl std::fmt::Display for StatsSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        let mut side = |what: &str, total: u64, pieces: &[(&str, u64)]| {
+            if total == 0 {
+                parts.push(format!("{what} nothing"));
+                return;
+            }
+            let by: Vec<String> = pieces
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(name, n)| format!("{} {name}", fmt_bytes(*n)))
+                .collect();
+            parts.push(format!("{what} {}: {}", fmt_bytes(total), by.join(", ")));
+        };
+        let zc = if self.tx_bytes_zerocopy > 0 {
+            let kept = self
+                .tx_bytes_zerocopy
+                .saturating_sub(self.tx_bytes_zc_copied);
+            format!(
+                "zero-copy ({:.1}% not copied)",
+                100.0 * kept as f64 / self.tx_bytes_zerocopy as f64
+            )
+        } else {
+            "zero-copy".into()
+        };
+        side(
+            "sent",
+            self.tx_bytes(),
+            &[
+                (zc.as_str(), self.tx_bytes_zerocopy),
+                ("from files", self.tx_bytes_file),
+                ("copied", self.tx_bytes_copy),
+            ],
+        );
+        side(
+            "received",
+            self.rx_bytes(),
+            &[
+                ("mapped", self.rx_bytes_mapped),
+                ("into files", self.rx_bytes_file),
+                ("copied", self.rx_bytes_copied),
+            ],
+        );
+        write!(f, "{}", parts.join("; "))?;
+        if !self.fallbacks.is_empty() {
+            let fb: Vec<String> = self
+                .fallbacks
+                .iter()
+                .map(|(r, ops, bytes)| format!("{} {ops} ops, {}", r.name(), fmt_bytes(*bytes)))
+                .collect();
+            write!(f, "; fallbacks: {}", fb.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 macro_rules! adders {
     ($($name:ident => $field:ident),* $(,)?) => {
         $(

@@ -1,14 +1,13 @@
 //! [`Listener`]: accepts [`Receiver`]s set up from one [`ReceiverConfig`].
 
 use super::receiver::{Receiver, ReceiverConfig};
+use super::set_page_multiple_mss;
 use crate::error::{Error, Result};
 use crate::path::RxPath;
-use crate::policy::page_multiple_mss;
 use crate::rx::auto::AutoRxChoice;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
-use zcnet_sys::mem::page_size;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use zcnet_sys::raw::socket;
 
 /// A listening socket that accepts [`Receiver`]s.
@@ -18,13 +17,6 @@ pub struct Listener {
     cfg: ReceiverConfig,
     mss: Option<u32>,
     auto: Option<AutoRxChoice>,
-}
-
-fn tcp_timestamps_enabled() -> bool {
-    // /proc/sys/net resolves to the calling thread's network namespace.
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
-        .map(|s| s.trim() != "0")
-        .unwrap_or(true)
 }
 
 impl Listener {
@@ -50,21 +42,7 @@ impl Listener {
             sock.set_recv_buffer_size(n)
                 .map_err(|e| Error::io("setsockopt(SO_RCVBUF)", e))?;
         }
-        let mut mss = None;
-        if cfg.path == RxPath::Mmap && cfg.page_multiple_mss {
-            if let Ok(Some(mtu)) = socket::mtu_for_addr(addr.ip()) {
-                mss = page_multiple_mss(
-                    mtu,
-                    addr.is_ipv6(),
-                    tcp_timestamps_enabled(),
-                    page_size() as u32,
-                );
-                if let Some(m) = mss {
-                    sock.set_tcp_mss(m)
-                        .map_err(|e| Error::io("setsockopt(TCP_MAXSEG)", e))?;
-                }
-            }
-        }
+        let mss = set_page_multiple_mss(&sock, addr.ip(), cfg)?;
         sock.bind(&SockAddr::from(addr))
             .map_err(|e| Error::io("bind", e))?;
         sock.listen(128).map_err(|e| Error::io("listen", e))?;
@@ -115,5 +93,17 @@ impl Listener {
             }
         };
         Receiver::setup(sock, &self.cfg, self.auto.clone())
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
     }
 }

@@ -10,7 +10,12 @@ pub use listener::Listener;
 pub use receiver::{Receiver, ReceiverConfig};
 pub use sender::{Sender, SenderConfig};
 
+use crate::error::{Error, Result};
+use crate::path::RxPath;
+use crate::policy::page_multiple_mss;
 use socket2::Socket;
+use zcnet_sys::mem::page_size;
+use zcnet_sys::raw::socket;
 
 /// The socket's local address, which names the interface whose profile `auto` uses
 /// (unspecified — so loopback's — if the socket cannot say).
@@ -19,4 +24,52 @@ pub(crate) fn local_ip(sock: &Socket) -> std::net::IpAddr {
         .ok()
         .and_then(|a| a.as_socket())
         .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip())
+}
+
+fn tcp_timestamps_enabled() -> bool {
+    // /proc/sys/net resolves to the calling thread's network namespace.
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
+        .map(|s| s.trim() != "0")
+        .unwrap_or(true)
+}
+
+/// For the mmap path with `page_multiple_mss`: sets `TCP_MAXSEG` on a socket not yet
+/// connected (or listening) to the page-multiple MSS of the MTU of the interface holding
+/// `ip`, so payloads land in whole pages. The MSS is advertised in the handshake and cannot
+/// change later. Returns the MSS set, if any (none when no local interface holds `ip`).
+pub(crate) fn set_page_multiple_mss(
+    sock: &Socket,
+    ip: std::net::IpAddr,
+    cfg: &ReceiverConfig,
+) -> Result<Option<u32>> {
+    if cfg.path != RxPath::Mmap || !cfg.page_multiple_mss {
+        return Ok(None);
+    }
+    let Ok(Some(mtu)) = socket::mtu_for_addr(ip) else {
+        return Ok(None);
+    };
+    let mss = page_multiple_mss(
+        mtu,
+        ip.is_ipv6(),
+        tcp_timestamps_enabled(),
+        page_size() as u32,
+    );
+    if let Some(m) = mss {
+        sock.set_tcp_mss(m)
+            .map_err(|e| Error::io("setsockopt(TCP_MAXSEG)", e))?;
+    }
+    Ok(mss)
+}
+
+/// The local address the kernel would use to reach `peer` (a connected UDP probe socket
+/// sends nothing), so `auto` can look up the profile of the interface a client's
+/// connection will use before it connects. Unspecified when the route cannot be told.
+pub(crate) fn local_route_ip(peer: std::net::SocketAddr) -> std::net::IpAddr {
+    let unspecified: std::net::IpAddr = match peer {
+        std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    std::net::UdpSocket::bind(std::net::SocketAddr::new(unspecified, 0))
+        .and_then(|s| s.connect(peer).and_then(|()| s.local_addr()))
+        .map_or(unspecified, |a| a.ip())
 }

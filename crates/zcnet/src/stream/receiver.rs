@@ -10,9 +10,10 @@ use crate::rx::auto::AutoRxChoice;
 use crate::rx::mmap::AutoDemotion;
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk};
 use crate::stats::Stats;
-use socket2::Socket;
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 use zcnet_sys::raw::socket;
@@ -89,6 +90,41 @@ impl ReceiverConfig {
     }
 }
 
+/// Builder methods, one per field (the struct is `#[non_exhaustive]`):
+/// `ReceiverConfig::new(RxPath::Mmap).timeout(d).rcvlowat(1 << 20)`.
+impl ReceiverConfig {
+    crate::builder::setters! {
+        /// Sets [`ReceiverConfig::map_bytes`].
+        map_bytes: usize,
+        /// Sets [`ReceiverConfig::buf_bytes`].
+        buf_bytes: usize,
+        /// Sets [`ReceiverConfig::page_multiple_mss`].
+        page_multiple_mss: bool,
+        /// Sets [`ReceiverConfig::timeout`].
+        timeout: Duration,
+        /// Sets [`ReceiverConfig::zcrx_queue`].
+        zcrx_queue: u32,
+        /// Sets [`ReceiverConfig::file_rx`].
+        file_rx: FileRxMode,
+        /// Sets [`ReceiverConfig::file_preallocate`].
+        file_preallocate: bool,
+        /// Sets [`ReceiverConfig::profile`].
+        profile: ProfileSource,
+        /// Sets [`ReceiverConfig::touch`].
+        touch: bool,
+        /// Sets [`ReceiverConfig::op_size`].
+        op_size: usize,
+    }
+    crate::builder::option_setters! {
+        /// Sets `SO_RCVLOWAT` ([`ReceiverConfig::rcvlowat`]).
+        rcvlowat: usize,
+        /// Sets `SO_RCVBUF` ([`ReceiverConfig::rcvbuf`]).
+        rcvbuf: usize,
+        /// Shares `stats` with others ([`ReceiverConfig::stats`]).
+        stats: Arc<Stats>,
+    }
+}
+
 /// The receiving end of a TCP connection.
 pub struct Receiver {
     sock: Socket,
@@ -111,6 +147,34 @@ impl std::fmt::Debug for Receiver {
 }
 
 impl Receiver {
+    /// Connects to `addr` and receives on the connection: the client end of a download.
+    /// For the mmap path the page-multiple MSS is set before the handshake, as
+    /// [`crate::Listener::bind`] does for a server.
+    pub fn connect(addr: SocketAddr, cfg: &ReceiverConfig) -> Result<Receiver> {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
+            .map_err(|e| Error::io("socket", e))?;
+        if let Some(n) = cfg.rcvbuf {
+            sock.set_recv_buffer_size(n)
+                .map_err(|e| Error::io("setsockopt(SO_RCVBUF)", e))?;
+        }
+        let auto = (cfg.path == RxPath::Auto).then(|| {
+            let local = crate::stream::local_route_ip(addr);
+            crate::rx::auto::choose(&cfg.profile, cfg.touch, cfg.op_size, local)
+        });
+        let cfg = &match &auto {
+            Some(a) => ReceiverConfig {
+                path: a.path,
+                ..cfg.clone()
+            },
+            None => cfg.clone(),
+        };
+        // The MSS we advertise is what the peer segments to; it must be set before connect.
+        super::set_page_multiple_mss(&sock, addr.ip(), cfg)?;
+        sock.connect_timeout(&SockAddr::from(addr), cfg.timeout)
+            .map_err(|e| Error::io("connect", e))?;
+        Self::setup(sock, cfg, auto)
+    }
+
     /// Wraps an already connected stream.
     pub fn from_stream(stream: TcpStream, cfg: &ReceiverConfig) -> Result<Receiver> {
         let sock = Socket::from(OwnedFd::from(stream));
@@ -276,9 +340,52 @@ impl Receiver {
         )
     }
 
+    /// Gives the socket back, with the bytes this receiver already took off it but has not
+    /// handed out (the rest of a chunk a short `recv_into` cut, the kernel's copy-buffer
+    /// tail): they come first in the stream, before whatever the socket still holds. Refused
+    /// ([`Error::Io`] with `EBUSY`) on the io_uring paths, whose armed multishot receive may
+    /// still complete reads the caller would never see.
+    pub fn into_inner(mut self) -> Result<(TcpStream, Vec<u8>)> {
+        if !self.rx.socket_handover_ok() {
+            return Err(Error::io(
+                "handing the socket back",
+                std::io::Error::from_raw_os_error(libc::EBUSY),
+            ));
+        }
+        let mut held = Vec::new();
+        while self.rx.take_buffered(usize::MAX, &mut |b| {
+            held.extend_from_slice(b);
+            Ok(())
+        })? > 0
+        {}
+        let sock = self.sock.try_clone().map_err(|e| Error::io("dup", e))?;
+        drop(self);
+        Ok((TcpStream::from(OwnedFd::from(sock)), held))
+    }
+
     /// Borrow-scoped receive (smoltcp's `RxToken::consume` idiom): runs `f` on the next bytes
     /// and releases them when it returns. `None` at end of stream.
     pub fn recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         Ok(self.recv()?.map(|c| f(&c)))
+    }
+}
+
+impl AsFd for Receiver {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+impl AsRawFd for Receiver {
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// Copy semantics, so a `Receiver` drops in wherever a reader is expected (`read_exact`,
+/// `io::copy`, `BufReader`): `read` is [`Receiver::recv_into`]; 0 at end of stream.
+impl io::Read for Receiver {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(self.recv_into(buf)?)
     }
 }

@@ -11,8 +11,9 @@ use crate::stats::{Stats, StatsSnapshot};
 use crate::tx::auto::{AutoSetup, AutoTx};
 use crate::tx::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit};
 use socket2::{Domain, SockAddr, Socket, Type};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet_sys::raw::zerocopy as zc;
@@ -78,6 +79,40 @@ impl SenderConfig {
             path,
             ..Default::default()
         }
+    }
+}
+
+/// Builder methods, one per field: the struct is `#[non_exhaustive]`, so code outside the
+/// crate cannot write `SenderConfig { nodelay: true, ..Default::default() }`; it writes
+/// `SenderConfig::new(TxPath::Zerocopy).nodelay(true)` instead.
+impl SenderConfig {
+    crate::builder::setters! {
+        /// Sets [`SenderConfig::policy`].
+        policy: Policy,
+        /// Sets [`SenderConfig::pool_buffers`].
+        pool_buffers: usize,
+        /// Sets [`SenderConfig::buf_size`].
+        buf_size: usize,
+        /// Sets [`SenderConfig::timeout`].
+        timeout: Duration,
+        /// Sets [`SenderConfig::nodelay`].
+        nodelay: bool,
+        /// Sets [`SenderConfig::file_tx`].
+        file_tx: FileTxMode,
+        /// Sets [`SenderConfig::cow`].
+        cow: crate::cow::CowPolicy,
+        /// Sets [`SenderConfig::profile`].
+        profile: ProfileSource,
+        /// Sets [`SenderConfig::touch`].
+        touch: bool,
+    }
+    crate::builder::option_setters! {
+        /// Shares `pool` with other senders ([`SenderConfig::pool`]).
+        pool: Pool,
+        /// Shares `stats` with others ([`SenderConfig::stats`]).
+        stats: Arc<Stats>,
+        /// Sets `SO_SNDBUF` ([`SenderConfig::sndbuf`]).
+        sndbuf: usize,
     }
 }
 
@@ -343,6 +378,17 @@ impl Sender {
         Ok(())
     }
 
+    /// Gives the socket back once the kernel has returned every loaned buffer (waits as
+    /// [`Sender::flush`] does), so no page the stream ever lent is still referenced.
+    /// `SO_ZEROCOPY` stays set on the socket; it does nothing to plain sends.
+    pub fn into_inner(mut self) -> Result<TcpStream> {
+        self.flush()?;
+        // A second descriptor of the same socket: dropping `self` closes only its own.
+        let sock = self.sock.try_clone().map_err(|e| Error::io("dup", e))?;
+        drop(self);
+        Ok(TcpStream::from(OwnedFd::from(sock)))
+    }
+
     /// Ends the stream (FIN), waits for every buffer to come back, and returns the stats.
     pub fn finish(mut self) -> Result<StatsSnapshot> {
         self.sock
@@ -370,5 +416,32 @@ impl Drop for Sender {
             }
             self.tx.abandon();
         }
+    }
+}
+
+impl AsFd for Sender {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+impl AsRawFd for Sender {
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// Copy semantics, so a `Sender` drops in wherever a writer is expected (`io::copy`,
+/// `BufWriter`, `write!`): `write` sends the whole slice as [`Sender::send_slice`] does
+/// (zero-copy under write protection on the `cow` path) and returns its length; `flush`
+/// waits for every zero-copy completion.
+impl io::Write for Sender {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.send_slice(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(Sender::flush(self)?)
     }
 }

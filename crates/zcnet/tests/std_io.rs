@@ -1,0 +1,219 @@
+//! What a Rust user reaches for first: `Sender` is `io::Write`, `Receiver` is `io::Read`,
+//! both are `AsFd`, the socket can be taken back, a client can receive (`Receiver::connect`)
+//! and a server can send (`Sender::from_stream`), errors convert into `io::Error` with the
+//! right kind, configs have builders, and stats print. Every transfer verifies every byte.
+
+mod common;
+
+use common::{pattern, Verifier};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+use zcnet::{Error, Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, TxPath};
+
+const BYTES: usize = 3 << 20;
+
+fn sender_cfg(path: TxPath) -> SenderConfig {
+    SenderConfig::new(path)
+        .timeout(Duration::from_secs(30))
+        .profile(zcnet::auto::ProfileSource::BuiltIn)
+}
+
+fn receiver_cfg(path: RxPath) -> ReceiverConfig {
+    ReceiverConfig::new(path)
+        .timeout(Duration::from_secs(30))
+        .profile(zcnet::auto::ProfileSource::BuiltIn)
+}
+
+/// A server that accepts one connection and writes the pattern through `io::copy` into a
+/// `Sender` made from the accepted stream; a client that `Receiver::connect`s and reads it
+/// back with `read_exact` through a `BufReader`.
+#[test]
+fn a_server_sends_with_io_copy_and_a_client_reads_with_read_exact() {
+    for (tx, rx) in [
+        (TxPath::Copy, RxPath::Copy),
+        (TxPath::Zerocopy, RxPath::Mmap),
+        (TxPath::Cow, RxPath::Copy),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut tx = Sender::from_stream(stream, &sender_cfg(tx)).unwrap();
+            let mut src = pattern(0, BYTES);
+            let n = io::copy(&mut src, &mut tx).unwrap();
+            assert_eq!(n, BYTES as u64);
+            io::Write::flush(&mut tx).unwrap();
+            tx.finish().unwrap()
+        });
+        let rx_end = Receiver::connect(addr, &receiver_cfg(rx)).unwrap();
+        let mut reader = BufReader::with_capacity(100_003, rx_end);
+        let mut got = vec![0u8; BYTES];
+        reader.read_exact(&mut got).unwrap();
+        Verifier::default().check(&got);
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        assert!(
+            rest.is_empty(),
+            "{tx}→{rx}: {} bytes past the end",
+            rest.len()
+        );
+        let sent = server.join().unwrap();
+        assert_eq!(sent.tx_bytes(), BYTES as u64, "{tx}→{rx}");
+        let text = sent.to_string();
+        assert!(text.starts_with("sent 3 MiB: "), "{tx}: {text}");
+        assert!(text.contains("received nothing"), "{tx}: {text}");
+    }
+}
+
+/// `BufWriter` over a `Sender`: many small writes, coalesced, every byte in order.
+#[test]
+fn a_bufwriter_over_a_sender_keeps_the_stream_in_order() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut rx = Receiver::from_stream(stream, &receiver_cfg(RxPath::Copy)).unwrap();
+        let mut v = Verifier::default();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let n = rx.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            v.check(&buf[..n]);
+        }
+        v.pos
+    });
+    let tx = Sender::connect(addr, &sender_cfg(TxPath::Copy)).unwrap();
+    let mut w = BufWriter::with_capacity(8192, tx);
+    let data = pattern(0, 1 << 20);
+    for piece in data.chunks(977) {
+        w.write_all(piece).unwrap();
+    }
+    let tx = w.into_inner().map_err(|e| e.into_error()).unwrap();
+    tx.finish().unwrap();
+    assert_eq!(reader.join().unwrap(), 1 << 20);
+}
+
+/// `into_inner` on a zero-copy sender waits for its completions and gives the socket back;
+/// plain writes on it continue the same stream.
+#[test]
+fn a_sender_gives_its_socket_back_after_the_completions() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut got = Vec::new();
+        stream.read_to_end(&mut got).unwrap();
+        got
+    });
+    let mut tx = Sender::connect(addr, &sender_cfg(TxPath::Zerocopy)).unwrap();
+    let fd = tx.as_raw_fd();
+    assert_eq!(fd, tx.socket().as_raw_fd());
+    assert_eq!(tx.as_fd().as_raw_fd(), fd);
+    let first = 1 << 20;
+    for piece in pattern(0, first).chunks(256 * 1024) {
+        let mut buf = tx.buffer().unwrap();
+        buf.fill_at(0, piece);
+        tx.send(buf).unwrap();
+    }
+    let stats = tx.stats().clone();
+    let mut stream: TcpStream = tx.into_inner().unwrap();
+    assert_eq!(stats.snapshot().tx_bytes(), first as u64);
+    stream.write_all(pattern(first as u64, 4096)).unwrap();
+    drop(stream);
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), first + 4096);
+    Verifier::default().check(&got);
+}
+
+/// `into_inner` on a receiver hands back the bytes it already held, then the socket has the
+/// rest: nothing is lost between them.
+#[test]
+fn a_receiver_gives_back_its_socket_and_the_bytes_it_held() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let total = 2 << 20;
+    let writer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.write_all(pattern(0, total)).unwrap();
+    });
+    let mut rx = Receiver::connect(addr, &receiver_cfg(RxPath::Mmap)).unwrap();
+    let mut got = Vec::new();
+    // A lent chunk read only in part: the receiver keeps the rest.
+    let mut small = [0u8; 1000];
+    let n = rx.recv_into(&mut small).unwrap();
+    got.extend_from_slice(&small[..n]);
+    let (mut stream, held) = rx.into_inner().unwrap();
+    got.extend_from_slice(&held);
+    stream.read_to_end(&mut got).unwrap();
+    writer.join().unwrap();
+    assert_eq!(got.len(), total);
+    Verifier::default().check(&got);
+}
+
+/// Each zcnet error becomes the `io::Error` a std caller expects.
+#[test]
+fn errors_convert_to_io_errors_with_their_kind() {
+    let kind = |e: Error| io::Error::from(e).kind();
+    assert_eq!(
+        kind(Error::Timeout {
+            op: "send",
+            after: Duration::from_secs(1)
+        }),
+        io::ErrorKind::TimedOut
+    );
+    assert_eq!(
+        kind(Error::PeerClosed { op: "send" }),
+        io::ErrorKind::BrokenPipe
+    );
+    assert_eq!(
+        kind(Error::Reset { op: "recv" }),
+        io::ErrorKind::ConnectionReset
+    );
+    assert_eq!(
+        kind(Error::Truncated {
+            op: "the stream",
+            expected: 10,
+            got: 3
+        }),
+        io::ErrorKind::UnexpectedEof
+    );
+    let os = io::Error::from(Error::io(
+        "recv",
+        io::Error::from_raw_os_error(libc::ECONNREFUSED),
+    ));
+    assert_eq!(os.raw_os_error(), Some(libc::ECONNREFUSED));
+    // The zcnet error travels as the source of the io::Error.
+    let wrapped = io::Error::from(Error::PoolExhausted(Duration::from_millis(5)));
+    assert!(wrapped
+        .get_ref()
+        .is_some_and(|inner| inner.to_string().contains("no transmit buffer")));
+}
+
+/// Builders set what they name; a config built with them works end to end.
+#[test]
+fn config_builders_set_their_fields() {
+    let s = SenderConfig::new(TxPath::Copy)
+        .nodelay(true)
+        .pool_buffers(3)
+        .buf_size(8192)
+        .sndbuf(1 << 20)
+        .timeout(Duration::from_secs(7));
+    assert!(s.nodelay);
+    assert_eq!(
+        (s.pool_buffers, s.buf_size, s.sndbuf),
+        (3, 8192, Some(1 << 20))
+    );
+    assert_eq!(s.timeout, Duration::from_secs(7));
+    let r = ReceiverConfig::new(RxPath::Mmap)
+        .rcvlowat(4096)
+        .map_bytes(1 << 20)
+        .page_multiple_mss(false);
+    assert_eq!(
+        (r.rcvlowat, r.map_bytes, r.page_multiple_mss),
+        (Some(4096), 1 << 20, false)
+    );
+}

@@ -95,7 +95,7 @@ fn one_run(
         Sink::Drain => RxPath::Copy,
         Sink::File { path, .. } => path,
     });
-    rcfg.timeout = Duration::from_secs(60);
+    rcfg.timeout = Some(Duration::from_secs(60));
     if let Sink::File { prealloc, .. } = sink {
         rcfg.file_preallocate = prealloc;
     }
@@ -140,7 +140,7 @@ fn one_run(
             Source::Zerocopy => TxPath::Zerocopy,
             Source::File(_) => TxPath::Copy,
         });
-        cfg.timeout = Duration::from_secs(60);
+        cfg.timeout = Some(Duration::from_secs(60));
         cfg.policy = Policy::always();
         cfg.buf_size = 1 << 20;
         let mut tx = Sender::connect(addr, &cfg).unwrap();

@@ -583,7 +583,7 @@ fn transfer(
     buffers: usize,
 ) -> Result<Transfer, String> {
     let mut rcfg = ReceiverConfig::new(rx_path);
-    rcfg.timeout = STEP_TIMEOUT;
+    rcfg.timeout = Some(STEP_TIMEOUT);
     let listener =
         Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0)), &rcfg).map_err(|e| err_detail(&e))?;
     let addr = listener.local_addr().map_err(|e| err_detail(&e))?;
@@ -681,7 +681,7 @@ fn send_pattern(
     cfg.policy = Policy::always();
     cfg.pool_buffers = buffers;
     cfg.buf_size = chunk;
-    cfg.timeout = STEP_TIMEOUT;
+    cfg.timeout = Some(STEP_TIMEOUT);
     let mut tx = Sender::connect(addr, &cfg).map_err(|e| err_detail(&e))?;
     let mut off = 0usize;
     while off < total {
@@ -828,7 +828,7 @@ fn uring_transfer(
     total: usize,
     chunk: usize,
 ) -> Result<(StatsSnapshot, StatsSnapshot, RxPath), String> {
-    rcfg.timeout = STEP_TIMEOUT;
+    rcfg.timeout = Some(STEP_TIMEOUT);
     let listener =
         Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0)), &rcfg).map_err(|e| err_detail(&e))?;
     let addr = listener.local_addr().map_err(|e| err_detail(&e))?;
@@ -847,7 +847,7 @@ fn uring_transfer(
     let sent = (|| -> Result<StatsSnapshot, String> {
         let mut cfg = SenderConfig::new(tx);
         cfg.policy = Policy::always();
-        cfg.timeout = STEP_TIMEOUT;
+        cfg.timeout = Some(STEP_TIMEOUT);
         cfg.pool_buffers = 8;
         cfg.buf_size = chunk;
         let mut s = Sender::connect(addr, &cfg).map_err(|e| err_detail(&e))?;
@@ -1320,7 +1320,7 @@ fn unlinked_temp_file(data: &[u8]) -> Result<(std::fs::File, String), String> {
 /// A copy-path listener on 127.0.0.1 whose receivers time out after `STEP_TIMEOUT`.
 fn loopback_listener() -> Result<(Listener, SocketAddr), String> {
     let mut rcfg = ReceiverConfig::new(RxPath::Copy);
-    rcfg.timeout = STEP_TIMEOUT;
+    rcfg.timeout = Some(STEP_TIMEOUT);
     let listener =
         Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0)), &rcfg).map_err(|e| err_detail(&e))?;
     let addr = listener.local_addr().map_err(|e| err_detail(&e))?;

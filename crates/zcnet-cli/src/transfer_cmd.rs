@@ -331,7 +331,7 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
         return Err(format!("{} is not a directory", args.dir.display()));
     }
     let mut rcfg = ReceiverConfig::default();
-    rcfg.timeout = std::time::Duration::from_secs(60);
+    rcfg.timeout = Some(std::time::Duration::from_secs(60));
     let listener = Listener::bind(addr, &rcfg).map_err(|e| format!("listening on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     if !args.quiet {

@@ -20,13 +20,13 @@ use zcnet_transfer::wire::{Code, Frame, VERSION};
 
 fn rcfg() -> ReceiverConfig {
     let mut c = ReceiverConfig::new(RxPath::Copy);
-    c.timeout = Duration::from_secs(20);
+    c.timeout = Some(Duration::from_secs(20));
     c
 }
 
 fn scfg() -> SenderConfig {
     let mut c = SenderConfig::new(TxPath::Copy);
-    c.timeout = Duration::from_secs(20);
+    c.timeout = Some(Duration::from_secs(20));
     c
 }
 

@@ -38,6 +38,16 @@ pub enum Error {
         /// The timeout that ran out.
         after: Duration,
     },
+    /// The socket is non-blocking (`O_NONBLOCK`, set by the caller) and the call would have
+    /// had to wait: `queued` bytes of this call went out first. Try again when the socket is
+    /// ready (poll it through `AsFd`).
+    #[error("{op}: the non-blocking socket would block ({queued} bytes of this call queued)")]
+    WouldBlock {
+        /// What was being done.
+        op: &'static str,
+        /// Bytes of this call the kernel took before it would have blocked.
+        queued: u64,
+    },
     /// No transmit buffer came back to the pool in time: the kernel still holds every one,
     /// typically because the receiver stopped reading.
     #[error("no transmit buffer came back within {0:?}: all are still held by the kernel (is the receiver reading?)")]
@@ -77,6 +87,23 @@ pub enum Error {
 }
 
 impl Error {
+    /// `EAGAIN` from operation `op` on `fd` after `queued` bytes: [`Error::WouldBlock`] on a
+    /// socket the caller made non-blocking, else the socket timeout `after` ran out.
+    pub(crate) fn eagain(
+        fd: std::os::fd::BorrowedFd<'_>,
+        op: &'static str,
+        queued: u64,
+        after: Duration,
+    ) -> Error {
+        let nonblocking = zcnet_sys::raw::splice::status_flags(fd)
+            .is_ok_and(|f| f.contains(zcnet_sys::raw::splice::OFlags::NONBLOCK));
+        if nonblocking {
+            Error::WouldBlock { op, queued }
+        } else {
+            Error::Timeout { op, after }
+        }
+    }
+
     /// Classifies an OS error from operation `op`.
     pub fn io(op: &'static str, e: io::Error) -> Error {
         match e.raw_os_error() {
@@ -100,6 +127,7 @@ impl From<Error> for io::Error {
             Error::PeerClosed { .. } => io::ErrorKind::BrokenPipe,
             Error::Reset { .. } => io::ErrorKind::ConnectionReset,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::WouldBlock { .. } => io::ErrorKind::WouldBlock,
             // Every buffer is still the kernel's: try again once the peer reads.
             Error::PoolExhausted(_) => io::ErrorKind::WouldBlock,
             Error::ForeignBuffer | Error::RangeBeyondEof { .. } | Error::UnsuitableFile(_) => {

@@ -64,7 +64,7 @@ fn auto_sender_config(p: Arc<Profile>, buf: usize) -> SenderConfig {
     let mut c = SenderConfig::new(TxPath::Auto);
     c.profile = ProfileSource::Given(p);
     c.touch = false;
-    c.timeout = timeout();
+    c.timeout = Some(timeout());
     c.buf_size = buf;
     c.pool_buffers = 64;
     c
@@ -72,7 +72,7 @@ fn auto_sender_config(p: Arc<Profile>, buf: usize) -> SenderConfig {
 
 fn copy_receiver() -> ReceiverConfig {
     let mut c = ReceiverConfig::new(RxPath::Copy);
-    c.timeout = timeout();
+    c.timeout = Some(timeout());
     c
 }
 
@@ -237,9 +237,9 @@ fn mmap_receive_against_copy_sender(mmap_zc: Option<f64>) -> StatsSnapshot {
     let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
     rx_cfg.profile = ProfileSource::Given(rx_profile(mmap_zc));
     rx_cfg.touch = false;
-    rx_cfg.timeout = timeout();
+    rx_cfg.timeout = Some(timeout());
     let mut tx_cfg = SenderConfig::new(TxPath::Copy);
-    tx_cfg.timeout = timeout();
+    tx_cfg.timeout = Some(timeout());
     let listener = listen(Topo::Loopback, &rx_cfg);
     assert!(
         listener.mss().is_some(),

@@ -504,7 +504,7 @@ fn dropping_a_stalled_sender_aborts_and_unprotects() {
             }
         });
         let mut cfg = cow_config();
-        cfg.timeout = std::time::Duration::from_secs(1);
+        cfg.timeout = Some(std::time::Duration::from_secs(1));
         let mut tx = connect(Topo::Loopback, port, &cfg);
         let mut store = vec![0u8; LEN + PAGE];
         let b = window(&mut store, 0, LEN);

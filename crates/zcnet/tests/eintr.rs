@@ -103,7 +103,7 @@ fn a_stalled_peer_still_times_out_under_a_signal_storm() {
             }
         });
         let mut cfg = sender_config(TxPath::Copy);
-        cfg.timeout = Duration::from_secs(1);
+        cfg.timeout = Some(Duration::from_secs(1));
         let mut tx = connect(Topo::Loopback, port, &cfg);
         let mut pos = 0u64;
         let err = loop {

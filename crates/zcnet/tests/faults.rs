@@ -141,7 +141,7 @@ fn receiver_that_stops_reading_exhausts_the_pool_then_errors() {
         });
         let mut cfg = sender_config(TxPath::Zerocopy);
         cfg.pool_buffers = 4;
-        cfg.timeout = Duration::from_secs(2);
+        cfg.timeout = Some(Duration::from_secs(2));
         cfg.sndbuf = Some(16 << 20);
         let mut tx = connect(Topo::Loopback, port, &cfg);
         let (err, sent) = send_until_error(&mut tx, 1 << 30);
@@ -173,7 +173,7 @@ fn copy_sender_into_a_stalled_receiver_times_out() {
             }
         });
         let mut cfg = sender_config(TxPath::Copy);
-        cfg.timeout = Duration::from_secs(1);
+        cfg.timeout = Some(Duration::from_secs(1));
         let mut tx = connect(Topo::Loopback, port, &cfg);
         let (err, _) = send_until_error(&mut tx, 1 << 30);
         let err = err.expect("a stalled receiver must stop the sender");

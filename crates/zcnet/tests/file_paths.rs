@@ -653,7 +653,7 @@ fn a_stalled_peer_times_out() {
         let listener = listen(Topo::Loopback, &receiver_config(RxPath::Copy));
         let port = listener.local_addr().unwrap().port();
         let mut cfg = sender_config(TxPath::Copy);
-        cfg.timeout = short;
+        cfg.timeout = Some(short);
         let held = std::thread::scope(|s| {
             let r = s.spawn(|| listener.accept().unwrap());
             let mut tx = connect(Topo::Loopback, port, &cfg);
@@ -668,7 +668,7 @@ fn a_stalled_peer_times_out() {
     // Receiver side: the sender connects and sends nothing.
     for rx in RX_WAYS {
         let mut rcfg = receiver_config(rx.path);
-        rcfg.timeout = short;
+        rcfg.timeout = Some(short);
         let listener = listen(Topo::Loopback, &rcfg);
         let port = listener.local_addr().unwrap().port();
         let dst = create(&dir.path().join(format!("stall-{}-{}", rx.path, rx.mode)));

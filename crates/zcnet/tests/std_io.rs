@@ -207,7 +207,7 @@ fn config_builders_set_their_fields() {
         (s.pool_buffers, s.buf_size, s.sndbuf),
         (3, 8192, Some(1 << 20))
     );
-    assert_eq!(s.timeout, Duration::from_secs(7));
+    assert_eq!(s.timeout, Some(Duration::from_secs(7)));
     let r = ReceiverConfig::new(RxPath::Mmap)
         .rcvlowat(4096)
         .map_bytes(1 << 20)
@@ -216,4 +216,113 @@ fn config_builders_set_their_fields() {
         (r.rcvlowat, r.map_bytes, r.page_multiple_mss),
         (Some(4096), 1 << 20, false)
     );
+}
+
+/// A socket the caller made non-blocking gives `WouldBlock` (never a 30 s `Timeout` after no
+/// time at all), `io::Write` reports the bytes that did go out, and the peer gets exactly
+/// those bytes.
+#[test]
+fn a_nonblocking_socket_would_block_and_reports_what_was_queued() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = TcpStream::connect(addr).unwrap();
+    let (peer, _) = listener.accept().unwrap();
+    client.set_nonblocking(true).unwrap();
+    let mut tx = Sender::from_stream(client, &sender_cfg(TxPath::Copy).sndbuf(64 * 1024)).unwrap();
+    let mut written = 0u64;
+    let chunk = 256 * 1024;
+    let err = loop {
+        // The peer is not reading yet: the socket buffers fill and the kernel says EAGAIN.
+        match tx.write(pattern(written, chunk)) {
+            Ok(n) => written += n as u64,
+            Err(e) => break e,
+        }
+        assert!(written < 256 << 20, "never blocked after {written} bytes");
+    };
+    assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
+    match tx.send_slice(pattern(written, chunk)) {
+        Err(Error::WouldBlock { queued, .. }) => written += queued,
+        other => panic!("expected WouldBlock, got {other:?}"),
+    }
+    let stream = tx.into_inner().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    drop(stream);
+    let mut got = Vec::new();
+    let mut peer = peer;
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len() as u64, written);
+    Verifier::default().check(&got);
+}
+
+/// With no timeout configured (the default), an idle receive waits for the peer instead of
+/// failing: here the first byte comes after 1.5 s.
+#[test]
+fn an_idle_receive_waits_by_default() {
+    assert_eq!(ReceiverConfig::default().timeout, None);
+    assert_eq!(SenderConfig::default().timeout, None);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let writer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        s.write_all(pattern(0, 4096)).unwrap();
+    });
+    let mut rx = Receiver::connect(addr, &ReceiverConfig::new(RxPath::Copy)).unwrap();
+    let mut got = vec![0u8; 4096];
+    rx.read_exact(&mut got).unwrap();
+    Verifier::default().check(&got);
+    writer.join().unwrap();
+}
+
+/// Dropping a zero-copy sender whose buffers the kernel still holds (the peer's window is
+/// tiny and it is not reading) does not wait: the drop returns at once, the held buffers are
+/// retired from the pool rather than reused, and the peer still receives every byte intact.
+#[test]
+fn dropping_a_sender_with_buffers_in_flight_does_not_block() {
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener.set_recv_buffer_size(4096).unwrap(); // inherited by the accepted socket
+    listener
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    listener.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let cfg = sender_cfg(TxPath::Zerocopy)
+        .pool_buffers(8)
+        .sndbuf(16 << 20)
+        .policy(zcnet::Policy::always());
+    let mut tx = Sender::connect(addr, &cfg).unwrap();
+    let pool = tx.pool().clone();
+    let (peer, _) = listener.accept().unwrap();
+    let mut peer: TcpStream = peer.into();
+    let total = 2 << 20;
+    for piece in pattern(0, total).chunks(256 * 1024) {
+        let mut buf = tx.buffer().unwrap();
+        buf.fill_at(0, piece);
+        tx.send(buf).unwrap();
+    }
+    let in_flight = pool.count() - pool.available();
+    assert!(
+        in_flight > 0,
+        "the kernel returned every buffer before the drop"
+    );
+    let t = std::time::Instant::now();
+    drop(tx);
+    let took = t.elapsed();
+    assert!(
+        pool.retired() > 0,
+        "buffers the kernel held went back to the pool"
+    );
+    let mut got = Vec::new();
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), total);
+    Verifier::default().check(&got);
+    if took > Duration::from_secs(1) {
+        panic!("drop waited {took:?} for the kernel");
+    }
 }

@@ -107,7 +107,7 @@ fn a_tiny_receive_buffer_ring_runs_dry_is_rearmed_and_loses_nothing() {
 #[test]
 fn uring_receive_waits_are_bounded_and_a_reset_is_a_reset() {
     let mut rcfg = receiver_config(RxPath::Uring);
-    rcfg.timeout = Duration::from_millis(300);
+    rcfg.timeout = Some(Duration::from_millis(300));
     let listener = listen(Topo::Loopback, &rcfg);
     let addr = listener.local_addr().unwrap();
     let mut peer = std::net::TcpStream::connect(addr).unwrap();
@@ -177,7 +177,7 @@ fn a_sender_dropped_with_sends_in_flight_retires_its_buffers_and_the_bytes_arriv
     scfg.pool_buffers = 16;
     scfg.buf_size = 64 * 1024;
     scfg.sndbuf = Some(4 << 20);
-    scfg.timeout = Duration::from_millis(500);
+    scfg.timeout = Some(Duration::from_millis(500));
     let size = 16 * 64 * 1024;
     let mut tx = connect(Topo::Loopback, port, &scfg);
     let mut rx = listener.accept().unwrap();

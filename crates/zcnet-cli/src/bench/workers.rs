@@ -52,7 +52,7 @@ fn sender_config(p: &Params, tx: TxPath, nodelay: bool) -> SenderConfig {
     } else {
         p.ring as usize
     };
-    cfg.timeout = DATA_TIMEOUT;
+    cfg.timeout = Some(DATA_TIMEOUT);
     cfg.nodelay = nodelay;
     // `auto` looks up the profile's variant for what this run's application does.
     cfg.touch = p.touch;
@@ -62,7 +62,7 @@ fn sender_config(p: &Params, tx: TxPath, nodelay: bool) -> SenderConfig {
 /// Receive configuration for a run's receive path.
 pub(crate) fn receiver_config(p: &Params) -> Result<ReceiverConfig, BenchError> {
     let mut cfg = ReceiverConfig::new(rx_path(&p.rx)?);
-    cfg.timeout = DATA_TIMEOUT;
+    cfg.timeout = Some(DATA_TIMEOUT);
     cfg.touch = p.touch;
     cfg.op_size = p.size as usize;
     Ok(cfg)

@@ -34,10 +34,7 @@ pub fn recv_some(
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                return Err(Error::Timeout {
-                    op: "recv",
-                    after: timeout,
-                })
+                return Err(Error::eagain(fd, "recv", 0, timeout))
             }
             Err(e) => return Err(Error::io("recv", e)),
         }

@@ -74,7 +74,7 @@ impl Listener {
             match socket::poll(
                 self.sock.as_fd(),
                 zcnet_sys::raw::socket::PollFlags::IN,
-                Some(self.cfg.timeout),
+                self.cfg.timeout,
             ) {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 r => break r.map_err(|e| Error::io("poll (accept)", e))?,
@@ -83,7 +83,7 @@ impl Listener {
         if ev.is_empty() {
             return Err(Error::Timeout {
                 op: "accept",
-                after: self.cfg.timeout,
+                after: super::bound(self.cfg.timeout),
             });
         }
         let (sock, _) = loop {

@@ -73,3 +73,12 @@ pub(crate) fn local_route_ip(peer: std::net::SocketAddr) -> std::net::IpAddr {
         .and_then(|s| s.connect(peer).and_then(|()| s.local_addr()))
         .map_or(unspecified, |a| a.ip())
 }
+
+/// The bound the paths use for "no timeout": long enough never to end (a century), short
+/// enough that `Instant::now() + FOREVER` cannot overflow.
+pub(crate) const FOREVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
+/// The configured timeout, or [`FOREVER`] where none was asked for.
+pub(crate) fn bound(timeout: Option<std::time::Duration>) -> std::time::Duration {
+    timeout.unwrap_or(FOREVER)
+}

@@ -37,8 +37,10 @@ pub struct ReceiverConfig {
     pub page_multiple_mss: bool,
     /// `SO_RCVBUF`, if set.
     pub rcvbuf: Option<usize>,
-    /// Bound on every blocking step.
-    pub timeout: Duration,
+    /// Bound on every blocking step. `None` (the default) waits as long as it takes — an
+    /// idle connection is not an error —; with `Some`, `SO_RCVTIMEO` is set and a receive
+    /// that runs out is [`Error::Timeout`].
+    pub timeout: Option<Duration>,
     /// Counters to share with others.
     pub stats: Option<Arc<Stats>>,
     /// Hardware receive queue the `zcrx` path registers (`ethtool -N` must steer the flow
@@ -68,7 +70,7 @@ impl Default for ReceiverConfig {
             rcvlowat: None,
             page_multiple_mss: true,
             rcvbuf: None,
-            timeout: Duration::from_secs(30),
+            timeout: None,
             stats: None,
             zcrx_queue: 0,
             file_rx: FileRxMode::Splice,
@@ -100,8 +102,6 @@ impl ReceiverConfig {
         buf_bytes: usize,
         /// Sets [`ReceiverConfig::page_multiple_mss`].
         page_multiple_mss: bool,
-        /// Sets [`ReceiverConfig::timeout`].
-        timeout: Duration,
         /// Sets [`ReceiverConfig::zcrx_queue`].
         zcrx_queue: u32,
         /// Sets [`ReceiverConfig::file_rx`].
@@ -122,6 +122,8 @@ impl ReceiverConfig {
         rcvbuf: usize,
         /// Shares `stats` with others ([`ReceiverConfig::stats`]).
         stats: Arc<Stats>,
+        /// Bounds every blocking step ([`ReceiverConfig::timeout`]).
+        timeout: Duration,
     }
 }
 
@@ -170,8 +172,11 @@ impl Receiver {
         };
         // The MSS we advertise is what the peer segments to; it must be set before connect.
         super::set_page_multiple_mss(&sock, addr.ip(), cfg)?;
-        sock.connect_timeout(&SockAddr::from(addr), cfg.timeout)
-            .map_err(|e| Error::io("connect", e))?;
+        match cfg.timeout {
+            Some(t) => sock.connect_timeout(&SockAddr::from(addr), t),
+            None => sock.connect(&SockAddr::from(addr)),
+        }
+        .map_err(|e| Error::io("connect", e))?;
         Self::setup(sock, cfg, auto)
     }
 
@@ -196,10 +201,13 @@ impl Receiver {
         cfg: &ReceiverConfig,
         auto: Option<AutoRxChoice>,
     ) -> Result<Receiver> {
-        sock.set_read_timeout(Some(cfg.timeout))
-            .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
-        sock.set_write_timeout(Some(cfg.timeout))
-            .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        if let Some(t) = cfg.timeout {
+            sock.set_read_timeout(Some(t))
+                .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+            sock.set_write_timeout(Some(t))
+                .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        }
+        let timeout = super::bound(cfg.timeout);
         if let Some(n) = cfg.rcvlowat {
             socket::set_int(
                 sock.as_fd(),
@@ -214,13 +222,12 @@ impl Receiver {
             stats.add_auto_rx(&a.delta);
         }
         let (rx, path): (Box<dyn Receive>, RxPath) = match cfg.path {
-            RxPath::Copy | RxPath::Auto => (
-                Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)),
-                RxPath::Copy,
-            ),
+            RxPath::Copy | RxPath::Auto => {
+                (Box::new(CopyRx::new(cfg.buf_bytes, timeout)), RxPath::Copy)
+            }
             RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
                 Ok(map) => {
-                    let mut rx = MmapRx::new(map, cfg.buf_bytes, cfg.timeout);
+                    let mut rx = MmapRx::new(map, cfg.buf_bytes, timeout);
                     if let Some(a) = &auto {
                         rx = rx.with_auto(AutoDemotion::new(a.expect_mapping));
                     }
@@ -229,10 +236,7 @@ impl Receiver {
                 Err(_) => {
                     // A kernel without TCP mmap: every receive copies, and says so.
                     stats.fallback(FallbackReason::Unsupported, 0);
-                    (
-                        Box::new(CopyRx::new(cfg.buf_bytes, cfg.timeout)),
-                        RxPath::Copy,
-                    )
+                    (Box::new(CopyRx::new(cfg.buf_bytes, timeout)), RxPath::Copy)
                 }
             },
             RxPath::Uring | RxPath::Zcrx => crate::rx::uring::setup(
@@ -242,7 +246,7 @@ impl Receiver {
                     buf_bytes: cfg.buf_bytes,
                     map_bytes: cfg.map_bytes,
                     zcrx_queue: cfg.zcrx_queue,
-                    timeout: cfg.timeout,
+                    timeout,
                 },
                 &stats,
             ),
@@ -255,7 +259,7 @@ impl Receiver {
             file: FileRx::default(),
             file_rx: cfg.file_rx,
             file_preallocate: cfg.file_preallocate,
-            timeout: cfg.timeout,
+            timeout,
             profile_note: auto.and_then(|a| a.note),
         })
     }

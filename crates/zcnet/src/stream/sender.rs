@@ -36,7 +36,10 @@ pub struct SenderConfig {
     /// Counters to share with others (a fresh set otherwise).
     pub stats: Option<Arc<Stats>>,
     /// Bound on every blocking step: connect, a send, waiting for a buffer, flushing.
-    pub timeout: Duration,
+    /// `None` (the default) blocks as long as it takes, as `std::net::TcpStream` does; with
+    /// `Some`, `SO_SNDTIMEO` is set and a step that runs out is [`Error::Timeout`] (or
+    /// [`Error::PoolExhausted`] while waiting for a buffer the kernel still holds).
+    pub timeout: Option<Duration>,
     /// `SO_SNDBUF`, if set.
     pub sndbuf: Option<usize>,
     /// `TCP_NODELAY`.
@@ -61,7 +64,7 @@ impl Default for SenderConfig {
             buf_size: 256 * 1024,
             pool: None,
             stats: None,
-            timeout: Duration::from_secs(30),
+            timeout: None,
             sndbuf: None,
             nodelay: false,
             file_tx: FileTxMode::Sendfile,
@@ -93,8 +96,6 @@ impl SenderConfig {
         pool_buffers: usize,
         /// Sets [`SenderConfig::buf_size`].
         buf_size: usize,
-        /// Sets [`SenderConfig::timeout`].
-        timeout: Duration,
         /// Sets [`SenderConfig::nodelay`].
         nodelay: bool,
         /// Sets [`SenderConfig::file_tx`].
@@ -113,6 +114,8 @@ impl SenderConfig {
         stats: Arc<Stats>,
         /// Sets `SO_SNDBUF` ([`SenderConfig::sndbuf`]).
         sndbuf: usize,
+        /// Bounds every blocking step ([`SenderConfig::timeout`]).
+        timeout: Duration,
     }
 }
 
@@ -163,8 +166,11 @@ impl Sender {
             sock.set_send_buffer_size(n)
                 .map_err(|e| Error::io("setsockopt(SO_SNDBUF)", e))?;
         }
-        sock.connect_timeout(&SockAddr::from(addr), cfg.timeout)
-            .map_err(|e| Error::io("connect", e))?;
+        match cfg.timeout {
+            Some(t) => sock.connect_timeout(&SockAddr::from(addr), t),
+            None => sock.connect(&SockAddr::from(addr)),
+        }
+        .map_err(|e| Error::io("connect", e))?;
         Self::finish_setup(sock, cfg, zc_ok)
     }
 
@@ -182,10 +188,15 @@ impl Sender {
     }
 
     fn finish_setup(sock: Socket, cfg: &SenderConfig, zc_ok: bool) -> Result<Sender> {
-        sock.set_write_timeout(Some(cfg.timeout))
-            .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
-        sock.set_read_timeout(Some(cfg.timeout))
-            .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+        // Socket timeouts only when asked for: by default a send blocks as long as it takes,
+        // as a plain TcpStream's does.
+        if let Some(t) = cfg.timeout {
+            sock.set_write_timeout(Some(t))
+                .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+            sock.set_read_timeout(Some(t))
+                .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+        }
+        let timeout = super::bound(cfg.timeout);
         if cfg.nodelay {
             sock.set_tcp_nodelay(true)
                 .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
@@ -209,22 +220,20 @@ impl Sender {
                         touch: cfg.touch,
                         pool: &pool,
                         cow: cfg.cow,
-                        timeout: cfg.timeout,
+                        timeout,
                         zc_ok,
                         stats: &stats,
                     },
                 ))
             }
-            TxPath::Copy => Box::new(CopyTx {
-                timeout: cfg.timeout,
-            }),
-            TxPath::Zerocopy => Box::new(ZerocopyTx::new(cfg.policy, cfg.timeout, !zc_ok)),
-            TxPath::Uring => Box::new(UringTx::new(&pool, cfg.policy, cfg.timeout, &stats)),
+            TxPath::Copy => Box::new(CopyTx { timeout }),
+            TxPath::Zerocopy => Box::new(ZerocopyTx::new(cfg.policy, timeout, !zc_ok)),
+            TxPath::Uring => Box::new(UringTx::new(&pool, cfg.policy, timeout, &stats)),
             TxPath::Cow => Box::new(CowTx::new(
                 sock.as_fd(),
                 cfg.policy,
                 cfg.cow,
-                cfg.timeout,
+                timeout,
                 !zc_ok,
             )),
         };
@@ -234,7 +243,7 @@ impl Sender {
             path: cfg.path,
             pool,
             stats,
-            timeout: cfg.timeout,
+            timeout,
             file: FileTx::default(),
             file_tx: cfg.file_tx,
             profile_note,
@@ -399,12 +408,21 @@ impl Sender {
     }
 }
 
+/// Dropping a sender does not wait for the kernel: the buffers it still holds are unmapped
+/// rather than returned to the pool (the kernel keeps its own page references, so the bytes
+/// still go out, and the memory is never reused while it may be read). Call
+/// [`Sender::finish`] or [`Sender::flush`] to wait. The exception is `cow`, whose pages in
+/// flight are the application's own: it waits up to 2 s (or the configured timeout, if
+/// shorter) for their completions, then aborts the connection so the kernel lets go of them.
 impl Drop for Sender {
     fn drop(&mut self) {
         if self.tx.buffers_in_flight() > 0 {
-            // Give the kernel a short, bounded chance to finish; what it still holds after
-            // that is unmapped, never recycled while it may still be read.
-            let deadline = Instant::now() + self.timeout.min(Duration::from_secs(2));
+            let grace = if self.path == TxPath::Cow {
+                self.timeout.min(Duration::from_secs(2))
+            } else {
+                Duration::ZERO
+            };
+            let deadline = Instant::now() + grace;
             while self.tx.buffers_in_flight() > 0 && Instant::now() < deadline {
                 if self
                     .tx
@@ -437,8 +455,12 @@ impl AsRawFd for Sender {
 /// waits for every zero-copy completion.
 impl io::Write for Sender {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.send_slice(buf)?;
-        Ok(buf.len())
+        match self.send_slice(buf) {
+            Ok(()) => Ok(buf.len()),
+            // io::Write's contract: bytes that went out are reported, never sent twice.
+            Err(Error::WouldBlock { queued, .. }) if queued > 0 => Ok(queued as usize),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -31,10 +31,7 @@ pub fn send_all(fd: BorrowedFd<'_>, data: &[u8], stats: &Stats, timeout: Duratio
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                return Err(Error::Timeout {
-                    op: "send",
-                    after: timeout,
-                })
+                return Err(Error::eagain(fd, "send", off as u64, timeout))
             }
             Err(e) => return Err(Error::io("send", e)),
         }

@@ -183,10 +183,7 @@ pub(crate) fn send_all_zerocopy(
                     }
                 }
                 Some(libc::EAGAIN) => {
-                    return Err(Error::Timeout {
-                        op: "send(MSG_ZEROCOPY)",
-                        after: timeout,
-                    })
+                    return Err(Error::eagain(fd, "send(MSG_ZEROCOPY)", off as u64, timeout))
                 }
                 _ => return Err(Error::io("send(MSG_ZEROCOPY)", e)),
             },

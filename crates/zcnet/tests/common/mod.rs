@@ -38,14 +38,14 @@ pub fn timeout() -> Duration {
 pub fn sender_config(tx: TxPath) -> SenderConfig {
     let mut c = SenderConfig::new(tx);
     c.policy = zcnet::Policy::always();
-    c.timeout = timeout();
+    c.timeout = Some(timeout());
     c.profile = zcnet::auto::ProfileSource::BuiltIn;
     c
 }
 
 pub fn receiver_config(rx: RxPath) -> ReceiverConfig {
     let mut c = ReceiverConfig::new(rx);
-    c.timeout = timeout();
+    c.timeout = Some(timeout());
     c.profile = zcnet::auto::ProfileSource::BuiltIn;
     c
 }

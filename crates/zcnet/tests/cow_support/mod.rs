@@ -16,7 +16,7 @@ pub fn cow_config() -> SenderConfig {
     let mut c = SenderConfig::new(TxPath::Cow);
     c.policy = Policy::always();
     c.cow = CowPolicy::always();
-    c.timeout = crate::common::timeout();
+    c.timeout = Some(crate::common::timeout());
     // Room for several MiB in the send queue, so a stalled receiver cannot block send_slice.
     c.sndbuf = Some(8 << 20);
     c

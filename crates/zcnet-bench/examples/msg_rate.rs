@@ -1,5 +1,5 @@
 //! Messages per second through `zcnet::msg` on loopback: copy (`send(&[u8])`) against
-//! zero-copy loans (`buffer` + `send_buf` with `MSG_ZEROCOPY`), 64 KiB and 1 MiB messages,
+//! zero-copy loans (`buffer` + `send` with `MSG_ZEROCOPY`), 64 KiB and 1 MiB messages,
 //! with lo's own 64 KiB datagrams and with 1472-byte datagrams (GSO 44 per call, GRO on
 //! receive) — a measurement, not a test.
 //!
@@ -59,14 +59,14 @@ fn run(size: usize, total: usize, tx_mode: MsgTx, segment: Option<usize>) -> Str
             }
             match tx_mode {
                 MsgTx::Copy => {
-                    tx.send(&payload).unwrap();
+                    tx.send_slice(&payload).unwrap();
                 }
                 _ => {
                     let mut b = tx.buffer(size).unwrap();
                     for (off, block) in b.payload_mut() {
                         block.copy_from_slice(&payload[off..off + block.len()]);
                     }
-                    tx.send_buf(b).unwrap();
+                    tx.send(b).unwrap();
                 }
             }
             unacked += 1;

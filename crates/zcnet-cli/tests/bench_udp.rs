@@ -555,7 +555,7 @@ fn a_client_sending_wrong_bytes_fails_the_run_at_the_server() {
     let data: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut tx = MsgSender::connect(data, &MsgConfig::new(MsgTx::Copy)).unwrap();
     // A whole, well-formed message of the right size — with the wrong bytes.
-    tx.send(&vec![0u8; 65536]).unwrap();
+    tx.send_slice(&vec![0u8; 65536]).unwrap();
     protocol::write_message(
         &mut c,
         &Message::Done {
@@ -657,7 +657,7 @@ fn a_server_that_echoes_the_request_fails_the_client() {
             }
             if let Some(MsgEvent::Message(m)) = rx.recv(Duration::from_millis(100)).unwrap() {
                 assert_eq!(m.len() as u64, params.size);
-                tx.send(&m).unwrap();
+                tx.send_slice(&m).unwrap();
                 break;
             }
         }
@@ -819,8 +819,8 @@ fn an_rr_reply_that_comes_too_late_is_counted_not_timed() {
                 got += 1;
             }
         }
-        tx.send(&pattern.expected(REPLY_KEY)).unwrap();
-        tx.send(&pattern.expected(1 | REPLY_KEY)).unwrap();
+        tx.send_slice(&pattern.expected(REPLY_KEY)).unwrap();
+        tx.send_slice(&pattern.expected(1 | REPLY_KEY)).unwrap();
         let client = match protocol::read_message(&mut c)? {
             Message::Done { report } => report,
             other => panic!("done expected, got {other:?}"),

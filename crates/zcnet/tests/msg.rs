@@ -57,7 +57,7 @@ fn config(tx: MsgTx) -> MsgConfig {
 enum Api {
     /// `send(&[u8])`: copy semantics.
     Slice,
-    /// `buffer` + fill in place + `send_buf`.
+    /// `buffer` + fill in place + `send`.
     Loan,
 }
 
@@ -110,7 +110,7 @@ fn transfer(
                 unacked -= ack_rx.recv_timeout(WAIT).expect("receiver acknowledges");
             }
             let id = match api {
-                Api::Slice => tx.send(body(i as u64, len)).unwrap(),
+                Api::Slice => tx.send_slice(body(i as u64, len)).unwrap(),
                 Api::Loan => {
                     let mut buf = tx.buffer(len).unwrap();
                     let mut filled = 0;
@@ -121,7 +121,7 @@ fn transfer(
                         filled += block.len();
                     }
                     assert_eq!(filled, len);
-                    tx.send_buf(buf).unwrap()
+                    tx.send(buf).unwrap()
                 }
             };
             assert_eq!(id, i as u64);
@@ -361,7 +361,7 @@ fn too_large_and_bad_configs_are_clear_errors() {
     cfg.max_message = 100_000;
     let rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
     let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
-    let e = tx.send(&vec![0u8; 100_001]).unwrap_err();
+    let e = tx.send_slice(&vec![0u8; 100_001]).unwrap_err();
     assert!(
         matches!(
             e,
@@ -712,7 +712,7 @@ fn a_flood_of_first_fragments_stays_within_the_limits() {
     }
     // A well-formed 300 000-byte message afterwards is still delivered.
     let mut tx = MsgSender::connect(to, &config(MsgTx::Copy)).unwrap();
-    tx.send(body(0, 300_000)).unwrap();
+    tx.send_slice(body(0, 300_000)).unwrap();
     let (lost_ids, evicted, peak, s) = receiver.join().unwrap();
     eprintln!(
         "flood: {} of {flood} ids reported lost ({evicted} evicted), peak {peak:?}, stats peak {} msgs {} B",
@@ -743,10 +743,10 @@ fn a_datagram_longer_than_the_receive_buffer_is_reported_truncated() {
     let mut scfg = config(MsgTx::Copy);
     scfg.segment = Some(3000);
     let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &scfg).unwrap();
-    tx.send(body(0, 10_000)).unwrap();
+    tx.send_slice(body(0, 10_000)).unwrap();
     scfg.segment = Some(1000);
     let mut small = MsgSender::connect(rx.local_addr().unwrap(), &scfg).unwrap();
-    small.send(body(0, 1900)).unwrap();
+    small.send_slice(body(0, 1900)).unwrap();
     let sizes: BTreeMap<u64, usize> = [(0, 1900)].into();
     let (got, lost) = collect(&mut rx, &sizes, 1, 1);
     assert_eq!(got, vec![0]);
@@ -772,7 +772,7 @@ fn a_datagram_longer_than_the_receive_buffer_is_reported_truncated() {
     let mut scfg = config(MsgTx::Copy);
     scfg.segment = Some(1472);
     let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &scfg).unwrap();
-    tx.send(body(0, 10_000)).unwrap();
+    tx.send_slice(body(0, 10_000)).unwrap();
     let sizes: BTreeMap<u64, usize> = BTreeMap::new();
     let (got, lost) = collect(&mut rx, &sizes, 0, 1);
     assert!(got.is_empty());
@@ -865,7 +865,7 @@ fn datagrams_dropped_by_nftables_are_reported_lost() {
     for id in 0..8u64 {
         let mut b = tx1.buffer(len1).unwrap();
         b.copy_from(body(id, len1));
-        assert_eq!(tx1.send_buf(b).unwrap(), id);
+        assert_eq!(tx1.send(b).unwrap(), id);
     }
     let sizes1: BTreeMap<u64, usize> = (0..8).map(|id| (id, len1)).collect();
     let (mut got, lost) = collect(&mut rx, &sizes1, 6, 2);
@@ -882,7 +882,7 @@ fn datagrams_dropped_by_nftables_are_reported_lost() {
     // Now only tx2's rule matters for ids 0..3 (tx1's rules name ids 3 and 5).
     let len2 = MIB;
     for id in 0..3u64 {
-        assert_eq!(tx2.send(body(id, len2)).unwrap(), id);
+        assert_eq!(tx2.send_slice(body(id, len2)).unwrap(), id);
         // One message at a time: a 1 MiB burst per message stays within the socket buffer.
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -197,7 +197,7 @@ impl Filler {
             .map_err(merr("waiting for a message buffer"))?;
         self.write(&mut b, key(id));
         let t = Instant::now();
-        let sent = sender.send_buf(b).map_err(merr("send (message)"))?;
+        let sent = sender.send(b).map_err(merr("send (message)"))?;
         hist.record(t.elapsed());
         debug_assert_eq!(sent, id);
         Ok(sent)

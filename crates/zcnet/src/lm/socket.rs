@@ -376,7 +376,9 @@ impl LmSocket {
     }
 
     /// Sends a copy of `data` as one message: [`LmSocket::loan`], copy, [`LmBuf::send`].
-    pub fn send(&mut self, peer: SocketAddrV4, data: &[u8]) -> Result<u32, LmError> {
+    /// The lending send is [`LmBuf::send`] on the loan itself (it borrows this socket), so
+    /// across zcnet `send` lends and `send_slice` copies.
+    pub fn send_slice(&mut self, peer: SocketAddrV4, data: &[u8]) -> Result<u32, LmError> {
         let mut buf = self.loan(data.len())?;
         buf.copy_from(data);
         buf.send(peer)

@@ -14,7 +14,7 @@
 //! * [`MsgSender`] — over a connected socket. [`MsgSender::send`] copies (the caller may
 //!   reuse its slice at once; an iovec interleaves headers and the caller's bytes, so nothing
 //!   is copied in user space). [`MsgSender::buffer`] lends a [`MsgBuf`] laid out with header
-//!   holes; [`MsgSender::send_buf`] sends it with `MSG_ZEROCOPY` when [`MsgConfig::tx`] says
+//!   holes; [`MsgSender::send`] sends it with `MSG_ZEROCOPY` when [`MsgConfig::tx`] says
 //!   so and the [`crate::Policy`] agrees, and the buffer goes back to its pool when the
 //!   kernel's completion covers it.
 //! * [`MsgReceiver`] — over a bound socket. [`MsgReceiver::recv`] returns a [`MsgEvent`]: a
@@ -42,7 +42,7 @@ use std::time::Duration;
 /// for more than a sane amount of memory per message.
 pub const MAX_MESSAGE_LIMIT: usize = 1 << 30;
 
-/// How [`MsgSender::send_buf`] sends a loaned buffer.
+/// How [`MsgSender::send`] sends a loaned buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]

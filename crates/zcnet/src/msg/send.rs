@@ -12,7 +12,7 @@
 //!   `max_gso_segments` for good.
 //! * [`MsgSender::send`] (copy semantics) builds an iovec `header, payload, header, payload,
 //!   …` over the caller's slice: the kernel copies once, user space never.
-//! * [`MsgSender::send_buf`] sends a loaned [`MsgBuf`], whose storage already has a hole for
+//! * [`MsgSender::send`] sends a loaned [`MsgBuf`], whose storage already has a hole for
 //!   each header (Jin, Zhang, Tan, "Lightweight Messages", §3.1, Fig. 1): headers are written into the holes and every batch
 //!   is one contiguous range, which is what `MSG_ZEROCOPY` needs — the kernel maps a
 //!   zero-copy send into at most 17 page fragments, and an interleaved iovec exhausts them
@@ -59,7 +59,7 @@ struct Batching {
 /// A loaned message buffer: pool storage laid out as the message will be on the wire, with a
 /// [`HEADER_LEN`]-byte hole before every `segment − 28` payload bytes. The application writes
 /// the payload into it once ([`MsgBuf::write_at`], [`MsgBuf::payload_mut`]); the headers are
-/// filled in by [`MsgSender::send_buf`].
+/// filled in by [`MsgSender::send`].
 #[derive(Debug)]
 pub struct MsgBuf {
     buf: TxBuf,
@@ -338,10 +338,10 @@ impl MsgSender {
         }
     }
 
-    /// Sends `data` as one message, copying (the slice may be reused at once). Returns its
-    /// id. If an error interrupts a message the id is used anyway: the receiver reports it
-    /// lost.
-    pub fn send(&mut self, data: &[u8]) -> Result<u64, MsgError> {
+    /// Sends `data` as one message, copying (the slice may be reused at once), as
+    /// [`crate::Sender::send_slice`] does for a stream. Returns its id. If an error
+    /// interrupts a message the id is used anyway: the receiver reports it lost.
+    pub fn send_slice(&mut self, data: &[u8]) -> Result<u64, MsgError> {
         self.check_len(data.len())?;
         let id = self.take_id();
         let n = self.layout.fragments(data.len());
@@ -441,8 +441,9 @@ impl MsgSender {
     /// Sends a loaned message and returns its id: with `MSG_ZEROCOPY` when
     /// [`MsgConfig::tx`] is [`MsgTx::Zerocopy`], `SO_ZEROCOPY` is on and the policy agrees
     /// (else copied, the reason counted). The buffer returns to its pool when the kernel is
-    /// done with it.
-    pub fn send_buf(&mut self, mut msg: MsgBuf) -> Result<u64, MsgError> {
+    /// done with it. As with [`crate::Sender::send`], `send` lends and
+    /// [`MsgSender::send_slice`] copies.
+    pub fn send(&mut self, mut msg: MsgBuf) -> Result<u64, MsgError> {
         if !self.pool.as_ref().is_some_and(|p| p.owns(&msg.buf)) || msg.layout != self.layout {
             return Err(Error::ForeignBuffer.into());
         }
@@ -730,7 +731,7 @@ mod tests {
         ));
         let mut other = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
         assert!(matches!(
-            other.send_buf(b),
+            other.send(b),
             Err(MsgError::Io(Error::ForeignBuffer))
         ));
     }

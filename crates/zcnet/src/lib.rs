@@ -40,6 +40,7 @@ mod counters;
 pub mod cow;
 pub mod error;
 pub mod file;
+pub mod lend;
 #[cfg(feature = "afxdp")]
 pub mod lm;
 pub mod msg;
@@ -56,6 +57,7 @@ pub mod zc;
 
 pub use buf::{Pool, TxBuf};
 pub use error::Error;
+pub use lend::Lend;
 pub use named::UnknownName;
 pub use path::{FallbackReason, FileRxMode, FileTxMode, RxPath, TxPath};
 pub use policy::Policy;

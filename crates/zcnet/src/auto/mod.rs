@@ -19,7 +19,7 @@
 //! * [`demotion`]: online demotion of a path the connection reports as not paying (`COPIED`
 //!   completions on transmit, receive calls that map nothing) and periodic re-probing.
 //!
-//! * [`measure`]: profile tables from bench runs, and `auto`'s gap to the best single path.
+//! * `zcnet_bench::measure`: profile tables from bench runs, and `auto`'s gap to the best single path.
 //! * [`load`]: the connection's profile from the default location ([`ProfileSource`]).
 //!
 //! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]

@@ -17,7 +17,7 @@
 //!   is one contiguous range, which is what `MSG_ZEROCOPY` needs — the kernel maps a
 //!   zero-copy send into at most 17 page fragments, and an interleaved iovec exhausts them
 //!   after 7 datagrams (`sys::udp_msg` pins this). The buffer is lent to the completion
-//!   bookkeeping ([`crate::completion`]) for the calls that named it and returns to the pool
+//!   bookkeeping ([`crate::zc::completion`]) for the calls that named it and returns to the pool
 //!   when they are all complete; the headers live in the same storage, so they too stay
 //!   unchanged until then.
 //! * `ENOBUFS` (option memory) queues nothing: reap, wait 2/4/8 ms, retry, then copy the rest,

@@ -13,7 +13,7 @@
 //!
 //! Ownership: [`RxChunk`] borrows the receiver, so the buffer behind the previous chunk is
 //! free again when `recv` is next called; it goes back to the kernel then (one tail update
-//! per buffer). Ring sizes come from [`ReceiverConfig`]: `buf_bytes` per provided buffer,
+//! per buffer). Ring sizes come from [`crate::ReceiverConfig`]: `buf_bytes` per provided buffer,
 //! `map_bytes / buf_bytes` buffers (a power of two); the zcrx area is `map_bytes`.
 //!
 //! When the buffer ring runs dry the multishot request ends with `-ENOBUFS` (no

@@ -265,7 +265,7 @@ impl Receiver {
     }
 
     /// On the `auto` path: why no profile is in force, for the caller to show (see
-    /// [`Sender::profile_note`]).
+    /// [`crate::Sender::profile_note`]).
     pub fn profile_note(&self) -> Option<&str> {
         self.profile_note.as_deref()
     }

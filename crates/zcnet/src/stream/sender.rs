@@ -5,6 +5,7 @@ use crate::auto::ProfileSource;
 use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
 use crate::file::send::FileTx;
+use crate::lend::Lend;
 use crate::path::{FileTxMode, TxPath};
 use crate::policy::Policy;
 use crate::stats::{Stats, StatsSnapshot};
@@ -156,7 +157,7 @@ impl std::fmt::Debug for Sender {
 impl Sender {
     /// Connects to `addr`. `SO_ZEROCOPY` is set before `connect` for the zero-copy path; if
     /// the kernel refuses it, the sender copies and counts every send as
-    /// [`FallbackReason::Unsupported`].
+    /// [`FallbackReason::Unsupported`](crate::FallbackReason::Unsupported).
     pub fn connect(addr: SocketAddr, cfg: &SenderConfig) -> Result<Sender> {
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)
             .map_err(|e| Error::io("socket", e))?;
@@ -322,6 +323,20 @@ impl Sender {
         self.tx.send_buf(self.sock.as_fd(), buf, &self.stats)
     }
 
+    /// Lends the caller's own memory — a `Vec<u8>`, `Box<[u8]>`, `Arc<[u8]>`, `bytes::Bytes`
+    /// (feature `bytes`), anything [`Lend`] — for a zero-copy send without first copying it
+    /// into a pool buffer. `buf` is kept until the kernel's completion says its pages are
+    /// free, then dropped: an `Arc` clone lets one immutable buffer go to many senders at
+    /// once, and comes back to sole ownership once they have all flushed. On the
+    /// `zerocopy` path (and `auto` where it picks `zerocopy`) the bytes are lent; `copy`
+    /// copies them; `uring` and `cow`, which send from memory of their own, copy them and
+    /// count [`FallbackReason::Unsupported`](crate::FallbackReason::Unsupported).
+    pub fn send_owned<B: Lend>(&mut self, buf: B) -> Result<()> {
+        self.tx
+            .send_owned(self.sock.as_fd(), Box::new(buf), &self.stats, self.timeout)?;
+        Ok(())
+    }
+
     /// Sends `data` with copy semantics: `data` may be reused as soon as this returns. On
     /// the `cow` path its page-aligned middle goes zero-copy while write-protected
     /// ([`crate::cow`]); elsewhere it is copied.
@@ -337,7 +352,7 @@ impl Sender {
     ///
     /// The bytes go from the page cache to the socket without a user-space copy; where the
     /// file refuses (`EINVAL`/`ENOSYS`/`EOPNOTSUPP`, e.g. most /proc files) the rest goes by
-    /// `pread` + `send`, counted as [`FallbackReason::FileUnsupported`]. A range past the end
+    /// `pread` + `send`, counted as [`FallbackReason::FileUnsupported`](crate::FallbackReason::FileUnsupported). A range past the end
     /// of a regular file is [`Error::RangeBeyondEof`] before anything is sent; a file that
     /// ends early anyway (truncated under us, or a /proc file reporting size 0) is
     /// [`Error::Truncated`] with the bytes that did go out. Each blocking call is bounded by

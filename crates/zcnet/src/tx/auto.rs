@@ -24,6 +24,7 @@ use crate::auto::{
 use crate::buf::{Pool, TxBuf};
 use crate::cow::CowPolicy;
 use crate::error::Result;
+use crate::lend::Lend;
 use crate::path::FallbackReason;
 use crate::path::TxPath;
 use crate::policy::Policy;
@@ -236,6 +237,31 @@ impl Transmit for AutoTx {
                 // SO_ZEROCOPY refused on this socket: the wanted path cannot run.
                 stats.fallback(FallbackReason::Unsupported, len as u64);
                 self.copy.send_buf(fd, buf, stats)
+            }
+        };
+        self.finish_op(path, len, stats, delta);
+        r
+    }
+
+    fn send_owned(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        owned: Box<dyn Lend>,
+        stats: &Stats,
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut delta = AutoStats::default();
+        let (len, addr) = (owned.bytes().len(), owned.bytes().as_ptr() as usize);
+        let path = self.decide_counted(len, addr, false, stats, &mut delta);
+        let r = match (path, self.zc.as_mut()) {
+            (TxPath::Zerocopy, Some(zc)) if self.zc_ok => {
+                zc.tx().send_owned(fd, owned, stats, timeout)
+            }
+            (TxPath::Copy, _) => self.copy.send_owned(fd, owned, stats, timeout),
+            _ => {
+                // The wanted path cannot lend this memory here: copied, and counted.
+                stats.fallback(FallbackReason::Unsupported, len as u64);
+                self.copy.send_owned(fd, owned, stats, timeout)
             }
         };
         self.finish_op(path, len, stats, delta);

@@ -3,6 +3,7 @@
 use super::plain::send_all;
 use crate::buf::TxBuf;
 use crate::error::Result;
+use crate::lend::Lend;
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -16,6 +17,17 @@ pub struct CopyTx {
 impl super::Transmit for CopyTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
         send_all(fd, &buf, stats, self.timeout)
+    }
+
+    /// The copy path copies by definition: no fallback to count.
+    fn send_owned(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        owned: Box<dyn Lend>,
+        stats: &Stats,
+        timeout: Duration,
+    ) -> Result<()> {
+        send_all(fd, owned.bytes(), stats, timeout)
     }
 
     fn reap(&mut self, _fd: BorrowedFd<'_>, _stats: &Stats) -> Result<usize> {

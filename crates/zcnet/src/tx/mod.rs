@@ -7,7 +7,7 @@
 //!   flight, a write fault giving the writer a private copy (Solaris's copy-on-write).
 //! * [`uring`] — io_uring `SEND_ZC` from the pool registered as fixed buffers, buffers held
 //!   until each request's notification CQE.
-//! * Files go by [`crate::file::send`]: not a [`TxPath`], since they are sent from the page
+//! * Files go by [`crate::file::send`]: not a [`TxPath`](crate::TxPath), since they are sent from the page
 //!   cache, not from loaned buffers.
 
 pub mod auto;
@@ -19,6 +19,8 @@ pub mod zerocopy;
 
 use crate::buf::TxBuf;
 use crate::error::Result;
+use crate::lend::Lend;
+use crate::path::FallbackReason;
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -38,6 +40,22 @@ pub(crate) trait Transmit: Send {
         stats: &Stats,
         timeout: Duration,
     ) -> Result<()> {
+        plain::send_all(fd, data, stats, timeout)
+    }
+
+    /// Sends the caller's own memory ([`crate::Sender::send_owned`]) and keeps it until the
+    /// kernel is done with it. Paths that can only send from their own memory (io_uring's
+    /// registered buffers, `cow`'s protected slices) copy it instead, counted as
+    /// [`FallbackReason::Unsupported`]; the `zerocopy` path lends it.
+    fn send_owned(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        owned: Box<dyn Lend>,
+        stats: &Stats,
+        timeout: Duration,
+    ) -> Result<()> {
+        let data = owned.bytes();
+        stats.fallback(FallbackReason::Unsupported, data.len() as u64);
         plain::send_all(fd, data, stats, timeout)
     }
 

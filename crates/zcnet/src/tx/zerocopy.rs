@@ -13,6 +13,7 @@
 use super::plain;
 use crate::buf::TxBuf;
 use crate::error::{Error, Result};
+use crate::lend::{Lend, Lent, Owned};
 use crate::path::FallbackReason;
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::Stats;
@@ -29,7 +30,7 @@ const ENOBUFS_RETRIES: u32 = 3;
 /// State of the zero-copy path on one socket.
 #[derive(Debug)]
 pub struct ZerocopyTx {
-    completions: Completions<TxBuf>,
+    completions: Completions<Lent>,
     demotion: CopiedDemotion,
     policy: Policy,
     timeout: Duration,
@@ -52,16 +53,38 @@ impl ZerocopyTx {
         }
     }
 
-    fn decide(&self, buf: &TxBuf) -> TxDecision {
+    fn decide(&self, data: &[u8]) -> TxDecision {
         if self.unsupported {
             return TxDecision::Copy(FallbackReason::Unsupported);
         }
         self.policy.decide(
-            buf.len(),
-            buf.data_addr(),
+            data.len(),
+            data.as_ptr() as usize,
             page_size(),
             self.demotion.is_demoted(),
         )
+    }
+
+    /// Sends a loan's bytes with `MSG_ZEROCOPY` (or copies them, counted, where the policy
+    /// says so) and keeps the loan until every call that named it is complete.
+    fn send_lent(&mut self, fd: BorrowedFd<'_>, lent: Lent, stats: &Stats) -> Result<()> {
+        if let TxDecision::Copy(reason) = self.decide(&lent) {
+            stats.fallback(reason, lent.len() as u64);
+            return plain::send_all(fd, &lent, stats, self.timeout);
+        }
+        let first = self.completions.next_id();
+        let timeout = self.timeout;
+        let result = send_all_zerocopy(self, fd, &lent, stats, timeout);
+        // Lend the buffer even on error: calls that did go out still reference its pages.
+        let next = self.completions.next_id();
+        if next > first {
+            if let Some(back) = self.completions.lend(lent, first, next - 1) {
+                drop(back);
+            }
+        }
+        result?;
+        super::Transmit::reap(self, fd, stats)?;
+        Ok(())
     }
 }
 
@@ -82,23 +105,17 @@ impl ZerocopyCalls for ZerocopyTx {
 
 impl super::Transmit for ZerocopyTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
-        if let TxDecision::Copy(reason) = self.decide(&buf) {
-            stats.fallback(reason, buf.len() as u64);
-            return plain::send_all(fd, &buf, stats, self.timeout);
-        }
-        let first = self.completions.next_id();
-        let timeout = self.timeout;
-        let result = send_all_zerocopy(self, fd, &buf, stats, timeout);
-        // Lend the buffer even on error: calls that did go out still reference its pages.
-        let next = self.completions.next_id();
-        if next > first {
-            if let Some(back) = self.completions.lend(buf, first, next - 1) {
-                drop(back);
-            }
-        }
-        result?;
-        self.reap(fd, stats)?;
-        Ok(())
+        self.send_lent(fd, Lent::Pool(buf), stats)
+    }
+
+    fn send_owned(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        owned: Box<dyn Lend>,
+        stats: &Stats,
+        _timeout: Duration,
+    ) -> Result<()> {
+        self.send_lent(fd, Lent::Owned(Owned(owned)), stats)
     }
 
     fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize> {
@@ -128,7 +145,7 @@ impl super::Transmit for ZerocopyTx {
     fn abandon(&mut self) -> usize {
         let held = self.completions.abandon();
         let n = held.len();
-        held.into_iter().for_each(TxBuf::retire);
+        held.into_iter().for_each(Lent::retire);
         n
     }
 }

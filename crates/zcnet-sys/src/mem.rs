@@ -101,6 +101,27 @@ impl PageBuf {
     }
 }
 
+/// Seals a memfd against every change (`F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW |
+/// F_SEAL_SEAL`) and maps it read-only.
+///
+/// Mapping an ordinary file is `unsafe` (memmap2's `Mmap::map`) because another process
+/// may truncate it — `SIGBUS` on the next read — or write it under a `&[u8]`. A sealed memfd
+/// can do neither, for anyone, for ever: so this mapping is sound without an `unsafe` at the
+/// caller. Fails (`EINVAL`/`EPERM`) for a file that is not a memfd made with
+/// `MFD_ALLOW_SEALING`, or one with a writable shared mapping still alive.
+#[cfg(feature = "memmap2")]
+pub fn map_sealed(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
+    use rustix::fs::{fcntl_add_seals, SealFlags};
+    fcntl_add_seals(
+        file,
+        SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
+    )?;
+    // SAFETY: the seals just added forbid any write, truncation or growth of this file by
+    // any process, and cannot be removed (F_SEAL_SEAL): the mapped bytes stay valid and
+    // unchanged for the mapping's whole life, which is all `Mmap::map` asks of its caller.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
 impl Drop for PageBuf {
     fn drop(&mut self) {
         // SAFETY: ptr/len describe exactly the mapping created in `new`, unmapped once here.

@@ -30,13 +30,17 @@ pub enum Error {
         op: &'static str,
     },
     /// The socket timeout ran out (`EAGAIN` on a socket with `SO_SNDTIMEO`/`SO_RCVTIMEO`, or
-    /// our own poll deadline).
-    #[error("{op}: timed out after {after:?}")]
+    /// our own poll deadline). A send says how much of it went out first, so the caller
+    /// resumes from there instead of sending those bytes twice.
+    #[error("{op}: timed out after {after:?} ({queued} bytes of this call queued)")]
     Timeout {
         /// What was being done.
         op: &'static str,
         /// The timeout that ran out.
         after: Duration,
+        /// Bytes of this call the kernel took before time ran out (always 0 for a receive,
+        /// an accept or a wait for completions).
+        queued: u64,
     },
     /// The socket is non-blocking (`O_NONBLOCK`, set by the caller) and the call would have
     /// had to wait: `queued` bytes of this call went out first. Try again when the socket is
@@ -100,7 +104,39 @@ impl Error {
         if nonblocking {
             Error::WouldBlock { op, queued }
         } else {
-            Error::Timeout { op, after }
+            Error::Timeout { op, after, queued }
+        }
+    }
+
+    /// A timed-out operation's error, with nothing of it queued yet.
+    pub(crate) fn timeout(op: &'static str, after: Duration) -> Error {
+        Error::Timeout {
+            op,
+            after,
+            queued: 0,
+        }
+    }
+
+    /// Bytes of the failed call that went out first, where the error says so
+    /// ([`Error::Timeout`], [`Error::WouldBlock`]).
+    pub fn queued(&self) -> Option<u64> {
+        match self {
+            Error::Timeout { queued, .. } | Error::WouldBlock { queued, .. } => Some(*queued),
+            _ => None,
+        }
+    }
+
+    /// This error with `queued` set to the bytes a whole call queued: paths count only
+    /// their own last syscall, the API counts the call.
+    pub(crate) fn with_queued(self, n: u64) -> Error {
+        match self {
+            Error::Timeout { op, after, .. } => Error::Timeout {
+                op,
+                after,
+                queued: n,
+            },
+            Error::WouldBlock { op, .. } => Error::WouldBlock { op, queued: n },
+            e => e,
         }
     }
 

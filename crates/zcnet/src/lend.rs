@@ -68,6 +68,30 @@ impl Lend for bytes::Bytes {
     }
 }
 
+/// A mapped file (feature `memmap2`): the page cache's own pages go to the kernel, no copy
+/// and no read into a buffer first. `memmap2::Mmap::map` is `unsafe` for the caller because
+/// a file truncated or rewritten while mapped breaks `&[u8]`'s promise; the same contract
+/// holds for as long as the loan does.
+#[cfg(feature = "memmap2")]
+impl Lend for memmap2::Mmap {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// Seals a memfd and maps it, soundly and with no `unsafe` of the caller's: a shard kept in
+/// a memfd becomes a [`Lend`]able mapping. See [`zcnet_sys::mem::map_sealed`].
+#[cfg(feature = "memmap2")]
+pub use zcnet_sys::mem::map_sealed;
+
+/// One mapping lent to many senders at once.
+#[cfg(feature = "memmap2")]
+impl Lend for Arc<memmap2::Mmap> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 /// A loan a transmit path holds until its completion: a pool buffer, or the caller's own.
 #[derive(Debug)]
 pub(crate) enum Lent {

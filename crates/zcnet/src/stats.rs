@@ -5,6 +5,7 @@
 use crate::auto::AutoStats;
 use crate::path::FallbackReason;
 use serde::Serialize;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 const NREASONS: usize = FallbackReason::ALL.len();
@@ -285,15 +286,43 @@ macro_rules! adders {
     };
 }
 
+thread_local! {
+    /// Bytes this thread has handed to the kernel for sending, whichever `Stats` counted
+    /// them. A `Sender` runs each call on its caller's thread, so the difference across a
+    /// call is that call's own bytes even when many senders share one `Stats`.
+    static TX_HANDED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Bytes this thread has handed to the kernel so far (see `TX_HANDED`).
+pub(crate) fn tx_handed_by_this_thread() -> u64 {
+    TX_HANDED.with(Cell::get)
+}
+
 impl Stats {
     /// Fresh zeroed counters.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Adds to `tx_bytes_copy` (bytes the kernel copied from user memory).
+    pub fn add_tx_copy_bytes(&self, n: u64) {
+        self.tx_bytes_copy.fetch_add(n, Relaxed);
+        TX_HANDED.with(|c| c.set(c.get() + n));
+    }
+
+    /// Adds to `tx_bytes_zerocopy` (bytes lent to the kernel).
+    pub fn add_tx_zerocopy_bytes(&self, n: u64) {
+        self.tx_bytes_zerocopy.fetch_add(n, Relaxed);
+        TX_HANDED.with(|c| c.set(c.get() + n));
+    }
+
+    /// Adds to `tx_bytes_file` (bytes sent from the page cache).
+    pub fn add_tx_file_bytes(&self, n: u64) {
+        self.tx_bytes_file.fetch_add(n, Relaxed);
+        TX_HANDED.with(|c| c.set(c.get() + n));
+    }
+
     adders! {
-        add_tx_copy_bytes => tx_bytes_copy,
-        add_tx_zerocopy_bytes => tx_bytes_zerocopy,
         add_tx_zc_copied_bytes => tx_bytes_zc_copied,
         add_tx_copy_calls => tx_calls_copy,
         add_tx_zerocopy_calls => tx_calls_zerocopy,
@@ -309,7 +338,6 @@ impl Stats {
         add_rx_zc_empty_calls => rx_zc_empty_calls,
         add_rx_release_calls => rx_release_calls,
         add_rx_released_bytes => rx_bytes_released,
-        add_tx_file_bytes => tx_bytes_file,
         add_tx_file_calls => tx_calls_file,
         add_rx_file_bytes => rx_bytes_file,
         add_rx_file_calls => rx_calls_file,

@@ -161,7 +161,8 @@ fn errors_convert_to_io_errors_with_their_kind() {
     assert_eq!(
         kind(Error::Timeout {
             op: "send",
-            after: Duration::from_secs(1)
+            after: Duration::from_secs(1),
+            queued: 0,
         }),
         io::ErrorKind::TimedOut
     );
@@ -324,5 +325,113 @@ fn dropping_a_sender_with_buffers_in_flight_does_not_block() {
     Verifier::default().check(&got);
     if took > Duration::from_secs(1) {
         panic!("drop waited {took:?} for the kernel");
+    }
+}
+
+/// A peer that stops reading, with a timeout set: once every pool buffer is held by the
+/// kernel, waiting for one ends in `PoolExhausted` (an `io::ErrorKind::WouldBlock`), not a
+/// send timeout — and what was sent before is intact.
+#[test]
+fn a_pool_held_by_the_kernel_is_pool_exhausted() {
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener.set_recv_buffer_size(4096).unwrap();
+    listener
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    listener.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let cfg = sender_cfg(TxPath::Zerocopy)
+        .pool_buffers(2)
+        .buf_size(256 * 1024)
+        .sndbuf(16 << 20)
+        .policy(zcnet::Policy::always())
+        .timeout(Duration::from_millis(500));
+    let mut tx = Sender::connect(addr, &cfg).unwrap();
+    let (peer, _) = listener.accept().unwrap();
+    let mut peer: TcpStream = peer.into();
+    let mut sent = 0u64;
+    let err = loop {
+        match tx.buffer() {
+            Ok(mut buf) => {
+                let n = buf.capacity();
+                buf.fill_at(0, pattern(sent, n));
+                tx.send(buf).unwrap();
+                sent += n as u64;
+                assert!(sent < 64 << 20, "the pool never ran dry");
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::PoolExhausted(_)), "{err:?}");
+    assert_eq!(io::Error::from(err).kind(), io::ErrorKind::WouldBlock);
+    drop(tx);
+    let mut got = Vec::new();
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len() as u64, sent);
+    Verifier::default().check(&got);
+}
+
+/// A blocking send that times out half-way says how many of its bytes went out first, on
+/// the copying, the zero-copy and the file path alike: the peer then reads exactly that
+/// many bytes, in order, and a caller can resume from there without sending any twice.
+#[test]
+fn a_timed_out_send_says_how_much_of_it_was_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let file_path = dir.path().join("big");
+    let len = 8usize << 20;
+    std::fs::write(&file_path, pattern(0, len)).unwrap();
+    let file = std::fs::File::open(&file_path).unwrap();
+    for what in ["send_slice (copy)", "send_owned (zerocopy)", "send_file"] {
+        // A small receive buffer on the peer, so 8 MiB cannot all fit in flight.
+        let listener =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        listener.set_recv_buffer_size(4096).unwrap();
+        listener
+            .bind(
+                &"127.0.0.1:0"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            )
+            .unwrap();
+        listener.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap().as_socket().unwrap();
+        let path = if what.contains("zerocopy") {
+            TxPath::Zerocopy
+        } else {
+            TxPath::Copy
+        };
+        let cfg = sender_cfg(path)
+            .sndbuf(256 * 1024)
+            .policy(zcnet::Policy::always())
+            .timeout(Duration::from_millis(300));
+        let mut tx = Sender::connect(addr, &cfg).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let peer: TcpStream = peer.into();
+        // The peer reads nothing until the send has given up.
+        let err = match what {
+            "send_slice (copy)" => tx.send_slice(pattern(0, len)).unwrap_err(),
+            "send_owned (zerocopy)" => tx.send_owned(pattern(0, len).to_vec()).unwrap_err(),
+            _ => tx.send_file(&file, 0, len as u64).map(|_| ()).unwrap_err(),
+        };
+        let queued = match err {
+            Error::Timeout { queued, .. } => queued,
+            ref other => panic!("{what}: expected a timeout, got {other:?}"),
+        };
+        assert_eq!(err.queued(), Some(queued));
+        assert!(queued > 0 && queued < len as u64, "{what}: queued {queued}");
+        eprintln!("{what}: {err}");
+        drop(tx);
+        let mut got = Vec::new();
+        let mut peer = peer;
+        peer.read_to_end(&mut got).unwrap();
+        assert_eq!(got.len() as u64, queued, "{what}");
+        Verifier::default().check(&got);
     }
 }

@@ -60,10 +60,7 @@ impl Stall {
     /// A call was interrupted: retry, unless nothing moved for the whole timeout.
     pub(crate) fn interrupted(&self, op: &'static str) -> Result<()> {
         if self.since.elapsed() >= self.limit {
-            return Err(Error::Timeout {
-                op,
-                after: self.limit,
-            });
+            return Err(Error::timeout(op, self.limit));
         }
         Ok(())
     }

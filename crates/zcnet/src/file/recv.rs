@@ -249,10 +249,7 @@ impl FileRx {
                     continue;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                    return Err(Error::Timeout {
-                        op: "splice (socket → pipe)",
-                        after: timeout,
-                    })
+                    return Err(Error::timeout("splice (socket → pipe)", timeout))
                 }
                 Err(e) if refused(&e) => {
                     stats.fallback(FallbackReason::FileUnsupported, len - *done);

@@ -203,10 +203,7 @@ impl FileTx {
                     }
                     Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                         self.pipe = None;
-                        return Err(Error::Timeout {
-                            op: "splice (pipe → socket)",
-                            after: timeout,
-                        });
+                        return Err(Error::timeout("splice (pipe → socket)", timeout));
                     }
                     Err(e) if refused(&e) => {
                         // The socket refuses splice. The pipe only holds references to the
@@ -259,10 +256,7 @@ fn sendfile_range(
             }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => stall.interrupted("sendfile")?,
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                return Err(Error::Timeout {
-                    op: "sendfile",
-                    after: timeout,
-                })
+                return Err(Error::timeout("sendfile", timeout))
             }
             Err(e) if refused(&e) => return Ok(Progress::Refused { sent: done }),
             Err(e) => return Err(Error::io("sendfile", e)),

@@ -641,11 +641,7 @@ impl Drop for MsgSender {
 /// Maps a send error to the caller's error: `EAGAIN` is the socket timeout running out.
 fn send_error(e: io::Error, timeout: Duration) -> MsgError {
     if e.raw_os_error() == Some(libc::EAGAIN) {
-        Error::Timeout {
-            op: "sendmsg(UDP)",
-            after: timeout,
-        }
-        .into()
+        Error::timeout("sendmsg(UDP)", timeout).into()
     } else {
         Error::io("sendmsg(UDP)", e).into()
     }

@@ -27,10 +27,7 @@ pub fn recv_some(
             }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
                 if start.elapsed() >= timeout {
-                    return Err(Error::Timeout {
-                        op: "recv",
-                        after: timeout,
-                    });
+                    return Err(Error::timeout("recv", timeout));
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {

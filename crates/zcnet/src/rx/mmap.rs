@@ -265,10 +265,7 @@ impl MmapRx {
             // Nothing queued: wait for data.
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout {
-                    op: "recv (TCP_ZEROCOPY_RECEIVE)",
-                    after: self.timeout,
-                });
+                return Err(Error::timeout("recv (TCP_ZEROCOPY_RECEIVE)", self.timeout));
             }
             let slice = POLL_SLICE.min(deadline - now);
             match socket::poll(

@@ -186,10 +186,7 @@ impl<R: LendingRing> RingRx<R> {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout {
-                    op: R::OP,
-                    after: self.timeout,
-                });
+                return Err(Error::timeout(R::OP, self.timeout));
             }
             let step = self
                 .ring

@@ -81,10 +81,7 @@ impl Listener {
             }
         };
         if ev.is_empty() {
-            return Err(Error::Timeout {
-                op: "accept",
-                after: super::bound(self.cfg.timeout),
-            });
+            return Err(Error::timeout("accept", super::bound(self.cfg.timeout)));
         }
         let (sock, _) = loop {
             match self.sock.accept() {

@@ -320,7 +320,15 @@ impl Sender {
     /// # Ok(()) }
     /// ```
     pub fn send(&mut self, buf: TxBuf) -> Result<()> {
-        self.tx.send_buf(self.sock.as_fd(), buf, &self.stats)
+        let before = crate::stats::tx_handed_by_this_thread();
+        self.tx
+            .send_buf(self.sock.as_fd(), buf, &self.stats)
+            .map_err(|e| Self::queued_since(before, e))
+    }
+
+    /// `e` saying how many bytes of the failed call went out before it failed.
+    fn queued_since(before: u64, e: Error) -> Error {
+        e.with_queued(crate::stats::tx_handed_by_this_thread().wrapping_sub(before))
     }
 
     /// Lends the caller's own memory — a `Vec<u8>`, `Box<[u8]>`, `Arc<[u8]>`, `bytes::Bytes`
@@ -332,8 +340,10 @@ impl Sender {
     /// copies them; `uring` and `cow`, which send from memory of their own, copy them and
     /// count [`FallbackReason::Unsupported`](crate::FallbackReason::Unsupported).
     pub fn send_owned<B: Lend>(&mut self, buf: B) -> Result<()> {
+        let before = crate::stats::tx_handed_by_this_thread();
         self.tx
-            .send_owned(self.sock.as_fd(), Box::new(buf), &self.stats, self.timeout)?;
+            .send_owned(self.sock.as_fd(), Box::new(buf), &self.stats, self.timeout)
+            .map_err(|e| Self::queued_since(before, e))?;
         Ok(())
     }
 
@@ -341,8 +351,10 @@ impl Sender {
     /// the `cow` path its page-aligned middle goes zero-copy while write-protected
     /// ([`crate::cow`]); elsewhere it is copied.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
+        let before = crate::stats::tx_handed_by_this_thread();
         self.tx
-            .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)?;
+            .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)
+            .map_err(|e| Self::queued_since(before, e))?;
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(())
     }
@@ -369,15 +381,19 @@ impl Sender {
         len: u64,
         mode: FileTxMode,
     ) -> Result<u64> {
-        let n = self.file.send(
-            self.sock.as_fd(),
-            file,
-            offset,
-            len,
-            mode,
-            &self.stats,
-            self.timeout,
-        )?;
+        let before = crate::stats::tx_handed_by_this_thread();
+        let n = self
+            .file
+            .send(
+                self.sock.as_fd(),
+                file,
+                offset,
+                len,
+                mode,
+                &self.stats,
+                self.timeout,
+            )
+            .map_err(|e| Self::queued_since(before, e))?;
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(n)
     }
@@ -388,10 +404,10 @@ impl Sender {
         while self.tx.buffers_in_flight() > 0 {
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout {
-                    op: "waiting for zero-copy completions",
-                    after: self.timeout,
-                });
+                return Err(Error::timeout(
+                    "waiting for zero-copy completions",
+                    self.timeout,
+                ));
             }
             self.tx.wait(
                 self.sock.as_fd(),
@@ -473,7 +489,9 @@ impl io::Write for Sender {
         match self.send_slice(buf) {
             Ok(()) => Ok(buf.len()),
             // io::Write's contract: bytes that went out are reported, never sent twice.
-            Err(Error::WouldBlock { queued, .. }) if queued > 0 => Ok(queued as usize),
+            Err(Error::WouldBlock { queued, .. } | Error::Timeout { queued, .. }) if queued > 0 => {
+                Ok(queued as usize)
+            }
             Err(e) => Err(e.into()),
         }
     }

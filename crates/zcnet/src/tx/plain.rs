@@ -24,10 +24,7 @@ pub fn send_all(fd: BorrowedFd<'_>, data: &[u8], stats: &Stats, timeout: Duratio
             }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
                 if progress.elapsed() >= timeout {
-                    return Err(Error::Timeout {
-                        op: "send",
-                        after: timeout,
-                    });
+                    return Err(Error::timeout("send", timeout));
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {

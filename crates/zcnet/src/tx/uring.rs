@@ -190,10 +190,7 @@ impl UringTx {
                 let _ = ring.wait(Duration::from_millis(20));
             }
         }
-        Error::Timeout {
-            op: "io_uring SEND_ZC",
-            after: self.timeout,
-        }
+        Error::timeout("io_uring SEND_ZC", self.timeout)
     }
 
     /// Waits up to `timeout` for a buffer to come back (or nothing is in flight).

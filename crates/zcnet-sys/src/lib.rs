@@ -10,6 +10,8 @@
 //!   type can enforce: [`mem`] (page-aligned, pre-faulted buffers), [`uring`] (SEND_ZC rings,
 //!   provided-buffer rings, the zero-copy receive area), [`xsk`] (AF_XDP UMEM and rings) and
 //!   [`cow`] (write protection of pages in flight: the userfaultfd and SIGSEGV engines).
+//! * With feature `tokio`, `reactor`: an owned descriptor registered with tokio's reactor
+//!   (tokio made that registration `unsafe`; for an `OwnedFd` it is sound by construction).
 //!
 //! Policy (when to retry, when to fall back, what to count) lives in the `zcnet` crate, which
 //! is `#![forbid(unsafe_code)]`.
@@ -19,6 +21,8 @@
 pub mod cow;
 pub mod mem;
 pub mod raw;
+#[cfg(feature = "tokio")]
+pub mod reactor;
 #[doc(hidden)]
 pub mod testing;
 pub mod uring;

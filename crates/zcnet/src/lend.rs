@@ -68,6 +68,14 @@ impl Lend for bytes::Bytes {
     }
 }
 
+/// A `BytesMut` moved in cannot be written while lent: the loan owns it.
+#[cfg(feature = "bytes")]
+impl Lend for bytes::BytesMut {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 /// A mapped file (feature `memmap2`): the page cache's own pages go to the kernel, no copy
 /// and no read into a buffer first. `memmap2::Mmap::map` is `unsafe` for the caller because
 /// a file truncated or rewritten while mapped breaks `&[u8]`'s promise; the same contract

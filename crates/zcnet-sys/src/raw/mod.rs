@@ -2,6 +2,7 @@
 
 pub mod cmsg;
 pub mod cpu;
+pub mod epoll;
 pub mod socket;
 pub mod splice;
 pub mod udp;

@@ -46,9 +46,37 @@ pub(crate) fn reap_completions<T>(
     demote_after_copied: Option<u32>,
     stats: &Stats,
 ) -> Result<Vec<T>> {
-    entries.clear();
-    zc::read_errqueue(fd, entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
     let mut released = Vec::new();
+    reap_each(
+        fd,
+        entries,
+        completions,
+        demotion,
+        demote_after_copied,
+        stats,
+        |item, _copied| released.push(item),
+    )?;
+    Ok(released)
+}
+
+/// [`reap_completions`] that hands each freed loan to `release` together with whether the
+/// notification that freed it said the kernel copied the data anyway
+/// (`SO_EE_CODE_ZEROCOPY_COPIED`). Returns the number of error-queue messages read.
+///
+/// Public so that an async front end (the `zcnet-tokio` crate) drains completions with the
+/// same accounting as the blocking paths, and can tell each caller whether its own buffer
+/// was copied, instead of keeping a second copy of this loop.
+pub fn reap_each<T>(
+    fd: BorrowedFd<'_>,
+    entries: &mut Vec<zc::ErrqueueEntry>,
+    completions: &mut Completions<T>,
+    demotion: &mut CopiedDemotion,
+    demote_after_copied: Option<u32>,
+    stats: &Stats,
+    mut release: impl FnMut(T, bool),
+) -> Result<usize> {
+    entries.clear();
+    let n = zc::read_errqueue(fd, entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
     for entry in entries.iter() {
         if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = *entry {
             stats.add_tx_notifications(1);
@@ -60,8 +88,10 @@ pub(crate) fn reap_completions<T>(
             if demotion.observe(copied, demote_after_copied) {
                 stats.add_tx_demotions(1);
             }
-            released.extend(done.released);
+            for item in done.released {
+                release(item, copied);
+            }
         }
     }
-    Ok(released)
+    Ok(n)
 }

@@ -1,0 +1,249 @@
+//! The state one stream shares with its in-flight sends and its completion driver: the
+//! socket, its readiness, and the `MSG_ZEROCOPY` bookkeeping (zcnet's `zc::completion`).
+
+use crate::loan::Loan;
+use crate::readiness::{Direction, Readiness};
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+use tokio::sync::Notify;
+use zcnet::policy::{CopiedDemotion, TxDecision};
+use zcnet::zc::completion::Completions;
+use zcnet::zc::reap::reap_each;
+use zcnet::{FallbackReason, Policy, Stats};
+use zcnet_sys::raw::epoll::EventFlags;
+use zcnet_sys::raw::socket::{self, RecvFlags, SendFlags};
+use zcnet_sys::raw::zerocopy::{self as zc, ErrqueueEntry};
+
+/// Completion bookkeeping of one socket.
+#[derive(Debug)]
+pub(crate) struct TxState {
+    completions: Completions<Loan>,
+    demotion: CopiedDemotion,
+    policy: Policy,
+    entries: Vec<ErrqueueEntry>,
+    /// `SO_ZEROCOPY` could not be enabled: every send is copied, counted as unsupported.
+    unsupported: bool,
+    /// Whether the latest notification said COPIED (for a loan whose calls were all
+    /// completed before it was lent).
+    last_copied: bool,
+}
+
+impl Drop for TxState {
+    fn drop(&mut self) {
+        // The last reference to the socket is going: loans still referenced are given up.
+        for loan in self.completions.abandon() {
+            loan.leak();
+        }
+    }
+}
+
+/// One stream's shared state.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    sock: TcpStream,
+    readiness: Readiness,
+    tx: Mutex<TxState>,
+    pub(crate) stats: Arc<Stats>,
+    closed: AtomicBool,
+    pub(crate) wake_driver: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Conn {
+    /// Takes a non-blocking socket; `zerocopy` says whether `SO_ZEROCOPY` is on.
+    pub(crate) fn new(
+        sock: TcpStream,
+        zerocopy: bool,
+        policy: Policy,
+        stats: Arc<Stats>,
+    ) -> io::Result<Conn> {
+        let readiness = Readiness::new(sock.as_fd())?;
+        Ok(Conn {
+            sock,
+            readiness,
+            tx: Mutex::new(TxState {
+                completions: Completions::new(),
+                demotion: CopiedDemotion::default(),
+                policy,
+                entries: Vec::new(),
+                unsupported: !zerocopy,
+                last_copied: false,
+            }),
+            stats,
+            closed: AtomicBool::new(false),
+            wake_driver: Notify::new(),
+        })
+    }
+
+    pub(crate) fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    /// The stream handle is gone: the driver finishes the loans and lets the socket close.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake_driver.notify_one();
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Buffers the kernel may still read.
+    pub(crate) fn loans_in_flight(&self) -> usize {
+        lock(&self.tx).completions.loans_in_flight()
+    }
+
+    /// Whether `SO_ZEROCOPY` is on.
+    pub(crate) fn zerocopy_enabled(&self) -> bool {
+        !lock(&self.tx).unsupported
+    }
+
+    /// The policy's choice for sending `data`.
+    pub(crate) fn decide(&self, data: &[u8]) -> TxDecision {
+        let tx = lock(&self.tx);
+        if tx.unsupported {
+            return TxDecision::Copy(FallbackReason::Unsupported);
+        }
+        tx.policy.decide(
+            data.len(),
+            data.as_ptr() as usize,
+            zcnet_sys::mem::page_size(),
+            tx.demotion.is_demoted(),
+        )
+    }
+
+    /// Reads the error queue without blocking and releases every loan whose calls are all
+    /// complete. Returns the number of error-queue messages read.
+    pub(crate) fn drain(&self) -> io::Result<usize> {
+        let mut released = Vec::new();
+        let n = {
+            let mut guard = lock(&self.tx);
+            let tx = &mut *guard;
+            let limit = tx.policy.demote_after_copied;
+            let mut last = tx.last_copied;
+            let n = reap_each(
+                self.sock.as_fd(),
+                &mut tx.entries,
+                &mut tx.completions,
+                &mut tx.demotion,
+                limit,
+                &self.stats,
+                |loan, copied| released.push((loan, copied)),
+            )?;
+            for e in &tx.entries {
+                if let ErrqueueEntry::Zerocopy { copied, .. } = e {
+                    last = *copied;
+                }
+            }
+            tx.last_copied = last;
+            n
+        };
+        // Buffers are handed back (or dropped) outside the lock.
+        for (loan, copied) in released {
+            loan.release(copied);
+        }
+        Ok(n)
+    }
+
+    /// Keeps `loan` until calls `first..=last` are complete (released at once if they are).
+    pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) {
+        let (back, copied) = {
+            let mut tx = lock(&self.tx);
+            (tx.completions.lend(loan, first, last), tx.last_copied)
+        };
+        match back {
+            Some(loan) => loan.release(copied),
+            None => self.wake_driver.notify_one(),
+        }
+    }
+
+    /// One `send(MSG_ZEROCOPY)` call; the call is numbered under the same lock the
+    /// completions are applied under, so its notification cannot be read before it is known.
+    /// Returns the bytes queued and the call's id.
+    pub(crate) fn send_zerocopy(&self, data: &[u8]) -> io::Result<(usize, u64)> {
+        let mut tx = lock(&self.tx);
+        let n = zc::send_zerocopy(self.sock.as_fd(), data, SendFlags::DONTWAIT)?;
+        let id = tx.completions.record_call(n);
+        self.stats.add_tx_zerocopy_bytes(n as u64);
+        self.stats.add_tx_zerocopy_calls(1);
+        Ok((n, id))
+    }
+
+    /// One plain (copying) `send`.
+    pub(crate) fn send_copy(&self, data: &[u8]) -> io::Result<usize> {
+        let n = socket::send(self.sock.as_fd(), data, SendFlags::DONTWAIT)?;
+        self.stats.add_tx_copy_bytes(n as u64);
+        self.stats.add_tx_copy_calls(1);
+        Ok(n)
+    }
+
+    /// One plain `recv`.
+    pub(crate) fn recv_copy(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = socket::recv(self.sock.as_fd(), buf, RecvFlags::DONTWAIT)?;
+        self.stats.add_rx_copied_bytes(n as u64);
+        Ok(n)
+    }
+
+    /// Runs `op` once `dir` is ready, until it does not say `WouldBlock`. Completions that
+    /// raised `EPOLLERR` on the way are drained here and never reach `op`'s caller; an
+    /// `EPOLLERR` with an empty error queue is the socket's own error, which `op` reports.
+    pub(crate) fn poll_io<R>(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
+        mut op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        loop {
+            let seen = ready!(self.readiness.poll_ready(cx, dir))?;
+            let mut attempt = seen.flags.intersects(dir.mask());
+            if seen.flags.contains(EventFlags::ERR) {
+                self.readiness.clear(EventFlags::ERR, seen);
+                if self.drain()? == 0 {
+                    attempt = true;
+                }
+            }
+            if !attempt {
+                continue;
+            }
+            match op() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let edge = match dir {
+                        Direction::Read => EventFlags::IN,
+                        Direction::Write => EventFlags::OUT,
+                        Direction::Errqueue => EventFlags::ERR,
+                    };
+                    self.readiness.clear(edge, seen);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    /// Ready once no loan is left; drains the error queue whenever it signals.
+    pub(crate) fn poll_completions(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if self.loans_in_flight() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            let seen = ready!(self.readiness.poll_ready(cx, Direction::Errqueue))?;
+            self.readiness.clear(EventFlags::ERR, seen);
+            self.drain()?;
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // A last look: what is complete is released; the rest is leaked by TxState.
+        let _ = self.drain();
+    }
+}

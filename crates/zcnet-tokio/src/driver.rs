@@ -1,0 +1,42 @@
+//! The completion driver: one tokio task per stream (not a thread) that reads the error
+//! queue whenever it signals and a loan is waiting, so completions are consumed even when
+//! no caller awaits them (`send_bytes`, a dropped `send_zc` future, a dropped stream).
+//!
+//! When the stream is dropped with loans in flight the driver shuts the write side down (the
+//! peer sees the same FIN a close would send after the queued data) and keeps the socket
+//! open until every completion has come: the kernel returns the pages when the data is
+//! acknowledged, when the peer resets, or when TCP's own retransmission timeout gives up.
+//! Only then is the socket closed and the driver gone.
+
+use crate::conn::Conn;
+use std::future::poll_fn;
+use std::net::Shutdown;
+use std::sync::Arc;
+
+/// Runs until the stream is dropped and no loan is left.
+pub(crate) async fn drive(conn: Arc<Conn>) {
+    loop {
+        if conn.loans_in_flight() == 0 {
+            if conn.is_closed() {
+                return;
+            }
+            conn.wake_driver.notified().await;
+            continue;
+        }
+        if conn.is_closed() {
+            let _ = conn.socket().shutdown(Shutdown::Write);
+            // An error here (the error queue unreadable) leaves the loans to be leaked when
+            // the last reference goes; nothing is freed under the kernel.
+            let _ = poll_fn(|cx| conn.poll_completions(cx)).await;
+            return;
+        }
+        tokio::select! {
+            r = poll_fn(|cx| conn.poll_completions(cx)) => {
+                if r.is_err() {
+                    return;
+                }
+            }
+            _ = conn.wake_driver.notified() => {}
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The socket's readiness, learned through tokio's reactor but interpreted here.
+//!
+//! tokio (through mio) reads `EPOLLOUT|EPOLLERR` — and `EPOLLERR` alone — as "write side
+//! closed", a state its readiness never clears (mio `is_write_closed`, tokio
+//! `ScheduledIo::clear_readiness`). Every `MSG_ZEROCOPY` completion raises `EPOLLERR`
+//! (kernel Documentation/networking/msg_zerocopy.rst, "Notification Reception"), so a
+//! zero-copy socket registered with tokio directly would be reported writable for ever after
+//! its first completion, and a full send buffer would make `poll_write` spin. Instead the
+//! socket sits in an epoll instance of its own ([`zcnet_sys::raw::epoll`], edge-triggered),
+//! and only that instance is registered with tokio: tokio wakes us, and the true event mask
+//! decides who may proceed.
+//!
+//! Bits are cleared the way tokio clears them: only if no new event arrived since the
+//! caller looked (a generation number), so an edge is never lost between a `WouldBlock` and
+//! the clear. One reactor registration serves every waiter (reader, writer, the
+//! completion driver, `flush_loans`), so the waker given to tokio wakes them all.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use zcnet_sys::raw::epoll::{self, EventFlags};
+
+/// What a waiter waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// `AsyncRead`: data, end of stream, or a hang-up.
+    Read,
+    /// Sends: room in the send buffer, or a hang-up.
+    Write,
+    /// The error queue: completions (or a pending socket error).
+    Errqueue,
+}
+
+impl Direction {
+    /// The event bits that let this direction proceed.
+    pub(crate) fn mask(self) -> EventFlags {
+        match self {
+            Direction::Read => EventFlags::IN | EventFlags::RDHUP | EventFlags::HUP,
+            Direction::Write => EventFlags::OUT | EventFlags::HUP,
+            Direction::Errqueue => EventFlags::ERR,
+        }
+    }
+}
+
+/// What [`Readiness::poll_ready`] saw: the event bits and the generation they belong to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seen {
+    pub(crate) flags: EventFlags,
+    pub(crate) gen: u64,
+}
+
+#[derive(Debug)]
+struct Bits {
+    flags: EventFlags,
+    gen: u64,
+}
+
+/// The wakers of everyone waiting on one registration (a reader, a writer, the driver,
+/// a `flush_loans`), woken all at once: each then takes what it needs from the bits.
+#[derive(Debug, Default)]
+struct Waiters {
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Wake for Waiters {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let taken = std::mem::take(&mut *lock(&self.wakers));
+        for w in taken {
+            w.wake();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain bits behind, never a broken invariant.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One socket's readiness (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Readiness {
+    ep: AsyncFd<OwnedFd>,
+    bits: Mutex<Bits>,
+    waiters: Arc<Waiters>,
+    fanout: Waker,
+}
+
+impl Readiness {
+    /// Watches `sock` (must be non-blocking). Needs a tokio runtime with I/O enabled.
+    pub(crate) fn new(sock: BorrowedFd<'_>) -> io::Result<Readiness> {
+        let ep = epoll::create()?;
+        epoll::add(
+            ep.as_fd(),
+            sock,
+            EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET,
+        )?;
+        let ep = zcnet_sys::reactor::register_owned(ep, Interest::READABLE)?;
+        let waiters = Arc::new(Waiters::default());
+        Ok(Readiness {
+            ep,
+            // Optimistic, as for any fresh socket: the first operation finds out.
+            bits: Mutex::new(Bits {
+                flags: EventFlags::IN | EventFlags::OUT,
+                gen: 0,
+            }),
+            fanout: Waker::from(waiters.clone()),
+            waiters,
+        })
+    }
+
+    /// Ready when any of `dir`'s bits, or `EPOLLERR`, is set; returns what was seen. The
+    /// caller must act on `EPOLLERR` (drain the error queue, then [`Readiness::clear`] it).
+    pub(crate) fn poll_ready(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
+    ) -> Poll<io::Result<Seen>> {
+        loop {
+            {
+                let b = lock(&self.bits);
+                if b.flags.intersects(dir.mask() | EventFlags::ERR) {
+                    return Poll::Ready(Ok(Seen {
+                        flags: b.flags,
+                        gen: b.gen,
+                    }));
+                }
+            }
+            // Registered before asking the reactor, so an event between the two wakes us.
+            {
+                let mut wakers = lock(&self.waiters.wakers);
+                if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    wakers.push(cx.waker().clone());
+                }
+            }
+            let mut fanout = Context::from_waker(&self.fanout);
+            match self.ep.poll_read_ready(&mut fanout) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(mut guard)) => {
+                    // Cleared before taking the events: one that lands in between re-arms
+                    // the reactor (its tick check keeps the new readiness).
+                    guard.clear_ready();
+                    let ev = epoll::take_events(self.ep.get_ref().as_fd())?;
+                    if !ev.is_empty() {
+                        {
+                            let mut b = lock(&self.bits);
+                            b.flags |= ev;
+                            b.gen += 1;
+                        }
+                        // Others may wait for the bits that just came.
+                        self.waiters.wake_by_ref();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Clears `flags` unless an event arrived after `seen` was taken.
+    pub(crate) fn clear(&self, flags: EventFlags, seen: Seen) {
+        let mut b = lock(&self.bits);
+        if b.gen == seen.gen {
+            b.flags.remove(flags);
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Shared by the integration tests: connected pairs on a topology, checked byte patterns.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::{TcpListener, TcpStream};
+use zcnet_testbed::pattern::{pattern, Verifier};
+use zcnet_testbed::topo::Topo;
+use zcnet_tokio::{ZcConfig, ZcStream};
+
+/// `len` bytes of the checked pattern starting at stream offset `pos`.
+pub fn pattern_vec(pos: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(4 << 20);
+        v.extend_from_slice(pattern(pos + off as u64, n));
+        off += n;
+    }
+    v
+}
+
+/// Reads `r` to its end, checking every byte against the pattern; returns the count.
+pub async fn read_verified(mut r: impl AsyncRead + Unpin) -> std::io::Result<u64> {
+    let mut v = Verifier::default();
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(v.pos);
+        }
+        v.check(&buf[..n]);
+    }
+}
+
+/// A listener on the topology's receiving side (namespace `b`, or loopback).
+pub fn listener(topo: Topo<'_>) -> TcpListener {
+    let l = topo.on_receiver(|| std::net::TcpListener::bind(topo.receiver_addr(0)).unwrap());
+    l.set_nonblocking(true).unwrap();
+    TcpListener::from_std(l).unwrap()
+}
+
+/// A connection from the topology's sending side to `addr`, as a plain tokio stream.
+pub fn connect_plain(topo: Topo<'_>, addr: SocketAddr) -> TcpStream {
+    let s = topo.on_sender(|| std::net::TcpStream::connect(addr).unwrap());
+    s.set_nonblocking(true).unwrap();
+    TcpStream::from_std(s).unwrap()
+}
+
+/// A `ZcStream` sending from the topology's sending side, and the receiving end.
+pub async fn pair(topo: Topo<'_>, config: ZcConfig) -> (ZcStream, TcpStream) {
+    let l = listener(topo);
+    let addr = l.local_addr().unwrap();
+    let s = connect_plain(topo, addr);
+    let (r, _) = l.accept().await.unwrap();
+    (ZcStream::from_tokio(s, config).unwrap(), r)
+}

@@ -122,44 +122,37 @@ impl Conn {
 
     /// Reads the error queue without blocking and releases every loan whose calls are all
     /// complete. Returns the number of error-queue messages read.
+    ///
+    /// Loans are released under the lock, so once [`Conn::loans_in_flight`] says 0 every
+    /// buffer has been handed back or dropped (releasing wakes a task or frees memory,
+    /// neither of which comes back to this stream).
     pub(crate) fn drain(&self) -> io::Result<usize> {
-        let mut released = Vec::new();
-        let n = {
-            let mut guard = lock(&self.tx);
-            let tx = &mut *guard;
-            let limit = tx.policy.demote_after_copied;
-            let mut last = tx.last_copied;
-            let n = reap_each(
-                self.sock.as_fd(),
-                &mut tx.entries,
-                &mut tx.completions,
-                &mut tx.demotion,
-                limit,
-                &self.stats,
-                |loan, copied| released.push((loan, copied)),
-            )?;
-            for e in &tx.entries {
-                if let ErrqueueEntry::Zerocopy { copied, .. } = e {
-                    last = *copied;
-                }
-            }
-            tx.last_copied = last;
-            n
-        };
-        // Buffers are handed back (or dropped) outside the lock.
-        for (loan, copied) in released {
-            loan.release(copied);
+        let mut guard = lock(&self.tx);
+        let tx = &mut *guard;
+        let limit = tx.policy.demote_after_copied;
+        let n = reap_each(
+            self.sock.as_fd(),
+            &mut tx.entries,
+            &mut tx.completions,
+            &mut tx.demotion,
+            limit,
+            &self.stats,
+            |loan, copied| loan.release(copied),
+        )?;
+        if let Some(copied) = tx.entries.iter().rev().find_map(|e| match e {
+            ErrqueueEntry::Zerocopy { copied, .. } => Some(*copied),
+            ErrqueueEntry::Other(_) => None,
+        }) {
+            tx.last_copied = copied;
         }
         Ok(n)
     }
 
     /// Keeps `loan` until calls `first..=last` are complete (released at once if they are).
     pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) {
-        let (back, copied) = {
-            let mut tx = lock(&self.tx);
-            (tx.completions.lend(loan, first, last), tx.last_copied)
-        };
-        match back {
+        let mut tx = lock(&self.tx);
+        let copied = tx.last_copied;
+        match tx.completions.lend(loan, first, last) {
             Some(loan) => loan.release(copied),
             None => self.wake_driver.notify_one(),
         }

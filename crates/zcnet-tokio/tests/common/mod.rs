@@ -55,3 +55,63 @@ pub async fn pair(topo: Topo<'_>, config: ZcConfig) -> (ZcStream, TcpStream) {
     let (r, _) = l.accept().await.unwrap();
     (ZcStream::from_tokio(s, config).unwrap(), r)
 }
+
+/// A buffer whose drop is observable: it records how many zero-copy calls the kernel had
+/// completed on its stream at the moment it was dropped.
+pub struct Watched {
+    data: Vec<u8>,
+    stats: std::sync::Arc<zcnet::Stats>,
+    log: std::sync::Arc<std::sync::Mutex<Option<u64>>>,
+}
+
+/// What a [`Watched`] saw when it was dropped: `None` while it is alive.
+pub type DropLog = std::sync::Arc<std::sync::Mutex<Option<u64>>>;
+
+impl Watched {
+    pub fn new(data: Vec<u8>, stats: std::sync::Arc<zcnet::Stats>) -> (Watched, DropLog) {
+        let log = DropLog::default();
+        (
+            Watched {
+                data,
+                stats,
+                log: log.clone(),
+            },
+            log,
+        )
+    }
+}
+
+impl zcnet::Lend for Watched {
+    fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl AsRef<[u8]> for Watched {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        *self.log.lock().unwrap() = Some(self.stats.snapshot().tx_completed_calls);
+    }
+}
+
+/// A pair whose receiving end keeps tiny buffers, so a sender stalls (and its zero-copy
+/// pages stay in flight) for as long as the receiver does not read.
+pub async fn stalled_pair(config: ZcConfig) -> (ZcStream, TcpStream) {
+    let l = tokio::net::TcpSocket::new_v4().unwrap();
+    l.set_recv_buffer_size(16 << 10).unwrap();
+    l.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = l.listen(8).unwrap();
+    let addr = l.local_addr().unwrap();
+    let c = tokio::net::TcpSocket::new_v4().unwrap();
+    c.set_send_buffer_size(64 << 10).unwrap();
+    let (s, r) = tokio::join!(c.connect(addr), l.accept());
+    (
+        ZcStream::from_tokio(s.unwrap(), config).unwrap(),
+        r.unwrap().0,
+    )
+}

@@ -12,6 +12,8 @@
 //! * [`ZcStream::send_bytes`] returns as soon as a `Bytes` is queued and keeps one
 //!   reference until the completion: `Bytes` is immutable, so that is safe without
 //!   copy-on-write;
+//! * [`ZcStream::recv_zc`] lends received pages mapped with `TCP_ZEROCOPY_RECEIVE` where
+//!   the kernel can map them, copies where it cannot, within a bounded window;
 //! * `AsyncRead`/`AsyncWrite` keep copy semantics, a drop-in for `tokio::net::TcpStream`.
 //!
 //! Whether a send goes zero-copy is zcnet's [`zcnet::Policy`] per operation, and every
@@ -28,11 +30,13 @@ mod conn;
 mod driver;
 mod loan;
 mod readiness;
+mod rx;
 mod send;
 mod stream;
 
 pub use config::ZcConfig;
 pub use loan::leaked_loans;
+pub use rx::RxChunk;
 pub use send::Sent;
 pub use stream::{ZcListener, ZcStream};
 pub use zcnet::{Lend, Policy, Stats, StatsSnapshot};

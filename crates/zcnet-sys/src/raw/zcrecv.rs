@@ -81,6 +81,9 @@ pub struct SocketMap {
 
 // SAFETY: the mapping is owned by this value (like Box<[u8]>); slices are read-only.
 unsafe impl Send for SocketMap {}
+// SAFETY: through `&SocketMap` one can only read lengths and the mapped prefix's bytes;
+// the prefix changes (receive, release_all) only through `&mut self`, like a Box<[u8]>.
+unsafe impl Sync for SocketMap {}
 
 impl SocketMap {
     /// Maps `len` bytes (rounded to pages) of the socket's receive space.

@@ -76,7 +76,7 @@ async fn receive_all(r: &mut ZcStream, mixed: bool) -> (u64, u64) {
     let mut i = 0u64;
     loop {
         i += 1;
-        if mixed && i % 3 == 0 {
+        if mixed && i.is_multiple_of(3) {
             let n = r.read(&mut buf).await.unwrap();
             if n == 0 {
                 break;

@@ -14,7 +14,9 @@
 //!   copy-on-write;
 //! * [`ZcStream::recv_zc`] lends received pages mapped with `TCP_ZEROCOPY_RECEIVE` where
 //!   the kernel can map them, copies where it cannot, within a bounded window;
-//! * `AsyncRead`/`AsyncWrite` keep copy semantics, a drop-in for `tokio::net::TcpStream`.
+//! * `AsyncRead`/`AsyncWrite` keep copy semantics, a drop-in for `tokio::net::TcpStream`;
+//! * [`ZcIo`] and [`ZcBody`] (feature `hyper`): an unmodified hyper server sends large
+//!   `Bytes` body frames zero-copy (`examples/hyper_server.rs`).
 //!
 //! Whether a send goes zero-copy is zcnet's [`zcnet::Policy`] per operation, and every
 //! byte is counted in zcnet's [`zcnet::Stats`] (copied, zero-copy, copied anyway by the
@@ -28,6 +30,8 @@
 mod config;
 mod conn;
 mod driver;
+#[cfg(feature = "hyper")]
+mod hyper_io;
 mod loan;
 mod readiness;
 mod rx;
@@ -35,6 +39,8 @@ mod send;
 mod stream;
 
 pub use config::ZcConfig;
+#[cfg(feature = "hyper")]
+pub use hyper_io::{Lender, ZcBody, ZcIo};
 pub use loan::leaked_loans;
 pub use rx::RxChunk;
 pub use send::Sent;

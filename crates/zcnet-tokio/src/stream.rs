@@ -163,6 +163,42 @@ impl ZcStream {
         result.map(|()| sent)
     }
 
+    /// One non-blocking send of `bytes` (or of its first part), zero-copy where the policy
+    /// says so; the stream keeps the part the kernel took until its completion. For
+    /// writers driven by `poll` (hyper's I/O, see [`crate::ZcIo`]).
+    pub fn poll_send_lent(
+        &mut self,
+        cx: &mut Context<'_>,
+        bytes: Bytes,
+    ) -> Poll<io::Result<usize>> {
+        let conn = &self.conn;
+        if let zcnet::policy::TxDecision::Copy(reason) = conn.decide(&bytes) {
+            let n =
+                std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_copy(&bytes)))?;
+            conn.stats.fallback(reason, n as u64);
+            return Poll::Ready(Ok(n));
+        }
+        match std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(&bytes))) {
+            Ok((n, id)) => {
+                conn.lend(Loan::Held(Box::new(bytes.slice(..n))), id, id);
+                Poll::Ready(Ok(n))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                // Nothing queued; the kernel does not fall back by itself. Read what
+                // completions there are and copy this write (counted).
+                conn.stats.add_tx_enobufs(1);
+                conn.drain()?;
+                let n = std::task::ready!(
+                    conn.poll_io(cx, Direction::Write, || conn.send_copy(&bytes))
+                )?;
+                conn.stats
+                    .fallback(zcnet::FallbackReason::Enobufs, n as u64);
+                Poll::Ready(Ok(n))
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
     /// Sends all of `data` by copying (`send(2)`), counted in [`Stats`] like `AsyncWrite`.
     pub async fn send_copy(&mut self, data: &[u8]) -> io::Result<Sent> {
         let mut sent = Sent::default();

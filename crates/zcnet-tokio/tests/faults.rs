@@ -247,16 +247,24 @@ async fn tokio_alone_reports_a_zero_copy_socket_writable_for_ever() {
         z.stats().snapshot().tx_notifications > 0,
         "completions came"
     );
-    let polls = std::sync::atomic::AtomicUsize::new(0);
-    let counted = std::future::poll_fn(|cx| {
-        polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        std::pin::Pin::new(&mut z).poll_write(cx, &data)
-    });
-    let r = tokio::time::timeout(Duration::from_millis(100), counted).await;
-    assert!(r.is_err(), "no room, so the write waits");
-    assert!(
-        polls.load(std::sync::atomic::Ordering::Relaxed) < 10,
-        "woken {} times in 100 ms: a spin",
-        polls.load(std::sync::atomic::Ordering::Relaxed)
-    );
+    // Under load room can still appear for a while; what must hold is that whenever the
+    // write does wait, it waits without being polled over and over.
+    let mut waited = false;
+    for _ in 0..20 {
+        let polls = std::sync::atomic::AtomicUsize::new(0);
+        let counted = std::future::poll_fn(|cx| {
+            polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::pin::Pin::new(&mut z).poll_write(cx, &data)
+        });
+        if tokio::time::timeout(Duration::from_millis(100), counted)
+            .await
+            .is_err()
+        {
+            let n = polls.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(n < 10, "polled {n} times in 100 ms: a spin");
+            waited = true;
+            break;
+        }
+    }
+    assert!(waited, "the send buffer never stayed full");
 }

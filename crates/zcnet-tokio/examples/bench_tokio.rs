@@ -1,16 +1,17 @@
-//! Side by side in one run, on loopback: plain `tokio::net::TcpStream` against `ZcStream`
+//! Side by side in one run, on loopback and (as root) across a veth pair between two
+//! network namespaces (zcnet-testbed's `VethPair`, MTU 9000): plain `tokio::net::TcpStream` against `ZcStream`
 //! (copy through `AsyncWrite`, `send_zc`, `send_bytes`, and `auto` = `send_bytes` under
 //! zcnet's default policy), at 64 KiB and 1 MiB per operation: CPU seconds per GiB of the
 //! sending and of the receiving end.
 //!
 //! ```text
-//! cargo run --release -p zcnet-tokio --example bench_tokio -- [--gib 1] [--runs 3]
+//! cargo run --release -p zcnet-tokio --example bench_tokio -- [--gib 1] [--runs 3] [--no-netns]
 //! ```
 //!
 //! Each end is a current-thread tokio runtime on its own OS thread, so `getrusage
 //! (RUSAGE_THREAD)` of that thread is that end's CPU, completion driver included. Softirq
 //! work the kernel does on the other core, or in ksoftirqd, is charged to neither. Medians
-//! of `--runs` runs are printed. On loopback the kernel copies `MSG_ZEROCOPY` data at
+//! of `--runs` runs are printed. On loopback and veth the kernel copies `MSG_ZEROCOPY` data at
 //! delivery anyway (the "copied anyway" column): zero-copy cannot win here, the bar is not
 //! to lose. The receiver counts bytes only (no pattern check), to measure the transport.
 
@@ -19,6 +20,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zcnet_sys::raw::cpu;
+use zcnet_testbed::netns::VethPair;
 use zcnet_tokio::{Policy, ZcConfig, ZcStream};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,45 +105,61 @@ async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f6
     )
 }
 
-fn one(mode: Mode, total: u64, size: usize) -> Run {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let start = Instant::now();
-    let rx = std::thread::spawn(move || {
-        let rt = current_thread();
-        let c0 = cpu_now();
-        let got = rt.block_on(async move {
-            listener.set_nonblocking(true).expect("nonblocking");
-            let l = tokio::net::TcpListener::from_std(listener).expect("listener");
-            let (mut r, _) = l.accept().await.expect("accept");
-            let mut buf = vec![0u8; 256 << 10];
-            let mut got = 0u64;
-            loop {
-                let n = r.read(&mut buf).await.expect("read");
-                if n == 0 {
-                    return got;
+fn one(mode: Mode, total: u64, size: usize, veth: Option<&VethPair>) -> Run {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let start = Instant::now();
+        let rx = scope.spawn(move || {
+            let bind: SocketAddr = match veth {
+                Some(v) => {
+                    v.enter_b().expect("entering namespace b");
+                    SocketAddr::new(v.addr_b().into(), 0)
                 }
-                got += n as u64;
-            }
+                None => "127.0.0.1:0".parse().expect("address"),
+            };
+            let listener = std::net::TcpListener::bind(bind).expect("bind");
+            addr_tx
+                .send(listener.local_addr().expect("addr"))
+                .expect("channel");
+            let rt = current_thread();
+            let c0 = cpu_now();
+            let got = rt.block_on(async move {
+                listener.set_nonblocking(true).expect("nonblocking");
+                let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let (mut r, _) = l.accept().await.expect("accept");
+                let mut buf = vec![0u8; 256 << 10];
+                let mut got = 0u64;
+                loop {
+                    let n = r.read(&mut buf).await.expect("read");
+                    if n == 0 {
+                        return got;
+                    }
+                    got += n as u64;
+                }
+            });
+            (cpu_now() - c0, got)
         });
-        (cpu_now() - c0, got)
-    });
-    let tx = std::thread::spawn(move || {
-        let rt = current_thread();
-        let c0 = cpu_now();
-        let shares = rt.block_on(send(mode, addr, total, size));
-        (cpu_now() - c0, shares)
-    });
-    let (tx_cpu, (zc_share, copied_anyway)) = tx.join().expect("sender");
-    let (rx_cpu, got) = rx.join().expect("receiver");
-    assert_eq!(got, total / size as u64 * size as u64, "every byte counted");
-    Run {
-        tx_cpu,
-        rx_cpu,
-        wall: start.elapsed(),
-        zc_share,
-        copied_anyway,
-    }
+        let tx = scope.spawn(move || {
+            if let Some(v) = veth {
+                v.enter_a().expect("entering namespace a");
+            }
+            let addr = addr_rx.recv().expect("the receiver's address");
+            let rt = current_thread();
+            let c0 = cpu_now();
+            let shares = rt.block_on(send(mode, addr, total, size));
+            (cpu_now() - c0, shares)
+        });
+        let (tx_cpu, (zc_share, copied_anyway)) = tx.join().expect("sender");
+        let (rx_cpu, got) = rx.join().expect("receiver");
+        assert_eq!(got, total / size as u64 * size as u64, "every byte counted");
+        Run {
+            tx_cpu,
+            rx_cpu,
+            wall: start.elapsed(),
+            zc_share,
+            copied_anyway,
+        }
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -149,21 +167,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    let mut gib = 1.0f64;
-    let mut runs = 3usize;
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let v = it.next().unwrap_or_default();
-        match k.as_str() {
-            "--gib" => gib = v.parse().expect("--gib NUMBER"),
-            "--runs" => runs = v.parse().expect("--runs NUMBER"),
-            _ => panic!("usage: bench_tokio [--gib N] [--runs N]"),
-        }
-    }
+fn table(where_: &str, gib: f64, runs: usize, veth: Option<&VethPair>) {
     let total = (gib * (1u64 << 30) as f64) as u64;
     println!(
-        "loopback, {gib} GiB per run, median of {runs} runs (shared, noisy machine: compare rows of this run only)"
+        "\n{where_}, {gib} GiB per run, median of {runs} runs (shared, noisy machine: compare rows of this table only)"
     );
     println!(
         "{:<22} {:>6} {:>12} {:>12} {:>9} {:>9} {:>14}",
@@ -177,18 +184,13 @@ fn main() {
             Mode::SendBytes,
             Mode::Auto,
         ] {
-            let rs: Vec<Run> = (0..runs).map(|_| one(mode, total, size)).collect();
-            let g = gib;
+            let rs: Vec<Run> = (0..runs).map(|_| one(mode, total, size, veth)).collect();
             println!(
                 "{:<22} {:>6} {:>12.3} {:>12.3} {:>9.1} {:>8.0}% {:>13.0}%",
                 mode.name(),
-                if size == 1 << 20 {
-                    "1 MiB".to_string()
-                } else {
-                    "64 KiB".to_string()
-                },
-                median(rs.iter().map(|r| r.tx_cpu.as_secs_f64() / g).collect()),
-                median(rs.iter().map(|r| r.rx_cpu.as_secs_f64() / g).collect()),
+                if size == 1 << 20 { "1 MiB" } else { "64 KiB" },
+                median(rs.iter().map(|r| r.tx_cpu.as_secs_f64() / gib).collect()),
+                median(rs.iter().map(|r| r.rx_cpu.as_secs_f64() / gib).collect()),
                 median(
                     rs.iter()
                         .map(|r| total as f64 * 8.0 / r.wall.as_secs_f64() / 1e9)
@@ -197,6 +199,41 @@ fn main() {
                 100.0 * median(rs.iter().map(|r| r.zc_share).collect()),
                 100.0 * median(rs.iter().map(|r| r.copied_anyway).collect()),
             );
+        }
+    }
+}
+
+fn main() {
+    let mut gib = 1.0f64;
+    let mut runs = 3usize;
+    let mut netns = true;
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        match k.as_str() {
+            "--gib" => {
+                gib = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--gib NUMBER")
+            }
+            "--runs" => {
+                runs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--runs NUMBER")
+            }
+            "--no-netns" => netns = false,
+            _ => panic!("usage: bench_tokio [--gib N] [--runs N] [--no-netns]"),
+        }
+    }
+    table("loopback", gib, runs, None);
+    if netns {
+        match zcnet_testbed::netns::available() {
+            Ok(()) => {
+                let veth = VethPair::create(9000).expect("a veth pair");
+                table("netns (veth, MTU 9000)", gib, runs, Some(&veth));
+            }
+            Err(why) => println!("\nnetns: skipped ({why})"),
         }
     }
 }

@@ -213,3 +213,61 @@ impl AsyncWrite for ZcIo {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_inside_a_lent_frame_is_found_and_keeps_the_frame_alive() {
+        let l = Lender::new();
+        let frame = Bytes::from(vec![7u8; 100_000]);
+        l.lend(&frame);
+        let part = l.find(&frame[10..5000]).expect("inside a lent frame");
+        assert_eq!(
+            part.as_ptr(),
+            frame[10..].as_ptr(),
+            "the same memory, no copy"
+        );
+        assert_eq!(part.len(), 4990);
+        // Memory nobody lent is never found, even with the same contents.
+        let other = vec![7u8; 100_000];
+        assert!(l.find(&other[..100]).is_none());
+    }
+
+    #[test]
+    fn frames_are_forgotten_in_write_order_even_when_they_overlap() {
+        let whole = Bytes::from(vec![1u8; 300_000]);
+        let (a, b) = (whole.slice(0..200_000), whole.slice(100_000..300_000));
+        let l = Lender::new();
+        l.lend(&a);
+        l.lend(&b);
+        // A partial write of `a` keeps it; its end forgets it.
+        let p = l.find(&a[..]).unwrap();
+        l.written(p.as_ptr() as usize + 50_000);
+        assert_eq!(l.lent.lock().unwrap().len(), 2);
+        let p = l.find(&a[50_000..]).unwrap();
+        l.written(p.as_ptr() as usize + p.len());
+        assert_eq!(l.lent.lock().unwrap().len(), 1);
+        // `b`'s bytes are found (in `b`), then it too is forgotten at its end.
+        let p = l.find(&b[..]).unwrap();
+        assert_eq!(p.len(), 200_000);
+        l.written(p.as_ptr() as usize + p.len());
+        assert!(l.lent.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn matching_a_later_frame_forgets_the_earlier_ones() {
+        let l = Lender::new();
+        let frames: Vec<Bytes> = (0..3).map(|i| Bytes::from(vec![i; 20_000])).collect();
+        for f in &frames {
+            l.lend(f);
+        }
+        assert!(l.find(&frames[2][..]).is_some());
+        assert_eq!(l.lent.lock().unwrap().len(), 1);
+        assert!(
+            l.find(&frames[0][..]).is_none(),
+            "written before: forgotten"
+        );
+    }
+}

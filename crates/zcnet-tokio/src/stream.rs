@@ -68,6 +68,7 @@ impl ZcStream {
     }
 
     /// Wraps an established stream (connected or accepted), enabling `SO_ZEROCOPY` on it.
+    /// Must be called inside a tokio runtime with I/O enabled (an error otherwise).
     /// Where the kernel refuses, every zero-copy send is copied and counted as
     /// [`zcnet::FallbackReason::Unsupported`].
     pub fn from_tokio(stream: TcpStream, config: ZcConfig) -> io::Result<ZcStream> {
@@ -77,12 +78,14 @@ impl ZcStream {
     }
 
     fn wrap(stream: TcpStream, zerocopy: bool, config: ZcConfig) -> io::Result<ZcStream> {
+        // The driver is a task on the current runtime; without one, say so instead of panic.
+        let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
         // Out of tokio's registration: readiness comes through the stream's own epoll
         // instance (see `readiness.rs` for why). The socket stays non-blocking.
         let sock = stream.into_std()?;
         let stats = config.stats.unwrap_or_default();
         let conn = Arc::new(Conn::new(sock, zerocopy, config.policy, stats)?);
-        tokio::spawn(driver::drive(conn.clone()));
+        runtime.spawn(driver::drive(conn.clone()));
         Ok(ZcStream { conn, rx: None })
     }
 

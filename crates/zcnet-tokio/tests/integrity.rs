@@ -131,3 +131,27 @@ fn many_streams_from_many_tasks_on_a_multi_thread_runtime() {
         }
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zcnet_pool_buffers_go_out_zero_copy_and_back_to_their_pool() {
+    let pool = zcnet::Pool::new(4, 256 << 10).unwrap();
+    let (mut s, r) = pair(Topo::Loopback, ZcConfig::new().policy(Policy::always())).await;
+    let reader = tokio::spawn(read_verified(r));
+    let total = 16u64 << 20;
+    let mut pos = 0u64;
+    while pos < total {
+        let mut buf = pool
+            .try_take()
+            .expect("every buffer came back after its send");
+        let n = buf.capacity().min((total - pos) as usize);
+        buf.set_len(n);
+        buf.fill_at(0, &pattern_vec(pos, n));
+        let (r, back) = s.send_zc(buf).await;
+        assert_eq!(r.unwrap().zerocopy, n);
+        drop(back); // to the pool: the kernel is done with it
+        pos += n as u64;
+    }
+    s.shutdown().await.unwrap();
+    assert_eq!(reader.await.unwrap().unwrap(), total);
+    assert_eq!(pool.available(), pool.count());
+}

@@ -9,6 +9,7 @@ use std::time::Instant;
 use zcnet::stream::Listener;
 use zcnet::{ReceiverConfig, Sender, SenderConfig, StatsSnapshot};
 use zcnet_bench::cpu::{process_rusage, CpuSeconds};
+use zcnet_transfer::names::printable;
 use zcnet_transfer::session::{
     receive_session, send_session, FileOutcome, Progress, RecvOptions, SendOptions, Source,
 };
@@ -214,7 +215,7 @@ impl Bars {
                         .with_style(style("{msg:30!} {bytes} {binary_bytes_per_sec}")),
                 };
                 bar.set_position(already);
-                bar.set_message(name.to_string());
+                bar.set_message(printable(name));
                 self.file = Some(self.multi.insert_before(&self.total, bar));
                 self.total.inc(already);
             }
@@ -236,9 +237,18 @@ impl Bars {
 
     fn report(&self, o: &FileOutcome, verb: &str) {
         match &o.result {
-            Ok(()) => self.line(format!("{verb} {} ({}), verified", o.name, human(o.bytes))),
+            Ok(()) => self.line(format!(
+                "{verb} {} ({}), {}",
+                printable(&o.name),
+                human(o.bytes),
+                if o.verified {
+                    "verified"
+                } else {
+                    "not verified (--no-verify: TCP checksum only)"
+                }
+            )),
             Err((code, msg)) => {
-                let line = format!("FAILED {}: {msg} ({code:?})", o.name);
+                let line = format!("FAILED {}: {msg} ({code:?})", printable(&o.name));
                 if self.quiet || self.multi.is_hidden() {
                     eprintln!("zcnet: {line}");
                 } else {

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod digest;
+pub mod handshake;
 pub mod names;
 pub mod session;
 pub mod store;

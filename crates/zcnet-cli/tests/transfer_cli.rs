@@ -1,6 +1,7 @@
 //! `zcnet send` / `zcnet recv` as processes: a directory tree and stdin end to end, and a
-//! sender killed with SIGKILL in the middle of a file leaves only `NAME.partial`, which
-//! `--resume` then completes.
+//! sender killed with SIGKILL in the middle of a file leaves only its partial file, which
+//! `--resume` then completes; SIGTERM stops a receiver gracefully; `--once` waits for a
+//! sender that completes its handshake.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -177,8 +178,16 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
     let dst = tempfile::tempdir().unwrap();
     let f = src.path().join("big");
     write_data(&f, 1 << 30, 7);
-    let partial = dst.path().join("big.partial");
     let final_path = dst.path().join("big");
+    let partial_of = |dir: &Path| -> Option<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().to_string();
+                n.starts_with("big.") && n.ends_with(".partial")
+            })
+    };
 
     let recv = start_recv(dst.path(), &["--once", "--resume"]);
     let mut sender = zcnet()
@@ -187,12 +196,15 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::metadata(&partial).map_or(0, |m| m.len()) == 0 {
+    while partial_of(dst.path()).map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len())) == 0 {
         if Instant::now() >= deadline {
             panic!("no data arrived"); // a hang guard, not a speed check
         }
         std::thread::sleep(Duration::from_micros(200));
     }
+    // The receiver sizes each 16 MiB step with fallocate before data arrives: give the
+    // data a moment to flow, so the kill lands mid-file rather than before the first byte.
+    std::thread::sleep(Duration::from_millis(300));
     sender.kill().unwrap(); // SIGKILL, mid-file
     sender.wait().unwrap();
     let (ok, err) = recv.finish();
@@ -202,9 +214,8 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
     );
     assert!(!ok, "the receiver reports the interrupted session");
     assert!(err.contains("big"), "the error names the file: {err}");
-    let kept = std::fs::metadata(&partial)
-        .expect("the partial file is kept")
-        .len();
+    let partial = partial_of(dst.path()).expect("the partial file is kept");
+    let kept = std::fs::metadata(&partial).unwrap().len();
     assert!(kept < 1 << 30);
 
     let recv = start_recv(dst.path(), &["--once", "--resume"]);
@@ -222,4 +233,80 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
     assert!(ok, "{err}");
     assert_eq!(hash(&final_path), hash(&f));
     assert!(!partial.exists());
+}
+
+fn signal(child: &Child, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn partials(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".partial"))
+        .collect()
+}
+
+#[test]
+fn sigterm_lets_a_transfer_in_flight_finish_then_exits_0() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("f");
+    write_data(&f, 256 << 20, 3);
+    let recv = start_recv(dst.path(), &["--grace", "60s"]);
+    let sender = zcnet()
+        .args(["send", "--quiet", "--to", &recv.addr])
+        .arg(&f)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while partials(dst.path()).is_empty() && !dst.path().join("f").exists() {
+        assert!(Instant::now() < deadline, "the transfer never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signal(&recv.child, "-TERM");
+    let out = sender.wait_with_output().unwrap();
+    assert!(out.status.success(), "the sender in flight finished");
+    let (ok, err) = recv.finish();
+    assert!(ok, "exit 0 after a graceful stop: {err}");
+    assert!(err.contains("stopping"), "{err}");
+    assert_eq!(hash(&dst.path().join("f")), hash(&f));
+    assert!(partials(dst.path()).is_empty());
+}
+
+#[test]
+fn sigint_stops_an_idle_receiver_at_once() {
+    let dst = tempfile::tempdir().unwrap();
+    let recv = start_recv(dst.path(), &[]);
+    let t0 = Instant::now();
+    signal(&recv.child, "-INT");
+    let (ok, err) = recv.finish();
+    assert!(ok, "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn once_is_not_spent_on_a_stranger_that_closes_first() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    write_data(&src.path().join("x"), 1000, 1);
+    let recv = start_recv(dst.path(), &["--once"]);
+    drop(std::net::TcpStream::connect(&recv.addr).unwrap());
+    let out = zcnet()
+        .args(["send", "--quiet", "--to", &recv.addr])
+        .arg(src.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, err) = recv.finish();
+    assert!(ok, "{err}");
+    assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));
 }

@@ -310,3 +310,79 @@ fn once_is_not_spent_on_a_stranger_that_closes_first() {
     assert!(ok, "{err}");
     assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));
 }
+
+/// With its descriptors used up by stalled peers, `accept` fails with `EMFILE`: the receiver
+/// refuses those peers (or drops the oldest handshakes) and keeps serving, and once the
+/// stalled peers are gone a real sender gets through.
+#[test]
+fn out_of_descriptors_refuses_peers_and_keeps_serving() {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    write_data(&src.path().join("x"), 100_000, 1);
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=40:40", "--"])
+        .arg(env!("CARGO_BIN_EXE_zcnet"))
+        .args(["recv", "--listen", "127.0.0.1:0", "--max-pending", "1000"])
+        .args(["--handshake-timeout", "2s", "--dir"])
+        .arg(dst.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr: std::net::SocketAddr = line.trim().rsplit(" on ").next().unwrap().parse().unwrap();
+    let mut recv = Recv {
+        child,
+        addr: addr.to_string(),
+        stderr,
+    };
+    let stalled: Vec<std::net::TcpStream> = (0..80)
+        .map(|i| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            let from: std::net::IpAddr = format!("127.0.3.{}", 1 + i).parse().unwrap();
+            s.bind(&SockAddr::from(std::net::SocketAddr::new(from, 0)))
+                .unwrap();
+            s.connect(&SockAddr::from(addr)).unwrap();
+            s.into()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        recv.child.try_wait().unwrap().is_none(),
+        "the receiver must survive running out of descriptors"
+    );
+    drop(stalled);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = zcnet()
+            .args(["send", "--quiet", "--to", &recv.addr])
+            .arg(src.path().join("x"))
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));
+    signal(&recv.child, "-TERM");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = recv.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    recv.stderr.read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("out of file descriptors"), "{err}");
+}

@@ -18,6 +18,8 @@
 
 pub mod cow;
 pub mod mem;
+#[doc(hidden)]
+pub mod peak_alloc;
 pub mod raw;
 #[doc(hidden)]
 pub mod testing;

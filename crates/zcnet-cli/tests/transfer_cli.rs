@@ -386,3 +386,46 @@ fn out_of_descriptors_refuses_peers_and_keeps_serving() {
     assert!(status.success(), "{err}");
     assert!(err.contains("out of file descriptors"), "{err}");
 }
+
+/// A name with terminal escapes reaches neither side's terminal raw, and "verified" is said
+/// only when a hash was checked.
+#[test]
+fn names_are_printed_escaped_and_verified_only_when_checked() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let evil = "a\u{1b}]0;pwned\u{7}\u{1b}[2Jb";
+    write_data(&src.path().join(evil), 100, 1);
+    write_data(&src.path().join("plain"), 100, 2);
+    let recv = start_recv(dst.path(), &[]);
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(src.path().join(evil))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let sent = String::from_utf8_lossy(&out.stderr).to_string();
+    let out = zcnet()
+        .args(["send", "--no-verify", "--to", &recv.addr])
+        .arg(src.path().join("plain"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let unverified = String::from_utf8_lossy(&out.stderr).to_string();
+    signal(&recv.child, "-TERM");
+    let (ok, got) = recv.finish();
+    assert!(ok, "{got}");
+    for log in [&sent, &got] {
+        assert!(!log.contains('\u{1b}') && !log.contains('\u{7}'), "{log:?}");
+        assert!(log.contains("a\\u{1b}]0;pwned"), "{log:?}");
+    }
+    assert!(
+        sent.contains("verified") && !sent.contains("not verified"),
+        "{sent}"
+    );
+    assert!(unverified.contains("not verified"), "{unverified}");
+    assert!(got.contains("not verified"), "{got}");
+    assert_eq!(
+        std::fs::read(dst.path().join(evil)).unwrap(),
+        std::fs::read(src.path().join(evil)).unwrap()
+    );
+}

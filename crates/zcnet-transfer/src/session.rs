@@ -651,7 +651,8 @@ pub fn receive_files(
                     got += n;
                     progress(Progress::Bytes(n));
                 }
-                store.charge(got).map(|_| ())
+                // Charged against the cap when the file began (its reservation).
+                Ok(())
             }
             None => {
                 let mut res = Ok(());

@@ -577,6 +577,34 @@ fn early_ends_give_back_their_reservation_on_a_small_tmpfs() {
         partials(mnt.path()).is_empty(),
         "no bytes arrived: nothing left"
     );
+    // A file larger than the file system is refused at once and leaves nothing.
+    let mut s = connect_from(ip("127.0.0.1"), srv.addr);
+    assert!(matches!(read_frame(&mut s), Some(Frame::Hello { .. })));
+    hello(&mut s);
+    s.write_all(
+        &Frame::File {
+            name: "huge".into(),
+            size: 100 << 20,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            verify: true,
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    match read_frame(&mut s) {
+        Some(Frame::Refuse { code, message }) => {
+            assert_eq!(code, Code::Io);
+            assert!(message.contains("space"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(s);
+    assert!(
+        partials(mnt.path()).is_empty(),
+        "a refused file leaves nothing"
+    );
     let src = tempfile::tempdir().unwrap();
     let f = src.path().join("legit");
     let h = make_file(&f, 48 << 20, 8);
@@ -585,5 +613,29 @@ fn early_ends_give_back_their_reservation_on_a_small_tmpfs() {
         *blake3::hash(&std::fs::read(mnt.path().join("legit")).unwrap()).as_bytes(),
         h
     );
+    srv.finish();
+}
+
+#[test]
+fn the_byte_cap_holds_per_address_across_connections() {
+    let dst = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let f = src.path().join("f");
+    make_file(&f, 600_000, 4);
+    let mut cfg = ServerConfig::default();
+    cfg.store.max_bytes = Some(1_000_000);
+    let srv = start(dst.path(), cfg);
+    let r = send_from(ip("127.0.0.5"), srv.addr, &f, "one", None).unwrap();
+    assert_eq!(r.failures(), 0);
+    // A second connection from the same address: over the cap.
+    let r = send_from(ip("127.0.0.5"), srv.addr, &f, "two", None).unwrap();
+    let (code, message) = r.files[0].result.clone().unwrap_err();
+    assert_eq!(code, Code::TooLarge, "{message}");
+    assert!(message.contains("per sender"), "{message}");
+    // Another address has its own allowance.
+    let r = send_from(ip("127.0.0.6"), srv.addr, &f, "three", None).unwrap();
+    assert_eq!(r.failures(), 0);
+    assert!(!dst.path().join("two").exists());
+    assert!(partials(dst.path()).is_empty());
     srv.finish();
 }

@@ -657,3 +657,49 @@ fn two_senders_of_one_name_never_mix_and_never_both_lose() {
         }
     }
 }
+
+/// A file truncated while it is being sent: the sender fails with what happened and how far
+/// it got, and the receiver keeps no final file.
+#[test]
+fn a_file_that_shrinks_mid_send_fails_clearly() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("shrinks");
+    make_file(&f, 64 << 20, 3);
+    let served = serve(
+        lo(),
+        dst.path(),
+        StoreOptions::default(),
+        RecvOptions::default(),
+    );
+    let mut tx = zcnet::Sender::connect(served.addr, &scfg()).unwrap();
+    let path = f.clone();
+    let e = send_session(
+        &mut tx,
+        vec![file_src(&f, "shrinks")],
+        &verify_opts(),
+        &mut |p| {
+            if let zcnet_transfer::session::Progress::Start(..) = p {
+                // After the size was announced, before the data flows.
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(1 << 20)
+                    .unwrap();
+            }
+        },
+    )
+    .unwrap_err();
+    match &e {
+        TransferError::Shrank { expected, got, .. } => {
+            assert_eq!(*expected, 64 << 20);
+            assert!(*got <= 1 << 20, "{e}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(e.to_string().contains("shrank"), "{e}");
+    drop(tx);
+    let _ = served.handle.join().unwrap();
+    no_final_file(dst.path(), "shrinks");
+}

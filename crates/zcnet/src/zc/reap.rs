@@ -47,7 +47,7 @@ pub(crate) fn reap_completions<T>(
     stats: &Stats,
 ) -> Result<Vec<T>> {
     entries.clear();
-    zc::read_errqueue(fd, entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
+    crate::fault::read_errqueue(fd, entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
     let mut released = Vec::new();
     for entry in entries.iter() {
         if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = *entry {

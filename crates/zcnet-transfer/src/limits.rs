@@ -141,8 +141,8 @@ mod tests {
         assert_eq!(l.blocked(b, t0), None, "other addresses are not affected");
         // The first failure leaves the window: one more attempt is allowed.
         assert_eq!(l.blocked(a, t0 + Duration::from_secs(60)), None);
-        l.failed(a, t0 + Duration::from_secs(61));
-        assert!(l.blocked(a, t0 + Duration::from_secs(61)).is_some());
+        l.failed(a, t0 + Duration::from_secs(60));
+        assert!(l.blocked(a, t0 + Duration::from_secs(60)).is_some());
         assert!(l.blocked(a, t0 + Duration::from_secs(200)).is_none());
         assert_eq!(l.tracked(), 0, "expired addresses are forgotten");
     }

@@ -479,6 +479,10 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
             cfg.max_pending
         );
     }
+    // Sessions receive on the copy path with file data spliced, so the profile decides
+    // nothing here; one that was refused is still worth saying, once.
+    let loaded = zcnet::auto::load::load(&zcnet::auto::ProfileSource::Default, local.ip());
+    warn_refused_profile(loaded.note.as_deref(), args.quiet);
     let observer = Arc::new(RecvLog {
         quiet: args.quiet,
         started: Default::default(),

@@ -39,6 +39,8 @@ pub(crate) struct ServeOptions {
 pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(3);
 /// Clients in their hello at once (each a short-lived thread); more are closed at once.
 const MAX_GREETING: usize = 16;
+/// How long a client whose hello is in waits for a run that is ending before "busy".
+const BUSY_WAIT: Duration = Duration::from_secs(2);
 /// Runs whose client vanished but whose thread has not ended yet; past this, "busy".
 const MAX_ABANDONED: usize = 4;
 
@@ -48,6 +50,8 @@ struct RunSlot {
     /// The run holding the slot: its id, client, and a second handle on its control
     /// connection (watched for the client's FIN).
     current: std::sync::Mutex<Option<(u64, SocketAddr, TcpStream)>>,
+    /// Signalled when the slot frees.
+    freed: std::sync::Condvar,
     next_id: AtomicUsize,
     /// Runs released because their client went away, still on their threads.
     abandoned: AtomicUsize,
@@ -60,9 +64,23 @@ impl RunSlot {
         self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the slot for a client whose hello is in, or says who has it.
+    /// Takes the slot for a client whose hello is in, or says who has it. A run that is
+    /// just ending (its result sent, its thread not yet back) is waited for up to
+    /// [`BUSY_WAIT`], so back-to-back runs of one client (`tune`, suites) are not turned away.
     fn claim(&self, peer: SocketAddr, c: &TcpStream) -> Result<u64, String> {
+        let until = Instant::now() + BUSY_WAIT;
         let mut cur = self.lock();
+        while cur.is_some() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            cur = self
+                .freed
+                .wait_timeout(cur, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
         if let Some((_, other, _)) = &*cur {
             return Err(format!(
                 "busy: the server is running another client's test (from {other}); try again when it ends"
@@ -82,6 +100,7 @@ impl RunSlot {
         let mut cur = self.lock();
         if cur.as_ref().is_some_and(|(i, _, _)| *i == id) {
             *cur = None;
+            self.freed.notify_all();
         } else {
             self.abandoned.fetch_sub(1, Ordering::Relaxed);
         }
@@ -99,6 +118,7 @@ impl RunSlot {
         });
         if gone {
             if let Some((_, peer, _)) = cur.take() {
+                self.freed.notify_all();
                 self.abandoned.fetch_add(1, Ordering::Relaxed);
                 server_log(
                     log,

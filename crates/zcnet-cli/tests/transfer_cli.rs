@@ -429,3 +429,64 @@ fn names_are_printed_escaped_and_verified_only_when_checked() {
         std::fs::read(src.path().join(evil)).unwrap()
     );
 }
+
+/// A thread that cannot be started (here: the pids cgroup at its limit) refuses that one
+/// sender with the reason, and the receiver serves the next once threads are available.
+/// Needs a writable cgroup-v1 `pids` hierarchy (root); skips otherwise.
+#[test]
+fn a_failed_thread_spawn_refuses_one_sender_and_keeps_serving() {
+    let root = Path::new("/sys/fs/cgroup/pids");
+    let cg = root.join(format!("zcnet-test-{}", std::process::id()));
+    if !root.join("cgroup.procs").exists() || std::fs::create_dir(&cg).is_err() {
+        eprintln!("SKIP: no writable cgroup-v1 pids hierarchy");
+        return;
+    }
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            // Empty once the receiver has exited (it is killed before this runs).
+            for _ in 0..100 {
+                if std::fs::remove_dir(&self.0).is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let _rm = Remove(cg.clone());
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    write_data(&src.path().join("x"), 1000, 1);
+    let recv = start_recv(dst.path(), &[]);
+    let pid = recv.child.id();
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
+    std::fs::write(cg.join("pids.max"), threads.to_string()).unwrap();
+    std::fs::write(cg.join("cgroup.procs"), pid.to_string()).unwrap();
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(src.path().join("x"))
+        .output()
+        .unwrap();
+    let says = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{says}");
+    assert!(says.contains("cannot start a session"), "{says}");
+    assert!(!dst.path().join("x").exists());
+    std::fs::write(cg.join("pids.max"), "max").unwrap();
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(src.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));
+    signal(&recv.child, "-TERM");
+    let (ok, err) = recv.finish();
+    assert!(ok, "{err}");
+    assert!(err.contains("starting a session thread"), "{err}");
+}

@@ -939,6 +939,29 @@ mod tests {
     }
 
     #[test]
+    fn with_a_token_the_cap_also_holds_per_token_across_addresses() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            max_bytes: Some(100),
+            ..Default::default()
+        };
+        let q = Quota::new(100);
+        let id = |a: &str| SenderId {
+            address: Some(a.parse().unwrap()),
+            token: Some(b"shared".to_vec()),
+        };
+        let mut s1 = Store::open_for(d.path(), opts, Some(q.clone()), &id("192.0.2.1")).unwrap();
+        let mut s2 = Store::open_for(d.path(), opts, Some(q.clone()), &id("192.0.2.2")).unwrap();
+        let inc = s1.begin("a", Some(70), true).unwrap();
+        write(&inc, &[1; 70]);
+        inc.finish(None, 0o644, (0, 0)).unwrap();
+        assert_eq!(
+            s2.begin("b", Some(70), true).unwrap_err().code,
+            Code::TooLarge
+        );
+    }
+
+    #[test]
     fn two_sessions_of_one_name_never_mix_and_the_second_is_told() {
         for overwrite in [false, true] {
             let (d, mut s1) = store(StoreOptions {

@@ -278,8 +278,9 @@ impl Store {
     ) -> Result<Incoming, Refusal> {
         let parts = components(name)?;
         let (leaf, dirs) = parts.split_last().expect("components() is never empty");
-        if let (Some(q), Some(size)) = (&self.quota, size) {
-            // Early, cheap refusal; the real charge comes once the offset is known.
+        if let (Some(q), Some(size), false) = (&self.quota, size, self.opts.resume) {
+            // Early, cheap refusal (without resume: no bytes can already be there); the real
+            // charge comes once the offset is known.
             let used = self.keys.iter().map(|k| q.used(k)).max().unwrap_or(0);
             if used.saturating_add(size) > q.max() {
                 return Err(self.too_large(name, size, used));

@@ -639,3 +639,67 @@ fn the_byte_cap_holds_per_address_across_connections() {
     assert!(partials(dst.path()).is_empty());
     srv.finish();
 }
+
+/// The same-name race through one real receiver serving both senders at once, 50 rounds in
+/// each of the four modes (verify or not × overwrite or not): the final file is always one
+/// sender's whole file, never a mix, never missing; without `--overwrite` exactly one sender
+/// is told Ok and it is the one whose bytes are final; nothing partial is left.
+#[test]
+fn concurrent_senders_of_one_name_through_one_receiver_never_mix() {
+    let src = tempfile::tempdir().unwrap();
+    let (a, b) = (src.path().join("a"), src.path().join("b"));
+    let ha = make_file(&a, 300_000, 11);
+    let hb = make_file(&b, 300_000, 99_999);
+    for verify in [true, false] {
+        for overwrite in [false, true] {
+            let dst = tempfile::tempdir().unwrap();
+            let mut cfg = ServerConfig::default();
+            cfg.store.overwrite = overwrite;
+            let srv = start(dst.path(), cfg);
+            for round in 0..50 {
+                let _ = std::fs::remove_file(dst.path().join("same"));
+                let send = |path: &Path, from: &str| {
+                    let stream = connect_from(ip(from), srv.addr);
+                    let mut tx = zcnet::Sender::from_stream(stream, &scfg()).unwrap();
+                    let mut o = SendOptions::default();
+                    o.verify = verify;
+                    send_session(
+                        &mut tx,
+                        vec![Source::File {
+                            path: path.to_path_buf(),
+                            name: "same".into(),
+                        }],
+                        &o,
+                        &mut |_| {},
+                    )
+                    .unwrap()
+                };
+                let (ra, rb) = std::thread::scope(|s| {
+                    let ta = s.spawn(|| send(&a, "127.0.0.1"));
+                    let tb = s.spawn(|| send(&b, "127.0.0.2"));
+                    (ta.join().unwrap(), tb.join().unwrap())
+                });
+                let what = format!("verify={verify} overwrite={overwrite} round {round}");
+                let p = dst.path().join("same");
+                assert!(p.exists(), "{what}: both lost");
+                let h = *blake3::hash(&std::fs::read(&p).unwrap()).as_bytes();
+                assert!(h == ha || h == hb, "{what}: a mixed final file");
+                let ok = [ra.failures() == 0, rb.failures() == 0];
+                if overwrite {
+                    assert_eq!(ok, [true, true], "{what}");
+                } else {
+                    assert_eq!(ok.iter().filter(|o| **o).count(), 1, "{what}");
+                    assert_eq!(h, if ok[0] { ha } else { hb }, "{what}");
+                }
+                for r in [&ra, &rb] {
+                    assert_eq!(r.files[0].verified, verify && r.failures() == 0, "{what}");
+                }
+                wait_until("both sessions to end", Duration::from_secs(10), || {
+                    srv.obs.ended.load(Ordering::SeqCst) == 2 * (round + 1)
+                });
+                assert!(partials(dst.path()).is_empty(), "{what}");
+            }
+            srv.finish();
+        }
+    }
+}

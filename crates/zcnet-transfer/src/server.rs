@@ -313,7 +313,13 @@ impl Loop {
                         self.reap();
                         return Ok(Some(r));
                     }
-                    Err(mpsc::TryRecvError::Disconnected) => return Ok(None),
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        self.reap();
+                        return Ok(Some(Err(TransferError::Io {
+                            what: "the session".into(),
+                            source: io::Error::other("its thread ended without a result"),
+                        })));
+                    }
                     Err(mpsc::TryRecvError::Empty) => {}
                 }
             }

@@ -8,8 +8,9 @@
 //! ZCNET_STRESS_BIN=/path/to/zcnet ZCNET_STRESS_CONNS=10000 ZCNET_STRESS_RECV_ARGS="--max-pending 20000" …
 //! ```
 //!
-//! `ZCNET_STRESS_BIN` runs another build (e.g. `main`'s) the same way; `ZCNET_STRESS_OLD=1`
-//! leaves out the flags that build does not know.
+//! `ZCNET_STRESS_BIN` runs another build (e.g. `main`'s) the same way;
+//! `ZCNET_STRESS_JUNK=1` makes each peer send a 4 MiB frame (all but its last byte) where
+//! the Hello is due, instead of nothing.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -42,6 +43,8 @@ fn ten_thousand_stalled_connections() {
         .unwrap_or(10_000);
     let bin = std::env::var("ZCNET_STRESS_BIN").unwrap_or(env!("CARGO_BIN_EXE_zcnet").into());
     let extra = std::env::var("ZCNET_STRESS_RECV_ARGS").unwrap_or_default();
+    // ZCNET_STRESS_JUNK=1: each peer sends a 4 MiB frame header where the Hello is due.
+    let junk = std::env::var("ZCNET_STRESS_JUNK").is_ok_and(|v| v == "1");
     // Descriptors for both ends: raise this process's limit (root may raise the hard one).
     let me = std::process::id().to_string();
     let want = (2 * conns + 1000).to_string();
@@ -143,7 +146,17 @@ fn ten_thousand_stalled_connections() {
                         match sock
                             .connect_timeout(&socket2::SockAddr::from(addr), Duration::from_secs(5))
                         {
-                            Ok(()) => v.push(TcpStream::from(sock)),
+                            Ok(()) => {
+                                let mut t = TcpStream::from(sock);
+                                if junk {
+                                    // A 4 MiB Data frame where the Hello is due, all but
+                                    // its last byte (a receiver that buffers it holds it all).
+                                    let _ = t.set_write_timeout(Some(Duration::from_secs(2)));
+                                    let _ = t.write_all(&[6, 0, 0x40, 0, 0]);
+                                    let _ = t.write_all(&vec![0x5a; (4 << 20) - 1]);
+                                }
+                                v.push(t)
+                            }
                             Err(e) => eprintln!("connect {i}: {e}"),
                         }
                     }

@@ -68,6 +68,9 @@ pub struct RecvArgs {
     /// Sessions at once; more senders are told the receiver is busy.
     #[arg(long, default_value_t = 16)]
     max_sessions: usize,
+    /// Sessions at once from one address.
+    #[arg(long, default_value_t = 4)]
+    max_sessions_per_addr: usize,
     /// Connections still in their handshake, all addresses (the oldest goes when full).
     #[arg(long, default_value_t = 1024)]
     max_pending: usize,
@@ -457,6 +460,7 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     cfg.store.max_bytes = args.max_bytes;
     cfg.store.keep_special_bits = args.keep_special_bits;
     cfg.max_sessions = args.max_sessions.max(1);
+    cfg.max_sessions_per_addr = args.max_sessions_per_addr.max(1);
     cfg.max_pending = args.max_pending.max(1);
     cfg.max_pending_per_addr = args.max_pending_per_addr.max(1);
     cfg.handshake_timeout = args.handshake_timeout;

@@ -10,7 +10,8 @@
 //!   full, the oldest is dropped, so a flood cannot starve a sender that answers at once) and
 //!   per address ([`ServerConfig::max_pending_per_addr`]), and each has
 //!   [`ServerConfig::handshake_timeout`];
-//! * sessions are capped ([`ServerConfig::max_sessions`]); a peer over any cap is told
+//! * sessions are capped in all and per address ([`ServerConfig::max_sessions`],
+//!   [`ServerConfig::max_sessions_per_addr`]); a peer over any cap is told
 //!   `Refuse{Busy}` with the reason, never left hanging;
 //! * a session has an idle timeout per read and an overall deadline
 //!   ([`ServerConfig::session_deadline`]), enforced by shutting its socket down;
@@ -49,6 +50,9 @@ pub struct ServerConfig {
     pub store: StoreOptions,
     /// Sessions at once (past their handshake).
     pub max_sessions: usize,
+    /// Sessions at once from one address, so one sender (without a token, anyone who can
+    /// say `Hello`) cannot take every slot.
+    pub max_sessions_per_addr: usize,
     /// Connections in their handshake at once, all addresses.
     pub max_pending: usize,
     /// Connections in their handshake at once from one address.
@@ -73,6 +77,7 @@ impl Default for ServerConfig {
             token: None,
             store: StoreOptions::default(),
             max_sessions: 16,
+            max_sessions_per_addr: 4,
             max_pending: 1024,
             max_pending_per_addr: 8,
             handshake_timeout: Duration::from_secs(10),
@@ -187,6 +192,8 @@ struct Pending {
 struct Running {
     /// A second handle on its socket, to shut it down at the deadline or the end of grace.
     sock: TcpStream,
+    /// The sender's address (sessions per address are capped).
+    ip: std::net::IpAddr,
     deadline: Instant,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -291,6 +298,16 @@ impl Loop {
     fn refused(&self, peer: SocketAddr, stream: &mut TcpStream, reason: &str) {
         refuse(stream, reason);
         self.shared.observer.event(Event::Refused { peer, reason });
+    }
+
+    fn sessions_of(&self, ip: std::net::IpAddr) -> usize {
+        self.shared
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|r| r.ip == ip)
+            .count()
     }
 
     fn sessions(&self) -> usize {
@@ -411,6 +428,16 @@ impl Loop {
                 &format!("the receiver is busy ({sessions} sessions, its limit); try again later"),
             );
         }
+        let of_addr = self.sessions_of(ip);
+        if of_addr >= cfg.max_sessions_per_addr {
+            return self.refused(
+                peer,
+                &mut s,
+                &format!(
+                    "{ip} already has {of_addr} sessions (the limit per address); try again later"
+                ),
+            );
+        }
         if self.per_addr.get(ip) >= cfg.max_pending_per_addr {
             return self.refused(
                 peer,
@@ -524,6 +551,17 @@ impl Loop {
                 &format!("the receiver is busy ({sessions} sessions, its limit); try again later"),
             );
         }
+        let ip = p.peer.ip();
+        let of_addr = self.sessions_of(ip);
+        if of_addr >= cfg.max_sessions_per_addr {
+            return self.refused(
+                p.peer,
+                &mut p.stream,
+                &format!(
+                    "{ip} already has {of_addr} sessions (the limit per address); try again later"
+                ),
+            );
+        }
         let stream = p.stream;
         if stream.set_nonblocking(false).is_err() {
             return;
@@ -560,6 +598,7 @@ impl Loop {
                 id,
                 Running {
                     sock: handle,
+                    ip: peer.ip(),
                     deadline: Instant::now() + cfg.session_deadline,
                     thread: None,
                 },

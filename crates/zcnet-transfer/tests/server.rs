@@ -703,3 +703,36 @@ fn concurrent_senders_of_one_name_through_one_receiver_never_mix() {
         }
     }
 }
+
+#[test]
+fn one_address_cannot_take_every_session() {
+    let dst = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let f = src.path().join("f");
+    make_file(&f, 1000, 1);
+    let mut cfg = ServerConfig::default();
+    cfg.max_sessions = 8;
+    cfg.max_sessions_per_addr = 2;
+    let srv = start(dst.path(), cfg);
+    // Two idle sessions from one address (a Hello is all it takes without a token).
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = connect_from(ip("127.0.0.7"), srv.addr);
+            assert!(matches!(read_frame(&mut s), Some(Frame::Hello { .. })));
+            hello(&mut s);
+            s
+        })
+        .collect();
+    wait_until("the sessions", Duration::from_secs(10), || {
+        srv.obs.started.load(Ordering::SeqCst) == 2
+    });
+    let e = send_from(ip("127.0.0.7"), srv.addr, &f, "f", None).unwrap_err();
+    assert!(
+        matches!(&e, TransferError::Refused(m) if m.contains("per address")),
+        "{e}"
+    );
+    send_from(ip("127.0.0.8"), srv.addr, &f, "f", None).unwrap();
+    assert!(dst.path().join("f").exists());
+    drop(held);
+    srv.finish();
+}

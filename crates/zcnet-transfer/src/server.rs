@@ -206,7 +206,8 @@ struct Shared {
     quota: Option<Arc<Quota>>,
     observer: Arc<dyn Observer>,
     running: Mutex<HashMap<u64, Running>>,
-    ended: Mutex<Vec<u64>>,
+    /// Threads of sessions that have ended, to join.
+    finished: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 const LISTENER: u64 = 0;
@@ -254,7 +255,7 @@ pub fn serve(
         cfg,
         observer,
         running: Mutex::new(HashMap::new()),
-        ended: Mutex::new(Vec::new()),
+        finished: Mutex::new(Vec::new()),
     });
     let mut lp = Loop {
         ep,
@@ -545,22 +546,17 @@ impl Loop {
         let cfg = &self.shared.cfg;
         let sessions = self.sessions();
         if sessions >= cfg.max_sessions || self.once_started {
-            return self.refused(
-                p.peer,
-                &mut p.stream,
-                &format!("the receiver is busy ({sessions} sessions, its limit); try again later"),
-            );
+            let reason =
+                format!("the receiver is busy ({sessions} sessions, its limit); try again later");
+            return self.refused(p.peer, &mut p.stream, &reason);
         }
         let ip = p.peer.ip();
         let of_addr = self.sessions_of(ip);
         if of_addr >= cfg.max_sessions_per_addr {
-            return self.refused(
-                p.peer,
-                &mut p.stream,
-                &format!(
-                    "{ip} already has {of_addr} sessions (the limit per address); try again later"
-                ),
+            let reason = format!(
+                "{ip} already has {of_addr} sessions (the limit per address); try again later"
             );
+            return self.refused(p.peer, &mut p.stream, &reason);
         }
         let stream = p.stream;
         if stream.set_nonblocking(false).is_err() {
@@ -606,12 +602,28 @@ impl Loop {
         let spawned = std::thread::Builder::new()
             .name(format!("zcrecv {}", self.port))
             .spawn(move || {
-                let result = run_session(&shared, stream, peer, &sender);
-                shared
-                    .ended
+                let t0 = Instant::now();
+                let (result, stats) = run_session(&shared, stream, peer, &sender);
+                // The slot is free before anyone hears the session ended.
+                let own = shared
+                    .running
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push(id);
+                    .remove(&id)
+                    .and_then(|r| r.thread);
+                if let Some(h) = own {
+                    shared
+                        .finished
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(h);
+                }
+                shared.observer.event(Event::SessionEnded {
+                    peer,
+                    result: &result,
+                    stats: &stats,
+                    elapsed: t0.elapsed(),
+                });
                 if once {
                     let _ = tx.send(result);
                 }
@@ -623,8 +635,15 @@ impl Loop {
             .unwrap_or_else(|e| e.into_inner());
         match spawned {
             Ok(h) => {
-                if let Some(r) = running.get_mut(&id) {
-                    r.thread = Some(h);
+                match running.get_mut(&id) {
+                    Some(r) => r.thread = Some(h),
+                    // Already over: join it with the others.
+                    None => self
+                        .shared
+                        .finished
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(h),
                 }
                 drop(running);
                 if once {
@@ -694,21 +713,15 @@ impl Loop {
 
     /// Joins session threads that have ended.
     fn reap(&mut self) {
-        let ended: Vec<u64> =
-            std::mem::take(&mut *self.shared.ended.lock().unwrap_or_else(|e| e.into_inner()));
-        for id in ended {
-            let r = self
+        let done = std::mem::take(
+            &mut *self
                 .shared
-                .running
+                .finished
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
-            if let Some(Running {
-                thread: Some(h), ..
-            }) = r
-            {
-                let _ = h.join();
-            }
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for h in done {
+            let _ = h.join();
         }
     }
 
@@ -735,6 +748,8 @@ impl Loop {
             std::thread::sleep(Duration::from_millis(20));
             self.reap();
         }
+        // Every session has left the table; join the last threads (and let them report).
+        self.reap();
         self.once_result.as_ref().and_then(|rx| rx.try_recv().ok())
     }
 }
@@ -744,8 +759,7 @@ fn run_session(
     stream: TcpStream,
     peer: SocketAddr,
     sender: &SenderId,
-) -> SessionResult {
-    let t0 = Instant::now();
+) -> (SessionResult, StatsSnapshot) {
     shared.observer.event(Event::SessionStarted { peer });
     // The copy path for control frames: file data goes by splice whatever the path, and no
     // per-connection socket mapping is set up.
@@ -767,13 +781,7 @@ fn run_session(
         stats = rx.stats().snapshot();
         r
     })();
-    shared.observer.event(Event::SessionEnded {
-        peer,
-        result: &result,
-        stats: &stats,
-        elapsed: t0.elapsed(),
-    });
-    result
+    (result, stats)
 }
 
 /// An observer that reports nothing (tests, embedding).

@@ -736,3 +736,54 @@ fn one_address_cannot_take_every_session() {
     drop(held);
     srv.finish();
 }
+
+/// Two peers admitted at once, both completing their handshake while one slot is left: the
+/// second is refused after its `Hello` — with its `File` already sent — and reads the
+/// refusal with the reason; the slot is free again as soon as the first session has ended.
+#[test]
+fn a_refusal_after_the_handshake_says_why_and_the_slot_comes_back() {
+    let dst = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::default();
+    cfg.max_sessions = 1;
+    let srv = start(dst.path(), cfg);
+    for round in 0..20 {
+        let mut a = connect_from(ip("127.0.0.1"), srv.addr);
+        let mut b = connect_from(ip("127.0.0.2"), srv.addr);
+        assert!(matches!(read_frame(&mut a), Some(Frame::Hello { .. })));
+        assert!(matches!(read_frame(&mut b), Some(Frame::Hello { .. })));
+        hello(&mut a);
+        wait_until("a's session", Duration::from_secs(10), || {
+            srv.obs.started.load(Ordering::SeqCst) == round + 1
+        });
+        let mut bytes = Frame::Hello {
+            version: VERSION,
+            auth: false,
+            nonce: [2; 32],
+        }
+        .to_bytes();
+        bytes.extend(
+            Frame::File {
+                name: "x".into(),
+                size: 10,
+                mode: 0o644,
+                mtime_s: 0,
+                mtime_ns: 0,
+                verify: true,
+            }
+            .to_bytes(),
+        );
+        b.write_all(&bytes).unwrap();
+        match read_frame(&mut b) {
+            Some(Frame::Refuse { code, message }) => {
+                assert_eq!(code, Code::Busy);
+                assert!(message.contains("busy"), "{message}");
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+        drop(a);
+        wait_until("a's end", Duration::from_secs(10), || {
+            srv.obs.ended.load(Ordering::SeqCst) == round + 1
+        });
+    }
+    srv.finish();
+}

@@ -5,14 +5,14 @@
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
-use zcnet::stream::Listener;
-use zcnet::{ReceiverConfig, Sender, SenderConfig, StatsSnapshot};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zcnet::{Sender, SenderConfig, StatsSnapshot};
 use zcnet_bench::cpu::{process_rusage, CpuSeconds};
-use zcnet_transfer::session::{
-    receive_session, send_session, FileOutcome, Progress, RecvOptions, SendOptions, Source,
-};
-use zcnet_transfer::store::{Store, StoreOptions};
+use zcnet_transfer::names::printable;
+use zcnet_transfer::server::{raise_fd_limit, serve, Event, Observer, ServerConfig};
+use zcnet_transfer::session::{send_session, FileOutcome, Progress, SendOptions, Source};
 
 /// Options of `zcnet send`.
 #[derive(clap::Args, Debug)]
@@ -52,15 +52,46 @@ pub struct RecvArgs {
     /// Continue NAME.partial files after checking their prefix hash.
     #[arg(long)]
     resume: bool,
-    /// Cap on the bytes one sender may write (suffixes K, M, G).
+    /// Cap on the bytes one sender (address, and token when set) may write across its
+    /// connections, reservations included (suffixes K, M, G).
     #[arg(long, value_parser = parse_bytes)]
     max_bytes: Option<u64>,
     /// Require senders to prove this pre-shared token.
     #[arg(long, env = "ZCNET_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Serve one sender, then exit with its status.
+    /// Serve the first sender that completes a handshake, then exit with its status.
     #[arg(long)]
     once: bool,
+    /// Keep setuid, setgid and sticky bits as sent (dropped by default).
+    #[arg(long)]
+    keep_special_bits: bool,
+    /// Sessions at once; more senders are told the receiver is busy.
+    #[arg(long, default_value_t = 16)]
+    max_sessions: usize,
+    /// Sessions at once from one address.
+    #[arg(long, default_value_t = 4)]
+    max_sessions_per_addr: usize,
+    /// Connections still in their handshake, all addresses (the oldest goes when full).
+    #[arg(long, default_value_t = 1024)]
+    max_pending: usize,
+    /// Connections still in their handshake from one address.
+    #[arg(long, default_value_t = 8)]
+    max_pending_per_addr: usize,
+    /// Time a sender has for its handshake (hello and token proof).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    handshake_timeout: Duration,
+    /// Longest wait for the next byte within a session.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    idle_timeout: Duration,
+    /// Longest a session may last in all.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    session_deadline: Duration,
+    /// On SIGTERM/SIGINT: how long sessions in flight may go on before they are cut.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    grace: Duration,
+    /// Failed token proofs allowed per address per minute.
+    #[arg(long, default_value_t = 10)]
+    auth_failures_per_minute: usize,
     /// No progress bars or per-file lines.
     #[arg(long, short)]
     quiet: bool,
@@ -214,7 +245,7 @@ impl Bars {
                         .with_style(style("{msg:30!} {bytes} {binary_bytes_per_sec}")),
                 };
                 bar.set_position(already);
-                bar.set_message(name.to_string());
+                bar.set_message(printable(name));
                 self.file = Some(self.multi.insert_before(&self.total, bar));
                 self.total.inc(already);
             }
@@ -236,9 +267,18 @@ impl Bars {
 
     fn report(&self, o: &FileOutcome, verb: &str) {
         match &o.result {
-            Ok(()) => self.line(format!("{verb} {} ({}), verified", o.name, human(o.bytes))),
+            Ok(()) => self.line(format!(
+                "{verb} {} ({}), {}",
+                printable(&o.name),
+                human(o.bytes),
+                if o.verified {
+                    "verified"
+                } else {
+                    "not verified (--no-verify: TCP checksum only)"
+                }
+            )),
             Err((code, msg)) => {
-                let line = format!("FAILED {}: {msg} ({code:?})", o.name);
+                let line = format!("FAILED {}: {msg} ({code:?})", printable(&o.name));
                 if self.quiet || self.multi.is_hidden() {
                     eprintln!("zcnet: {line}");
                 } else {
@@ -323,6 +363,85 @@ fn warn_refused_profile(note: Option<&str>, quiet: bool) {
     }
 }
 
+/// Logs the server's events and draws a progress bar per session.
+struct RecvLog {
+    quiet: bool,
+    started: std::sync::Mutex<std::collections::HashMap<SocketAddr, zcnet_sys::raw::cpu::Rusage>>,
+}
+
+impl Observer for RecvLog {
+    fn event(&self, e: Event<'_>) {
+        match e {
+            Event::SessionStarted { peer } => {
+                if let Ok(r) = process_rusage() {
+                    self.started
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(peer, r);
+                }
+            }
+            Event::SessionEnded {
+                peer,
+                result,
+                stats,
+                elapsed,
+            } => {
+                let cpu0 = self
+                    .started
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&peer);
+                match result {
+                    Err(e) => eprintln!("zcnet: from {peer}: {e}"),
+                    Ok(report) => {
+                        if !self.quiet {
+                            let cpu = match (cpu0, process_rusage()) {
+                                (Some(a), Ok(b)) => CpuSeconds::between(a, b),
+                                _ => CpuSeconds::default(),
+                            };
+                            eprintln!(
+                                "from {peer}: {}",
+                                summary(
+                                    report.bytes(),
+                                    elapsed.as_secs_f64(),
+                                    cpu,
+                                    stats,
+                                    report.files.len(),
+                                    report.failures()
+                                )
+                            );
+                        }
+                        if report.failures() > 0 {
+                            eprintln!(
+                                "zcnet: from {peer}: {} file(s) refused or failed",
+                                report.failures()
+                            );
+                        }
+                    }
+                }
+            }
+            Event::Refused { peer, reason } if !self.quiet => {
+                eprintln!("zcnet: refused {peer}: {reason}");
+            }
+            Event::HandshakeFailed { peer, error } if !self.quiet => {
+                eprintln!("zcnet: handshake with {peer} failed: {error}");
+            }
+            Event::Trouble { what } => eprintln!("zcnet: {what} (still serving)"),
+            Event::Stopping { sessions } if !self.quiet => {
+                eprintln!(
+                    "zcnet: stopping: no new senders; {sessions} session(s) in flight may finish"
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn progress(&self, _peer: SocketAddr) -> Box<dyn FnMut(Progress<'_>) + Send> {
+        let mut bars = Bars::new(self.quiet, None);
+        Box::new(move |p| bars.event(p, "received"))
+    }
+}
+
 /// `zcnet recv`.
 pub fn recv(args: &RecvArgs) -> Result<(), String> {
     let addr = resolve(&args.listen)?;
@@ -330,76 +449,95 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", args.dir.display()));
     }
-    let mut rcfg = ReceiverConfig::default();
-    rcfg.timeout = Some(std::time::Duration::from_secs(60));
-    let listener = Listener::bind(addr, &rcfg).map_err(|e| format!("listening on {addr}: {e}"))?;
+    let fds = raise_fd_limit();
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("listening on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    if !args.quiet {
-        eprintln!("zcnet: receiving into {} on {local}", args.dir.display());
+    let mut cfg = ServerConfig::default();
+    cfg.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
+    cfg.store.overwrite = args.overwrite;
+    cfg.store.resume = args.resume;
+    cfg.store.max_bytes = args.max_bytes;
+    cfg.store.keep_special_bits = args.keep_special_bits;
+    cfg.max_sessions = args.max_sessions.max(1);
+    cfg.max_sessions_per_addr = args.max_sessions_per_addr.max(1);
+    cfg.max_pending = args.max_pending.max(1);
+    cfg.max_pending_per_addr = args.max_pending_per_addr.max(1);
+    cfg.handshake_timeout = args.handshake_timeout;
+    cfg.idle_timeout = args.idle_timeout;
+    cfg.session_deadline = args.session_deadline;
+    cfg.grace = args.grace;
+    cfg.auth_failures_per_minute = args.auth_failures_per_minute;
+    cfg.once = args.once;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
+            .map_err(|e| format!("installing the SIGTERM/SIGINT handler: {e}"))?;
     }
-    loop {
-        let mut rx = match listener.accept() {
-            Ok(rx) => rx,
-            Err(zcnet::Error::Timeout { .. }) => continue,
-            Err(e) => return Err(format!("accepting: {e}")),
-        };
-        warn_refused_profile(rx.profile_note(), args.quiet);
-        let peer = rx
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into());
-        let dir = args.dir.clone();
-        let store_opts = {
-            let mut o = StoreOptions::default();
-            o.overwrite = args.overwrite;
-            o.resume = args.resume;
-            o.max_bytes = args.max_bytes;
-            o
-        };
-        let ropts = {
-            let mut o = RecvOptions::default();
-            o.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
-            o
-        };
-        let quiet = args.quiet;
-        let mut serve = move || -> Result<(), String> {
-            let mut store =
-                Store::open(&dir, store_opts).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let mut bars = Bars::new(quiet, None);
-            let cpu0 = process_rusage().map_err(|e| e.to_string())?;
-            let t0 = Instant::now();
-            let result = receive_session(&mut rx, &mut store, &ropts, &mut |p| {
-                bars.event(p, "received")
-            });
-            bars.total.finish_and_clear();
-            let report = result.map_err(|e| format!("from {peer}: {e}"))?;
-            let cpu = CpuSeconds::between(cpu0, process_rusage().map_err(|e| e.to_string())?);
-            if !quiet {
-                eprintln!(
-                    "from {peer}: {}",
-                    summary(
-                        report.bytes(),
-                        t0.elapsed().as_secs_f64(),
-                        cpu,
-                        &rx.stats().snapshot(),
-                        report.files.len(),
-                        report.failures()
-                    )
-                );
-            }
-            match report.failures() {
-                0 => Ok(()),
-                n => Err(format!("from {peer}: {n} file(s) refused or failed")),
-            }
-        };
-        if args.once {
-            return serve();
+    if !args.quiet {
+        eprintln!(
+            "zcnet: receiving into {} (up to {} sessions, {} handshakes, {fds} descriptors) on {local}",
+            args.dir.display(),
+            cfg.max_sessions,
+            cfg.max_pending
+        );
+    }
+    // Sessions receive on the copy path with file data spliced, so the profile decides
+    // nothing here; one that was refused is still worth saying, once.
+    let loaded = zcnet::auto::load::load(&zcnet::auto::ProfileSource::Default, local.ip());
+    warn_refused_profile(loaded.note.as_deref(), args.quiet);
+    let observer = Arc::new(RecvLog {
+        quiet: args.quiet,
+        started: Default::default(),
+    });
+    let outcome = serve(listener, &args.dir, cfg, &stop, observer).map_err(|e| e.to_string())?;
+    if stop.load(Ordering::Relaxed) && !args.quiet {
+        eprintln!("zcnet: stopped");
+    }
+    match outcome {
+        Some(Ok(report)) if report.failures() > 0 => {
+            Err(format!("{} file(s) refused or failed", report.failures()))
         }
-        std::thread::spawn(move || {
-            let mut serve = serve;
-            if let Err(e) = serve() {
-                eprintln!("zcnet: {e}");
-            }
-        });
+        Some(Err(e)) => Err(e.to_string()),
+        _ => Ok(()),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 10s, 5m, 1h)"))?;
+    let scale = match unit {
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(format!("{s:?} is not a duration"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3d").is_err());
     }
 }

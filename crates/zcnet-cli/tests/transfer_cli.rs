@@ -1,6 +1,7 @@
 //! `zcnet send` / `zcnet recv` as processes: a directory tree and stdin end to end, and a
-//! sender killed with SIGKILL in the middle of a file leaves only `NAME.partial`, which
-//! `--resume` then completes.
+//! sender killed with SIGKILL in the middle of a file leaves only its partial file, which
+//! `--resume` then completes; SIGTERM stops a receiver gracefully; `--once` waits for a
+//! sender that completes its handshake.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -177,8 +178,16 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
     let dst = tempfile::tempdir().unwrap();
     let f = src.path().join("big");
     write_data(&f, 1 << 30, 7);
-    let partial = dst.path().join("big.partial");
     let final_path = dst.path().join("big");
+    let partial_of = |dir: &Path| -> Option<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().to_string();
+                n.starts_with("big.") && n.ends_with(".partial")
+            })
+    };
 
     let recv = start_recv(dst.path(), &["--once", "--resume"]);
     let mut sender = zcnet()
@@ -187,12 +196,15 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::metadata(&partial).map_or(0, |m| m.len()) == 0 {
+    while partial_of(dst.path()).map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len())) == 0 {
         if Instant::now() >= deadline {
             panic!("no data arrived"); // a hang guard, not a speed check
         }
         std::thread::sleep(Duration::from_micros(200));
     }
+    // The receiver sizes each 16 MiB step with fallocate before data arrives: give the
+    // data a moment to flow, so the kill lands mid-file rather than before the first byte.
+    std::thread::sleep(Duration::from_millis(300));
     sender.kill().unwrap(); // SIGKILL, mid-file
     sender.wait().unwrap();
     let (ok, err) = recv.finish();
@@ -202,9 +214,8 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
     );
     assert!(!ok, "the receiver reports the interrupted session");
     assert!(err.contains("big"), "the error names the file: {err}");
-    let kept = std::fs::metadata(&partial)
-        .expect("the partial file is kept")
-        .len();
+    let partial = partial_of(dst.path()).expect("the partial file is kept");
+    let kept = std::fs::metadata(&partial).unwrap().len();
     assert!(kept < 1 << 30);
 
     let recv = start_recv(dst.path(), &["--once", "--resume"]);
@@ -222,4 +233,264 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
     assert!(ok, "{err}");
     assert_eq!(hash(&final_path), hash(&f));
     assert!(!partial.exists());
+}
+
+fn signal(child: &Child, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn partials(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".partial"))
+        .collect()
+}
+
+#[test]
+fn sigterm_lets_a_transfer_in_flight_finish_then_exits_0() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("f");
+    write_data(&f, 256 << 20, 3);
+    let recv = start_recv(dst.path(), &["--grace", "60s"]);
+    let sender = zcnet()
+        .args(["send", "--quiet", "--to", &recv.addr])
+        .arg(&f)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while partials(dst.path()).is_empty() && !dst.path().join("f").exists() {
+        assert!(Instant::now() < deadline, "the transfer never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signal(&recv.child, "-TERM");
+    let out = sender.wait_with_output().unwrap();
+    assert!(out.status.success(), "the sender in flight finished");
+    let (ok, err) = recv.finish();
+    assert!(ok, "exit 0 after a graceful stop: {err}");
+    assert!(err.contains("stopping"), "{err}");
+    assert_eq!(hash(&dst.path().join("f")), hash(&f));
+    assert!(partials(dst.path()).is_empty());
+}
+
+#[test]
+fn sigint_stops_an_idle_receiver_at_once() {
+    let dst = tempfile::tempdir().unwrap();
+    let recv = start_recv(dst.path(), &[]);
+    let t0 = Instant::now();
+    signal(&recv.child, "-INT");
+    let (ok, err) = recv.finish();
+    assert!(ok, "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn once_is_not_spent_on_a_stranger_that_closes_first() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    write_data(&src.path().join("x"), 1000, 1);
+    let recv = start_recv(dst.path(), &["--once"]);
+    drop(std::net::TcpStream::connect(&recv.addr).unwrap());
+    let out = zcnet()
+        .args(["send", "--quiet", "--to", &recv.addr])
+        .arg(src.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, err) = recv.finish();
+    assert!(ok, "{err}");
+    assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));
+}
+
+/// With its descriptors used up by stalled peers, `accept` fails with `EMFILE`: the receiver
+/// refuses those peers (or drops the oldest handshakes) and keeps serving, and once the
+/// stalled peers are gone a real sender gets through.
+#[test]
+fn out_of_descriptors_refuses_peers_and_keeps_serving() {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    write_data(&src.path().join("x"), 100_000, 1);
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("SKIP: prlimit (util-linux) is not installed");
+        return;
+    }
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=40:40", "--"])
+        .arg(env!("CARGO_BIN_EXE_zcnet"))
+        .args(["recv", "--listen", "127.0.0.1:0", "--max-pending", "1000"])
+        .args(["--handshake-timeout", "2s", "--dir"])
+        .arg(dst.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr: std::net::SocketAddr = line.trim().rsplit(" on ").next().unwrap().parse().unwrap();
+    let mut recv = Recv {
+        child,
+        addr: addr.to_string(),
+        stderr,
+    };
+    let stalled: Vec<std::net::TcpStream> = (0..80)
+        .map(|i| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            let from: std::net::IpAddr = format!("127.0.3.{}", 1 + i).parse().unwrap();
+            s.bind(&SockAddr::from(std::net::SocketAddr::new(from, 0)))
+                .unwrap();
+            s.connect(&SockAddr::from(addr)).unwrap();
+            s.into()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        recv.child.try_wait().unwrap().is_none(),
+        "the receiver must survive running out of descriptors"
+    );
+    drop(stalled);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = zcnet()
+            .args(["send", "--quiet", "--to", &recv.addr])
+            .arg(src.path().join("x"))
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));
+    signal(&recv.child, "-TERM");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = recv.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    recv.stderr.read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("out of file descriptors"), "{err}");
+}
+
+/// A name with terminal escapes reaches neither side's terminal raw, and "verified" is said
+/// only when a hash was checked.
+#[test]
+fn names_are_printed_escaped_and_verified_only_when_checked() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let evil = "a\u{1b}]0;pwned\u{7}\u{1b}[2Jb";
+    write_data(&src.path().join(evil), 100, 1);
+    write_data(&src.path().join("plain"), 100, 2);
+    let recv = start_recv(dst.path(), &[]);
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(src.path().join(evil))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let sent = String::from_utf8_lossy(&out.stderr).to_string();
+    let out = zcnet()
+        .args(["send", "--no-verify", "--to", &recv.addr])
+        .arg(src.path().join("plain"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let unverified = String::from_utf8_lossy(&out.stderr).to_string();
+    signal(&recv.child, "-TERM");
+    let (ok, got) = recv.finish();
+    assert!(ok, "{got}");
+    for log in [&sent, &got] {
+        assert!(!log.contains('\u{1b}') && !log.contains('\u{7}'), "{log:?}");
+        assert!(log.contains("a\\u{1b}]0;pwned"), "{log:?}");
+    }
+    assert!(
+        sent.contains("verified") && !sent.contains("not verified"),
+        "{sent}"
+    );
+    assert!(unverified.contains("not verified"), "{unverified}");
+    assert!(got.contains("not verified"), "{got}");
+    assert_eq!(
+        std::fs::read(dst.path().join(evil)).unwrap(),
+        std::fs::read(src.path().join(evil)).unwrap()
+    );
+}
+
+/// A thread that cannot be started (here: the pids cgroup at its limit) refuses that one
+/// sender with the reason, and the receiver serves the next once threads are available.
+/// Needs a writable cgroup-v1 `pids` hierarchy (root); skips otherwise.
+#[test]
+fn a_failed_thread_spawn_refuses_one_sender_and_keeps_serving() {
+    let root = Path::new("/sys/fs/cgroup/pids");
+    let cg = root.join(format!("zcnet-test-{}", std::process::id()));
+    if !root.join("cgroup.procs").exists() || std::fs::create_dir(&cg).is_err() {
+        eprintln!("SKIP: no writable cgroup-v1 pids hierarchy");
+        return;
+    }
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            // Empty once the receiver has exited (it is killed before this runs).
+            for _ in 0..100 {
+                if std::fs::remove_dir(&self.0).is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let _rm = Remove(cg.clone());
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    write_data(&src.path().join("x"), 1000, 1);
+    let recv = start_recv(dst.path(), &[]);
+    let pid = recv.child.id();
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
+    std::fs::write(cg.join("pids.max"), threads.to_string()).unwrap();
+    std::fs::write(cg.join("cgroup.procs"), pid.to_string()).unwrap();
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(src.path().join("x"))
+        .output()
+        .unwrap();
+    let says = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{says}");
+    assert!(says.contains("cannot start a session"), "{says}");
+    assert!(!dst.path().join("x").exists());
+    std::fs::write(cg.join("pids.max"), "max").unwrap();
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(src.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));
+    signal(&recv.child, "-TERM");
+    let (ok, err) = recv.finish();
+    assert!(ok, "{err}");
+    assert!(err.contains("starting a session thread"), "{err}");
 }

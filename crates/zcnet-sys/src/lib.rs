@@ -20,6 +20,8 @@
 
 pub mod cow;
 pub mod mem;
+#[doc(hidden)]
+pub mod peak_alloc;
 pub mod raw;
 #[cfg(feature = "tokio")]
 pub mod reactor;

@@ -7,7 +7,10 @@
 
 pub mod auth;
 pub mod digest;
+pub mod handshake;
+pub mod limits;
 pub mod names;
+pub mod server;
 pub mod session;
 pub mod store;
 pub mod wire;

@@ -67,9 +67,25 @@ pub fn components(name: &str) -> Result<Vec<&str>, NameError> {
     Ok(parts)
 }
 
+/// `name` as it may be shown on a terminal or in a log: control characters (ESC, CR, …),
+/// other non-printing characters (bidirectional overrides) and backslashes and quotes are
+/// escaped as Rust escapes them, so a peer's name can neither drive the terminal nor pass for
+/// another name.
+pub fn printable(name: &str) -> String {
+    name.escape_debug().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printable_names_cannot_drive_a_terminal() {
+        assert_eq!(printable("a/b c.txt"), "a/b c.txt");
+        let p = printable("x\u{1b}]0;pwned\u{7}\r\u{202e}y");
+        assert!(!p.chars().any(|c| c.is_control() || c == '\u{202e}'), "{p}");
+        assert!(p.contains("\\u{1b}"), "{p}");
+    }
 
     #[test]
     fn plain_relative_names_pass() {

@@ -9,6 +9,7 @@
 
 use super::auth::{self, Role};
 use super::digest::hash_prefix;
+use super::handshake::{HandshakeError, ReceiverHandshake};
 use super::store::{Refusal, Store};
 use super::wire::{Code, Frame, WireError, MAX_DATA, STREAM_SIZE, VERSION};
 use std::fs::File;
@@ -49,6 +50,19 @@ pub enum TransferError {
     /// Authentication failed (wrong or missing token).
     #[error("authentication failed: {0}")]
     Auth(String),
+    /// The receiver's side of the handshake failed.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    /// A file being sent got shorter while it was sent.
+    #[error("{name:?} shrank while being sent: only {got} of its {expected} bytes could be read; the receiver keeps no final file")]
+    Shrank {
+        /// The file.
+        name: String,
+        /// Its size when the send began.
+        expected: u64,
+        /// Bytes sent before the end.
+        got: u64,
+    },
     /// The peer refused the whole session.
     #[error("refused by the receiver: {0}")]
     Refused(String),
@@ -87,6 +101,8 @@ pub struct FileOutcome {
     pub bytes: u64,
     /// `Ok` when the receiver verified and renamed it; the refusal otherwise.
     pub result: Result<(), (Code, String)>,
+    /// A BLAKE3 hash of the whole file was checked (false with `--no-verify`).
+    pub verified: bool,
 }
 
 /// What a session did.
@@ -217,10 +233,14 @@ fn read_frame_receiver_side(rx: &mut Receiver) -> Result<Option<Frame>, Transfer
 }
 
 fn reply(rx: &Receiver, f: &Frame) -> Result<(), TransferError> {
+    reply_bytes(rx, &f.to_bytes())
+}
+
+fn reply_bytes(rx: &Receiver, bytes: &[u8]) -> Result<(), TransferError> {
     let fd = rx.socket();
     let sock = socket2::SockRef::from(&fd);
     (&*sock)
-        .write_all(&f.to_bytes())
+        .write_all(bytes)
         .map_err(|e| zcnet::Error::io("answering the sender", e).into())
 }
 
@@ -269,6 +289,13 @@ pub fn send_session(
         }
         .to_bytes(),
     )?;
+    if opts.token.is_some() && !auth_required {
+        // The receiver must prove the token too: one that does not ask for it cannot, and
+        // may be anyone listening on that address.
+        return Err(TransferError::Auth(
+            "the receiver did not ask for the token, so it cannot prove it knows it; refusing to send to it".into(),
+        ));
+    }
     if auth_required {
         let token = opts.token.as_deref().ok_or_else(|| {
             TransferError::Auth("the receiver requires a token (--token or ZCNET_TOKEN)".into())
@@ -313,11 +340,17 @@ fn await_answer(tx: &Sender) -> Result<Answer, TransferError> {
     }
 }
 
-fn await_ack(tx: &Sender, name: &str, bytes: u64) -> Result<FileOutcome, TransferError> {
+fn await_ack(
+    tx: &Sender,
+    name: &str,
+    bytes: u64,
+    verified: bool,
+) -> Result<FileOutcome, TransferError> {
     match read_frame_from_sender_side(tx)? {
         Frame::Ack { code, message, .. } => Ok(FileOutcome {
             name: name.into(),
             bytes,
+            verified: verified && code == Code::Ok,
             result: if code == Code::Ok {
                 Ok(())
             } else {
@@ -358,6 +391,7 @@ fn send_one_file(
                 name: name.into(),
                 bytes: 0,
                 result: Err(refused),
+                verified: false,
             })
         }
     };
@@ -375,14 +409,20 @@ fn send_one_file(
         // The hash is computed from the page cache on another thread, off the data path.
         let hasher = opts.verify.then(|| s.spawn(|| hash_prefix(&file, size)));
         let mut off = start;
+        let shrank = |got| TransferError::Shrank {
+            name: name.into(),
+            expected: size,
+            got,
+        };
         while off < size {
-            let n = tx.send_file(&file, off, (size - off).min(STEP))?;
+            let n = match tx.send_file(&file, off, (size - off).min(STEP)) {
+                Ok(n) => n,
+                Err(zcnet::Error::Truncated { got, .. }) => return Err(shrank(off + got)),
+                Err(zcnet::Error::RangeBeyondEof { .. }) => return Err(shrank(off)),
+                Err(e) => return Err(e.into()),
+            };
             if n == 0 {
-                return Err(TransferError::Truncated {
-                    name: name.into(),
-                    expected: size,
-                    got: off,
-                });
+                return Err(shrank(off));
             }
             off += n;
             progress(Progress::Bytes(n));
@@ -396,8 +436,9 @@ fn send_one_file(
                 .map_err(io_err(format!("hashing {}", path.display()))),
         }
     })?;
+    let verified = hash.is_some();
     tx.send_slice(&Frame::Trailer { hash }.to_bytes())?;
-    await_ack(tx, name, size - start)
+    await_ack(tx, name, size - start, verified)
 }
 
 fn send_stream(
@@ -426,6 +467,7 @@ fn send_stream(
             name: name.into(),
             bytes: 0,
             result: Err(refused),
+            verified: false,
         });
     }
     tx.send_slice(&Frame::Start { offset: 0 }.to_bytes())?;
@@ -447,76 +489,57 @@ fn send_stream(
     }
     tx.send_slice(&Frame::EndData.to_bytes())?;
     let hash = opts.verify.then(|| *h.finalize().as_bytes());
+    let verified = hash.is_some();
     tx.send_slice(&Frame::Trailer { hash }.to_bytes())?;
-    await_ack(tx, name, total)
+    await_ack(tx, name, total, verified)
 }
 
 // ---- receiver ----------------------------------------------------------------------------
 
-/// Runs a whole session from the receiving side until the sender says goodbye. Files that
-/// fail a check are refused or acknowledged with the reason and the session goes on; a
-/// connection that ends inside a file leaves only `NAME.partial` and returns
-/// [`TransferError::Truncated`].
+/// Runs a whole session from the receiving side until the sender says goodbye: the
+/// handshake ([`ReceiverHandshake`], reading nothing larger than handshake frames before the
+/// proof), then [`receive_files`].
 pub fn receive_session(
     rx: &mut Receiver,
     store: &mut Store,
     opts: &RecvOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
-    let rnonce = auth::nonce().map_err(io_err("reading random bytes"))?;
-    reply(
-        rx,
-        &Frame::Hello {
-            version: VERSION,
-            auth: opts.token.is_some(),
-            nonce: rnonce,
-        },
-    )?;
-    let snonce = match read_frame_receiver_side(rx)? {
-        Some(Frame::Hello { version, nonce, .. }) => {
-            if version != VERSION {
-                let _ = reply(
-                    rx,
-                    &Frame::Refuse {
-                        code: Code::Version,
-                        message: format!(
-                            "receiver speaks protocol version {VERSION}, sender {version}"
-                        ),
-                    },
-                );
-                return Err(TransferError::Version {
-                    ours: VERSION,
-                    theirs: version,
-                });
-            }
-            nonce
+    let mut hs =
+        ReceiverHandshake::new(opts.token.clone()).map_err(io_err("reading random bytes"))?;
+    reply_bytes(rx, &hs.greeting())?;
+    let accepted = loop {
+        let want = hs.want();
+        if !rx_read_exact(rx, want)? {
+            return Err(zcnet::Error::PeerClosed { op: "handshake" }.into());
         }
-        Some(other) => return Err(unexpected("hello", &other)),
-        None => return Err(zcnet::Error::PeerClosed { op: "handshake" }.into()),
+        let n = want.len();
+        match hs.advance(n) {
+            Ok(Some(a)) => break a,
+            Ok(None) => {}
+            Err(e) => {
+                if let Some(f) = e.refusal() {
+                    let _ = reply(rx, &f);
+                }
+                return Err(e.into());
+            }
+        }
     };
-    if let Some(token) = &opts.token {
-        match read_frame_receiver_side(rx)? {
-            Some(Frame::Auth { mac })
-                if auth::verify(token, Role::Sender, &rnonce, &snonce, &mac) =>
-            {
-                let mac = auth::prove(token, Role::Receiver, &rnonce, &snonce);
-                reply(rx, &Frame::Auth { mac })?;
-            }
-            Some(Frame::Auth { .. }) | Some(Frame::File { .. }) | None => {
-                let _ = reply(
-                    rx,
-                    &Frame::Refuse {
-                        code: Code::AuthFailed,
-                        message: "wrong or missing token".into(),
-                    },
-                );
-                return Err(TransferError::Auth(
-                    "the sender did not prove it knows the token".into(),
-                ));
-            }
-            Some(other) => return Err(unexpected("auth", &other)),
-        }
+    if let Some(r) = &accepted.reply {
+        reply_bytes(rx, r)?;
     }
+    receive_files(rx, store, progress)
+}
+
+/// The file part of a receiving session, after the handshake. Files that fail a check are
+/// refused or acknowledged with the reason and the session goes on; a connection that ends
+/// inside a file leaves only its partial file (its reserved space released) and returns
+/// [`TransferError::Truncated`].
+pub fn receive_files(
+    rx: &mut Receiver,
+    store: &mut Store,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
     let mut report = SessionReport::default();
     loop {
         let frame = match read_frame_receiver_side(rx)? {
@@ -544,7 +567,7 @@ pub fn receive_session(
             other => return Err(unexpected("file or bye", &other)),
         };
         let announced = (size != STREAM_SIZE).then_some(size);
-        let mut inc = match store.begin(&name, announced) {
+        let mut inc = match store.begin(&name, announced, verify) {
             Ok(i) => i,
             Err(Refusal { code, message }) => {
                 reply(
@@ -558,6 +581,7 @@ pub fn receive_session(
                     name,
                     bytes: 0,
                     result: Err((code, message)),
+                    verified: false,
                 };
                 progress(Progress::Done(&outcome));
                 report.files.push(outcome);
@@ -574,10 +598,13 @@ pub fn receive_session(
         let start = match read_frame_receiver_side(rx)? {
             Some(Frame::Start { offset }) => offset,
             Some(Frame::Abort { message }) => {
+                // As the protocol says: the file's data is discarded, its space released.
+                inc.discard();
                 let outcome = FileOutcome {
                     name,
                     bytes: 0,
                     result: Err((Code::Io, format!("the sender gave up: {message}"))),
+                    verified: false,
                 };
                 progress(Progress::Done(&outcome));
                 report.files.push(outcome);
@@ -598,8 +625,9 @@ pub fn receive_session(
                     got: "start elsewhere",
                 });
             }
-            inc.restart()
-                .map_err(|r| io_err("restarting")(io::Error::other(r.message)))?;
+            if let Err(r) = inc.restart() {
+                return Err(io_err("restarting")(io::Error::other(r.message)));
+            }
         }
         progress(Progress::Start(&name, announced, start));
         let mut got = 0u64;
@@ -623,7 +651,8 @@ pub fn receive_session(
                     got += n;
                     progress(Progress::Bytes(n));
                 }
-                store.charge(got).map(|_| ())
+                // Charged against the cap when the file began (its reservation).
+                Ok(())
             }
             None => {
                 let mut res = Ok(());
@@ -694,6 +723,7 @@ pub fn receive_session(
         let outcome = FileOutcome {
             name,
             bytes: got,
+            verified: hash.is_some() && result.is_ok(),
             result: result.map(|_| ()).map_err(|r| (r.code, r.message)),
         };
         progress(Progress::Done(&outcome));

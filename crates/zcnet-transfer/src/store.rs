@@ -1,25 +1,40 @@
 //! The receiver's side of the file system: where received data may go, and how a file
 //! becomes final.
 //!
-//! Rules (DESIGN.md, "Files and sockets we own"):
+//! Rules (`docs/transfer-protocol.md`, "Receiver rules"):
 //! * names are checked by [`super::names`]; every directory and file is opened relative to
 //!   the target directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so neither
 //!   `..` nor a symlink already in the tree (nor one planted during the transfer) can lead
 //!   outside it;
-//! * data goes to `NAME.partial`; only after the length and the BLAKE3 hash check out is it
-//!   fsynced, given its mode and mtime, and renamed onto `NAME` (`RENAME_NOREPLACE` unless
-//!   overwriting), and the directory fsynced — so a file with its final name is complete;
-//! * an existing `NAME` is not overwritten unless asked; `max_bytes` caps what one sender
-//!   may write; an interrupted file stays `NAME.partial`, for `--resume`.
+//! * each session writes its own partial file, `NAME.<owner>.<random>.partial`, created with
+//!   `O_CREAT | O_EXCL` — never opened through an existing name, so a planted hard link or
+//!   symlink is never written through — and held under `flock(LOCK_EX)` while in use;
+//! * only after the length and the BLAKE3 hash check out is the partial file fsynced, given
+//!   its mode (setuid, setgid and sticky bits dropped unless asked) and mtime, and renamed
+//!   onto `NAME` — `renameat2(RENAME_NOREPLACE)` unless overwriting, so of two sessions
+//!   completing one name the second is told "exists"; with overwriting the last rename wins
+//!   and, each session having its own inode, the final file is always one sender's whole
+//!   file — and the directory fsynced;
+//! * space is reserved with `fallocate` when a file starts and released when its session
+//!   ends early (the bytes that arrived stay, for `--resume`; a partial file with no bytes
+//!   is removed); a refused file leaves nothing;
+//! * `max_bytes` caps what one sender may write, counted across its connections by a shared
+//!   [`Quota`] keyed by address (and token), reservations included;
+//! * `--resume` continues only a partial file of the same owner (the token, or without one
+//!   the sender's address), only when the sender verifies the whole file, and never one with
+//!   more than one link.
 
 use super::digest::hash_prefix;
 use super::names::{components, NameError, PARTIAL_SUFFIX};
 use super::wire::Code;
-use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, RenameFlags, ResolveFlags};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// A file (or session) the receiver will not take, with the code sent to the sender.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,18 +71,127 @@ impl From<NameError> for Refusal {
 pub struct StoreOptions {
     /// Replace existing files.
     pub overwrite: bool,
-    /// Continue an existing `NAME.partial`.
+    /// Continue an existing partial file of the same owner.
     pub resume: bool,
-    /// Cap on the bytes one session may write.
+    /// Cap on the bytes one sender may write (see [`Quota`]).
     pub max_bytes: Option<u64>,
+    /// Keep setuid, setgid and sticky bits as sent (dropped by default).
+    pub keep_special_bits: bool,
 }
 
-/// A target directory that received files go into.
+/// Bytes written or reserved per sender, shared by all of a receiver's sessions so that a
+/// cap "per sender" holds across connections. Each session charges every key it has (its
+/// address, and its token when one is set); a charge that would take any key over the cap
+/// is refused whole.
+#[derive(Debug)]
+pub struct Quota {
+    max: u64,
+    used: Mutex<HashMap<String, u64>>,
+}
+
+impl Quota {
+    /// A cap of `max` bytes per key.
+    pub fn new(max: u64) -> Arc<Quota> {
+        Arc::new(Quota {
+            max,
+            used: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The cap.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Bytes charged to `key`.
+    pub fn used(&self, key: &str) -> u64 {
+        let m = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(key).copied().unwrap_or(0)
+    }
+
+    /// Charges `n` bytes to every key, or to none: `Err(used)` with the most any key had.
+    fn charge(&self, keys: &[String], n: u64) -> Result<(), u64> {
+        let mut m = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        let worst = keys
+            .iter()
+            .map(|k| m.get(k).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        if worst.saturating_add(n) > self.max {
+            return Err(worst);
+        }
+        for k in keys {
+            *m.entry(k.clone()).or_insert(0) += n;
+        }
+        Ok(())
+    }
+
+    /// Gives back `n` bytes reserved but not written.
+    fn refund(&self, keys: &[String], n: u64) {
+        let mut m = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            if let Some(v) = m.get_mut(k) {
+                *v = v.saturating_sub(n);
+            }
+        }
+    }
+}
+
+/// Who is sending: the keys of its byte cap and the owner tag of its partial files.
+#[derive(Debug, Clone, Default)]
+pub struct SenderId {
+    /// The peer's address.
+    pub address: Option<IpAddr>,
+    /// The token it proved, if any.
+    pub token: Option<Vec<u8>>,
+}
+
+impl SenderId {
+    fn keys(&self) -> Vec<String> {
+        let mut k = Vec::new();
+        if let Some(a) = self.address {
+            k.push(format!("address {a}"));
+        }
+        if let Some(t) = &self.token {
+            k.push(format!("token {}", tag(b"zcnet-v1 quota key", t)));
+        }
+        if k.is_empty() {
+            k.push("local".into());
+        }
+        k
+    }
+
+    /// 16 hex digits naming the owner of a partial file: derived from the token when there
+    /// is one (any holder of it may resume), else from the address. One-way, so the name on
+    /// disk reveals neither.
+    fn owner(&self) -> String {
+        match (&self.token, self.address) {
+            (Some(t), _) => tag(b"zcnet-v1 partial owner, token", t),
+            (None, Some(a)) => tag(b"zcnet-v1 partial owner, address", a.to_string().as_bytes()),
+            (None, None) => tag(b"zcnet-v1 partial owner, local", b""),
+        }
+    }
+}
+
+fn tag(context: &[u8], key: &[u8]) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(&(context.len() as u64).to_le_bytes());
+    h.update(context);
+    h.update(key);
+    h.finalize().as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A target directory that received files go into, for one sender.
 #[derive(Debug)]
 pub struct Store {
     dir: OwnedFd,
     opts: StoreOptions,
-    written: u64,
+    quota: Option<Arc<Quota>>,
+    keys: Vec<String>,
+    owner: String,
 }
 
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
@@ -87,9 +211,38 @@ fn open_beneath(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Res
     }
 }
 
+/// Frees the blocks reserved past the end of the data: growing the file by one byte and
+/// truncating it back makes every file system drop blocks beyond the new end, including
+/// those `fallocate(FALLOC_FL_KEEP_SIZE)` reserved (truncate(2); ext4 and tmpfs both free
+/// them on a size-reducing truncate, which a same-size truncate is not).
+fn release_reservation(file: &File) -> io::Result<u64> {
+    let len = file.metadata()?.len();
+    file.set_len(len + 1)?;
+    file.set_len(len)?;
+    Ok(len)
+}
+
+fn random_hex() -> io::Result<String> {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(b.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 impl Store {
-    /// Opens `dir` (which must exist and be a directory).
+    /// Opens `dir` (which must exist and be a directory) for one local sender with its own
+    /// cap (`opts.max_bytes`).
     pub fn open(dir: &Path, opts: StoreOptions) -> io::Result<Store> {
+        let quota = opts.max_bytes.map(Quota::new);
+        Self::open_for(dir, opts, quota, &SenderId::default())
+    }
+
+    /// Opens `dir` for `sender`, charging `quota` (shared by the receiver's sessions).
+    pub fn open_for(
+        dir: &Path,
+        opts: StoreOptions,
+        quota: Option<Arc<Quota>>,
+        sender: &SenderId,
+    ) -> io::Result<Store> {
         let fd = rustix::fs::open(
             dir,
             OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
@@ -98,30 +251,41 @@ impl Store {
         Ok(Store {
             dir: fd,
             opts,
-            written: 0,
+            quota,
+            keys: sender.keys(),
+            owner: sender.owner(),
         })
     }
 
-    /// Bytes accepted so far in this session (counted against `max_bytes`).
-    pub fn written(&self) -> u64 {
-        self.written
+    fn too_large(&self, name: &str, size: u64, used: u64) -> Refusal {
+        let max = self.quota.as_ref().map_or(0, |q| q.max());
+        Refusal::new(
+            Code::TooLarge,
+            format!(
+                "{name:?} ({size} bytes) would exceed this receiver's limit of {max} bytes per sender ({used} already written or reserved)"
+            ),
+        )
     }
 
     /// Starts receiving `name` of `size` bytes (`None` for a stream of unknown size).
-    pub fn begin(&mut self, name: &str, size: Option<u64>) -> Result<Incoming, Refusal> {
+    /// `verified`: the sender will send the whole file's hash — only then is a partial file
+    /// offered for resuming, because only then is the prefix checked with the rest.
+    pub fn begin(
+        &mut self,
+        name: &str,
+        size: Option<u64>,
+        verified: bool,
+    ) -> Result<Incoming, Refusal> {
         let parts = components(name)?;
-        if let (Some(max), Some(size)) = (self.opts.max_bytes, size) {
-            if self.written.saturating_add(size) > max {
-                return Err(Refusal::new(
-                    Code::TooLarge,
-                    format!(
-                        "{name:?} ({size} bytes) would exceed this receiver's limit of {max} bytes per sender ({} already written)",
-                        self.written
-                    ),
-                ));
+        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
+        if let (Some(q), Some(size), false) = (&self.quota, size, self.opts.resume) {
+            // Early, cheap refusal (without resume: no bytes can already be there); the real
+            // charge comes once the offset is known.
+            let used = self.keys.iter().map(|k| q.used(k)).max().unwrap_or(0);
+            if used.saturating_add(size) > q.max() {
+                return Err(self.too_large(name, size, used));
             }
         }
-        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
         let mut parent =
             rustix::io::dup(&self.dir).map_err(|e| Refusal::io("opening", name, e.into()))?;
         for d in dirs {
@@ -163,87 +327,149 @@ impl Store {
             Err(rustix::io::Errno::NOENT) => {}
             Err(e) => return Err(Refusal::io("checking", name, e.into())),
         }
-        let partial = format!("{leaf}{PARTIAL_SUFFIX}");
-        let mut offset = 0;
-        let mut prefix = None;
-        let resumed = if self.opts.resume {
-            match open_beneath(&parent, &partial, OFlags::RDWR, 0) {
-                Ok(fd) => Some(File::from(fd)),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
-                Err(e) => return Err(Refusal::io("opening", &partial, e)),
-            }
+        let prefix_of_ours = format!("{leaf}.{}.", self.owner);
+        let resumed = if self.opts.resume && verified && size.is_some() {
+            find_resumable(&parent, &prefix_of_ours)
         } else {
             None
         };
-        let file = match resumed {
-            Some(f) => {
-                let have = f
-                    .metadata()
-                    .map_err(|e| Refusal::io("reading", &partial, e))?
-                    .len();
-                if size.is_some_and(|s| have <= s) && have > 0 {
-                    offset = have;
-                    prefix = Some(
-                        hash_prefix(&f, have).map_err(|e| Refusal::io("hashing", &partial, e))?,
-                    );
-                } else {
-                    // Nothing usable (longer than announced, or a stream): start over.
-                    f.set_len(0)
-                        .map_err(|e| Refusal::io("truncating", &partial, e))?;
-                }
-                f
+        let (file, partial, created) = match resumed {
+            Some((f, p)) => (f, p, false),
+            None => {
+                let (f, p) = create_partial(&parent, &prefix_of_ours)
+                    .map_err(|e| Refusal::io("creating a partial file for", name, e))?;
+                (f, p, true)
             }
-            None => File::from(
-                open_beneath(
-                    &parent,
-                    &partial,
-                    OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC,
-                    0o600,
-                )
-                .map_err(|e| Refusal::io("creating", &partial, e))?,
-            ),
         };
-        if let Some(s) = size {
-            if s > offset {
-                // Reserve the space now so a full disk shows up before the data flows.
-                match rustix::fs::fallocate(
-                    &file,
-                    rustix::fs::FallocateFlags::KEEP_SIZE,
-                    offset,
-                    s - offset,
-                ) {
-                    Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => {}
-                    Err(e) => return Err(Refusal::io("reserving space for", name, e.into())),
-                }
-            }
-        }
-        Ok(Incoming {
+        let mut inc = Incoming {
             parent,
             leaf: leaf.to_string(),
             partial,
             file,
             name: name.to_string(),
             size,
-            offset,
-            prefix,
+            offset: 0,
+            prefix: None,
             overwrite: self.opts.overwrite,
-        })
+            keep_special_bits: self.opts.keep_special_bits,
+            quota: self.quota.clone(),
+            keys: self.keys.clone(),
+            reserved: 0,
+            settled: false,
+        };
+        if !created {
+            let have = inc
+                .file
+                .metadata()
+                .map_err(|e| Refusal::io("reading", &inc.partial, e))?
+                .len();
+            if size.is_some_and(|s| have <= s) && have > 0 {
+                inc.offset = have;
+                inc.prefix = Some(
+                    hash_prefix(&inc.file, have)
+                        .map_err(|e| Refusal::io("hashing", &inc.partial, e))?,
+                );
+            } else {
+                // Nothing usable (longer than announced): start over.
+                inc.file
+                    .set_len(0)
+                    .map_err(|e| Refusal::io("truncating", &inc.partial, e))?;
+            }
+        }
+        if let Some(s) = size {
+            inc.reserve(s - inc.offset)?;
+        }
+        Ok(inc)
     }
 
-    /// Counts `n` bytes against the session cap; a refusal once it is exceeded (streams).
+    /// Counts `n` stream bytes against the cap; a refusal once it would be exceeded.
     pub fn charge(&mut self, n: u64) -> Result<(), Refusal> {
-        self.written = self.written.saturating_add(n);
-        match self.opts.max_bytes {
-            Some(max) if self.written > max => Err(Refusal::new(
-                Code::TooLarge,
-                format!("this receiver's limit of {max} bytes per sender is exceeded"),
-            )),
-            _ => Ok(()),
+        match &self.quota {
+            Some(q) => q.charge(&self.keys, n).map_err(|used| {
+                Refusal::new(
+                    Code::TooLarge,
+                    format!(
+                        "this receiver's limit of {} bytes per sender is exceeded ({used} already written or reserved)",
+                        q.max()
+                    ),
+                )
+            }),
+            None => Ok(()),
         }
+    }
+
+    /// The owner tag in this sender's partial file names.
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 }
 
-/// A file being received into `NAME.partial`.
+/// A new partial file `PREFIX<random>.partial`, created exclusively and locked.
+fn create_partial(parent: &OwnedFd, prefix: &str) -> io::Result<(File, String)> {
+    let mut last = io::Error::other("no unique name found");
+    for _ in 0..16 {
+        let name = format!("{prefix}{}{PARTIAL_SUFFIX}", random_hex()?);
+        match open_beneath(
+            parent,
+            &name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+            0o600,
+        ) {
+            Ok(fd) => {
+                // Locked before anyone resuming could take it.
+                if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err() {
+                    last = io::Error::other("a fresh partial file was locked by another session");
+                    continue;
+                }
+                return Ok((File::from(fd), name));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// The first partial file named `PREFIX*.partial` that is a regular file with one link and
+/// not in use by another session (its lock is free), opened and locked.
+fn find_resumable(parent: &OwnedFd, prefix: &str) -> Option<(File, String)> {
+    let dir = rustix::fs::Dir::read_from(parent).ok()?;
+    for entry in dir.flatten() {
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        let rest = match name.strip_prefix(prefix) {
+            Some(r) => r,
+            None => continue,
+        };
+        let Some(tag) = rest.strip_suffix(PARTIAL_SUFFIX) else {
+            continue;
+        };
+        if tag.len() != 8 || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let name = name.to_string();
+        let Ok(fd) = open_beneath(parent, &name, OFlags::RDWR, 0) else {
+            continue;
+        };
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            continue;
+        };
+        let regular =
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+        if !regular || st.st_nlink != 1 {
+            continue;
+        }
+        if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            return Some((File::from(fd), name));
+        }
+    }
+    None
+}
+
+/// A file being received into its own partial file. Dropped without [`Incoming::finish`]
+/// or [`Incoming::discard`] (the session ended early), it releases the space it reserved,
+/// keeps the bytes that arrived for `--resume`, and removes the partial file if none did.
 #[derive(Debug)]
 pub struct Incoming {
     parent: OwnedFd,
@@ -255,6 +481,13 @@ pub struct Incoming {
     offset: u64,
     prefix: Option<[u8; 32]>,
     overwrite: bool,
+    keep_special_bits: bool,
+    quota: Option<Arc<Quota>>,
+    keys: Vec<String>,
+    /// Bytes charged to the quota beyond `offset` for this file.
+    reserved: u64,
+    /// Finished, discarded or released: nothing left to do on drop.
+    settled: bool,
 }
 
 impl Incoming {
@@ -266,6 +499,11 @@ impl Incoming {
     /// The name as sent.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The partial file's name, beside the final one.
+    pub fn partial_name(&self) -> &str {
+        &self.partial
     }
 
     /// Announced size (`None`: stream).
@@ -283,21 +521,62 @@ impl Incoming {
         self.prefix
     }
 
+    /// Charges `n` more bytes to the quota and reserves them on disk.
+    fn reserve(&mut self, n: u64) -> Result<(), Refusal> {
+        if let Some(q) = &self.quota {
+            if let Err(used) = q.charge(&self.keys, n) {
+                let max = q.max();
+                return Err(Refusal::new(
+                    Code::TooLarge,
+                    format!(
+                        "{:?} ({n} bytes) would exceed this receiver's limit of {max} bytes per sender ({used} already written or reserved)",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        self.reserved += n;
+        if n > 0 {
+            // Reserve the space now so a full disk shows up before the data flows.
+            match rustix::fs::fallocate(
+                &self.file,
+                rustix::fs::FallocateFlags::KEEP_SIZE,
+                self.offset,
+                n,
+            ) {
+                Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => {}
+                Err(e) => return Err(Refusal::io("reserving space for", &self.name, e.into())),
+            }
+        }
+        Ok(())
+    }
+
     /// The sender will not resume: start the partial file over.
     pub fn restart(&mut self) -> Result<(), Refusal> {
         self.file
             .set_len(0)
             .map_err(|e| Refusal::io("truncating", &self.partial, e))?;
+        let had = self.offset;
         self.offset = 0;
         self.prefix = None;
-        Ok(())
+        self.reserve(had)
+    }
+
+    /// Settles the quota: bytes on disk beyond the offset stay charged, the rest of the
+    /// reservation goes back.
+    fn settle_quota(&mut self, on_disk: u64) {
+        if let Some(q) = &self.quota {
+            let written = on_disk.saturating_sub(self.offset).min(self.reserved);
+            q.refund(&self.keys, self.reserved - written);
+        }
+        self.reserved = 0;
     }
 
     /// Verifies length and hash, syncs, sets mode and mtime, and renames onto the final name.
     /// On a failed check the partial file is removed (its bytes are wrong) and the refusal
     /// says why; nothing with the final name is created.
     pub fn finish(
-        self,
+        mut self,
         hash: Option<[u8; 32]>,
         mode: u32,
         mtime: (i64, u32),
@@ -330,8 +609,13 @@ impl Incoming {
                 ));
             }
         }
+        let keep = if self.keep_special_bits {
+            0o7777
+        } else {
+            0o777
+        };
         let io_err = |what: &str, e: io::Error| Refusal::io(what, &self.name, e);
-        rustix::fs::fchmod(&self.file, Mode::from_raw_mode(mode & 0o7777))
+        rustix::fs::fchmod(&self.file, Mode::from_raw_mode(mode & keep))
             .map_err(|e| io_err("setting mode of", e.into()))?;
         let t = rustix::fs::Timespec {
             tv_sec: mtime.0,
@@ -351,28 +635,60 @@ impl Incoming {
         } else {
             RenameFlags::NOREPLACE
         };
-        rustix::fs::renameat_with(&self.parent, &self.partial, &self.parent, &self.leaf, flags)
-            .map_err(|e| {
-                if e == rustix::io::Errno::EXIST {
-                    Refusal::new(
-                        Code::Exists,
-                        format!(
-                            "{:?} appeared during the transfer; kept as {}",
-                            self.name, self.partial
-                        ),
-                    )
-                } else {
-                    io_err("renaming", e.into())
-                }
-            })?;
+        let renamed =
+            rustix::fs::renameat_with(&self.parent, &self.partial, &self.parent, &self.leaf, flags);
+        if let Err(e) = renamed {
+            let name = self.name.clone();
+            self.discard();
+            return Err(if e == rustix::io::Errno::EXIST {
+                Refusal::new(
+                    Code::Exists,
+                    format!("{name:?} appeared during the transfer (another sender finished it first); use --overwrite to replace it"),
+                )
+            } else {
+                Refusal::io("renaming", &name, e.into())
+            });
+        }
+        self.settle_quota(len);
+        self.settled = true;
         rustix::fs::fsync(&self.parent)
-            .map_err(|e| io_err("syncing the directory of", e.into()))?;
+            .map_err(|e| Refusal::io("syncing the directory of", &self.name, e.into()))?;
         Ok(len)
     }
 
-    /// Removes the partial file (its contents are known to be wrong).
-    pub fn discard(&self) {
+    /// Removes the partial file (its contents are wrong or unwanted) and gives back the
+    /// reservation.
+    pub fn discard(&mut self) {
+        let on_disk = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        self.settle_quota(on_disk);
         let _ = rustix::fs::unlinkat(&self.parent, &self.partial, AtFlags::empty());
+        self.settled = true;
+    }
+
+    /// Ends the file early but keeps what arrived (for `--resume`): frees the reserved space
+    /// past the data and the unused part of the quota; with no data, removes the file.
+    /// Returns the bytes kept.
+    pub fn release(&mut self) -> u64 {
+        if self.settled {
+            return 0;
+        }
+        match release_reservation(&self.file) {
+            Ok(0) | Err(_) => {
+                self.discard();
+                0
+            }
+            Ok(len) => {
+                self.settle_quota(len);
+                self.settled = true;
+                len
+            }
+        }
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -380,7 +696,7 @@ impl Incoming {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::os::unix::fs::{symlink, MetadataExt};
+    use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
     fn store(opts: StoreOptions) -> (tempfile::TempDir, Store) {
         let d = tempfile::tempdir().unwrap();
@@ -396,28 +712,32 @@ mod tests {
     #[test]
     fn a_verified_file_becomes_final_with_mode_and_mtime() {
         let (d, mut s) = store(StoreOptions::default());
-        let inc = s.begin("sub/dir/f.bin", Some(5)).unwrap();
+        let inc = s.begin("sub/dir/f.bin", Some(5), true).unwrap();
         write(&inc, b"hello");
-        assert!(d.path().join("sub/dir/f.bin.partial").exists());
+        let partial = d.path().join("sub/dir").join(inc.partial_name());
+        assert!(partial.exists());
+        assert!(
+            inc.partial_name().starts_with("f.bin.") && inc.partial_name().ends_with(".partial")
+        );
         assert!(!d.path().join("sub/dir/f.bin").exists());
         let h = *blake3::hash(b"hello").as_bytes();
         assert_eq!(inc.finish(Some(h), 0o640, (1_000_000, 5)).unwrap(), 5);
+        assert!(!partial.exists());
         let p = d.path().join("sub/dir/f.bin");
         assert_eq!(std::fs::read(&p).unwrap(), b"hello");
         let m = std::fs::metadata(&p).unwrap();
         assert_eq!(m.mode() & 0o777, 0o640);
         assert_eq!(m.mtime(), 1_000_000);
-        assert!(!d.path().join("sub/dir/f.bin.partial").exists());
     }
 
     #[test]
     fn wrong_hash_or_length_leaves_no_final_file() {
         let (d, mut s) = store(StoreOptions::default());
-        let inc = s.begin("a", Some(3)).unwrap();
+        let inc = s.begin("a", Some(3), true).unwrap();
         write(&inc, b"abc");
         let e = inc.finish(Some([0; 32]), 0o644, (0, 0)).unwrap_err();
         assert_eq!(e.code, Code::HashMismatch);
-        let inc = s.begin("b", Some(4)).unwrap();
+        let inc = s.begin("b", Some(4), true).unwrap();
         write(&inc, b"abc");
         assert_eq!(
             inc.finish(None, 0o644, (0, 0)).unwrap_err().code,
@@ -432,13 +752,13 @@ mod tests {
     fn existing_files_need_overwrite() {
         let (d, mut s) = store(StoreOptions::default());
         std::fs::write(d.path().join("x"), b"old").unwrap();
-        assert_eq!(s.begin("x", Some(1)).unwrap_err().code, Code::Exists);
+        assert_eq!(s.begin("x", Some(1), true).unwrap_err().code, Code::Exists);
         let o = StoreOptions {
             overwrite: true,
             ..Default::default()
         };
         let mut s2 = Store::open(d.path(), o).unwrap();
-        let inc = s2.begin("x", Some(3)).unwrap();
+        let inc = s2.begin("x", Some(3), true).unwrap();
         write(&inc, b"new");
         inc.finish(None, 0o644, (0, 0)).unwrap();
         assert_eq!(std::fs::read(d.path().join("x")).unwrap(), b"new");
@@ -449,12 +769,8 @@ mod tests {
         let (d, mut s) = store(StoreOptions::default());
         let outside = tempfile::tempdir().unwrap();
         symlink(outside.path(), d.path().join("link")).unwrap();
-        let e = s.begin("link/evil", Some(1)).unwrap_err();
+        let e = s.begin("link/evil", Some(1), true).unwrap_err();
         assert_eq!(e.code, Code::UnsafeName, "{e}");
-        // A planted symlink as the partial file itself is not followed either.
-        symlink(outside.path().join("target"), d.path().join("f.partial")).unwrap();
-        assert!(s.begin("f", Some(1)).is_err());
-        assert!(!outside.path().join("target").exists());
         assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
     }
 
@@ -464,12 +780,18 @@ mod tests {
             max_bytes: Some(10),
             ..Default::default()
         });
-        assert_eq!(s.begin("../x", Some(1)).unwrap_err().code, Code::UnsafeName);
         assert_eq!(
-            s.begin("/etc/x", Some(1)).unwrap_err().code,
+            s.begin("../x", Some(1), true).unwrap_err().code,
             Code::UnsafeName
         );
-        assert_eq!(s.begin("big", Some(11)).unwrap_err().code, Code::TooLarge);
+        assert_eq!(
+            s.begin("/etc/x", Some(1), true).unwrap_err().code,
+            Code::UnsafeName
+        );
+        assert_eq!(
+            s.begin("big", Some(11), true).unwrap_err().code,
+            Code::TooLarge
+        );
         assert!(s.charge(10).is_ok());
         assert_eq!(s.charge(1).unwrap_err().code, Code::TooLarge);
     }
@@ -480,8 +802,9 @@ mod tests {
             resume: true,
             ..Default::default()
         });
-        std::fs::write(d.path().join("r.partial"), b"abcd").unwrap();
-        let inc = s.begin("r", Some(8)).unwrap();
+        let o = s.owner().to_string();
+        std::fs::write(d.path().join(format!("r.{o}.0000abcd.partial")), b"abcd").unwrap();
+        let inc = s.begin("r", Some(8), true).unwrap();
         assert_eq!(inc.offset(), 4);
         assert_eq!(inc.prefix(), Some(*blake3::hash(b"abcd").as_bytes()));
         {
@@ -492,9 +815,221 @@ mod tests {
             .unwrap();
         assert_eq!(std::fs::read(d.path().join("r")).unwrap(), b"abcdefgh");
         // A partial longer than announced is started over.
-        std::fs::write(d.path().join("q.partial"), b"0123456789").unwrap();
-        let inc = s.begin("q", Some(2)).unwrap();
+        std::fs::write(
+            d.path().join(format!("q.{o}.0000abcd.partial")),
+            b"0123456789",
+        )
+        .unwrap();
+        let inc = s.begin("q", Some(2), true).unwrap();
         assert_eq!(inc.offset(), 0);
         assert_eq!(inc.file().metadata().unwrap().len(), 0);
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_planted_hard_link_is_never_written_through() {
+        let (d, mut s) = store(StoreOptions {
+            resume: true,
+            overwrite: true,
+            ..Default::default()
+        });
+        // A file outside the directory (same file system), linked in under the very name a
+        // resumable partial file of this owner would have.
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let o = s.owner().to_string();
+        std::fs::hard_link(&victim, d.path().join(format!("f.{o}.00000001.partial"))).unwrap();
+        let inc = s.begin("f", Some(4), true).unwrap();
+        assert_eq!(inc.offset(), 0, "a linked partial file is not resumed");
+        assert!(!inc.partial_name().ends_with("00000001.partial"));
+        write(&inc, b"evil");
+        inc.finish(None, 0o4755, (0, 0)).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::metadata(&victim).unwrap().mode() & 0o7777, 0o644);
+        // The final file lost its setuid bit.
+        assert_eq!(
+            std::fs::metadata(d.path().join("f")).unwrap().mode() & 0o7777,
+            0o755
+        );
+    }
+
+    #[test]
+    fn special_mode_bits_are_kept_only_when_asked() {
+        let (d, mut s) = store(StoreOptions {
+            keep_special_bits: true,
+            ..Default::default()
+        });
+        let inc = s.begin("s", Some(1), true).unwrap();
+        write(&inc, b"x");
+        inc.finish(None, 0o6755, (0, 0)).unwrap();
+        assert_eq!(
+            std::fs::metadata(d.path().join("s")).unwrap().mode() & 0o7777,
+            0o6755
+        );
+    }
+
+    #[test]
+    fn an_early_end_releases_the_reservation_and_keeps_only_arrived_bytes() {
+        let (d, mut s) = store(StoreOptions::default());
+        let inc = s.begin("empty-end", Some(64 << 20), true).unwrap();
+        let p = d.path().join(inc.partial_name());
+        let blocks = std::fs::metadata(&p).unwrap().blocks();
+        drop(inc);
+        assert!(!p.exists(), "a partial file without data is removed");
+        let inc = s.begin("some", Some(64 << 20), true).unwrap();
+        write(&inc, &[7; 10_000]);
+        let p = d.path().join(inc.partial_name());
+        drop(inc);
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!(m.len(), 10_000, "arrived bytes stay for --resume");
+        assert!(
+            m.blocks() * 512 < 1 << 20,
+            "{} blocks still allocated (reserved {blocks})",
+            m.blocks()
+        );
+    }
+
+    #[test]
+    fn the_byte_cap_holds_across_sessions_of_one_address_and_counts_reservations() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            max_bytes: Some(100),
+            ..Default::default()
+        };
+        let q = Quota::new(100);
+        let a = SenderId {
+            address: Some("192.0.2.1".parse().unwrap()),
+            token: None,
+        };
+        let b = SenderId {
+            address: Some("192.0.2.2".parse().unwrap()),
+            token: None,
+        };
+        let mut s1 = Store::open_for(d.path(), opts, Some(q.clone()), &a).unwrap();
+        let mut s2 = Store::open_for(d.path(), opts, Some(q.clone()), &a).unwrap();
+        let mut s3 = Store::open_for(d.path(), opts, Some(q.clone()), &b).unwrap();
+        let inc = s1.begin("one", Some(80), true).unwrap();
+        // Reserved, not yet written: the second connection of the same address is refused.
+        assert_eq!(
+            s2.begin("two", Some(30), true).unwrap_err().code,
+            Code::TooLarge
+        );
+        // Another address has its own cap.
+        drop(s3.begin("three", Some(90), true).unwrap());
+        // The first ends early after 50 bytes: 30 of its reservation come back.
+        write(&inc, &[1; 50]);
+        drop(inc);
+        let inc = s2.begin("two", Some(50), true).unwrap();
+        write(&inc, &[2; 50]);
+        inc.finish(None, 0o644, (0, 0)).unwrap();
+        assert_eq!(
+            s2.begin("more", Some(1), true).unwrap_err().code,
+            Code::TooLarge
+        );
+        assert_eq!(s1.charge(1).unwrap_err().code, Code::TooLarge);
+    }
+
+    #[test]
+    fn with_a_token_the_cap_also_holds_per_token_across_addresses() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            max_bytes: Some(100),
+            ..Default::default()
+        };
+        let q = Quota::new(100);
+        let id = |a: &str| SenderId {
+            address: Some(a.parse().unwrap()),
+            token: Some(b"shared".to_vec()),
+        };
+        let mut s1 = Store::open_for(d.path(), opts, Some(q.clone()), &id("192.0.2.1")).unwrap();
+        let mut s2 = Store::open_for(d.path(), opts, Some(q.clone()), &id("192.0.2.2")).unwrap();
+        let inc = s1.begin("a", Some(70), true).unwrap();
+        write(&inc, &[1; 70]);
+        inc.finish(None, 0o644, (0, 0)).unwrap();
+        assert_eq!(
+            s2.begin("b", Some(70), true).unwrap_err().code,
+            Code::TooLarge
+        );
+    }
+
+    #[test]
+    fn two_sessions_of_one_name_never_mix_and_the_second_is_told() {
+        for overwrite in [false, true] {
+            let (d, mut s1) = store(StoreOptions {
+                overwrite,
+                ..Default::default()
+            });
+            let mut s2 = Store::open(
+                d.path(),
+                StoreOptions {
+                    overwrite,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let a = s1.begin("n", Some(4), true).unwrap();
+            let b = s2.begin("n", Some(4), true).unwrap();
+            assert_ne!(a.partial_name(), b.partial_name());
+            write(&a, b"AAAA");
+            write(&b, b"BBBB");
+            a.finish(None, 0o644, (0, 0)).unwrap();
+            let second = b.finish(None, 0o644, (0, 0));
+            let got = std::fs::read(d.path().join("n")).unwrap();
+            if overwrite {
+                second.unwrap();
+                assert_eq!(got, b"BBBB", "the last complete file wins whole");
+            } else {
+                assert_eq!(second.unwrap_err().code, Code::Exists);
+                assert_eq!(got, b"AAAA");
+            }
+            assert_eq!(
+                entries(d.path()),
+                vec!["n".to_string()],
+                "nothing else left"
+            );
+        }
+    }
+
+    #[test]
+    fn resume_is_offered_only_to_the_owner_and_only_when_verified() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let me = SenderId {
+            address: None,
+            token: Some(b"mine".to_vec()),
+        };
+        let other = SenderId {
+            address: Some("192.0.2.9".parse().unwrap()),
+            token: None,
+        };
+        let mut s = Store::open_for(d.path(), opts, None, &me).unwrap();
+        let inc = s.begin("r", Some(8), true).unwrap();
+        write(&inc, b"abcd");
+        drop(inc);
+        let mut t = Store::open_for(d.path(), opts, None, &other).unwrap();
+        assert_eq!(t.begin("r", Some(8), true).unwrap().offset(), 0);
+        assert_eq!(
+            s.begin("r", Some(8), false).unwrap().offset(),
+            0,
+            "unverified"
+        );
+        let inc = s.begin("r", Some(8), true).unwrap();
+        assert_eq!(inc.offset(), 4);
+        // While it is in use, a second session of the same owner does not get it.
+        assert_eq!(s.begin("r", Some(8), true).unwrap().offset(), 0);
+        drop(inc);
     }
 }

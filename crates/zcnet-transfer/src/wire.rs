@@ -19,6 +19,10 @@ pub const MAX_MESSAGE: usize = 4096;
 pub const MAX_CONTROL: usize = 64 * 1024;
 /// Largest `Data` payload (stream mode only).
 pub const MAX_DATA: usize = 4 << 20;
+/// Payload length of a `Hello` frame: magic, version, auth flag, nonce.
+pub const HELLO_LEN: usize = 6 + 2 + 1 + 32;
+/// Payload length of an `Auth` frame: one HMAC-SHA256.
+pub const AUTH_LEN: usize = 32;
 /// `File.size` for a stream of unknown length (stdin): data comes in `Data` frames.
 pub const STREAM_SIZE: u64 = u64::MAX;
 
@@ -47,6 +51,9 @@ pub enum Code {
     Length = 8,
     /// A frame out of order or malformed.
     Protocol = 9,
+    /// The receiver is at a limit (sessions, connections from one address, failed
+    /// authentications): try again later.
+    Busy = 10,
 }
 
 impl Code {
@@ -63,6 +70,7 @@ impl Code {
             HashMismatch,
             Length,
             Protocol,
+            Busy,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -181,9 +189,9 @@ pub enum WireError {
     BadCode(u16),
 }
 
-const T_HELLO: u8 = 1;
-const T_AUTH: u8 = 2;
-const T_FILE: u8 = 3;
+pub(crate) const T_HELLO: u8 = 1;
+pub(crate) const T_AUTH: u8 = 2;
+pub(crate) const T_FILE: u8 = 3;
 const T_READY: u8 = 4;
 const T_REFUSE: u8 = 5;
 const T_DATA: u8 = 6;

@@ -12,6 +12,7 @@ use zcnet::stream::Listener;
 use zcnet::{ReceiverConfig, RxPath, SenderConfig, TxPath};
 use zcnet_testbed::pattern::pattern;
 use zcnet_testbed::topo::{veth_or_skip, Topo};
+use zcnet_transfer::handshake::HandshakeError;
 use zcnet_transfer::session::{
     receive_session, send_session, RecvOptions, SendOptions, SessionReport, Source, TransferError,
 };
@@ -154,8 +155,22 @@ fn round_trip(topo: Topo<'_>, big: Option<u64>) {
             (b.mtime(), b.mtime_nsec()),
             "{name} mtime"
         );
-        assert!(!dst.path().join(format!("{name}.partial")).exists());
     }
+    assert_eq!(partials(dst.path()), Vec::<PathBuf>::new());
+}
+
+/// Every partial file under `dir`.
+fn partials(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+            out.extend(partials(&p));
+        } else if p.to_string_lossy().ends_with(".partial") {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[test]
@@ -309,7 +324,7 @@ fn garbage_instead_of_a_hello_is_a_clear_error() {
     assert!(matches!(p.recv(), Frame::Hello { .. }));
     p.s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     let err = served.handle.join().unwrap().unwrap_err();
-    assert!(matches!(err, TransferError::Wire(_)), "{err}");
+    assert!(matches!(err, TransferError::Handshake(_)), "{err}");
 }
 
 #[test]
@@ -350,10 +365,11 @@ fn short_data_then_close_leaves_only_the_partial_file() {
         other => panic!("unexpected {other}"),
     }
     no_final_file(dst.path(), "f");
-    assert_eq!(
-        std::fs::read(dst.path().join("f.partial")).unwrap(),
-        vec![7u8; 50]
-    );
+    let left = partials(dst.path());
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(std::fs::read(&left[0]).unwrap(), vec![7u8; 50]);
+    // Only the bytes that arrived stay allocated, not the announced size.
+    assert!(std::fs::metadata(&left[0]).unwrap().blocks() <= 16);
 }
 
 #[test]
@@ -389,7 +405,7 @@ fn a_wrong_hash_leaves_no_file_and_says_so_to_both_sides() {
         Code::HashMismatch
     );
     no_final_file(dst.path(), "f");
-    no_final_file(dst.path(), "f.partial");
+    assert_eq!(partials(dst.path()), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -497,11 +513,42 @@ fn tokens_are_checked_both_ways_and_never_sent() {
         assert!(matches!(e, TransferError::Auth(_)), "{e}");
         let e = served.handle.join().unwrap().unwrap_err();
         assert!(
-            matches!(e, TransferError::Auth(_) | TransferError::Net(_)),
+            matches!(
+                e,
+                TransferError::Handshake(HandshakeError::AuthFailed) | TransferError::Net(_)
+            ),
             "{e}"
         );
         no_final_file(dst.path(), "b");
     }
+    // A sender with a token refuses a receiver that does not ask for it (it cannot prove
+    // it knows the token): nothing is sent.
+    let served = serve(
+        lo(),
+        dst.path(),
+        StoreOptions::default(),
+        RecvOptions::default(),
+    );
+    let e = send(
+        lo(),
+        served.addr,
+        vec![file_src(&src.path().join("a"), "c")],
+        &so_with(token.clone()),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, TransferError::Auth(m) if m.contains("did not ask")),
+        "{e}"
+    );
+    let _ = served.handle.join().unwrap();
+    no_final_file(dst.path(), "c");
+    assert_eq!(partials(dst.path()), Vec::<PathBuf>::new());
+}
+
+fn so_with(token: Vec<u8>) -> SendOptions {
+    let mut so = verify_opts();
+    so.token = Some(token);
+    so
 }
 
 #[test]
@@ -536,7 +583,12 @@ fn resume_sends_only_the_missing_tail_and_restarts_on_a_foreign_prefix() {
     let f = src.path().join("r");
     make_file(&f, 3 << 20, 9);
     let whole = std::fs::read(&f).unwrap();
-    std::fs::write(dst.path().join("r.partial"), &whole[..1 << 20]).unwrap();
+    let owner = Store::open(dst.path(), StoreOptions::default())
+        .unwrap()
+        .owner()
+        .to_string();
+    let seeded = dst.path().join(format!("r.{owner}.0000beef.partial"));
+    std::fs::write(&seeded, &whole[..1 << 20]).unwrap();
     let mut so = StoreOptions::default();
     so.resume = true;
     let served = serve(lo(), dst.path(), so, RecvOptions::default());
@@ -546,10 +598,108 @@ fn resume_sends_only_the_missing_tail_and_restarts_on_a_foreign_prefix() {
     assert_eq!(hash(&dst.path().join("r")), hash(&f));
     // A partial that is not a prefix of ours: start over, still correct.
     std::fs::remove_file(dst.path().join("r")).unwrap();
-    std::fs::write(dst.path().join("r.partial"), vec![0xEEu8; 1 << 20]).unwrap();
+    std::fs::write(&seeded, vec![0xEEu8; 1 << 20]).unwrap();
     let served = serve(lo(), dst.path(), so, RecvOptions::default());
     let r = send(lo(), served.addr, vec![file_src(&f, "r")], &verify_opts()).unwrap();
     served.handle.join().unwrap().unwrap();
     assert_eq!(r.files[0].bytes, 3 << 20);
     assert_eq!(hash(&dst.path().join("r")), hash(&f));
+}
+
+/// Two senders of one name at once, into one directory, in each of the four modes (verify or
+/// not × overwrite or not), many rounds: the final file is always one sender's whole file,
+/// never a mix and never missing; without `--overwrite` exactly one is told Ok and the other
+/// "exists"; a sender told Ok without overwrite is the one whose bytes are final; no partial
+/// file is left behind.
+#[test]
+fn two_senders_of_one_name_never_mix_and_never_both_lose() {
+    let src = tempfile::tempdir().unwrap();
+    let (a, b) = (src.path().join("a"), src.path().join("b"));
+    make_file(&a, 300_000, 1);
+    make_file(&b, 300_000, 7_777);
+    let (ha, hb) = (hash(&a), hash(&b));
+    for verify in [true, false] {
+        for overwrite in [false, true] {
+            for round in 0..50 {
+                let dst = tempfile::tempdir().unwrap();
+                let mut so = StoreOptions::default();
+                so.overwrite = overwrite;
+                let s1 = serve(lo(), dst.path(), so, RecvOptions::default());
+                let s2 = serve(lo(), dst.path(), so, RecvOptions::default());
+                let mut opts = SendOptions::default();
+                opts.verify = verify;
+                let results: Vec<SessionReport> = std::thread::scope(|sc| {
+                    let ta = sc.spawn(|| send(lo(), s1.addr, vec![file_src(&a, "same")], &opts));
+                    let tb = sc.spawn(|| send(lo(), s2.addr, vec![file_src(&b, "same")], &opts));
+                    vec![ta.join().unwrap().unwrap(), tb.join().unwrap().unwrap()]
+                });
+                s1.handle.join().unwrap().unwrap();
+                s2.handle.join().unwrap().unwrap();
+                let final_path = dst.path().join("same");
+                let what = format!("verify={verify} overwrite={overwrite} round {round}");
+                assert!(final_path.exists(), "{what}: both lost");
+                let h = hash(&final_path);
+                assert!(h == ha || h == hb, "{what}: a mixed final file");
+                let ok: Vec<bool> = results.iter().map(|r| r.failures() == 0).collect();
+                for r in &results {
+                    assert_eq!(r.files[0].verified, verify && r.failures() == 0, "{what}");
+                }
+                if overwrite {
+                    assert_eq!(ok, vec![true, true], "{what}: {results:?}");
+                } else {
+                    assert_eq!(ok.iter().filter(|o| **o).count(), 1, "{what}: {results:?}");
+                    let loser = results.iter().find(|r| r.failures() == 1).unwrap();
+                    assert_eq!(loser.files[0].result.as_ref().unwrap_err().0, Code::Exists);
+                    assert_eq!(h, if ok[0] { ha } else { hb }, "{what}: the winner's bytes");
+                }
+                assert_eq!(partials(dst.path()), Vec::<PathBuf>::new(), "{what}");
+            }
+        }
+    }
+}
+
+/// A file truncated while it is being sent: the sender fails with what happened and how far
+/// it got, and the receiver keeps no final file.
+#[test]
+fn a_file_that_shrinks_mid_send_fails_clearly() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("shrinks");
+    make_file(&f, 64 << 20, 3);
+    let served = serve(
+        lo(),
+        dst.path(),
+        StoreOptions::default(),
+        RecvOptions::default(),
+    );
+    let mut tx = zcnet::Sender::connect(served.addr, &scfg()).unwrap();
+    let path = f.clone();
+    let e = send_session(
+        &mut tx,
+        vec![file_src(&f, "shrinks")],
+        &verify_opts(),
+        &mut |p| {
+            if let zcnet_transfer::session::Progress::Start(..) = p {
+                // After the size was announced, before the data flows.
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(1 << 20)
+                    .unwrap();
+            }
+        },
+    )
+    .unwrap_err();
+    match &e {
+        TransferError::Shrank { expected, got, .. } => {
+            assert_eq!(*expected, 64 << 20);
+            assert!(*got <= 1 << 20, "{e}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(e.to_string().contains("shrank"), "{e}");
+    drop(tx);
+    let _ = served.handle.join().unwrap();
+    no_final_file(dst.path(), "shrinks");
 }

@@ -39,6 +39,8 @@ pub(crate) mod builder;
 mod counters;
 pub mod cow;
 pub mod error;
+#[doc(hidden)]
+pub mod fault;
 pub mod file;
 pub mod lend;
 #[cfg(feature = "afxdp")]

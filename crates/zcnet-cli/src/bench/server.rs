@@ -4,14 +4,24 @@
 //! listener on the control connection's own address, receive (or echo) on `streams`
 //! connections, and send this side's measurements back. A UDP message run (`hello_udp`) is
 //! served by [`super::udp::serve`].
+//!
+//! One client cannot deny the server to others: each client's hello is read on its own
+//! short-lived thread, whole within [`HELLO_DEADLINE`] (not merely a byte per read timeout);
+//! only a valid hello takes the one run slot, and a client that comes while a run holds it
+//! gets `Reject` with "busy" and who holds it (its hello read and answered, so it never runs
+//! later as a ghost); and a client whose control connection closes (FIN seen with
+//! `POLLRDHUP`) releases the slot at once — the abandoned run's thread ends on its own data
+//! timeout.
 
 use super::control::{server_log, CONTROL_TIMEOUT};
 use super::spec::{BenchError, Transport};
 use super::{lm, tcp, udp};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use zcnet::{RxPath, TxPath};
 use zcnet_bench::protocol::{self, Message, Proto};
 
@@ -25,6 +35,120 @@ pub(crate) struct ServeOptions {
     pub once: bool,
 }
 
+/// Time a client has to send its whole hello.
+pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(3);
+/// Clients in their hello at once (each a short-lived thread); more are closed at once.
+const MAX_GREETING: usize = 16;
+/// How long a client whose hello is in waits for a run that is ending before "busy".
+const BUSY_WAIT: Duration = Duration::from_secs(2);
+/// Runs whose client vanished but whose thread has not ended yet; past this, "busy".
+const MAX_ABANDONED: usize = 4;
+
+/// The one run in progress, shared by the greeting threads and the accept loop.
+#[derive(Default)]
+struct RunSlot {
+    /// The run holding the slot: its id, client, and a second handle on its control
+    /// connection (watched for the client's FIN).
+    current: std::sync::Mutex<Option<(u64, SocketAddr, TcpStream)>>,
+    /// Signalled when the slot frees.
+    freed: std::sync::Condvar,
+    next_id: AtomicUsize,
+    /// Runs released because their client went away, still on their threads.
+    abandoned: AtomicUsize,
+    /// Greeting threads alive.
+    greeting: AtomicUsize,
+}
+
+impl RunSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, SocketAddr, TcpStream)>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the slot for a client whose hello is in, or says who has it. A run that is
+    /// just ending (its result sent, its thread not yet back) is waited for up to
+    /// [`BUSY_WAIT`], so back-to-back runs of one client (`tune`, suites) are not turned away.
+    fn claim(&self, peer: SocketAddr, c: &TcpStream) -> Result<u64, String> {
+        let until = Instant::now() + BUSY_WAIT;
+        let mut cur = self.lock();
+        while cur.is_some() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            cur = self
+                .freed
+                .wait_timeout(cur, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if let Some((_, other, _)) = &*cur {
+            return Err(format!(
+                "busy: the server is running another client's test (from {other}); try again when it ends"
+            ));
+        }
+        if self.abandoned.load(Ordering::Relaxed) >= MAX_ABANDONED {
+            return Err("busy: the server is finishing abandoned runs; try again shortly".into());
+        }
+        let ctrl = c.try_clone().map_err(|e| format!("busy: {e}"))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        *cur = Some((id, peer, ctrl));
+        Ok(id)
+    }
+
+    /// The run `id` ended: frees the slot, or the abandoned count if it was released.
+    fn release(&self, id: u64) {
+        let mut cur = self.lock();
+        if cur.as_ref().is_some_and(|(i, _, _)| *i == id) {
+            *cur = None;
+            self.freed.notify_all();
+        } else {
+            self.abandoned.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Releases the run whose client closed its control connection.
+    fn release_vanished(&self, log: bool) {
+        use zcnet_sys::raw::socket::{poll, PollFlags};
+        let mut cur = self.lock();
+        let gone = cur.as_ref().is_some_and(|(_, _, ctrl)| {
+            matches!(
+                poll(ctrl.as_fd(), PollFlags::RDHUP, Some(Duration::ZERO)),
+                Ok(ev) if ev.intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
+            )
+        });
+        if gone {
+            if let Some((_, peer, _)) = cur.take() {
+                self.freed.notify_all();
+                self.abandoned.fetch_add(1, Ordering::Relaxed);
+                server_log(
+                    log,
+                    format_args!("client {peer} went away; its run is released"),
+                );
+            }
+        }
+    }
+}
+
+/// Reads with one deadline for the whole message, not one per `read`.
+struct Deadline<'a> {
+    s: &'a TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no whole hello within {} s", HELLO_DEADLINE.as_secs()),
+            ));
+        }
+        self.s.set_read_timeout(Some(left))?;
+        (&mut &*self.s).read(buf)
+    }
+}
+
 /// Serves runs on `listener` until `stop` is set (checked every 100 ms) or, with `once`,
 /// after one run.
 pub(crate) fn serve(
@@ -32,10 +156,12 @@ pub(crate) fn serve(
     stop: &AtomicBool,
     opts: ServeOptions,
 ) -> Result<(), BenchError> {
+    let slot = Arc::new(RunSlot::default());
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
+        slot.release_vanished(opts.log);
         match zcnet_sys::raw::socket::poll(
             listener.as_fd(),
             zcnet_sys::raw::socket::PollFlags::IN,
@@ -49,14 +175,36 @@ pub(crate) fn serve(
         let (conn, peer) = match listener.accept() {
             Ok(x) => x,
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            // EMFILE, ECONNABORTED, ENOBUFS…: that client is lost, the server is not.
+            Err(e) if !opts.once => {
+                server_log(opts.log, format_args!("accept (control): {e}"));
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
             Err(e) => return Err(BenchError::io("accept (control)", e)),
         };
-        let result = handle(conn, peer, opts);
-        if let Err(e) = &result {
-            server_log(opts.log, format_args!("run from {peer} failed: {e}"));
-        }
         if opts.once {
+            let result = handle(conn, peer, opts, &slot);
+            if let Err(e) = &result {
+                server_log(opts.log, format_args!("run from {peer} failed: {e}"));
+            }
             return result;
+        }
+        if slot.greeting.load(Ordering::Relaxed) >= MAX_GREETING {
+            continue; // closed: too many clients in their hello at once
+        }
+        slot.greeting.fetch_add(1, Ordering::Relaxed);
+        let s = slot.clone();
+        let spawned = std::thread::Builder::new()
+            .name("bench client".into())
+            .spawn(move || {
+                if let Err(e) = handle(conn, peer, opts, &s) {
+                    server_log(opts.log, format_args!("run from {peer} failed: {e}"));
+                }
+            });
+        if let Err(e) = spawned {
+            slot.greeting.fetch_sub(1, Ordering::Relaxed);
+            server_log(opts.log, format_args!("cannot serve {peer}: {e}"));
         }
     }
 }
@@ -65,36 +213,54 @@ fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> Vec<&'static str> {
     all.iter().map(|&p| name(p)).collect()
 }
 
-/// One run, from hello to result.
-fn handle(mut c: TcpStream, peer: SocketAddr, opts: ServeOptions) -> Result<(), BenchError> {
+/// One client: its hello (within [`HELLO_DEADLINE`]), then its run if the slot is free, or
+/// `Reject` with "busy".
+fn handle(
+    mut c: TcpStream,
+    peer: SocketAddr,
+    opts: ServeOptions,
+    slot: &RunSlot,
+) -> Result<(), BenchError> {
     let io = |ctx: &'static str| move |e| BenchError::io(ctx, e);
-    c.set_read_timeout(Some(CONTROL_TIMEOUT))
-        .map_err(io("control socket"))?;
-    c.set_write_timeout(Some(CONTROL_TIMEOUT))
-        .map_err(io("control socket"))?;
-    c.set_nodelay(true).map_err(io("control socket"))?;
-    let tx_names = names(&TxPath::ALL, TxPath::name);
-    let rx_names = names(&RxPath::ALL, RxPath::name);
-    let req = match protocol::answer_hello(protocol::read_message(&mut c), &tx_names, &rx_names) {
-        Ok(req) => req,
-        Err(reason) => {
-            let _ = protocol::write_message(
-                &mut c,
-                &Message::Reject {
-                    reason: reason.0.clone(),
-                },
-            );
-            return Err(BenchError::Rejected(reason.0));
-        }
-    };
+    let greeted = (|| {
+        c.set_write_timeout(Some(CONTROL_TIMEOUT))
+            .map_err(io("control socket"))?;
+        c.set_nodelay(true).map_err(io("control socket"))?;
+        let tx_names = names(&TxPath::ALL, TxPath::name);
+        let rx_names = names(&RxPath::ALL, RxPath::name);
+        let hello = protocol::read_message(&mut Deadline {
+            s: &c,
+            until: Instant::now() + HELLO_DEADLINE,
+        });
+        c.set_read_timeout(Some(CONTROL_TIMEOUT))
+            .map_err(io("control socket"))?;
+        let refused = match protocol::answer_hello(hello, &tx_names, &rx_names) {
+            Ok(req) => match slot.claim(peer, &c) {
+                Ok(id) => return Ok((req, id)),
+                Err(busy) => busy,
+            },
+            Err(reason) => reason.0,
+        };
+        let _ = protocol::write_message(
+            &mut c,
+            &Message::Reject {
+                reason: refused.clone(),
+            },
+        );
+        Err(BenchError::Rejected(refused))
+    })();
+    slot.greeting.fetch_sub(1, Ordering::Relaxed);
+    let (req, id) = greeted?;
     let proto = if req.udp.is_some() {
         Proto::Udp
     } else {
         Proto::Tcp
     };
-    match Transport::of(proto, &req.params) {
+    let result = match Transport::of(proto, &req.params) {
         Transport::Tcp => tcp::serve(c, peer, req.params, opts.log),
         Transport::Udp => udp::serve(c, peer, req, opts.log),
         Transport::Lm => lm::serve(c, peer, req, opts.log),
-    }
+    };
+    slot.release(id);
+    result
 }

@@ -93,6 +93,24 @@ impl Reject {
     }
 }
 
+/// Why bytes are not an LM header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// Shorter than [`LM_HLEN`].
+    #[error("shorter than the {LM_HLEN}-byte LM header")]
+    Short,
+    /// Not `"LM"`.
+    #[error("bad magic")]
+    BadMagic,
+    /// Another version.
+    #[error("LM version {0}, this build speaks 1")]
+    BadVersion(u8),
+    /// A kind byte this version does not define.
+    #[error("unknown LM kind {0}")]
+    UnknownKind(u8),
+}
+
 /// The LM header, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -127,13 +145,21 @@ impl Header {
     /// The header at the start of `buf`; `None` for anything that is not an LM datagram of
     /// this version (short, wrong magic, unknown kind). Never panics.
     pub fn parse(buf: &[u8]) -> Option<Header> {
-        let b = buf.get(..LM_HLEN)?;
-        if b[0..2] != MAGIC || b[2] != VERSION {
-            return None;
+        Self::decode(buf).ok()
+    }
+
+    /// [`Header::parse`] with the reason for a rejection.
+    pub fn decode(buf: &[u8]) -> Result<Header, HeaderError> {
+        let b = buf.get(..LM_HLEN).ok_or(HeaderError::Short)?;
+        if b[0..2] != MAGIC {
+            return Err(HeaderError::BadMagic);
+        }
+        if b[2] != VERSION {
+            return Err(HeaderError::BadVersion(b[2]));
         }
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Some(Header {
-            kind: Kind::from_u8(b[3])?,
+        Ok(Header {
+            kind: Kind::from_u8(b[3]).ok_or(HeaderError::UnknownKind(b[3]))?,
             token: word(4),
             msg_id: word(8),
             index: word(12),

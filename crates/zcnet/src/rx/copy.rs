@@ -5,7 +5,6 @@ use crate::error::{Error, Result};
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
-use zcnet_sys::raw::socket;
 
 /// `recv` into `buf`, retrying `EINTR`; `EAGAIN` means `SO_RCVTIMEO` (`timeout`) ran out.
 /// Signals restart the kernel's timer, so the wait is also bounded here.
@@ -20,7 +19,7 @@ pub fn recv_some(
     }
     let start = Instant::now();
     loop {
-        match socket::recv(fd, buf, zcnet_sys::raw::socket::RecvFlags::empty()) {
+        match crate::fault::recv(fd, buf, zcnet_sys::raw::socket::RecvFlags::empty()) {
             Ok(n) => {
                 stats.add_rx_copied_bytes(n as u64);
                 return Ok(n);

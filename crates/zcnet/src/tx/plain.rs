@@ -5,7 +5,6 @@ use crate::error::{Error, Result};
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
-use zcnet_sys::raw::socket;
 
 /// Sends all of `data`, continuing short sends and retrying `EINTR`. `EAGAIN` on a blocking
 /// socket means its `SO_SNDTIMEO` (`timeout`) ran out. A signal restarts the kernel's
@@ -15,7 +14,7 @@ pub fn send_all(fd: BorrowedFd<'_>, data: &[u8], stats: &Stats, timeout: Duratio
     let mut off = 0;
     let mut progress = Instant::now();
     while off < data.len() {
-        match socket::send(fd, &data[off..], zcnet_sys::raw::socket::SendFlags::empty()) {
+        match crate::fault::send(fd, &data[off..], zcnet_sys::raw::socket::SendFlags::empty()) {
             Ok(n) => {
                 off += n;
                 progress = Instant::now();

@@ -179,7 +179,11 @@ pub(crate) fn send_all_zerocopy(
     let mut off = 0;
     let mut enobufs = 0;
     while off < data.len() {
-        match zc::send_zerocopy(fd, &data[off..], zcnet_sys::raw::socket::SendFlags::empty()) {
+        match crate::fault::send_zerocopy(
+            fd,
+            &data[off..],
+            zcnet_sys::raw::socket::SendFlags::empty(),
+        ) {
             Ok(n) => {
                 path.record_call(n);
                 stats.add_tx_zerocopy_bytes(n as u64);

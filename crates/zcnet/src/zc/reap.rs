@@ -76,7 +76,8 @@ pub fn reap_each<T>(
     mut release: impl FnMut(T, bool),
 ) -> Result<usize> {
     entries.clear();
-    let n = zc::read_errqueue(fd, entries).map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
+    let n = crate::fault::read_errqueue(fd, entries)
+        .map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
     for entry in entries.iter() {
         if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = *entry {
             stats.add_tx_notifications(1);

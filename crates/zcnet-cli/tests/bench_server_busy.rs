@@ -1,0 +1,110 @@
+//! `zcnet bench --server` cannot be denied to everyone by one client: a client that stalls
+//! or trickles its hello does not hold the server; a client that comes during a run is told
+//! "busy" at once (and never runs later as a ghost); a client that vanishes after its hello
+//! releases the run at once. Runs are tiny; nothing here asserts on speed.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use zcnet_bench::protocol::{self, Message};
+
+mod common;
+use common::{run_bounded, zcnet, Server};
+
+fn params() -> protocol::Params {
+    protocol::Params {
+        mode: zcnet_bench::report::Mode::Stream,
+        tx: "copy".into(),
+        rx: "copy".into(),
+        size: 4096,
+        streams: 1,
+        ring: 8,
+        touch: false,
+        limit: protocol::Limit::Bytes(1 << 20),
+    }
+}
+
+fn real_run(addr: &str) -> std::process::Output {
+    run_bounded(
+        zcnet().args([
+            "bench", "--client", addr, "--tx", "copy", "--rx", "copy", "--size", "64K", "--bytes",
+            "4M", "--repeat", "1", "--json",
+        ]),
+        Duration::from_secs(60),
+    )
+}
+
+#[test]
+fn stalled_and_trickling_hellos_do_not_hold_the_server() {
+    let server = Server::start(&[]);
+    let mut silent = TcpStream::connect(&server.addr).unwrap();
+    let trickler = TcpStream::connect(&server.addr).unwrap();
+    let t = std::thread::spawn(move || {
+        // A byte of the frame length every 500 ms: each read is far inside any per-read
+        // timeout, but the hello never completes.
+        let mut s = trickler;
+        for _ in 0..4 {
+            if s.write_all(&[0]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        s
+    });
+    let t0 = Instant::now();
+    let out = real_run(&server.addr);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The silent client is let go at the hello deadline (3 s), with or without a reason.
+    silent
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut b = Vec::new();
+    let _ = silent.read_to_end(&mut b);
+    assert!(t0.elapsed() < Duration::from_secs(15));
+    drop(t.join().unwrap());
+}
+
+#[test]
+fn a_client_during_a_run_is_told_busy_and_a_vanished_client_releases_the_run() {
+    let server = Server::start(&[]);
+    // Client A: a valid hello, accepted; then it never opens its data connection.
+    let mut a = TcpStream::connect(&server.addr).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    protocol::write_message(&mut a, &Message::Hello { params: params() }).unwrap();
+    assert!(matches!(
+        protocol::read_message(&mut a),
+        Ok(Message::Accept { .. })
+    ));
+    // Client B meanwhile: told at once, with the reason.
+    let mut b = TcpStream::connect(&server.addr).unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t0 = Instant::now();
+    protocol::write_message(&mut b, &Message::Hello { params: params() }).unwrap();
+    match protocol::read_message(&mut b) {
+        Ok(Message::Reject { reason }) => assert!(reason.contains("busy"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // The real client's error names the cause.
+    let out = real_run(&server.addr);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("busy"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A vanishes: the run is released at once and a real client gets through.
+    drop(a);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = real_run(&server.addr);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(b);
+}

@@ -1,0 +1,308 @@
+//! The receiver's side of the handshake as a state machine over bytes. Pure code: the
+//! blocking session and the server's event loop both drive it, reading exactly the bytes it
+//! asks for, so nothing past the handshake is ever read before the peer has proved itself.
+//!
+//! Before the proof only two frames are accepted, each with its exact length from the
+//! header: `Hello` ([`HELLO_LEN`] bytes) and `Auth` ([`AUTH_LEN`]). Any other header is
+//! refused before its payload is read, so an unauthenticated peer costs at most
+//! `5 + HELLO_LEN` bytes of buffer, however large the frame it announces.
+
+use super::auth::{self, Role};
+use super::wire::{Code, Frame, WireError, AUTH_LEN, HELLO_LEN, T_AUTH, T_FILE, T_HELLO, VERSION};
+
+/// Why a handshake failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// A malformed frame.
+    #[error("malformed handshake: {0}")]
+    Wire(#[from] WireError),
+    /// A frame other than the one due, or with the wrong length (refused from its header).
+    #[error("expected {expected}, got a frame of type {ty} and {len} bytes")]
+    Unexpected {
+        /// What was due.
+        expected: &'static str,
+        /// The type byte that came.
+        ty: u8,
+        /// Its announced length.
+        len: usize,
+    },
+    /// The peer speaks another version.
+    #[error("protocol version mismatch: we speak {VERSION}, the peer {0}")]
+    Version(u16),
+    /// The peer did not prove it knows the token.
+    #[error("the sender did not prove it knows the token")]
+    AuthFailed,
+}
+
+impl HandshakeError {
+    /// The `Refuse` frame to send the peer before closing, if any.
+    pub fn refusal(&self) -> Option<Frame> {
+        let (code, message) = match self {
+            HandshakeError::Version(v) => (
+                Code::Version,
+                format!("receiver speaks protocol version {VERSION}, sender {v}"),
+            ),
+            HandshakeError::AuthFailed => (Code::AuthFailed, "wrong or missing token".into()),
+            _ => return None,
+        };
+        Some(Frame::Refuse { code, message })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    HelloHeader,
+    HelloBody,
+    AuthHeader,
+    AuthBody,
+    Done,
+}
+
+/// A finished handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// Our `Auth` frame, to send before the session goes on (when a token is set).
+    pub reply: Option<Vec<u8>>,
+    /// The peer proved the token.
+    pub authenticated: bool,
+}
+
+/// The receiver's handshake in progress.
+#[derive(Debug)]
+pub struct ReceiverHandshake {
+    token: Option<Vec<u8>>,
+    rnonce: [u8; 32],
+    snonce: [u8; 32],
+    buf: [u8; 5 + HELLO_LEN],
+    have: usize,
+    need: usize,
+    phase: Phase,
+}
+
+impl ReceiverHandshake {
+    /// A handshake that requires `token` when one is given.
+    pub fn new(token: Option<Vec<u8>>) -> std::io::Result<Self> {
+        Ok(ReceiverHandshake {
+            token,
+            rnonce: auth::nonce()?,
+            snonce: [0; 32],
+            buf: [0; 5 + HELLO_LEN],
+            have: 0,
+            need: 5,
+            phase: Phase::HelloHeader,
+        })
+    }
+
+    /// Our `Hello`, sent first.
+    pub fn greeting(&self) -> Vec<u8> {
+        Frame::Hello {
+            version: VERSION,
+            auth: self.token.is_some(),
+            nonce: self.rnonce,
+        }
+        .to_bytes()
+    }
+
+    /// Where the next bytes go: exactly the bytes still missing from the current header or
+    /// payload (never more, so a read into it cannot take bytes past the handshake).
+    pub fn want(&mut self) -> &mut [u8] {
+        &mut self.buf[self.have..self.need]
+    }
+
+    /// Whether the handshake has finished.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Accounts for `n` bytes read into [`Self::want`]; the handshake's result once it ends.
+    pub fn advance(&mut self, n: usize) -> Result<Option<Accepted>, HandshakeError> {
+        self.have = (self.have + n).min(self.need);
+        while self.have == self.need {
+            match self.phase {
+                Phase::HelloHeader => {
+                    self.expect_header(T_HELLO, HELLO_LEN, "hello")?;
+                    self.phase = Phase::HelloBody;
+                }
+                Phase::HelloBody => {
+                    match Frame::decode(T_HELLO, &self.buf[5..self.need])? {
+                        Frame::Hello { version, nonce, .. } => {
+                            if version != VERSION {
+                                return Err(HandshakeError::Version(version));
+                            }
+                            self.snonce = nonce;
+                        }
+                        _ => unreachable!("decode(T_HELLO) gives a Hello"),
+                    }
+                    if self.token.is_none() {
+                        self.phase = Phase::Done;
+                        return Ok(Some(Accepted {
+                            reply: None,
+                            authenticated: false,
+                        }));
+                    }
+                    self.have = 0;
+                    self.need = 5;
+                    self.phase = Phase::AuthHeader;
+                }
+                Phase::AuthHeader => {
+                    if self.buf[0] == T_FILE {
+                        // A sender without a token goes straight to its first file.
+                        return Err(HandshakeError::AuthFailed);
+                    }
+                    self.expect_header(T_AUTH, AUTH_LEN, "auth")?;
+                    self.phase = Phase::AuthBody;
+                }
+                Phase::AuthBody => {
+                    let mac: [u8; 32] = self.buf[5..5 + AUTH_LEN].try_into().expect("32");
+                    let token = self.token.as_deref().expect("auth phase has a token");
+                    if !auth::verify(token, Role::Sender, &self.rnonce, &self.snonce, &mac) {
+                        return Err(HandshakeError::AuthFailed);
+                    }
+                    let mac = auth::prove(token, Role::Receiver, &self.rnonce, &self.snonce);
+                    self.phase = Phase::Done;
+                    return Ok(Some(Accepted {
+                        reply: Some(Frame::Auth { mac }.to_bytes()),
+                        authenticated: true,
+                    }));
+                }
+                Phase::Done => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    fn expect_header(
+        &mut self,
+        ty: u8,
+        len: usize,
+        expected: &'static str,
+    ) -> Result<(), HandshakeError> {
+        let got_ty = self.buf[0];
+        let got_len = u32::from_be_bytes(self.buf[1..5].try_into().expect("4")) as usize;
+        if got_ty != ty || got_len != len {
+            return Err(HandshakeError::Unexpected {
+                expected,
+                ty: got_ty,
+                len: got_len,
+            });
+        }
+        self.need = 5 + len;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(
+        hs: &mut ReceiverHandshake,
+        mut bytes: &[u8],
+    ) -> Result<Option<Accepted>, HandshakeError> {
+        loop {
+            let w = hs.want();
+            let n = w.len().min(bytes.len());
+            if n == 0 {
+                return Ok(None);
+            }
+            w[..n].copy_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if let Some(a) = hs.advance(n)? {
+                assert!(bytes.is_empty(), "the handshake read past its end");
+                return Ok(Some(a));
+            }
+        }
+    }
+
+    fn sender_hello(version: u16, nonce: [u8; 32]) -> Vec<u8> {
+        Frame::Hello {
+            version,
+            auth: true,
+            nonce,
+        }
+        .to_bytes()
+    }
+
+    #[test]
+    fn a_sender_with_the_token_is_accepted_and_gets_our_proof() {
+        let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+        let rnonce = match Frame::parse(&hs.greeting()).unwrap().unwrap().0 {
+            Frame::Hello { nonce, auth, .. } => {
+                assert!(auth);
+                nonce
+            }
+            f => panic!("{f:?}"),
+        };
+        let snonce = [5; 32];
+        let mut bytes = sender_hello(VERSION, snonce);
+        bytes.extend(
+            Frame::Auth {
+                mac: auth::prove(b"t", Role::Sender, &rnonce, &snonce),
+            }
+            .to_bytes(),
+        );
+        // One byte at a time: the machine never asks for more than is due.
+        let mut got = None;
+        for b in &bytes {
+            assert!(hs.want().len() <= 5 + HELLO_LEN);
+            hs.want()[0] = *b;
+            if let Some(a) = hs.advance(1).unwrap() {
+                got = Some(a);
+            }
+        }
+        let a = got.expect("accepted");
+        assert!(a.authenticated && hs.is_done());
+        let (f, _) = Frame::parse(&a.reply.unwrap()).unwrap().unwrap();
+        let Frame::Auth { mac } = f else { panic!() };
+        assert!(auth::verify(b"t", Role::Receiver, &rnonce, &snonce, &mac));
+    }
+
+    #[test]
+    fn wrong_missing_or_oversized_answers_are_refused_from_the_header() {
+        let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+        let mut bytes = sender_hello(VERSION, [1; 32]);
+        bytes.extend(Frame::Auth { mac: [0; 32] }.to_bytes());
+        assert_eq!(feed(&mut hs, &bytes), Err(HandshakeError::AuthFailed));
+        assert!(HandshakeError::AuthFailed.refusal().is_some());
+
+        let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+        let mut bytes = sender_hello(VERSION, [1; 32]);
+        bytes.extend(
+            Frame::File {
+                name: "x".into(),
+                size: 1,
+                mode: 0o644,
+                mtime_s: 0,
+                mtime_ns: 0,
+                verify: true,
+            }
+            .to_bytes(),
+        );
+        assert_eq!(feed(&mut hs, &bytes), Err(HandshakeError::AuthFailed));
+
+        // A 4 MiB Data frame where the Hello is due: refused from its 5-byte header.
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        let e = feed(&mut hs, &[6, 0, 0x40, 0, 0]).unwrap_err();
+        assert!(matches!(e, HandshakeError::Unexpected { ty: 6, len, .. } if len == 4 << 20));
+        // A Hello announcing more than a Hello's length is refused as well.
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        let e = feed(&mut hs, &[T_HELLO, 0, 0, 1, 0]).unwrap_err();
+        assert!(matches!(e, HandshakeError::Unexpected { .. }));
+        // Another version.
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        assert_eq!(
+            feed(&mut hs, &sender_hello(7, [0; 32])),
+            Err(HandshakeError::Version(7))
+        );
+    }
+
+    #[test]
+    fn without_a_token_the_hello_is_enough() {
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        let a = feed(&mut hs, &sender_hello(VERSION, [0; 32]))
+            .unwrap()
+            .unwrap();
+        assert!(!a.authenticated && a.reply.is_none());
+    }
+}

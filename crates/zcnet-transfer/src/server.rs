@@ -1,0 +1,796 @@
+//! An exposed receiver: accepts senders on a listening socket and runs their sessions, with
+//! every resource a peer can take bounded.
+//!
+//! One thread runs an `epoll(7)` loop that accepts and drives every handshake without
+//! blocking ([`ReceiverHandshake`]: a few hundred bytes per connection, reading nothing past
+//! the handshake frames). Only a peer that completed its handshake (and proved the token,
+//! when one is set) gets a thread of its own for the file data. So:
+//!
+//! * connections in their handshake are capped in all ([`ServerConfig::max_pending`]; when
+//!   full, the oldest is dropped, so a flood cannot starve a sender that answers at once) and
+//!   per address ([`ServerConfig::max_pending_per_addr`]), and each has
+//!   [`ServerConfig::handshake_timeout`];
+//! * sessions are capped in all and per address ([`ServerConfig::max_sessions`],
+//!   [`ServerConfig::max_sessions_per_addr`]); a peer over any cap is told
+//!   `Refuse{Busy}` with the reason, never left hanging;
+//! * a session has an idle timeout per read and an overall deadline
+//!   ([`ServerConfig::session_deadline`]), enforced by shutting its socket down;
+//! * failed authentications are limited per address ([`AuthLimiter`]);
+//! * `accept` failing with `EMFILE`/`ENFILE` (a spare descriptor is given up to accept and
+//!   refuse that one peer), `ENOBUFS`, `ENOMEM`, `ECONNABORTED`, and a failed thread spawn
+//!   refuse one peer and the loop goes on: nothing a peer does ends the process;
+//! * `stop` set (SIGTERM/SIGINT in the CLI): no more accepting, handshakes dropped, sessions
+//!   in flight get [`ServerConfig::grace`] to finish, then their sockets are shut down (their
+//!   partial files stay, their reservations released).
+
+use super::handshake::{Accepted, HandshakeError, ReceiverHandshake};
+use super::limits::{AddrCount, AuthLimiter};
+use super::session::{receive_files, Progress, SessionReport, TransferError};
+use super::store::{Quota, SenderId, Store, StoreOptions};
+use super::wire::{Code, Frame};
+use rustix::event::epoll;
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zcnet::stats::StatsSnapshot;
+use zcnet::{ReceiverConfig, RxPath};
+
+/// Limits and options of a receiver.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Require senders to prove this token.
+    pub token: Option<Vec<u8>>,
+    /// File rules (overwrite, resume, byte cap, special bits).
+    pub store: StoreOptions,
+    /// Sessions at once (past their handshake).
+    pub max_sessions: usize,
+    /// Sessions at once from one address, so one sender (without a token, anyone who can
+    /// say `Hello`) cannot take every slot.
+    pub max_sessions_per_addr: usize,
+    /// Connections in their handshake at once, all addresses.
+    pub max_pending: usize,
+    /// Connections in their handshake at once from one address.
+    pub max_pending_per_addr: usize,
+    /// Time a connection has to complete its handshake.
+    pub handshake_timeout: Duration,
+    /// Longest wait for the next byte of a session.
+    pub idle_timeout: Duration,
+    /// Longest a session may last in all.
+    pub session_deadline: Duration,
+    /// After `stop`: how long sessions in flight may go on.
+    pub grace: Duration,
+    /// Failed authentications allowed per address per minute.
+    pub auth_failures_per_minute: usize,
+    /// Serve the first peer that completes a handshake, then return its result.
+    pub once: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            token: None,
+            store: StoreOptions::default(),
+            max_sessions: 16,
+            max_sessions_per_addr: 4,
+            max_pending: 1024,
+            max_pending_per_addr: 8,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            session_deadline: Duration::from_secs(24 * 3600),
+            grace: Duration::from_secs(30),
+            auth_failures_per_minute: 10,
+            once: false,
+        }
+    }
+}
+
+/// What the server tells its owner (the CLI logs these).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A peer was turned away before or at its handshake.
+    Refused {
+        /// Who.
+        peer: SocketAddr,
+        /// Why (also sent to the peer, when it could be).
+        reason: &'a str,
+    },
+    /// A handshake failed (malformed, wrong token, timeout).
+    HandshakeFailed {
+        /// Who.
+        peer: SocketAddr,
+        /// Why.
+        error: &'a HandshakeError,
+    },
+    /// A session starts.
+    SessionStarted {
+        /// Who.
+        peer: SocketAddr,
+    },
+    /// A session ended.
+    SessionEnded {
+        /// Who.
+        peer: SocketAddr,
+        /// How.
+        result: &'a Result<SessionReport, TransferError>,
+        /// Its connection's counters.
+        stats: &'a StatsSnapshot,
+        /// How long it took.
+        elapsed: Duration,
+    },
+    /// Something went wrong with the listener or a resource; serving goes on.
+    Trouble {
+        /// What.
+        what: &'a str,
+    },
+    /// `stop` was seen: no more accepting; `sessions` still in flight.
+    Stopping {
+        /// Sessions in flight.
+        sessions: usize,
+    },
+}
+
+/// The owner's side: logging, and progress per session.
+pub trait Observer: Send + Sync {
+    /// Something happened.
+    fn event(&self, e: Event<'_>);
+    /// Progress sink for a session from `peer`.
+    fn progress(&self, peer: SocketAddr) -> Box<dyn FnMut(Progress<'_>) + Send>;
+}
+
+/// Why serving could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// Setting up the loop failed.
+    #[error("{what}: {source}")]
+    Setup {
+        /// What.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn setup(what: &'static str) -> impl FnOnce(io::Error) -> ServeError {
+    move |source| ServeError::Setup { what, source }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (stalled peers cost a descriptor each);
+/// returns the soft limit in force.
+pub fn raise_fd_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            },
+        );
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// A connection in its handshake.
+struct Pending {
+    stream: TcpStream,
+    peer: SocketAddr,
+    hs: ReceiverHandshake,
+    deadline: Instant,
+}
+
+/// A session in flight, as the loop sees it.
+struct Running {
+    /// A second handle on its socket, to shut it down at the deadline or the end of grace.
+    sock: TcpStream,
+    /// The sender's address (sessions per address are capped).
+    ip: std::net::IpAddr,
+    deadline: Instant,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+type SessionResult = Result<SessionReport, TransferError>;
+
+struct Shared {
+    dir: PathBuf,
+    cfg: ServerConfig,
+    quota: Option<Arc<Quota>>,
+    observer: Arc<dyn Observer>,
+    running: Mutex<HashMap<u64, Running>>,
+    /// Threads of sessions that have ended, to join.
+    finished: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+const LISTENER: u64 = 0;
+const TICK: Duration = Duration::from_millis(100);
+/// Accepts per wakeup, so a flood cannot keep the loop from handshakes and deadlines.
+const ACCEPT_BURST: usize = 256;
+
+/// Best-effort refusal on a fresh socket (a few dozen bytes: they fit the send buffer).
+fn refuse(stream: &mut TcpStream, reason: &str) {
+    let _ = stream.set_nonblocking(true);
+    let _ = stream.write(
+        &Frame::Refuse {
+            code: Code::Busy,
+            message: reason.into(),
+        }
+        .to_bytes(),
+    );
+}
+
+/// Serves senders on `listener` into `dir` until `stop` is set (or, with
+/// [`ServerConfig::once`], until the first session ends: its result is returned).
+pub fn serve(
+    listener: TcpListener,
+    dir: &Path,
+    cfg: ServerConfig,
+    stop: &AtomicBool,
+    observer: Arc<dyn Observer>,
+) -> Result<Option<SessionResult>, ServeError> {
+    let listener_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    listener
+        .set_nonblocking(true)
+        .map_err(setup("making the listener non-blocking"))?;
+    let ep =
+        epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| setup("epoll_create")(e.into()))?;
+    epoll::add(
+        &ep,
+        &listener,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN,
+    )
+    .map_err(|e| setup("epoll_ctl (listener)")(e.into()))?;
+    let shared = Arc::new(Shared {
+        dir: dir.to_path_buf(),
+        quota: cfg.store.max_bytes.map(Quota::new),
+        cfg,
+        observer,
+        running: Mutex::new(HashMap::new()),
+        finished: Mutex::new(Vec::new()),
+    });
+    let mut lp = Loop {
+        ep,
+        listener: Some(listener),
+        spare: std::fs::File::open("/dev/null").ok(),
+        pending: HashMap::new(),
+        order: VecDeque::new(),
+        per_addr: AddrCount::default(),
+        auth: AuthLimiter::new(shared.cfg.auth_failures_per_minute, Duration::from_secs(60)),
+        next_id: 1,
+        port: listener_port,
+        shared,
+        once_result: None,
+        once_started: false,
+    };
+    lp.run(stop)
+}
+
+struct Loop {
+    ep: std::os::fd::OwnedFd,
+    listener: Option<TcpListener>,
+    spare: Option<std::fs::File>,
+    pending: HashMap<u64, Pending>,
+    /// Pending ids in arrival order (ids already gone are skipped).
+    order: VecDeque<u64>,
+    per_addr: AddrCount,
+    auth: AuthLimiter,
+    next_id: u64,
+    /// The listening port, in session thread names (`zcrecv PORT`).
+    port: u16,
+    shared: Arc<Shared>,
+    once_result: Option<mpsc::Receiver<SessionResult>>,
+    once_started: bool,
+}
+
+impl Loop {
+    fn trouble(&self, what: String) {
+        self.shared.observer.event(Event::Trouble { what: &what });
+    }
+
+    fn refused(&self, peer: SocketAddr, stream: &mut TcpStream, reason: &str) {
+        refuse(stream, reason);
+        self.shared.observer.event(Event::Refused { peer, reason });
+    }
+
+    fn sessions_of(&self, ip: std::net::IpAddr) -> usize {
+        self.shared
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|r| r.ip == ip)
+            .count()
+    }
+
+    fn sessions(&self) -> usize {
+        self.shared
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    fn run(&mut self, stop: &AtomicBool) -> Result<Option<SessionResult>, ServeError> {
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(512);
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(self.drain());
+            }
+            if let Some(rx) = &self.once_result {
+                match rx.try_recv() {
+                    Ok(r) => {
+                        self.reap();
+                        return Ok(Some(r));
+                    }
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        self.reap();
+                        return Ok(Some(Err(TransferError::Io {
+                            what: "the session".into(),
+                            source: io::Error::other("its thread ended without a result"),
+                        })));
+                    }
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+            }
+            let t = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: TICK.as_nanos() as _,
+            };
+            events.clear();
+            match epoll::wait(
+                &self.ep,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&t),
+            ) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    self.trouble(format!("epoll_wait: {e}"));
+                    std::thread::sleep(TICK);
+                }
+            }
+            for ev in events.drain(..) {
+                let id = ev.data.u64();
+                if id == LISTENER {
+                    self.accept_burst();
+                } else {
+                    self.drive(id);
+                }
+            }
+            self.expire();
+            self.reap();
+        }
+    }
+
+    fn accept_burst(&mut self) {
+        for _ in 0..ACCEPT_BURST {
+            let Some(l) = &self.listener else { return };
+            match l.accept() {
+                Ok((s, peer)) => self.admit(s, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
+                    // Out of descriptors: give up the spare one to accept this peer, tell it
+                    // why, close it, and take the spare back (the libev/nginx idiom).
+                    self.spare = None;
+                    if let Some(l) = &self.listener {
+                        if let Ok((mut s, peer)) = l.accept() {
+                            self.refused(
+                                peer,
+                                &mut s,
+                                "the receiver is out of file descriptors; try again later",
+                            );
+                        }
+                    }
+                    self.spare = std::fs::File::open("/dev/null").ok();
+                    self.trouble(format!("accept: {e}"));
+                    return;
+                }
+                Err(e) => {
+                    // ECONNABORTED, ENOBUFS, ENOMEM, EPERM (firewall), EPROTO…: this peer is
+                    // lost, the listener is not.
+                    self.trouble(format!("accept: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, mut s: TcpStream, peer: SocketAddr) {
+        let ip = peer.ip();
+        let shared = self.shared.clone();
+        let cfg = &shared.cfg;
+        if self.once_started {
+            return self.refused(peer, &mut s, "the receiver serves one sender and has it");
+        }
+        if let Some(wait) = self.auth.blocked(ip, Instant::now()) {
+            return self.refused(
+                peer,
+                &mut s,
+                &format!(
+                    "too many failed authentications from {ip}; try again in {} s",
+                    wait.as_secs() + 1
+                ),
+            );
+        }
+        let sessions = self.sessions();
+        if sessions >= cfg.max_sessions {
+            return self.refused(
+                peer,
+                &mut s,
+                &format!("the receiver is busy ({sessions} sessions, its limit); try again later"),
+            );
+        }
+        let of_addr = self.sessions_of(ip);
+        if of_addr >= cfg.max_sessions_per_addr {
+            return self.refused(
+                peer,
+                &mut s,
+                &format!(
+                    "{ip} already has {of_addr} sessions (the limit per address); try again later"
+                ),
+            );
+        }
+        if self.per_addr.get(ip) >= cfg.max_pending_per_addr {
+            return self.refused(
+                peer,
+                &mut s,
+                &format!(
+                    "too many connections from {ip} still in their handshake (limit {})",
+                    cfg.max_pending_per_addr
+                ),
+            );
+        }
+        while self.pending.len() >= cfg.max_pending.max(1) {
+            // Full: the oldest handshake has had the longest; it goes.
+            match self.order.pop_front() {
+                Some(old) => {
+                    if let Some(mut p) = self.remove(old) {
+                        self.refused(
+                            p.peer,
+                            &mut p.stream,
+                            "too many connections in their handshake",
+                        );
+                    }
+                }
+                None => break,
+            }
+        }
+        let hs = match ReceiverHandshake::new(cfg.token.clone()) {
+            Ok(h) => h,
+            Err(e) => return self.trouble(format!("random bytes: {e}")),
+        };
+        let _ = s.set_nodelay(true);
+        if s.set_nonblocking(true).is_err()
+            || s.write(&hs.greeting()).ok() != Some(hs.greeting().len())
+        {
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        if let Err(e) = epoll::add(
+            &self.ep,
+            &s,
+            epoll::EventData::new_u64(id),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+        ) {
+            return self.trouble(format!("epoll_ctl: {e}"));
+        }
+        self.per_addr.add(ip);
+        self.order.push_back(id);
+        self.pending.insert(
+            id,
+            Pending {
+                stream: s,
+                peer,
+                hs,
+                deadline: Instant::now() + cfg.handshake_timeout,
+            },
+        );
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Pending> {
+        let p = self.pending.remove(&id)?;
+        let _ = epoll::delete(&self.ep, &p.stream);
+        self.per_addr.remove(p.peer.ip());
+        Some(p)
+    }
+
+    /// Reads what a pending connection has sent, as far as its handshake asks.
+    fn drive(&mut self, id: u64) {
+        let Some(p) = self.pending.get_mut(&id) else {
+            return;
+        };
+        let outcome = loop {
+            let want = p.hs.want();
+            match p.stream.read(want) {
+                Ok(0) => break Err(None),
+                Ok(n) => match p.hs.advance(n) {
+                    Ok(Some(a)) => break Ok(a),
+                    Ok(None) => continue,
+                    Err(e) => break Err(Some(e)),
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break Err(None),
+            }
+        };
+        let Some(mut p) = self.remove(id) else { return };
+        match outcome {
+            Ok(accepted) => self.start_session(p, accepted),
+            Err(None) => {}
+            Err(Some(e)) => {
+                if e == HandshakeError::AuthFailed {
+                    self.auth.failed(p.peer.ip(), Instant::now());
+                }
+                if let Some(f) = e.refusal() {
+                    let _ = p.stream.write(&f.to_bytes());
+                }
+                self.shared.observer.event(Event::HandshakeFailed {
+                    peer: p.peer,
+                    error: &e,
+                });
+            }
+        }
+    }
+
+    fn start_session(&mut self, mut p: Pending, accepted: Accepted) {
+        let cfg = &self.shared.cfg;
+        let sessions = self.sessions();
+        if sessions >= cfg.max_sessions || self.once_started {
+            let reason =
+                format!("the receiver is busy ({sessions} sessions, its limit); try again later");
+            return self.refused(p.peer, &mut p.stream, &reason);
+        }
+        let ip = p.peer.ip();
+        let of_addr = self.sessions_of(ip);
+        if of_addr >= cfg.max_sessions_per_addr {
+            let reason = format!(
+                "{ip} already has {of_addr} sessions (the limit per address); try again later"
+            );
+            return self.refused(p.peer, &mut p.stream, &reason);
+        }
+        let stream = p.stream;
+        if stream.set_nonblocking(false).is_err() {
+            return;
+        }
+        let _ = stream.set_write_timeout(Some(cfg.idle_timeout));
+        if let Some(r) = &accepted.reply {
+            if (&stream).write_all(r).is_err() {
+                return;
+            }
+        }
+        let Ok(handle) = stream.try_clone() else {
+            return self.trouble("dup: out of descriptors for a session".into());
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let peer = p.peer;
+        let sender = SenderId {
+            address: Some(peer.ip()),
+            token: if accepted.authenticated {
+                cfg.token.clone()
+            } else {
+                None
+            },
+        };
+        let (tx, rx) = mpsc::channel();
+        let once = cfg.once;
+        let shared = self.shared.clone();
+        // Registered before the thread starts, so the thread's own removal cannot come first.
+        self.shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                id,
+                Running {
+                    sock: handle,
+                    ip: peer.ip(),
+                    deadline: Instant::now() + cfg.session_deadline,
+                    thread: None,
+                },
+            );
+        let spawned = std::thread::Builder::new()
+            .name(format!("zcrecv {}", self.port))
+            .spawn(move || {
+                let t0 = Instant::now();
+                let (result, stats) = run_session(&shared, stream, peer, &sender);
+                // The slot is free before anyone hears the session ended.
+                let own = shared
+                    .running
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id)
+                    .and_then(|r| r.thread);
+                if let Some(h) = own {
+                    shared
+                        .finished
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(h);
+                }
+                shared.observer.event(Event::SessionEnded {
+                    peer,
+                    result: &result,
+                    stats: &stats,
+                    elapsed: t0.elapsed(),
+                });
+                if once {
+                    let _ = tx.send(result);
+                }
+            });
+        let mut running = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match spawned {
+            Ok(h) => {
+                match running.get_mut(&id) {
+                    Some(r) => r.thread = Some(h),
+                    // Already over: join it with the others.
+                    None => self
+                        .shared
+                        .finished
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(h),
+                }
+                drop(running);
+                if once {
+                    self.once_started = true;
+                    self.once_result = Some(rx);
+                    self.stop_accepting();
+                }
+            }
+            Err(e) => {
+                // The closure (and the stream in it) is gone; the clone can still refuse.
+                if let Some(mut r) = running.remove(&id) {
+                    drop(running);
+                    self.refused(
+                        peer,
+                        &mut r.sock,
+                        "the receiver cannot start a session now; try again later",
+                    );
+                }
+                self.trouble(format!("starting a session thread: {e}"));
+            }
+        }
+    }
+
+    fn stop_accepting(&mut self) {
+        if let Some(l) = self.listener.take() {
+            let _ = epoll::delete(&self.ep, &l);
+        }
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            self.remove(id);
+        }
+        self.order.clear();
+    }
+
+    /// Handshakes past their deadline go; sessions past theirs are shut down.
+    fn expire(&mut self) {
+        let now = Instant::now();
+        while let Some(&id) = self.order.front() {
+            match self.pending.get(&id) {
+                None => {
+                    self.order.pop_front();
+                }
+                Some(p) if p.deadline <= now => {
+                    self.order.pop_front();
+                    if let Some(mut p) = self.remove(id) {
+                        let reason = format!(
+                            "no handshake within {} ms",
+                            self.shared.cfg.handshake_timeout.as_millis()
+                        );
+                        self.refused(p.peer, &mut p.stream, &reason);
+                    }
+                }
+                Some(_) => break,
+            }
+        }
+        let running = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for r in running.values() {
+            if r.deadline <= now {
+                let _ = r.sock.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    /// Joins session threads that have ended.
+    fn reap(&mut self) {
+        let done = std::mem::take(
+            &mut *self
+                .shared
+                .finished
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for h in done {
+            let _ = h.join();
+        }
+    }
+
+    /// Graceful stop: no more accepting, grace for sessions in flight, then shut them down.
+    fn drain(&mut self) -> Option<SessionResult> {
+        self.stop_accepting();
+        let sessions = self.sessions();
+        self.shared.observer.event(Event::Stopping { sessions });
+        let end_of_grace = Instant::now() + self.shared.cfg.grace;
+        while self.sessions() > 0 && Instant::now() < end_of_grace {
+            std::thread::sleep(TICK.min(Duration::from_millis(20)));
+            self.reap();
+        }
+        for r in self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            let _ = r.sock.shutdown(Shutdown::Both);
+        }
+        while self.sessions() > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+            self.reap();
+        }
+        // Every session has left the table; join the last threads (and let them report).
+        self.reap();
+        self.once_result.as_ref().and_then(|rx| rx.try_recv().ok())
+    }
+}
+
+fn run_session(
+    shared: &Shared,
+    stream: TcpStream,
+    peer: SocketAddr,
+    sender: &SenderId,
+) -> (SessionResult, StatsSnapshot) {
+    shared.observer.event(Event::SessionStarted { peer });
+    // The copy path for control frames: file data goes by splice whatever the path, and no
+    // per-connection socket mapping is set up.
+    let rcfg = ReceiverConfig::new(RxPath::Copy)
+        .timeout(shared.cfg.idle_timeout)
+        .buf_bytes(64 * 1024);
+    let mut stats = StatsSnapshot::default();
+    let result = (|| {
+        let mut rx = zcnet::stream::Receiver::from_stream(stream, &rcfg)?;
+        let mut store =
+            Store::open_for(&shared.dir, shared.cfg.store, shared.quota.clone(), sender).map_err(
+                |e| TransferError::Io {
+                    what: format!("opening {}", shared.dir.display()),
+                    source: e,
+                },
+            )?;
+        let mut progress = shared.observer.progress(peer);
+        let r = receive_files(&mut rx, &mut store, &mut *progress);
+        stats = rx.stats().snapshot();
+        r
+    })();
+    (result, stats)
+}
+
+/// An observer that reports nothing (tests, embedding).
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn event(&self, _: Event<'_>) {}
+    fn progress(&self, _: SocketAddr) -> Box<dyn FnMut(Progress<'_>) + Send> {
+        Box::new(|_| {})
+    }
+}

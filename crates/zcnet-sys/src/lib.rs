@@ -18,6 +18,8 @@
 
 pub mod cow;
 pub mod mem;
+#[cfg(feature = "preload")]
+pub mod preload;
 pub mod raw;
 #[doc(hidden)]
 pub mod testing;

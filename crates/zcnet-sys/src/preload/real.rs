@@ -129,3 +129,23 @@ pub fn close(fd: c_int) -> SysResult {
 pub fn flags(f: c_uint) -> c_int {
     f as c_int
 }
+
+/// Registers `f` to run at normal process exit (atexit(3)).
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: `f` is a plain function without arguments, as atexit requires.
+    unsafe { libc::atexit(f) == 0 }
+}
+
+/// Runs `f` on `fd` borrowed for the call; `None` for a negative descriptor.
+///
+/// An interposer only sees descriptors as the application's integer arguments; this lends
+/// one to the typed wrappers of [`crate::raw`] for as long as the interposed call runs. A
+/// descriptor that is not open only makes those wrappers' syscalls fail with `EBADF`.
+pub fn with_fd<R>(fd: c_int, f: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> R) -> Option<R> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is not -1 (BorrowedFd's niche); it is the application's descriptor,
+    // borrowed only for the duration of `f`, inside the call that named it.
+    Some(f(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }))
+}

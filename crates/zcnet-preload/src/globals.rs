@@ -1,0 +1,48 @@
+//! The process-wide facts every call consults: the configuration, this host's page costs
+//! (measured on first need), and whether this process is a forked child.
+
+use crate::config::Config;
+use crate::cost::{measure, PageCost};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static COST: OnceLock<Option<PageCost>> = OnceLock::new();
+static CHILD: AtomicBool = AtomicBool::new(false);
+static ZC_EVER: AtomicBool = AtomicBool::new(false);
+
+/// The configuration, read from the environment on first use.
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(Config::from_env)
+}
+
+/// This host's page costs (`None`: no protection engine here).
+pub fn cost() -> Option<PageCost> {
+    *COST.get_or_init(measure)
+}
+
+/// The costs if they were measured.
+pub fn cost_if_measured() -> Option<PageCost> {
+    COST.get().copied().flatten()
+}
+
+/// This process is a child forked after the library started: its sockets' error queues
+/// and the protection engine belong to the parent.
+pub fn is_child() -> bool {
+    CHILD.load(Relaxed)
+}
+
+/// Marks this process a forked child.
+pub fn set_child() {
+    CHILD.store(true, Relaxed);
+}
+
+/// Some socket of this process has sent zero-copy: there may be completions to hide.
+pub fn zc_ever() -> bool {
+    ZC_EVER.load(Relaxed)
+}
+
+/// Records that a zero-copy send happened.
+pub fn set_zc_ever() {
+    ZC_EVER.store(true, Relaxed);
+}

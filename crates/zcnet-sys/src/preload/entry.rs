@@ -22,7 +22,8 @@ struct Guard;
 
 impl Guard {
     fn enter() -> Option<Guard> {
-        IN_HOOK.with(|h| (!h.replace(true)).then_some(Guard))
+        // Lazily: a Guard built and discarded would clear the flag in its drop.
+        IN_HOOK.with(|h| (!h.replace(true)).then(|| Guard))
     }
 }
 

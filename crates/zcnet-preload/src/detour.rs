@@ -3,9 +3,10 @@
 //! earlier contents a zero-copy send still reads fails with `EFAULT` instead of taking
 //! the copy-on-write. A program that reads into the buffer it just sent (`socat`, any
 //! read-then-write relay) does exactly that, so such a receive goes into scratch memory and
-//! is copied in by user-mode writes, which the engine resolves.
+//! is copied in by user-mode writes, which the engine resolves. The same holds for `pread`
+//! from a file (nginx without sendfile reads the next chunk into the buffer it just sent).
 
-use crate::globals::zc_ever;
+use crate::globals::{count_detour, zc_ever};
 use crate::table::sock;
 use zcnet_sys::preload::{RecvCall, SysResult};
 
@@ -26,6 +27,7 @@ pub fn recv(mut call: RecvCall<'_>) -> SysResult {
         b[..k].copy_from_slice(&left[..k]);
         left = &left[k..];
     }
+    count_detour();
     if let Some(s) = sock(call.fd()) {
         s.counters.detour();
     }

@@ -1,7 +1,7 @@
 //! The stats file: at normal exit, one JSON line per process appended to `ZCNET_STATS`
 //! (a forked child writes its own line; `O_APPEND` keeps lines whole).
 
-use crate::globals::{config, cost_if_measured};
+use crate::globals::{config, cost_if_measured, detours};
 use crate::stats::Counters;
 use crate::table::{reap_closing, reports, SockReport};
 use std::io::Write;
@@ -41,6 +41,7 @@ pub fn line() -> serde_json::Value {
         "engine": zcnet::cow::engine_stats(),
         "page_cost_ns": cost_if_measured(),
         "total": total.report(),
+        "kernel_write_detours": detours(),
         "sockets": listed,
         "sockets_not_listed": others,
     })

@@ -3,13 +3,24 @@
 
 use crate::config::Config;
 use crate::cost::{measure, PageCost};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static COST: OnceLock<Option<PageCost>> = OnceLock::new();
 static CHILD: AtomicBool = AtomicBool::new(false);
 static ZC_EVER: AtomicBool = AtomicBool::new(false);
+static DETOURS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one receive (into any descriptor) detoured through scratch memory.
+pub fn count_detour() {
+    DETOURS.fetch_add(1, Relaxed);
+}
+
+/// Receives detoured through scratch memory so far.
+pub fn detours() -> u64 {
+    DETOURS.load(Relaxed)
+}
 
 /// The configuration, read from the environment on first use.
 pub fn config() -> &'static Config {

@@ -58,6 +58,12 @@ impl Preload {
 }
 
 impl Hook for Preload {
+    fn init(&self) {
+        // Read the settings now: a program may replace its environment before it sends.
+        globals::config();
+        exit::register();
+    }
+
     fn send(&self, call: SendCall<'_>) -> SysResult {
         match table::sock(call.fd()) {
             Some(s) => {

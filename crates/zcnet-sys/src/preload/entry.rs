@@ -280,6 +280,69 @@ pub unsafe fn read<H: Hook>(h: &H, fd: c_int, buf: *mut c_void, len: size_t) -> 
     }
 }
 
+/// `pread(2)` (and `pread64`: one function on 64-bit Linux).
+///
+/// # Safety
+/// The C contract of `pread`.
+pub unsafe fn pread<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: libc::off64_t,
+) -> ssize_t {
+    // SAFETY: the C contract.
+    unsafe {
+        recv_one(h, fd, buf, len, RawRecv::Pread(off))
+            .unwrap_or_else(|| real::pread64_fn()(fd, buf, len, off))
+    }
+}
+
+/// `__pread64_chk` / `__pread_chk`.
+///
+/// # Safety
+/// The C contract of `__pread64_chk`.
+pub unsafe fn pread_chk<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: libc::off64_t,
+    buflen: size_t,
+) -> ssize_t {
+    if len > buflen {
+        // SAFETY: the C library reports the overflow (it aborts).
+        return unsafe { real::pread64_chk_fn()(fd, buf, len, off, buflen) };
+    }
+    // SAFETY: the C contract.
+    unsafe { pread(h, fd, buf, len, off) }
+}
+
+/// `preadv(2)` (and `preadv64`).
+///
+/// # Safety
+/// The C contract of `preadv`.
+pub unsafe fn preadv<H: Hook>(
+    h: &H,
+    fd: c_int,
+    iov: *const iovec,
+    n: c_int,
+    off: libc::off64_t,
+) -> ssize_t {
+    if let Some(_g) = Guard::enter() {
+        // SAFETY: the C contract: the iovecs name writable buffers.
+        if let Some(bufs) = unsafe { iovs_mut(iov as *mut iovec, n.max(0) as usize) } {
+            return ret(h.recv(RecvCall {
+                fd,
+                bufs,
+                raw: RawRecv::Preadv(off),
+            }));
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::preadv64_fn()(fd, iov, n, off) }
+}
+
 /// `__read_chk` (`read` under `_FORTIFY_SOURCE`).
 ///
 /// # Safety
@@ -849,6 +912,13 @@ pub unsafe fn accept4<H: Hook>(
 ) -> c_int {
     // SAFETY: forwarding the application's own arguments.
     new_fd(h, unsafe { real::accept4_fn()(fd, a, l, f) })
+}
+
+/// The library was loaded (from its `.init_array` entry).
+pub fn init<H: Hook>(h: &H) {
+    if let Some(_g) = Guard::enter() {
+        h.init();
+    }
 }
 
 /// `fork(2)`.

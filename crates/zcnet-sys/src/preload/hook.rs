@@ -113,14 +113,16 @@ impl<'a> SendCall<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum RawRecv {
     Read,
+    Pread(libc::off64_t),
+    Preadv(libc::off64_t),
     Recv(c_int),
     RecvFrom(c_int, *mut sockaddr, *mut socklen_t),
     RecvMsg(*mut msghdr, c_int),
     Readv,
 }
 
-/// One receive-family call (`read`, `readv`, `recv`, `recvfrom`, `recvmsg` and their
-/// `_FORTIFY_SOURCE` variants): a kernel write into the application's buffers.
+/// One receive-family call (`read`, `pread`, `readv`, `preadv`, `recv`, `recvfrom`,
+/// `recvmsg` and their `_FORTIFY_SOURCE` variants): a kernel write into the application's buffers.
 #[derive(Debug)]
 pub struct RecvCall<'a> {
     pub(crate) fd: c_int,
@@ -168,6 +170,8 @@ impl<'a> RecvCall<'a> {
             let first = &*iov;
             match self.raw {
                 RawRecv::Read => real::read_fn()(self.fd, first.iov_base, first.iov_len),
+                RawRecv::Pread(o) => real::pread64_fn()(self.fd, first.iov_base, first.iov_len, o),
+                RawRecv::Preadv(o) => real::preadv64_fn()(self.fd, iov, n as c_int, o),
                 RawRecv::Recv(f) => real::recv_fn()(self.fd, first.iov_base, first.iov_len, f),
                 RawRecv::RecvFrom(f, a, al) => {
                     real::recvfrom_fn()(self.fd, first.iov_base, first.iov_len, f, a, al)
@@ -223,6 +227,9 @@ impl FdSet<'_> {
 /// calling thread, with a guard set so that C calls the method makes itself go straight to
 /// the C library. The defaults do what the C library alone would do.
 pub trait Hook: Sync {
+    /// The library was loaded, before the program's `main`.
+    fn init(&self) {}
+
     /// A send-family call. Default: forwarded.
     fn send(&self, call: SendCall<'_>) -> SysResult {
         call.forward()

@@ -24,7 +24,8 @@ pub use hook::{Errno, FdSet, Hook, RecvCall, SendCall, SendKind, SysResult};
 pub use libc;
 
 /// Defines the interposed C symbols (`send`, `sendto`, `sendmsg`, `write`, `writev`,
-/// `read`, `readv`, `recv`, `recvfrom`, `recvmsg` and their `_chk` variants, `poll`,
+/// `read`, `pread`, `pread64`, `readv`, `preadv`, `preadv64`, `recv`, `recvfrom`,
+/// `recvmsg` and their `_chk` variants, `poll`,
 /// `ppoll`, `select`, `pselect`, `epoll_wait`, `epoll_pwait`, `epoll_ctl`, `getsockopt`,
 /// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `accept`, `accept4`, `fork`)
 /// in the invoking crate, each calling [`entry`] with the `static` hook `$hook`.
@@ -85,6 +86,62 @@ macro_rules! export_preload {
                 bl: size_t,
             ) -> ssize_t {
                 unsafe { e::read_chk(&$hook, fd, b, l, bl) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn pread(
+                fd: c_int,
+                b: *mut c_void,
+                l: size_t,
+                o: $crate::preload::libc::off_t,
+            ) -> ssize_t {
+                unsafe { e::pread(&$hook, fd, b, l, o) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn pread64(
+                fd: c_int,
+                b: *mut c_void,
+                l: size_t,
+                o: $crate::preload::libc::off64_t,
+            ) -> ssize_t {
+                unsafe { e::pread(&$hook, fd, b, l, o) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn __pread_chk(
+                fd: c_int,
+                b: *mut c_void,
+                l: size_t,
+                o: $crate::preload::libc::off_t,
+                bl: size_t,
+            ) -> ssize_t {
+                unsafe { e::pread_chk(&$hook, fd, b, l, o, bl) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn __pread64_chk(
+                fd: c_int,
+                b: *mut c_void,
+                l: size_t,
+                o: $crate::preload::libc::off64_t,
+                bl: size_t,
+            ) -> ssize_t {
+                unsafe { e::pread_chk(&$hook, fd, b, l, o, bl) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn preadv(
+                fd: c_int,
+                v: *const iovec,
+                n: c_int,
+                o: $crate::preload::libc::off_t,
+            ) -> ssize_t {
+                unsafe { e::preadv(&$hook, fd, v, n, o) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn preadv64(
+                fd: c_int,
+                v: *const iovec,
+                n: c_int,
+                o: $crate::preload::libc::off64_t,
+            ) -> ssize_t {
+                unsafe { e::preadv(&$hook, fd, v, n, o) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn readv(fd: c_int, v: *const iovec, n: c_int) -> ssize_t {
@@ -268,6 +325,16 @@ macro_rules! export_preload {
             pub unsafe extern "C" fn fork() -> pid_t {
                 unsafe { e::fork(&$hook) }
             }
+            // Runs at load, before the program's `main` and before it can change its
+            // environment (nginx replaces `environ`): the hook reads its settings here.
+            #[used]
+            #[link_section = ".init_array"]
+            static INIT: extern "C" fn() = {
+                extern "C" fn init() {
+                    e::init(&$hook)
+                }
+                init
+            };
         };
     };
 }

@@ -57,6 +57,12 @@ real_fns! {
     recv_fn = "recv": fn(c_int, *mut c_void, size_t, c_int) -> ssize_t;
     recvfrom_fn = "recvfrom": fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t;
     recvmsg_fn = "recvmsg": fn(c_int, *mut msghdr, c_int) -> ssize_t;
+    pread_fn = "pread": fn(c_int, *mut c_void, size_t, libc::off_t) -> ssize_t;
+    pread64_fn = "pread64": fn(c_int, *mut c_void, size_t, libc::off64_t) -> ssize_t;
+    pread_chk_fn = "__pread_chk": fn(c_int, *mut c_void, size_t, libc::off_t, size_t) -> ssize_t;
+    pread64_chk_fn = "__pread64_chk": fn(c_int, *mut c_void, size_t, libc::off64_t, size_t) -> ssize_t;
+    preadv_fn = "preadv": fn(c_int, *const iovec, c_int, libc::off_t) -> ssize_t;
+    preadv64_fn = "preadv64": fn(c_int, *const iovec, c_int, libc::off64_t) -> ssize_t;
     read_chk_fn = "__read_chk": fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;
     recv_chk_fn = "__recv_chk": fn(c_int, *mut c_void, size_t, size_t, c_int) -> ssize_t;
     recvfrom_chk_fn = "__recvfrom_chk": fn(c_int, *mut c_void, size_t, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t;

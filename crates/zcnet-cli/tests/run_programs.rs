@@ -27,13 +27,24 @@ fn have(tool: &str) -> bool {
     found
 }
 
+/// The library cargo built for this test (a dev-dependency: `target/<profile>/deps/`),
+/// else the one beside `zcnet`.
+fn library() -> PathBuf {
+    let dir = Path::new(ZCNET).parent().unwrap();
+    let deps = dir.join("deps/libzcnet_preload.so");
+    if deps.is_file() {
+        deps
+    } else {
+        dir.join("libzcnet_preload.so")
+    }
+}
+
 fn library_built() -> bool {
-    let lib = Path::new(ZCNET).with_file_name("libzcnet_preload.so");
-    let ok = lib.is_file();
+    let ok = library().is_file();
     if !ok {
         eprintln!(
             "SKIP: {} not built (cargo build -p zcnet-preload)",
-            lib.display()
+            library().display()
         );
     }
     ok
@@ -102,7 +113,10 @@ fn hash_of(p: &Path) -> blake3::Hash {
 
 fn zcnet_run(tx: &str, stats: &Path) -> Command {
     let mut c = Command::new(ZCNET);
-    c.args(["run", "--tx", tx, "--stats"]).arg(stats).arg("--");
+    c.env("ZCNET_PRELOAD", library())
+        .args(["run", "--tx", tx, "--stats"])
+        .arg(stats)
+        .arg("--");
     c
 }
 

@@ -1,5 +1,6 @@
 //! The stats file: at normal exit, one JSON line per process appended to `ZCNET_STATS`
-//! (a forked child writes its own line; `O_APPEND` keeps lines whole).
+//! (a forked child writes its own line; `O_APPEND` keeps lines whole). A process that never
+//! sent on a TCP socket (a shell, a helper the program starts) writes nothing.
 
 use crate::globals::{config, cost_if_measured, detours};
 use crate::stats::Counters;
@@ -51,7 +52,11 @@ fn write_stats() -> std::io::Result<()> {
     let Some(path) = &config().stats else {
         return Ok(());
     };
-    let mut text = serde_json::to_string(&line()).map_err(std::io::Error::other)?;
+    let line = line();
+    if line["total"]["calls"].as_u64() == Some(0) {
+        return Ok(());
+    }
+    let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
     text.push('\n');
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -1,27 +1,10 @@
 //! What an interposer sees of each call: typed, borrowed views of the application's
 //! arguments, and the [`Hook`] trait whose safe methods decide what to do with them.
 
+pub use super::errno::{Errno, SysResult};
 use super::real;
 use libc::{c_int, c_void, iovec, msghdr, sockaddr, socklen_t};
 use std::io::{IoSlice, IoSliceMut};
-
-/// An `errno` value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// The calling thread's `errno` now.
-    pub fn last() -> Errno {
-        Errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        )
-    }
-}
-
-/// A C call's result: a count, or `-1` with `errno`.
-pub type SysResult = Result<usize, Errno>;
 
 /// The original call, kept to replay it exactly as the application made it.
 #[derive(Debug, Clone, Copy)]

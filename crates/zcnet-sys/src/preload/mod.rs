@@ -16,6 +16,7 @@
 //! internal calls (stdio's `fwrite` reaches `write` internally) are not seen either.
 
 pub mod entry;
+pub mod errno;
 pub mod hook;
 pub mod real;
 

@@ -6,7 +6,7 @@
 //! while another thread (or this one, re-entering) is still looking it up simply looks it up
 //! again.
 
-use super::hook::{Errno, SysResult};
+use super::errno::{Errno, SysResult};
 use libc::{
     c_int, c_uint, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t,
 };

@@ -147,6 +147,9 @@ fn stats(p: &Path) -> Vec<Value> {
 /// write-protection engine could run there).
 fn assert_protected(lines: &[Value], min: u64, who: &str) {
     assert!(!lines.is_empty(), "{who}: no stats written");
+    for l in lines {
+        eprintln!("{who} (pid {}): {}", l["pid"], l["total"]);
+    }
     let zc: u64 = lines
         .iter()
         .map(|l| l["total"]["bytes_zerocopy"].as_u64().unwrap())
@@ -357,5 +360,140 @@ fn iperf3_client_and_server_agree_on_every_byte() {
     assert!(
         t["bytes_zerocopy"].as_u64() > Some(0) || refused >= sent / 2,
         "neither zero-copy nor counted refusals: {t}"
+    );
+}
+
+#[test]
+fn redis_returns_large_values_byte_for_byte() {
+    if !(library_built() && have("redis-server") && have("redis-cli") && have("redis-benchmark")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s_stats = dir.path().join("redis.jsonl");
+    let port = free_port().to_string();
+    let mut server = zcnet_run("zerocopy", &s_stats)
+        .args([
+            "redis-server",
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(port.parse().unwrap(), &mut server);
+    // Four 8 MiB values stored and read back, each checked by hash.
+    let (file, _) = data_file(dir.path());
+    let data = std::fs::read(&file).unwrap();
+    for (i, v) in data.chunks(8 << 20).take(4).enumerate() {
+        let part = dir.path().join(format!("v{i}"));
+        std::fs::write(&part, v).unwrap();
+        let set = Command::new("redis-cli")
+            .args(["-p", &port, "-x", "SET", &format!("k{i}")])
+            .stdin(std::fs::File::open(&part).unwrap())
+            .output()
+            .unwrap();
+        assert!(
+            set.status.success() && set.stdout.starts_with(b"OK"),
+            "SET: {set:?}"
+        );
+        let get = Command::new("redis-cli")
+            .args(["-p", &port, "--raw", "GET", &format!("k{i}")])
+            .output()
+            .unwrap();
+        assert!(get.status.success());
+        // --raw ends the reply with a newline of its own.
+        assert_eq!(
+            blake3::hash(&get.stdout[..get.stdout.len() - 1]),
+            blake3::hash(v),
+            "value {i}"
+        );
+    }
+    // Load with 1 MiB values from redis-benchmark (which checks nothing but completion).
+    let bench = Command::new("redis-benchmark")
+        .args([
+            "-p", &port, "-d", "1048576", "-n", "200", "-c", "4", "-t", "set,get", "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(bench.status.success(), "redis-benchmark: {bench:?}");
+    stop(server, "TERM");
+    assert_protected(&stats(&s_stats), 32 << 20, "redis-server");
+}
+
+#[test]
+fn rsync_daemon_transfers_a_file_byte_for_byte() {
+    if !(library_built() && have("rsync")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (file, want) = data_file(dir.path());
+    let dest = dir.path().join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let (d_stats, c_stats) = (
+        dir.path().join("daemon.jsonl"),
+        dir.path().join("client.jsonl"),
+    );
+    let port = free_port().to_string();
+    let conf = dir.path().join("rsyncd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "use chroot = no\nuid = 0\ngid = 0\npid file = {d}/rsyncd.pid\n\
+             [src]\npath = {d}\nread only = yes\n",
+            d = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut daemon = zcnet_run("zerocopy", &d_stats)
+        .args([
+            "rsync",
+            "--daemon",
+            "--no-detach",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            &port,
+        ])
+        .arg(format!("--config={}", conf.display()))
+        .spawn()
+        .unwrap();
+    wait_listening(port.parse().unwrap(), &mut daemon);
+    // The daemon sends the file (it forks a sender per connection); the client receives.
+    let st = zcnet_run("zerocopy", &c_stats)
+        .args(["rsync", "-a", "--whole-file"])
+        .arg(format!("rsync://127.0.0.1:{port}/src/big.bin"))
+        .arg(&dest)
+        .status()
+        .unwrap();
+    stop(daemon, "TERM");
+    assert!(st.success(), "rsync: {st}");
+    assert_eq!(
+        hash_of(&dest.join("big.bin")),
+        want,
+        "the synced file differs"
+    );
+    let lines = stats(&d_stats);
+    assert!(!lines.is_empty(), "the daemon's sender wrote no stats");
+    for l in &lines {
+        eprintln!("rsync daemon (pid {}): {}", l["pid"], l["total"]);
+    }
+    let sent: u64 = lines
+        .iter()
+        .map(|l| {
+            l["total"]["bytes_copy"].as_u64().unwrap()
+                + l["total"]["bytes_zerocopy"].as_u64().unwrap()
+        })
+        .sum();
+    assert!(
+        sent >= SIZE as u64,
+        "the daemon's stats account for {sent} bytes"
     );
 }

@@ -1,5 +1,5 @@
 //! The process-wide facts every call consults: the configuration, this host's page costs
-//! (measured on first need), and whether this process is a forked child.
+//! (measured on first need), whether any zero-copy send happened, and receive detours.
 
 use crate::config::Config;
 use crate::cost::{measure, PageCost};
@@ -8,7 +8,6 @@ use std::sync::OnceLock;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static COST: OnceLock<Option<PageCost>> = OnceLock::new();
-static CHILD: AtomicBool = AtomicBool::new(false);
 static ZC_EVER: AtomicBool = AtomicBool::new(false);
 static DETOURS: AtomicU64 = AtomicU64::new(0);
 
@@ -35,17 +34,6 @@ pub fn cost() -> Option<PageCost> {
 /// The costs if they were measured.
 pub fn cost_if_measured() -> Option<PageCost> {
     COST.get().copied().flatten()
-}
-
-/// This process is a child forked after the library started: its sockets' error queues
-/// and the protection engine belong to the parent.
-pub fn is_child() -> bool {
-    CHILD.load(Relaxed)
-}
-
-/// Marks this process a forked child.
-pub fn set_child() {
-    CHILD.store(true, Relaxed);
 }
 
 /// Some socket of this process has sent zero-copy: there may be completions to hide.

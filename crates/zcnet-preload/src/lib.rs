@@ -14,8 +14,10 @@
 //! The library hides its bookkeeping: completions are read by it, never by the program
 //! (`poll`, `select`, `epoll_wait` and `SO_ERROR` show only real errors); results,
 //! `EAGAIN`, `EINTR`, short sends and `SIGPIPE` are those the single call would have had;
-//! `close` of a socket still in flight lets the program go on at once; `fork` leaves the
-//! error queues to the parent.
+//! `close` of a socket still in flight lets the program go on at once; after `fork`, the
+//! sockets the parent sent zero-copy on stay the parent's (the child copies on them and
+//! never reads their error queues), while the child's other sockets may go zero-copy if
+//! the parent never started the protection engine (a forking server's child does).
 //!
 //! Not covered: static programs and those that make system calls themselves (Go), which
 //! never call the C library's symbols; setuid programs, for which the loader ignores
@@ -146,9 +148,6 @@ impl Hook for Preload {
     }
 
     fn after_fork(&self, child: bool) {
-        table::after_fork();
-        if child {
-            globals::set_child();
-        }
+        table::after_fork(child);
     }
 }

@@ -8,7 +8,7 @@
 //! (later ones add `MSG_NOSIGNAL`): the kernel raises it only for a call that sent nothing.
 
 use crate::config::Mode;
-use crate::globals::{config, cost, is_child, set_zc_ever};
+use crate::globals::{config, cost, set_zc_ever};
 use crate::plan::{plan, Segment};
 use crate::sock::Sock;
 use crate::stats::Reason;
@@ -66,7 +66,7 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     if total < cfg.min_bytes.max(1) {
         return Some(Reason::TooSmall);
     }
-    if is_child() {
+    if s.inherited() {
         return Some(Reason::Forked);
     }
     if s.zc().app_errqueue {

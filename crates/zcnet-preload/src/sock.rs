@@ -2,7 +2,6 @@
 //! `MSG_ZEROCOPY` calls the kernel still reads, and the write protections held until it
 //! is done with them.
 
-use crate::globals::is_child;
 use crate::stats::Counters;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -44,6 +43,7 @@ pub struct Sock {
     pub sending: Mutex<()>,
     zc: Mutex<Zc>,
     zc_ever: AtomicBool,
+    inherited: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -61,6 +61,7 @@ impl Sock {
             sending: Mutex::new(()),
             zc: Mutex::new(Zc::default()),
             zc_ever: AtomicBool::new(false),
+            inherited: AtomicBool::new(false),
         }
     }
 
@@ -72,6 +73,17 @@ impl Sock {
     /// Whether a zero-copy send ever went out on this socket.
     pub fn zc_ever(&self) -> bool {
         self.zc_ever.load(Relaxed)
+    }
+
+    /// In a forked child: this socket sent zero-copy in the parent, whose completions
+    /// its error queue carries. The child never reads them and never sends zero-copy here.
+    pub fn inherited(&self) -> bool {
+        self.inherited.load(Relaxed)
+    }
+
+    /// Marks the socket inherited (see [`Sock::inherited`]).
+    pub fn set_inherited(&self) {
+        self.inherited.store(true, Relaxed);
     }
 
     /// Protections still held (calls the kernel may still read).
@@ -126,9 +138,9 @@ impl Sock {
     }
 
     /// Reads every completion waiting in the error queue (through `fd`) and lifts the
-    /// protections they end. Does nothing in a forked child: the queue is the parent's.
+    /// protections they end. Does nothing on an inherited socket: the queue is the parent's.
     pub fn drain(&self, fd: i32, demote_after: Option<u32>) {
-        if !self.zc_ever() || is_child() {
+        if !self.zc_ever() || self.inherited() {
             return;
         }
         let mut z = self.zc();

@@ -21,7 +21,8 @@ pub enum Reason {
     Unsupported,
     /// The memory cannot be protected (file-backed, shared, stack, not resident).
     Unprotectable,
-    /// A forked child: the parent's engine and error queue are not the child's.
+    /// A forked child: a socket the parent sent zero-copy on (its error queue is the
+    /// parent's), or a protection engine the parent started (its address space).
     Forked,
     /// The program reads this socket's error queue itself (its own `SO_ZEROCOPY`,
     /// timestamping, `IP_RECVERR`).

@@ -242,9 +242,24 @@ pub fn before_fork() {
     FORK_HOLD.with(|h| *h.borrow_mut() = Some(g));
 }
 
-/// After `fork`, in either process: let go of the table.
-pub fn after_fork() {
-    FORK_HOLD.with(|h| h.borrow_mut().take());
+/// After `fork`, in either process: let go of the table. In the child, the sockets the
+/// parent sent zero-copy on become inherited (see [`Sock::inherited`]), and the hidden
+/// duplicates of closed ones are closed (the parent keeps its own).
+pub fn after_fork(child: bool) {
+    let Some(mut t) = FORK_HOLD.with(|h| h.borrow_mut().take()) else {
+        return;
+    };
+    if child {
+        for s in t.fds.values() {
+            if s.zc_ever() {
+                s.set_inherited();
+            }
+        }
+        for (fd, s) in std::mem::take(&mut t.closing) {
+            s.set_inherited();
+            let _ = real::close(fd);
+        }
+    }
 }
 
 /// Every socket's report: open, closing and closed ones, and the sum of the rest.

@@ -140,10 +140,18 @@ pub fn library() -> Result<PathBuf, String> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
-    let here = exe.parent().map(|d| d.join("libzcnet_preload.so"));
-    match here {
-        Some(p) if p.is_file() => Ok(p),
-        _ => Err(format!(
+    // Beside the binary; in a cargo target dir, also where cargo leaves it when it builds
+    // the library as a dependency (`deps/`).
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let found = [
+        dir.join("libzcnet_preload.so"),
+        dir.join("deps/libzcnet_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file());
+    match found {
+        Some(p) => Ok(p),
+        None => Err(format!(
             "libzcnet_preload.so is not next to {} and ZCNET_PRELOAD is not set \
              (build it with `cargo build -p zcnet-preload`)",
             exe.display()

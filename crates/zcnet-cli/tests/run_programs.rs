@@ -578,3 +578,57 @@ fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
     assert_eq!(hash_of(&out), want, "the piped file differs");
     assert_protected(&stats(&s_stats), SIZE as u64 / 2, "socat across veth");
 }
+
+/// `zcnet run` names the programs the loader will not preload into, and still runs them.
+#[test]
+fn run_names_static_and_setuid_programs() {
+    if !library_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.jsonl");
+    let is_static = |p: &str| {
+        std::fs::read(p).is_ok_and(|img| {
+            img.starts_with(b"\x7fELF")
+                && !img.windows(16).any(|w| w.starts_with(b"/lib64/ld-linux"))
+        })
+    };
+    let mut checked = 0;
+    if is_static("/sbin/ldconfig") {
+        let out = zcnet_run("auto", &stats)
+            .args(["/sbin/ldconfig", "--version"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.contains("statically linked"),
+            "{err}"
+        );
+        checked += 1;
+    }
+    let setuid = ["/usr/bin/passwd", "/bin/su", "/usr/bin/chfn"]
+        .into_iter()
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o4000 != 0
+            })
+        });
+    if let Some(p) = setuid {
+        let out = zcnet_run("auto", &stats)
+            .args([p, "--help"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("setuid"), "{err}");
+        checked += 1;
+    }
+    let out = zcnet_run("auto", &stats)
+        .arg("no-such-program-zcnet")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
+    if checked == 0 {
+        eprintln!("SKIP (partly): no static ldconfig or setuid program on this host");
+    }
+}

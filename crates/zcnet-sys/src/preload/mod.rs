@@ -50,6 +50,7 @@ macro_rules! export_preload {
                 l: size_t,
                 f: c_int,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::send(&$hook, fd, b, l, f) }
             }
             #[no_mangle]
@@ -61,22 +62,27 @@ macro_rules! export_preload {
                 a: *const sockaddr,
                 al: socklen_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::sendto(&$hook, fd, b, l, f, a, al) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const msghdr, f: c_int) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::sendmsg(&$hook, fd, m, f) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, l: size_t) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::write(&$hook, fd, b, l) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn writev(fd: c_int, v: *const iovec, n: c_int) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::writev(&$hook, fd, v, n) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn read(fd: c_int, b: *mut c_void, l: size_t) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::read(&$hook, fd, b, l) }
             }
             #[no_mangle]
@@ -86,6 +92,7 @@ macro_rules! export_preload {
                 l: size_t,
                 bl: size_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::read_chk(&$hook, fd, b, l, bl) }
             }
             #[no_mangle]
@@ -95,6 +102,7 @@ macro_rules! export_preload {
                 l: size_t,
                 o: $crate::preload::libc::off_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::pread(&$hook, fd, b, l, o) }
             }
             #[no_mangle]
@@ -104,6 +112,7 @@ macro_rules! export_preload {
                 l: size_t,
                 o: $crate::preload::libc::off64_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::pread(&$hook, fd, b, l, o) }
             }
             #[no_mangle]
@@ -114,6 +123,7 @@ macro_rules! export_preload {
                 o: $crate::preload::libc::off_t,
                 bl: size_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::pread_chk(&$hook, fd, b, l, o, bl) }
             }
             #[no_mangle]
@@ -124,6 +134,7 @@ macro_rules! export_preload {
                 o: $crate::preload::libc::off64_t,
                 bl: size_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::pread_chk(&$hook, fd, b, l, o, bl) }
             }
             #[no_mangle]
@@ -133,6 +144,7 @@ macro_rules! export_preload {
                 n: c_int,
                 o: $crate::preload::libc::off_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::preadv(&$hook, fd, v, n, o) }
             }
             #[no_mangle]
@@ -142,10 +154,12 @@ macro_rules! export_preload {
                 n: c_int,
                 o: $crate::preload::libc::off64_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::preadv(&$hook, fd, v, n, o) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn readv(fd: c_int, v: *const iovec, n: c_int) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::readv(&$hook, fd, v, n) }
             }
             #[no_mangle]
@@ -155,6 +169,7 @@ macro_rules! export_preload {
                 l: size_t,
                 f: c_int,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::recv(&$hook, fd, b, l, f) }
             }
             #[no_mangle]
@@ -165,6 +180,7 @@ macro_rules! export_preload {
                 bl: size_t,
                 f: c_int,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::recv_chk(&$hook, fd, b, l, bl, f) }
             }
             #[no_mangle]
@@ -176,6 +192,7 @@ macro_rules! export_preload {
                 a: *mut sockaddr,
                 al: *mut socklen_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::recvfrom(&$hook, fd, b, l, f, a, al) }
             }
             #[no_mangle]
@@ -188,14 +205,17 @@ macro_rules! export_preload {
                 a: *mut sockaddr,
                 al: *mut socklen_t,
             ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::recvfrom_chk(&$hook, fd, b, l, bl, f, a, al) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, f: c_int) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::recvmsg(&$hook, fd, m, f) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn poll(p: *mut pollfd, n: nfds_t, t: c_int) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::poll(&$hook, p, n, t) }
             }
             #[no_mangle]
@@ -205,6 +225,7 @@ macro_rules! export_preload {
                 t: c_int,
                 pl: size_t,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::poll_chk(&$hook, p, n, t, pl) }
             }
             #[no_mangle]
@@ -214,6 +235,7 @@ macro_rules! export_preload {
                 t: *const timespec,
                 m: *const sigset_t,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::ppoll(&$hook, p, n, t, m) }
             }
             #[no_mangle]
@@ -224,6 +246,7 @@ macro_rules! export_preload {
                 x: *mut fd_set,
                 t: *mut timeval,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::select(&$hook, n, r, w, x, t) }
             }
             #[no_mangle]
@@ -235,6 +258,7 @@ macro_rules! export_preload {
                 t: *const timespec,
                 m: *const sigset_t,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::pselect(&$hook, n, r, w, x, t, m) }
             }
             #[no_mangle]
@@ -244,6 +268,7 @@ macro_rules! export_preload {
                 max: c_int,
                 t: c_int,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::epoll_wait(&$hook, ep, ev, max, t) }
             }
             #[no_mangle]
@@ -254,6 +279,7 @@ macro_rules! export_preload {
                 t: c_int,
                 m: *const sigset_t,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::epoll_pwait(&$hook, ep, ev, max, t, m) }
             }
             #[no_mangle]
@@ -263,6 +289,7 @@ macro_rules! export_preload {
                 fd: c_int,
                 ev: *mut epoll_event,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::epoll_ctl(&$hook, ep, op, fd, ev) }
             }
             #[no_mangle]
@@ -273,6 +300,7 @@ macro_rules! export_preload {
                 v: *mut c_void,
                 l: *mut socklen_t,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::getsockopt(&$hook, fd, lv, n, v, l) }
             }
             #[no_mangle]
@@ -283,26 +311,32 @@ macro_rules! export_preload {
                 v: *const c_void,
                 l: socklen_t,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::setsockopt(&$hook, fd, lv, n, v, l) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::close(&$hook, fd) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::dup(&$hook, fd) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn dup2(o: c_int, n: c_int) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::dup2(&$hook, o, n) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn dup3(o: c_int, n: c_int, f: c_int) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::dup3(&$hook, o, n, f) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn socket(d: c_int, t: c_int, p: c_int) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::socket(&$hook, d, t, p) }
             }
             #[no_mangle]
@@ -311,6 +345,7 @@ macro_rules! export_preload {
                 a: *mut sockaddr,
                 l: *mut socklen_t,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::accept(&$hook, fd, a, l) }
             }
             #[no_mangle]
@@ -320,10 +355,12 @@ macro_rules! export_preload {
                 l: *mut socklen_t,
                 f: c_int,
             ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::accept4(&$hook, fd, a, l, f) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn fork() -> pid_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::fork(&$hook) }
             }
             // Runs at load, before the program's `main` and before it can change its

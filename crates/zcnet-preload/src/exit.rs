@@ -20,8 +20,10 @@ pub fn register() {
 }
 
 extern "C" fn at_exit() {
-    reap_closing();
-    let _ = write_stats();
+    zcnet_sys::preload::entry::as_hook(|| {
+        reap_closing();
+        let _ = write_stats();
+    });
 }
 
 /// The process's line.

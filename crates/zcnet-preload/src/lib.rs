@@ -35,6 +35,7 @@ mod globals;
 mod hide;
 pub mod kind;
 pub mod plan;
+mod reaper;
 mod send;
 mod sock;
 pub mod stats;
@@ -55,7 +56,6 @@ zcnet_sys::export_preload!(HOOK);
 impl Preload {
     fn start(&self) {
         exit::register();
-        table::reap_closing();
     }
 }
 

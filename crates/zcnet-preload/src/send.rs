@@ -12,7 +12,7 @@ use crate::globals::{config, cost, set_zc_ever};
 use crate::plan::{plan, Segment};
 use crate::sock::Sock;
 use crate::stats::Reason;
-use crate::table::demote_after;
+use crate::table::{demote_after, forget, same_socket};
 use std::io::IoSlice;
 use std::sync::PoisonError;
 use zcnet::cow::Ineligible;
@@ -47,6 +47,11 @@ pub fn send(s: &Sock, call: SendCall<'_>) -> SysResult {
     let segments = plan(&layout, page, cfg.min_bytes);
     if !segments.iter().any(|s| matches!(s, Segment::Protected(_))) {
         return forward(s, &call, Some(Reason::Unaligned));
+    }
+    if !same_socket(fd, s) {
+        // Closed and reused where this library could not see it: not this socket.
+        forget(fd);
+        return call.forward();
     }
     if !s.enable_zerocopy(fd) || zcnet::cow::backend().is_err() {
         return forward(s, &call, Some(Reason::Unsupported));

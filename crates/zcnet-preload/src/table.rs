@@ -5,6 +5,7 @@
 
 use crate::globals::config;
 use crate::kind::{cached, classify, remember, Kind};
+use crate::reaper;
 use crate::sock::Sock;
 use crate::stats::{Counters, Report};
 use serde::Serialize;
@@ -157,9 +158,10 @@ pub fn demote_after() -> Option<u32> {
 }
 
 /// Before `close(fd)`: if it is the last descriptor of a socket whose protected pages the
-/// kernel still reads, wait briefly for its completions; if they do not come (the peer
-/// stopped reading), keep a hidden duplicate so they can still be read, and the protections
-/// lifted, later. The socket's FIN then waits for that duplicate to close.
+/// kernel still reads, keep a hidden duplicate and return at once; the reaper thread reads
+/// the remaining completions, lifts the protections and closes the duplicate — which is
+/// when the socket's FIN goes out (after the data is acknowledged, instead of right after
+/// it is queued). Nothing waits in the program.
 pub fn close(fd: i32) {
     remember(fd, Kind::Unknown);
     let s = {
@@ -174,22 +176,26 @@ pub fn close(fd: i32) {
         return;
     };
     let last = s.fds.load(Relaxed) == 1;
-    if last && s.zc_ever() && !settle(fd, &s, Duration::from_secs(1)) {
+    if last && s.zc_ever() && !settle(fd, &s, Duration::ZERO) {
         if let Ok(hidden) = real::dup(fd) {
             table().closing.push((hidden as i32, s));
+            reaper::wake(reap_closing);
             return;
         }
+        // No descriptor left to read completions with: wait for them here instead.
+        settle(fd, &s, Duration::from_secs(5));
     }
     let mut t = table();
     retire(&mut t, fd, s);
 }
 
 /// Reads the completions of closed sockets and closes those the kernel is done with.
-pub fn reap_closing() {
+/// Returns the hidden descriptors still waiting.
+pub fn reap_closing() -> Vec<i32> {
     let pending: Vec<(i32, Arc<Sock>)> = {
         let mut t = table();
         if t.closing.is_empty() {
-            return;
+            return Vec::new();
         }
         std::mem::take(&mut t.closing)
     };
@@ -202,7 +208,15 @@ pub fn reap_closing() {
             keep.push((fd, s));
         }
     }
+    let waiting = keep.iter().map(|(fd, _)| *fd).collect();
     table().closing.extend(keep);
+    waiting
+}
+
+/// Whether `fd` is still the socket `s` (a descriptor closed where this library could not
+/// see it may have been reused).
+pub fn same_socket(fd: i32, s: &Sock) -> bool {
+    ino_of(fd) == Some(s.ino)
 }
 
 /// Records `epoll_ctl(epfd, op, fd, ev)`.

@@ -319,6 +319,33 @@ def close_in_flight():
     check(time.time() - t < 5, "close took too long")
 
 
+def close_while_peer_not_reading():
+    """close with data queued that the peer has not read: close returns at once, and the
+    peer, reading later, gets every byte and then the end of stream."""
+    a, b = pair()
+    a.setblocking(False)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    total = 0
+    for i in range(64):
+        fill(buf, 9800 + i)
+        n, e = c_send(a.fileno(), buf)
+        if n < 0:
+            check(e == errno.EAGAIN, f"errno {e}")
+            break
+        sent.update(memoryview(buf)[:n])
+        total += n
+        buf[:] = b"\x88" * len(buf)
+    t = time.time()
+    a.close()
+    check(time.time() - t < 0.5, f"close took {time.time() - t:.2f} s")
+    time.sleep(0.2)
+    r = Reader(b)
+    r.join(10)
+    check(not r.is_alive(), "no end of stream")
+    check(r.n == total and r.h.digest() == sent.digest(), f"received {r.n} of {total}")
+
+
 def own_zerocopy_is_not_hidden():
     """A program's own MSG_ZEROCOPY completions are its own: POLLERR shows them and its
     recvmsg(MSG_ERRQUEUE) reads them (and this is the readiness the library hides for
@@ -356,6 +383,7 @@ CHECKS = [
     so_error_after_reset,
     fork_with_sends_in_flight,
     close_in_flight,
+    close_while_peer_not_reading,
     own_zerocopy_is_not_hidden,
 ]
 

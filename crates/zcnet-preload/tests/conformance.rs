@@ -2,7 +2,7 @@
 //! its checks — overwrite after every send, EAGAIN and short sends, EINTR under a signal
 //! storm, partial `writev`, no spurious POLLERR/EPOLLERR/select readiness/SO_ERROR with
 //! sends in flight, a real reset, `fork` and `close` with sends in flight, a program's own
-//! `MSG_ZEROCOPY` — first without the library (the checks are right about the kernel), then
+//! `MSG_ZEROCOPY`, `close` before the peer reads — first without the library (the checks are right about the kernel), then
 //! under it in every mode, forced zero-copy included. The stats each run writes must say
 //! which path the bytes took.
 
@@ -52,7 +52,7 @@ fn run(mode: Option<&str>) -> Vec<Value> {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        9,
+        10,
         "{text}"
     );
     std::fs::read_to_string(&stats)

@@ -33,6 +33,13 @@ impl Drop for Guard {
     }
 }
 
+/// Runs `f` as if inside an interposed call: C calls it makes go straight to the C library.
+/// For the interposer's own threads and exit handlers, which are not inside one.
+pub fn as_hook<R>(f: impl FnOnce() -> R) -> R {
+    let _g = Guard::enter();
+    f()
+}
+
 fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() = e };

@@ -251,18 +251,35 @@ fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
         .unwrap();
     wait_listening(port, &mut server);
     let out = dir.path().join("got.bin");
-    let st = Command::new("curl")
-        .args(["-sS", "--fail", "-o"])
-        .arg(&out)
-        .arg(format!(
-            "http://127.0.0.1:{port}/{}",
-            file.file_name().unwrap().to_str().unwrap()
-        ))
-        .status()
-        .unwrap();
+    // curl alone, then curl under the library too; every fetch checked by hash.
+    let url = format!(
+        "http://127.0.0.1:{port}/{}",
+        file.file_name().unwrap().to_str().unwrap()
+    );
+    let c_stats = dir.path().join("curl.jsonl");
+    let mut results = Vec::new();
+    for under in [false, true] {
+        let mut curl = if under {
+            zcnet_run("zerocopy", &c_stats)
+        } else {
+            Command::new("curl")
+        };
+        if under {
+            curl.arg("curl");
+        }
+        let st = curl
+            .args(["-sS", "--fail", "-o"])
+            .arg(&out)
+            .arg(&url)
+            .status()
+            .unwrap();
+        results.push((st, st.success().then(|| hash_of(&out))));
+    }
     stop(server, "QUIT");
-    assert!(st.success(), "curl: {st}");
-    assert_eq!(hash_of(&out), want, "the fetched file differs");
+    for (st, got) in results {
+        assert!(st.success(), "curl: {st}");
+        assert_eq!(got, Some(want), "the fetched file differs");
+    }
     assert_protected(&stats(&s_stats), SIZE as u64 / 2, "nginx");
 }
 

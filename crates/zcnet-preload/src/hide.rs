@@ -47,7 +47,7 @@ pub fn poll(fds: &mut [libc::pollfd], mut ready: usize) -> usize {
 }
 
 /// `epoll_wait`'s events with completion-only `EPOLLERR`s removed (and events left
-/// empty dropped).
+/// empty dropped; a one-shot registration whose event is dropped is armed again).
 pub fn epoll(epfd: i32, events: &mut [libc::epoll_event]) -> usize {
     let mut kept = 0;
     for i in 0..events.len() {
@@ -69,6 +69,12 @@ pub fn epoll(epfd: i32, events: &mut [libc::epoll_event]) -> usize {
                 u64: data,
             };
             kept += 1;
+        } else if let Some((fd, interest)) = epoll_target(epfd, data) {
+            // The kernel disarmed a one-shot registration for this event, which the program
+            // never sees: arm it again, or the program would wait for it forever.
+            if interest & libc::EPOLLONESHOT as u32 != 0 {
+                let _ = real::epoll_modify(epfd, fd, interest, data);
+            }
         }
     }
     kept

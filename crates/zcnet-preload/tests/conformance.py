@@ -203,14 +203,16 @@ def partial_writev():
 
 
 def no_spurious_errors():
-    """Sends in flight never show as POLLERR/EPOLLERR (level- or edge-triggered), as
-    readability in select, or as SO_ERROR; the data still arrives whole."""
+    """Sends in flight never show as POLLERR/EPOLLERR (level-, edge-triggered or one-shot),
+    as readability in select, or as SO_ERROR; the data still arrives whole."""
     a, b = pair()
     r = Reader(b)
     fd = a.fileno()
-    lt, et = select.epoll(), select.epoll()
+    lt, et, one = select.epoll(), select.epoll(), select.epoll()
     lt.register(fd, select.EPOLLIN | select.EPOLLOUT)
     et.register(fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLET)
+    one.register(fd, select.EPOLLOUT | select.EPOLLONESHOT)
+    oneshots = 0
     p = select.poll()
     p.register(fd, select.POLLIN | select.POLLOUT)
     buf = bytearray(256 * 1024)
@@ -225,11 +227,17 @@ def no_spurious_errors():
             for _, ev in ep.poll(0):
                 check(not ev & select.EPOLLERR, f"{name}-triggered epoll reported EPOLLERR ({ev:#x})")
                 check(not ev & select.EPOLLIN, f"{name}-triggered epoll reported EPOLLIN")
+        for _, ev in one.poll(0):
+            check(not ev & select.EPOLLERR, f"one-shot epoll reported EPOLLERR ({ev:#x})")
+            oneshots += 1
+            one.modify(fd, select.EPOLLOUT | select.EPOLLONESHOT)
         for _, ev in p.poll(0):
             check(not ev & (select.POLLERR | select.POLLIN), f"poll reported {ev:#x}")
         rd, wr, ex = select.select([fd], [fd], [fd], 0)
         check(not rd and not ex, f"select: readable {rd}, exceptional {ex}")
         check(a.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0, "SO_ERROR set")
+    # A one-shot registration whose only event was a hidden completion stays armed.
+    check(oneshots > 0 and one.poll(1), "the one-shot registration was left disarmed")
     a.close()
     r.join(30)
     check(r.n == 200 * len(buf) and r.h.digest() == sent.digest(), "data differs")

@@ -119,6 +119,13 @@ pub fn poll(fds: &mut [pollfd], timeout_ms: c_int) -> SysResult {
     check(unsafe { poll_fn()(fds.as_mut_ptr(), fds.len() as nfds_t, timeout_ms) } as ssize_t)
 }
 
+/// The C library's `epoll_ctl(epfd, EPOLL_CTL_MOD, fd, {events, data})`.
+pub fn epoll_modify(epfd: c_int, fd: c_int, events: u32, data: u64) -> SysResult {
+    let mut ev = libc::epoll_event { events, u64: data };
+    // SAFETY: `ev` is a live epoll_event for the call.
+    check(unsafe { epoll_ctl_fn()(epfd, libc::EPOLL_CTL_MOD, fd, &mut ev) } as ssize_t)
+}
+
 /// The C library's `dup(2)`.
 pub fn dup(fd: c_int) -> SysResult {
     // SAFETY: dup takes and returns plain integers.

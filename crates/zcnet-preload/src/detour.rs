@@ -18,7 +18,8 @@ pub fn recv(mut call: RecvCall<'_>) -> SysResult {
     let total: usize = call.bufs().iter().map(|b| b.len()).sum();
     let mut scratch = vec![0u8; total];
     let n = call.forward_into(&mut scratch)?;
-    let mut left = &scratch[..n];
+    // A count beyond the buffers (MSG_TRUNC on a datagram socket) copies what fits.
+    let mut left = &scratch[..n.min(total)];
     for b in call.bufs_mut() {
         if left.is_empty() {
             break;

@@ -55,8 +55,8 @@ fn ret(r: SysResult) -> ssize_t {
     }
 }
 
-/// `len` bytes at `p` as a slice; `None` for a null pointer with a non-zero length (the
-/// kernel will say EFAULT).
+/// `len` bytes at `p` as a slice; `None` for a null pointer with a non-zero length or a
+/// length no slice can have (the call is then forwarded as it is, for the kernel to refuse).
 ///
 /// # Safety
 /// `p` must be valid for reads of `len` bytes for `'a`, or null.
@@ -64,7 +64,7 @@ unsafe fn bytes<'a>(p: *const c_void, len: size_t) -> Option<&'a [u8]> {
     if len == 0 {
         return Some(&[]);
     }
-    if p.is_null() {
+    if p.is_null() || len > isize::MAX as usize {
         return None;
     }
     // SAFETY: the caller's contract.
@@ -77,7 +77,7 @@ unsafe fn bytes_mut<'a>(p: *mut c_void, len: size_t) -> Option<&'a mut [u8]> {
     if len == 0 {
         return Some(&mut []);
     }
-    if p.is_null() {
+    if p.is_null() || len > isize::MAX as usize {
         return None;
     }
     // SAFETY: the caller's contract.
@@ -92,7 +92,10 @@ unsafe fn iovs<'a>(iov: *const iovec, n: c_int) -> Option<&'a [IoSlice<'a>]> {
     }
     // SAFETY: the caller's contract.
     let raw: &[iovec] = unsafe { std::slice::from_raw_parts(iov, n as usize) };
-    if raw.iter().any(|v| v.iov_base.is_null()) {
+    if raw
+        .iter()
+        .any(|v| v.iov_base.is_null() || v.iov_len > isize::MAX as usize)
+    {
         return None;
     }
     // SAFETY: every base is non-null and valid for its length (the caller's contract);
@@ -108,7 +111,10 @@ unsafe fn iovs_mut<'a>(iov: *mut iovec, n: usize) -> Option<&'a mut [IoSliceMut<
     }
     // SAFETY: the caller's contract.
     let raw: &[iovec] = unsafe { std::slice::from_raw_parts(iov, n) };
-    if raw.iter().any(|v| v.iov_base.is_null()) {
+    if raw
+        .iter()
+        .any(|v| v.iov_base.is_null() || v.iov_len > isize::MAX as usize)
+    {
         return None;
     }
     // SAFETY: every base is non-null and valid for writes of its length (the caller's

@@ -1,12 +1,14 @@
 //! `zcnet`: zero-copy network I/O for Linux — find out what this host can do (`probe`) and
-//! whether zero-copy pays on it (`bench`), move files (`send`/`recv`), and measure the profile
-//! the `auto` path chooses by (`tune`).
+//! whether zero-copy pays on it (`bench`), move files (`send`/`recv`), measure the profile
+//! the `auto` path chooses by (`tune`), and run unmodified programs over zcnet's transmit
+//! paths (`run`).
 
 #![forbid(unsafe_code)] // unsafe lives in the zcnet-sys crate only
 
 mod bench;
 mod probe;
 mod probe_cmd;
+mod run_cmd;
 mod transfer_cmd;
 mod tune;
 
@@ -40,6 +42,8 @@ enum Command {
     Recv(transfer_cmd::RecvArgs),
     /// Measure every path's CPU per GiB here and write the profile the `auto` path reads.
     Tune(tune::Args),
+    /// Run an unmodified program with zcnet's transmit paths (LD_PRELOAD), copy semantics kept.
+    Run(run_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Command::Send(args) => transfer_cmd::send(&args),
         Command::Recv(args) => transfer_cmd::recv(&args),
         Command::Tune(args) => tune::run(&args),
+        Command::Run(args) => run_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -22,6 +22,8 @@ pub mod cow;
 pub mod mem;
 #[doc(hidden)]
 pub mod peak_alloc;
+#[cfg(feature = "preload")]
+pub mod preload;
 pub mod raw;
 #[cfg(feature = "tokio")]
 pub mod reactor;

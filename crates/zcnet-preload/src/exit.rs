@@ -1,0 +1,68 @@
+//! The stats file: at normal exit, one JSON line per process appended to `ZCNET_STATS`
+//! (a forked child writes its own line; `O_APPEND` keeps lines whole). A process that never
+//! sent on a TCP socket (a shell, a helper the program starts) writes nothing.
+
+use crate::globals::{config, cost_if_measured, detours};
+use crate::stats::Counters;
+use crate::table::{reap_closing, reports, SockReport};
+use std::io::Write;
+use std::sync::Once;
+
+static REGISTERED: Once = Once::new();
+
+/// Registers the exit hook (once per process image).
+pub fn register() {
+    REGISTERED.call_once(|| {
+        if config().stats.is_some() {
+            zcnet_sys::preload::real::at_exit(at_exit);
+        }
+    });
+}
+
+extern "C" fn at_exit() {
+    zcnet_sys::preload::entry::as_hook(|| {
+        reap_closing();
+        let _ = write_stats();
+    });
+}
+
+/// The process's line.
+pub fn line() -> serde_json::Value {
+    let cfg = config();
+    let (sockets, others) = reports();
+    let total = Counters::default();
+    total.absorb(&others);
+    for s in &sockets {
+        total.absorb(&s.report);
+    }
+    let listed: Vec<&SockReport> = sockets.iter().filter(|s| s.report.calls > 0).collect();
+    serde_json::json!({
+        "pid": std::process::id(),
+        "exe": std::env::current_exe().ok().map(|p| p.display().to_string()),
+        "tx": cfg.mode,
+        "bad_tx": cfg.bad_mode,
+        "engine": zcnet::cow::engine_stats(),
+        "page_cost_ns": cost_if_measured(),
+        "total": total.report(),
+        "kernel_write_detours": detours(),
+        "sockets": listed,
+        "sockets_not_listed": others,
+    })
+}
+
+fn write_stats() -> std::io::Result<()> {
+    let Some(path) = &config().stats else {
+        return Ok(());
+    };
+    let line = line();
+    if line["total"]["calls"].as_u64() == Some(0) {
+        return Ok(());
+    }
+    let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
+    text.push('\n');
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}

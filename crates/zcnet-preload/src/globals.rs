@@ -1,0 +1,47 @@
+//! The process-wide facts every call consults: the configuration, this host's page costs
+//! (measured on first need), whether any zero-copy send happened, and receive detours.
+
+use crate::config::Config;
+use crate::cost::{measure, PageCost};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static COST: OnceLock<Option<PageCost>> = OnceLock::new();
+static ZC_EVER: AtomicBool = AtomicBool::new(false);
+static DETOURS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one receive (into any descriptor) detoured through scratch memory.
+pub fn count_detour() {
+    DETOURS.fetch_add(1, Relaxed);
+}
+
+/// Receives detoured through scratch memory so far.
+pub fn detours() -> u64 {
+    DETOURS.load(Relaxed)
+}
+
+/// The configuration, read from the environment on first use.
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(Config::from_env)
+}
+
+/// This host's page costs (`None`: no protection engine here).
+pub fn cost() -> Option<PageCost> {
+    *COST.get_or_init(measure)
+}
+
+/// The costs if they were measured.
+pub fn cost_if_measured() -> Option<PageCost> {
+    COST.get().copied().flatten()
+}
+
+/// Some socket of this process has sent zero-copy: there may be completions to hide.
+pub fn zc_ever() -> bool {
+    ZC_EVER.load(Relaxed)
+}
+
+/// Records that a zero-copy send happened.
+pub fn set_zc_ever() {
+    ZC_EVER.store(true, Relaxed);
+}

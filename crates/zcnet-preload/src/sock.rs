@@ -1,0 +1,157 @@
+//! One TCP socket's state: its counters, and its zero-copy bookkeeping — which
+//! `MSG_ZEROCOPY` calls the kernel still reads, and the write protections held until it
+//! is done with them.
+
+use crate::stats::Counters;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use zcnet::cow::Protection;
+use zcnet::policy::CopiedDemotion;
+use zcnet::zc::completion::Completions;
+use zcnet_sys::preload::real::with_fd;
+use zcnet_sys::raw::zerocopy::{read_errqueue, set_so_zerocopy, ErrqueueEntry};
+
+/// Completion ranges kept while their calls are not recorded yet (a drain on another thread
+/// can read a completion between a send's return and its recording).
+const EARLY_MAX: usize = 64;
+
+/// Zero-copy bookkeeping of one socket.
+#[derive(Debug, Default)]
+pub struct Zc {
+    completions: Completions<Protection>,
+    demotion: CopiedDemotion,
+    early: Vec<(u32, u32, bool)>,
+    entries: Vec<ErrqueueEntry>,
+    /// `SO_ZEROCOPY`: not tried (`None`), on, or refused.
+    so_zerocopy: Option<bool>,
+    /// The program reads the error queue itself: never send zero-copy here.
+    pub app_errqueue: bool,
+}
+
+/// A TCP socket, shared by every descriptor of it in this process.
+#[derive(Debug)]
+pub struct Sock {
+    /// Inode of the socket (descriptors of one socket share it).
+    pub ino: u64,
+    /// The peer, for the stats.
+    pub peer: String,
+    /// Counters.
+    pub counters: Counters,
+    /// Descriptors of this socket open in this process.
+    pub fds: AtomicUsize,
+    /// Held across a zero-copy send, so that its calls are numbered in order.
+    pub sending: Mutex<()>,
+    zc: Mutex<Zc>,
+    zc_ever: AtomicBool,
+    inherited: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Sock {
+    /// State for a socket of inode `ino`.
+    pub fn new(ino: u64, peer: String) -> Sock {
+        Sock {
+            ino,
+            peer,
+            counters: Counters::default(),
+            fds: AtomicUsize::new(1),
+            sending: Mutex::new(()),
+            zc: Mutex::new(Zc::default()),
+            zc_ever: AtomicBool::new(false),
+            inherited: AtomicBool::new(false),
+        }
+    }
+
+    /// The zero-copy bookkeeping, locked (briefly: never across a blocking call).
+    pub fn zc(&self) -> MutexGuard<'_, Zc> {
+        lock(&self.zc)
+    }
+
+    /// Whether a zero-copy send ever went out on this socket.
+    pub fn zc_ever(&self) -> bool {
+        self.zc_ever.load(Relaxed)
+    }
+
+    /// In a forked child: this socket sent zero-copy in the parent, whose completions
+    /// its error queue carries. The child never reads them and never sends zero-copy here.
+    pub fn inherited(&self) -> bool {
+        self.inherited.load(Relaxed)
+    }
+
+    /// Marks the socket inherited (see [`Sock::inherited`]).
+    pub fn set_inherited(&self) {
+        self.inherited.store(true, Relaxed);
+    }
+
+    /// Protections still held (calls the kernel may still read).
+    pub fn in_flight(&self) -> usize {
+        self.zc().completions.loans_in_flight()
+    }
+
+    /// Whether COPIED completions demoted the socket.
+    pub fn demoted(&self) -> bool {
+        self.zc().demotion.is_demoted()
+    }
+
+    /// Turns `SO_ZEROCOPY` on (once); false if the kernel refused.
+    pub fn enable_zerocopy(&self, fd: i32) -> bool {
+        let mut z = self.zc();
+        *z.so_zerocopy
+            .get_or_insert_with(|| with_fd(fd, |b| set_so_zerocopy(b).is_ok()).unwrap_or(false))
+    }
+
+    /// Records one `MSG_ZEROCOPY` call of `bytes` whose pages `p` protects.
+    pub fn record(&self, bytes: usize, p: Protection, demote_after: Option<u32>) {
+        self.zc_ever.store(true, Relaxed);
+        let mut z = self.zc();
+        let id = z.completions.record_call(bytes);
+        if let Some(p) = z.completions.lend(p, id, id) {
+            self.counters.faults(p.release().faults);
+        }
+        let early = std::mem::take(&mut z.early);
+        for (lo, hi, copied) in early {
+            self.apply(&mut z, lo, hi, copied, demote_after);
+        }
+    }
+
+    fn apply(&self, z: &mut Zc, lo: u32, hi: u32, copied: bool, demote_after: Option<u32>) {
+        match z.completions.complete(lo, hi) {
+            Ok(done) => {
+                for p in done.released {
+                    self.counters.faults(p.release().faults);
+                }
+                if copied {
+                    self.counters.copied_anyway(done.bytes);
+                }
+                z.demotion.observe(copied, demote_after);
+            }
+            Err(_) => {
+                if z.early.len() >= EARLY_MAX {
+                    z.early.remove(0);
+                }
+                z.early.push((lo, hi, copied));
+            }
+        }
+    }
+
+    /// Reads every completion waiting in the error queue (through `fd`) and lifts the
+    /// protections they end. Does nothing on an inherited socket: the queue is the parent's.
+    pub fn drain(&self, fd: i32, demote_after: Option<u32>) {
+        if !self.zc_ever() || self.inherited() {
+            return;
+        }
+        let mut z = self.zc();
+        let mut entries = std::mem::take(&mut z.entries);
+        entries.clear();
+        let _ = with_fd(fd, |b| read_errqueue(b, &mut entries));
+        for e in &entries {
+            if let ErrqueueEntry::Zerocopy { lo, hi, copied } = *e {
+                self.apply(&mut z, lo, hi, copied, demote_after);
+            }
+        }
+        z.entries = entries;
+    }
+}

@@ -1,0 +1,234 @@
+//! What the library did, per socket and in total: bytes by path, bytes the kernel copied
+//! anyway (COPIED completions), fallbacks by reason, protection faults. Counters are atomics
+//! so a copying send counts without a lock.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a send that could have gone zero-copy was copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    /// Below the size threshold.
+    TooSmall,
+    /// No page-aligned span large enough.
+    Unaligned,
+    /// `auto`: protecting a page costs more than copying it on this host.
+    ProtectCostlier,
+    /// The socket's completions kept saying COPIED (the kernel copies anyway: loopback).
+    DemotedCopied,
+    /// No write-protection engine, or `SO_ZEROCOPY` refused.
+    Unsupported,
+    /// The memory cannot be protected (file-backed, shared, stack, not resident).
+    Unprotectable,
+    /// A forked child: a socket the parent sent zero-copy on (its error queue is the
+    /// parent's), or a protection engine the parent started (its address space).
+    Forked,
+    /// The program reads this socket's error queue itself (its own `SO_ZEROCOPY`,
+    /// timestamping, `IP_RECVERR`).
+    AppErrqueue,
+    /// An address, control message or flag (`MSG_OOB`, `MSG_FASTOPEN`) only a replay keeps.
+    Flags,
+    /// `MSG_ZEROCOPY` refused with `ENOBUFS` (locked-memory limit): that span was copied.
+    Enobufs,
+}
+
+impl Reason {
+    const ALL: [Reason; 10] = [
+        Reason::TooSmall,
+        Reason::Unaligned,
+        Reason::ProtectCostlier,
+        Reason::DemotedCopied,
+        Reason::Unsupported,
+        Reason::Unprotectable,
+        Reason::Forked,
+        Reason::AppErrqueue,
+        Reason::Flags,
+        Reason::Enobufs,
+    ];
+
+    /// The name in the stats file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::TooSmall => "too_small",
+            Reason::Unaligned => "unaligned",
+            Reason::ProtectCostlier => "protect_costlier",
+            Reason::DemotedCopied => "demoted_copied",
+            Reason::Unsupported => "unsupported",
+            Reason::Unprotectable => "unprotectable",
+            Reason::Forked => "forked",
+            Reason::AppErrqueue => "app_errqueue",
+            Reason::Flags => "flags",
+            Reason::Enobufs => "enobufs",
+        }
+    }
+}
+
+/// Counters of one socket (or of all).
+#[derive(Debug, Default)]
+pub struct Counters {
+    calls: AtomicU64,
+    bytes_copy: AtomicU64,
+    bytes_zerocopy: AtomicU64,
+    copied_anyway: AtomicU64,
+    zc_calls: AtomicU64,
+    faults: AtomicU64,
+    pages_protected: AtomicU64,
+    detours: AtomicU64,
+    fallback_calls: [AtomicU64; 10],
+    fallback_bytes: [AtomicU64; 10],
+}
+
+/// A snapshot of [`Counters`], as written to the stats file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Interposed send calls.
+    pub calls: u64,
+    /// Bytes sent by copying.
+    pub bytes_copy: u64,
+    /// Bytes sent zero-copy under write protection.
+    pub bytes_zerocopy: u64,
+    /// Of those, bytes the kernel copied anyway (COPIED completions).
+    pub copied_anyway: u64,
+    /// `MSG_ZEROCOPY` calls made.
+    pub zerocopy_calls: u64,
+    /// Write faults on protected pages (the program wrote a buffer still in flight; each
+    /// got a private copy).
+    pub protection_faults: u64,
+    /// Pages write-protected.
+    pub pages_protected: u64,
+    /// Receives into a protected buffer, done into scratch and copied.
+    pub kernel_write_detours: u64,
+    /// Fallbacks to copy by reason: calls.
+    pub fallback_calls: BTreeMap<&'static str, u64>,
+    /// Fallbacks to copy by reason: bytes.
+    pub fallback_bytes: BTreeMap<&'static str, u64>,
+}
+
+impl Counters {
+    /// A send call of `bytes` copied (`reason`: why not zero-copy, if it could have been).
+    pub fn copied(&self, bytes: u64, reason: Option<Reason>) {
+        self.bytes_copy.fetch_add(bytes, Relaxed);
+        if let Some(r) = reason {
+            self.fallback(r, bytes);
+        }
+    }
+
+    /// A copied span of a call that otherwise went zero-copy, or a whole call, for `r`.
+    pub fn fallback(&self, r: Reason, bytes: u64) {
+        let i = r as usize;
+        self.fallback_calls[i].fetch_add(1, Relaxed);
+        self.fallback_bytes[i].fetch_add(bytes, Relaxed);
+    }
+
+    /// One interposed send call.
+    pub fn call(&self) {
+        self.calls.fetch_add(1, Relaxed);
+    }
+
+    /// Bytes sent by copy inside a zero-copy call (head, tail, small buffers).
+    pub fn copy_bytes(&self, bytes: u64) {
+        self.bytes_copy.fetch_add(bytes, Relaxed);
+    }
+
+    /// One `MSG_ZEROCOPY` call that sent `bytes`.
+    pub fn zerocopy(&self, bytes: u64) {
+        self.zc_calls.fetch_add(1, Relaxed);
+        self.bytes_zerocopy.fetch_add(bytes, Relaxed);
+    }
+
+    /// Completions that said COPIED for `bytes`.
+    pub fn copied_anyway(&self, bytes: u64) {
+        self.copied_anyway.fetch_add(bytes, Relaxed);
+    }
+
+    /// Pages protected for one span.
+    pub fn protected(&self, pages: u64) {
+        self.pages_protected.fetch_add(pages, Relaxed);
+    }
+
+    /// Faults taken by spans released.
+    pub fn faults(&self, n: u64) {
+        self.faults.fetch_add(n, Relaxed);
+    }
+
+    /// One receive detoured through scratch.
+    pub fn detour(&self) {
+        self.detours.fetch_add(1, Relaxed);
+    }
+
+    /// Adds `other` into `self`.
+    pub fn absorb(&self, o: &Report) {
+        self.calls.fetch_add(o.calls, Relaxed);
+        self.bytes_copy.fetch_add(o.bytes_copy, Relaxed);
+        self.bytes_zerocopy.fetch_add(o.bytes_zerocopy, Relaxed);
+        self.copied_anyway.fetch_add(o.copied_anyway, Relaxed);
+        self.zc_calls.fetch_add(o.zerocopy_calls, Relaxed);
+        self.faults.fetch_add(o.protection_faults, Relaxed);
+        self.pages_protected.fetch_add(o.pages_protected, Relaxed);
+        self.detours.fetch_add(o.kernel_write_detours, Relaxed);
+        for r in Reason::ALL {
+            let i = r as usize;
+            self.fallback_calls[i].fetch_add(
+                o.fallback_calls.get(r.name()).copied().unwrap_or(0),
+                Relaxed,
+            );
+            self.fallback_bytes[i].fetch_add(
+                o.fallback_bytes.get(r.name()).copied().unwrap_or(0),
+                Relaxed,
+            );
+        }
+    }
+
+    /// The counters now.
+    pub fn report(&self) -> Report {
+        let mut fc = BTreeMap::new();
+        let mut fb = BTreeMap::new();
+        for r in Reason::ALL {
+            let i = r as usize;
+            let c = self.fallback_calls[i].load(Relaxed);
+            if c > 0 {
+                fc.insert(r.name(), c);
+                fb.insert(r.name(), self.fallback_bytes[i].load(Relaxed));
+            }
+        }
+        Report {
+            calls: self.calls.load(Relaxed),
+            bytes_copy: self.bytes_copy.load(Relaxed),
+            bytes_zerocopy: self.bytes_zerocopy.load(Relaxed),
+            copied_anyway: self.copied_anyway.load(Relaxed),
+            zerocopy_calls: self.zc_calls.load(Relaxed),
+            protection_faults: self.faults.load(Relaxed),
+            pages_protected: self.pages_protected.load(Relaxed),
+            kernel_write_detours: self.detours.load(Relaxed),
+            fallback_calls: fc,
+            fallback_bytes: fb,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_index_their_own_slot() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+    }
+
+    #[test]
+    fn absorb_adds_a_report() {
+        let a = Counters::default();
+        a.call();
+        a.copied(100, Some(Reason::TooSmall));
+        a.zerocopy(8192);
+        let b = Counters::default();
+        b.absorb(&a.report());
+        b.absorb(&a.report());
+        let r = b.report();
+        assert_eq!((r.calls, r.bytes_copy, r.bytes_zerocopy), (2, 200, 16384));
+        assert_eq!(r.fallback_bytes.get("too_small"), Some(&200));
+    }
+}

@@ -1,0 +1,404 @@
+"""Conformance of the interposed calls: run with and without libzcnet_preload.so, every
+check must hold the same. Calls go through ctypes to the C library's symbols (so through
+the library when it is preloaded), which shows their exact results and errno, unlike
+Python's socket methods, which retry on EINTR.
+
+Usage: conformance.py [NAME...]  (default: every check). Prints `ok NAME` per check; exits
+non-zero at the first failure."""
+
+import ctypes, errno, hashlib, os, select, signal, socket, struct, sys, threading, time
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.send.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.send.restype = ctypes.c_ssize_t
+libc.writev.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.writev.restype = ctypes.c_ssize_t
+
+MIB = 1 << 20
+
+
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def addr(buf):
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+def c_send(fd, buf, n=None, flags=0):
+    """send(2) of buf[:n]: (result, errno)."""
+    n = len(buf) if n is None else n
+    ctypes.set_errno(0)
+    r = libc.send(fd, addr(buf), n, flags)
+    return r, ctypes.get_errno()
+
+
+def pair():
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0))
+    l.listen(1)
+    a = socket.create_connection(l.getsockname())
+    b, _ = l.accept()
+    l.close()
+    return a, b
+
+
+def fill(buf, seed):
+    """A pattern that differs per seed and per position."""
+    block = hashlib.sha256(seed.to_bytes(8, "little")).digest() * 128  # 4 KiB
+    for o in range(0, len(buf), len(block)):
+        end = min(len(buf), o + len(block))
+        buf[o:end] = block[: end - o]
+
+
+class Reader(threading.Thread):
+    """Reads a socket to its end, hashing (optionally slowly, signals blocked)."""
+
+    def __init__(self, sock, delay=0.0, limit=None):
+        super().__init__(daemon=True)
+        self.sock, self.delay, self.limit = sock, delay, limit
+        self.h, self.n = hashlib.sha256(), 0
+        self.start()
+
+    def run(self):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGALRM})
+        buf = bytearray(256 * 1024)
+        while self.limit is None or self.n < self.limit:
+            want = len(buf) if self.limit is None else min(len(buf), self.limit - self.n)
+            k = self.sock.recv_into(buf, want)
+            if k == 0:
+                break
+            self.h.update(memoryview(buf)[:k])
+            self.n += k
+            if self.delay:
+                time.sleep(self.delay)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def overwrite_after_send():
+    """Every byte received is the byte in the buffer at the time of its send, though the
+    program overwrites the buffer as soon as each send returns."""
+    a, b = pair()
+    r = Reader(b)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    for i in range(48):
+        fill(buf, i)
+        sent.update(buf)
+        n, e = c_send(a.fileno(), buf)
+        check(n == len(buf), f"blocking send returned {n} errno {e}")
+        buf[:] = b"\xee" * len(buf)
+    a.close()
+    r.join(30)
+    check(r.n == 48 * MIB and r.h.digest() == sent.digest(), f"received {r.n} bytes, hash mismatch")
+
+
+def nonblocking_eagain():
+    """A non-blocking socket fills, gives short sends and then EAGAIN; the bytes that
+    arrive are exactly the accepted prefixes."""
+    a, b = pair()
+    a.setblocking(False)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    total, short, eagain = 0, 0, False
+    for i in range(256):
+        fill(buf, 1000 + i)
+        n, e = c_send(a.fileno(), buf)
+        if n < 0:
+            check(e == errno.EAGAIN, f"errno {e}, expected EAGAIN")
+            eagain = True
+            break
+        short += n < len(buf)
+        sent.update(memoryview(buf)[:n])
+        total += n
+        buf[:] = b"\x11" * len(buf)
+    check(eagain, "the socket never filled")
+    r = Reader(b, limit=total)
+    r.join(30)
+    check(r.n == total and r.h.digest() == sent.digest(), "accepted bytes differ from received")
+    a.close()
+    b.close()
+
+
+def eintr_signal_storm():
+    """Blocking sends under a storm of signals: each interrupted call returns the bytes it
+    sent, or EINTR if none; the stream is exactly the sum of what the calls reported."""
+    got = [0]
+    signal.signal(signal.SIGUSR1, lambda *_: got.__setitem__(0, got[0] + 1))
+    a, b = pair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    r = Reader(b, delay=0.0005)
+    main = threading.get_ident()
+    stop = threading.Event()
+
+    def storm():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        while not stop.is_set():
+            signal.pthread_kill(main, signal.SIGUSR1)
+            time.sleep(0.0003)
+
+    t = threading.Thread(target=storm, daemon=True)
+    t.start()
+    buf = bytearray(4 * MIB)
+    sent = hashlib.sha256()
+    total, interrupted, i = 0, 0, 0
+    deadline = time.time() + 20
+    while total < 24 * MIB and time.time() < deadline:
+        fill(buf, 2000 + i)
+        i += 1
+        n, e = c_send(a.fileno(), buf)
+        if n < 0:
+            check(e == errno.EINTR, f"errno {e}, expected EINTR")
+            interrupted += 1
+            continue
+        interrupted += n < len(buf)
+        sent.update(memoryview(buf)[:n])
+        total += n
+        buf[:] = b"\x22" * len(buf)
+    stop.set()
+    t.join()
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    a.close()
+    r.join(30)
+    check(got[0] > 0 and interrupted > 0, f"{got[0]} signals, {interrupted} interrupted calls")
+    check(r.n == total and r.h.digest() == sent.digest(), f"stream {r.n} != reported {total}")
+
+
+def partial_writev():
+    """writev of [small, large, small] on a non-blocking socket: the short counts are
+    prefixes of the concatenation, and EAGAIN ends it."""
+    a, b = pair()
+    a.setblocking(False)
+    bufs = [bytearray(100), bytearray(MIB), bytearray(200)]
+    iov = (Iovec * 3)()
+    sent = hashlib.sha256()
+    total, partial, eagain = 0, 0, False
+    for i in range(256):
+        for k, x in enumerate(bufs):
+            fill(x, 3000 + 3 * i + k)
+            iov[k].base, iov[k].len = addr(x), len(x)
+        whole = b"".join(bufs)
+        ctypes.set_errno(0)
+        n = libc.writev(a.fileno(), ctypes.addressof(iov), 3)
+        e = ctypes.get_errno()
+        if n < 0:
+            check(e == errno.EAGAIN, f"errno {e}, expected EAGAIN")
+            eagain = True
+            break
+        partial += n < len(whole)
+        sent.update(whole[:n])
+        total += n
+        for x in bufs:
+            x[:] = b"\x33" * len(x)
+    check(eagain and partial > 0, f"eagain {eagain}, partial {partial}")
+    r = Reader(b, limit=total)
+    r.join(30)
+    check(r.n == total and r.h.digest() == sent.digest(), "writev prefixes differ from received")
+    a.close()
+    b.close()
+
+
+def no_spurious_errors():
+    """Sends in flight never show as POLLERR/EPOLLERR (level-, edge-triggered or one-shot),
+    as readability in select, or as SO_ERROR; the data still arrives whole."""
+    a, b = pair()
+    r = Reader(b)
+    fd = a.fileno()
+    lt, et, one = select.epoll(), select.epoll(), select.epoll()
+    lt.register(fd, select.EPOLLIN | select.EPOLLOUT)
+    et.register(fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLET)
+    one.register(fd, select.EPOLLOUT | select.EPOLLONESHOT)
+    oneshots = 0
+    p = select.poll()
+    p.register(fd, select.POLLIN | select.POLLOUT)
+    buf = bytearray(256 * 1024)
+    sent = hashlib.sha256()
+    for i in range(200):
+        fill(buf, 4000 + i)
+        sent.update(buf)
+        n, e = c_send(fd, buf)
+        check(n == len(buf), f"send {n} errno {e}")
+        buf[:] = b"\x44" * len(buf)
+        for ep, name in ((lt, "level"), (et, "edge")):
+            for _, ev in ep.poll(0):
+                check(not ev & select.EPOLLERR, f"{name}-triggered epoll reported EPOLLERR ({ev:#x})")
+                check(not ev & select.EPOLLIN, f"{name}-triggered epoll reported EPOLLIN")
+        for _, ev in one.poll(0):
+            check(not ev & select.EPOLLERR, f"one-shot epoll reported EPOLLERR ({ev:#x})")
+            oneshots += 1
+            one.modify(fd, select.EPOLLOUT | select.EPOLLONESHOT)
+        for _, ev in p.poll(0):
+            check(not ev & (select.POLLERR | select.POLLIN), f"poll reported {ev:#x}")
+        rd, wr, ex = select.select([fd], [fd], [fd], 0)
+        check(not rd and not ex, f"select: readable {rd}, exceptional {ex}")
+        check(a.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0, "SO_ERROR set")
+    # A one-shot registration whose only event was a hidden completion stays armed.
+    check(oneshots > 0 and one.poll(1), "the one-shot registration was left disarmed")
+    a.close()
+    r.join(30)
+    check(r.n == 200 * len(buf) and r.h.digest() == sent.digest(), "data differs")
+
+
+def so_error_after_reset():
+    """A real reset is seen: POLLERR, SO_ERROR = ECONNRESET, then EPIPE with exactly one
+    SIGPIPE for the failing call."""
+    pipes = [0]
+    signal.signal(signal.SIGPIPE, lambda *_: pipes.__setitem__(0, pipes[0] + 1))
+    a, b = pair()
+    r = Reader(b, limit=8 * MIB)
+    buf = bytearray(MIB)
+    for i in range(8):
+        fill(buf, 5000 + i)
+        n, e = c_send(a.fileno(), buf)
+        check(n == len(buf), f"send {n} errno {e}")
+    r.join(30)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    b.close()
+    p = select.poll()
+    p.register(a.fileno(), select.POLLOUT)
+    ev = 0
+    for _ in range(200):
+        res = p.poll(10)
+        ev = res[0][1] if res else 0
+        if ev & select.POLLERR:
+            break
+    check(ev & select.POLLERR, f"the reset never showed as POLLERR ({ev:#x})")
+    err = a.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    check(err == errno.ECONNRESET, f"SO_ERROR {err}, expected ECONNRESET")
+    n, e = c_send(a.fileno(), buf)
+    check(n == -1 and e == errno.EPIPE, f"send after reset: {n} errno {e}")
+    check(pipes[0] == 1, f"{pipes[0]} SIGPIPEs for one failing send")
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    a.close()
+
+
+def fork_with_sends_in_flight():
+    """fork right after sends: the child's own send and the parent's later ones arrive in
+    order and intact; both processes exit cleanly."""
+    a, b = pair()
+    r = Reader(b)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+
+    def burst(seed):
+        for i in range(8):
+            fill(buf, seed + i)
+            sent.update(buf)
+            n, e = c_send(a.fileno(), buf)
+            check(n == len(buf), f"send {n} errno {e}")
+            buf[:] = b"\x55" * len(buf)
+
+    burst(6000)
+    pid = os.fork()
+    if pid == 0:
+        fill(buf, 7000)
+        n, _ = c_send(a.fileno(), buf)
+        buf[:] = b"\x66" * len(buf)
+        os._exit(0 if n == len(buf) else 1)
+    _, status = os.waitpid(pid, 0)
+    check(status == 0, f"child exit status {status}")
+    fill(buf, 7000)
+    sent.update(buf)
+    burst(8000)
+    a.close()
+    r.join(30)
+    check(r.n == 17 * MIB and r.h.digest() == sent.digest(), f"received {r.n}, hash mismatch")
+
+
+def close_in_flight():
+    """close right after a large send: the peer gets every byte and then the end of stream."""
+    a, b = pair()
+    buf = bytearray(4 * MIB)
+    fill(buf, 9000)
+    want = hashlib.sha256(buf).digest()
+    r = Reader(b)
+    n, e = c_send(a.fileno(), buf)
+    check(n == len(buf), f"send {n} errno {e}")
+    buf[:] = b"\x77" * len(buf)
+    t = time.time()
+    a.close()
+    r.join(10)
+    check(not r.is_alive(), "no end of stream after close")
+    check(r.n == 4 * MIB and r.h.digest() == want, "data differs")
+    check(time.time() - t < 5, "close took too long")
+
+
+def close_while_peer_not_reading():
+    """close with data queued that the peer has not read: close returns at once, and the
+    peer, reading later, gets every byte and then the end of stream."""
+    a, b = pair()
+    a.setblocking(False)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    total = 0
+    for i in range(64):
+        fill(buf, 9800 + i)
+        n, e = c_send(a.fileno(), buf)
+        if n < 0:
+            check(e == errno.EAGAIN, f"errno {e}")
+            break
+        sent.update(memoryview(buf)[:n])
+        total += n
+        buf[:] = b"\x88" * len(buf)
+    t = time.time()
+    a.close()
+    check(time.time() - t < 0.5, f"close took {time.time() - t:.2f} s")
+    time.sleep(0.2)
+    r = Reader(b)
+    r.join(10)
+    check(not r.is_alive(), "no end of stream")
+    check(r.n == total and r.h.digest() == sent.digest(), f"received {r.n} of {total}")
+
+
+def own_zerocopy_is_not_hidden():
+    """A program's own MSG_ZEROCOPY completions are its own: POLLERR shows them and its
+    recvmsg(MSG_ERRQUEUE) reads them (and this is the readiness the library hides for
+    the completions of its own sends)."""
+    a, b = pair()
+    r = Reader(b)
+    a.setsockopt(socket.SOL_SOCKET, 60, 1)  # SO_ZEROCOPY
+    buf = bytearray(MIB)
+    fill(buf, 9500)
+    n, e = c_send(a.fileno(), buf, flags=0x4000000)  # MSG_ZEROCOPY
+    check(n == len(buf), f"send {n} errno {e}")
+    p = select.poll()
+    p.register(a.fileno(), select.POLLIN)
+    ev = 0
+    for _ in range(100):
+        res = p.poll(10)
+        ev = res[0][1] if res else 0
+        if ev & select.POLLERR:
+            break
+    check(ev & select.POLLERR, f"no POLLERR for the program's own completion ({ev:#x})")
+    _, anc, _, _ = a.recvmsg(0, 256, socket.MSG_ERRQUEUE)
+    origins = [d[4] for lvl, typ, d in anc if len(d) > 4]  # sock_extended_err.ee_origin
+    check(5 in origins, f"no zerocopy completion in the error queue: {anc}")
+    a.close()
+    r.join(30)
+    check(r.n == MIB, "data lost")
+
+
+CHECKS = [
+    overwrite_after_send,
+    nonblocking_eagain,
+    eintr_signal_storm,
+    partial_writev,
+    no_spurious_errors,
+    so_error_after_reset,
+    fork_with_sends_in_flight,
+    close_in_flight,
+    close_while_peer_not_reading,
+    own_zerocopy_is_not_hidden,
+]
+
+if __name__ == "__main__":
+    names = sys.argv[1:]
+    for c in CHECKS:
+        if names and c.__name__ not in names:
+            continue
+        c()
+        print("ok", c.__name__, flush=True)

@@ -1,0 +1,115 @@
+//! The interposed calls behave as the C library's: `conformance.py` (beside this file) runs
+//! its checks — overwrite after every send, EAGAIN and short sends, EINTR under a signal
+//! storm, partial `writev`, no spurious POLLERR/EPOLLERR/select readiness/SO_ERROR with
+//! sends in flight, a real reset, `fork` and `close` with sends in flight, a program's own
+//! `MSG_ZEROCOPY`, `close` before the peer reads — first without the library (the checks are right about the kernel), then
+//! under it in every mode, forced zero-copy included. The stats each run writes must say
+//! which path the bytes took.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>/deps/libzcnet_preload.so`: cargo builds the library (cdylib and rlib
+/// in one go) before this test, beside the test binary.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.with_file_name("libzcnet_preload.so")
+}
+
+fn python() -> Option<&'static str> {
+    Command::new("python3")
+        .arg("-c")
+        .arg("import ctypes, select")
+        .status()
+        .ok()
+        .filter(|s| s.success())
+        .map(|_| "python3")
+}
+
+/// Runs the script (under the library in `mode`, or without it) and returns the stats
+/// lines written.
+fn run(mode: Option<&str>) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance.py");
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.jsonl");
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script).env_remove("LD_PRELOAD");
+    if let Some(m) = mode {
+        cmd.env("LD_PRELOAD", library())
+            .env("ZCNET_TX", m)
+            .env("ZCNET_PRELOAD_MIN", "65536")
+            .env("ZCNET_STATS", &stats);
+    }
+    let out = cmd.output().expect("running python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mode {mode:?}: {}\n{}\n{}",
+        out.status,
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{text}"
+    );
+    std::fs::read_to_string(&stats)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("stats line is JSON"))
+        .collect()
+}
+
+fn total(lines: &[Value], key: &str) -> u64 {
+    lines
+        .iter()
+        .map(|l| l["total"][key].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
+    if python().is_none() {
+        eprintln!("SKIP: python3 with ctypes is not installed");
+        return;
+    }
+    assert!(library().is_file(), "{} not built", library().display());
+    run(None);
+
+    let copy = run(Some("copy"));
+    assert_eq!(
+        copy.len(),
+        1,
+        "one stats line: the child _exits, helpers never send"
+    );
+    assert!(total(&copy, "bytes_copy") > 100 << 20);
+    assert_eq!(total(&copy, "bytes_zerocopy"), 0);
+
+    let zc = run(Some("zerocopy"));
+    if zc[0]["engine"].is_null() {
+        eprintln!("SKIP zero-copy assertions: no write-protection engine in this process");
+    } else {
+        assert!(
+            total(&zc, "bytes_zerocopy") > 100 << 20,
+            "{:?}",
+            zc[0]["total"]
+        );
+        assert!(
+            total(&zc, "protection_faults") > 0,
+            "the overwrites faulted"
+        );
+        assert_eq!(zc[0]["engine"]["errors"].as_u64(), Some(0));
+    }
+
+    let auto = run(Some("auto"));
+    let cost = &auto[0]["page_cost_ns"];
+    if let (Some(p), Some(c)) = (cost["protect_ns"].as_f64(), cost["copy_ns"].as_f64()) {
+        eprintln!("auto: protect+unprotect {p:.0} ns/page, copy {c:.0} ns/page");
+        if p >= c {
+            assert_eq!(total(&auto, "bytes_zerocopy"), 0);
+            assert!(auto[0]["total"]["fallback_calls"]["protect_costlier"].as_u64() > Some(0));
+        }
+    }
+}

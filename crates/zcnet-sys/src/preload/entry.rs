@@ -1,0 +1,953 @@
+//! The body of every exported symbol: raw C arguments in, typed views to the [`Hook`] out.
+//! [`crate::export_preload!`] defines the `extern "C"` symbols that call these.
+//!
+//! Each function first takes the re-entrancy guard: a C call made while a hook runs on this
+//! thread — by the hook itself, by the Rust standard library under it, or by zcnet's own
+//! syscall wrappers, which call the C library and so land here again — goes straight to the
+//! C library.
+
+use super::hook::{FdSet, Hook, RawRecv, RawSend, RecvCall, SendCall, SysResult};
+use super::real;
+use libc::{c_int, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
+use std::cell::Cell;
+use std::io::{IoSlice, IoSliceMut};
+use std::time::{Duration, Instant};
+
+thread_local! {
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Held while a hook runs on this thread.
+struct Guard;
+
+impl Guard {
+    fn enter() -> Option<Guard> {
+        // Lazily: a Guard built and discarded would clear the flag in its drop.
+        IN_HOOK.with(|h| (!h.replace(true)).then(|| Guard))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        IN_HOOK.with(|h| h.set(false));
+    }
+}
+
+/// Runs `f` as if inside an interposed call: C calls it makes go straight to the C library.
+/// For the interposer's own threads and exit handlers, which are not inside one.
+pub fn as_hook<R>(f: impl FnOnce() -> R) -> R {
+    let _g = Guard::enter();
+    f()
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn ret(r: SysResult) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(e) => {
+            set_errno(e.0);
+            -1
+        }
+    }
+}
+
+/// `len` bytes at `p` as a slice; `None` for a null pointer with a non-zero length or a
+/// length no slice can have (the call is then forwarded as it is, for the kernel to refuse).
+///
+/// # Safety
+/// `p` must be valid for reads of `len` bytes for `'a`, or null.
+unsafe fn bytes<'a>(p: *const c_void, len: size_t) -> Option<&'a [u8]> {
+    if len == 0 {
+        return Some(&[]);
+    }
+    if p.is_null() || len > isize::MAX as usize {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    Some(unsafe { std::slice::from_raw_parts(p.cast(), len) })
+}
+
+/// # Safety
+/// `p` must be valid for writes of `len` bytes for `'a`, or null.
+unsafe fn bytes_mut<'a>(p: *mut c_void, len: size_t) -> Option<&'a mut [u8]> {
+    if len == 0 {
+        return Some(&mut []);
+    }
+    if p.is_null() || len > isize::MAX as usize {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    Some(unsafe { std::slice::from_raw_parts_mut(p.cast(), len) })
+}
+
+/// # Safety
+/// `iov` must point at `n` iovecs, each valid for its length, or be null.
+unsafe fn iovs<'a>(iov: *const iovec, n: c_int) -> Option<&'a [IoSlice<'a>]> {
+    if n <= 0 || n > libc::UIO_MAXIOV || iov.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let raw: &[iovec] = unsafe { std::slice::from_raw_parts(iov, n as usize) };
+    if raw
+        .iter()
+        .any(|v| v.iov_base.is_null() || v.iov_len > isize::MAX as usize)
+    {
+        return None;
+    }
+    // SAFETY: every base is non-null and valid for its length (the caller's contract);
+    // IoSlice is ABI-compatible with iovec on Unix.
+    Some(unsafe { std::slice::from_raw_parts(iov.cast(), n as usize) })
+}
+
+/// # Safety
+/// `iov` must point at `n` iovecs, each valid for writes of its length, or be null.
+unsafe fn iovs_mut<'a>(iov: *mut iovec, n: usize) -> Option<&'a mut [IoSliceMut<'a>]> {
+    if n == 0 || n > libc::UIO_MAXIOV as usize || iov.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let raw: &[iovec] = unsafe { std::slice::from_raw_parts(iov, n) };
+    if raw
+        .iter()
+        .any(|v| v.iov_base.is_null() || v.iov_len > isize::MAX as usize)
+    {
+        return None;
+    }
+    // SAFETY: every base is non-null and valid for writes of its length (the caller's
+    // contract); IoSliceMut is ABI-compatible with iovec on Unix.
+    Some(unsafe { std::slice::from_raw_parts_mut(iov.cast(), n) })
+}
+
+/// `send(2)`.
+///
+/// # Safety
+/// The C contract of `send`: `buf` valid for `len` bytes.
+pub unsafe fn send<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+) -> ssize_t {
+    let g = Guard::enter();
+    // SAFETY: the C contract.
+    let data = unsafe { bytes(buf, len) };
+    match (g, data) {
+        (Some(_g), Some(d)) => {
+            let b = [IoSlice::new(d)];
+            ret(h.send(SendCall {
+                fd,
+                bufs: &b,
+                flags,
+                extras: false,
+                raw: RawSend::Send(buf, len),
+            }))
+        }
+        // SAFETY: forwarding the application's own arguments.
+        _ => unsafe { real::send_fn()(fd, buf, len, flags) },
+    }
+}
+
+/// `sendto(2)`.
+///
+/// # Safety
+/// The C contract of `sendto`.
+pub unsafe fn sendto<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    let g = Guard::enter();
+    // SAFETY: the C contract.
+    let data = unsafe { bytes(buf, len) };
+    match (g, data) {
+        (Some(_g), Some(d)) => {
+            let b = [IoSlice::new(d)];
+            let call = SendCall {
+                fd,
+                bufs: &b,
+                flags,
+                extras: !addr.is_null(),
+                raw: RawSend::SendTo(buf, len, addr, alen),
+            };
+            ret(h.send(call))
+        }
+        // SAFETY: forwarding the application's own arguments.
+        _ => unsafe { real::sendto_fn()(fd, buf, len, flags, addr, alen) },
+    }
+}
+
+/// `sendmsg(2)`.
+///
+/// # Safety
+/// The C contract of `sendmsg`.
+pub unsafe fn sendmsg<H: Hook>(h: &H, fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    let g = Guard::enter();
+    let view = if msg.is_null() {
+        None
+    } else {
+        // SAFETY: the C contract: msg points at a msghdr whose iov is valid.
+        unsafe {
+            let m = &*msg;
+            iovs(m.msg_iov, m.msg_iovlen as c_int)
+                .map(|v| (v, !m.msg_name.is_null() || m.msg_controllen > 0))
+        }
+    };
+    match (g, view) {
+        (Some(_g), Some((bufs, extras))) => ret(h.send(SendCall {
+            fd,
+            bufs,
+            flags,
+            extras,
+            raw: RawSend::SendMsg(msg),
+        })),
+        // SAFETY: forwarding the application's own arguments.
+        _ => unsafe { real::sendmsg_fn()(fd, msg, flags) },
+    }
+}
+
+/// `write(2)`.
+///
+/// # Safety
+/// The C contract of `write`.
+pub unsafe fn write<H: Hook>(h: &H, fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    let g = Guard::enter();
+    // SAFETY: the C contract.
+    let data = unsafe { bytes(buf, len) };
+    match (g, data) {
+        (Some(_g), Some(d)) => {
+            let b = [IoSlice::new(d)];
+            ret(h.send(SendCall {
+                fd,
+                bufs: &b,
+                flags: 0,
+                extras: false,
+                raw: RawSend::Write(buf, len),
+            }))
+        }
+        // SAFETY: forwarding the application's own arguments.
+        _ => unsafe { real::write_fn()(fd, buf, len) },
+    }
+}
+
+/// `writev(2)`.
+///
+/// # Safety
+/// The C contract of `writev`.
+pub unsafe fn writev<H: Hook>(h: &H, fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    let g = Guard::enter();
+    // SAFETY: the C contract.
+    let view = unsafe { iovs(iov, n) };
+    match (g, view) {
+        (Some(_g), Some(bufs)) => ret(h.send(SendCall {
+            fd,
+            bufs,
+            flags: 0,
+            extras: false,
+            raw: RawSend::Writev(iov, n),
+        })),
+        // SAFETY: forwarding the application's own arguments.
+        _ => unsafe { real::writev_fn()(fd, iov, n) },
+    }
+}
+
+/// A one-buffer receive call.
+///
+/// # Safety
+/// `buf` valid for writes of `len` bytes (the C contract of the call `raw` names), and
+/// `raw`'s pointers valid for the call.
+unsafe fn recv_one<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    raw: RawRecv,
+) -> Option<ssize_t> {
+    let _g = Guard::enter()?;
+    // SAFETY: the caller's contract.
+    let data = unsafe { bytes_mut(buf, len) }?;
+    let mut b = [IoSliceMut::new(data)];
+    Some(ret(h.recv(RecvCall {
+        fd,
+        bufs: &mut b,
+        raw,
+    })))
+}
+
+/// `read(2)`.
+///
+/// # Safety
+/// The C contract of `read`.
+pub unsafe fn read<H: Hook>(h: &H, fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    // SAFETY: the C contract.
+    unsafe {
+        recv_one(h, fd, buf, len, RawRecv::Read).unwrap_or_else(|| real::read_fn()(fd, buf, len))
+    }
+}
+
+/// `pread(2)` (and `pread64`: one function on 64-bit Linux).
+///
+/// # Safety
+/// The C contract of `pread`.
+pub unsafe fn pread<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: libc::off64_t,
+) -> ssize_t {
+    // SAFETY: the C contract.
+    unsafe {
+        recv_one(h, fd, buf, len, RawRecv::Pread(off))
+            .unwrap_or_else(|| real::pread64_fn()(fd, buf, len, off))
+    }
+}
+
+/// `__pread64_chk` / `__pread_chk`.
+///
+/// # Safety
+/// The C contract of `__pread64_chk`.
+pub unsafe fn pread_chk<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: libc::off64_t,
+    buflen: size_t,
+) -> ssize_t {
+    if len > buflen {
+        // SAFETY: the C library reports the overflow (it aborts).
+        return unsafe { real::pread64_chk_fn()(fd, buf, len, off, buflen) };
+    }
+    // SAFETY: the C contract.
+    unsafe { pread(h, fd, buf, len, off) }
+}
+
+/// `preadv(2)` (and `preadv64`).
+///
+/// # Safety
+/// The C contract of `preadv`.
+pub unsafe fn preadv<H: Hook>(
+    h: &H,
+    fd: c_int,
+    iov: *const iovec,
+    n: c_int,
+    off: libc::off64_t,
+) -> ssize_t {
+    if let Some(_g) = Guard::enter() {
+        // SAFETY: the C contract: the iovecs name writable buffers.
+        if let Some(bufs) = unsafe { iovs_mut(iov as *mut iovec, n.max(0) as usize) } {
+            return ret(h.recv(RecvCall {
+                fd,
+                bufs,
+                raw: RawRecv::Preadv(off),
+            }));
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::preadv64_fn()(fd, iov, n, off) }
+}
+
+/// `__read_chk` (`read` under `_FORTIFY_SOURCE`).
+///
+/// # Safety
+/// The C contract of `__read_chk`.
+pub unsafe fn read_chk<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    if len > buflen {
+        // SAFETY: the C library reports the overflow (it aborts).
+        return unsafe { real::read_chk_fn()(fd, buf, len, buflen) };
+    }
+    // SAFETY: the C contract.
+    unsafe { read(h, fd, buf, len) }
+}
+
+/// `recv(2)`.
+///
+/// # Safety
+/// The C contract of `recv`.
+pub unsafe fn recv<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: the C contract.
+    unsafe {
+        recv_one(h, fd, buf, len, RawRecv::Recv(flags))
+            .unwrap_or_else(|| real::recv_fn()(fd, buf, len, flags))
+    }
+}
+
+/// `__recv_chk`.
+///
+/// # Safety
+/// The C contract of `__recv_chk`.
+pub unsafe fn recv_chk<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    if len > buflen {
+        // SAFETY: the C library reports the overflow (it aborts).
+        return unsafe { real::recv_chk_fn()(fd, buf, len, buflen, flags) };
+    }
+    // SAFETY: the C contract.
+    unsafe { recv(h, fd, buf, len, flags) }
+}
+
+/// `recvfrom(2)`.
+///
+/// # Safety
+/// The C contract of `recvfrom`.
+pub unsafe fn recvfrom<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    // SAFETY: the C contract.
+    unsafe {
+        recv_one(h, fd, buf, len, RawRecv::RecvFrom(flags, addr, alen))
+            .unwrap_or_else(|| real::recvfrom_fn()(fd, buf, len, flags, addr, alen))
+    }
+}
+
+/// `__recvfrom_chk`.
+///
+/// # Safety
+/// The C contract of `__recvfrom_chk`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn recvfrom_chk<H: Hook>(
+    h: &H,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    if len > buflen {
+        // SAFETY: the C library reports the overflow (it aborts).
+        return unsafe { real::recvfrom_chk_fn()(fd, buf, len, buflen, flags, addr, alen) };
+    }
+    // SAFETY: the C contract.
+    unsafe { recvfrom(h, fd, buf, len, flags, addr, alen) }
+}
+
+/// `readv(2)`.
+///
+/// # Safety
+/// The C contract of `readv`.
+pub unsafe fn readv<H: Hook>(h: &H, fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    if let Some(_g) = Guard::enter() {
+        // SAFETY: the C contract: the iovecs name writable buffers.
+        if let Some(bufs) = unsafe { iovs_mut(iov as *mut iovec, n.max(0) as usize) } {
+            return ret(h.recv(RecvCall {
+                fd,
+                bufs,
+                raw: RawRecv::Readv,
+            }));
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::readv_fn()(fd, iov, n) }
+}
+
+/// `recvmsg(2)`.
+///
+/// # Safety
+/// The C contract of `recvmsg`.
+pub unsafe fn recvmsg<H: Hook>(h: &H, fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    if let Some(_g) = Guard::enter() {
+        if flags & libc::MSG_ERRQUEUE != 0 {
+            h.before_error_read(fd);
+        } else if !msg.is_null() {
+            // SAFETY: the C contract: msg points at a msghdr whose iov names writable buffers.
+            let bufs = unsafe { iovs_mut((*msg).msg_iov, (*msg).msg_iovlen) };
+            if let Some(bufs) = bufs {
+                return ret(h.recv(RecvCall {
+                    fd,
+                    bufs,
+                    raw: RawRecv::RecvMsg(msg, flags),
+                }));
+            }
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::recvmsg_fn()(fd, msg, flags) }
+}
+
+/// What is left of a timeout that started at `start`; `None` for "forever".
+fn remaining(start: Instant, total: Option<Duration>) -> Option<Duration> {
+    total.map(|t| t.saturating_sub(start.elapsed()))
+}
+
+fn ms(d: Option<Duration>) -> c_int {
+    d.map_or(-1, |d| d.as_millis().min(c_int::MAX as u128) as c_int)
+}
+
+/// # Safety
+/// `fds` valid for `n` pollfds.
+unsafe fn poll_filtered<H: Hook>(
+    h: &H,
+    fds: *mut pollfd,
+    n: nfds_t,
+    timeout: Option<Duration>,
+    mut call: impl FnMut(Option<Duration>) -> c_int,
+) -> c_int {
+    let start = Instant::now();
+    let Some(_g) = Guard::enter() else {
+        return call(timeout);
+    };
+    loop {
+        let r = call(remaining(start, timeout));
+        if r <= 0 || fds.is_null() {
+            return r;
+        }
+        // SAFETY: the C contract: fds points at n pollfds.
+        let view = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+        let left = h.after_poll(view, r as usize);
+        if left > 0 || remaining(start, timeout) == Some(Duration::ZERO) {
+            return left as c_int;
+        }
+    }
+}
+
+/// `poll(2)`.
+///
+/// # Safety
+/// The C contract of `poll`.
+pub unsafe fn poll<H: Hook>(h: &H, fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
+    let t = (timeout >= 0).then(|| Duration::from_millis(timeout as u64));
+    // SAFETY: the C contract; the closure forwards the application's arguments.
+    unsafe { poll_filtered(h, fds, n, t, |t| real::poll_fn()(fds, n, ms(t))) }
+}
+
+/// `__poll_chk`.
+///
+/// # Safety
+/// The C contract of `__poll_chk`.
+pub unsafe fn poll_chk<H: Hook>(
+    h: &H,
+    fds: *mut pollfd,
+    n: nfds_t,
+    timeout: c_int,
+    fdslen: size_t,
+) -> c_int {
+    if (fdslen / std::mem::size_of::<pollfd>()) < n as usize {
+        // SAFETY: the C library reports the overflow (it aborts).
+        return unsafe { real::poll_chk_fn()(fds, n, timeout, fdslen) };
+    }
+    // SAFETY: the C contract.
+    unsafe { poll(h, fds, n, timeout) }
+}
+
+fn ts(t: *const libc::timespec) -> Option<Duration> {
+    if t.is_null() {
+        return None;
+    }
+    // SAFETY: the application passed a readable timespec (the C contract of the call).
+    let t = unsafe { *t };
+    Some(Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    ))
+}
+
+fn to_ts(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as _,
+    }
+}
+
+/// `ppoll(2)`.
+///
+/// # Safety
+/// The C contract of `ppoll`.
+pub unsafe fn ppoll<H: Hook>(
+    h: &H,
+    fds: *mut pollfd,
+    n: nfds_t,
+    t: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let timeout = ts(t);
+    let call = |left: Option<Duration>| {
+        let spec = left.map(to_ts);
+        let p = spec.as_ref().map_or(std::ptr::null(), |s| s as *const _);
+        // SAFETY: the application's arguments, with a timeout of our own (or none).
+        unsafe { real::ppoll_fn()(fds, n, p, mask) }
+    };
+    // SAFETY: the C contract.
+    unsafe { poll_filtered(h, fds, n, timeout, call) }
+}
+
+/// # Safety
+/// `events` valid for `max` epoll_events.
+unsafe fn epoll_filtered<H: Hook>(
+    h: &H,
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    timeout: c_int,
+    mut call: impl FnMut(c_int) -> c_int,
+) -> c_int {
+    let total = (timeout >= 0).then(|| Duration::from_millis(timeout as u64));
+    let start = Instant::now();
+    let Some(_g) = Guard::enter() else {
+        return call(timeout);
+    };
+    loop {
+        let r = call(ms(remaining(start, total)));
+        if r <= 0 {
+            return r;
+        }
+        // SAFETY: the kernel filled the first r entries of the application's array.
+        let view = unsafe { std::slice::from_raw_parts_mut(events, r as usize) };
+        let left = h.after_epoll(epfd, view);
+        if left > 0 || remaining(start, total) == Some(Duration::ZERO) {
+            return left as c_int;
+        }
+    }
+}
+
+/// `epoll_wait(2)`.
+///
+/// # Safety
+/// The C contract of `epoll_wait`.
+pub unsafe fn epoll_wait<H: Hook>(
+    h: &H,
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: the C contract; the closure forwards the application's arguments.
+    unsafe {
+        epoll_filtered(h, epfd, events, timeout, |t| {
+            real::epoll_wait_fn()(epfd, events, max, t)
+        })
+    }
+}
+
+/// `epoll_pwait(2)`.
+///
+/// # Safety
+/// The C contract of `epoll_pwait`.
+pub unsafe fn epoll_pwait<H: Hook>(
+    h: &H,
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the C contract; the closure forwards the application's arguments.
+    unsafe {
+        epoll_filtered(h, epfd, events, timeout, |t| {
+            real::epoll_pwait_fn()(epfd, events, max, t, mask)
+        })
+    }
+}
+
+/// `epoll_ctl(2)`.
+///
+/// # Safety
+/// The C contract of `epoll_ctl`.
+pub unsafe fn epoll_ctl<H: Hook>(
+    h: &H,
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut libc::epoll_event,
+) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    let r = unsafe { real::epoll_ctl_fn()(epfd, op, fd, ev) };
+    if r == 0 {
+        if let Some(_g) = Guard::enter() {
+            // SAFETY: the application's event, read (unaligned: the struct is packed).
+            let e = (!ev.is_null()).then(|| unsafe { std::ptr::read_unaligned(ev) });
+            h.epoll_ctl(epfd, op, fd, e.map(|e| (e.events, e.u64)));
+        }
+    }
+    r
+}
+
+/// # Safety
+/// Each set null or valid.
+unsafe fn select_filtered<H: Hook>(
+    h: &H,
+    nfds: c_int,
+    sets: [*mut libc::fd_set; 3],
+    timeout: Option<Duration>,
+    mut call: impl FnMut(Option<Duration>) -> c_int,
+) -> c_int {
+    let start = Instant::now();
+    let Some(_g) = Guard::enter() else {
+        return call(timeout);
+    };
+    // SAFETY: the C contract: each non-null set is a readable fd_set.
+    let saved: [Option<libc::fd_set>; 3] = sets.map(|s| (!s.is_null()).then(|| unsafe { *s }));
+    loop {
+        let r = call(remaining(start, timeout));
+        if r <= 0 {
+            return r;
+        }
+        // SAFETY: the C contract: each non-null set is a writable fd_set, distinct or not
+        // (FdSet borrows are used one at a time by the hook's reads and writes).
+        let mut views = sets.map(|s| (!s.is_null()).then(|| FdSet(unsafe { &mut *s })));
+        let [r_, w_, e_] = &mut views;
+        let left = h.after_select(nfds, r_.as_mut(), w_.as_mut(), e_.as_mut(), r as usize);
+        if left > 0 || remaining(start, timeout) == Some(Duration::ZERO) {
+            return left as c_int;
+        }
+        for (s, v) in sets.iter().zip(saved.iter()) {
+            if let Some(v) = v {
+                // SAFETY: restoring the application's set before waiting again.
+                unsafe { **s = *v };
+            }
+        }
+    }
+}
+
+/// `select(2)`.
+///
+/// # Safety
+/// The C contract of `select`.
+pub unsafe fn select<H: Hook>(
+    h: &H,
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    t: *mut libc::timeval,
+) -> c_int {
+    let timeout = (!t.is_null()).then(|| {
+        // SAFETY: the application passed a readable timeval.
+        let tv = unsafe { *t };
+        Duration::from_micros(tv.tv_sec.max(0) as u64 * 1_000_000 + tv.tv_usec.max(0) as u64)
+    });
+    let call = |left: Option<Duration>| {
+        if let Some(d) = left {
+            // SAFETY: select(2) on Linux writes the time left back into the caller's timeval;
+            // this writes our remaining time there, as the kernel would.
+            unsafe {
+                *t = libc::timeval {
+                    tv_sec: d.as_secs() as _,
+                    tv_usec: d.subsec_micros() as _,
+                };
+            }
+        }
+        // SAFETY: the application's arguments.
+        unsafe { real::select_fn()(nfds, r, w, e, t) }
+    };
+    // SAFETY: the C contract.
+    unsafe { select_filtered(h, nfds, [r, w, e], timeout, call) }
+}
+
+/// `pselect(2)`.
+///
+/// # Safety
+/// The C contract of `pselect`.
+pub unsafe fn pselect<H: Hook>(
+    h: &H,
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    t: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let call = |left: Option<Duration>| {
+        let spec = left.map(to_ts);
+        let p = spec.as_ref().map_or(std::ptr::null(), |s| s as *const _);
+        // SAFETY: the application's arguments, with a timeout of our own (or none).
+        unsafe { real::pselect_fn()(nfds, r, w, e, p, mask) }
+    };
+    // SAFETY: the C contract.
+    unsafe { select_filtered(h, nfds, [r, w, e], ts(t), call) }
+}
+
+/// `getsockopt(2)`.
+///
+/// # Safety
+/// The C contract of `getsockopt`.
+pub unsafe fn getsockopt<H: Hook>(
+    h: &H,
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    if level == libc::SOL_SOCKET && name == libc::SO_ERROR {
+        if let Some(_g) = Guard::enter() {
+            h.before_error_read(fd);
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::getsockopt_fn()(fd, level, name, val, len) }
+}
+
+/// `setsockopt(2)`.
+///
+/// # Safety
+/// The C contract of `setsockopt`.
+pub unsafe fn setsockopt<H: Hook>(
+    h: &H,
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    let r = unsafe { real::setsockopt_fn()(fd, level, name, val, len) };
+    if r == 0 {
+        if let Some(_g) = Guard::enter() {
+            let v = (!val.is_null() && len as usize >= std::mem::size_of::<c_int>())
+                // SAFETY: the application passed at least an int's worth of readable bytes.
+                .then(|| unsafe { std::ptr::read_unaligned(val.cast::<c_int>()) });
+            h.after_setsockopt(fd, level, name, v);
+        }
+    }
+    r
+}
+
+/// `close(2)`.
+///
+/// # Safety
+/// None beyond `close`'s.
+pub unsafe fn close<H: Hook>(h: &H, fd: c_int) -> c_int {
+    if let Some(_g) = Guard::enter() {
+        h.before_close(fd);
+    }
+    // SAFETY: forwarding the application's own argument.
+    unsafe { real::close_fn()(fd) }
+}
+
+fn new_fd<H: Hook>(h: &H, r: c_int) -> c_int {
+    if r >= 0 {
+        if let Some(_g) = Guard::enter() {
+            h.new_fd(r);
+        }
+    }
+    r
+}
+
+/// `dup(2)`.
+///
+/// # Safety
+/// None beyond `dup`'s.
+pub unsafe fn dup<H: Hook>(h: &H, fd: c_int) -> c_int {
+    // SAFETY: forwarding the application's own argument.
+    new_fd(h, unsafe { real::dup_fn()(fd) })
+}
+
+/// `dup2(2)`.
+///
+/// # Safety
+/// None beyond `dup2`'s.
+pub unsafe fn dup2<H: Hook>(h: &H, old: c_int, new: c_int) -> c_int {
+    if old != new {
+        if let Some(_g) = Guard::enter() {
+            h.before_close(new);
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    new_fd(h, unsafe { real::dup2_fn()(old, new) })
+}
+
+/// `dup3(2)`.
+///
+/// # Safety
+/// None beyond `dup3`'s.
+pub unsafe fn dup3<H: Hook>(h: &H, old: c_int, new: c_int, flags: c_int) -> c_int {
+    if old != new {
+        if let Some(_g) = Guard::enter() {
+            h.before_close(new);
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    new_fd(h, unsafe { real::dup3_fn()(old, new, flags) })
+}
+
+/// `socket(2)`.
+///
+/// # Safety
+/// None beyond `socket`'s.
+pub unsafe fn socket<H: Hook>(h: &H, domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    new_fd(h, unsafe { real::socket_fn()(domain, ty, proto) })
+}
+
+/// `accept(2)`.
+///
+/// # Safety
+/// The C contract of `accept`.
+pub unsafe fn accept<H: Hook>(h: &H, fd: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    new_fd(h, unsafe { real::accept_fn()(fd, a, l) })
+}
+
+/// `accept4(2)`.
+///
+/// # Safety
+/// The C contract of `accept4`.
+pub unsafe fn accept4<H: Hook>(
+    h: &H,
+    fd: c_int,
+    a: *mut sockaddr,
+    l: *mut socklen_t,
+    f: c_int,
+) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    new_fd(h, unsafe { real::accept4_fn()(fd, a, l, f) })
+}
+
+/// The library was loaded (from its `.init_array` entry).
+pub fn init<H: Hook>(h: &H) {
+    if let Some(_g) = Guard::enter() {
+        h.init();
+    }
+}
+
+/// `fork(2)`.
+///
+/// # Safety
+/// None beyond `fork`'s.
+pub unsafe fn fork<H: Hook>(h: &H) -> libc::pid_t {
+    if let Some(_g) = Guard::enter() {
+        h.before_fork();
+    }
+    // SAFETY: fork takes no arguments.
+    let pid = unsafe { real::fork_fn()() };
+    if pid >= 0 {
+        if let Some(_g) = Guard::enter() {
+            h.after_fork(pid == 0);
+        }
+    }
+    pid
+}

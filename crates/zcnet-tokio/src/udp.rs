@@ -108,6 +108,16 @@ impl ZcUdpSocket {
         Self::wrap(sock, cfg, zerocopy)
     }
 
+    /// Takes over a bound (and, for sending, connected) socket — made in another network
+    /// namespace, say. `SO_ZEROCOPY` is turned on when [`MsgConfig::tx`] asks for it.
+    pub fn from_std(sock: UdpSocket, cfg: &MsgConfig) -> io::Result<ZcUdpSocket> {
+        cfg.validate().map_err(msg_err)?;
+        let zerocopy = cfg.tx == MsgTx::Zerocopy
+            && (zc::so_zerocopy(sock.as_fd()).unwrap_or(false)
+                || zc::set_so_zerocopy(sock.as_fd()).is_ok());
+        Self::wrap(sock, cfg, zerocopy)
+    }
+
     fn wrap(sock: UdpSocket, cfg: &MsgConfig, zerocopy: bool) -> io::Result<ZcUdpSocket> {
         let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
         sock.set_nonblocking(true)?;
@@ -205,6 +215,12 @@ impl ZcUdpSocket {
         lock(&self.framer).datagrams_per_call()
     }
 
+    /// Pool buffers free for [`ZcUdpSocket::buffer`] now (none before the pool is made):
+    /// a buffer the kernel still reads is not among them.
+    pub fn buffers_available(&self) -> usize {
+        lock(&self.pool).as_ref().map_or(0, Pool::available)
+    }
+
     /// Buffers the kernel may still read.
     pub fn loans_in_flight(&self) -> usize {
         self.conn.loans_in_flight()
@@ -243,10 +259,11 @@ impl ZcUdpSocket {
     /// a hole for each datagram's header. Waits, up to [`MsgConfig::timeout`], while every
     /// buffer is out.
     pub async fn buffer(&self, len: usize) -> io::Result<MsgBuf> {
-        let framer = lock(&self.framer);
-        framer.check_len(len).map_err(msg_err)?;
-        let layout = framer.layout();
-        drop(framer);
+        let layout = {
+            let framer = lock(&self.framer);
+            framer.check_len(len).map_err(msg_err)?;
+            framer.layout()
+        };
         let pool = {
             let mut p = lock(&self.pool);
             if p.is_none() {

@@ -489,6 +489,14 @@ impl ZcUdpSocket {
     }
 }
 
+/// The socket itself, for options this type does not wrap (`SO_SNDBUF`, `IP_TOS`, ...).
+/// Reading or writing through it directly bypasses the message framing.
+impl AsFd for ZcUdpSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.conn.socket().as_fd()
+    }
+}
+
 impl Drop for ZcUdpSocket {
     fn drop(&mut self) {
         self.conn.close();

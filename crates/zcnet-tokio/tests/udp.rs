@@ -344,3 +344,115 @@ async fn lost_messages_are_reported_by_id() {
     let ms = rx.msg_stats().snapshot();
     assert_eq!(ms.messages_lost, 2);
 }
+
+/// Runs `tc` in namespace `ns`; false (with the reason on stderr) when it cannot.
+fn tc(ns: &str, args: &[&str]) -> bool {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "tc"])
+        .args(args)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            eprintln!(
+                "SKIPPED: tc {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: tc not runnable: {e}");
+            false
+        }
+    }
+}
+
+/// A send cancelled while it waits — for room in the send buffer, and for its completion —
+/// leaves its buffer with the socket until the kernel lets go: the pool (where a dropped
+/// buffer goes, observably) does not get it back before the completion. A token-bucket
+/// qdisc on the sender's veth holds the datagrams, so the kernel holds the pages for a
+/// while after `sendmsg` returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    // 64 KiB takes about a quarter second at 2 Mbit/s.
+    if !tc(
+        pair.name_a(),
+        &[
+            "qdisc",
+            "add",
+            "dev",
+            pair.ifname_a(),
+            "root",
+            "tbf",
+            "rate",
+            "2mbit",
+            "burst",
+            "16kb",
+            "latency",
+            "5s",
+        ],
+    ) {
+        return;
+    }
+    let mut cfg = config(MsgTx::Zerocopy);
+    cfg.pool_buffers = 2;
+    cfg.reassembly.timeout = Duration::from_millis(1500);
+    let (rx, tx) = sockets(Topo::Netns(&pair), &cfg);
+    assert!(tx.zerocopy_enabled());
+    let len = 64 << 10;
+
+    // 1. Cancelled while waiting for the completion: every byte is queued.
+    let mut b = tx.buffer(len).await.unwrap();
+    b.copy_from(&body(0, len));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(30), tx.send_zc(b))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        tx.loans_in_flight(),
+        1,
+        "the socket holds the cancelled send's buffer"
+    );
+    assert_eq!(
+        tx.buffers_available(),
+        1,
+        "not back in the pool before its completion"
+    );
+    tx.flush_loans().await.unwrap();
+    assert_eq!(tx.buffers_available(), 2, "back after the completion");
+    let m = expect_message(&rx, "the message whose wait was cancelled").await;
+    check(0, &m, m.data.len());
+
+    // 2. Cancelled while waiting for room: a send buffer smaller than one GSO batch lets
+    // the first batch out and blocks the second until the qdisc drains.
+    socket2::SockRef::from(&tx)
+        .set_send_buffer_size(4096)
+        .unwrap();
+    let mut b = tx.buffer(len).await.unwrap();
+    b.copy_from(&body(1, len));
+    let before = tx.stats().snapshot().tx_calls_zerocopy;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(30), tx.send_zc(b))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        tx.stats().snapshot().tx_calls_zerocopy,
+        before + 1,
+        "cancelled after the first batch, before the second"
+    );
+    assert_eq!(tx.loans_in_flight(), 1);
+    assert_eq!(tx.buffers_available(), 1);
+    tx.flush_loans().await.unwrap();
+    assert_eq!(tx.buffers_available(), 2);
+    // Half a message went out: the receiver reports it lost, by id.
+    match next(&rx, Duration::from_secs(5), "the half-sent message").await {
+        MsgEvent::Lost(l) => assert_eq!((l.id, l.reason), (1, LossReason::Timeout)),
+        MsgEvent::Message(m) => panic!("message {} delivered from half its datagrams", m.id),
+    }
+    assert_eq!(zcnet_tokio::leaked_loans(), 0);
+}

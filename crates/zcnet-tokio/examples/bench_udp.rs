@@ -115,7 +115,11 @@ fn run(mode: Mode, pair: &VethPair, messages: u64, ring: usize) -> Run {
                 sock.set_nonblocking(true).unwrap();
                 let sock = tokio::net::UdpSocket::from_std(sock).unwrap();
                 let ring = buffers(ring);
-                let chunk = if mode == Mode::TokioGso { 44 * 1472 } else { 1472 };
+                let chunk = if mode == Mode::TokioGso {
+                    44 * 1472
+                } else {
+                    1472
+                };
                 let (c0, t0) = (cpu_now(), Instant::now());
                 for k in 0..messages {
                     for part in ring[k as usize % ring.len()].chunks(chunk) {
@@ -190,6 +194,9 @@ fn with_stats(mut r: Run, s: &zcnet::StatsSnapshot) -> Run {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -198,6 +205,7 @@ fn main() {
     let mut messages = 4000u64;
     let mut runs = 5usize;
     let mut ring = 64usize;
+    let mut only: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().and_then(|v| v.parse::<u64>().ok());
@@ -205,8 +213,10 @@ fn main() {
             "--messages" => messages = val().expect("--messages N"),
             "--runs" => runs = val().expect("--runs N") as usize,
             "--ring" => ring = val().expect("--ring N") as usize,
+            // One row only (its index in the table, from 0): for a profiler.
+            "--only" => only = Some(val().expect("--only ROW") as usize),
             _ => {
-                eprintln!("usage: bench_udp [--messages N] [--runs N] [--ring N]");
+                eprintln!("usage: bench_udp [--messages N] [--runs N] [--ring N] [--only ROW]");
                 std::process::exit(2);
             }
         }
@@ -217,11 +227,14 @@ fn main() {
     }
     let pair = VethPair::create(1500).expect("a veth pair");
     // VethPair pins the neighbours, so A still transmits once B is down.
-    pair.set_link_up(Side::B, false).expect("setting the peer down");
+    pair.set_link_up(Side::B, false)
+        .expect("setting the peer down");
     let mut results: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
         for (i, &m) in MODES.iter().enumerate() {
-            results[i].push(run(m, &pair, messages, ring));
+            if only.is_none_or(|o| o == i) {
+                results[i].push(run(m, &pair, messages, ring));
+            }
         }
     }
     println!(
@@ -236,6 +249,9 @@ fn main() {
     let base = median(results[0].iter().map(rate).collect());
     for (i, &m) in MODES.iter().enumerate() {
         let rs = &results[i];
+        if rs.is_empty() {
+            continue;
+        }
         let per_cpu = median(rs.iter().map(rate).collect());
         let cpu_gib = median(rs.iter().map(|r| r.cpu.as_secs_f64() / gib).collect());
         let wall = median(

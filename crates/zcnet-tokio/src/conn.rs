@@ -170,9 +170,14 @@ impl<S: Socket> Conn<S> {
     pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) {
         let mut tx = lock(&self.tx);
         let copied = tx.last_copied;
+        let idle = tx.completions.loans_in_flight() == 0;
         match tx.completions.lend(loan, first, last) {
             Some(loan) => loan.release(copied),
-            None => self.wake_driver.notify_one(),
+            // The driver waits for a notification only while no loan is in flight; with
+            // loans already out it is watching the error queue and will see this one too.
+            // One wake-up per idle-to-busy edge, not per send.
+            None if idle => self.wake_driver.notify_one(),
+            None => {}
         }
     }
 

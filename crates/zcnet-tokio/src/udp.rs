@@ -275,7 +275,13 @@ impl ZcUdpSocket {
         let deadline = Instant::now() + self.cfg.timeout;
         let mut waited = false;
         loop {
-            if let Some(buf) = pool.try_take() {
+            let mut got = pool.try_take();
+            if got.is_none() && self.conn.loans_in_flight() > 0 {
+                // Completions may be queued already: one non-blocking read, no wait.
+                self.conn.drain()?;
+                got = pool.try_take();
+            }
+            if let Some(buf) = got {
                 return MsgBuf::new(buf, len, layout)
                     .map_err(|_| io::Error::other("pool buffer smaller than a largest message"));
             }
@@ -358,6 +364,11 @@ impl ZcUdpSocket {
         let (buf, span) = flight.finish();
         if let Some((first, last)) = span {
             self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+            // Completions are read in batches, as the blocking sender does: once half the
+            // pool is lent out, one error-queue read covers many messages.
+            if self.conn.loans_in_flight() * 2 >= self.cfg.pool_buffers.max(1) {
+                self.conn.drain()?;
+            }
         }
         result
     }

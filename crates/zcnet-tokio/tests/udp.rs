@@ -1,7 +1,8 @@
 //! `ZcUdpSocket`: whole messages arrive byte for byte (1 B to 1 MiB, copy and zero-copy, on
 //! loopback and across a veth pair), interoperate both ways with the blocking
 //! `zcnet::msg`, survive many concurrent sending tasks, keep a cancelled send's buffer
-//! until the kernel lets go, and report every lost message by id.
+//! until the kernel lets go, fall back counted under `ENOBUFS`, and report every lost
+//! message by id.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -455,4 +456,37 @@ async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
         MsgEvent::Message(m) => panic!("message {} delivered from half its datagrams", m.id),
     }
     assert_eq!(zcnet_tokio::leaked_loans(), 0);
+}
+
+/// `ENOBUFS` (no option memory for the notification: `optmem_max` 0 in the sending
+/// namespace) is a counted fallback: the socket retries, then copies the rest of the
+/// message, and every message still arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enobufs_is_a_counted_fallback_and_every_message_arrives() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    if let Err(e) = pair.sysctl_a("net.core.optmem_max", "0") {
+        eprintln!("SKIPPED: optmem_max is not per-namespace here: {e}");
+        return;
+    }
+    let cfg = config(MsgTx::Zerocopy);
+    let (rx, tx) = sockets(Topo::Netns(&pair), &cfg);
+    for (seed, len) in [(0, 64 << 10), (1, MIB), (2, 1472)] {
+        let mut b = tx.buffer(len).await.unwrap();
+        b.copy_from(&body(seed, len));
+        let (r, _) = tx.send_zc(b).await;
+        let sent = r.unwrap();
+        assert_eq!(
+            sent.fallback,
+            Some(zcnet::FallbackReason::Enobufs),
+            "{sent:?}"
+        );
+        let m = expect_message(&rx, "a message sent under ENOBUFS").await;
+        check(seed, &m, len);
+    }
+    let s = tx.stats().snapshot();
+    assert!(s.tx_enobufs > 0, "{s}");
+    assert!(s.fallback_bytes(zcnet::FallbackReason::Enobufs) > 0, "{s}");
+    assert_eq!(tx.loans_in_flight(), 0);
 }

@@ -11,7 +11,7 @@
 //!    the batch for good when the kernel refused a multi-datagram call;
 //! 4. [`Framer::finish`] counts the message.
 
-use super::send::MsgBuf;
+use super::msgbuf::MsgBuf;
 use super::stats::MsgStats;
 use super::wire::{Header, Layout, HEADER_LEN};
 use super::MsgError;

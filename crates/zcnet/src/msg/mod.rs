@@ -25,6 +25,7 @@
 //! * [`wire`] — the 28-byte fragment header and the message layout.
 
 pub mod framer;
+pub mod msgbuf;
 pub mod reassembly;
 pub mod recv;
 pub mod send;
@@ -32,9 +33,10 @@ pub mod stats;
 pub mod wire;
 
 pub use framer::{Batch, Framer, Outgoing};
+pub use msgbuf::MsgBuf;
 pub use reassembly::{InFlight, Reassembly};
 pub use recv::MsgReceiver;
-pub use send::{MsgBuf, MsgSender};
+pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
 
 use crate::policy::Policy;

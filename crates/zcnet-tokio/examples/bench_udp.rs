@@ -261,11 +261,16 @@ fn main() {
         );
         let zc = median(rs.iter().map(|r| r.zc_share).collect());
         let copied = median(rs.iter().map(|r| r.copied_anyway).collect());
+        let ratio = if base.is_nan() {
+            "–".to_string()
+        } else {
+            format!("{:.2}", per_cpu / base)
+        };
         println!(
-            "| {} | {:.0} | {:.2} | {:.3} | {:.0} | {:.0} % | {:.0} % |",
+            "| {} | {:.0} | {} | {:.3} | {:.0} | {:.0} % | {:.0} % |",
             m.name(),
             per_cpu,
-            per_cpu / base,
+            ratio,
             cpu_gib,
             wall,
             zc * 100.0,

@@ -490,3 +490,23 @@ async fn enobufs_is_a_counted_fallback_and_every_message_arrives() {
     assert!(s.fallback_bytes(zcnet::FallbackReason::Enobufs) > 0, "{s}");
     assert_eq!(tx.loans_in_flight(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_loopback() {
+    let cfg = config(MsgTx::Zerocopy);
+    let Ok(rx) = ZcUdpSocket::bind("[::1]:0".parse().unwrap(), &cfg) else {
+        eprintln!("SKIPPED: no IPv6 loopback here");
+        return;
+    };
+    let tx = ZcUdpSocket::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+    // IPv6 + UDP headers are 48 bytes: loopback's 65536 MTU gives 65 487-byte datagrams.
+    assert_eq!(tx.segment(), 65_487);
+    for (seed, len) in SIZES.into_iter().enumerate() {
+        let how = [How::Zc, How::Lent, How::Slice][seed % 3];
+        let id = send(&tx, how, seed as u64, len).await;
+        let m = expect_message(&rx, "over ::1").await;
+        assert_eq!(m.id, id);
+        assert!(m.from.is_ipv6());
+        check(seed as u64, &m, len);
+    }
+}

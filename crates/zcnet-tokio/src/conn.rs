@@ -41,10 +41,28 @@ impl Drop for TxState {
     }
 }
 
-/// One stream's shared state.
+/// A socket a [`Conn`] can drive: what its completion driver does when the handle is gone
+/// with loans in flight.
+pub(crate) trait Socket: AsFd + std::fmt::Debug + Send + Sync + 'static {
+    /// Ends the sending side without closing (TCP: the FIN a close would send).
+    fn close_write(&self);
+}
+
+impl Socket for TcpStream {
+    fn close_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl Socket for std::net::UdpSocket {
+    /// UDP has nothing to end: the queued datagrams leave, the completions come.
+    fn close_write(&self) {}
+}
+
+/// One socket's shared state (a stream's, or a UDP socket's).
 #[derive(Debug)]
-pub(crate) struct Conn {
-    sock: TcpStream,
+pub(crate) struct Conn<S: Socket = TcpStream> {
+    sock: S,
     readiness: Readiness,
     tx: Mutex<TxState>,
     pub(crate) stats: Arc<Stats>,
@@ -56,14 +74,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Conn {
+impl<S: Socket> Conn<S> {
     /// Takes a non-blocking socket; `zerocopy` says whether `SO_ZEROCOPY` is on.
     pub(crate) fn new(
-        sock: TcpStream,
+        sock: S,
         zerocopy: bool,
         policy: Policy,
         stats: Arc<Stats>,
-    ) -> io::Result<Conn> {
+    ) -> io::Result<Conn<S>> {
         let readiness = Readiness::new(sock.as_fd())?;
         Ok(Conn {
             sock,
@@ -82,7 +100,7 @@ impl Conn {
         })
     }
 
-    pub(crate) fn socket(&self) -> &TcpStream {
+    pub(crate) fn socket(&self) -> &S {
         &self.sock
     }
 
@@ -152,9 +170,14 @@ impl Conn {
     pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) {
         let mut tx = lock(&self.tx);
         let copied = tx.last_copied;
+        let idle = tx.completions.loans_in_flight() == 0;
         match tx.completions.lend(loan, first, last) {
             Some(loan) => loan.release(copied),
-            None => self.wake_driver.notify_one(),
+            // The driver waits for a notification only while no loan is in flight; with
+            // loans already out it is watching the error queue and will see this one too.
+            // One wake-up per idle-to-busy edge, not per send.
+            None if idle => self.wake_driver.notify_one(),
+            None => {}
         }
     }
 
@@ -168,6 +191,29 @@ impl Conn {
         self.stats.add_tx_zerocopy_bytes(n as u64);
         self.stats.add_tx_zerocopy_calls(1);
         Ok((n, id))
+    }
+
+    /// One `sendmsg` of `iov` on a connected UDP socket, `UDP_SEGMENT` = `gso` when given,
+    /// with `MSG_ZEROCOPY` when `zerocopy` (the call numbered under the completions' lock,
+    /// as for [`Conn::send_zerocopy`]). Returns the bytes queued and the zero-copy call's id.
+    pub(crate) fn send_gso(
+        &self,
+        iov: &[std::io::IoSlice<'_>],
+        zerocopy: bool,
+        gso: Option<u16>,
+    ) -> io::Result<(usize, Option<u64>)> {
+        if !zerocopy {
+            let n = zcnet_sys::raw::udp_msg::send_vectored_gso(self.sock.as_fd(), iov, false, gso)?;
+            self.stats.add_tx_copy_bytes(n as u64);
+            self.stats.add_tx_copy_calls(1);
+            return Ok((n, None));
+        }
+        let mut tx = lock(&self.tx);
+        let n = zcnet_sys::raw::udp_msg::send_vectored_gso(self.sock.as_fd(), iov, true, gso)?;
+        let id = tx.completions.record_call(n);
+        self.stats.add_tx_zerocopy_bytes(n as u64);
+        self.stats.add_tx_zerocopy_calls(1);
+        Ok((n, Some(id)))
     }
 
     /// One plain (copying) `send`.
@@ -221,6 +267,18 @@ impl Conn {
         }
     }
 
+    /// Ready after one error-queue signal has been drained (or at once with no loan left):
+    /// for a waiter that needs any one loan back, not all of them.
+    pub(crate) fn poll_completion_event(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.loans_in_flight() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let seen = ready!(self.readiness.poll_ready(cx, Direction::Errqueue))?;
+        self.readiness.clear(EventFlags::ERR, seen);
+        self.drain()?;
+        Poll::Ready(Ok(()))
+    }
+
     /// Ready once no loan is left; drains the error queue whenever it signals.
     pub(crate) fn poll_completions(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
@@ -234,7 +292,7 @@ impl Conn {
     }
 }
 
-impl Drop for Conn {
+impl<S: Socket> Drop for Conn<S> {
     fn drop(&mut self) {
         // A last look: what is complete is released; the rest is leaked by TxState.
         let _ = self.drain();

@@ -8,13 +8,12 @@
 //! acknowledged, when the peer resets, or when TCP's own retransmission timeout gives up.
 //! Only then is the socket closed and the driver gone.
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Socket};
 use std::future::poll_fn;
-use std::net::Shutdown;
 use std::sync::Arc;
 
 /// Runs until the stream is dropped and no loan is left.
-pub(crate) async fn drive(conn: Arc<Conn>) {
+pub(crate) async fn drive<S: Socket>(conn: Arc<Conn<S>>) {
     loop {
         if conn.loans_in_flight() == 0 {
             if conn.is_closed() {
@@ -24,7 +23,7 @@ pub(crate) async fn drive(conn: Arc<Conn>) {
             continue;
         }
         if conn.is_closed() {
-            let _ = conn.socket().shutdown(Shutdown::Write);
+            conn.socket().close_write();
             // An error here (the error queue unreadable) leaves the loans to be leaked when
             // the last reference goes; nothing is freed under the kernel.
             let _ = poll_fn(|cx| conn.poll_completions(cx)).await;

@@ -15,6 +15,8 @@
 //! * [`ZcStream::recv_zc`] lends received pages mapped with `TCP_ZEROCOPY_RECEIVE` where
 //!   the kernel can map them, copies where it cannot, within a bounded window;
 //! * `AsyncRead`/`AsyncWrite` keep copy semantics, a drop-in for `tokio::net::TcpStream`;
+//! * [`ZcUdpSocket`]: zcnet's whole messages over UDP (`zcnet::msg`) — GSO batches out
+//!   with `MSG_ZEROCOPY` loans, `UDP_GRO` in, every lost message reported by id;
 //! * [`ZcIo`] and [`ZcBody`] (feature `hyper`): an unmodified hyper server sends large
 //!   `Bytes` body frames zero-copy (`examples/hyper_server.rs`).
 //!
@@ -37,6 +39,7 @@ mod readiness;
 mod rx;
 mod send;
 mod stream;
+mod udp;
 
 pub use config::ZcConfig;
 #[cfg(feature = "hyper")]
@@ -45,4 +48,5 @@ pub use loan::leaked_loans;
 pub use rx::RxChunk;
 pub use send::Sent;
 pub use stream::{ZcListener, ZcStream};
+pub use udp::{MsgSent, ZcUdpSocket};
 pub use zcnet::{Lend, Policy, Stats, StatsSnapshot};

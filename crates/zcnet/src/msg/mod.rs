@@ -19,18 +19,24 @@
 //!   kernel's completion covers it.
 //! * [`MsgReceiver`] — over a bound socket. [`MsgReceiver::recv`] returns a [`MsgEvent`]: a
 //!   whole [`Message`], or [`Lost`] with the message id(s) and a [`LossReason`].
+//! * [`Framer`] — the sender's steps without the syscalls (ids, headers, GSO batches), pure
+//!   code that the blocking sender and zcnet-tokio's `ZcUdpSocket` both drive.
 //! * [`Reassembly`] — the receiver's bounded table, pure code.
 //! * [`wire`] — the 28-byte fragment header and the message layout.
 
+pub mod framer;
+pub mod msgbuf;
 pub mod reassembly;
 pub mod recv;
 pub mod send;
 pub mod stats;
 pub mod wire;
 
+pub use framer::{Batch, Framer, Outgoing};
+pub use msgbuf::MsgBuf;
 pub use reassembly::{InFlight, Reassembly};
 pub use recv::MsgReceiver;
-pub use send::{MsgBuf, MsgSender};
+pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
 
 use crate::policy::Policy;

@@ -23,8 +23,10 @@
 //! * `ENOBUFS` (option memory) queues nothing: reap, wait 2/4/8 ms, retry, then copy the rest,
 //!   counted as [`FallbackReason::Enobufs`] — as the stream path does.
 
+use super::framer::Framer;
+use super::msgbuf::MsgBuf;
 use super::stats::MsgStats;
-use super::wire::{Header, Layout, HEADER_LEN};
+use super::wire::Layout;
 use super::{MsgConfig, MsgError, MsgTx};
 use crate::buf::{Pool, TxBuf};
 use crate::error::Error;
@@ -35,8 +37,7 @@ use crate::zc::completion::Completions;
 use crate::zc::reap::reap_completions;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::ops::Range;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet_sys::mem::page_size;
@@ -49,104 +50,6 @@ const ENOBUFS_RETRIES: u32 = 3;
 /// How long `Drop` waits for outstanding completions before retiring the buffers.
 const DROP_WAIT: Duration = Duration::from_secs(1);
 
-/// How many datagrams go into one `sendmsg`, lowered for good when the kernel refuses.
-#[derive(Debug, Clone, Copy)]
-struct Batching {
-    per_call: usize,
-    gso: bool,
-}
-
-/// A loaned message buffer: pool storage laid out as the message will be on the wire, with a
-/// [`HEADER_LEN`]-byte hole before every `segment − 28` payload bytes. The application writes
-/// the payload into it once ([`MsgBuf::write_at`], [`MsgBuf::payload_mut`]); the headers are
-/// filled in by [`MsgSender::send`].
-#[derive(Debug)]
-pub struct MsgBuf {
-    buf: TxBuf,
-    len: usize,
-    layout: Layout,
-}
-
-impl MsgBuf {
-    /// Payload length of the message.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the message is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn wire_len(&self) -> usize {
-        self.layout.wire_len(self.len)
-    }
-
-    /// The payload blocks, each with its offset in the message, for filling in place.
-    pub fn payload_mut(&mut self) -> impl Iterator<Item = (usize, &mut [u8])> + '_ {
-        let (seg, per) = (self.layout.segment(), self.layout.payload_per_datagram());
-        let wire = self.wire_len();
-        self.buf.storage_mut()[..wire]
-            .chunks_mut(seg)
-            .enumerate()
-            .map(move |(i, c)| (i * per, &mut c[HEADER_LEN..]))
-    }
-
-    /// The payload blocks, each with its offset in the message.
-    pub fn payload(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
-        let (seg, per) = (self.layout.segment(), self.layout.payload_per_datagram());
-        // The TxBuf's selected range is the whole wire layout (set when the buffer is made).
-        self.buf
-            .chunks(seg)
-            .enumerate()
-            .map(move |(i, c)| (i * per, &c[HEADER_LEN..]))
-    }
-
-    /// Copies `data` into the message at `offset`, across the header holes. Panics if it
-    /// does not fit in the message, as slice indexing does.
-    pub fn write_at(&mut self, offset: usize, data: &[u8]) {
-        assert!(
-            offset
-                .checked_add(data.len())
-                .is_some_and(|e| e <= self.len),
-            "write of {} bytes at {offset} outside a message of {} bytes",
-            data.len(),
-            self.len
-        );
-        let (seg, per) = (self.layout.segment(), self.layout.payload_per_datagram());
-        let storage = self.buf.storage_mut();
-        let mut done = 0;
-        while done < data.len() {
-            let off = offset + done;
-            let (i, within) = (off / per, off % per);
-            let n = (per - within).min(data.len() - done);
-            let at = i * seg + HEADER_LEN + within;
-            storage[at..at + n].copy_from_slice(&data[done..done + n]);
-            done += n;
-        }
-    }
-
-    /// Copies the whole message in; `data` must be exactly [`MsgBuf::len`] bytes (panics
-    /// otherwise).
-    pub fn copy_from(&mut self, data: &[u8]) {
-        assert_eq!(
-            data.len(),
-            self.len,
-            "copy_from needs exactly the message length"
-        );
-        self.write_at(0, data);
-    }
-
-    /// The payload as one vector (a copy; for checks).
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len);
-        for (_, p) in self.payload() {
-            v.extend_from_slice(p);
-        }
-        v
-    }
-}
-
 /// Sends whole messages to the peer of a connected UDP socket (see the module docs).
 #[derive(Debug)]
 pub struct MsgSender {
@@ -155,9 +58,7 @@ pub struct MsgSender {
     cfg: MsgConfig,
     layout: Layout,
     max_gso_bytes: usize,
-    batching: Batching,
-    session: u32,
-    next_id: u64,
+    framer: Framer,
     zerocopy_ok: bool,
     completions: Completions<TxBuf>,
     demotion: CopiedDemotion,
@@ -165,7 +66,6 @@ pub struct MsgSender {
     pool: Option<Pool>,
     headers: Vec<u8>,
     stats: Arc<Stats>,
-    msg_stats: Arc<MsgStats>,
 }
 
 impl MsgSender {
@@ -229,12 +129,13 @@ impl MsgSender {
             cfg: cfg.clone(),
             layout,
             max_gso_bytes,
-            batching: Batching {
+            framer: Framer::new(
+                layout,
+                u32::from_ne_bytes(session),
+                cfg.max_message,
                 per_call,
-                gso: cfg.gso && per_call > 1,
-            },
-            session: u32::from_ne_bytes(session),
-            next_id: 0,
+                cfg.gso,
+            ),
             zerocopy_ok,
             completions: Completions::new(),
             demotion: CopiedDemotion::default(),
@@ -242,7 +143,6 @@ impl MsgSender {
             pool: None,
             headers: Vec::new(),
             stats,
-            msg_stats: Arc::new(MsgStats::new()),
         })
     }
 
@@ -258,12 +158,12 @@ impl MsgSender {
 
     /// This sender's random session number (in every header).
     pub fn session(&self) -> u32 {
-        self.session
+        self.framer.session()
     }
 
     /// The id the next message will get.
     pub fn next_id(&self) -> u64 {
-        self.next_id
+        self.framer.next_id()
     }
 
     /// Datagram size, header included (the GSO segment size).
@@ -278,11 +178,7 @@ impl MsgSender {
 
     /// Datagrams per `sendmsg` now (1 once GSO is off).
     pub fn datagrams_per_call(&self) -> usize {
-        if self.batching.gso {
-            self.batching.per_call
-        } else {
-            1
-        }
+        self.framer.datagrams_per_call()
     }
 
     /// Largest UDP payload of one GSO send for this socket's family.
@@ -297,7 +193,7 @@ impl MsgSender {
 
     /// Message counters.
     pub fn stats(&self) -> &Arc<MsgStats> {
-        &self.msg_stats
+        self.framer.stats()
     }
 
     /// Socket-level byte counters: copy vs `MSG_ZEROCOPY` bytes (headers included), COPIED
@@ -312,93 +208,37 @@ impl MsgSender {
     }
 
     fn check_len(&self, len: usize) -> Result<(), MsgError> {
-        if len > self.cfg.max_message {
-            return Err(MsgError::TooLarge {
-                len,
-                max: self.cfg.max_message,
-            });
-        }
-        Ok(())
-    }
-
-    fn take_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
-    }
-
-    fn header(&self, id: u64, len: usize, i: usize) -> Header {
-        let r = self.layout.fragment(len, i);
-        Header {
-            session: self.session,
-            id,
-            total: len as u32,
-            offset: r.start as u32,
-            len: r.len() as u16,
-        }
+        self.framer.check_len(len)
     }
 
     /// Sends `data` as one message, copying (the slice may be reused at once), as
     /// [`crate::Sender::send_slice`] does for a stream. Returns its id. If an error
     /// interrupts a message the id is used anyway: the receiver reports it lost.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<u64, MsgError> {
-        self.check_len(data.len())?;
-        let id = self.take_id();
-        let n = self.layout.fragments(data.len());
+        let mut out = self.framer.begin(data.len())?;
         let mut headers = std::mem::take(&mut self.headers);
-        headers.clear();
-        for i in 0..n {
-            headers.extend_from_slice(&self.header(id, data.len(), i).encode());
-        }
-        let layout = self.layout;
-        let iov_of = |r: Range<usize>| -> Vec<IoSlice<'_>> {
-            r.flat_map(|i| {
-                [
-                    IoSlice::new(&headers[i * HEADER_LEN..(i + 1) * HEADER_LEN]),
-                    IoSlice::new(&data[layout.fragment(data.len(), i)]),
-                ]
-            })
-            .collect()
+        self.framer.headers(&out, &mut headers);
+        let result = loop {
+            let Some(batch) = self.framer.next_batch(&out) else {
+                break Ok(());
+            };
+            let iov = self
+                .framer
+                .interleave(&headers, data, batch.fragments.clone());
+            let r = udp_msg::send_vectored_gso(self.sock.as_fd(), &iov, false, batch.gso);
+            match self.framer.after(&mut out, &batch, r) {
+                Ok(Some(bytes)) => {
+                    self.stats.add_tx_copy_bytes(bytes as u64);
+                    self.stats.add_tx_copy_calls(1);
+                }
+                Ok(None) => {}
+                Err(e) => break Err(send_error(e, self.cfg.timeout)),
+            }
         };
-        let result = self.send_copy(0..n, &iov_of);
         self.headers = headers;
         result?;
-        self.msg_stats.copied_messages(1);
-        self.sent(data.len(), n);
-        Ok(id)
-    }
-
-    fn sent(&self, len: usize, datagrams: usize) {
-        self.msg_stats.messages_sent(1);
-        self.msg_stats.bytes_sent(len as u64);
-        self.msg_stats.datagrams_sent(datagrams as u64);
-    }
-
-    /// Sends fragments `frags` without `MSG_ZEROCOPY`.
-    fn send_copy<'a>(
-        &mut self,
-        frags: Range<usize>,
-        iov_of: &dyn Fn(Range<usize>) -> Vec<IoSlice<'a>>,
-    ) -> Result<(), MsgError> {
-        let stats = self.stats.clone();
-        let fd = self.sock.as_fd();
-        let mut on_call = |bytes: usize| {
-            stats.add_tx_copy_bytes(bytes as u64);
-            stats.add_tx_copy_calls(1);
-        };
-        match send_batches(
-            fd,
-            &mut self.batching,
-            frags,
-            self.layout,
-            iov_of,
-            false,
-            &self.msg_stats,
-            &mut on_call,
-        ) {
-            Ok(()) => Ok(()),
-            Err((_, e)) => Err(send_error(e, self.cfg.timeout)),
-        }
+        self.framer.finish(&out, false);
+        Ok(out.id())
     }
 
     /// A loaned buffer for a message of `len` bytes, from this sender's pool (made on first
@@ -447,20 +287,9 @@ impl MsgSender {
         if !self.pool.as_ref().is_some_and(|p| p.owns(&msg.buf)) || msg.layout != self.layout {
             return Err(Error::ForeignBuffer.into());
         }
-        self.check_len(msg.len)?;
-        let id = self.take_id();
-        let len = msg.len;
-        let n = self.layout.fragments(len);
-        let seg = self.layout.segment();
-        {
-            let storage = msg.buf.storage_mut();
-            for i in 0..n {
-                let h = self.header(id, len, i);
-                h.encode_into(&mut storage[i * seg..]);
-            }
-        }
-        let wire_len = self.layout.wire_len(len);
-        msg.buf.set_len(wire_len);
+        let mut out = self.framer.begin(msg.len)?;
+        self.framer.stamp(&out, &mut msg)?;
+        let wire_len = msg.wire_len();
         let mut zerocopy = self.cfg.tx == MsgTx::Zerocopy
             && match self.decide(&msg) {
                 TxDecision::ZeroCopy => true,
@@ -469,61 +298,40 @@ impl MsgSender {
                     false
                 }
             };
-        let layout = self.layout;
         let first_call = self.completions.next_id();
-        let mut next = 0;
         let mut enobufs = 0;
         let mut result = Ok(());
         let buf = msg.buf;
-        while next < n {
-            let wire: &[u8] = &buf;
-            let iov_of = |r: Range<usize>| -> Vec<IoSlice<'_>> {
-                let start = layout.wire_range(len, r.start).start;
-                let end = layout.wire_range(len, r.end - 1).end;
-                vec![IoSlice::new(&wire[start..end])]
-            };
-            let stats = self.stats.clone();
-            let completions = &mut self.completions;
-            let mut on_call = |bytes: usize| {
-                if zerocopy {
-                    completions.record_call(bytes);
-                    stats.add_tx_zerocopy_bytes(bytes as u64);
-                    stats.add_tx_zerocopy_calls(1);
-                } else {
-                    stats.add_tx_copy_bytes(bytes as u64);
-                    stats.add_tx_copy_calls(1);
+        while let Some(batch) = self.framer.next_batch(&out) {
+            let iov = [IoSlice::new(&buf[batch.wire.clone()])];
+            let r = udp_msg::send_vectored_gso(self.sock.as_fd(), &iov, zerocopy, batch.gso);
+            match self.framer.after(&mut out, &batch, r) {
+                Ok(Some(bytes)) if zerocopy => {
+                    self.completions.record_call(bytes);
+                    self.stats.add_tx_zerocopy_bytes(bytes as u64);
+                    self.stats.add_tx_zerocopy_calls(1);
+                    enobufs = 0;
                 }
-            };
-            match send_batches(
-                self.sock.as_fd(),
-                &mut self.batching,
-                next..n,
-                layout,
-                &iov_of,
-                zerocopy,
-                &self.msg_stats,
-                &mut on_call,
-            ) {
-                Ok(()) => next = n,
-                Err((at, e)) => {
-                    next = at;
-                    if zerocopy && e.raw_os_error() == Some(libc::ENOBUFS) {
-                        self.stats.add_tx_enobufs(1);
-                        if enobufs < ENOBUFS_RETRIES {
-                            enobufs += 1;
-                            if let Err(e) =
-                                self.wait_completions(Duration::from_millis(1 << enobufs))
-                            {
-                                result = Err(e);
-                                break;
-                            }
-                        } else {
-                            let rest = wire_len - layout.wire_range(len, at).start;
-                            self.stats.fallback(FallbackReason::Enobufs, rest as u64);
-                            zerocopy = false;
+                Ok(Some(bytes)) => {
+                    self.stats.add_tx_copy_bytes(bytes as u64);
+                    self.stats.add_tx_copy_calls(1);
+                }
+                Ok(None) => {}
+                Err(e) if zerocopy && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.stats.add_tx_enobufs(1);
+                    if enobufs < ENOBUFS_RETRIES {
+                        enobufs += 1;
+                        if let Err(e) = self.wait_completions(Duration::from_millis(1 << enobufs)) {
+                            result = Err(e);
+                            break;
                         }
-                        continue;
+                    } else {
+                        let rest = wire_len - batch.wire.start;
+                        self.stats.fallback(FallbackReason::Enobufs, rest as u64);
+                        zerocopy = false;
                     }
+                }
+                Err(e) => {
                     result = Err(send_error(e, self.cfg.timeout));
                     break;
                 }
@@ -538,12 +346,7 @@ impl MsgSender {
             drop(buf);
         }
         result?;
-        if went_zerocopy {
-            self.msg_stats.zerocopy_messages(1);
-        } else {
-            self.msg_stats.copied_messages(1);
-        }
-        self.sent(len, n);
+        self.framer.finish(&out, went_zerocopy);
         // Completions are read in batches: once half the pool is lent out (and whenever
         // `buffer` finds it empty). One error-queue read then returns a coalesced range
         // covering many messages, where a read per message cost about 8 % of the sender's
@@ -551,7 +354,7 @@ impl MsgSender {
         if self.buffers_in_flight() * 2 >= self.cfg.pool_buffers.max(1) {
             self.reap()?;
         }
-        Ok(id)
+        Ok(out.id())
     }
 
     fn decide(&self, msg: &MsgBuf) -> TxDecision {
@@ -647,57 +450,10 @@ fn send_error(e: io::Error, timeout: Duration) -> MsgError {
     }
 }
 
-/// Sends fragments `frags` in batches of `batching.per_call` datagrams, one GSO `sendmsg`
-/// each, calling `on_call(bytes)` after every successful call. A refused multi-datagram call
-/// (`EINVAL`, `EMSGSIZE`, `EIO`) halves the batch for good and retries. Any other error
-/// returns with the first fragment not yet sent.
-#[allow(clippy::too_many_arguments)]
-fn send_batches<'a>(
-    fd: BorrowedFd<'_>,
-    batching: &mut Batching,
-    frags: Range<usize>,
-    layout: Layout,
-    iov_of: &dyn Fn(Range<usize>) -> Vec<IoSlice<'a>>,
-    zerocopy: bool,
-    stats: &MsgStats,
-    on_call: &mut dyn FnMut(usize),
-) -> Result<(), (usize, io::Error)> {
-    let mut i = frags.start;
-    while i < frags.end {
-        let per = if batching.gso { batching.per_call } else { 1 };
-        let j = (i + per).min(frags.end);
-        let iov = iov_of(i..j);
-        let gso = (j - i > 1).then_some(layout.segment() as u16);
-        match udp_msg::send_vectored_gso(fd, &iov, zerocopy, gso) {
-            Ok(bytes) => {
-                stats.send_calls(1);
-                if j - i > 1 {
-                    stats.gso_calls(1);
-                }
-                on_call(bytes);
-                i = j;
-            }
-            Err(e) => match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(errno @ (libc::EINVAL | libc::EMSGSIZE | libc::EIO)) if j - i > 1 => {
-                    stats.gso_fallbacks(1);
-                    stats.set_gso_errno(errno);
-                    batching.per_call = ((j - i) / 2).max(1);
-                    if batching.per_call == 1 {
-                        batching.gso = false;
-                        stats.set_gso_disabled();
-                    }
-                }
-                _ => return Err((i, e)),
-            },
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::msg::wire::HEADER_LEN;
 
     #[test]
     fn msgbuf_writes_land_between_the_header_holes() {

@@ -1,0 +1,280 @@
+//! The UDP sink, side by side in one run: 64 KiB messages into a veth whose peer is down
+//! (zcnet-testbed's `VethPair`, MTU 1500, side B set down). The device drops what it is
+//! given after the driver, as a NIC releases what it has sent, so `MSG_ZEROCOPY` pages are
+//! never copied for local delivery there — the transmit-side saving as hardware would see it
+//! (the same sink as `zcnet bench --topology sink`). Needs root; says so and exits otherwise.
+//!
+//! ```text
+//! cargo run --release -p zcnet-tokio --example bench_udp -- [--messages 4000] [--runs 5] [--ring 64]
+//! ```
+//!
+//! Rows, each run on its own OS thread (a current-thread tokio runtime for the async ones,
+//! completion driver included), its CPU taken with `getrusage(RUSAGE_THREAD)`:
+//!
+//! * `tokio send (1472 B)` — plain `tokio::net::UdpSocket`, one `send` per datagram ≤ MTU
+//!   (45 per message), no framing: what a tokio user writes today;
+//! * `tokio send + UDP_SEGMENT` — plain tokio with GSO turned on by one `setsockopt`
+//!   (`UDP_SEGMENT` = 1472 on the socket, not a control message: tokio has no `sendmsg`),
+//!   so each `send` of up to 65 507 B leaves as one GSO batch: two sends per 64 KiB message;
+//! * `ZcUdpSocket send_slice` — zcnet's framing, GSO batches, copied;
+//! * `ZcUdpSocket send_lent` — GSO batches from loaned pool buffers with `MSG_ZEROCOPY`;
+//! * `blocking MsgSender send` — the same from `zcnet::msg` on a plain thread.
+//!
+//! The rows are interleaved (row 1..5, row 1..5, ...) `--runs` times, and the median of each
+//! row is printed: the machine is shared, so compare rows of one table only. No row writes
+//! its payload per message (each sends the bytes already in its buffer): this measures the
+//! transport, not the application filling buffers. The copying rows cycle through `--ring`
+//! distinct 64 KiB buffers (64 = 4 MiB by default), so their copies do not all read one
+//! cache-hot buffer; `--ring 1` shows the hot case.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+use zcnet::msg::{MsgConfig, MsgSender, MsgTx};
+use zcnet_sys::raw::cpu;
+use zcnet_testbed::netns::{Side, VethPair};
+use zcnet_tokio::ZcUdpSocket;
+
+const MSG: usize = 64 << 10;
+/// The discard port: nothing listens (nothing could: the peer is down).
+const DISCARD: u16 = 9;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    TokioDatagram,
+    TokioGso,
+    ZcSlice,
+    ZcLent,
+    Blocking,
+}
+
+const MODES: [Mode; 5] = [
+    Mode::TokioDatagram,
+    Mode::TokioGso,
+    Mode::ZcSlice,
+    Mode::ZcLent,
+    Mode::Blocking,
+];
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::TokioDatagram => "tokio UdpSocket send (1472 B)",
+            Mode::TokioGso => "tokio UdpSocket send + UDP_SEGMENT",
+            Mode::ZcSlice => "ZcUdpSocket send_slice (copy)",
+            Mode::ZcLent => "ZcUdpSocket send_lent (zero-copy)",
+            Mode::Blocking => "blocking MsgSender send (zero-copy)",
+        }
+    }
+}
+
+struct Run {
+    cpu: Duration,
+    wall: Duration,
+    zc_share: f64,
+    copied_anyway: f64,
+}
+
+fn cpu_now() -> Duration {
+    cpu::thread().map(|r| r.user + r.sys).unwrap_or_default()
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn msg_config() -> MsgConfig {
+    let mut c = MsgConfig::new(MsgTx::Zerocopy);
+    c.pool_buffers = 8;
+    c
+}
+
+/// A UDP socket in namespace A connected to the sink.
+fn sink_socket(pair: &VethPair) -> UdpSocket {
+    let to = SocketAddr::new(pair.addr(Side::B).into(), DISCARD);
+    let from = SocketAddr::new(pair.addr(Side::A).into(), 0);
+    pair.run_in_a(move || {
+        let s = UdpSocket::bind(from).expect("bind in namespace a");
+        s.connect(to).expect("connect to the sink");
+        s
+    })
+    .expect("entering namespace a")
+}
+
+fn run(mode: Mode, pair: &VethPair, messages: u64, ring: usize) -> Run {
+    let sock = sink_socket(pair);
+    std::thread::scope(|s| {
+        s.spawn(move || match mode {
+            Mode::TokioDatagram | Mode::TokioGso => current_thread().block_on(async move {
+                if mode == Mode::TokioGso {
+                    zcnet_sys::raw::udp::set_udp_segment(sock.as_fd(), 1472).expect("UDP_SEGMENT");
+                }
+                sock.set_nonblocking(true).unwrap();
+                let sock = tokio::net::UdpSocket::from_std(sock).unwrap();
+                let ring = buffers(ring);
+                let chunk = if mode == Mode::TokioGso {
+                    44 * 1472
+                } else {
+                    1472
+                };
+                let (c0, t0) = (cpu_now(), Instant::now());
+                for k in 0..messages {
+                    for part in ring[k as usize % ring.len()].chunks(chunk) {
+                        sock.send(part).await.expect("send");
+                    }
+                }
+                Run {
+                    cpu: cpu_now() - c0,
+                    wall: t0.elapsed(),
+                    zc_share: 0.0,
+                    copied_anyway: 0.0,
+                }
+            }),
+            Mode::ZcSlice | Mode::ZcLent => current_thread().block_on(async move {
+                let tx = ZcUdpSocket::from_std(sock, &msg_config()).unwrap();
+                let ring = buffers(ring);
+                // The pool is made (and its pages faulted in) before the clock starts.
+                drop(tx.buffer(MSG).await.unwrap());
+                let (c0, t0) = (cpu_now(), Instant::now());
+                for k in 0..messages {
+                    if mode == Mode::ZcSlice {
+                        let data = &ring[k as usize % ring.len()];
+                        tx.send_slice(data).await.expect("send_slice");
+                    } else {
+                        let b = tx.buffer(MSG).await.expect("buffer");
+                        tx.send_lent(b).await.expect("send_lent");
+                    }
+                }
+                tx.flush_loans().await.expect("flush");
+                let r = Run {
+                    cpu: cpu_now() - c0,
+                    wall: t0.elapsed(),
+                    zc_share: 0.0,
+                    copied_anyway: 0.0,
+                };
+                with_stats(r, &tx.stats().snapshot())
+            }),
+            Mode::Blocking => {
+                let mut tx = MsgSender::from_socket(sock, &msg_config()).unwrap();
+                drop(tx.buffer(MSG).unwrap());
+                let (c0, t0) = (cpu_now(), Instant::now());
+                for _ in 0..messages {
+                    let b = tx.buffer(MSG).expect("buffer");
+                    tx.send(b).expect("send");
+                }
+                tx.flush(Duration::from_secs(10)).expect("flush");
+                let r = Run {
+                    cpu: cpu_now() - c0,
+                    wall: t0.elapsed(),
+                    zc_share: 0.0,
+                    copied_anyway: 0.0,
+                };
+                with_stats(r, &tx.io_stats().snapshot())
+            }
+        })
+        .join()
+        .expect("a bench thread panicked")
+    })
+}
+
+/// `n` message buffers of distinct bytes, for the rows that copy: cycling through them
+/// (4 MiB by default) keeps the copy from reading one cache-hot buffer over and over.
+fn buffers(n: usize) -> Vec<Vec<u8>> {
+    (0..n.max(1)).map(|i| vec![i as u8; MSG]).collect()
+}
+
+fn with_stats(mut r: Run, s: &zcnet::StatsSnapshot) -> Run {
+    let total = (s.tx_bytes_zerocopy + s.tx_bytes_copy).max(1) as f64;
+    r.zc_share = s.tx_bytes_zerocopy as f64 / total;
+    r.copied_anyway = s.tx_bytes_zc_copied as f64 / s.tx_bytes_zerocopy.max(1) as f64;
+    r
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut messages = 4000u64;
+    let mut runs = 5usize;
+    let mut ring = 64usize;
+    let mut only: Option<usize> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().and_then(|v| v.parse::<u64>().ok());
+        match a.as_str() {
+            "--messages" => messages = val().expect("--messages N"),
+            "--runs" => runs = val().expect("--runs N") as usize,
+            "--ring" => ring = val().expect("--ring N") as usize,
+            // One row only (its index in the table, from 0): for a profiler.
+            "--only" => only = Some(val().expect("--only ROW") as usize),
+            _ => {
+                eprintln!("usage: bench_udp [--messages N] [--runs N] [--ring N] [--only ROW]");
+                std::process::exit(2);
+            }
+        }
+    }
+    if let Err(why) = zcnet_testbed::netns::available() {
+        eprintln!("SKIPPED: the sink needs network namespaces (root): {why}");
+        return;
+    }
+    let pair = VethPair::create(1500).expect("a veth pair");
+    // VethPair pins the neighbours, so A still transmits once B is down.
+    pair.set_link_up(Side::B, false)
+        .expect("setting the peer down");
+    let mut results: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs {
+        for (i, &m) in MODES.iter().enumerate() {
+            if only.is_none_or(|o| o == i) {
+                results[i].push(run(m, &pair, messages, ring));
+            }
+        }
+    }
+    println!(
+        "UDP sink (veth, peer down, MTU 1500), {messages} messages of 64 KiB per run, copy rows cycling through {ring} buffers, median of {runs} interleaved runs\n(shared, noisy machine: compare rows of this table only)\n"
+    );
+    println!(
+        "| sender | msgs per sender CPU-s | × plain tokio | sender CPU-s/GiB | wall msgs/s | zero-copy share | copied anyway |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let gib = (messages * MSG as u64) as f64 / (1u64 << 30) as f64;
+    let rate = |r: &Run| messages as f64 / r.cpu.as_secs_f64().max(1e-9);
+    let base = median(results[0].iter().map(rate).collect());
+    for (i, &m) in MODES.iter().enumerate() {
+        let rs = &results[i];
+        if rs.is_empty() {
+            continue;
+        }
+        let per_cpu = median(rs.iter().map(rate).collect());
+        let cpu_gib = median(rs.iter().map(|r| r.cpu.as_secs_f64() / gib).collect());
+        let wall = median(
+            rs.iter()
+                .map(|r| messages as f64 / r.wall.as_secs_f64().max(1e-9))
+                .collect(),
+        );
+        let zc = median(rs.iter().map(|r| r.zc_share).collect());
+        let copied = median(rs.iter().map(|r| r.copied_anyway).collect());
+        let ratio = if base.is_nan() {
+            "–".to_string()
+        } else {
+            format!("{:.2}", per_cpu / base)
+        };
+        println!(
+            "| {} | {:.0} | {} | {:.3} | {:.0} | {:.0} % | {:.0} % |",
+            m.name(),
+            per_cpu,
+            ratio,
+            cpu_gib,
+            wall,
+            zc * 100.0,
+            copied * 100.0
+        );
+    }
+}

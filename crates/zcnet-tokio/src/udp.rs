@@ -1,0 +1,541 @@
+//! [`ZcUdpSocket`]: zcnet's whole messages over UDP (`zcnet::msg`, `docs/msg.md`) on
+//! tokio's reactor — out as GSO batches (`UDP_SEGMENT`) with `MSG_ZEROCOPY` loans, in with
+//! `UDP_GRO`, every lost message reported by id. Same wire format as the blocking
+//! `MsgSender`/`MsgReceiver`, and the same sender state machine ([`zcnet::msg::Framer`]):
+//! only the waiting differs.
+//!
+//! The socket sits in its own epoll instance, as a [`crate::ZcStream`] does
+//! (`readiness.rs`): completions raise `EPOLLERR`, which tokio would read as a closed write
+//! side and spin on.
+
+use crate::conn::Conn;
+use crate::driver;
+use crate::loan::{Loan, Waiting};
+use crate::readiness::Direction;
+use std::future::poll_fn;
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use zcnet::msg::recv::{feed, prepare_socket};
+use zcnet::msg::wire::Layout;
+use zcnet::msg::{Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgStats, MsgTx, Reassembly};
+use zcnet::policy::TxDecision;
+use zcnet::{Error, FallbackReason, Pool, Stats};
+use zcnet_sys::raw::socket::RecvFlags;
+use zcnet_sys::raw::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
+use zcnet_sys::raw::zerocopy as zc;
+
+/// Zero-copy attempts after `ENOBUFS` (each after draining completions and yielding)
+/// before the rest of the message is copied.
+const ENOBUFS_RETRIES: u32 = 3;
+
+/// How one message went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MsgSent {
+    /// The message's id (what a receiver's [`zcnet::msg::Lost`] names).
+    pub id: u64,
+    /// Wire bytes (headers included) sent with `MSG_ZEROCOPY`.
+    pub zerocopy: usize,
+    /// Wire bytes sent by copy (the policy's choice or a fallback).
+    pub copied: usize,
+    /// Whether the completion said the kernel copied the zero-copy bytes anyway
+    /// (`SO_EE_CODE_ZEROCOPY_COPIED`: loopback, a veth into a namespace). `None` when the
+    /// send returned before its completion ([`ZcUdpSocket::send_lent`]).
+    pub copied_anyway: Option<bool>,
+    /// Why bytes were copied, if they were.
+    pub fallback: Option<FallbackReason>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn msg_err(e: MsgError) -> io::Error {
+    match e {
+        MsgError::Io(e) => e.into(),
+        e => io::Error::new(io::ErrorKind::InvalidInput, e),
+    }
+}
+
+/// The receiving half's state, used by one `recv` at a time.
+#[derive(Debug)]
+struct RxState {
+    buf: Vec<u8>,
+    table: Reassembly,
+}
+
+/// Whole messages over one UDP socket, asynchronously (see the module docs).
+///
+/// Sends need a connected socket ([`ZcUdpSocket::connect`]); receiving works on any bound
+/// one ([`ZcUdpSocket::bind`]). Every method takes `&self`: tasks may share it in an `Arc`,
+/// each message's datagrams numbered under one lock so concurrent senders never mix ids.
+#[derive(Debug)]
+pub struct ZcUdpSocket {
+    conn: Arc<Conn<UdpSocket>>,
+    framer: Mutex<Framer>,
+    cfg: MsgConfig,
+    zerocopy: bool,
+    pool: Mutex<Option<Pool>>,
+    rx: tokio::sync::Mutex<RxState>,
+    gro: bool,
+}
+
+impl ZcUdpSocket {
+    /// A socket bound to `addr` (port 0 picks one) for receiving; `UDP_GRO` on as
+    /// [`MsgConfig::gro`] says. Must be called inside a tokio runtime with I/O enabled.
+    pub fn bind(addr: SocketAddr, cfg: &MsgConfig) -> io::Result<ZcUdpSocket> {
+        cfg.validate().map_err(msg_err)?;
+        let sock = UdpSocket::bind(addr)?;
+        Self::wrap(sock, cfg, false)
+    }
+
+    /// A socket connected to `peer` for sending (and receiving from it), `SO_ZEROCOPY` on
+    /// when [`MsgConfig::tx`] asks for it. The datagram size comes from the path MTU
+    /// (`IP_MTU`) unless [`MsgConfig::segment`] fixes it.
+    pub fn connect(peer: SocketAddr, cfg: &MsgConfig) -> io::Result<ZcUdpSocket> {
+        cfg.validate().map_err(msg_err)?;
+        let local: SocketAddr = match peer {
+            SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+            SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+        };
+        let sock = UdpSocket::bind(local)?;
+        let zerocopy = cfg.tx == MsgTx::Zerocopy && zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        sock.connect(peer)?;
+        Self::wrap(sock, cfg, zerocopy)
+    }
+
+    /// Takes over a bound (and, for sending, connected) socket — made in another network
+    /// namespace, say. `SO_ZEROCOPY` is turned on when [`MsgConfig::tx`] asks for it.
+    pub fn from_std(sock: UdpSocket, cfg: &MsgConfig) -> io::Result<ZcUdpSocket> {
+        cfg.validate().map_err(msg_err)?;
+        let zerocopy = cfg.tx == MsgTx::Zerocopy
+            && (zc::so_zerocopy(sock.as_fd()).unwrap_or(false)
+                || zc::set_so_zerocopy(sock.as_fd()).is_ok());
+        Self::wrap(sock, cfg, zerocopy)
+    }
+
+    fn wrap(sock: UdpSocket, cfg: &MsgConfig, zerocopy: bool) -> io::Result<ZcUdpSocket> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        sock.set_nonblocking(true)?;
+        let peer = sock.peer_addr().ok();
+        let (ip_udp, max_gso) = match sock.local_addr()?.ip() {
+            IpAddr::V4(_) => (28, MAX_UDP_PAYLOAD_V4),
+            IpAddr::V6(_) => (48, MAX_UDP_PAYLOAD_V6),
+        };
+        let segment = match (cfg.segment, peer) {
+            (Some(s), _) => s,
+            (None, Some(p)) => {
+                let mtu = udp_msg::path_mtu(sock.as_fd(), p.ip())?;
+                (mtu as usize).saturating_sub(ip_udp).min(max_gso)
+            }
+            // Not connected: nothing is sent, the layout only has to be valid.
+            (None, None) => 1500 - ip_udp,
+        };
+        let layout = Layout::new(segment)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let per_call = (max_gso / segment).clamp(1, UDP_MAX_SEGMENTS);
+        let mut session = [0u8; 4];
+        getrandom::fill(&mut session).map_err(|e| io::Error::other(e.to_string()))?;
+        let framer = Framer::new(
+            layout,
+            u32::from_ne_bytes(session),
+            cfg.max_message,
+            per_call,
+            cfg.gso,
+        );
+        let (gro, _) = prepare_socket(sock.as_fd(), cfg, framer.stats()).map_err(msg_err)?;
+        let stats = Arc::new(Stats::new());
+        if cfg.tx == MsgTx::Zerocopy && !zerocopy && peer.is_some() {
+            stats.fallback(FallbackReason::Unsupported, 0);
+        }
+        let conn = Arc::new(Conn::new(sock, zerocopy, cfg.policy, stats)?);
+        runtime.spawn(driver::drive(conn.clone()));
+        Ok(ZcUdpSocket {
+            conn,
+            framer: Mutex::new(framer),
+            cfg: cfg.clone(),
+            zerocopy,
+            pool: Mutex::new(None),
+            rx: tokio::sync::Mutex::new(RxState {
+                buf: vec![0; cfg.datagram_buffer],
+                table: Reassembly::new(cfg.reassembly, cfg.max_message),
+            }),
+            gro,
+        })
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.conn.socket().local_addr()
+    }
+
+    /// The connected peer.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.conn.socket().peer_addr()
+    }
+
+    /// Whether `SO_ZEROCOPY` is on.
+    pub fn zerocopy_enabled(&self) -> bool {
+        self.zerocopy
+    }
+
+    /// Whether `UDP_GRO` is on.
+    pub fn gro_enabled(&self) -> bool {
+        self.gro
+    }
+
+    /// Byte counters: copy vs `MSG_ZEROCOPY` (headers included), bytes the kernel copied
+    /// anyway, `ENOBUFS`, fallbacks by reason — zcnet's [`Stats`], as for streams.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.conn.stats
+    }
+
+    /// Message counters, both directions: messages, datagrams, GSO calls and fallbacks,
+    /// losses by reason.
+    pub fn msg_stats(&self) -> Arc<MsgStats> {
+        lock(&self.framer).stats().clone()
+    }
+
+    /// Datagram size, header included.
+    pub fn segment(&self) -> usize {
+        lock(&self.framer).layout().segment()
+    }
+
+    /// Payload bytes per datagram.
+    pub fn payload_per_datagram(&self) -> usize {
+        lock(&self.framer).layout().payload_per_datagram()
+    }
+
+    /// Datagrams per `sendmsg` now.
+    pub fn datagrams_per_call(&self) -> usize {
+        lock(&self.framer).datagrams_per_call()
+    }
+
+    /// Pool buffers free for [`ZcUdpSocket::buffer`] now (none before the pool is made):
+    /// a buffer the kernel still reads is not among them.
+    pub fn buffers_available(&self) -> usize {
+        lock(&self.pool).as_ref().map_or(0, Pool::available)
+    }
+
+    /// Buffers the kernel may still read.
+    pub fn loans_in_flight(&self) -> usize {
+        self.conn.loans_in_flight()
+    }
+
+    /// Sends `data` as one message by copying (the slice may be reused at once): an iovec
+    /// interleaves headers and `data`, so the kernel copies once and user space never.
+    /// Returns the message's id. A message interrupted by an error (or a cancelled future)
+    /// has used its id: the receiver reports it lost.
+    pub async fn send_slice(&self, data: &[u8]) -> io::Result<u64> {
+        let mut out = lock(&self.framer).begin(data.len()).map_err(msg_err)?;
+        let mut headers = Vec::new();
+        lock(&self.framer).headers(&out, &mut headers);
+        loop {
+            let step = poll_fn(|cx| {
+                self.conn.poll_io(cx, Direction::Write, || {
+                    let mut f = lock(&self.framer);
+                    let Some(batch) = f.next_batch(&out) else {
+                        return Ok(true);
+                    };
+                    let iov = f.interleave(&headers, data, batch.fragments.clone());
+                    let r = self.conn.send_gso(&iov, false, batch.gso).map(|(n, _)| n);
+                    f.after(&mut out, &batch, r).map(|_| false)
+                })
+            })
+            .await?;
+            if step {
+                lock(&self.framer).finish(&out, false);
+                return Ok(out.id());
+            }
+        }
+    }
+
+    /// A message buffer of `len` bytes from this socket's pool ([`MsgConfig::pool_buffers`]
+    /// buffers of [`MsgConfig::max_message`], page-aligned, made on first use), laid out with
+    /// a hole for each datagram's header. Waits, up to [`MsgConfig::timeout`], while every
+    /// buffer is out.
+    pub async fn buffer(&self, len: usize) -> io::Result<MsgBuf> {
+        let layout = {
+            let framer = lock(&self.framer);
+            framer.check_len(len).map_err(msg_err)?;
+            framer.layout()
+        };
+        let pool = {
+            let mut p = lock(&self.pool);
+            if p.is_none() {
+                let size = layout.wire_len(self.cfg.max_message);
+                *p = Some(Pool::new(self.cfg.pool_buffers, size)?);
+            }
+            p.clone().expect("made above")
+        };
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut waited = false;
+        loop {
+            let mut got = pool.try_take();
+            if got.is_none() && self.conn.loans_in_flight() > 0 {
+                // Completions may be queued already: one non-blocking read, no wait.
+                self.conn.drain()?;
+                got = pool.try_take();
+            }
+            if let Some(buf) = got {
+                return MsgBuf::new(buf, len, layout)
+                    .map_err(|_| io::Error::other("pool buffer smaller than a largest message"));
+            }
+            if !waited {
+                waited = true;
+                self.conn.stats.add_pool_waits(1);
+            }
+            if Instant::now() >= deadline {
+                self.conn.stats.add_pool_timeouts(1);
+                return Err(Error::PoolExhausted(self.cfg.timeout).into());
+            }
+            if self.conn.loans_in_flight() > 0 {
+                // The pool refills when a completion releases a loan.
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(10),
+                    poll_fn(|cx| self.conn.poll_completion_event(cx)),
+                )
+                .await;
+            } else {
+                // Every buffer is with the caller: look again shortly.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+
+    /// Sends a stamped-in-place message with `MSG_ZEROCOPY` (when [`MsgConfig::tx`] is
+    /// [`MsgTx::Zerocopy`], `SO_ZEROCOPY` is on and the policy agrees; otherwise copied, the
+    /// reason counted) and resolves — handing `msg` back — only once the kernel's completion
+    /// covers every call that named it. On error the buffer comes back too, after those
+    /// completions.
+    ///
+    /// Cancel-safe in the memory sense: dropped at any point, the buffer stays with the
+    /// socket until its completion and is dropped there (a pool buffer then goes back to its
+    /// pool); it is never freed or reused while the kernel may read it.
+    pub async fn send_zc(&self, msg: MsgBuf) -> (io::Result<MsgSent>, MsgBuf) {
+        let mut flight = UdpFlight {
+            conn: self.conn.clone(),
+            buf: Some(msg),
+            span: None,
+        };
+        let result = self.send_flight(&mut flight).await;
+        let (buf, span) = flight.finish();
+        let Some((first, last)) = span else {
+            return (
+                result.map(|mut s| {
+                    s.copied_anyway = Some(false);
+                    s
+                }),
+                buf,
+            );
+        };
+        let (back, returned) = oneshot::channel();
+        self.conn
+            .lend(Loan::Waiting(Box::new(Waiting { buf, back })), first, last);
+        match returned.await {
+            Ok((buf, copied)) => (
+                result.map(|mut s| {
+                    s.copied_anyway = Some(copied);
+                    s
+                }),
+                buf,
+            ),
+            // The loan was leaked (the runtime is shutting down under the socket): the
+            // buffer must not come back, so this future never resolves.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Sends a message as [`ZcUdpSocket::send_zc`] does but returns once it is queued; the
+    /// socket keeps the buffer until the completion and then drops it (a pool buffer goes
+    /// back to its pool, where [`ZcUdpSocket::buffer`] finds it). The fast way to stream
+    /// messages: no wait per message, completions read in batches by the socket's driver.
+    pub async fn send_lent(&self, msg: MsgBuf) -> io::Result<MsgSent> {
+        let mut flight = UdpFlight {
+            conn: self.conn.clone(),
+            buf: Some(msg),
+            span: None,
+        };
+        let result = self.send_flight(&mut flight).await;
+        let (buf, span) = flight.finish();
+        if let Some((first, last)) = span {
+            self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+            // Completions are read in batches, as the blocking sender does: once half the
+            // pool is lent out, one error-queue read covers many messages.
+            if self.conn.loans_in_flight() * 2 >= self.cfg.pool_buffers.max(1) {
+                self.conn.drain()?;
+            }
+        }
+        result
+    }
+
+    async fn send_flight(&self, flight: &mut UdpFlight) -> io::Result<MsgSent> {
+        let msg = flight.buf.as_mut().expect("a flight holds its buffer");
+        let mut out = {
+            let mut f = lock(&self.framer);
+            let out = f.begin(msg.len()).map_err(msg_err)?;
+            f.stamp(&out, msg).map_err(msg_err)?;
+            out
+        };
+        let wire_len = msg.wire_len();
+        let mut sent = MsgSent {
+            id: out.id(),
+            zerocopy: 0,
+            copied: 0,
+            copied_anyway: None,
+            fallback: None,
+        };
+        let mut zerocopy = self.cfg.tx == MsgTx::Zerocopy
+            && match self.conn.decide(msg.wire()) {
+                TxDecision::ZeroCopy => true,
+                TxDecision::Copy(reason) => {
+                    self.conn.stats.fallback(reason, wire_len as u64);
+                    sent.fallback = Some(reason);
+                    false
+                }
+            };
+        let mut enobufs = 0;
+        loop {
+            let wire = flight.buf.as_ref().expect("held").wire();
+            let r = poll_fn(|cx| {
+                self.conn.poll_io(cx, Direction::Write, || {
+                    let mut f = lock(&self.framer);
+                    let Some(batch) = f.next_batch(&out) else {
+                        return Ok(None);
+                    };
+                    let iov = [IoSlice::new(&wire[batch.wire.clone()])];
+                    let (r, id) = match self.conn.send_gso(&iov, zerocopy, batch.gso) {
+                        Ok((n, id)) => (Ok(n), id),
+                        Err(e) => (Err(e), None),
+                    };
+                    f.after(&mut out, &batch, r)
+                        .map(|n| Some((n, id, batch.wire.start)))
+                })
+            })
+            .await;
+            match r {
+                Ok(None) => break,
+                Ok(Some((Some(n), id, _))) => {
+                    if let Some(id) = id {
+                        flight.span = Some(flight.span.map_or((id, id), |(a, _)| (a, id)));
+                        sent.zerocopy += n;
+                        enobufs = 0;
+                    } else {
+                        sent.copied += n;
+                    }
+                }
+                Ok(Some((None, _, _))) => {}
+                Err(e) if zerocopy && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    // Nothing was queued: free option memory by reading completions, then
+                    // retry, or copy the rest of the message (counted).
+                    self.conn.stats.add_tx_enobufs(1);
+                    if enobufs < ENOBUFS_RETRIES {
+                        enobufs += 1;
+                        self.conn.drain()?;
+                        tokio::task::yield_now().await;
+                    } else {
+                        let at = lock(&self.framer)
+                            .next_batch(&out)
+                            .map_or(wire_len, |b| b.wire.start);
+                        self.conn
+                            .stats
+                            .fallback(FallbackReason::Enobufs, (wire_len - at) as u64);
+                        sent.fallback = Some(FallbackReason::Enobufs);
+                        zerocopy = false;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        lock(&self.framer).finish(&out, flight.span.is_some());
+        Ok(sent)
+    }
+
+    /// Waits until the kernel has returned every loaned buffer.
+    pub async fn flush_loans(&self) -> io::Result<()> {
+        poll_fn(|cx| self.conn.poll_completions(cx)).await
+    }
+
+    /// The next event — a whole message, or messages lost — from any sender. Losses are
+    /// found while waiting (the reassembly timeout), so a caller that only ever calls
+    /// `recv` sees every one. One `recv` at a time reads; concurrent callers queue.
+    pub async fn recv(&self) -> io::Result<MsgEvent> {
+        let stats = self.msg_stats();
+        let mut rx = self.rx.lock().await;
+        let rx = &mut *rx;
+        loop {
+            rx.table.expire(Instant::now(), &stats);
+            if let Some(ev) = rx.table.pop_event() {
+                return Ok(ev);
+            }
+            let read = poll_fn(|cx| {
+                self.conn.poll_io(cx, Direction::Read, || {
+                    udp_msg::recv_datagram(
+                        self.conn.socket().as_fd(),
+                        &mut rx.buf,
+                        RecvFlags::DONTWAIT,
+                    )
+                })
+            });
+            let r = match rx.table.next_deadline() {
+                Some(t) => match tokio::time::timeout_at(t.into(), read).await {
+                    Ok(r) => r,
+                    Err(_) => continue,
+                },
+                None => read.await,
+            };
+            let r = r?;
+            self.conn.stats.add_rx_copied_bytes(r.len as u64);
+            feed(&mut rx.table, &rx.buf, &r, Instant::now(), &stats);
+        }
+    }
+
+    /// Gives a delivered message's buffer back for reuse by a later one.
+    pub async fn recycle(&self, msg: zcnet::msg::Message) {
+        self.rx.lock().await.table.recycle(msg.data);
+    }
+}
+
+/// The socket itself, for options this type does not wrap (`SO_SNDBUF`, `IP_TOS`, ...).
+/// Reading or writing through it directly bypasses the message framing.
+impl AsFd for ZcUdpSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.conn.socket().as_fd()
+    }
+}
+
+impl Drop for ZcUdpSocket {
+    fn drop(&mut self) {
+        self.conn.close();
+    }
+}
+
+/// A message on its way out. Dropped before the send finished (a cancelled future), it
+/// lends the buffer to the socket's bookkeeping if any zero-copy call named it.
+struct UdpFlight {
+    conn: Arc<Conn<UdpSocket>>,
+    buf: Option<MsgBuf>,
+    span: Option<(u64, u64)>,
+}
+
+impl UdpFlight {
+    fn finish(mut self) -> (MsgBuf, Option<(u64, u64)>) {
+        let buf = self
+            .buf
+            .take()
+            .expect("a flight holds its buffer until finished");
+        (buf, self.span.take())
+    }
+}
+
+impl Drop for UdpFlight {
+    fn drop(&mut self) {
+        if let (Some(buf), Some((first, last))) = (self.buf.take(), self.span) {
+            self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! `ZcUdpSocket`: whole messages arrive byte for byte (1 B to 1 MiB, copy and zero-copy, on
+//! loopback and across a veth pair), interoperate both ways with the blocking
+//! `zcnet::msg`, survive many concurrent sending tasks, keep a cancelled send's buffer
+//! until the kernel lets go, fall back counted under `ENOBUFS`, and report every lost
+//! message by id.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+use zcnet::msg::{LossReason, Lost, Message, MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
+use zcnet::Policy;
+use zcnet_testbed::pattern::{pattern, PERIOD};
+use zcnet_testbed::topo::{veth_or_skip, Topo};
+use zcnet_tokio::ZcUdpSocket;
+
+const MIB: usize = 1 << 20;
+const SIZES: [usize; 4] = [1, 1472, 64 << 10, MIB];
+
+/// Message `seed`'s bytes: the checked pattern from a seed-dependent offset, the seed in
+/// its first (up to) eight bytes, so a receiver can tell which message it holds.
+fn body(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    let start = seed.wrapping_mul(7919) % PERIOD as u64;
+    while v.len() < len {
+        let n = (len - v.len()).min(PERIOD);
+        v.extend_from_slice(pattern(start, n));
+    }
+    let k = len.min(8);
+    v[..k].copy_from_slice(&seed.to_le_bytes()[..k]);
+    v
+}
+
+/// Every byte of `data` against message `seed` of `len` bytes.
+fn check(seed: u64, data: &[u8], len: usize) {
+    assert_eq!(data.len(), len, "message {seed}: length");
+    let want = body(seed, len);
+    if let Some(i) = (0..len).find(|&i| data[i] != want[i]) {
+        panic!(
+            "message {seed} ({len} B): byte {i} is {:#04x}, expected {:#04x}",
+            data[i], want[i]
+        );
+    }
+}
+
+fn seed_of(m: &Message) -> u64 {
+    let mut b = [0u8; 8];
+    let k = m.data.len().min(8);
+    b[..k].copy_from_slice(&m.data[..k]);
+    u64::from_le_bytes(b)
+}
+
+fn config(tx: MsgTx) -> MsgConfig {
+    let mut c = MsgConfig::new(tx);
+    // Every loan goes zero-copy, so the counters can be checked exactly.
+    c.policy = Policy::always();
+    c.reassembly.timeout = Duration::from_millis(400);
+    c.recv_buffer = 32 * MIB;
+    c
+}
+
+/// The next event within `t`, or a panic naming what was awaited.
+async fn next(rx: &ZcUdpSocket, t: Duration, what: &str) -> MsgEvent {
+    tokio::time::timeout(t, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {t:?}"))
+        .expect("recv")
+}
+
+async fn expect_message(rx: &ZcUdpSocket, what: &str) -> Message {
+    match next(rx, Duration::from_secs(10), what).await {
+        MsgEvent::Message(m) => m,
+        MsgEvent::Lost(l) => panic!("{what}: lost {l:?}"),
+    }
+}
+
+/// Sockets on `topo`: a receiver on its receiving side, a connected sender on its sending
+/// side.
+fn sockets(topo: Topo<'_>, cfg: &MsgConfig) -> (ZcUdpSocket, ZcUdpSocket) {
+    let r = topo.on_receiver(|| UdpSocket::bind(topo.receiver_addr(0)).unwrap());
+    let to = r.local_addr().unwrap();
+    let s = topo.on_sender(|| {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.connect(to).unwrap();
+        s
+    });
+    (
+        ZcUdpSocket::from_std(r, cfg).unwrap(),
+        ZcUdpSocket::from_std(s, cfg).unwrap(),
+    )
+}
+
+#[derive(Debug, Clone, Copy)]
+enum How {
+    Slice,
+    Zc,
+    Lent,
+}
+
+async fn send(tx: &ZcUdpSocket, how: How, seed: u64, len: usize) -> u64 {
+    let data = body(seed, len);
+    match how {
+        How::Slice => tx.send_slice(&data).await.unwrap(),
+        How::Zc => {
+            let mut b = tx.buffer(len).await.unwrap();
+            b.copy_from(&data);
+            let (r, b) = tx.send_zc(b).await;
+            let sent = r.unwrap();
+            assert_eq!(b.to_vec(), data, "send_zc hands the same bytes back");
+            assert!(
+                sent.copied_anyway.is_some(),
+                "send_zc waits for the completion"
+            );
+            sent.id
+        }
+        How::Lent => {
+            let mut b = tx.buffer(len).await.unwrap();
+            b.copy_from(&data);
+            tx.send_lent(b).await.unwrap().id
+        }
+    }
+}
+
+async fn every_size(topo: Topo<'_>) {
+    for tx_mode in [MsgTx::Copy, MsgTx::Zerocopy] {
+        let cfg = config(tx_mode);
+        let (rx, tx) = sockets(topo, &cfg);
+        assert!(rx.gro_enabled());
+        let mut seed = 0;
+        for how in [How::Slice, How::Zc, How::Lent] {
+            for len in SIZES {
+                let id = send(&tx, how, seed, len).await;
+                let m = expect_message(&rx, &format!("{topo:?} {tx_mode:?} {how:?} {len}")).await;
+                assert_eq!(m.id, id);
+                check(seed, &m, len);
+                seed += 1;
+            }
+        }
+        tx.flush_loans().await.unwrap();
+        assert_eq!(tx.loans_in_flight(), 0);
+        let s = tx.stats().snapshot();
+        let ms = tx.msg_stats().snapshot();
+        assert_eq!(ms.messages_sent, seed);
+        if tx_mode == MsgTx::Zerocopy && tx.zerocopy_enabled() {
+            // The loaned sends went zero-copy; the slices were copied.
+            assert!(s.tx_bytes_zerocopy > 2 * MIB as u64, "{s:?}");
+            assert!(ms.zerocopy_messages >= 8, "{ms:?}");
+        } else {
+            assert_eq!(s.tx_bytes_zerocopy, 0);
+        }
+        assert!(s.tx_bytes_copy > MIB as u64);
+        if matches!(topo, Topo::Netns(_)) {
+            assert!(ms.gso_calls > 0, "GSO batches at MTU 1500: {ms:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_size_arrives_whole_on_loopback() {
+    every_size(Topo::Loopback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_size_arrives_whole_between_namespaces() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    every_size(Topo::Netns(&pair)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_with_the_blocking_sender_and_receiver() {
+    // Blocking MsgSender -> ZcUdpSocket.
+    let cfg = config(MsgTx::Zerocopy);
+    let rx = ZcUdpSocket::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap();
+    let to = rx.local_addr().unwrap();
+    let c = cfg.clone();
+    let sender = std::thread::spawn(move || {
+        let mut tx = MsgSender::connect(to, &c).unwrap();
+        for (i, len) in SIZES.into_iter().enumerate() {
+            let mut b = tx.buffer(len).unwrap();
+            b.copy_from(&body(i as u64, len));
+            tx.send(b).unwrap();
+            tx.send_slice(&body(100 + i as u64, len)).unwrap();
+            // One message pair at a time: the receiver reads while the next is built.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        tx.flush(Duration::from_secs(5)).unwrap()
+    });
+    for (i, len) in SIZES.into_iter().enumerate() {
+        let m = expect_message(&rx, "from MsgSender::send").await;
+        check(i as u64, &m, len);
+        let m = expect_message(&rx, "from MsgSender::send_slice").await;
+        check(100 + i as u64, &m, len);
+    }
+    assert!(sender.join().unwrap());
+
+    // ZcUdpSocket -> blocking MsgReceiver.
+    let mut mrx = MsgReceiver::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap();
+    let to = mrx.local_addr().unwrap();
+    let (done, mut wait) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let receiver = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        while got.len() < 3 * SIZES.len() {
+            match mrx.recv(Duration::from_secs(10)).unwrap() {
+                Some(MsgEvent::Message(m)) => {
+                    got.push((seed_of(&m), m.data.len()));
+                    check(seed_of(&m), &m, m.data.len());
+                    let _ = done.send(());
+                }
+                Some(MsgEvent::Lost(l)) => panic!("MsgReceiver lost {l:?}"),
+                None => panic!("MsgReceiver: nothing in 10 s after {} messages", got.len()),
+            }
+        }
+        got
+    });
+    let tx = ZcUdpSocket::connect(to, &cfg).unwrap();
+    let mut seed = 1000;
+    for how in [How::Slice, How::Zc, How::Lent] {
+        for len in SIZES {
+            send(&tx, how, seed, len).await;
+            seed += 1;
+            // Wait for the receiver to take it before the next (bounded socket buffers).
+            tokio::time::timeout(Duration::from_secs(10), wait.recv())
+                .await
+                .expect("MsgReceiver took it in time")
+                .expect("MsgReceiver alive");
+        }
+    }
+    let got = receiver.join().unwrap();
+    let want: Vec<(u64, usize)> = (0..3)
+        .flat_map(|k| {
+            SIZES
+                .iter()
+                .enumerate()
+                .map(move |(i, &l)| (1000 + k * 4 + i as u64, l))
+        })
+        // A 1-byte message carries only its seed's low byte.
+        .map(|(s, l)| (if l == 1 { s & 0xff } else { s }, l))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_share_one_socket() {
+    let mut cfg = config(MsgTx::Zerocopy);
+    cfg.pool_buffers = 16;
+    let rx = ZcUdpSocket::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap();
+    let tx = Arc::new(ZcUdpSocket::connect(rx.local_addr().unwrap(), &cfg).unwrap());
+    const TASKS: u64 = 8;
+    const EACH: u64 = 12;
+    let len = 64 << 10;
+    let reader = tokio::spawn(async move {
+        let mut seen = BTreeMap::new();
+        while seen.len() < (TASKS * EACH) as usize {
+            let m = expect_message(&rx, "concurrent senders").await;
+            let s = seed_of(&m);
+            check(s, &m, len);
+            assert!(seen.insert(s, m.id).is_none(), "message {s} twice");
+        }
+        seen
+    });
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                for k in 0..EACH {
+                    let how = [How::Zc, How::Lent, How::Slice][(k % 3) as usize];
+                    send(&tx, how, t * 1000 + k, len).await;
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let seen = reader.await.unwrap();
+    // Ids are distinct and dense: one counter under one lock.
+    let mut ids: Vec<u64> = seen.values().copied().collect();
+    ids.sort();
+    assert_eq!(ids, (0..TASKS * EACH).collect::<Vec<_>>());
+    tx.flush_loans().await.unwrap();
+    assert_eq!(tx.buffers_available(), 16, "every pool buffer came home");
+}
+
+/// A relay between sender and receiver that drops chosen datagrams: one fragment of
+/// message 3 and all of message 5.
+fn dropping_relay(listen: UdpSocket, to: SocketAddr) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        listen
+            .set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut dropped = 0;
+        while let Ok(n) = listen.recv(&mut buf) {
+            let d = &buf[..n];
+            let (h, _) = zcnet::msg::wire::Header::decode(d).expect("our datagram");
+            if (h.id == 3 && h.offset > 0 && dropped == 0) || h.id == 5 {
+                dropped += 1;
+                continue;
+            }
+            listen.send_to(d, to).unwrap();
+        }
+        dropped
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_messages_are_reported_by_id() {
+    let mut cfg = config(MsgTx::Zerocopy);
+    cfg.segment = Some(1200);
+    cfg.reassembly.timeout = Duration::from_millis(300);
+    let rx = ZcUdpSocket::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap();
+    // No GRO on the relay: the kernel cuts the sender's GSO batches into datagrams for it.
+    let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let via = relay.local_addr().unwrap();
+    let r = dropping_relay(relay, rx.local_addr().unwrap());
+    let tx = ZcUdpSocket::connect(via, &cfg).unwrap();
+    let len = 20_000;
+    for seed in 0..8u64 {
+        let how = [How::Zc, How::Slice][(seed % 2) as usize];
+        assert_eq!(send(&tx, how, seed, len).await, seed);
+    }
+    let mut got = Vec::new();
+    let mut lost: Vec<Lost> = Vec::new();
+    while got.len() + lost.iter().map(|l| l.count as usize).sum::<usize>() < 8 {
+        match next(&rx, Duration::from_secs(5), "messages and losses").await {
+            MsgEvent::Message(m) => {
+                check(m.id, &m, len);
+                got.push(m.id);
+            }
+            MsgEvent::Lost(l) => lost.push(l),
+        }
+    }
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2, 4, 6, 7]);
+    let mut summary: Vec<_> = lost.iter().map(|l| (l.id, l.count, l.reason)).collect();
+    summary.sort_by_key(|x| x.0);
+    assert_eq!(
+        summary,
+        vec![(3, 1, LossReason::Timeout), (5, 1, LossReason::Gap)]
+    );
+    assert!(r.join().unwrap() > 1);
+    let ms = rx.msg_stats().snapshot();
+    assert_eq!(ms.messages_lost, 2);
+}
+
+/// Runs `tc` in namespace `ns`; false (with the reason on stderr) when it cannot.
+fn tc(ns: &str, args: &[&str]) -> bool {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "tc"])
+        .args(args)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            eprintln!(
+                "SKIPPED: tc {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: tc not runnable: {e}");
+            false
+        }
+    }
+}
+
+/// A send cancelled while it waits — for room in the send buffer, and for its completion —
+/// leaves its buffer with the socket until the kernel lets go: the pool (where a dropped
+/// buffer goes, observably) does not get it back before the completion. A token-bucket
+/// qdisc on the sender's veth holds the datagrams, so the kernel holds the pages for a
+/// while after `sendmsg` returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    // 64 KiB takes about a quarter second at 2 Mbit/s.
+    if !tc(
+        pair.name_a(),
+        &[
+            "qdisc",
+            "add",
+            "dev",
+            pair.ifname_a(),
+            "root",
+            "tbf",
+            "rate",
+            "2mbit",
+            "burst",
+            "16kb",
+            "latency",
+            "5s",
+        ],
+    ) {
+        return;
+    }
+    let mut cfg = config(MsgTx::Zerocopy);
+    cfg.pool_buffers = 2;
+    cfg.reassembly.timeout = Duration::from_millis(1500);
+    let (rx, tx) = sockets(Topo::Netns(&pair), &cfg);
+    assert!(tx.zerocopy_enabled());
+    let len = 64 << 10;
+
+    // 1. Cancelled while waiting for the completion: every byte is queued.
+    let mut b = tx.buffer(len).await.unwrap();
+    b.copy_from(&body(0, len));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(30), tx.send_zc(b))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        tx.loans_in_flight(),
+        1,
+        "the socket holds the cancelled send's buffer"
+    );
+    assert_eq!(
+        tx.buffers_available(),
+        1,
+        "not back in the pool before its completion"
+    );
+    tx.flush_loans().await.unwrap();
+    assert_eq!(tx.buffers_available(), 2, "back after the completion");
+    let m = expect_message(&rx, "the message whose wait was cancelled").await;
+    check(0, &m, m.data.len());
+
+    // 2. Cancelled while waiting for room: a send buffer smaller than one GSO batch lets
+    // the first batch out and blocks the second until the qdisc drains.
+    socket2::SockRef::from(&tx)
+        .set_send_buffer_size(4096)
+        .unwrap();
+    let mut b = tx.buffer(len).await.unwrap();
+    b.copy_from(&body(1, len));
+    let before = tx.stats().snapshot().tx_calls_zerocopy;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(30), tx.send_zc(b))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        tx.stats().snapshot().tx_calls_zerocopy,
+        before + 1,
+        "cancelled after the first batch, before the second"
+    );
+    assert_eq!(tx.loans_in_flight(), 1);
+    assert_eq!(tx.buffers_available(), 1);
+    tx.flush_loans().await.unwrap();
+    assert_eq!(tx.buffers_available(), 2);
+    // Half a message went out: the receiver reports it lost, by id.
+    match next(&rx, Duration::from_secs(5), "the half-sent message").await {
+        MsgEvent::Lost(l) => assert_eq!((l.id, l.reason), (1, LossReason::Timeout)),
+        MsgEvent::Message(m) => panic!("message {} delivered from half its datagrams", m.id),
+    }
+    assert_eq!(zcnet_tokio::leaked_loans(), 0);
+}
+
+/// `ENOBUFS` (no option memory for the notification: `optmem_max` 0 in the sending
+/// namespace) is a counted fallback: the socket retries, then copies the rest of the
+/// message, and every message still arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enobufs_is_a_counted_fallback_and_every_message_arrives() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    if let Err(e) = pair.sysctl_a("net.core.optmem_max", "0") {
+        eprintln!("SKIPPED: optmem_max is not per-namespace here: {e}");
+        return;
+    }
+    let cfg = config(MsgTx::Zerocopy);
+    let (rx, tx) = sockets(Topo::Netns(&pair), &cfg);
+    for (seed, len) in [(0, 64 << 10), (1, MIB), (2, 1472)] {
+        let mut b = tx.buffer(len).await.unwrap();
+        b.copy_from(&body(seed, len));
+        let (r, _) = tx.send_zc(b).await;
+        let sent = r.unwrap();
+        assert_eq!(
+            sent.fallback,
+            Some(zcnet::FallbackReason::Enobufs),
+            "{sent:?}"
+        );
+        let m = expect_message(&rx, "a message sent under ENOBUFS").await;
+        check(seed, &m, len);
+    }
+    let s = tx.stats().snapshot();
+    assert!(s.tx_enobufs > 0, "{s}");
+    assert!(s.fallback_bytes(zcnet::FallbackReason::Enobufs) > 0, "{s}");
+    assert_eq!(tx.loans_in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_loopback() {
+    let cfg = config(MsgTx::Zerocopy);
+    let Ok(rx) = ZcUdpSocket::bind("[::1]:0".parse().unwrap(), &cfg) else {
+        eprintln!("SKIPPED: no IPv6 loopback here");
+        return;
+    };
+    let tx = ZcUdpSocket::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+    // IPv6 + UDP headers are 48 bytes: loopback's 65536 MTU gives 65 487-byte datagrams.
+    assert_eq!(tx.segment(), 65_487);
+    for (seed, len) in SIZES.into_iter().enumerate() {
+        let how = [How::Zc, How::Lent, How::Slice][seed % 3];
+        let id = send(&tx, how, seed as u64, len).await;
+        let m = expect_message(&rx, "over ::1").await;
+        assert_eq!(m.id, id);
+        assert!(m.from.is_ipv6());
+        check(seed as u64, &m, len);
+    }
+}

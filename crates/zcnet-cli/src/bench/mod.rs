@@ -17,6 +17,8 @@
 //! Layout, imports pointing down this list:
 //!
 //! * this file — the options, the plan of runs, and printing the report;
+//! * [`iperf3`] — iperf3 mode (`-s`, `-c HOST`): iperf3's own protocol with zcnet's paths on
+//!   this end, a world of its own beside the bench's runs;
 //! * [`suite`] (the papers' experiments), [`topology`] (where runs go, and running them),
 //!   [`server`] and [`client`] — the one dispatch each way from a run to its
 //!   [`spec::Transport`];

@@ -495,3 +495,38 @@ fn zcnet_server_refuses_udp_by_name() {
     let log = log.lock().unwrap().clone();
     assert!(log.contains("UDP tests (-u)"), "the server names it: {log}");
 }
+
+/// `zcnet bench -c -Z` (iperf3's sendfile flag = zcnet's `--tx file`) against `iperf3 -s`:
+/// every byte goes from the page cache by `sendfile`, and the report says so.
+#[test]
+fn zcnet_client_sendfile_against_iperf3_server() {
+    let iperf3 = need_iperf3!();
+    let port = free_port();
+    let server = Command::new(&iperf3)
+        .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    let client = zcnet()
+        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(["-Z", "-n", "64M"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(60));
+    assert!(ok, "zcnet bench -c -Z failed: {err}\n{out:.600}");
+    let (sok, sout, serr) = finish(server, Duration::from_secs(30));
+    assert!(sok, "iperf3 -s failed: {serr}");
+    let c = parse(&out, "zcnet bench -c -Z");
+    let s = parse(&sout, "iperf3 -s");
+    check_consumer_fields(&c, "zcnet bench -c -Z");
+    assert_eq!(bytes(&c, "sum_sent"), 64 << 20);
+    assert_eq!(bytes(&c, "sum_received"), bytes(&s, "sum_received"));
+    let z = &c["end"]["zcnet"]["local"];
+    assert_eq!(z["tx_path"], "file");
+    assert_eq!(z["file_bytes"]["tx"], 64u64 << 20, "{z}");
+    assert_eq!(num(z, &["zero_copy_share", "tx"]), 1.0);
+}

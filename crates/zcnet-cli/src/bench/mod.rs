@@ -31,6 +31,7 @@
 
 mod client;
 mod control;
+mod files;
 mod iperf3;
 mod ledger;
 mod lm;
@@ -114,6 +115,14 @@ pub struct Args {
     /// iperf3 mode: TCP_NODELAY on the data connections.
     #[arg(short = 'N', long)]
     no_delay: bool,
+    /// Where `--tx file` and `--rx file` keep their files (unnamed, removed after the run;
+    /// default: the temporary directory).
+    #[arg(long, value_name = "DIR")]
+    file_dir: Option<PathBuf>,
+    /// `--tx file` reads from a cold file: its pages are dropped from the page cache
+    /// (posix_fadvise DONTNEED) before the run and at each pass over it.
+    #[arg(long)]
+    cold: bool,
     /// Run against a `zcnet bench --server` at HOST[:PORT] (default port 5301).
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "suite")]
     client: Option<String>,
@@ -377,6 +386,18 @@ pub fn run(args: &Args) -> Result<(), String> {
 }
 
 fn run_inner(args: &Args) -> Result<(), BenchError> {
+    if let Some(d) = &args.file_dir {
+        if !d.is_dir() {
+            return Err(BenchError::Usage(format!(
+                "--file-dir {}: not a directory",
+                d.display()
+            )));
+        }
+    }
+    files::set_up(files::FileSetup {
+        dir: args.file_dir.clone(),
+        cold: args.cold,
+    });
     if args.iperf3_server || args.iperf3_client.is_some() {
         return iperf3_mode(args);
     }
@@ -559,9 +580,25 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         // Against a remote server, receive paths this build does not know may be ones the
         // server knows: it decides, and rejects with a reason if not.
         let remote = matches!(env, Env::Remote { .. });
+        // The file paths (sendfile from a page-cache file, splice into a file) are stream
+        // paths of the bench, not zcnet paths: no request/response without a message.
+        let (mut known_tx, mut known_rx) = (tx_names(), rx_names());
+        if mode == Mode::Stream {
+            known_tx.push(files::FILE);
+            known_rx.push(files::FILE);
+        } else if [args.tx(), args.rx()]
+            .iter()
+            .any(|l| l.split(',').any(|p| p.trim() == files::FILE))
+        {
+            return Err(BenchError::Usage(
+                "--tx/--rx file are stream paths (a file sent or received whole); --rr \
+                 exchanges messages from memory"
+                    .into(),
+            ));
+        }
         (
-            parse_paths(args.tx(), &tx_names(), "transmit", false)?,
-            parse_paths(args.rx(), &rx_names(), "receive", remote)?,
+            parse_paths(args.tx(), &known_tx, "transmit", false)?,
+            parse_paths(args.rx(), &known_rx, "receive", remote)?,
         )
     };
     let mut specs = Vec::new();
@@ -600,7 +637,9 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                             .validate(&UDP_TX, &known_rx)
                             .and_then(|()| params.udp_limits())
                     } else {
-                        params.validate(&tx_names(), &known_rx)
+                        let mut known_tx = tx_names();
+                        known_tx.push(files::FILE);
+                        params.validate(&known_tx, &known_rx)
                     }
                     .map_err(|r| BenchError::Usage(r.0))?;
                     specs.push(RunSpec {

@@ -74,7 +74,8 @@ fn handle(mut c: TcpStream, peer: SocketAddr, opts: ServeOptions) -> Result<(), 
         .map_err(io("control socket"))?;
     c.set_nodelay(true).map_err(io("control socket"))?;
     let tx_names = names(&TxPath::ALL, TxPath::name);
-    let rx_names = names(&RxPath::ALL, RxPath::name);
+    let mut rx_names = names(&RxPath::ALL, RxPath::name);
+    rx_names.push(super::files::FILE);
     let req = match protocol::answer_hello(protocol::read_message(&mut c), &tx_names, &rx_names) {
         Ok(req) => req,
         Err(reason) => {

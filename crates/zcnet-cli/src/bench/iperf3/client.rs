@@ -3,7 +3,7 @@
 
 use super::opts::{ClientOpts, Format, Out, CONTROL_TIMEOUT};
 use super::report::{self, Measured, Probe, Reporter};
-use super::streams::{self, Control, DataCfg, SendFile, StreamSpec};
+use super::streams::{self, Control, DataCfg, StreamSpec};
 use super::wire;
 use crate::bench::spec::BenchError;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -124,7 +124,7 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
         len: params.len as usize,
         nodelay: params.nodelay,
         file: if c.file && params.direction.client_sends() {
-            Some(Arc::new(SendFile::create(params.len as usize)?))
+            Some(crate::bench::files::source(params.len)?)
         } else {
             None
         },

@@ -10,7 +10,7 @@
 
 use super::opts::{Format, Out, ServerOpts, CONTROL_TIMEOUT};
 use super::report::{self, Measured, Probe, Reporter};
-use super::streams::{self, Control, DataCfg, SendFile, StreamSpec};
+use super::streams::{self, Control, DataCfg, StreamSpec};
 use super::wire;
 use crate::bench::spec::BenchError;
 use std::collections::HashMap;
@@ -242,7 +242,7 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
         len: params.len as usize,
         nodelay: params.nodelay,
         file: if opts.file && params.direction.server_sends() {
-            Some(Arc::new(SendFile::create(params.len as usize)?))
+            Some(crate::bench::files::source(params.len)?)
         } else {
             None
         },

@@ -11,6 +11,7 @@
 //! ([`Live::target`]), or when the test gives up waiting ([`Control::abort`]).
 
 use super::opts::DRAIN_TIMEOUT;
+use crate::bench::files::{Cursor, SourceFile};
 use crate::bench::spec::BenchError;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -75,40 +76,13 @@ pub(crate) struct DataCfg {
     pub len: usize,
     /// `-N`.
     pub nodelay: bool,
-    /// `--tx file` / `-Z`: send from this page-cache file with `Sender::send_file`.
-    pub file: Option<Arc<SendFile>>,
+    /// `--tx file` / `-Z`: send from this page-cache file with `Sender::send_file`
+    /// (`--cold`, `--file-dir`: the bench's [`crate::bench::files`]).
+    pub file: Option<Arc<SourceFile>>,
     /// After the last send, wait (bounded) until the peer's TCP has acknowledged every
     /// byte before reporting the stream done: the client does, so that a receiver that
     /// stops reading at `TEST_END` — iperf3's server closes its streams then — has them.
     pub drain_before_end: bool,
-}
-
-/// The file a `--tx file` sender sends from, over and over.
-#[derive(Debug)]
-pub(crate) struct SendFile {
-    pub file: std::fs::File,
-    pub len: u64,
-}
-
-impl SendFile {
-    /// A temporary file of whole blocks of `block` bytes, at least 16 MiB, written once so
-    /// its pages are in the page cache (what `iperf3 -Z` sends from: its own mapped
-    /// temporary file).
-    pub(crate) fn create(block: usize) -> Result<SendFile, BenchError> {
-        use std::io::Write as _;
-        let blocks = (16usize << 20).div_ceil(block).max(1);
-        let mut f =
-            tempfile::tempfile().map_err(|e| BenchError::io("creating the send file", e))?;
-        let chunk: Vec<u8> = (0..block).map(|i| (i % 251) as u8).collect();
-        for _ in 0..blocks {
-            f.write_all(&chunk)
-                .map_err(|e| BenchError::io("writing the send file", e))?;
-        }
-        Ok(SendFile {
-            file: f,
-            len: (blocks * block) as u64,
-        })
-    }
 }
 
 /// One data connection before its thread starts.
@@ -273,7 +247,7 @@ fn send_loop(
         None => None,
     };
     let c0 = thread_cpu()?;
-    let mut offset = 0u64;
+    let mut cursor = Cursor::default();
     let mut sent = 0u64;
     let mut moved_at = Instant::now();
     loop {
@@ -291,10 +265,8 @@ fn send_loop(
             None => len,
         };
         let r = if let Some(f) = &cfg.file {
-            if offset + n as u64 > f.len {
-                offset = 0;
-            }
-            tx.send_file(&f.file, offset, n as u64).map(|_| ())
+            let at = cursor.next(f, n as u64)?;
+            tx.send_file(&f.file, at, n as u64).map(|_| ())
         } else if let Some(b) = &app_buf {
             tx.send_slice(&b[..n])
         } else {
@@ -321,9 +293,6 @@ fn send_loop(
         }
         if done > 0 {
             moved_at = Instant::now();
-        }
-        if cfg.file.is_some() {
-            offset += done;
         }
         sent += done;
         live.bytes.store(sent, Ordering::Relaxed);

@@ -210,8 +210,8 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
     );
     assert_eq!(
         a.cost_probe_ops,
-        a.cost_checks * (WINDOW_BYTES / size),
-        "one copy window per completed check: {a:?}"
+        a.cost_checks * 2 * (WINDOW_BYTES / size),
+        "two copy windows per completed check (settling, measured): {a:?}"
     );
     assert!(a.cost_costlier <= a.cost_checks, "{a:?}");
     assert_eq!(

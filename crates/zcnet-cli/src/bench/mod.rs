@@ -26,6 +26,7 @@
 //!   connections), [`udp`] (`zcnet::msg`), [`lm`] (`zcnet::lm`), [`sink`] (the raw GSO
 //!   sender into a dropping device);
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
+//!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
 //!   [`ledger`] (message ids delivered or lost), [`output`] and [`plot`];
 //! * [`spec`] — the shared terms (`RunSpec`, `BenchError`, `Transport`), a leaf.
 

@@ -6,7 +6,9 @@
 //! or a different machine — and can be wrong for the connection at hand (a zero-copy
 //! sender whose pages loopback copies anyway, a peer whose receive path makes mapping
 //! dear). So, every so often, the check measures one window of bytes on the path `auto`
-//! wanted, then one window on copy, and compares the two costs: if the wanted path costs
+//! wanted, lets one window go by copy unmeasured (the wanted path's deferred work — zero-copy
+//! completions reaped by later sends — lands there, not in copy's account), then measures
+//! one window on copy, and compares the two costs: if the wanted path costs
 //! more than copy by more than a margin, the connection goes back to copy and stays there
 //! for a back-off (doubling while the verdict stands, up to a cap), then measures again.
 //! A stale or foreign profile thus costs a probe, never a whole transfer; a good one costs
@@ -27,11 +29,15 @@ use super::AutoPath;
 pub const WINDOW_BYTES: u64 = 16 << 20;
 /// How much more than copy the wanted path may cost before the connection leaves it.
 pub const MARGIN: f64 = 0.05;
-/// Windows between a good verdict and the next check; doubles after each good verdict.
+/// Windows between a good verdict and the next check; doubles after each good verdict up
+/// to [`MAX_RECHECK_WINDOWS`]. A good verdict can be noise, and trusting a costlier path
+/// longer costs more than checking a cheaper one again, so this cap is low.
 pub const RECHECK_WINDOWS: u64 = 8;
+/// Cap on the gap after good verdicts (1 GiB with the default window).
+pub const MAX_RECHECK_WINDOWS: u64 = 64;
 /// Windows a costlier path stays demoted at first; doubles while the verdict stands.
 pub const BACKOFF_WINDOWS: u64 = 16;
-/// Cap on both gaps, in windows (16 GiB with the default window).
+/// Cap on the back-off, in windows (16 GiB with the default window).
 pub const MAX_GAP_WINDOWS: u64 = 1024;
 
 /// Why an operation was routed where it was.
@@ -64,6 +70,9 @@ enum Phase<P> {
     Trusting { due: u64 },
     /// Measuring `path`: from thread clock `t0`, `bytes` so far.
     Measuring { path: P, t0: u64, bytes: u64 },
+    /// Copy, not yet measured: the wanted path's deferred work (zero-copy completions
+    /// reaped by later sends, buffers coming back) lands here, not in copy's window.
+    Settling { path: P, cost: f64, bytes: u64 },
     /// Measuring copy after `path` cost `cost`.
     Probing {
         path: P,
@@ -82,6 +91,8 @@ pub struct CostCheck<P> {
     window: u64,
     margin: f64,
     recheck: u64,
+    base_recheck: u64,
+    max_recheck: u64,
     backoff: u64,
     base_backoff: u64,
     max_gap: u64,
@@ -96,29 +107,31 @@ impl<P: AutoPath> CostCheck<P> {
             fallback,
             WINDOW_BYTES,
             MARGIN,
-            RECHECK_WINDOWS,
-            BACKOFF_WINDOWS,
-            MAX_GAP_WINDOWS,
+            (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
+            (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
         )
     }
 
-    /// With a `window` of bytes, a `margin`, and gaps in windows: `recheck` after a good
-    /// verdict, `backoff` after a costlier one, both doubling up to `max_gap`.
+    /// With a `window` of bytes, a `margin`, and gaps in windows, each (first, cap) and
+    /// doubling: `recheck` after a good verdict, `backoff` after a costlier one.
     pub fn with(
         fallback: P,
         window: u64,
         margin: f64,
-        recheck: u64,
-        backoff: u64,
-        max_gap: u64,
+        recheck: (u64, u64),
+        backoff: (u64, u64),
     ) -> Self {
         let window = window.max(1);
+        let (recheck, max_recheck) = (recheck.0.max(1), recheck.1.max(recheck.0.max(1)));
+        let (backoff, max_gap) = (backoff.0.max(1), backoff.1.max(backoff.0.max(1)));
         CostCheck {
             fallback,
             window,
             margin,
-            recheck: recheck.max(1) * window,
-            backoff: backoff.max(1) * window,
+            recheck: recheck * window,
+            base_recheck: recheck * window,
+            max_recheck: max_recheck * window,
+            backoff: backoff * window,
             base_backoff: backoff.max(1) * window,
             max_gap: max_gap.max(1) * window,
             total: 0,
@@ -139,7 +152,7 @@ impl<P: AutoPath> CostCheck<P> {
                 self.phase = Phase::Trusting { due: self.total };
                 self.route(wanted, clock)
             }
-            Phase::Probing { path, .. } => Route::ProbeCopy(path),
+            Phase::Settling { path, .. } | Phase::Probing { path, .. } => Route::ProbeCopy(path),
             Phase::Measuring { path, .. } if path == wanted => Route::Wanted(wanted),
             Phase::Measuring { .. } => {
                 // The wanted path changed mid-window (hysteresis, demotion): start over.
@@ -167,12 +180,26 @@ impl<P: AutoPath> CostCheck<P> {
             Phase::Measuring { path, t0, bytes: b } => {
                 *b += bytes;
                 if *b >= self.window {
-                    let now = clock();
-                    let cost = now.saturating_sub(*t0) as f64 / *b as f64;
-                    self.phase = Phase::Probing {
+                    let cost = clock().saturating_sub(*t0) as f64 / *b as f64;
+                    self.phase = Phase::Settling {
                         path: *path,
                         cost,
-                        t0: now,
+                        bytes: 0,
+                    };
+                }
+                None
+            }
+            Phase::Settling {
+                path,
+                cost,
+                bytes: b,
+            } => {
+                *b += bytes;
+                if *b >= self.window {
+                    self.phase = Phase::Probing {
+                        path: *path,
+                        cost: *cost,
+                        t0: clock(),
                         bytes: 0,
                     };
                 }
@@ -197,11 +224,12 @@ impl<P: AutoPath> CostCheck<P> {
                         until: self.total.saturating_add(self.backoff),
                     };
                     self.backoff = (self.backoff * 2).min(self.max_gap);
+                    self.recheck = self.base_recheck;
                 } else {
                     self.phase = Phase::Trusting {
                         due: self.total.saturating_add(self.recheck),
                     };
-                    self.recheck = (self.recheck * 2).min(self.max_gap);
+                    self.recheck = (self.recheck * 2).min(self.max_recheck);
                     self.backoff = self.base_backoff;
                 }
                 Some(Verdict {
@@ -251,23 +279,23 @@ mod tests {
     }
 
     fn check() -> CostCheck<TxPath> {
-        // Windows of 10 operations of 1 KiB, recheck after 2 windows, back-off 4.
-        CostCheck::with(TxPath::Copy, 10 << 10, 0.05, 2, 4, 64)
+        // Windows of 10 operations of 1 KiB, recheck after 2 windows (cap 64), back-off 4.
+        CostCheck::with(TxPath::Copy, 10 << 10, 0.05, (2, 64), (4, 64))
     }
 
     #[test]
     fn a_costlier_path_goes_back_to_copy_and_stays_there_for_the_backoff() {
         let mut c = check();
         let cost = |p| if p == TxPath::Uring { 2.0 } else { 1.0 };
-        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 60);
-        // 10 ops measured on uring, 10 probing copy, then 40 demoted.
+        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 70);
+        // 10 ops measured on uring, 10 settling and 10 measured on copy, then 40 demoted.
         assert!(routes[..10]
             .iter()
             .all(|r| *r == Route::Wanted(TxPath::Uring)));
-        assert!(routes[10..20]
+        assert!(routes[10..30]
             .iter()
             .all(|r| *r == Route::ProbeCopy(TxPath::Uring)));
-        assert!(routes[20..60]
+        assert!(routes[30..70]
             .iter()
             .all(|r| *r == Route::Costlier(TxPath::Uring)));
         assert_eq!(verdicts.len(), 1);
@@ -276,10 +304,10 @@ mod tests {
         assert!((v.path_ns_per_byte - 2.0).abs() < 0.01, "{v:?}");
         assert!((v.copy_ns_per_byte - 1.0).abs() < 0.01, "{v:?}");
         // After the back-off it measures again, finds the same, and backs off twice as long.
-        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 100);
+        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 110);
         assert_eq!(routes[0], Route::Wanted(TxPath::Uring));
         assert!(verdicts[0].costlier);
-        assert!(routes[20..100]
+        assert!(routes[30..110]
             .iter()
             .all(|r| *r == Route::Costlier(TxPath::Uring)));
     }
@@ -288,15 +316,15 @@ mod tests {
     fn a_cheaper_path_keeps_running_and_checks_grow_rarer() {
         let mut c = check();
         let cost = |p| if p == TxPath::Uring { 0.5 } else { 1.0 };
-        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 220);
+        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 260);
         assert!(verdicts.iter().all(|v| !v.costlier));
-        // Checks at 0, then after gaps of 2, 4, 8 windows (+2 windows of checking each).
+        // Checks at 0, then after gaps of 2, 4, 8 windows (+3 windows of checking each).
         assert_eq!(verdicts.len(), 4, "{verdicts:?}");
         let probes = routes
             .iter()
             .filter(|r| matches!(r, Route::ProbeCopy(_)))
             .count();
-        assert_eq!(probes, 40, "one copy window per check");
+        assert_eq!(probes, 80, "two copy windows per check: settling, measured");
         assert!(routes.iter().all(|r| !matches!(r, Route::Costlier(_))));
     }
 
@@ -304,9 +332,41 @@ mod tests {
     fn within_the_margin_is_not_costlier() {
         let mut c = check();
         let cost = |p| if p == TxPath::Zerocopy { 1.04 } else { 1.0 };
-        let (_, verdicts) = drive(&mut c, TxPath::Zerocopy, cost, 1024, 20);
+        let (_, verdicts) = drive(&mut c, TxPath::Zerocopy, cost, 1024, 30);
         assert_eq!(verdicts.len(), 1);
         assert!(!verdicts[0].costlier);
+    }
+
+    #[test]
+    fn the_wanted_paths_deferred_work_does_not_count_against_copy() {
+        // Zero-copy completions of the measured window get reaped during the next sends:
+        // model them as 5 ns/B billed to the first window after it. Only the settling
+        // window pays them; copy's own window measures copy.
+        let mut c = check();
+        let clock = Cell::new(0u64);
+        let mut after_wanted = 0;
+        let mut verdict = None;
+        for _ in 0..30 {
+            let r = c.route(TxPath::Zerocopy, || clock.get());
+            let per_byte = match r {
+                Route::Wanted(_) => {
+                    after_wanted = 10;
+                    1.5
+                }
+                _ if after_wanted > 0 => {
+                    after_wanted -= 1;
+                    1.0 + 5.0
+                }
+                _ => 1.0,
+            };
+            clock.set(clock.get() + (per_byte * 1024.0) as u64);
+            if let Some(v) = c.after(1024, || clock.get()) {
+                verdict = Some(v);
+            }
+        }
+        let v = verdict.expect("one check");
+        assert!((v.copy_ns_per_byte - 1.0).abs() < 0.01, "{v:?}");
+        assert!(v.costlier, "1.5 against copy's 1.0: {v:?}");
     }
 
     #[test]

@@ -17,8 +17,8 @@
 #   zcnet   — worker threads' getrusage (snd, rcv) and /proc/stat (machine), from --json.
 #
 # Usage: bash bench/peers.sh            (root: installs iperf3/netperf with apt-get)
-#   DUR=seconds per test (default 4), ROUNDS (default 3), SIZE (default 128K = iperf3's
-#   default TCP block size, used for every tool), PIN=split|same|none (default split:
+#   DUR=seconds per test (default 4), ROUNDS (default 3), SIZES (default "64K 1M": bytes per
+#   send, every tool, one table each), PIN=split|same|none (default split:
 #   every server on CPU 0, every client on CPU 1 — where the two ends run changes
 #   CPU-s/GiB by up to 1.6× on loopback, so the tools must be compared with the same
 #   placement; see docs/bench.md).
@@ -27,8 +27,8 @@ cd "$(dirname "$0")/.."
 
 DUR=${DUR:-4}
 ROUNDS=${ROUNDS:-3}
-SIZE=${SIZE:-128K}; export SIZE
-SIZE_BYTES=$(( ${SIZE%K} * 1024 ))
+SIZES=${SIZES:-${SIZE:-64K 1M}}; export SIZES
+bytes_of() { case "$1" in *K) echo $(( ${1%K} * 1024 ));; *M) echo $(( ${1%M} * 1048576 ));; *) echo "$1";; esac; }
 PIN=${PIN:-split}
 SRV=(); CLI=()
 if have_taskset=$(command -v taskset) && [ "$(nproc)" -ge 2 ]; then
@@ -99,42 +99,49 @@ wait_port "$ZC_PORT" || { echo "peers: zcnet server did not start" >&2; exit 1; 
 ZC_TX=$("$ZCNET" bench --tx '?' 2>&1 | sed -n 's/.*known here: \([^)]*\)).*/\1/p' | tr -d ',' || true)
 [ -n "$ZC_TX" ] || ZC_TX="copy zerocopy"
 run_round() {
-  local r=$1
+  local r=$1 SIZE SIZE_BYTES
+  for SIZE in $SIZES; do
+  SIZE_BYTES=$(bytes_of "$SIZE")
   if [ -n "$IPERF_PORT" ]; then
     timeout $((DUR + 20)) "${CLI[@]}" iperf3 -c 127.0.0.1 -p "$IPERF_PORT" -t "$DUR" -l "$SIZE" -J \
-      >"$OUT/iperf3-default-$r.json" 2>/dev/null || true
+      >"$OUT/$SIZE-iperf3-default-$r.json" 2>/dev/null || true
     timeout $((DUR + 20)) "${CLI[@]}" iperf3 -c 127.0.0.1 -p "$IPERF_PORT" -t "$DUR" -l "$SIZE" -Z -J \
-      >"$OUT/iperf3-Z-$r.json" 2>/dev/null || true
+      >"$OUT/$SIZE-iperf3-Z-$r.json" 2>/dev/null || true
   fi
   if [ -n "$NETPERF_PORT" ]; then
     for t in TCP_STREAM TCP_SENDFILE; do
       timeout $((DUR + 20)) "${CLI[@]}" netperf -H 127.0.0.1 -p "$NETPERF_PORT" -l "$DUR" -t "$t" -c -C -P 0 \
         -- -m "$SIZE_BYTES" -o THROUGHPUT,LOCAL_SD,REMOTE_SD,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL \
-        >"$OUT/netperf-$t-$r.txt" 2>/dev/null || true
+        >"$OUT/$SIZE-netperf-$t-$r.txt" 2>/dev/null || true
     done
   fi
+  # zcnet: every transmit path (file included) into copy, with one hot buffer like
+  # iperf3's; auto→auto as a user gets it; copy→copy with the default ring.
   for tx in $ZC_TX; do
     timeout $((DUR + 60)) "${CLI[@]}" "$ZCNET" bench --client "127.0.0.1:$ZC_PORT" --tx "$tx" --rx copy \
       --size "$SIZE" --time "$DUR" --repeat 1 --ring 1 --json \
-      >"$OUT/zcnet-$tx-ring1-$r.json" 2>/dev/null || rm -f "$OUT/zcnet-$tx-ring1-$r.json"
+      >"$OUT/$SIZE-zcnet-$tx-ring1-$r.json" 2>/dev/null || rm -f "$OUT/$SIZE-zcnet-$tx-ring1-$r.json"
   done
+  timeout $((DUR + 60)) "${CLI[@]}" "$ZCNET" bench --client "127.0.0.1:$ZC_PORT" --tx auto --rx auto \
+    --size "$SIZE" --time "$DUR" --repeat 1 --json \
+    >"$OUT/$SIZE-zcnet-auto-autorx-$r.json" 2>/dev/null || rm -f "$OUT/$SIZE-zcnet-auto-autorx-$r.json"
   timeout $((DUR + 60)) "${CLI[@]}" "$ZCNET" bench --client "127.0.0.1:$ZC_PORT" --tx copy --rx copy \
     --size "$SIZE" --time "$DUR" --repeat 1 --json \
-    >"$OUT/zcnet-copy-ringdefault-$r.json" 2>/dev/null || true
+    >"$OUT/$SIZE-zcnet-copy-ringdefault-$r.json" 2>/dev/null || true
+  done
 }
 
-echo "peers: $ROUNDS rounds of ${DUR}s tests, $SIZE per send, loopback, placement $PIN; raw results in $OUT" >&2
+echo "peers: $ROUNDS rounds of ${DUR}s tests, sizes $SIZES, loopback, placement $PIN; raw results in $OUT" >&2
 for r in $(seq "$ROUNDS"); do
   echo "peers: round $r/$ROUNDS" >&2
   run_round "$r"
 done
 
 # --- one table -------------------------------------------------------------------------------
-python3 - "$OUT" "$ROUNDS" "$PIN" "$ZC_TX" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$PIN" "$ZC_TX" "$SIZES" <<'PY'
 import glob, json, os, statistics, sys
-out, rounds, pin, zc_tx = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
+out, rounds, pin, zc_tx, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(), sys.argv[5].split()
 GIB = 2**30
-rows = []  # (tool, test, [gbit], [snd], [rcv], [machine], note)
 
 def med(v):
     v = [x for x in v if x is not None]
@@ -144,73 +151,84 @@ def rng(v):
     v = [x for x in v if x is not None]
     return (min(v), max(v)) if len(v) > 1 else None
 
-def iperf(name, label, note):
-    g, s, r = [], [], []
-    for f in sorted(glob.glob(f"{out}/iperf3-{name}-*.json")):
-        try:
-            d = json.load(open(f))
-            e = d["end"]
-            c = e["cpu_utilization_percent"]
-            secs = e["sum_sent"]["seconds"]
-            gib = e["sum_received"]["bytes"] / GIB
-            g.append(e["sum_received"]["bits_per_second"] / 1e9)
-            s.append(c["host_total"] / 100 * secs / gib)
-            r.append(c["remote_total"] / 100 * secs / gib)
-        except Exception:
-            pass
-    if g:
-        rows.append(("iperf3", label, g, s, r, [None], note))
-
-def netperf(test, label, note):
-    g, m = [], []
-    for f in sorted(glob.glob(f"{out}/netperf-{test}-*.txt")):
-        try:
-            vals = [float(x) for x in open(f).read().strip().split(",")[:3]]
-            g.append(vals[0] / 1e3)          # 10^6 bits/s -> Gbit/s
-            m.append(vals[1] * 1.048576)     # local SD us/KB -> CPU-s/GiB (whole machine)
-        except Exception:
-            pass
-    if g:
-        rows.append(("netperf", label, g, [None], [None], m, note))
-
-def zcnet(tx, ring, label, note):
-    g, s, r, m = [], [], [], []
-    for f in sorted(glob.glob(f"{out}/zcnet-{tx}-{ring}-*.json")):
-        try:
-            run = json.load(open(f))["runs"][0]
-            g.append(run["gbit_per_s"]); s.append(run["sender_cpu_s_per_gib"])
-            r.append(run["receiver_cpu_s_per_gib"]); m.append(run["cpu_s_per_gib"])
-        except Exception:
-            pass
-    if g:
-        rows.append(("zcnet", label, g, s, r, m, note))
-
-iperf("default", "TCP, send()", "process CPU (getrusage), one hot buffer")
-iperf("Z", "TCP, -Z sendfile", "process CPU")
-netperf("TCP_STREAM", "TCP_STREAM", "machine CPU from service demand")
-netperf("TCP_SENDFILE", "TCP_SENDFILE", "machine CPU from service demand")
-for tx in zc_tx:
-    zcnet(tx, "ring1", f"{tx}→copy, ring 1", "worker threads; one hot buffer like iperf3")
-zcnet("copy", "ringdefault", "copy→copy, ring 128", "16 MiB ring of buffers (cache-cold source)")
-
 def fmt(x, p=3):
     return "-" if x is None else f"{x:.{p}f}"
 
 placement = {"split": "servers on CPU 0, clients on CPU 1", "same": "everything on CPU 0", "none": "placement left to the scheduler"}[pin]
-print(f"\nloopback, {os.environ.get('SIZE', '128K')} per send, {placement}, medians of {rounds} interleaved rounds (min–max of snd+rcv in brackets)")
-print(f"{'tool':<8} {'test':<22} {'Gbit/s':>7} {'snd':>7} {'rcv':>7} {'snd+rcv':>16} {'machine':>8}  note")
-res = {}
-for tool, test, g, s, r, m, note in rows:
-    sr = [a + b for a, b in zip(s, r) if a is not None and b is not None]
-    span = rng(sr)
-    srs = fmt(med(sr)) + (f" [{span[0]:.3f}–{span[1]:.3f}]" if span else "")
-    print(f"{tool:<8} {test:<22} {fmt(med(g),1):>7} {fmt(med(s)):>7} {fmt(med(r)):>7} {srs:>16} {fmt(med(m)):>8}  {note}")
-    res[(tool, test)] = med(sr)
-print("CPU columns: CPU-seconds per GiB received (snd = sending side, rcv = receiving side).")
-a, b = res.get(("zcnet", "copy→copy, ring 1")), res.get(("iperf3", "TCP, send()"))
-if a and b:
-    print(f"zcnet copy→copy (ring 1) / iperf3 default, snd+rcv CPU-s/GiB: {a:.3f} / {b:.3f} = {a/b:.2f} "
-          f"({'within' if abs(a/b-1) <= 0.05 else 'outside'} 5%)")
-if not any(t == "netperf" for t, *_ in rows):
-    print("netperf: not installed (Debian has it in non-free only), so no netperf rows.")
+for size in sizes:
+    rows = []  # (tool, test, [gbit], [snd], [rcv], [machine], note)
+
+    def iperf(name, label, note):
+        g, s, r = [], [], []
+        for f in sorted(glob.glob(f"{out}/{size}-iperf3-{name}-*.json")):
+            try:
+                e = json.load(open(f))["end"]
+                c = e["cpu_utilization_percent"]
+                secs = e["sum_sent"]["seconds"]
+                gib = e["sum_received"]["bytes"] / GIB
+                g.append(e["sum_received"]["bits_per_second"] / 1e9)
+                s.append(c["host_total"] / 100 * secs / gib)
+                r.append(c["remote_total"] / 100 * secs / gib)
+            except Exception:
+                pass
+        if g:
+            rows.append(("iperf3", label, g, s, r, [None], note))
+
+    def netperf(test, label, note):
+        g, m = [], []
+        for f in sorted(glob.glob(f"{out}/{size}-netperf-{test}-*.txt")):
+            try:
+                vals = [float(x) for x in open(f).read().strip().split(",")[:3]]
+                g.append(vals[0] / 1e3)          # 10^6 bits/s -> Gbit/s
+                m.append(vals[1] * 1.048576)     # local SD us/KB -> CPU-s/GiB (whole machine)
+            except Exception:
+                pass
+        if g:
+            rows.append(("netperf", label, g, [None], [None], m, note))
+
+    def zcnet(tx, ring, label, note):
+        g, s, r, m = [], [], [], []
+        for f in sorted(glob.glob(f"{out}/{size}-zcnet-{tx}-{ring}-*.json")):
+            try:
+                run = json.load(open(f))["runs"][0]
+                g.append(run["gbit_per_s"]); s.append(run["sender_cpu_s_per_gib"])
+                r.append(run["receiver_cpu_s_per_gib"]); m.append(run["cpu_s_per_gib"])
+            except Exception:
+                pass
+        if g:
+            rows.append(("zcnet", label, g, s, r, m, note))
+
+    iperf("default", "TCP, send()", "process CPU (getrusage), one hot buffer")
+    iperf("Z", "TCP, -Z sendfile", "process CPU")
+    netperf("TCP_STREAM", "TCP_STREAM", "machine CPU from service demand")
+    netperf("TCP_SENDFILE", "TCP_SENDFILE", "machine CPU from service demand")
+    for tx in zc_tx:
+        zcnet(tx, "ring1", f"{tx}→copy, ring 1", "worker threads; one hot buffer like iperf3" if tx != "file" else "worker threads; sendfile from a 64 MiB page-cache file")
+    zcnet("auto", "autorx", "auto→auto", "worker threads; what a user gets (profile if tuned)")
+    zcnet("copy", "ringdefault", "copy→copy, ring 16 MiB", "a ring of buffers (cache-cold source)")
+
+    print(f"\nloopback, {size} per send, {placement}, medians of {rounds} interleaved rounds (min–max of snd+rcv in brackets)")
+    print(f"{'tool':<8} {'test':<24} {'Gbit/s':>7} {'snd':>7} {'rcv':>7} {'snd+rcv':>16} {'machine':>8}  note")
+    res = {}
+    for tool, test, g, s, r, m, note in rows:
+        sr = [a + b for a, b in zip(s, r) if a is not None and b is not None]
+        span = rng(sr)
+        srs = fmt(med(sr)) + (f" [{span[0]:.3f}–{span[1]:.3f}]" if span else "")
+        print(f"{tool:<8} {test:<24} {fmt(med(g),1):>7} {fmt(med(s)):>7} {fmt(med(r)):>7} {srs:>16} {fmt(med(m)):>8}  {note}")
+        res[(tool, test)] = med(sr)
+    print("CPU columns: CPU-seconds per GiB received (snd = sending side, rcv = receiving side); lower is better.")
+    def ratio(a_key, b_key, goal):
+        a, b = res.get(a_key), res.get(b_key)
+        if a and b:
+            # Efficiency ratio: GiB per CPU-second of a over b = b / a (CPU-s/GiB).
+            print(f"{a_key[1]} vs {b_key[0]} {b_key[1]}: {a:.3f} vs {b:.3f} CPU-s/GiB, efficiency {b/a:.2f}× (goal ≥ {goal})")
+    ratio(("zcnet", "copy→copy, ring 1"), ("iperf3", "TCP, send()"), "0.95")
+    ratio(("zcnet", "file→copy, ring 1"), ("iperf3", "TCP, -Z sendfile"), "1.00")
+    zc = {k: v for k, v in res.items() if k[0] == "zcnet" and v}
+    peers = {k: v for k, v in res.items() if k[0] != "zcnet" and v}
+    if zc and peers:
+        bz, bp = min(zc, key=zc.get), min(peers, key=peers.get)
+        print(f"best zcnet row {bz[1]} ({zc[bz]:.3f}) vs best peer row {bp[0]} {bp[1]} ({peers[bp]:.3f}): efficiency {peers[bp]/zc[bz]:.2f}× (goal ≥ 1.00)")
+    if not any(t == "netperf" for t, *_ in rows):
+        print("netperf: not installed (Debian has it in non-free only), so no netperf rows.")
 PY

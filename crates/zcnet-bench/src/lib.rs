@@ -1,6 +1,7 @@
 //! The pure half of `zcnet bench` (quinn-proto style: no sockets, no clocks, all tested):
 //!
 //! * [`protocol`] — the versioned control protocol between `--client` and `--server`;
+//! * [`iperf3`] — iperf3's own control protocol and `-J` schema (`zcnet bench -s`/`-c`);
 //! * [`report`] — the `--json` schema (runs, CPU, efficiency, zero-copy shares) and the
 //!   grouping of repeats into medians;
 //! * [`summary`] — median and spread of repeated runs;
@@ -18,6 +19,7 @@
 
 pub mod cpu;
 pub mod histogram;
+pub mod iperf3;
 pub mod measure;
 pub mod protocol;
 pub mod refusal;

@@ -177,6 +177,12 @@ pub struct SideStats {
     pub rx_bytes_mapped: u64,
     /// Bytes received by copying.
     pub rx_bytes_copied: u64,
+    /// Bytes sent from a file by `sendfile`/`splice` (no user-space copy).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tx_bytes_file: u64,
+    /// Bytes spliced from the socket into a file.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rx_bytes_file: u64,
     /// Times a sender waited for a buffer to come back (ring too shallow, Solaris §3.2.4).
     pub pool_waits: u64,
     /// Sockets that stopped asking for zero-copy after repeated COPIED completions.
@@ -212,6 +218,8 @@ impl From<&StatsSnapshot> for SideStats {
             tx_bytes_zc_copied: s.tx_bytes_zc_copied,
             rx_bytes_mapped: s.rx_bytes_mapped,
             rx_bytes_copied: s.rx_bytes_copied,
+            tx_bytes_file: s.tx_bytes_file,
+            rx_bytes_file: s.rx_bytes_file,
             pool_waits: s.pool_waits,
             tx_demotions: s.tx_demotions,
             tx_enobufs: s.tx_enobufs,
@@ -238,6 +246,8 @@ impl SideStats {
         self.tx_bytes_zc_copied += o.tx_bytes_zc_copied;
         self.rx_bytes_mapped += o.rx_bytes_mapped;
         self.rx_bytes_copied += o.rx_bytes_copied;
+        self.tx_bytes_file += o.tx_bytes_file;
+        self.rx_bytes_file += o.rx_bytes_file;
         self.pool_waits += o.pool_waits;
         self.tx_demotions += o.tx_demotions;
         self.tx_enobufs += o.tx_enobufs;
@@ -252,20 +262,24 @@ impl SideStats {
         }
     }
 
-    /// Share of sent bytes that went zero-copy and were not copied by the kernel anyway.
+    /// Share of sent bytes that went zero-copy and were not copied by the kernel anyway,
+    /// or went from the page cache by `sendfile` (as `zcnet::StatsSnapshot` counts them).
     pub fn tx_zerocopy_fraction(&self) -> f64 {
-        let total = self.tx_bytes_copy + self.tx_bytes_zerocopy;
+        let total = self.tx_bytes_copy + self.tx_bytes_zerocopy + self.tx_bytes_file;
         if total == 0 {
             return 0.0;
         }
-        self.tx_bytes_zerocopy
-            .saturating_sub(self.tx_bytes_zc_copied) as f64
+        (self
+            .tx_bytes_zerocopy
+            .saturating_sub(self.tx_bytes_zc_copied)
+            + self.tx_bytes_file) as f64
             / total as f64
     }
 
-    /// Share of received bytes that were mapped rather than copied.
+    /// Share of received bytes that were mapped rather than copied (bytes spliced into a
+    /// file count as copied: the pipe-to-file step copies them into the page cache).
     pub fn rx_mapped_fraction(&self) -> f64 {
-        let total = self.rx_bytes_mapped + self.rx_bytes_copied;
+        let total = self.rx_bytes_mapped + self.rx_bytes_copied + self.rx_bytes_file;
         if total == 0 {
             return 0.0;
         }

@@ -35,7 +35,7 @@ enum Command {
         json: bool,
     },
     /// Measure every transmit × receive path on loopback: throughput and CPU per GiB.
-    Bench(bench::Args),
+    Bench(Box<bench::Args>),
     /// Send files and directories (or stdin) to a `zcnet recv`.
     Send(transfer_cmd::SendArgs),
     /// Receive files into a directory, verified, never partial under their final name.

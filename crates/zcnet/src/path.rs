@@ -148,6 +148,10 @@ pub enum FallbackReason {
     /// Receive, `auto`: `TCP_ZEROCOPY_RECEIVE` kept mapping nothing on this connection, so
     /// the mapping path is demoted and these bytes went by plain `recv` until a re-probe.
     DemotedUnmapped,
+    /// Transmit, `auto`: the connection's own cost check found the wanted path costlier than
+    /// copy in the sending thread's CPU per byte, so these bytes went by copy until the
+    /// check's back-off ran out ([`crate::auto::cost`]).
+    Costlier,
     /// AF_XDP (Lightweight Messages): the socket is bound in copy mode (`XDP_COPY`), because
     /// the driver has no XSK zero-copy (veth: `EOPNOTSUPP`); the kernel copies each frame
     /// between its buffer and the UMEM.
@@ -160,7 +164,7 @@ pub enum FallbackReason {
 
 impl FallbackReason {
     /// All reasons, in the order of their counters.
-    pub const ALL: [FallbackReason; 14] = [
+    pub const ALL: [FallbackReason; 15] = [
         FallbackReason::TooSmall,
         FallbackReason::Unaligned,
         FallbackReason::Enobufs,
@@ -173,6 +177,7 @@ impl FallbackReason {
         FallbackReason::SmallWorkingSet,
         FallbackReason::Unprotectable,
         FallbackReason::DemotedUnmapped,
+        FallbackReason::Costlier,
         FallbackReason::XskCopyMode,
         FallbackReason::XskUnavailable,
     ];
@@ -195,6 +200,7 @@ impl FallbackReason {
             FallbackReason::Memlock => "memlock",
             FallbackReason::SmallWorkingSet => "small_working_set",
             FallbackReason::DemotedUnmapped => "demoted_unmapped",
+            FallbackReason::Costlier => "costlier",
             FallbackReason::Unprotectable => "unprotectable",
             FallbackReason::XskCopyMode => "xsk_copy_mode",
             FallbackReason::XskUnavailable => "xsk_unavailable",

@@ -1,8 +1,9 @@
 //! The `auto` path over real loopback sockets, with profiles given in the test: the choice
 //! follows the profile by size, hysteresis keeps a stream from flapping, a path whose
 //! completions keep coming back COPIED although the profile measured it zero-copy is demoted
-//! and re-probed, a foreign profile is refused with a message, and the mapping receive path is
-//! demoted while it maps nothing. Every byte is verified; every decision is in the stats.
+//! and re-probed, a foreign profile is refused with a message, the connection's own cost
+//! check measures the chosen path against copy and accounts for every operation it moves,
+//! and the mapping receive path is demoted while it maps nothing. Every byte is verified; every decision is in the stats.
 
 mod common;
 
@@ -178,6 +179,61 @@ fn a_path_that_copies_against_its_profile_is_demoted_and_reprobed() {
         tx.tx_bytes_copy > tx.tx_bytes_zerocopy,
         "most bytes went by copy once demoted: {tx:?}"
     );
+}
+
+#[test]
+fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
+    // The profile says zerocopy is cheaper from 64 KiB but measured it copied (zc 0), so
+    // COPIED completions on loopback demote nothing: only the cost check can move these
+    // sends. Which way its verdict goes is this machine's business (speed is not asserted);
+    // that it measured, probed copy for exactly one window per check, and counted every
+    // operation it moved, is asserted.
+    use zcnet::auto::cost::WINDOW_BYTES;
+    let size = 64 * KIB;
+    let cfg = auto_sender_config(tx_profile(TxPath::Zerocopy, Some(0.0)), size as usize);
+    let ops = (4 * WINDOW_BYTES / size) as usize;
+    let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {
+        let mut pos = 0;
+        send_ops(tx, &mut pos, size as usize, ops);
+        pos
+    });
+    let a = tx.auto_tx;
+    eprintln!(
+        "cost check on loopback, zerocopy at 64 KiB: {} checks, {} costlier, {} probe ops, {} ops kept on copy",
+        a.cost_checks, a.cost_costlier, a.cost_probe_ops, a.fallback_costlier
+    );
+    assert_eq!(a.decisions, ops as u64, "{a:?}");
+    assert_eq!(a.demotions_tx_copied, 0, "{a:?}");
+    assert!(
+        a.cost_checks >= 1,
+        "a check within the first two windows: {a:?}"
+    );
+    assert_eq!(
+        a.cost_probe_ops,
+        a.cost_checks * 2 * (WINDOW_BYTES / size),
+        "two copy windows per completed check (settling, measured): {a:?}"
+    );
+    assert!(a.cost_costlier <= a.cost_checks, "{a:?}");
+    assert_eq!(
+        tx.fallback_ops(FallbackReason::Costlier),
+        a.fallback_costlier,
+        "every operation the check kept on copy counted as a fallback: {a:?}"
+    );
+    assert_eq!(
+        tx.fallback_bytes(FallbackReason::Costlier),
+        a.fallback_costlier * size
+    );
+    if a.cost_costlier == 0 {
+        assert_eq!(a.fallback_costlier, 0, "{a:?}");
+    } else {
+        assert!(
+            a.fallback_costlier > 0,
+            "a costlier verdict moves sends: {a:?}"
+        );
+    }
+    // Copy carried at least the probes; zerocopy the measured window.
+    assert!(tx.tx_bytes_copy >= a.cost_probe_ops * size, "{tx:?}");
+    assert!(tx.tx_bytes_zerocopy >= WINDOW_BYTES, "{tx:?}");
 }
 
 #[test]

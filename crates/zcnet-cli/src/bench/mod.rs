@@ -17,6 +17,8 @@
 //! Layout, imports pointing down this list:
 //!
 //! * this file — the options, the plan of runs, and printing the report;
+//! * [`iperf3`] — iperf3 mode (`-s`, `-c HOST`): iperf3's own protocol with zcnet's paths on
+//!   this end, a world of its own beside the bench's runs;
 //! * [`suite`] (the papers' experiments), [`topology`] (where runs go, and running them),
 //!   [`server`] and [`client`] — the one dispatch each way from a run to its
 //!   [`spec::Transport`];
@@ -24,11 +26,14 @@
 //!   connections), [`udp`] (`zcnet::msg`), [`lm`] (`zcnet::lm`), [`sink`] (the raw GSO
 //!   sender into a dropping device);
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
+//!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
 //!   [`ledger`] (message ids delivered or lost), [`output`] and [`plot`];
 //! * [`spec`] — the shared terms (`RunSpec`, `BenchError`, `Transport`), a leaf.
 
 mod client;
 mod control;
+mod files;
+mod iperf3;
 mod ledger;
 mod lm;
 mod output;
@@ -72,14 +77,53 @@ pub(crate) use topology::{execute, Env};
     The --json schema is documented in docs/bench.md.")]
 pub struct Args {
     /// Serve runs for clients (`--client`) until interrupted.
-    #[arg(long, conflicts_with_all = ["client", "suite"])]
+    #[arg(long, conflicts_with_all = ["client", "suite", "iperf3_server", "iperf3_client"])]
     server: bool,
-    /// Server address to listen on (with --server).
-    #[arg(long, value_name = "ADDR", requires = "server")]
+    /// Address to listen on (with --server or -s; default loopback).
+    #[arg(long, short = 'B', value_name = "ADDR")]
     bind: Option<String>,
-    /// Exit after serving one run (with --server; for scripts and tests).
-    #[arg(long, requires = "server")]
+    /// Exit after serving one run (with --server or -s; for scripts and tests).
+    #[arg(long, short = '1')]
     once: bool,
+    /// iperf3 mode: serve iperf3's own protocol (an unmodified `iperf3 -c` tests against
+    /// zcnet's paths), many clients at once. Port 5201 unless -p.
+    #[arg(short = 's', conflicts_with_all = ["client", "suite", "iperf3_client"])]
+    iperf3_server: bool,
+    /// iperf3 mode: run a test against an iperf3 server (`iperf3 -s` or `zcnet bench -s`).
+    #[arg(short = 'c', value_name = "HOST", conflicts_with_all = ["client", "suite"])]
+    iperf3_client: Option<String>,
+    /// iperf3 mode: the server's port (default 5201).
+    #[arg(short = 'p', long, value_name = "PORT")]
+    port: Option<u16>,
+    /// iperf3 mode: the server sends, the client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    reverse: bool,
+    /// iperf3 mode: both send at once, on -P connections each way.
+    #[arg(long)]
+    bidir: bool,
+    /// iperf3 mode: one JSON object per line for start, each interval, and end.
+    #[arg(long, conflicts_with = "json")]
+    json_stream: bool,
+    /// iperf3 mode: append the report to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    logfile: Option<PathBuf>,
+    /// iperf3 mode: seconds between interval reports (default 1; 0 for none).
+    #[arg(short = 'i', long, value_name = "S")]
+    interval: Option<f64>,
+    /// iperf3 mode: send from a page-cache file with sendfile (iperf3's -Z); = --tx file.
+    #[arg(short = 'Z', long)]
+    zerocopy: bool,
+    /// iperf3 mode: TCP_NODELAY on the data connections.
+    #[arg(short = 'N', long)]
+    no_delay: bool,
+    /// Where `--tx file` and `--rx file` keep their files (unnamed, removed after the run;
+    /// default: the temporary directory).
+    #[arg(long, value_name = "DIR")]
+    file_dir: Option<PathBuf>,
+    /// `--tx file` reads from a cold file: its pages are dropped from the page cache
+    /// (posix_fadvise DONTNEED) before the run and at each pass over it.
+    #[arg(long)]
+    cold: bool,
     /// Run against a `zcnet bench --server` at HOST[:PORT] (default port 5301).
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "suite")]
     client: Option<String>,
@@ -87,26 +131,30 @@ pub struct Args {
     /// (`--tx copy|zerocopy`, `--rx copy|gro`, `--size` = message size).
     #[arg(long, value_enum, default_value = "tcp")]
     proto: ProtoArg,
-    /// Transmit paths: a comma-separated list, or `all`.
-    #[arg(long, default_value = "all")]
-    tx: String,
-    /// Receive paths: a comma-separated list, or `all`.
-    #[arg(long, default_value = "all")]
-    rx: String,
+    /// Transmit paths: a comma-separated list, or `all` (the default). iperf3 mode: this
+    /// end's one path, `auto` by default, or `file` (sendfile from a page-cache file).
+    #[arg(long)]
+    tx: Option<String>,
+    /// Receive paths: a comma-separated list, or `all` (the default). iperf3 mode: this
+    /// end's one path, `auto` by default.
+    #[arg(long)]
+    rx: Option<String>,
     /// Bytes per send: `64K`, a sweep `4K..4M` (powers of two), or a list `4K,64K`.
     /// Default 16K,256K (stream), 1,64,1K,16K,64K,256K,1M (--rr). With --proto udp: the
     /// message size, 1 B to 16 MiB (default 1472,64K,1M; --rr 1,1472,64K,1M).
-    #[arg(long, value_name = "SIZES")]
+    /// iperf3 mode (-l): bytes per write, one size (default 128K).
+    #[arg(long, short = 'l', value_name = "SIZES")]
     size: Option<String>,
-    /// Seconds per run (instead of --bytes).
-    #[arg(long, value_name = "S", conflicts_with = "bytes")]
+    /// Seconds per run (instead of --bytes). iperf3 mode (-t): the test's length (default 10).
+    #[arg(long, short = 't', value_name = "S", conflicts_with = "bytes")]
     time: Option<f64>,
     /// Bytes per run over all streams (default: time-limited, 0.2 to 1 s per run so the
-    /// whole bench takes under a minute; --rr: 200 to 5000 round trips).
-    #[arg(long, value_name = "N", value_parser = size_arg)]
+    /// whole bench takes under a minute; --rr: 200 to 5000 round trips). iperf3 mode (-n):
+    /// bytes to move instead of a time.
+    #[arg(long, short = 'n', value_name = "N", value_parser = size_arg)]
     bytes: Option<u64>,
-    /// Concurrent connections (the loaded-system test).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Concurrent connections (the loaded-system test). iperf3 mode (-P): per direction.
+    #[arg(long, short = 'P', default_value_t = 1, value_name = "N")]
     streams: u32,
     /// Buffers in rotation per connection (the sender's pool); default 16 MiB / size, 8..1024.
     #[arg(long, value_name = "N")]
@@ -126,8 +174,9 @@ pub struct Args {
     /// Link MTU for --topology netns|sink (default 1500).
     #[arg(long, value_name = "N")]
     mtu: Option<u32>,
-    /// One JSON object on stdout (schema in docs/bench.md) instead of a table.
-    #[arg(long)]
+    /// One JSON object on stdout (schema in docs/bench.md) instead of a table. iperf3 mode
+    /// (-J): iperf3's JSON document, with zcnet's figures under `end.zcnet`.
+    #[arg(long, short = 'J')]
     json: bool,
     /// Write an SVG plot of throughput and CPU-s/GiB against size (for sweeps).
     #[arg(long, value_name = "FILE.svg")]
@@ -141,6 +190,173 @@ pub struct Args {
     /// A small, fast suite (for tests and a first look; numbers are noisier).
     #[arg(long, requires = "suite")]
     quick: bool,
+}
+
+impl Args {
+    fn tx(&self) -> &str {
+        self.tx.as_deref().unwrap_or("all")
+    }
+
+    fn rx(&self) -> &str {
+        self.rx.as_deref().unwrap_or("all")
+    }
+}
+
+/// The first option given that only iperf3 mode reads.
+fn iperf3_only(args: &Args) -> Option<&'static str> {
+    [
+        (args.port.is_some(), "-p/--port"),
+        (args.reverse, "-R/--reverse"),
+        (args.bidir, "--bidir"),
+        (args.json_stream, "--json-stream"),
+        (args.logfile.is_some(), "--logfile"),
+        (args.interval.is_some(), "-i/--interval"),
+        (args.zerocopy, "-Z/--zerocopy"),
+        (args.no_delay, "-N/--no-delay"),
+    ]
+    .into_iter()
+    .find_map(|(given, name)| given.then_some(name))
+}
+
+/// The first option given that iperf3 mode does not read.
+fn bench_only(args: &Args) -> Option<&'static str> {
+    [
+        (args.rr, "--rr"),
+        (args.proto != ProtoArg::Tcp, "--proto"),
+        (args.topology != Topology::Loopback, "--topology"),
+        (args.mtu.is_some(), "--mtu"),
+        (args.ring.is_some(), "--ring"),
+        (args.touch, "--touch"),
+        (args.plot.is_some(), "--plot"),
+        (args.suite.is_some(), "--suite"),
+        (args.server, "--server"),
+        (args.client.is_some(), "--client"),
+    ]
+    .into_iter()
+    .find_map(|(given, name)| given.then_some(name))
+}
+
+/// `-s` / `-c HOST`: iperf3's protocol, zcnet's paths on this end.
+fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
+    if let Some(flag) = bench_only(args) {
+        return Err(BenchError::Usage(format!(
+            "{flag} is not an iperf3-mode option (-s / -c speak iperf3's protocol)"
+        )));
+    }
+    let tx_name = args
+        .tx
+        .as_deref()
+        .unwrap_or(if args.zerocopy { "file" } else { "auto" });
+    if args.zerocopy && tx_name != "file" {
+        return Err(BenchError::Usage(format!(
+            "-Z sends from a file (--tx file); it cannot be combined with --tx {tx_name}"
+        )));
+    }
+    let (file, tx) = match tx_name {
+        "file" => (true, zcnet::TxPath::Copy),
+        t => (false, workers::tx_path(t)?),
+    };
+    let rx = workers::rx_path(args.rx.as_deref().unwrap_or("auto"))?;
+    let interval = args.interval.unwrap_or(1.0);
+    if !(0.0..=60.0).contains(&interval) {
+        return Err(BenchError::Usage(
+            "-i: seconds between reports, 0 (none) to 60".into(),
+        ));
+    }
+    let common = iperf3::Common {
+        tx,
+        file,
+        rx,
+        interval,
+        format: if args.json_stream {
+            iperf3::Format::JsonStream
+        } else if args.json {
+            iperf3::Format::Json
+        } else {
+            iperf3::Format::Text
+        },
+        logfile: args.logfile.clone(),
+    };
+    let port = args.port.unwrap_or(zcnet_bench::iperf3::DEFAULT_PORT);
+    if args.iperf3_server {
+        topology::install_interrupt_handler();
+        let host = args.bind.as_deref().unwrap_or("127.0.0.1");
+        let addr = if host
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            topology::resolve(host)?
+        } else {
+            topology::resolve(&format!("{host}:{port}"))?
+        };
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| BenchError::io_owned(format!("binding {addr}"), e))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| BenchError::io("getsockname", e))?;
+        if common.format == iperf3::Format::Text {
+            println!("-----------------------------------------------------------");
+            println!(
+                "Server listening on {local} (iperf3 protocol; zcnet tx {tx_name}, rx {})",
+                rx.name()
+            );
+            println!("-----------------------------------------------------------");
+        } else {
+            eprintln!("zcnet bench -s: listening on {local} (iperf3 protocol)");
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let stop = AtomicBool::new(false);
+        return iperf3::serve(
+            iperf3::ServerOpts {
+                once: args.once,
+                common,
+            },
+            listener,
+            &stop,
+        );
+    }
+    if args.once || args.bind.is_some() {
+        return Err(BenchError::Usage(
+            "-1 and --bind are server options (-s)".into(),
+        ));
+    }
+    let host = args.iperf3_client.clone().unwrap_or_default();
+    let len = match &args.size {
+        None => zcnet_bench::iperf3::DEFAULT_BLKSIZE,
+        Some(s) => match parse_sizes(s).map_err(|e| BenchError::Usage(e.to_string()))?[..] {
+            [one] => one,
+            _ => {
+                return Err(BenchError::Usage(
+                    "-l: one size in iperf3 mode (a sweep is the bench's --size)".into(),
+                ))
+            }
+        },
+    };
+    let time = match args.time {
+        None => zcnet_bench::iperf3::DEFAULT_SECONDS,
+        Some(t) if t > 0.0 && t <= 86_400.0 => t.ceil() as u32,
+        Some(_) => return Err(BenchError::Usage("-t: 1 to 86400 seconds".into())),
+    };
+    let params = zcnet_bench::iperf3::TestParams {
+        time,
+        bytes: args.bytes.unwrap_or(0),
+        parallel: args.streams,
+        len,
+        direction: zcnet_bench::iperf3::TestParams::direction_of(args.reverse, args.bidir),
+        nodelay: args.no_delay,
+        zerocopy: file,
+        ..Default::default()
+    };
+    // What the server would check, checked here first, with the same words.
+    zcnet_bench::iperf3::TestParams::from_json(&params.to_json())
+        .map_err(|e| BenchError::Usage(e.to_string()))?;
+    iperf3::client(&iperf3::ClientOpts {
+        host,
+        port,
+        params,
+        common,
+    })
 }
 
 /// `--proto`.
@@ -171,6 +387,32 @@ pub fn run(args: &Args) -> Result<(), String> {
 }
 
 fn run_inner(args: &Args) -> Result<(), BenchError> {
+    if let Some(d) = &args.file_dir {
+        if !d.is_dir() {
+            return Err(BenchError::Usage(format!(
+                "--file-dir {}: not a directory",
+                d.display()
+            )));
+        }
+    }
+    files::set_up(files::FileSetup {
+        dir: args.file_dir.clone(),
+        cold: args.cold,
+    });
+    if args.iperf3_server || args.iperf3_client.is_some() {
+        return iperf3_mode(args);
+    }
+    if let Some(flag) = iperf3_only(args) {
+        return Err(BenchError::Usage(format!(
+            "{flag} belongs to iperf3 mode: add -s (serve iperf3's protocol) or -c HOST"
+        )));
+    }
+    if args.once && !args.server {
+        return Err(BenchError::Usage("--once (-1) needs --server or -s".into()));
+    }
+    if args.bind.is_some() && !args.server {
+        return Err(BenchError::Usage("--bind needs --server or -s".into()));
+    }
     if args.server {
         return serve_standalone(args);
     }
@@ -290,7 +532,7 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                 "--proto udp: message size {s} is above the limit of {MAX_UDP_MESSAGE} bytes"
             )));
         }
-    } else if args.rx.split(',').any(|r| r.trim() == "gro") {
+    } else if args.rx().split(',').any(|r| r.trim() == "gro") {
         return Err(BenchError::Usage(
             "receive path \"gro\" is a UDP message path (UDP_GRO): add --proto udp".into(),
         ));
@@ -303,15 +545,15 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                     .into(),
             ));
         }
-        if args.rx != "all" {
+        if args.rx() != "all" {
             return Err(BenchError::Usage(
                 "the sink has no receiver: leave --rx out".into(),
             ));
         }
     }
     let (txs, rxs) = if env.is_sink() && udp {
-        let mut txs = udp_paths(&args.tx, &UDP_TX, "transmit")?;
-        if args.tx == "all" {
+        let mut txs = udp_paths(args.tx(), &UDP_TX, "transmit")?;
+        if args.tx() == "all" {
             txs.retain(|t| t != Transport::LM);
         } else if txs.iter().any(|t| t == Transport::LM) {
             return Err(BenchError::Usage(
@@ -323,8 +565,8 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         (txs, vec!["none".to_string()])
     } else if udp {
         (
-            udp_paths(&args.tx, &UDP_TX, "transmit")?,
-            udp_paths(&args.rx, &UDP_RX, "receive")?,
+            udp_paths(args.tx(), &UDP_TX, "transmit")?,
+            udp_paths(args.rx(), &UDP_RX, "receive")?,
         )
     } else if env.is_sink() {
         let mtu = env.info().mtu.unwrap_or(1500);
@@ -332,16 +574,32 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
             sink::check_size(s, mtu).map_err(BenchError::Usage)?;
         }
         (
-            parse_paths(&args.tx, &sink::SINK_TX, "transmit (sink: UDP)", false)?,
+            parse_paths(args.tx(), &sink::SINK_TX, "transmit (sink: UDP)", false)?,
             vec!["none".to_string()],
         )
     } else {
         // Against a remote server, receive paths this build does not know may be ones the
         // server knows: it decides, and rejects with a reason if not.
         let remote = matches!(env, Env::Remote { .. });
+        // The file paths (sendfile from a page-cache file, splice into a file) are stream
+        // paths of the bench, not zcnet paths: no request/response without a message.
+        let (mut known_tx, mut known_rx) = (tx_names(), rx_names());
+        if mode == Mode::Stream {
+            known_tx.push(files::FILE);
+            known_rx.push(files::FILE);
+        } else if [args.tx(), args.rx()]
+            .iter()
+            .any(|l| l.split(',').any(|p| p.trim() == files::FILE))
+        {
+            return Err(BenchError::Usage(
+                "--tx/--rx file are stream paths (a file sent or received whole); --rr \
+                 exchanges messages from memory"
+                    .into(),
+            ));
+        }
         (
-            parse_paths(&args.tx, &tx_names(), "transmit", false)?,
-            parse_paths(&args.rx, &rx_names(), "receive", remote)?,
+            parse_paths(args.tx(), &known_tx, "transmit", false)?,
+            parse_paths(args.rx(), &known_rx, "receive", remote)?,
         )
     };
     let mut specs = Vec::new();
@@ -380,7 +638,9 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                             .validate(&UDP_TX, &known_rx)
                             .and_then(|()| params.udp_limits())
                     } else {
-                        params.validate(&tx_names(), &known_rx)
+                        let mut known_tx = tx_names();
+                        known_tx.push(files::FILE);
+                        params.validate(&known_tx, &known_rx)
                     }
                     .map_err(|r| BenchError::Usage(r.0))?;
                     specs.push(RunSpec {
@@ -400,7 +660,8 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         return Err(BenchError::Usage(format!(
             "--tx {} --rx {}: no pair of these paths can meet (lm is a transport of its own and \
              pairs only with lm)",
-            args.tx, args.rx
+            args.tx(),
+            args.rx()
         )));
     }
     if args.time.is_none() && args.bytes.is_none() && mode == Mode::Stream {
@@ -435,7 +696,7 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
         s += ", UDP messages (zcnet::msg's sender)";
     } else if args.proto == ProtoArg::Udp {
         s += ", UDP messages (zcnet::msg";
-        if args.tx == "all" || args.tx.split(',').any(|t| t.trim() == Transport::LM) {
+        if args.tx() == "all" || args.tx().split(',').any(|t| t.trim() == Transport::LM) {
             s += " and zcnet::lm over AF_XDP";
         }
         s += "; every byte verified)";

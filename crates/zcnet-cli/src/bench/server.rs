@@ -227,7 +227,8 @@ fn handle(
             .map_err(io("control socket"))?;
         c.set_nodelay(true).map_err(io("control socket"))?;
         let tx_names = names(&TxPath::ALL, TxPath::name);
-        let rx_names = names(&RxPath::ALL, RxPath::name);
+        let mut rx_names = names(&RxPath::ALL, RxPath::name);
+        rx_names.push(super::files::FILE);
         let hello = protocol::read_message(&mut Deadline {
             s: &c,
             until: Instant::now() + HELLO_DEADLINE,

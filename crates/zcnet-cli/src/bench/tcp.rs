@@ -53,6 +53,12 @@ pub(crate) fn run(
     progress: &Progress,
 ) -> Result<Run, BenchError> {
     let p = &spec.params;
+    // `--tx file`: the file is written (or dropped from the cache, `--cold`) before the
+    // server waits for data connections and before the run's clock starts.
+    let src = (p.tx == super::files::FILE && p.mode == Mode::Stream)
+        .then(|| super::files::source(p.size))
+        .transpose()?;
+    let src = src.as_deref();
     let mut c = connect_control(ctrl)?;
     protocol::write_message(&mut c, &Message::Hello { params: p.clone() })?;
     let data_port = protocol::read_accept(protocol::read_message(&mut c))?;
@@ -66,7 +72,7 @@ pub(crate) fn run(
             .iter()
             .map(|&q| {
                 s.spawn(move || match p.mode {
-                    Mode::Stream => workers::stream_send(data, p, q, deadline, progress),
+                    Mode::Stream => workers::stream_send(data, p, q, deadline, progress, src),
                     Mode::Rr => workers::rr_client(data, p, q, deadline, progress),
                 })
             })

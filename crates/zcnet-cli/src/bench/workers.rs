@@ -10,6 +10,7 @@
 //!   back, the server echoes; both ends use both paths on one socket (`TCP_NODELAY`).
 
 use super::control::{cpu_now, side_cpu, WorkerOut, DATA_TIMEOUT};
+use super::files::{self, Cursor, SinkFile, SourceFile};
 use super::spec::{BenchError, Progress};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -59,9 +60,16 @@ fn sender_config(p: &Params, tx: TxPath, nodelay: bool) -> SenderConfig {
     cfg
 }
 
-/// Receive configuration for a run's receive path.
+/// Receive configuration for a run's receive path. `file` splices the socket into a file
+/// (`Receiver::recv_to_file`), which does not read through a receive path: the receiver
+/// is set up on `copy`, which only ever carries bytes read before the splice.
 pub(crate) fn receiver_config(p: &Params) -> Result<ReceiverConfig, BenchError> {
-    let mut cfg = ReceiverConfig::new(rx_path(&p.rx)?);
+    let path = if p.rx == files::FILE {
+        RxPath::Copy
+    } else {
+        rx_path(&p.rx)?
+    };
+    let mut cfg = ReceiverConfig::new(path);
     cfg.timeout = Some(DATA_TIMEOUT);
     cfg.touch = p.touch;
     cfg.op_size = p.size as usize;
@@ -87,13 +95,19 @@ fn app_ring(p: &Params) -> Result<Vec<zcnet::TxBuf>, BenchError> {
 }
 
 /// One stream connection of the client: sends `quota` bytes, or until `deadline`.
+/// `src` is the page-cache file of `--tx file` ([`files::source`]), made before the run's
+/// clock started.
 pub(crate) fn stream_send(
     addr: SocketAddr,
     p: &Params,
     quota: Option<u64>,
     deadline: Option<Instant>,
     progress: &Progress,
+    src: Option<&SourceFile>,
 ) -> Result<WorkerOut, BenchError> {
+    if let Some(src) = src {
+        return stream_send_file(addr, p, src, quota, deadline, progress);
+    }
     let tx = tx_path(&p.tx)?;
     let mut sender =
         Sender::connect(addr, &sender_config(p, tx, false)).map_err(zerr("connect (data)"))?;
@@ -149,13 +163,99 @@ pub(crate) fn stream_send(
     Ok(out)
 }
 
+/// `--tx file`: sends `size` bytes at a time from a page-cache file (`Sender::send_file`,
+/// sendfile(2)); the file and `--cold` are [`files`]'. The sender's transmit path is not
+/// used: file bytes never pass through user space.
+fn stream_send_file(
+    addr: SocketAddr,
+    p: &Params,
+    src: &SourceFile,
+    quota: Option<u64>,
+    deadline: Option<Instant>,
+    progress: &Progress,
+) -> Result<WorkerOut, BenchError> {
+    let mut cfg = sender_config(p, TxPath::Copy, false);
+    cfg.pool_buffers = 1;
+    let mut sender = Sender::connect(addr, &cfg).map_err(zerr("connect (data)"))?;
+    let mut cursor = Cursor::default();
+    let mut out = WorkerOut::default();
+    let t0 = cpu_now()?;
+    out.started = Some(Instant::now());
+    let mut sent = 0u64;
+    loop {
+        let n = match (quota, deadline) {
+            (Some(q), _) if sent >= q => break,
+            (Some(q), _) => p.size.min(q - sent),
+            (None, Some(d)) if Instant::now() >= d => break,
+            _ => p.size,
+        };
+        let at = cursor.next(src, n)?;
+        let t = Instant::now();
+        sender
+            .send_file(&src.file, at, n)
+            .map_err(zerr("sendfile"))?;
+        out.send.record(t.elapsed());
+        sent += n;
+        progress.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    let snap = sender.finish().map_err(zerr("finishing the stream"))?;
+    out.ended = Some(Instant::now());
+    out.cpu = side_cpu(t0, cpu_now()?);
+    out.bytes_sent = sent;
+    out.stats = SideStats::from(&snap);
+    Ok(out)
+}
+
+/// `--rx file`: splices `size` bytes at a time into a file (`Receiver::recv_to_file`)
+/// until end of stream.
+fn stream_receive_file(
+    mut rx: Receiver,
+    p: &Params,
+    progress: &Progress,
+) -> Result<WorkerOut, BenchError> {
+    let mut sink = SinkFile::create(p.size)?;
+    let mut out = WorkerOut {
+        rx_path: Some(files::FILE.to_string()),
+        ..Default::default()
+    };
+    let t0 = cpu_now()?;
+    out.started = Some(Instant::now());
+    let mut got = 0u64;
+    loop {
+        let at = sink.next(p.size);
+        let t = Instant::now();
+        let n = match rx.recv_to_file(&sink.file, at, p.size) {
+            Ok(n) => n,
+            // The stream ended inside this piece: what arrived is counted, and ends the run.
+            Err(zcnet::Error::Truncated { got: n, .. }) => {
+                got += n;
+                progress.bytes.fetch_add(n, Ordering::Relaxed);
+                break;
+            }
+            Err(e) => return Err(zerr("splice (receive into a file)")(e)),
+        };
+        out.recv.record(t.elapsed());
+        got += n;
+        progress.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    out.ended = Some(Instant::now());
+    out.cpu = side_cpu(t0, cpu_now()?);
+    out.bytes_received = got;
+    out.stats = SideStats::from(&rx.stats().snapshot());
+    Ok(out)
+}
+
 /// One stream connection of the server: receives until end of stream.
 pub(crate) fn stream_receive(
     listener: &Listener,
     p: &Params,
     progress: &Progress,
 ) -> Result<WorkerOut, BenchError> {
-    let mut rx = listener.accept().map_err(zerr("accept (data)"))?;
+    let rx = listener.accept().map_err(zerr("accept (data)"))?;
+    if p.rx == files::FILE {
+        return stream_receive_file(rx, p, progress);
+    }
+    let mut rx = rx;
     let mut out = WorkerOut {
         rx_path: Some(rx.path().name().to_string()),
         ..Default::default()

@@ -159,6 +159,16 @@ pub struct TcpInfo {
     pub snd_mss: u32,
     /// Current receive MSS estimate.
     pub rcv_mss: u32,
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    pub total_retrans: u32,
+    /// Congestion window, in segments (`tcpi_snd_cwnd`).
+    pub snd_cwnd: u32,
+    /// Smoothed round-trip time, µs (`tcpi_rtt`).
+    pub rtt: u32,
+    /// Round-trip time variance, µs (`tcpi_rttvar`).
+    pub rttvar: u32,
+    /// Path MTU (`tcpi_pmtu`).
+    pub pmtu: u32,
 }
 
 /// `getsockopt(IPPROTO_TCP, TCP_INFO)`.
@@ -183,6 +193,11 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         options: ti.tcpi_options,
         snd_mss: ti.tcpi_snd_mss,
         rcv_mss: ti.tcpi_rcv_mss,
+        total_retrans: ti.tcpi_total_retrans,
+        snd_cwnd: ti.tcpi_snd_cwnd,
+        rtt: ti.tcpi_rtt,
+        rttvar: ti.tcpi_rttvar,
+        pmtu: ti.tcpi_pmtu,
     })
 }
 

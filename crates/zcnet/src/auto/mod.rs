@@ -18,6 +18,10 @@
 //!   not flap between paths.
 //! * [`demotion`]: online demotion of a path the connection reports as not paying (`COPIED`
 //!   completions on transmit, receive calls that map nothing) and periodic re-probing.
+//! * [`cost`]: the run-time check of transmit: a window of bytes on the wanted path, one on
+//!   copy, compared in the sending thread's CPU per byte; a path costlier than copy is left
+//!   for a back-off, so a stale or foreign profile costs a probe, not a transfer. The clock
+//!   is the caller's.
 //!
 //! * `zcnet_bench::measure`: profile tables from bench runs, and `auto`'s gap to the best single path.
 //! * [`load`]: the connection's profile from the default location ([`ProfileSource`]).
@@ -26,20 +30,22 @@
 //! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]
 //! without one), a [`Hysteresis`] per kind of operation, a [`Demotion`] and per-operation
 //! [`AutoStats`] added to `Stats`. Per operation: `chooser.choose(size, aligned)` → record the
-//! [`Choice`] → `hysteresis.observe` → `demotion.admit` → send on the admitted path → feed the
-//! completions' `COPIED` flag to `demotion.report` (only where the profile measured the path
-//! not copying). A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
+//! [`Choice`] → `hysteresis.observe` → `demotion.admit` → `cost.route` → send on the path it
+//! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
+//! measured the path not copying) and the bytes to `cost.after`. A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
 //! operation size (receive paths cannot be mixed on one socket while a multishot recv is
 //! armed) and, on `mmap`, demotes to plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
 
 pub mod choose;
+pub mod cost;
 pub mod demotion;
 pub mod hysteresis;
 pub mod load;
 pub mod profile;
 
 pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
+pub use cost::{CostCheck, Route, Verdict};
 pub use demotion::{Admit, Demotion, DemotionReason, Report};
 pub use hysteresis::Hysteresis;
 pub use load::{Loaded, ProfileSource};
@@ -117,11 +123,20 @@ pub struct AutoStats {
     pub promotions: u64,
     /// Re-demotions: a re-probe reported bad (the back-off doubles).
     pub redemotions: u64,
+    /// Run-time cost checks completed: a window on the wanted path, then one on copy,
+    /// compared in the sending thread's CPU per byte ([`cost`]).
+    pub cost_checks: u64,
+    /// Checks that found the wanted path costlier than copy: it was left for a back-off.
+    pub cost_costlier: u64,
+    /// Operations sent to copy to measure it for a check.
+    pub cost_probe_ops: u64,
+    /// Operations sent to copy because the wanted path was found costlier.
+    pub fallback_costlier: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 14;
+    pub const LEN: usize = 18;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -140,6 +155,10 @@ impl AutoStats {
             self.reprobes,
             self.promotions,
             self.redemotions,
+            self.cost_checks,
+            self.cost_costlier,
+            self.cost_probe_ops,
+            self.fallback_costlier,
         ]
     }
 
@@ -160,6 +179,10 @@ impl AutoStats {
             reprobes: a[11],
             promotions: a[12],
             redemotions: a[13],
+            cost_checks: a[14],
+            cost_costlier: a[15],
+            cost_probe_ops: a[16],
+            fallback_costlier: a[17],
         }
     }
 
@@ -195,7 +218,10 @@ mod tests {
         let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
-        assert_eq!((s.decisions, s.redemotions), (1, AutoStats::LEN as u64));
+        assert_eq!(
+            (s.decisions, s.fallback_costlier),
+            (1, AutoStats::LEN as u64)
+        );
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));

@@ -19,7 +19,8 @@
 use super::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit};
 use crate::auto::demotion::{DEMOTE_AFTER, MAX_REPROBE_AFTER_OPS, REPROBE_AFTER_OPS};
 use crate::auto::{
-    AutoStats, Choice, Chooser, Demotion, DemotionReason, Hysteresis, Measurement, Profile, Report,
+    AutoStats, Choice, Chooser, CostCheck, Demotion, DemotionReason, Hysteresis, Measurement,
+    Profile, Report, Route,
 };
 use crate::buf::{Pool, TxBuf};
 use crate::cow::CowPolicy;
@@ -89,6 +90,9 @@ pub(crate) struct AutoTx {
     /// its size, and interpolating the curves on every 4 KiB send would cost a noticeable
     /// share of the send itself.
     memo: [Memo; 2],
+    /// The run-time cost check per kind (buf, slice): the wanted path against copy, in
+    /// this thread's CPU per byte on this connection.
+    cost: [CostCheck<TxPath>; 2],
 }
 
 fn chooser(
@@ -142,6 +146,7 @@ impl AutoTx {
             marks: s.stats.zc_completion_marks(),
             zc_ok: s.zc_ok,
             memo: [None, None],
+            cost: [CostCheck::new(TxPath::Copy), CostCheck::new(TxPath::Copy)],
         }
     }
 
@@ -165,9 +170,22 @@ impl AutoTx {
         };
         delta.record_choice(&choice);
         let wanted = hyst.observe(choice.path, delta);
-        self.demotion
+        let admitted = self
+            .demotion
             .admit(wanted, TxPath::Copy, self.ops, delta)
-            .path
+            .path;
+        // Last, the connection's own cost check: it only ever sends an operation to copy.
+        match self.cost[usize::from(slice)].route(admitted, zcnet_sys::raw::cpu::thread_cpu_ns) {
+            Route::Wanted(p) => p,
+            Route::ProbeCopy(_) => {
+                delta.cost_probe_ops += 1;
+                TxPath::Copy
+            }
+            Route::Costlier(_) => {
+                delta.fallback_costlier += 1;
+                TxPath::Copy
+            }
+        }
     }
 
     /// [`AutoTx::decide`], counting an operation the demotion sent to `copy` as a fallback.
@@ -179,10 +197,13 @@ impl AutoTx {
         stats: &Stats,
         delta: &mut AutoStats,
     ) -> TxPath {
-        let before = delta.fallback_demoted;
+        let before = (delta.fallback_demoted, delta.fallback_costlier);
         let path = self.decide(len, addr, slice, delta);
-        if delta.fallback_demoted > before {
+        if delta.fallback_demoted > before.0 {
             stats.fallback(FallbackReason::DemotedCopied, len as u64);
+        }
+        if delta.fallback_costlier > before.1 {
+            stats.fallback(FallbackReason::Costlier, len as u64);
         }
         path
     }
@@ -217,8 +238,23 @@ impl AutoTx {
         }
     }
 
-    fn finish_op(&mut self, path: TxPath, len: usize, stats: &Stats, mut delta: AutoStats) {
+    fn finish_op(
+        &mut self,
+        path: TxPath,
+        len: usize,
+        slice: bool,
+        stats: &Stats,
+        mut delta: AutoStats,
+    ) {
         self.observe(path, len, stats, &mut delta);
+        if let Some(v) =
+            self.cost[usize::from(slice)].after(len as u64, zcnet_sys::raw::cpu::thread_cpu_ns)
+        {
+            delta.cost_checks += 1;
+            if v.costlier {
+                delta.cost_costlier += 1;
+            }
+        }
         self.ops += 1;
         stats.add_auto_tx(&delta);
     }
@@ -239,7 +275,7 @@ impl Transmit for AutoTx {
                 self.copy.send_buf(fd, buf, stats)
             }
         };
-        self.finish_op(path, len, stats, delta);
+        self.finish_op(path, len, false, stats, delta);
         r
     }
 
@@ -264,7 +300,7 @@ impl Transmit for AutoTx {
                 self.copy.send_owned(fd, owned, stats, timeout)
             }
         };
-        self.finish_op(path, len, stats, delta);
+        self.finish_op(path, len, false, stats, delta);
         r
     }
 
@@ -281,7 +317,7 @@ impl Transmit for AutoTx {
             (TxPath::Cow, Some(ZcState::Cow(c))) => c.send_slice(fd, data, stats, timeout),
             _ => super::plain::send_all(fd, data, stats, timeout),
         };
-        self.finish_op(path, data.len(), stats, delta);
+        self.finish_op(path, data.len(), true, stats, delta);
         r
     }
 

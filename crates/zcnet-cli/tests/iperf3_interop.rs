@@ -1,0 +1,532 @@
+//! `zcnet bench -s` / `-c` against the real `iperf3` from the distribution, on loopback:
+//! an unmodified `iperf3 -c` against `zcnet bench -s`, and `zcnet bench -c` against an
+//! unmodified `iperf3 -s` — forward, `-R`, `--bidir`, `-P 4` — with both sides' `-J`
+//! reports parsed for exactly the fields k8s-netperf reads (`end.sum_sent.retransmits`,
+//! `end.sum_received.bits_per_second`; `pkg/drivers/iperf.go`) and those pScheduler and
+//! PerfKitBenchmarker read (`end.sum_sent` / `end.sum_received` bytes and rates,
+//! `end.cpu_utilization_percent.host_total` / `remote_total`).
+//!
+//! What "agree" means: each quantity both reports carry is the same number in both (the
+//! results exchange worked), and where zcnet receives it reports exactly the bytes the
+//! sender says it sent (it drains to the sender's count, or to end of stream). Where
+//! iperf3 receives, it counts only what it read before `TEST_END` (`iperf_tcp_recv` counts
+//! in `TEST_RUNNING` only), so its count is at most the bytes sent. The payload is
+//! iperf3's own (random bytes), which no one can check byte by byte; the counts are.
+//!
+//! Without `/usr/bin/iperf3` (or `iperf3` on `PATH`) every test here skips and says so.
+
+mod common;
+
+use common::zcnet;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn iperf3() -> Option<PathBuf> {
+    let p = PathBuf::from("/usr/bin/iperf3");
+    if p.exists() {
+        return Some(p);
+    }
+    let out = Command::new("sh")
+        .args(["-c", "command -v iperf3"])
+        .output()
+        .ok()?;
+    let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!s.is_empty()).then(|| PathBuf::from(s))
+}
+
+macro_rules! need_iperf3 {
+    () => {
+        match iperf3() {
+            Some(p) => p,
+            None => {
+                eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+                return;
+            }
+        }
+    };
+}
+
+/// A free loopback port (bound and released; iperf3 binds it right after).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (bounded) until something listens on 127.0.0.1:`port` — read from
+/// /proc/net/tcp, since connecting would use up a one-off server's only test.
+fn wait_listening(port: u16) {
+    let want = format!("0100007F:{port:04X}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        if tcp.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1] == want && f[3] == "0A"
+        }) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on port {port} after 10 s");
+}
+
+/// Waits (bounded) for a child; returns (success, stdout, stderr).
+fn finish(mut child: Child, limit: Duration) -> (bool, String, String) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "did not finish within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `zcnet bench -s -B 127.0.0.1:0 EXTRA…`, the port it announced on stderr, and the rest
+/// of its stderr as it comes.
+fn zcnet_server(extra: &[&str]) -> (Child, u16, Arc<Mutex<String>>) {
+    let mut child = zcnet()
+        .args(["bench", "-s", "-B", "127.0.0.1:0", "-J"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zcnet bench -s");
+    let mut line = String::new();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    err.read_line(&mut line)
+        .expect("the server announces itself");
+    let port = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    // Keep draining stderr so the server never blocks on a full pipe.
+    let log = Arc::new(Mutex::new(String::new()));
+    let l = log.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap_or(0) > 0 {
+            eprint!("{line}");
+            l.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+    (child, port, log)
+}
+
+fn parse(doc: &str, who: &str) -> Value {
+    let v: Value = serde_json::from_str(doc)
+        .unwrap_or_else(|e| panic!("{who}: -J output is not JSON ({e}): {doc:.400}"));
+    assert!(
+        v.get("error").is_none(),
+        "{who} reported an error: {}",
+        v["error"]
+    );
+    v
+}
+
+fn num(v: &Value, path: &[&str]) -> f64 {
+    let mut cur = v;
+    for k in path {
+        cur = &cur[*k];
+    }
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("{} is not a number: {cur}", path.join(".")))
+}
+
+fn bytes(v: &Value, sum: &str) -> u64 {
+    num(v, &["end", sum, "bytes"]) as u64
+}
+
+/// The fields k8s-netperf, pScheduler and PerfKitBenchmarker read, present and sane.
+fn check_consumer_fields(v: &Value, who: &str) {
+    assert!(num(v, &["end", "sum_sent", "retransmits"]) >= 0.0, "{who}");
+    assert!(num(v, &["end", "sum_sent", "bytes"]) > 0.0, "{who}");
+    assert!(
+        num(v, &["end", "sum_sent", "bits_per_second"]) > 0.0,
+        "{who}"
+    );
+    assert!(num(v, &["end", "sum_received", "bytes"]) > 0.0, "{who}");
+    assert!(
+        num(v, &["end", "sum_received", "bits_per_second"]) > 0.0,
+        "{who}"
+    );
+    for k in ["host_total", "remote_total"] {
+        let c = num(v, &["end", "cpu_utilization_percent", k]);
+        assert!(c.is_finite() && c >= 0.0, "{who}: {k} = {c}");
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Forward,
+    Reverse,
+    Bidir,
+    Parallel4,
+}
+
+impl Mode {
+    /// The iperf3 options: short runs (`-t 1`, or `-n`).
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Mode::Forward => &["-t", "1"],
+            Mode::Reverse => &["-R", "-n", "96M"],
+            Mode::Bidir => &["--bidir", "-t", "1"],
+            Mode::Parallel4 => &["-P", "4", "-n", "200M"],
+        }
+    }
+
+    fn streams(self) -> usize {
+        match self {
+            Mode::Forward | Mode::Reverse => 1,
+            Mode::Bidir => 2,
+            Mode::Parallel4 => 4,
+        }
+    }
+}
+
+/// An unmodified `iperf3 -c` against `zcnet bench -s`.
+fn iperf3_client_vs_zcnet_server(mode: Mode) {
+    let iperf3 = need_iperf3!();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.json");
+    let (server, port, _) = zcnet_server(&["-1", "--logfile", log.to_str().unwrap()]);
+    let client = Command::new(&iperf3)
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(mode.args())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(60));
+    assert!(ok, "iperf3 -c failed: {err}\n{out:.600}");
+    let (sok, _, _) = finish(server, Duration::from_secs(30));
+    assert!(sok, "zcnet bench -s -1 failed");
+    let c = parse(&out, "iperf3 -c");
+    let s = parse(&std::fs::read_to_string(&log).unwrap(), "zcnet bench -s");
+    check_consumer_fields(&c, "iperf3 -c");
+    check_consumer_fields(&s, "zcnet bench -s");
+    // Both reports carry the same numbers.
+    let mut sums = vec!["sum_sent", "sum_received"];
+    if mode == Mode::Bidir {
+        sums.extend(["sum_sent_bidir_reverse", "sum_received_bidir_reverse"]);
+    }
+    for k in &sums {
+        assert_eq!(bytes(&c, k), bytes(&s, k), "{k}: iperf3 -c vs zcnet -s");
+    }
+    // The server's CPU as each side reports it (iperf3 prints 15 significant digits).
+    let (remote, host) = (
+        num(&c, &["end", "cpu_utilization_percent", "remote_total"]),
+        num(&s, &["end", "cpu_utilization_percent", "host_total"]),
+    );
+    assert!(
+        (remote - host).abs() <= 1e-9 * host.abs().max(1.0),
+        "{remote} vs {host}"
+    );
+    // zcnet receives the main direction except with -R: it drains to the sender's count.
+    if mode != Mode::Reverse {
+        assert_eq!(bytes(&s, "sum_received"), bytes(&s, "sum_sent"));
+    } else {
+        assert!(bytes(&c, "sum_received") <= bytes(&c, "sum_sent"));
+        // iperf3 -n ends once it has received the count.
+        assert!(bytes(&c, "sum_received") >= 96 << 20);
+    }
+    if mode == Mode::Parallel4 {
+        assert!(bytes(&c, "sum_sent") >= 200 << 20);
+    }
+    assert_eq!(
+        c["end"]["streams"].as_array().unwrap().len(),
+        mode.streams()
+    );
+    assert_eq!(
+        s["end"]["streams"].as_array().unwrap().len(),
+        mode.streams()
+    );
+    // zcnet's own figures, under a key iperf3 does not use.
+    let z = &s["end"]["zcnet"]["local"];
+    assert!(num(z, &["cpu_s_per_gib"]) > 0.0, "{z}");
+    assert_eq!(z["role"], "server");
+    assert!(
+        c["end"].get("zcnet").is_none(),
+        "iperf3 knows nothing of zcnet"
+    );
+}
+
+/// `zcnet bench -c` against an unmodified `iperf3 -s`.
+fn zcnet_client_vs_iperf3_server(mode: Mode, stream_output: bool) {
+    let iperf3 = need_iperf3!();
+    let port = free_port();
+    let server = Command::new(&iperf3)
+        .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    let json_flag = if stream_output { "--json-stream" } else { "-J" };
+    let client = zcnet()
+        .args([
+            "bench",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            json_flag,
+        ])
+        .args(mode.args())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(60));
+    assert!(ok, "zcnet bench -c failed: {err}\n{out:.600}");
+    let (sok, sout, serr) = finish(server, Duration::from_secs(30));
+    assert!(sok, "iperf3 -s failed: {serr}");
+    let c = if stream_output {
+        // One JSON object a line: start, intervals, end.
+        let events: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(events.first().unwrap()["event"], "start");
+        assert_eq!(events.last().unwrap()["event"], "end");
+        assert!(events.iter().any(|e| e["event"] == "interval"));
+        serde_json::json!({"end": events.last().unwrap()["data"]})
+    } else {
+        parse(&out, "zcnet bench -c")
+    };
+    let s = parse(&sout, "iperf3 -s");
+    check_consumer_fields(&c, "zcnet bench -c");
+    // iperf3's server writes its report before the results exchange, so only what it
+    // measured itself is in it: its received bytes (forward) or sent bytes (-R).
+    match mode {
+        Mode::Reverse => {
+            assert_eq!(bytes(&c, "sum_sent"), bytes(&s, "sum_sent"));
+            // zcnet reads to end of stream: every byte iperf3 sent.
+            assert_eq!(bytes(&c, "sum_received"), bytes(&c, "sum_sent"));
+            assert!(bytes(&c, "sum_received") >= 96 << 20);
+        }
+        _ => {
+            assert_eq!(bytes(&c, "sum_received"), bytes(&s, "sum_received"));
+            assert!(bytes(&c, "sum_received") <= bytes(&c, "sum_sent"));
+        }
+    }
+    if mode == Mode::Bidir {
+        assert_eq!(
+            bytes(&c, "sum_sent_bidir_reverse"),
+            bytes(&s, "sum_sent_bidir_reverse")
+        );
+        assert_eq!(
+            bytes(&c, "sum_received_bidir_reverse"),
+            bytes(&c, "sum_sent_bidir_reverse")
+        );
+    }
+    if mode == Mode::Parallel4 {
+        assert_eq!(
+            bytes(&c, "sum_sent"),
+            200 << 20,
+            "-n is exact on zcnet's side"
+        );
+    }
+    assert_eq!(
+        c["end"]["streams"].as_array().unwrap().len(),
+        mode.streams()
+    );
+    let z = &c["end"]["zcnet"];
+    assert!(num(z, &["local", "cpu_s_per_gib"]) > 0.0, "{z}");
+    assert!(z["remote"].is_null(), "iperf3 sends no zcnet figures");
+}
+
+#[test]
+fn iperf3_client_forward_against_zcnet_server() {
+    iperf3_client_vs_zcnet_server(Mode::Forward);
+}
+
+#[test]
+fn iperf3_client_reverse_against_zcnet_server() {
+    iperf3_client_vs_zcnet_server(Mode::Reverse);
+}
+
+#[test]
+fn iperf3_client_bidir_against_zcnet_server() {
+    iperf3_client_vs_zcnet_server(Mode::Bidir);
+}
+
+#[test]
+fn iperf3_client_four_streams_against_zcnet_server() {
+    iperf3_client_vs_zcnet_server(Mode::Parallel4);
+}
+
+#[test]
+fn zcnet_client_forward_against_iperf3_server() {
+    zcnet_client_vs_iperf3_server(Mode::Forward, false);
+}
+
+#[test]
+fn zcnet_client_reverse_against_iperf3_server() {
+    zcnet_client_vs_iperf3_server(Mode::Reverse, false);
+}
+
+#[test]
+fn zcnet_client_bidir_against_iperf3_server() {
+    zcnet_client_vs_iperf3_server(Mode::Bidir, false);
+}
+
+#[test]
+fn zcnet_client_four_streams_against_iperf3_server_json_stream() {
+    zcnet_client_vs_iperf3_server(Mode::Parallel4, true);
+}
+
+/// Two `iperf3 -c` at once against one `zcnet bench -s` (iperf3's own server would tell
+/// the second `ACCESS_DENIED`): both complete, each with its own byte counts.
+#[test]
+fn zcnet_server_takes_two_iperf3_clients_at_once() {
+    let iperf3 = need_iperf3!();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.json");
+    let (mut server, port, _) = zcnet_server(&["--logfile", log.to_str().unwrap()]);
+    let clients: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(&iperf3)
+                .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J", "-t", "2"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let docs: Vec<Value> = clients
+        .into_iter()
+        .map(|c| {
+            let (ok, out, err) = finish(c, Duration::from_secs(60));
+            assert!(ok, "iperf3 -c failed: {err}\n{out:.600}");
+            parse(&out, "iperf3 -c")
+        })
+        .collect();
+    let _ = server.kill();
+    let _ = server.wait();
+    for d in &docs {
+        check_consumer_fields(d, "iperf3 -c");
+        assert_eq!(bytes(d, "sum_sent"), bytes(d, "sum_received"));
+        // Each ran its full two seconds, side by side rather than one after the other.
+        assert!(num(d, &["end", "sum_sent", "seconds"]) >= 1.9);
+    }
+    assert_ne!(
+        docs[0]["start"]["cookie"], docs[1]["start"]["cookie"],
+        "two tests"
+    );
+}
+
+/// `zcnet bench -c` against `zcnet bench -s`: the results exchange carries each side's
+/// zcnet figures, so the report has both ends' CPU-s/GiB.
+#[test]
+fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
+    let (server, port, _) = zcnet_server(&["-1", "--tx", "copy", "--rx", "copy"]);
+    let client = zcnet()
+        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(["-R", "-n", "64M", "-l", "64K", "--rx", "copy"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(60));
+    assert!(ok, "zcnet bench -c failed: {err}");
+    let (sok, sout, _) = finish(server, Duration::from_secs(30));
+    assert!(sok);
+    let c = parse(&out, "zcnet bench -c");
+    let s = parse(&sout, "zcnet bench -s");
+    assert_eq!(bytes(&c, "sum_sent"), bytes(&c, "sum_received"));
+    assert_eq!(bytes(&c, "sum_sent"), bytes(&s, "sum_sent"));
+    let z = &c["end"]["zcnet"];
+    let (local, remote) = (
+        num(z, &["local", "cpu_s_per_gib"]),
+        num(z, &["remote", "cpu_s_per_gib"]),
+    );
+    assert!(local > 0.0 && remote > 0.0, "{z}");
+    assert!((num(z, &["cpu_s_per_gib_both_ends"]) - (local + remote)).abs() < 1e-9);
+    assert_eq!(z["remote"]["role"], "server");
+    assert_eq!(z["remote"]["tx_path"], "copy");
+    assert_eq!(c["start"]["test_start"]["blksize"], 65536);
+}
+
+/// What zcnet does not run is refused by name on the server and reported to the iperf3
+/// client as an error, not run differently from what was asked.
+#[test]
+fn zcnet_server_refuses_udp_by_name() {
+    let iperf3 = need_iperf3!();
+    let (server, port, log) = zcnet_server(&["-1"]);
+    let client = Command::new(&iperf3)
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-u", "-t", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(30));
+    assert!(!ok, "iperf3 -u should fail against zcnet: {out}");
+    assert!(
+        (out.clone() + &err).contains("error"),
+        "iperf3 says why: {out} {err}"
+    );
+    let (sok, _, _) = finish(server, Duration::from_secs(30));
+    assert!(!sok, "the refused test is the server's failure too");
+    std::thread::sleep(Duration::from_millis(100)); // the stderr reader's last line
+    let log = log.lock().unwrap().clone();
+    assert!(log.contains("UDP tests (-u)"), "the server names it: {log}");
+}
+
+/// `zcnet bench -c -Z` (iperf3's sendfile flag = zcnet's `--tx file`) against `iperf3 -s`:
+/// every byte goes from the page cache by `sendfile`, and the report says so.
+#[test]
+fn zcnet_client_sendfile_against_iperf3_server() {
+    let iperf3 = need_iperf3!();
+    let port = free_port();
+    let server = Command::new(&iperf3)
+        .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    let client = zcnet()
+        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(["-Z", "-n", "64M"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(60));
+    assert!(ok, "zcnet bench -c -Z failed: {err}\n{out:.600}");
+    let (sok, sout, serr) = finish(server, Duration::from_secs(30));
+    assert!(sok, "iperf3 -s failed: {serr}");
+    let c = parse(&out, "zcnet bench -c -Z");
+    let s = parse(&sout, "iperf3 -s");
+    check_consumer_fields(&c, "zcnet bench -c -Z");
+    assert_eq!(bytes(&c, "sum_sent"), 64 << 20);
+    assert_eq!(bytes(&c, "sum_received"), bytes(&s, "sum_received"));
+    let z = &c["end"]["zcnet"]["local"];
+    assert_eq!(z["tx_path"], "file");
+    assert_eq!(z["file_bytes"]["tx"], 64u64 << 20, "{z}");
+    assert_eq!(num(z, &["zero_copy_share", "tx"]), 1.0);
+}

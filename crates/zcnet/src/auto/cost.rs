@@ -1,0 +1,402 @@
+//! The run-time check behind `auto`: what the chosen path costs *this* connection, in the
+//! sending thread's own CPU per byte, against the copy path measured on the same
+//! connection a moment later.
+//!
+//! A profile is measured elsewhere and earlier — each end against a copy peer, on a quieter
+//! or a different machine — and can be wrong for the connection at hand (a zero-copy
+//! sender whose pages loopback copies anyway, a peer whose receive path makes mapping
+//! dear). So, every so often, the check measures one window of bytes on the path `auto`
+//! wanted, lets one window go by copy unmeasured (the wanted path's deferred work — zero-copy
+//! completions reaped by later sends — lands there, not in copy's account), then measures
+//! one window on copy, and compares the two costs: if the wanted path costs
+//! more than copy by more than a margin, the connection goes back to copy and stays there
+//! for a back-off (doubling while the verdict stands, up to a cap), then measures again.
+//! A stale or foreign profile thus costs a probe, never a whole transfer; a good one costs
+//! one copy window per check, and checks grow rarer while the verdict keeps being good.
+//!
+//! The cost is the thread's CPU clock over the window (`CLOCK_THREAD_CPUTIME_ID`), so it
+//! includes everything the sending thread did: completions reaped, waits for buffers,
+//! softirq work run in its context — and the application's own work, which is the same
+//! for both windows. Time is counted in bytes and read from a caller-supplied clock, so the
+//! logic is pure and testable. Hysteresis, demotion after `COPIED` completions and the
+//! profile's choice all come first; this check only ever sends an operation to the copy
+//! path, never away from it.
+
+use super::AutoPath;
+
+/// Bytes per measuring window (each of the two): a few milliseconds at loopback speeds,
+/// many thousand thread-clock nanoseconds, so one scheduling hiccup is a small error.
+pub const WINDOW_BYTES: u64 = 16 << 20;
+/// How much more than copy the wanted path may cost before the connection leaves it.
+pub const MARGIN: f64 = 0.05;
+/// Windows between a good verdict and the next check; doubles after each good verdict up
+/// to [`MAX_RECHECK_WINDOWS`]. A good verdict can be noise, and trusting a costlier path
+/// longer costs more than checking a cheaper one again, so this cap is low.
+pub const RECHECK_WINDOWS: u64 = 8;
+/// Cap on the gap after good verdicts (1 GiB with the default window).
+pub const MAX_RECHECK_WINDOWS: u64 = 64;
+/// Windows a costlier path stays demoted at first; doubles while the verdict stands.
+pub const BACKOFF_WINDOWS: u64 = 16;
+/// Cap on the back-off, in windows (16 GiB with the default window).
+pub const MAX_GAP_WINDOWS: u64 = 1024;
+
+/// Why an operation was routed where it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route<P> {
+    /// The wanted path (measured or not).
+    Wanted(P),
+    /// Copy, measured against the wanted path's window just taken.
+    ProbeCopy(P),
+    /// Copy, because the wanted path was found costlier and is still in its back-off.
+    Costlier(P),
+}
+
+/// What a completed comparison found (ns per byte of the sending thread's CPU).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict<P> {
+    /// The path compared with copy.
+    pub path: P,
+    /// Its cost.
+    pub path_ns_per_byte: f64,
+    /// Copy's cost on the same connection, just after.
+    pub copy_ns_per_byte: f64,
+    /// Whether the path is left for copy.
+    pub costlier: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase<P> {
+    /// The wanted path runs; a check is due once `total` reaches `due`.
+    Trusting { due: u64 },
+    /// Measuring `path`: from thread clock `t0`, `bytes` so far.
+    Measuring { path: P, t0: u64, bytes: u64 },
+    /// Copy, not yet measured: the wanted path's deferred work (zero-copy completions
+    /// reaped by later sends, buffers coming back) lands here, not in copy's window.
+    Settling { path: P, cost: f64, bytes: u64 },
+    /// Measuring copy after `path` cost `cost`.
+    Probing {
+        path: P,
+        cost: f64,
+        t0: u64,
+        bytes: u64,
+    },
+    /// `path` is costlier than copy: copy until `until`.
+    Demoted { path: P, until: u64 },
+}
+
+/// One connection's run-time cost check.
+#[derive(Debug, Clone)]
+pub struct CostCheck<P> {
+    fallback: P,
+    window: u64,
+    margin: f64,
+    recheck: u64,
+    base_recheck: u64,
+    max_recheck: u64,
+    backoff: u64,
+    base_backoff: u64,
+    max_gap: u64,
+    total: u64,
+    phase: Phase<P>,
+}
+
+impl<P: AutoPath> CostCheck<P> {
+    /// With the defaults above; `fallback` is the copy path.
+    pub fn new(fallback: P) -> Self {
+        Self::with(
+            fallback,
+            WINDOW_BYTES,
+            MARGIN,
+            (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
+            (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
+        )
+    }
+
+    /// With a `window` of bytes, a `margin`, and gaps in windows, each (first, cap) and
+    /// doubling: `recheck` after a good verdict, `backoff` after a costlier one.
+    pub fn with(
+        fallback: P,
+        window: u64,
+        margin: f64,
+        recheck: (u64, u64),
+        backoff: (u64, u64),
+    ) -> Self {
+        let window = window.max(1);
+        let (recheck, max_recheck) = (recheck.0.max(1), recheck.1.max(recheck.0.max(1)));
+        let (backoff, max_gap) = (backoff.0.max(1), backoff.1.max(backoff.0.max(1)));
+        CostCheck {
+            fallback,
+            window,
+            margin,
+            recheck: recheck * window,
+            base_recheck: recheck * window,
+            max_recheck: max_recheck * window,
+            backoff: backoff * window,
+            base_backoff: backoff.max(1) * window,
+            max_gap: max_gap.max(1) * window,
+            total: 0,
+            // The first check starts with the first bytes of the connection.
+            phase: Phase::Trusting { due: 0 },
+        }
+    }
+
+    /// Where an operation that wants `wanted` goes; `clock` (the thread's CPU time, ns) is
+    /// read only when a window starts.
+    pub fn route(&mut self, wanted: P, clock: impl Fn() -> u64) -> Route<P> {
+        match self.phase {
+            Phase::Demoted { path, until } => {
+                if self.total < until {
+                    return Route::Costlier(path);
+                }
+                // Back-off over: measure the path again (if it is still wanted).
+                self.phase = Phase::Trusting { due: self.total };
+                self.route(wanted, clock)
+            }
+            Phase::Settling { path, .. } | Phase::Probing { path, .. } => Route::ProbeCopy(path),
+            Phase::Measuring { path, .. } if path == wanted => Route::Wanted(wanted),
+            Phase::Measuring { .. } => {
+                // The wanted path changed mid-window (hysteresis, demotion): start over.
+                self.phase = Phase::Trusting { due: self.total };
+                self.route(wanted, clock)
+            }
+            Phase::Trusting { due } => {
+                if wanted != self.fallback && self.total >= due {
+                    self.phase = Phase::Measuring {
+                        path: wanted,
+                        t0: clock(),
+                        bytes: 0,
+                    };
+                }
+                Route::Wanted(wanted)
+            }
+        }
+    }
+
+    /// Records an operation of `bytes` that `route` sent where it said; returns the verdict
+    /// when this operation completed a comparison.
+    pub fn after(&mut self, bytes: u64, clock: impl Fn() -> u64) -> Option<Verdict<P>> {
+        self.total = self.total.saturating_add(bytes);
+        match &mut self.phase {
+            Phase::Measuring { path, t0, bytes: b } => {
+                *b += bytes;
+                if *b >= self.window {
+                    let cost = clock().saturating_sub(*t0) as f64 / *b as f64;
+                    self.phase = Phase::Settling {
+                        path: *path,
+                        cost,
+                        bytes: 0,
+                    };
+                }
+                None
+            }
+            Phase::Settling {
+                path,
+                cost,
+                bytes: b,
+            } => {
+                *b += bytes;
+                if *b >= self.window {
+                    self.phase = Phase::Probing {
+                        path: *path,
+                        cost: *cost,
+                        t0: clock(),
+                        bytes: 0,
+                    };
+                }
+                None
+            }
+            Phase::Probing {
+                path,
+                cost,
+                t0,
+                bytes: b,
+            } => {
+                *b += bytes;
+                if *b < self.window {
+                    return None;
+                }
+                let copy = clock().saturating_sub(*t0) as f64 / *b as f64;
+                let (path, cost) = (*path, *cost);
+                let costlier = cost > copy * (1.0 + self.margin);
+                if costlier {
+                    self.phase = Phase::Demoted {
+                        path,
+                        until: self.total.saturating_add(self.backoff),
+                    };
+                    self.backoff = (self.backoff * 2).min(self.max_gap);
+                    self.recheck = self.base_recheck;
+                } else {
+                    self.phase = Phase::Trusting {
+                        due: self.total.saturating_add(self.recheck),
+                    };
+                    self.recheck = (self.recheck * 2).min(self.max_recheck);
+                    self.backoff = self.base_backoff;
+                }
+                Some(Verdict {
+                    path,
+                    path_ns_per_byte: cost,
+                    copy_ns_per_byte: copy,
+                    costlier,
+                })
+            }
+            Phase::Trusting { .. } | Phase::Demoted { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::TxPath;
+    use std::cell::Cell;
+
+    /// Drives a check over `ops` operations of `size` bytes where each path costs the given
+    /// ns per byte (a fake thread clock advanced by every operation), always wanting
+    /// `wanted`; returns the routes taken and the verdicts.
+    fn drive(
+        c: &mut CostCheck<TxPath>,
+        wanted: TxPath,
+        cost: impl Fn(TxPath) -> f64,
+        size: u64,
+        ops: usize,
+    ) -> (Vec<Route<TxPath>>, Vec<Verdict<TxPath>>) {
+        let clock = Cell::new(1_000u64);
+        let mut routes = Vec::new();
+        let mut verdicts = Vec::new();
+        for _ in 0..ops {
+            let r = c.route(wanted, || clock.get());
+            let path = match r {
+                Route::Wanted(p) => p,
+                Route::ProbeCopy(_) | Route::Costlier(_) => TxPath::Copy,
+            };
+            clock.set(clock.get() + (cost(path) * size as f64) as u64);
+            routes.push(r);
+            if let Some(v) = c.after(size, || clock.get()) {
+                verdicts.push(v);
+            }
+        }
+        (routes, verdicts)
+    }
+
+    fn check() -> CostCheck<TxPath> {
+        // Windows of 10 operations of 1 KiB, recheck after 2 windows (cap 64), back-off 4.
+        CostCheck::with(TxPath::Copy, 10 << 10, 0.05, (2, 64), (4, 64))
+    }
+
+    #[test]
+    fn a_costlier_path_goes_back_to_copy_and_stays_there_for_the_backoff() {
+        let mut c = check();
+        let cost = |p| if p == TxPath::Uring { 2.0 } else { 1.0 };
+        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 70);
+        // 10 ops measured on uring, 10 settling and 10 measured on copy, then 40 demoted.
+        assert!(routes[..10]
+            .iter()
+            .all(|r| *r == Route::Wanted(TxPath::Uring)));
+        assert!(routes[10..30]
+            .iter()
+            .all(|r| *r == Route::ProbeCopy(TxPath::Uring)));
+        assert!(routes[30..70]
+            .iter()
+            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+        assert_eq!(verdicts.len(), 1);
+        let v = verdicts[0];
+        assert!(v.costlier);
+        assert!((v.path_ns_per_byte - 2.0).abs() < 0.01, "{v:?}");
+        assert!((v.copy_ns_per_byte - 1.0).abs() < 0.01, "{v:?}");
+        // After the back-off it measures again, finds the same, and backs off twice as long.
+        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 110);
+        assert_eq!(routes[0], Route::Wanted(TxPath::Uring));
+        assert!(verdicts[0].costlier);
+        assert!(routes[30..110]
+            .iter()
+            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+    }
+
+    #[test]
+    fn a_cheaper_path_keeps_running_and_checks_grow_rarer() {
+        let mut c = check();
+        let cost = |p| if p == TxPath::Uring { 0.5 } else { 1.0 };
+        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 260);
+        assert!(verdicts.iter().all(|v| !v.costlier));
+        // Checks at 0, then after gaps of 2, 4, 8 windows (+3 windows of checking each).
+        assert_eq!(verdicts.len(), 4, "{verdicts:?}");
+        let probes = routes
+            .iter()
+            .filter(|r| matches!(r, Route::ProbeCopy(_)))
+            .count();
+        assert_eq!(probes, 80, "two copy windows per check: settling, measured");
+        assert!(routes.iter().all(|r| !matches!(r, Route::Costlier(_))));
+    }
+
+    #[test]
+    fn within_the_margin_is_not_costlier() {
+        let mut c = check();
+        let cost = |p| if p == TxPath::Zerocopy { 1.04 } else { 1.0 };
+        let (_, verdicts) = drive(&mut c, TxPath::Zerocopy, cost, 1024, 30);
+        assert_eq!(verdicts.len(), 1);
+        assert!(!verdicts[0].costlier);
+    }
+
+    #[test]
+    fn the_wanted_paths_deferred_work_does_not_count_against_copy() {
+        // Zero-copy completions of the measured window get reaped during the next sends:
+        // model them as 5 ns/B billed to the first window after it. Only the settling
+        // window pays them; copy's own window measures copy.
+        let mut c = check();
+        let clock = Cell::new(0u64);
+        let mut after_wanted = 0;
+        let mut verdict = None;
+        for _ in 0..30 {
+            let r = c.route(TxPath::Zerocopy, || clock.get());
+            let per_byte = match r {
+                Route::Wanted(_) => {
+                    after_wanted = 10;
+                    1.5
+                }
+                _ if after_wanted > 0 => {
+                    after_wanted -= 1;
+                    1.0 + 5.0
+                }
+                _ => 1.0,
+            };
+            clock.set(clock.get() + (per_byte * 1024.0) as u64);
+            if let Some(v) = c.after(1024, || clock.get()) {
+                verdict = Some(v);
+            }
+        }
+        let v = verdict.expect("one check");
+        assert!((v.copy_ns_per_byte - 1.0).abs() < 0.01, "{v:?}");
+        assert!(v.costlier, "1.5 against copy's 1.0: {v:?}");
+    }
+
+    #[test]
+    fn copy_itself_is_never_checked() {
+        let mut c = check();
+        let (routes, verdicts) = drive(&mut c, TxPath::Copy, |_| 1.0, 1024, 100);
+        assert!(verdicts.is_empty());
+        assert!(routes.iter().all(|r| *r == Route::Wanted(TxPath::Copy)));
+    }
+
+    #[test]
+    fn a_change_of_mind_mid_window_starts_the_measurement_over() {
+        let mut c = check();
+        let clock = || 0u64;
+        assert_eq!(c.route(TxPath::Uring, clock), Route::Wanted(TxPath::Uring));
+        c.after(5 << 10, clock);
+        assert_eq!(
+            c.route(TxPath::Zerocopy, clock),
+            Route::Wanted(TxPath::Zerocopy)
+        );
+        // The zerocopy window needs a full 10 KiB of its own before copy is probed.
+        c.after(9 << 10, clock);
+        assert_eq!(
+            c.route(TxPath::Zerocopy, clock),
+            Route::Wanted(TxPath::Zerocopy)
+        );
+        c.after(1 << 10, clock);
+        assert_eq!(
+            c.route(TxPath::Zerocopy, clock),
+            Route::ProbeCopy(TxPath::Zerocopy)
+        );
+    }
+}

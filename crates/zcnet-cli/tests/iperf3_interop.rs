@@ -78,6 +78,26 @@ fn wait_listening(port: u16) {
     panic!("nothing listens on port {port} after 10 s");
 }
 
+/// A server process killed (and reaped) if the test ends before it does — a failed
+/// assertion must not leave a listening iperf3 or zcnet behind.
+struct Running(Option<Child>);
+
+impl Running {
+    /// The child, for [`finish`]; the guard then owns nothing.
+    fn take(&mut self) -> Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Waits (bounded) for a child; returns (success, stdout, stderr).
 fn finish(mut child: Child, limit: Duration) -> (bool, String, String) {
     let deadline = Instant::now() + limit;
@@ -105,7 +125,7 @@ fn finish(mut child: Child, limit: Duration) -> (bool, String, String) {
 
 /// `zcnet bench -s -B 127.0.0.1:0 EXTRA…`, the port it announced on stderr, and the rest
 /// of its stderr as it comes.
-fn zcnet_server(extra: &[&str]) -> (Child, u16, Arc<Mutex<String>>) {
+fn zcnet_server(extra: &[&str]) -> (Running, u16, Arc<Mutex<String>>) {
     let mut child = zcnet()
         .args(["bench", "-s", "-B", "127.0.0.1:0", "-J"])
         .args(extra)
@@ -133,7 +153,7 @@ fn zcnet_server(extra: &[&str]) -> (Child, u16, Arc<Mutex<String>>) {
             line.clear();
         }
     });
-    (child, port, log)
+    (Running(Some(child)), port, log)
 }
 
 fn parse(doc: &str, who: &str) -> Value {
@@ -212,7 +232,7 @@ fn iperf3_client_vs_zcnet_server(mode: Mode) {
     let iperf3 = need_iperf3!();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.json");
-    let (server, port, _) = zcnet_server(&["-1", "--logfile", log.to_str().unwrap()]);
+    let (mut server, port, _) = zcnet_server(&["-1", "--logfile", log.to_str().unwrap()]);
     let client = Command::new(&iperf3)
         .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
         .args(mode.args())
@@ -222,7 +242,7 @@ fn iperf3_client_vs_zcnet_server(mode: Mode) {
         .unwrap();
     let (ok, out, err) = finish(client, Duration::from_secs(60));
     assert!(ok, "iperf3 -c failed: {err}\n{out:.600}");
-    let (sok, _, _) = finish(server, Duration::from_secs(30));
+    let (sok, _, _) = finish(server.take(), Duration::from_secs(30));
     assert!(sok, "zcnet bench -s -1 failed");
     let c = parse(&out, "iperf3 -c");
     let s = parse(&std::fs::read_to_string(&log).unwrap(), "zcnet bench -s");
@@ -278,12 +298,14 @@ fn iperf3_client_vs_zcnet_server(mode: Mode) {
 fn zcnet_client_vs_iperf3_server(mode: Mode, stream_output: bool) {
     let iperf3 = need_iperf3!();
     let port = free_port();
-    let server = Command::new(&iperf3)
-        .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut server = Running(Some(
+        Command::new(&iperf3)
+            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     wait_listening(port);
     let json_flag = if stream_output { "--json-stream" } else { "-J" };
     let client = zcnet()
@@ -302,7 +324,7 @@ fn zcnet_client_vs_iperf3_server(mode: Mode, stream_output: bool) {
         .unwrap();
     let (ok, out, err) = finish(client, Duration::from_secs(60));
     assert!(ok, "zcnet bench -c failed: {err}\n{out:.600}");
-    let (sok, sout, serr) = finish(server, Duration::from_secs(30));
+    let (sok, sout, serr) = finish(server.take(), Duration::from_secs(30));
     assert!(sok, "iperf3 -s failed: {serr}");
     let c = if stream_output {
         // One JSON object a line: start, intervals, end.
@@ -406,7 +428,7 @@ fn zcnet_server_takes_two_iperf3_clients_at_once() {
     let iperf3 = need_iperf3!();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.json");
-    let (mut server, port, _) = zcnet_server(&["--logfile", log.to_str().unwrap()]);
+    let (server, port, _) = zcnet_server(&["--logfile", log.to_str().unwrap()]);
     let clients: Vec<Child> = (0..2)
         .map(|_| {
             Command::new(&iperf3)
@@ -425,8 +447,7 @@ fn zcnet_server_takes_two_iperf3_clients_at_once() {
             parse(&out, "iperf3 -c")
         })
         .collect();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     for d in &docs {
         check_consumer_fields(d, "iperf3 -c");
         assert_eq!(bytes(d, "sum_sent"), bytes(d, "sum_received"));
@@ -443,7 +464,7 @@ fn zcnet_server_takes_two_iperf3_clients_at_once() {
 /// zcnet figures, so the report has both ends' CPU-s/GiB.
 #[test]
 fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
-    let (server, port, _) = zcnet_server(&["-1", "--tx", "copy", "--rx", "copy"]);
+    let (mut server, port, _) = zcnet_server(&["-1", "--tx", "copy", "--rx", "copy"]);
     let client = zcnet()
         .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
         .args(["-R", "-n", "64M", "-l", "64K", "--rx", "copy"])
@@ -453,7 +474,7 @@ fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
         .unwrap();
     let (ok, out, err) = finish(client, Duration::from_secs(60));
     assert!(ok, "zcnet bench -c failed: {err}");
-    let (sok, sout, _) = finish(server, Duration::from_secs(30));
+    let (sok, sout, _) = finish(server.take(), Duration::from_secs(30));
     assert!(sok);
     let c = parse(&out, "zcnet bench -c");
     let s = parse(&sout, "zcnet bench -s");
@@ -476,7 +497,7 @@ fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
 #[test]
 fn zcnet_server_refuses_udp_by_name() {
     let iperf3 = need_iperf3!();
-    let (server, port, log) = zcnet_server(&["-1"]);
+    let (mut server, port, log) = zcnet_server(&["-1"]);
     let client = Command::new(&iperf3)
         .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-u", "-t", "1"])
         .stdout(Stdio::piped())
@@ -489,7 +510,7 @@ fn zcnet_server_refuses_udp_by_name() {
         (out.clone() + &err).contains("error"),
         "iperf3 says why: {out} {err}"
     );
-    let (sok, _, _) = finish(server, Duration::from_secs(30));
+    let (sok, _, _) = finish(server.take(), Duration::from_secs(30));
     assert!(!sok, "the refused test is the server's failure too");
     std::thread::sleep(Duration::from_millis(100)); // the stderr reader's last line
     let log = log.lock().unwrap().clone();
@@ -502,12 +523,14 @@ fn zcnet_server_refuses_udp_by_name() {
 fn zcnet_client_sendfile_against_iperf3_server() {
     let iperf3 = need_iperf3!();
     let port = free_port();
-    let server = Command::new(&iperf3)
-        .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut server = Running(Some(
+        Command::new(&iperf3)
+            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     wait_listening(port);
     let client = zcnet()
         .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
@@ -518,7 +541,7 @@ fn zcnet_client_sendfile_against_iperf3_server() {
         .unwrap();
     let (ok, out, err) = finish(client, Duration::from_secs(60));
     assert!(ok, "zcnet bench -c -Z failed: {err}\n{out:.600}");
-    let (sok, sout, serr) = finish(server, Duration::from_secs(30));
+    let (sok, sout, serr) = finish(server.take(), Duration::from_secs(30));
     assert!(sok, "iperf3 -s failed: {serr}");
     let c = parse(&out, "zcnet bench -c -Z");
     let s = parse(&sout, "iperf3 -s");

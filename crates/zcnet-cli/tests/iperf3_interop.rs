@@ -307,16 +307,16 @@ fn zcnet_client_vs_iperf3_server(mode: Mode, stream_output: bool) {
             .unwrap(),
     ));
     wait_listening(port);
-    let json_flag = if stream_output { "--json-stream" } else { "-J" };
+    // A -n run can end in a few tens of ms on a quiet machine; with -i 0.1 even that run's
+    // last, partial interval is longer than a tenth of one, so an interval event is due.
+    let json_flags: &[&str] = if stream_output {
+        &["--json-stream", "-i", "0.1"]
+    } else {
+        &["-J"]
+    };
     let client = zcnet()
-        .args([
-            "bench",
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            json_flag,
-        ])
+        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string()])
+        .args(json_flags)
         .args(mode.args())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

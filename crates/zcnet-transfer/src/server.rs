@@ -582,6 +582,7 @@ impl Loop {
                 None
             },
         };
+        let version = accepted.version;
         let (tx, rx) = mpsc::channel();
         let once = cfg.once;
         let shared = self.shared.clone();
@@ -603,7 +604,7 @@ impl Loop {
             .name(format!("zcrecv {}", self.port))
             .spawn(move || {
                 let t0 = Instant::now();
-                let (result, stats) = run_session(&shared, stream, peer, &sender);
+                let (result, stats) = run_session(&shared, stream, peer, &sender, version);
                 // The slot is free before anyone hears the session ended.
                 let own = shared
                     .running
@@ -759,6 +760,7 @@ fn run_session(
     stream: TcpStream,
     peer: SocketAddr,
     sender: &SenderId,
+    version: u16,
 ) -> (SessionResult, StatsSnapshot) {
     shared.observer.event(Event::SessionStarted { peer });
     // The copy path for control frames: file data goes by splice whatever the path, and no
@@ -777,7 +779,7 @@ fn run_session(
                 },
             )?;
         let mut progress = shared.observer.progress(peer);
-        let r = receive_files(&mut rx, &mut store, &mut *progress);
+        let r = receive_files(&mut rx, &mut store, version, &mut *progress);
         stats = rx.stats().snapshot();
         r
     })();

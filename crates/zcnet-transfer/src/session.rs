@@ -11,7 +11,8 @@ use super::auth::{self, Role};
 use super::digest::hash_prefix;
 use super::handshake::{HandshakeError, ReceiverHandshake};
 use super::store::{Refusal, Store};
-use super::wire::{Code, Frame, WireError, MAX_DATA, STREAM_SIZE, VERSION};
+use super::wire::{Code, Frame, WireError, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -20,6 +21,29 @@ use zcnet::stream::{Receiver, Sender};
 
 /// Bytes per `send_file`/`recv_to_file` call: progress is reported between calls.
 const STEP: u64 = 16 << 20;
+
+/// Files of at most this many bytes go as version-2 `Put`s: read into memory and written
+/// with their header and trailer, many to one `send`. Larger ones go by `sendfile` after a
+/// `Ready`, where one round trip per file is noise next to the data.
+const PUT_THRESHOLD: u64 = 256 << 10;
+const _: () = assert!(PUT_THRESHOLD <= MAX_PUT);
+
+/// `Put` bytes gathered before one write: small enough that the receiver starts on the
+/// first files while the sender reads the next ones.
+const BATCH: usize = 64 << 10;
+
+/// Outstanding `Put`s (sent, not yet acknowledged) by default.
+pub const DEFAULT_WINDOW: usize = 64;
+
+/// Most outstanding `Put`s a sender may have. The sender reads answers only when its window
+/// is full, so every unread `Ack` must fit in the socket buffers between the two ends, or
+/// the receiver would block writing answers while the sender blocks writing files: 128 acks
+/// of at most [`PUT_ACK_MESSAGE`] bytes of text are under 70 KiB, below the 128 KiB that
+/// tcp(7)'s default `tcp_rmem` gives a receive buffer alone.
+pub const MAX_WINDOW: usize = 128;
+
+/// Longest message in a `Put`'s `Ack` (the sender knows the name it sent).
+const PUT_ACK_MESSAGE: usize = 512;
 
 /// A session that could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -154,13 +178,30 @@ pub enum Source {
 }
 
 /// Sender-side options.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SendOptions {
     /// Pre-shared token, if the receiver asks for one.
     pub token: Option<Vec<u8>>,
     /// Send a BLAKE3 hash per file (`--no-verify` turns it off).
     pub verify: bool,
+    /// Small files sent before the oldest one's `Ack` must be read (1 to [`MAX_WINDOW`];
+    /// [`DEFAULT_WINDOW`] by default).
+    pub window: usize,
+    /// Newest protocol version to speak (the receiver's, if older, wins): 1 turns
+    /// pipelining off.
+    pub max_version: u16,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        SendOptions {
+            token: None,
+            verify: false,
+            window: DEFAULT_WINDOW,
+            max_version: VERSION,
+        }
+    }
 }
 
 /// Receiver-side options.
@@ -274,27 +315,29 @@ pub fn send_session(
 ) -> Result<SessionReport, TransferError> {
     no_delay(tx.socket())?;
     // Handshake: the receiver speaks first.
-    let (auth_required, rnonce) = match read_frame_from_sender_side(tx)? {
+    let (auth_required, rnonce, theirs) = match read_frame_from_sender_side(tx)? {
         Frame::Hello {
             version,
             auth,
             nonce,
         } => {
-            if version != VERSION {
+            if version < MIN_VERSION {
                 return Err(TransferError::Version {
                     ours: VERSION,
                     theirs: version,
                 });
             }
-            (auth, nonce)
+            (auth, nonce, version)
         }
         Frame::Refuse { message, .. } => return Err(TransferError::Refused(message)),
         other => return Err(unexpected("hello", &other)),
     };
+    // The newest version both speak: a version-1 receiver is served one file at a time.
+    let version = theirs.min(VERSION).min(opts.max_version).max(MIN_VERSION);
     let snonce = auth::nonce().map_err(io_err("reading random bytes"))?;
     tx.send_slice(
         &Frame::Hello {
-            version: VERSION,
+            version,
             auth: opts.token.is_some(),
             nonce: snonce,
         }
@@ -325,7 +368,39 @@ pub fn send_session(
         }
     }
     let mut report = SessionReport::default();
+    let mut pipe = Pipeline {
+        pending: VecDeque::new(),
+        batch: Vec::new(),
+        window: opts.window.clamp(1, MAX_WINDOW),
+    };
     for src in sources {
+        if let (true, Source::File { path, name }) = (version >= 2, &src) {
+            match read_small(path)? {
+                Small::Read(data, meta) => {
+                    pipe.put(tx, name, data, &meta, opts, progress, &mut report)?;
+                    continue;
+                }
+                Small::Changed { expected, got } => {
+                    // Never announce a size the bytes do not have: this file fails here.
+                    pipe.drain(tx, progress, &mut report)?;
+                    let outcome = FileOutcome {
+                        name: name.clone(),
+                        bytes: 0,
+                        result: Err((
+                            Code::Length,
+                            format!("{} changed size while being read ({expected} bytes, then {got}); not sent", path.display()),
+                        )),
+                        verified: false,
+                    };
+                    progress(Progress::Done(&outcome));
+                    report.files.push(outcome);
+                    continue;
+                }
+                Small::Large => {}
+            }
+        }
+        // A large file or a stream waits for its own `Ready`: every answer before it first.
+        pipe.drain(tx, progress, &mut report)?;
         let outcome = match src {
             Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
@@ -333,10 +408,134 @@ pub fn send_session(
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
     }
+    pipe.drain(tx, progress, &mut report)?;
     tx.send_slice(&Frame::Bye.to_bytes())?;
     match read_frame_from_sender_side(tx)? {
         Frame::Bye => Ok(report),
         other => Err(unexpected("bye", &other)),
+    }
+}
+
+/// A small file read whole, or why it is not sent as a `Put`.
+enum Small {
+    /// Its bytes (at most [`PUT_THRESHOLD`]) and the metadata taken before reading them.
+    Read(Vec<u8>, std::fs::Metadata),
+    /// Larger than [`PUT_THRESHOLD`]: sent by `sendfile`.
+    Large,
+    /// Fewer or more bytes were read than its size said.
+    Changed { expected: u64, got: u64 },
+}
+
+fn read_small(path: &std::path::Path) -> Result<Small, TransferError> {
+    let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    if meta.len() > PUT_THRESHOLD {
+        return Ok(Small::Large);
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    (&file)
+        .take(PUT_THRESHOLD + 1)
+        .read_to_end(&mut data)
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    Ok(match data.len() as u64 {
+        n if n == meta.len() => Small::Read(data, meta),
+        n if n > PUT_THRESHOLD => Small::Large,
+        n => Small::Changed {
+            expected: meta.len(),
+            got: n,
+        },
+    })
+}
+
+/// The sender's window of `Put`s: sent (or gathered in `batch`) and not yet acknowledged,
+/// oldest first. The receiver answers in order, so the front is the next `Ack`'s file.
+struct Pipeline {
+    /// Name, bytes and whether a hash went with it, per outstanding file.
+    pending: VecDeque<(String, u64, bool)>,
+    /// Encoded `Put`s not yet written.
+    batch: Vec<u8>,
+    window: usize,
+}
+
+impl Pipeline {
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &mut self,
+        tx: &mut Sender,
+        name: &str,
+        data: Vec<u8>,
+        meta: &std::fs::Metadata,
+        opts: &SendOptions,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        let size = data.len() as u64;
+        let hash = opts.verify.then(|| *blake3::hash(&data).as_bytes());
+        Frame::Put {
+            name: name.into(),
+            size,
+            mode: meta.mode() & 0o7777,
+            mtime_s: meta.mtime(),
+            mtime_ns: meta.mtime_nsec() as u32,
+            verify: opts.verify,
+        }
+        .encode(&mut self.batch);
+        self.batch.extend_from_slice(&data);
+        Frame::Trailer { hash }.encode(&mut self.batch);
+        progress(Progress::Bytes(size));
+        self.pending
+            .push_back((name.to_string(), size, hash.is_some()));
+        if self.batch.len() >= BATCH {
+            self.flush(tx)?;
+        }
+        if self.pending.len() >= self.window {
+            // Full: read answers down to half the window, so the next batch carries many
+            // files again instead of one file per answer.
+            self.flush(tx)?;
+            while self.pending.len() > self.window / 2 {
+                self.settle_one(tx, progress, report)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, tx: &mut Sender) -> Result<(), TransferError> {
+        if !self.batch.is_empty() {
+            tx.send_slice(&self.batch)?;
+            self.batch.clear();
+        }
+        Ok(())
+    }
+
+    fn settle_one(
+        &mut self,
+        tx: &mut Sender,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        let Some((name, bytes, verified)) = self.pending.pop_front() else {
+            return Ok(());
+        };
+        let outcome = await_ack(tx, &name, bytes, verified)?;
+        progress(Progress::Done(&outcome));
+        report.files.push(outcome);
+        Ok(())
+    }
+
+    /// Writes what is gathered and reads every outstanding answer.
+    fn drain(
+        &mut self,
+        tx: &mut Sender,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        self.flush(tx)?;
+        while !self.pending.is_empty() {
+            self.settle_one(tx, progress, report)?;
+        }
+        Ok(())
     }
 }
 
@@ -540,16 +739,19 @@ pub fn receive_session(
     if let Some(r) = &accepted.reply {
         reply_bytes(rx, r)?;
     }
-    receive_files(rx, store, progress)
+    receive_files(rx, store, accepted.version, progress)
 }
 
 /// The file part of a receiving session, after the handshake. Files that fail a check are
 /// refused or acknowledged with the reason and the session goes on; a connection that ends
 /// inside a file leaves only its partial file (its reserved space released) and returns
 /// [`TransferError::Truncated`].
+///
+/// `version` is the one the sender chose in its `Hello`: `Put`s are accepted from 2 on.
 pub fn receive_files(
     rx: &mut Receiver,
     store: &mut Store,
+    version: u16,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut report = SessionReport::default();
@@ -576,6 +778,22 @@ pub fn receive_files(
                 mtime_ns,
                 verify,
             } => (name, size, mode, mtime_s, mtime_ns, verify),
+            Frame::Put {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } if version >= 2 => {
+                let outcome =
+                    receive_put(rx, store, name, size, mode, (mtime_s, mtime_ns), verify)?;
+                progress(Progress::Start(&outcome.name, Some(size), 0));
+                progress(Progress::Bytes(outcome.bytes));
+                progress(Progress::Done(&outcome));
+                report.files.push(outcome);
+                continue;
+            }
             other => return Err(unexpected("file or bye", &other)),
         };
         let announced = (size != STREAM_SIZE).then_some(size);
@@ -741,4 +959,79 @@ pub fn receive_files(
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
     }
+}
+
+/// One version-2 `Put`: its bytes and trailer are read whatever the store decides (they are
+/// on the wire already), then the file goes through the same rules as any other — its own
+/// `O_EXCL` partial file, length and hash checked, fsync, rename, directory fsync — and only
+/// then is the `Ack` sent.
+fn receive_put(
+    rx: &mut Receiver,
+    store: &mut Store,
+    name: String,
+    size: u64,
+    mode: u32,
+    mtime: (i64, u32),
+    verify: bool,
+) -> Result<FileOutcome, TransferError> {
+    // `Frame::decode` refused a `Put` over MAX_PUT from its header fields.
+    let mut data = vec![0u8; size as usize];
+    if !rx_read_exact(rx, &mut data)? && size > 0 {
+        return Err(TransferError::Truncated {
+            name,
+            expected: size,
+            got: 0,
+        });
+    }
+    let hash = match read_frame_receiver_side(rx)? {
+        Some(Frame::Trailer { hash }) => hash,
+        Some(other) => return Err(unexpected("trailer", &other)),
+        None => {
+            return Err(zcnet::Error::PeerClosed {
+                op: "waiting for the trailer",
+            }
+            .into())
+        }
+    };
+    if verify && hash.is_none() {
+        return Err(TransferError::Unexpected {
+            expected: "a trailer with a hash",
+            got: "trailer without hash",
+        });
+    }
+    let result = store.begin(&name, Some(size), false).and_then(|mut inc| {
+        if let Err(e) = inc.file().write_all_at(&data, 0) {
+            inc.discard();
+            return Err(Refusal {
+                code: Code::Io,
+                message: format!("writing {name:?}: {e}"),
+            });
+        }
+        inc.finish(hash, mode, mtime)
+    });
+    let (code, bytes, mut message) = match &result {
+        Ok(len) => (Code::Ok, *len, String::new()),
+        Err(r) => (r.code, size, r.message.clone()),
+    };
+    if message.len() > PUT_ACK_MESSAGE {
+        let mut cut = PUT_ACK_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    reply(
+        rx,
+        &Frame::Ack {
+            code,
+            bytes,
+            message,
+        },
+    )?;
+    Ok(FileOutcome {
+        name,
+        bytes: size,
+        verified: hash.is_some() && result.is_ok(),
+        result: result.map(|_| ()).map_err(|r| (r.code, r.message)),
+    })
 }

@@ -567,6 +567,10 @@ fn await_ack(
                 Err((code, message))
             },
         }),
+        // Where an `Ack` is due a `Refuse` is the whole session's (a receiver at a limit
+        // refuses after the sender's `Hello`, and a pipelined sender reads nothing before
+        // its first window is out).
+        Frame::Refuse { message, .. } => Err(TransferError::Refused(message)),
         other => Err(unexpected("ack", &other)),
     }
 }

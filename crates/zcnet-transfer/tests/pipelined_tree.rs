@@ -409,3 +409,62 @@ fn an_oversized_put_ends_the_session_before_its_bytes_are_read() {
     assert!(matches!(e, TransferError::Wire(_)), "{e}");
     assert!(std::fs::read_dir(dst.path()).unwrap().next().is_none());
 }
+
+/// The largest window full of refusals with the longest messages: every unread `Ack` must
+/// fit between the two ends' socket buffers, or the receiver would block writing answers
+/// while the sender blocks writing files. Every refusal comes back in order, and the valid
+/// files between them arrive whole.
+#[test]
+fn a_full_window_of_long_refusals_does_not_deadlock() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    std::fs::write(&data, pattern(9, 700)).unwrap();
+    let long = "n".repeat(250);
+    let sources: Vec<(String, bool)> = (0..3 * MAX_WINDOW)
+        .map(|i| {
+            if i % 3 == 0 {
+                (format!("ok/{i}"), true)
+            } else {
+                // Refused as unsafe, with the name (and so the message) as long as allowed.
+                (
+                    format!("{}/../{i}", vec![long.as_str(); 15].join("/")),
+                    false,
+                )
+            }
+        })
+        .collect();
+    let (addr, h) = serve(dst.path(), StoreOptions::default());
+    let mut tx = zcnet::Sender::connect(addr, &scfg()).unwrap();
+    let report = send_session(
+        &mut tx,
+        sources
+            .iter()
+            .map(|(n, _)| Source::File {
+                path: data.clone(),
+                name: n.clone(),
+            })
+            .collect(),
+        &opts(MAX_WINDOW, VERSION),
+        &mut |_| {},
+    )
+    .unwrap();
+    h.join().unwrap().unwrap();
+    assert_eq!(report.files.len(), sources.len());
+    for (f, (name, ok)) in report.files.iter().zip(&sources) {
+        assert_eq!(&f.name, name);
+        if *ok {
+            assert_eq!(f.result, Ok(()));
+            assert_eq!(
+                std::fs::read(dst.path().join(name)).unwrap(),
+                pattern(9, 700)
+            );
+        } else {
+            assert!(
+                matches!(f.result, Err((Code::UnsafeName, _))),
+                "{:?}",
+                f.result
+            );
+        }
+    }
+}

@@ -326,7 +326,19 @@ impl Loop {
                 return Ok(self.drain());
             }
             if let Some(rx) = &self.once_result {
-                match rx.try_recv() {
+                // With no handshake left to drive (the listener is closed once the one
+                // session starts) the loop waits on the session itself, so `--once` exits
+                // as soon as it ends instead of at the next tick.
+                let idle = self.pending.is_empty();
+                let got = if idle {
+                    rx.recv_timeout(TICK).map_err(|e| match e {
+                        mpsc::RecvTimeoutError::Timeout => mpsc::TryRecvError::Empty,
+                        mpsc::RecvTimeoutError::Disconnected => mpsc::TryRecvError::Disconnected,
+                    })
+                } else {
+                    rx.try_recv()
+                };
+                match got {
                     Ok(r) => {
                         self.reap();
                         return Ok(Some(r));
@@ -337,6 +349,11 @@ impl Loop {
                             what: "the session".into(),
                             source: io::Error::other("its thread ended without a result"),
                         })));
+                    }
+                    Err(mpsc::TryRecvError::Empty) if idle => {
+                        self.expire();
+                        self.reap();
+                        continue;
                     }
                     Err(mpsc::TryRecvError::Empty) => {}
                 }

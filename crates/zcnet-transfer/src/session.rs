@@ -11,7 +11,9 @@ use super::auth::{self, Role};
 use super::digest::hash_prefix;
 use super::handshake::{HandshakeError, ReceiverHandshake};
 use super::store::{Refusal, Store};
-use super::wire::{Code, Frame, WireError, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION};
+use super::wire::{
+    Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
+};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -759,8 +761,9 @@ pub fn receive_files(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut report = SessionReport::default();
+    let mut ahead = ReadAhead::new();
     loop {
-        let frame = match read_frame_receiver_side(rx)? {
+        let frame = match ahead.frame(rx)? {
             Some(f) => f,
             None => {
                 return Err(zcnet::Error::PeerClosed {
@@ -790,8 +793,16 @@ pub fn receive_files(
                 mtime_ns,
                 verify,
             } if version >= 2 => {
-                let outcome =
-                    receive_put(rx, store, name, size, mode, (mtime_s, mtime_ns), verify)?;
+                let outcome = receive_put(
+                    rx,
+                    &mut ahead,
+                    store,
+                    name,
+                    size,
+                    mode,
+                    (mtime_s, mtime_ns),
+                    verify,
+                )?;
                 progress(Progress::Start(&outcome.name, Some(size), 0));
                 progress(Progress::Bytes(outcome.bytes));
                 progress(Progress::Done(&outcome));
@@ -800,6 +811,14 @@ pub fn receive_files(
             }
             other => return Err(unexpected("file or bye", &other)),
         };
+        if !ahead.is_empty() {
+            // A `File` waits for its `Ready`: bytes behind it are a peer out of step (and
+            // would be lost to the splice that reads the data).
+            return Err(TransferError::Unexpected {
+                expected: "nothing before our answer to a file",
+                got: "bytes sent ahead of it",
+            });
+        }
         let announced = (size != STREAM_SIZE).then_some(size);
         let mut inc = match store.begin(&name, announced, verify) {
             Ok(i) => i,
@@ -965,12 +984,91 @@ pub fn receive_files(
     }
 }
 
+/// Frames read ahead of need, so a run of `Put`s costs a `recv` per socket buffer rather
+/// than several per file. Only the frames between files and the `Put`s themselves go
+/// through it: a `File`'s data is spliced from the socket, so bytes must never be held here
+/// then — and they cannot be, since a sender waits for `Ready` after a `File` (a peer that
+/// does not is refused).
+struct ReadAhead {
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+}
+
+impl ReadAhead {
+    fn new() -> Self {
+        ReadAhead {
+            buf: vec![0; 2 * (5 + MAX_CONTROL)],
+            lo: 0,
+            hi: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lo == self.hi
+    }
+
+    /// Until `n` (≤ the buffer) bytes are held: `false` at a clean end of stream with none.
+    fn fill(&mut self, rx: &mut Receiver, n: usize) -> Result<bool, TransferError> {
+        while self.hi - self.lo < n {
+            if self.buf.len() - self.lo < n {
+                self.buf.copy_within(self.lo..self.hi, 0);
+                self.hi -= self.lo;
+                self.lo = 0;
+            }
+            let got = rx.recv_into(&mut self.buf[self.hi..])?;
+            if got == 0 {
+                if self.is_empty() {
+                    return Ok(false);
+                }
+                return Err(zcnet::Error::PeerClosed {
+                    op: "reading a frame",
+                }
+                .into());
+            }
+            self.hi += got;
+        }
+        Ok(true)
+    }
+
+    /// The next control frame; `None` at a clean end of stream between frames. A `Data`
+    /// frame (the only kind allowed more than `MAX_CONTROL` bytes) is never due here and
+    /// is refused from its header.
+    fn frame(&mut self, rx: &mut Receiver) -> Result<Option<Frame>, TransferError> {
+        if !self.fill(rx, 5)? {
+            return Ok(None);
+        }
+        let h: [u8; 5] = self.buf[self.lo..self.lo + 5].try_into().expect("5 bytes");
+        let (ty, len) = Frame::check_header(h)?;
+        if len > MAX_CONTROL {
+            return Err(TransferError::Unexpected {
+                expected: "a control frame",
+                got: "data",
+            });
+        }
+        self.fill(rx, 5 + len)?;
+        let f = Frame::decode(ty, &self.buf[self.lo + 5..self.lo + 5 + len])?;
+        self.lo += 5 + len;
+        Ok(Some(f))
+    }
+
+    /// Moves held bytes to the front of `out`; how many.
+    fn take_into(&mut self, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.hi - self.lo);
+        out[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
+        self.lo += n;
+        n
+    }
+}
+
 /// One version-2 `Put`: its bytes and trailer are read whatever the store decides (they are
 /// on the wire already), then the file goes through the same rules as any other — its own
 /// `O_EXCL` partial file, length and hash checked, fsync, rename, directory fsync — and only
 /// then is the `Ack` sent.
+#[allow(clippy::too_many_arguments)]
 fn receive_put(
     rx: &mut Receiver,
+    ahead: &mut ReadAhead,
     store: &mut Store,
     name: String,
     size: u64,
@@ -980,14 +1078,15 @@ fn receive_put(
 ) -> Result<FileOutcome, TransferError> {
     // `Frame::decode` refused a `Put` over MAX_PUT from its header fields.
     let mut data = vec![0u8; size as usize];
-    if !rx_read_exact(rx, &mut data)? && size > 0 {
+    let had = ahead.take_into(&mut data);
+    if !rx_read_exact(rx, &mut data[had..])? && had < data.len() {
         return Err(TransferError::Truncated {
             name,
             expected: size,
-            got: 0,
+            got: had as u64,
         });
     }
-    let hash = match read_frame_receiver_side(rx)? {
+    let hash = match ahead.frame(rx)? {
         Some(Frame::Trailer { hash }) => hash,
         Some(other) => return Err(unexpected("trailer", &other)),
         None => {

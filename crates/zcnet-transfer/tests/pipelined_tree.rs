@@ -468,3 +468,50 @@ fn a_full_window_of_long_refusals_does_not_deadlock() {
         }
     }
 }
+
+/// A `File` waits for its `Ready`; a peer that sends its data right behind it (as if it
+/// were a `Put`) is out of step: the session ends as a protocol error and nothing is created
+/// — the bytes already read ahead are never lost under a file that then looks complete.
+#[test]
+fn data_sent_behind_a_file_before_its_ready_is_a_protocol_error() {
+    let dst = tempfile::tempdir().unwrap();
+    let (addr, h) = serve(dst.path(), StoreOptions::default());
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    read_frame(&mut s);
+    let mut b = Frame::Hello {
+        version: VERSION,
+        auth: false,
+        nonce: [0; 32],
+    }
+    .to_bytes();
+    b.extend(
+        Frame::File {
+            name: "x".into(),
+            size: 3,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            verify: false,
+        }
+        .to_bytes(),
+    );
+    b.extend(Frame::Start { offset: 0 }.to_bytes());
+    b.extend_from_slice(b"abc");
+    b.extend(Frame::Trailer { hash: None }.to_bytes());
+    // One write: the receiver's handshake reads exactly the Hello, and the rest is queued
+    // together behind it.
+    s.write_all(&b).unwrap();
+    let e = h.join().unwrap().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransferError::Unexpected {
+                got: "bytes sent ahead of it",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(std::fs::read_dir(dst.path()).unwrap().next().is_none());
+}

@@ -10,7 +10,7 @@
 use super::auth::{self, Role};
 use super::digest::hash_prefix;
 use super::handshake::{HandshakeError, ReceiverHandshake};
-use super::store::{Refusal, Store};
+use super::store::{Incoming, Refusal, Store};
 use super::wire::{
     Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
 };
@@ -760,8 +760,19 @@ pub fn receive_files(
     version: u16,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
+    std::thread::scope(|scope| receive_files_in(scope, rx, store, version, progress))
+}
+
+fn receive_files_in<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    rx: &mut Receiver,
+    store: &mut Store,
+    version: u16,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
     let mut report = SessionReport::default();
     let mut ahead = ReadAhead::new();
+    let mut finisher: Option<Finisher> = None;
     loop {
         let frame = match ahead.frame(rx)? {
             Some(f) => f,
@@ -772,6 +783,12 @@ pub fn receive_files(
                 .into())
             }
         };
+        if !matches!(frame, Frame::Put { .. }) {
+            // Every `Put`'s answer goes out before whatever this frame asks for.
+            if let Some(f) = finisher.take() {
+                f.settle(progress, &mut report)?;
+            }
+        }
         let (name, size, mode, mtime_s, mtime_ns, verify) = match frame {
             Frame::Bye => {
                 reply(rx, &Frame::Bye)?;
@@ -793,7 +810,7 @@ pub fn receive_files(
                 mtime_ns,
                 verify,
             } if version >= 2 => {
-                let outcome = receive_put(
+                let staged = receive_put(
                     rx,
                     &mut ahead,
                     store,
@@ -803,10 +820,13 @@ pub fn receive_files(
                     (mtime_s, mtime_ns),
                     verify,
                 )?;
-                progress(Progress::Start(&outcome.name, Some(size), 0));
-                progress(Progress::Bytes(outcome.bytes));
-                progress(Progress::Done(&outcome));
-                report.files.push(outcome);
+                progress(Progress::Bytes(size));
+                if finisher.is_none() {
+                    finisher = Some(Finisher::start(scope, rx)?);
+                }
+                let f = finisher.as_mut().expect("started above");
+                f.hand_over(staged)?;
+                f.collect(progress, &mut report)?;
                 continue;
             }
             other => return Err(unexpected("file or bye", &other)),
@@ -1063,8 +1083,8 @@ impl ReadAhead {
 
 /// One version-2 `Put`: its bytes and trailer are read whatever the store decides (they are
 /// on the wire already), then the file goes through the same rules as any other — its own
-/// `O_EXCL` partial file, length and hash checked, fsync, rename, directory fsync — and only
-/// then is the `Ack` sent.
+/// `O_EXCL` partial file here; length and hash checked, fsync, rename, directory fsync by
+/// the [`Finisher`], which only then sends the `Ack`.
 #[allow(clippy::too_many_arguments)]
 fn receive_put(
     rx: &mut Receiver,
@@ -1075,7 +1095,7 @@ fn receive_put(
     mode: u32,
     mtime: (i64, u32),
     verify: bool,
-) -> Result<FileOutcome, TransferError> {
+) -> Result<Staged, TransferError> {
     // `Frame::decode` refused a `Put` over MAX_PUT from its header fields.
     let mut data = vec![0u8; size as usize];
     let had = ahead.take_into(&mut data);
@@ -1102,7 +1122,7 @@ fn receive_put(
             got: "trailer without hash",
         });
     }
-    let result = store.begin(&name, Some(size), false).and_then(|mut inc| {
+    let began = store.begin(&name, Some(size), false).and_then(|mut inc| {
         if let Err(e) = inc.file().write_all_at(&data, 0) {
             inc.discard();
             return Err(Refusal {
@@ -1110,8 +1130,118 @@ fn receive_put(
                 message: format!("writing {name:?}: {e}"),
             });
         }
-        inc.finish(hash, mode, mtime)
+        Ok(inc)
     });
+    Ok(Staged {
+        name,
+        size,
+        mode,
+        mtime,
+        hash,
+        began,
+    })
+}
+
+/// A `Put` read whole and written to its partial file (or refused), waiting for its checks,
+/// fsync and rename.
+struct Staged {
+    name: String,
+    size: u64,
+    mode: u32,
+    mtime: (i64, u32),
+    hash: Option<[u8; 32]>,
+    began: Result<Incoming, Refusal>,
+}
+
+/// Finishes `Put`s on a second thread, in order, while the session's thread reads the next
+/// ones: the length and hash check, mode, mtime, fsync, rename and directory fsync of one
+/// file overlap the reading of the next. Each `Ack` is written by this thread after its
+/// file's rename and directory fsync, so an `Ack` keeps its meaning; the answers stay in
+/// sending order because one thread sends them all.
+struct Finisher {
+    jobs: std::sync::mpsc::SyncSender<Staged>,
+    done: std::sync::mpsc::Receiver<Result<FileOutcome, TransferError>>,
+}
+
+impl Finisher {
+    fn start<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        rx: &Receiver,
+    ) -> Result<Finisher, TransferError> {
+        let sock = rx
+            .socket()
+            .try_clone_to_owned()
+            .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<Staged>(MAX_WINDOW);
+        let (tell, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("zcnet finish".into())
+            .spawn_scoped(scope, move || {
+                for staged in queue {
+                    let r = finish_put(&sock, staged);
+                    let failed = r.is_err();
+                    if tell.send(r).is_err() || failed {
+                        return;
+                    }
+                }
+            })
+            .map_err(io_err("starting the thread that finishes files"))?;
+        Ok(Finisher { jobs, done })
+    }
+
+    fn hand_over(&mut self, staged: Staged) -> Result<(), TransferError> {
+        if self.jobs.send(staged).is_err() {
+            // The thread stopped on an error: it is waiting in `done`.
+            return match self.done.recv() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(io_err("finishing files")(io::Error::other(
+                    "the finishing thread ended",
+                ))),
+            };
+        }
+        Ok(())
+    }
+
+    /// Reports the files finished so far.
+    fn collect(
+        &mut self,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        while let Ok(r) = self.done.try_recv() {
+            let o = r?;
+            progress(Progress::Done(&o));
+            report.files.push(o);
+        }
+        Ok(())
+    }
+
+    /// Waits for every handed-over file to be finished and answered.
+    fn settle(
+        self,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        drop(self.jobs);
+        for r in self.done {
+            let o = r?;
+            progress(Progress::Done(&o));
+            report.files.push(o);
+        }
+        Ok(())
+    }
+}
+
+fn finish_put(sock: &std::os::fd::OwnedFd, st: Staged) -> Result<FileOutcome, TransferError> {
+    let Staged {
+        name,
+        size,
+        mode,
+        mtime,
+        hash,
+        began,
+    } = st;
+    let result = began.and_then(|inc| inc.finish(hash, mode, mtime));
     let (code, bytes, mut message) = match &result {
         Ok(len) => (Code::Ok, *len, String::new()),
         Err(r) => (r.code, size, r.message.clone()),
@@ -1123,14 +1253,15 @@ fn receive_put(
         }
         message.truncate(cut);
     }
-    reply(
-        rx,
-        &Frame::Ack {
-            code,
-            bytes,
-            message,
-        },
-    )?;
+    let ack = Frame::Ack {
+        code,
+        bytes,
+        message,
+    }
+    .to_bytes();
+    (&*socket2::SockRef::from(sock))
+        .write_all(&ack)
+        .map_err(|e| zcnet::Error::io("answering the sender", e))?;
     Ok(FileOutcome {
         name,
         bytes: size,

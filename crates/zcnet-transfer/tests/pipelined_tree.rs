@@ -515,3 +515,73 @@ fn data_sent_behind_a_file_before_its_ready_is_a_protocol_error() {
     );
     assert!(std::fs::read_dir(dst.path()).unwrap().next().is_none());
 }
+
+/// A sender that vanishes in the middle of a window (here: inside the bytes of a `Put`)
+/// leaves only verified final files and no final file for what was cut; the files it sent
+/// whole before that are finished as promised (their answers simply find no one).
+#[test]
+fn a_sender_gone_inside_a_window_leaves_only_whole_verified_files() {
+    let dst = tempfile::tempdir().unwrap();
+    let (addr, h) = serve(dst.path(), StoreOptions::default());
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    read_frame(&mut s);
+    let mut b = Frame::Hello {
+        version: VERSION,
+        auth: false,
+        nonce: [0; 32],
+    }
+    .to_bytes();
+    let body = |i: u64| pattern(i * 977, 3000 + i as usize);
+    for i in 0..40u64 {
+        let data = body(i);
+        b.extend(
+            Frame::Put {
+                name: format!("w/{i}"),
+                size: data.len() as u64,
+                mode: 0o644,
+                mtime_s: 0,
+                mtime_ns: 0,
+                verify: true,
+            }
+            .to_bytes(),
+        );
+        b.extend_from_slice(data);
+        b.extend(
+            Frame::Trailer {
+                hash: Some(*blake3::hash(data).as_bytes()),
+            }
+            .to_bytes(),
+        );
+    }
+    b.extend(
+        Frame::Put {
+            name: "w/cut".into(),
+            size: 5000,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            verify: true,
+        }
+        .to_bytes(),
+    );
+    b.extend_from_slice(&pattern(1, 5000)[..1234]);
+    s.write_all(&b).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(h.join().unwrap().is_err(), "a cut Put is an error");
+    assert!(!dst.path().join("w/cut").exists());
+    for e in std::fs::read_dir(dst.path().join("w")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".partial") {
+            continue;
+        }
+        let i: u64 = name.parse().expect("only the numbered files are final");
+        assert_eq!(
+            std::fs::read(dst.path().join("w").join(&name)).unwrap(),
+            body(i),
+            "{name}"
+        );
+    }
+    // All 40 were whole: each is final, none left partial.
+    assert_eq!(std::fs::read_dir(dst.path().join("w")).unwrap().count(), 40);
+}

@@ -8,7 +8,8 @@
 #
 # The tree mode moves FILES files of 4–5 KiB in DIRS directories: zcnet send/recv against
 # `tar c | nc` → `nc | tar x` and an rsync daemon (`rsync -r`), each received tree compared
-# with `diff -r`. ZCNET=path uses that zcnet binary instead of building a release one.
+# with `diff -r`. ZCNET=path uses that zcnet binary instead of building a release one;
+# BENCH_DIR=dir works there instead of /dev/shm (e.g. a real disk: then the fsyncs count).
 # Source and destination live on /dev/shm (tmpfs), so the disk is out of the picture and
 # every tool reads a warm page cache. Servers bind 127.0.0.1 only and are stopped after each run.
 set -euo pipefail
@@ -28,7 +29,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 if [ -n "${ZCNET:-}" ]; then Z=$(realpath "$ZCNET"); else cargo build -q --release -p zcnet-cli; Z=$PWD/target/release/zcnet; fi
 
-work=$(mktemp -d /dev/shm/zcnet-xfer.XXXXXX)
+work=$(mktemp -d "${BENCH_DIR:-/dev/shm}/zcnet-xfer.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
@@ -114,7 +115,7 @@ if [ $MODE = tree ]; then
     sys=$(echo "$d" | awk 'NF{print $4}' | median)
     printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(echo "$wall / $ncwall" | bc -l)"
   done
-  echo "($FILES files of 4-5 KiB in $DIRS directories on tmpfs, loopback, median of $REPEAT; CPU in seconds; 'vs nc' is wall time over tar|nc's; zcnet: $Z)"
+  echo "($FILES files of 4-5 KiB in $DIRS directories in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'vs nc' is wall time over tar|nc's; zcnet: $Z)"
   exit 0
 fi
 gib=$(echo "$SIZE_MIB / 1024" | bc -l)

@@ -47,6 +47,13 @@ pub const MAX_WINDOW: usize = 128;
 /// Longest message in a `Put`'s `Ack` (the sender knows the name it sent).
 const PUT_ACK_MESSAGE: usize = 512;
 
+/// `Put`s written to their partial files and waiting for the finishing thread. Each holds two
+/// descriptors (the file and its directory), so the queue is kept short: enough to overlap
+/// reading with finishing, not a window's worth of open files per session. The session's
+/// thread waits when it is full; the finishing thread never waits on the sender (its
+/// answers fit in the socket buffers, see [`MAX_WINDOW`]), so the wait always ends.
+const FINISH_QUEUE: usize = 8;
+
 /// A session that could not go on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -1172,7 +1179,7 @@ impl Finisher {
             .socket()
             .try_clone_to_owned()
             .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
-        let (jobs, queue) = std::sync::mpsc::sync_channel::<Staged>(MAX_WINDOW);
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<Staged>(FINISH_QUEUE);
         let (tell, done) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("zcnet finish".into())

@@ -4,13 +4,21 @@
 # /usr/bin/time) and the machine's busy time from /proc/stat (softirq included).
 #
 #   bash bench/transfer.sh [SIZE_MIB=2048] [REPEAT=3]
+#   bash bench/transfer.sh tree [FILES=5000] [DIRS=50] [REPEAT=3]
 #
+# The tree mode moves FILES files of 4–5 KiB in DIRS directories: zcnet send/recv against
+# `tar c | nc` → `nc | tar x` and an rsync daemon (`rsync -r`), each received tree compared
+# with `diff -r`. ZCNET=path uses that zcnet binary instead of building a release one;
+# BENCH_DIR=dir works there instead of /dev/shm (e.g. a real disk: then the fsyncs count).
 # Source and destination live on /dev/shm (tmpfs), so the disk is out of the picture and
 # every tool reads a warm page cache. Servers bind 127.0.0.1 only and are stopped after each run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=file
+if [ "${1:-}" = tree ]; then MODE=tree; shift; fi
 SIZE_MIB=${1:-2048}
 REPEAT=${2:-3}
+if [ $MODE = tree ]; then FILES=${1:-5000}; DIRS=${2:-50}; REPEAT=${3:-3}; fi
 
 need=()
 command -v nc >/dev/null || need+=(netcat-openbsd)
@@ -19,15 +27,29 @@ command -v rsync >/dev/null || need+=(rsync)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-cargo build -q --release -p zcnet-cli
-Z=$PWD/target/release/zcnet
+if [ -n "${ZCNET:-}" ]; then Z=$(realpath "$ZCNET"); else cargo build -q --release -p zcnet-cli; Z=$PWD/target/release/zcnet; fi
 
-work=$(mktemp -d /dev/shm/zcnet-xfer.XXXXXX)
+work=$(mktemp -d "${BENCH_DIR:-/dev/shm}/zcnet-xfer.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 src=$work/src.bin
-head -c $((SIZE_MIB << 20)) /dev/urandom > "$src"
+if [ $MODE = tree ]; then
+  src=$work/tree
+  python3 - "$src" "$FILES" "$DIRS" <<'PY'
+import os, random, sys
+root, n, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    p = os.path.join(root, f"d{i % d:03}")
+    os.makedirs(p, exist_ok=True)
+    with open(os.path.join(p, f"f{i:05}.bin"), "wb") as f:
+        f.write(os.urandom(random.randint(4096, 5120)))
+PY
+  check() { diff -r "$src" "$work/dst/tree" >/dev/null; }
+else
+  head -c $((SIZE_MIB << 20)) /dev/urandom > "$src"
+  check() { cmp -s "$src" "$(find "$work/dst" -type f | head -1)"; }
+fi
 mkdir -p "$work/dst"
 
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
@@ -47,7 +69,7 @@ run_pair() {
   [ "${4:-}" = kill ] || { t1=$(date +%s.%N); b1=$(busy); }
   local cs rs
   cs=$(tail -1 "$work/cli.time" | awk '{print $1+$2}'); rs=$(tail -1 "$work/srv.time" | awk '{print $1+$2}')
-  cmp -s "$src" "$(find "$work/dst" -type f | head -1)" || { echo "$1: received file differs!" >&2; exit 1; }
+  check || { echo "$1: received data differs!" >&2; exit 1; }
   echo "$(echo "$t1 - $t0" | bc -l) $cs $rs $(echo "($b1 - $b0) / $tck" | bc -l)"
 }
 
@@ -61,7 +83,12 @@ for i in $(seq "$REPEAT"); do
     case $t in
       zcnet) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet $src --to 127.0.0.1:$p");;
       zcnet-noverify) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet --no-verify $src --to 127.0.0.1:$p");;
-      nc) r=$(run_pair $t "nc -l 127.0.0.1 $p > $work/dst/out" "cat $src | nc -N 127.0.0.1 $p");;
+      nc)
+        if [ $MODE = tree ]; then
+          r=$(run_pair $t "nc -l 127.0.0.1 $p | tar x -C $work/dst" "tar c -C $work tree | nc -N 127.0.0.1 $p")
+        else
+          r=$(run_pair $t "nc -l 127.0.0.1 $p > $work/dst/out" "cat $src | nc -N 127.0.0.1 $p")
+        fi;;
       rsync)
         cat > "$work/rsyncd.conf" <<CONF
 use chroot = no
@@ -71,12 +98,26 @@ gid = 0
 path = $work/dst
 read only = no
 CONF
-        r=$(run_pair $t "exec rsync --daemon --no-detach --address=127.0.0.1 --port=$p --config=$work/rsyncd.conf " "rsync --whole-file $src rsync://127.0.0.1:$p/dst/" kill);;
+        r=$(run_pair $t "exec rsync --daemon --no-detach --address=127.0.0.1 --port=$p --config=$work/rsyncd.conf " "rsync -r --whole-file $src rsync://127.0.0.1:$p/dst/" kill);;
     esac
     echo "$t: $r" >&2; rows[$t]+="$r"$'\n'
   done
 done
 
+if [ $MODE = tree ]; then
+  printf "%-15s %9s %9s %9s %10s %12s %10s\n" tool "wall s" "snd cpu" "rcv cpu" "both cpu" "system cpu" "vs nc"
+  ncwall=$(echo "${rows[nc]}" | awk 'NF{print $1}' | median)
+  for t in "${tools[@]}"; do
+    d=${rows[$t]}
+    wall=$(echo "$d" | awk 'NF{print $1}' | median)
+    snd=$(echo "$d" | awk 'NF{print $2}' | median)
+    rcv=$(echo "$d" | awk 'NF{print $3}' | median)
+    sys=$(echo "$d" | awk 'NF{print $4}' | median)
+    printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(echo "$wall / $ncwall" | bc -l)"
+  done
+  echo "($FILES files of 4-5 KiB in $DIRS directories in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'vs nc' is wall time over tar|nc's; zcnet: $Z)"
+  exit 0
+fi
 gib=$(echo "$SIZE_MIB / 1024" | bc -l)
 printf "%-15s %9s %9s %9s %10s %12s %14s\n" tool Gbit/s "snd cpu" "rcv cpu" "both cpu" "system cpu" "GiB/CPU-s"
 for t in "${tools[@]}"; do

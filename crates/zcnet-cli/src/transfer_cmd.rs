@@ -32,6 +32,10 @@ pub struct SendArgs {
     /// Pre-shared token, if the receiver requires one.
     #[arg(long, env = "ZCNET_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Small files sent ahead of their answers (1 to 128; protocol version 2).
+    #[arg(long, default_value_t = zcnet_transfer::session::DEFAULT_WINDOW,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=zcnet_transfer::session::MAX_WINDOW as u64))]
+    window: usize,
     /// No progress bars or per-file lines (errors are still printed).
     #[arg(long, short)]
     quiet: bool,
@@ -331,6 +335,7 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
     let opts = {
         let mut o = SendOptions::default();
         o.verify = !args.no_verify;
+        o.window = args.window;
         o.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
         o
     };

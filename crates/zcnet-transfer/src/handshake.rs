@@ -8,7 +8,10 @@
 //! `5 + HELLO_LEN` bytes of buffer, however large the frame it announces.
 
 use super::auth::{self, Role};
-use super::wire::{Code, Frame, WireError, AUTH_LEN, HELLO_LEN, T_AUTH, T_FILE, T_HELLO, VERSION};
+use super::wire::{
+    Code, Frame, WireError, AUTH_LEN, HELLO_LEN, MIN_VERSION, T_AUTH, T_FILE, T_HELLO, T_PUT,
+    VERSION,
+};
 
 /// Why a handshake failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,8 +30,10 @@ pub enum HandshakeError {
         /// Its announced length.
         len: usize,
     },
-    /// The peer speaks another version.
-    #[error("protocol version mismatch: we speak {VERSION}, the peer {0}")]
+    /// The peer speaks a version we do not.
+    #[error(
+        "protocol version mismatch: we speak versions {MIN_VERSION} to {VERSION}, the peer {0}"
+    )]
     Version(u16),
     /// The peer did not prove it knows the token.
     #[error("the sender did not prove it knows the token")]
@@ -41,7 +46,7 @@ impl HandshakeError {
         let (code, message) = match self {
             HandshakeError::Version(v) => (
                 Code::Version,
-                format!("receiver speaks protocol version {VERSION}, sender {v}"),
+                format!("receiver speaks protocol versions {MIN_VERSION} to {VERSION}, sender {v}"),
             ),
             HandshakeError::AuthFailed => (Code::AuthFailed, "wrong or missing token".into()),
             _ => return None,
@@ -66,6 +71,8 @@ pub struct Accepted {
     pub reply: Option<Vec<u8>>,
     /// The peer proved the token.
     pub authenticated: bool,
+    /// The version the sender chose (from [`MIN_VERSION`] to [`VERSION`]).
+    pub version: u16,
 }
 
 /// The receiver's handshake in progress.
@@ -74,6 +81,7 @@ pub struct ReceiverHandshake {
     token: Option<Vec<u8>>,
     rnonce: [u8; 32],
     snonce: [u8; 32],
+    version: u16,
     buf: [u8; 5 + HELLO_LEN],
     have: usize,
     need: usize,
@@ -87,6 +95,7 @@ impl ReceiverHandshake {
             token,
             rnonce: auth::nonce()?,
             snonce: [0; 32],
+            version: VERSION,
             buf: [0; 5 + HELLO_LEN],
             have: 0,
             need: 5,
@@ -127,9 +136,12 @@ impl ReceiverHandshake {
                 Phase::HelloBody => {
                     match Frame::decode(T_HELLO, &self.buf[5..self.need])? {
                         Frame::Hello { version, nonce, .. } => {
-                            if version != VERSION {
+                            // The sender picks the version (at most the one we offered in
+                            // our `Hello`); any version we speak is served as it is.
+                            if !(MIN_VERSION..=VERSION).contains(&version) {
                                 return Err(HandshakeError::Version(version));
                             }
+                            self.version = version;
                             self.snonce = nonce;
                         }
                         _ => unreachable!("decode(T_HELLO) gives a Hello"),
@@ -139,6 +151,7 @@ impl ReceiverHandshake {
                         return Ok(Some(Accepted {
                             reply: None,
                             authenticated: false,
+                            version: self.version,
                         }));
                     }
                     self.have = 0;
@@ -146,7 +159,7 @@ impl ReceiverHandshake {
                     self.phase = Phase::AuthHeader;
                 }
                 Phase::AuthHeader => {
-                    if self.buf[0] == T_FILE {
+                    if self.buf[0] == T_FILE || self.buf[0] == T_PUT {
                         // A sender without a token goes straight to its first file.
                         return Err(HandshakeError::AuthFailed);
                     }
@@ -164,6 +177,7 @@ impl ReceiverHandshake {
                     return Ok(Some(Accepted {
                         reply: Some(Frame::Auth { mac }.to_bytes()),
                         authenticated: true,
+                        version: self.version,
                     }));
                 }
                 Phase::Done => return Ok(None),
@@ -304,5 +318,21 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(!a.authenticated && a.reply.is_none());
+        assert_eq!(a.version, VERSION);
+    }
+
+    #[test]
+    fn a_version_1_sender_is_served_as_version_1_and_0_is_refused() {
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        let a = feed(&mut hs, &sender_hello(1, [0; 32])).unwrap().unwrap();
+        assert_eq!(a.version, 1);
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        let e = feed(&mut hs, &sender_hello(0, [0; 32])).unwrap_err();
+        assert_eq!(e, HandshakeError::Version(0));
+        let Some(Frame::Refuse { code, message }) = e.refusal() else {
+            panic!("a version refusal is told to the peer")
+        };
+        assert_eq!(code, Code::Version);
+        assert!(message.contains("versions 1 to 2"), "{message}");
     }
 }

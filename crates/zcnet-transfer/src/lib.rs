@@ -28,13 +28,13 @@ pub fn paths_summary(st: &StatsSnapshot) -> String {
     add("sendfile/splice out of the page cache", st.tx_bytes_file);
     add("zero-copy send", st.tx_bytes_zerocopy);
     add(
-        "copied send (control frames, streams, fallbacks)",
+        "copied send (control frames, small files, streams, fallbacks)",
         st.tx_bytes_copy,
     );
     add("spliced into files", st.rx_bytes_file);
     add("mapped receive", st.rx_bytes_mapped);
     add(
-        "copied receive (control frames, streams, fallbacks)",
+        "copied receive (control frames, small files, streams, fallbacks)",
         st.rx_bytes_copied,
     );
     let mut s = if parts.is_empty() {

@@ -326,7 +326,19 @@ impl Loop {
                 return Ok(self.drain());
             }
             if let Some(rx) = &self.once_result {
-                match rx.try_recv() {
+                // With no handshake left to drive (the listener is closed once the one
+                // session starts) the loop waits on the session itself, so `--once` exits
+                // as soon as it ends instead of at the next tick.
+                let idle = self.pending.is_empty();
+                let got = if idle {
+                    rx.recv_timeout(TICK).map_err(|e| match e {
+                        mpsc::RecvTimeoutError::Timeout => mpsc::TryRecvError::Empty,
+                        mpsc::RecvTimeoutError::Disconnected => mpsc::TryRecvError::Disconnected,
+                    })
+                } else {
+                    rx.try_recv()
+                };
+                match got {
                     Ok(r) => {
                         self.reap();
                         return Ok(Some(r));
@@ -337,6 +349,11 @@ impl Loop {
                             what: "the session".into(),
                             source: io::Error::other("its thread ended without a result"),
                         })));
+                    }
+                    Err(mpsc::TryRecvError::Empty) if idle => {
+                        self.expire();
+                        self.reap();
+                        continue;
                     }
                     Err(mpsc::TryRecvError::Empty) => {}
                 }
@@ -582,6 +599,7 @@ impl Loop {
                 None
             },
         };
+        let version = accepted.version;
         let (tx, rx) = mpsc::channel();
         let once = cfg.once;
         let shared = self.shared.clone();
@@ -603,7 +621,7 @@ impl Loop {
             .name(format!("zcrecv {}", self.port))
             .spawn(move || {
                 let t0 = Instant::now();
-                let (result, stats) = run_session(&shared, stream, peer, &sender);
+                let (result, stats) = run_session(&shared, stream, peer, &sender, version);
                 // The slot is free before anyone hears the session ended.
                 let own = shared
                     .running
@@ -759,6 +777,7 @@ fn run_session(
     stream: TcpStream,
     peer: SocketAddr,
     sender: &SenderId,
+    version: u16,
 ) -> (SessionResult, StatsSnapshot) {
     shared.observer.event(Event::SessionStarted { peer });
     // The copy path for control frames: file data goes by splice whatever the path, and no
@@ -777,7 +796,7 @@ fn run_session(
                 },
             )?;
         let mut progress = shared.observer.progress(peer);
-        let r = receive_files(&mut rx, &mut store, &mut *progress);
+        let r = receive_files(&mut rx, &mut store, version, &mut *progress);
         stats = rx.stats().snapshot();
         r
     })();

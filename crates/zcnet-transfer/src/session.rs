@@ -10,8 +10,11 @@
 use super::auth::{self, Role};
 use super::digest::hash_prefix;
 use super::handshake::{HandshakeError, ReceiverHandshake};
-use super::store::{Refusal, Store};
-use super::wire::{Code, Frame, WireError, MAX_DATA, STREAM_SIZE, VERSION};
+use super::store::{Incoming, Refusal, Store};
+use super::wire::{
+    Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
+};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -20,6 +23,36 @@ use zcnet::stream::{Receiver, Sender};
 
 /// Bytes per `send_file`/`recv_to_file` call: progress is reported between calls.
 const STEP: u64 = 16 << 20;
+
+/// Files of at most this many bytes go as version-2 `Put`s: read into memory and written
+/// with their header and trailer, many to one `send`. Larger ones go by `sendfile` after a
+/// `Ready`, where one round trip per file is noise next to the data.
+const PUT_THRESHOLD: u64 = 256 << 10;
+const _: () = assert!(PUT_THRESHOLD <= MAX_PUT);
+
+/// `Put` bytes gathered before one write: small enough that the receiver starts on the
+/// first files while the sender reads the next ones.
+const BATCH: usize = 64 << 10;
+
+/// Outstanding `Put`s (sent, not yet acknowledged) by default.
+pub const DEFAULT_WINDOW: usize = 64;
+
+/// Most outstanding `Put`s a sender may have. The sender reads answers only when its window
+/// is full, so every unread `Ack` must fit in the socket buffers between the two ends, or
+/// the receiver would block writing answers while the sender blocks writing files: 128 acks
+/// of at most [`PUT_ACK_MESSAGE`] bytes of text are under 70 KiB, below the 128 KiB that
+/// tcp(7)'s default `tcp_rmem` gives a receive buffer alone.
+pub const MAX_WINDOW: usize = 128;
+
+/// Longest message in a `Put`'s `Ack` (the sender knows the name it sent).
+const PUT_ACK_MESSAGE: usize = 512;
+
+/// `Put`s written to their partial files and waiting for the finishing thread. Each holds two
+/// descriptors (the file and its directory), so the queue is kept short: enough to overlap
+/// reading with finishing, not a window's worth of open files per session. The session's
+/// thread waits when it is full; the finishing thread never waits on the sender (its
+/// answers fit in the socket buffers, see [`MAX_WINDOW`]), so the wait always ends.
+const FINISH_QUEUE: usize = 8;
 
 /// A session that could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -154,13 +187,30 @@ pub enum Source {
 }
 
 /// Sender-side options.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SendOptions {
     /// Pre-shared token, if the receiver asks for one.
     pub token: Option<Vec<u8>>,
     /// Send a BLAKE3 hash per file (`--no-verify` turns it off).
     pub verify: bool,
+    /// Small files sent before the oldest one's `Ack` must be read (1 to [`MAX_WINDOW`];
+    /// [`DEFAULT_WINDOW`] by default).
+    pub window: usize,
+    /// Newest protocol version to speak (the receiver's, if older, wins): 1 turns
+    /// pipelining off.
+    pub max_version: u16,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        SendOptions {
+            token: None,
+            verify: false,
+            window: DEFAULT_WINDOW,
+            max_version: VERSION,
+        }
+    }
 }
 
 /// Receiver-side options.
@@ -244,6 +294,16 @@ fn reply_bytes(rx: &Receiver, bytes: &[u8]) -> Result<(), TransferError> {
         .map_err(|e| zcnet::Error::io("answering the sender", e).into())
 }
 
+/// Turns Nagle's algorithm off (`TCP_NODELAY`, tcp(7)). Every control frame is small and
+/// the peer's next step waits for it: with Nagle on, a frame written while earlier bytes are
+/// unacknowledged waits for the peer's delayed ACK (40 ms on Linux), which made a tree of
+/// small files cost about that much per file.
+fn no_delay(fd: std::os::fd::BorrowedFd<'_>) -> Result<(), TransferError> {
+    socket2::SockRef::from(&fd)
+        .set_tcp_nodelay(true)
+        .map_err(|e| zcnet::Error::io("setsockopt(TCP_NODELAY)", e).into())
+}
+
 fn unexpected(expected: &'static str, got: &Frame) -> TransferError {
     TransferError::Unexpected {
         expected,
@@ -262,28 +322,31 @@ pub fn send_session(
     opts: &SendOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
+    no_delay(tx.socket())?;
     // Handshake: the receiver speaks first.
-    let (auth_required, rnonce) = match read_frame_from_sender_side(tx)? {
+    let (auth_required, rnonce, theirs) = match read_frame_from_sender_side(tx)? {
         Frame::Hello {
             version,
             auth,
             nonce,
         } => {
-            if version != VERSION {
+            if version < MIN_VERSION {
                 return Err(TransferError::Version {
                     ours: VERSION,
                     theirs: version,
                 });
             }
-            (auth, nonce)
+            (auth, nonce, version)
         }
         Frame::Refuse { message, .. } => return Err(TransferError::Refused(message)),
         other => return Err(unexpected("hello", &other)),
     };
+    // The newest version both speak: a version-1 receiver is served one file at a time.
+    let version = theirs.min(VERSION).min(opts.max_version).max(MIN_VERSION);
     let snonce = auth::nonce().map_err(io_err("reading random bytes"))?;
     tx.send_slice(
         &Frame::Hello {
-            version: VERSION,
+            version,
             auth: opts.token.is_some(),
             nonce: snonce,
         }
@@ -314,7 +377,39 @@ pub fn send_session(
         }
     }
     let mut report = SessionReport::default();
+    let mut pipe = Pipeline {
+        pending: VecDeque::new(),
+        batch: Vec::new(),
+        window: opts.window.clamp(1, MAX_WINDOW),
+    };
     for src in sources {
+        if let (true, Source::File { path, name }) = (version >= 2, &src) {
+            match read_small(path)? {
+                Small::Read(data, meta) => {
+                    pipe.put(tx, name, data, &meta, opts, progress, &mut report)?;
+                    continue;
+                }
+                Small::Changed { expected, got } => {
+                    // Never announce a size the bytes do not have: this file fails here.
+                    pipe.drain(tx, progress, &mut report)?;
+                    let outcome = FileOutcome {
+                        name: name.clone(),
+                        bytes: 0,
+                        result: Err((
+                            Code::Length,
+                            format!("{} changed size while being read ({expected} bytes, then {got}); not sent", path.display()),
+                        )),
+                        verified: false,
+                    };
+                    progress(Progress::Done(&outcome));
+                    report.files.push(outcome);
+                    continue;
+                }
+                Small::Large => {}
+            }
+        }
+        // A large file or a stream waits for its own `Ready`: every answer before it first.
+        pipe.drain(tx, progress, &mut report)?;
         let outcome = match src {
             Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
@@ -322,10 +417,134 @@ pub fn send_session(
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
     }
+    pipe.drain(tx, progress, &mut report)?;
     tx.send_slice(&Frame::Bye.to_bytes())?;
     match read_frame_from_sender_side(tx)? {
         Frame::Bye => Ok(report),
         other => Err(unexpected("bye", &other)),
+    }
+}
+
+/// A small file read whole, or why it is not sent as a `Put`.
+enum Small {
+    /// Its bytes (at most [`PUT_THRESHOLD`]) and the metadata taken before reading them.
+    Read(Vec<u8>, std::fs::Metadata),
+    /// Larger than [`PUT_THRESHOLD`]: sent by `sendfile`.
+    Large,
+    /// Fewer or more bytes were read than its size said.
+    Changed { expected: u64, got: u64 },
+}
+
+fn read_small(path: &std::path::Path) -> Result<Small, TransferError> {
+    let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    if meta.len() > PUT_THRESHOLD {
+        return Ok(Small::Large);
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    (&file)
+        .take(PUT_THRESHOLD + 1)
+        .read_to_end(&mut data)
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    Ok(match data.len() as u64 {
+        n if n == meta.len() => Small::Read(data, meta),
+        n if n > PUT_THRESHOLD => Small::Large,
+        n => Small::Changed {
+            expected: meta.len(),
+            got: n,
+        },
+    })
+}
+
+/// The sender's window of `Put`s: sent (or gathered in `batch`) and not yet acknowledged,
+/// oldest first. The receiver answers in order, so the front is the next `Ack`'s file.
+struct Pipeline {
+    /// Name, bytes and whether a hash went with it, per outstanding file.
+    pending: VecDeque<(String, u64, bool)>,
+    /// Encoded `Put`s not yet written.
+    batch: Vec<u8>,
+    window: usize,
+}
+
+impl Pipeline {
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &mut self,
+        tx: &mut Sender,
+        name: &str,
+        data: Vec<u8>,
+        meta: &std::fs::Metadata,
+        opts: &SendOptions,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        let size = data.len() as u64;
+        let hash = opts.verify.then(|| *blake3::hash(&data).as_bytes());
+        Frame::Put {
+            name: name.into(),
+            size,
+            mode: meta.mode() & 0o7777,
+            mtime_s: meta.mtime(),
+            mtime_ns: meta.mtime_nsec() as u32,
+            verify: opts.verify,
+        }
+        .encode(&mut self.batch);
+        self.batch.extend_from_slice(&data);
+        Frame::Trailer { hash }.encode(&mut self.batch);
+        progress(Progress::Bytes(size));
+        self.pending
+            .push_back((name.to_string(), size, hash.is_some()));
+        if self.batch.len() >= BATCH {
+            self.flush(tx)?;
+        }
+        if self.pending.len() >= self.window {
+            // Full: read answers down to half the window, so the next batch carries many
+            // files again instead of one file per answer.
+            self.flush(tx)?;
+            while self.pending.len() > self.window / 2 {
+                self.settle_one(tx, progress, report)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, tx: &mut Sender) -> Result<(), TransferError> {
+        if !self.batch.is_empty() {
+            tx.send_slice(&self.batch)?;
+            self.batch.clear();
+        }
+        Ok(())
+    }
+
+    fn settle_one(
+        &mut self,
+        tx: &mut Sender,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        let Some((name, bytes, verified)) = self.pending.pop_front() else {
+            return Ok(());
+        };
+        let outcome = await_ack(tx, &name, bytes, verified)?;
+        progress(Progress::Done(&outcome));
+        report.files.push(outcome);
+        Ok(())
+    }
+
+    /// Writes what is gathered and reads every outstanding answer.
+    fn drain(
+        &mut self,
+        tx: &mut Sender,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        self.flush(tx)?;
+        while !self.pending.is_empty() {
+            self.settle_one(tx, progress, report)?;
+        }
+        Ok(())
     }
 }
 
@@ -357,6 +576,10 @@ fn await_ack(
                 Err((code, message))
             },
         }),
+        // Where an `Ack` is due a `Refuse` is the whole session's (a receiver at a limit
+        // refuses after the sender's `Hello`, and a pipelined sender reads nothing before
+        // its first window is out).
+        Frame::Refuse { message, .. } => Err(TransferError::Refused(message)),
         other => Err(unexpected("ack", &other)),
     }
 }
@@ -505,6 +728,7 @@ pub fn receive_session(
     opts: &RecvOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
+    no_delay(rx.socket())?;
     let mut hs =
         ReceiverHandshake::new(opts.token.clone()).map_err(io_err("reading random bytes"))?;
     reply_bytes(rx, &hs.greeting())?;
@@ -528,21 +752,36 @@ pub fn receive_session(
     if let Some(r) = &accepted.reply {
         reply_bytes(rx, r)?;
     }
-    receive_files(rx, store, progress)
+    receive_files(rx, store, accepted.version, progress)
 }
 
 /// The file part of a receiving session, after the handshake. Files that fail a check are
 /// refused or acknowledged with the reason and the session goes on; a connection that ends
 /// inside a file leaves only its partial file (its reserved space released) and returns
 /// [`TransferError::Truncated`].
+///
+/// `version` is the one the sender chose in its `Hello`: `Put`s are accepted from 2 on.
 pub fn receive_files(
     rx: &mut Receiver,
     store: &mut Store,
+    version: u16,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
+    std::thread::scope(|scope| receive_files_in(scope, rx, store, version, progress))
+}
+
+fn receive_files_in<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    rx: &mut Receiver,
+    store: &mut Store,
+    version: u16,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut report = SessionReport::default();
+    let mut ahead = ReadAhead::new();
+    let mut finisher: Option<Finisher> = None;
     loop {
-        let frame = match read_frame_receiver_side(rx)? {
+        let frame = match ahead.frame(rx)? {
             Some(f) => f,
             None => {
                 return Err(zcnet::Error::PeerClosed {
@@ -551,6 +790,12 @@ pub fn receive_files(
                 .into())
             }
         };
+        if !matches!(frame, Frame::Put { .. }) {
+            // Every `Put`'s answer goes out before whatever this frame asks for.
+            if let Some(f) = finisher.take() {
+                f.settle(progress, &mut report)?;
+            }
+        }
         let (name, size, mode, mtime_s, mtime_ns, verify) = match frame {
             Frame::Bye => {
                 reply(rx, &Frame::Bye)?;
@@ -564,8 +809,43 @@ pub fn receive_files(
                 mtime_ns,
                 verify,
             } => (name, size, mode, mtime_s, mtime_ns, verify),
+            Frame::Put {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } if version >= 2 => {
+                let staged = receive_put(
+                    rx,
+                    &mut ahead,
+                    store,
+                    name,
+                    size,
+                    mode,
+                    (mtime_s, mtime_ns),
+                    verify,
+                )?;
+                progress(Progress::Bytes(size));
+                if finisher.is_none() {
+                    finisher = Some(Finisher::start(scope, rx)?);
+                }
+                let f = finisher.as_mut().expect("started above");
+                f.hand_over(staged)?;
+                f.collect(progress, &mut report)?;
+                continue;
+            }
             other => return Err(unexpected("file or bye", &other)),
         };
+        if !ahead.is_empty() {
+            // A `File` waits for its `Ready`: bytes behind it are a peer out of step (and
+            // would be lost to the splice that reads the data).
+            return Err(TransferError::Unexpected {
+                expected: "nothing before our answer to a file",
+                got: "bytes sent ahead of it",
+            });
+        }
         let announced = (size != STREAM_SIZE).then_some(size);
         let mut inc = match store.begin(&name, announced, verify) {
             Ok(i) => i,
@@ -729,4 +1009,270 @@ pub fn receive_files(
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
     }
+}
+
+/// Frames read ahead of need, so a run of `Put`s costs a `recv` per socket buffer rather
+/// than several per file. Only the frames between files and the `Put`s themselves go
+/// through it: a `File`'s data is spliced from the socket, so bytes must never be held here
+/// then — and they cannot be, since a sender waits for `Ready` after a `File` (a peer that
+/// does not is refused).
+struct ReadAhead {
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+}
+
+impl ReadAhead {
+    fn new() -> Self {
+        ReadAhead {
+            buf: vec![0; 2 * (5 + MAX_CONTROL)],
+            lo: 0,
+            hi: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lo == self.hi
+    }
+
+    /// Until `n` (≤ the buffer) bytes are held: `false` at a clean end of stream with none.
+    fn fill(&mut self, rx: &mut Receiver, n: usize) -> Result<bool, TransferError> {
+        while self.hi - self.lo < n {
+            if self.buf.len() - self.lo < n {
+                self.buf.copy_within(self.lo..self.hi, 0);
+                self.hi -= self.lo;
+                self.lo = 0;
+            }
+            let got = rx.recv_into(&mut self.buf[self.hi..])?;
+            if got == 0 {
+                if self.is_empty() {
+                    return Ok(false);
+                }
+                return Err(zcnet::Error::PeerClosed {
+                    op: "reading a frame",
+                }
+                .into());
+            }
+            self.hi += got;
+        }
+        Ok(true)
+    }
+
+    /// The next control frame; `None` at a clean end of stream between frames. A `Data`
+    /// frame (the only kind allowed more than `MAX_CONTROL` bytes) is never due here and
+    /// is refused from its header.
+    fn frame(&mut self, rx: &mut Receiver) -> Result<Option<Frame>, TransferError> {
+        if !self.fill(rx, 5)? {
+            return Ok(None);
+        }
+        let h: [u8; 5] = self.buf[self.lo..self.lo + 5].try_into().expect("5 bytes");
+        let (ty, len) = Frame::check_header(h)?;
+        if len > MAX_CONTROL {
+            return Err(TransferError::Unexpected {
+                expected: "a control frame",
+                got: "data",
+            });
+        }
+        self.fill(rx, 5 + len)?;
+        let f = Frame::decode(ty, &self.buf[self.lo + 5..self.lo + 5 + len])?;
+        self.lo += 5 + len;
+        Ok(Some(f))
+    }
+
+    /// Moves held bytes to the front of `out`; how many.
+    fn take_into(&mut self, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.hi - self.lo);
+        out[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
+        self.lo += n;
+        n
+    }
+}
+
+/// One version-2 `Put`: its bytes and trailer are read whatever the store decides (they are
+/// on the wire already), then the file goes through the same rules as any other — its own
+/// `O_EXCL` partial file here; length and hash checked, fsync, rename, directory fsync by
+/// the [`Finisher`], which only then sends the `Ack`.
+#[allow(clippy::too_many_arguments)]
+fn receive_put(
+    rx: &mut Receiver,
+    ahead: &mut ReadAhead,
+    store: &mut Store,
+    name: String,
+    size: u64,
+    mode: u32,
+    mtime: (i64, u32),
+    verify: bool,
+) -> Result<Staged, TransferError> {
+    // `Frame::decode` refused a `Put` over MAX_PUT from its header fields.
+    let mut data = vec![0u8; size as usize];
+    let had = ahead.take_into(&mut data);
+    if !rx_read_exact(rx, &mut data[had..])? && had < data.len() {
+        return Err(TransferError::Truncated {
+            name,
+            expected: size,
+            got: had as u64,
+        });
+    }
+    let hash = match ahead.frame(rx)? {
+        Some(Frame::Trailer { hash }) => hash,
+        Some(other) => return Err(unexpected("trailer", &other)),
+        None => {
+            return Err(zcnet::Error::PeerClosed {
+                op: "waiting for the trailer",
+            }
+            .into())
+        }
+    };
+    if verify && hash.is_none() {
+        return Err(TransferError::Unexpected {
+            expected: "a trailer with a hash",
+            got: "trailer without hash",
+        });
+    }
+    let began = store.begin(&name, Some(size), false).and_then(|mut inc| {
+        if let Err(e) = inc.file().write_all_at(&data, 0) {
+            inc.discard();
+            return Err(Refusal {
+                code: Code::Io,
+                message: format!("writing {name:?}: {e}"),
+            });
+        }
+        Ok(inc)
+    });
+    Ok(Staged {
+        name,
+        size,
+        mode,
+        mtime,
+        hash,
+        began,
+    })
+}
+
+/// A `Put` read whole and written to its partial file (or refused), waiting for its checks,
+/// fsync and rename.
+struct Staged {
+    name: String,
+    size: u64,
+    mode: u32,
+    mtime: (i64, u32),
+    hash: Option<[u8; 32]>,
+    began: Result<Incoming, Refusal>,
+}
+
+/// Finishes `Put`s on a second thread, in order, while the session's thread reads the next
+/// ones: the length and hash check, mode, mtime, fsync, rename and directory fsync of one
+/// file overlap the reading of the next. Each `Ack` is written by this thread after its
+/// file's rename and directory fsync, so an `Ack` keeps its meaning; the answers stay in
+/// sending order because one thread sends them all.
+struct Finisher {
+    jobs: std::sync::mpsc::SyncSender<Staged>,
+    done: std::sync::mpsc::Receiver<Result<FileOutcome, TransferError>>,
+}
+
+impl Finisher {
+    fn start<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        rx: &Receiver,
+    ) -> Result<Finisher, TransferError> {
+        let sock = rx
+            .socket()
+            .try_clone_to_owned()
+            .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<Staged>(FINISH_QUEUE);
+        let (tell, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("zcnet finish".into())
+            .spawn_scoped(scope, move || {
+                for staged in queue {
+                    let r = finish_put(&sock, staged);
+                    let failed = r.is_err();
+                    if tell.send(r).is_err() || failed {
+                        return;
+                    }
+                }
+            })
+            .map_err(io_err("starting the thread that finishes files"))?;
+        Ok(Finisher { jobs, done })
+    }
+
+    fn hand_over(&mut self, staged: Staged) -> Result<(), TransferError> {
+        if self.jobs.send(staged).is_err() {
+            // The thread stopped on an error: it is waiting in `done`.
+            return match self.done.recv() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(io_err("finishing files")(io::Error::other(
+                    "the finishing thread ended",
+                ))),
+            };
+        }
+        Ok(())
+    }
+
+    /// Reports the files finished so far.
+    fn collect(
+        &mut self,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        while let Ok(r) = self.done.try_recv() {
+            let o = r?;
+            progress(Progress::Done(&o));
+            report.files.push(o);
+        }
+        Ok(())
+    }
+
+    /// Waits for every handed-over file to be finished and answered.
+    fn settle(
+        self,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        drop(self.jobs);
+        for r in self.done {
+            let o = r?;
+            progress(Progress::Done(&o));
+            report.files.push(o);
+        }
+        Ok(())
+    }
+}
+
+fn finish_put(sock: &std::os::fd::OwnedFd, st: Staged) -> Result<FileOutcome, TransferError> {
+    let Staged {
+        name,
+        size,
+        mode,
+        mtime,
+        hash,
+        began,
+    } = st;
+    let result = began.and_then(|inc| inc.finish(hash, mode, mtime));
+    let (code, bytes, mut message) = match &result {
+        Ok(len) => (Code::Ok, *len, String::new()),
+        Err(r) => (r.code, size, r.message.clone()),
+    };
+    if message.len() > PUT_ACK_MESSAGE {
+        let mut cut = PUT_ACK_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    let ack = Frame::Ack {
+        code,
+        bytes,
+        message,
+    }
+    .to_bytes();
+    (&*socket2::SockRef::from(sock))
+        .write_all(&ack)
+        .map_err(|e| zcnet::Error::io("answering the sender", e))?;
+    Ok(FileOutcome {
+        name,
+        bytes: size,
+        verified: hash.is_some() && result.is_ok(),
+        result: result.map(|_| ()).map_err(|r| (r.code, r.message)),
+    })
 }

@@ -6,11 +6,18 @@
 //! Every frame is `type: u8, len: u32 (big-endian), payload: len bytes`. File *data* is not
 //! framed: after the receiver's `Ready`, exactly `size - offset` raw bytes follow, so the
 //! sender can `sendfile` them and the receiver can `splice` them (the FTP test's path).
+//! Version 2 adds `Put`: a small file whose bytes and trailer follow its header at once, so
+//! a tree of small files streams without a round trip per file.
 
 /// First bytes of every `Hello` payload.
 pub const MAGIC: &[u8; 6] = b"ZCNET\0";
-/// Protocol version this build speaks.
-pub const VERSION: u16 = 1;
+/// Newest protocol version this build speaks (2: pipelined `Put` files).
+pub const VERSION: u16 = 2;
+/// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
+pub const MIN_VERSION: u16 = 1;
+/// Largest file a `Put` may carry: its bytes are read into memory before the receiver
+/// decides, and a refused `Put`'s bytes are read and dropped.
+pub const MAX_PUT: u64 = 1 << 20;
 /// Longest relative file name accepted (bytes), as `PATH_MAX`.
 pub const MAX_NAME: usize = 4096;
 /// Longest human message in a frame.
@@ -148,6 +155,23 @@ pub enum Frame {
         /// For people.
         message: String,
     },
+    /// Sender (version 2): a file of at most [`MAX_PUT`] bytes whose `size` raw bytes and
+    /// `Trailer` follow at once, without waiting for `Ready`; the receiver answers with one
+    /// `Ack` (its code says why a file was refused), in the order the files were sent.
+    Put {
+        /// Relative name with `/` separators.
+        name: String,
+        /// Bytes that follow (never [`STREAM_SIZE`]).
+        size: u64,
+        /// Permission bits (`st_mode & 0o7777`).
+        mode: u32,
+        /// Modification time, seconds since the epoch.
+        mtime_s: i64,
+        /// Nanoseconds part.
+        mtime_ns: u32,
+        /// A hash follows in the trailer.
+        verify: bool,
+    },
     /// Sender: no more files (receiver answers with its own `Bye`).
     Bye,
     /// Sender: it could not go on with the current file (read error, file shrank…);
@@ -201,6 +225,7 @@ const T_ACK: u8 = 9;
 const T_BYE: u8 = 10;
 const T_ABORT: u8 = 11;
 const T_START: u8 = 12;
+pub(crate) const T_PUT: u8 = 13;
 
 fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
     let b = &s.as_bytes()[..s.len().min(max)];
@@ -237,6 +262,14 @@ impl Frame {
                 mtime_s,
                 mtime_ns,
                 verify,
+            }
+            | Frame::Put {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
             } => {
                 put_str(out, name, MAX_NAME);
                 out.extend_from_slice(&size.to_be_bytes());
@@ -244,7 +277,11 @@ impl Frame {
                 out.extend_from_slice(&mtime_s.to_be_bytes());
                 out.extend_from_slice(&mtime_ns.to_be_bytes());
                 out.push(*verify as u8);
-                T_FILE
+                if matches!(self, Frame::Put { .. }) {
+                    T_PUT
+                } else {
+                    T_FILE
+                }
             }
             Frame::Ready { offset, prefix } => {
                 out.extend_from_slice(&offset.to_be_bytes());
@@ -308,7 +345,7 @@ impl Frame {
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let max = match ty {
             T_DATA => MAX_DATA,
-            T_HELLO..=T_START => MAX_CONTROL,
+            T_HELLO..=T_PUT => MAX_CONTROL,
             _ => return Err(WireError::UnknownType(ty)),
         };
         if len > max {
@@ -343,16 +380,36 @@ impl Frame {
                 r.what = "auth";
                 Frame::Auth { mac: r.arr32()? }
             }
-            T_FILE => {
-                r.what = "file";
+            T_FILE | T_PUT => {
+                r.what = if ty == T_PUT { "put" } else { "file" };
                 let name = r.string("file name", MAX_NAME)?;
-                Frame::File {
-                    name,
-                    size: r.u64()?,
-                    mode: r.u32()?,
-                    mtime_s: r.u64()? as i64,
-                    mtime_ns: r.u32()?,
-                    verify: r.flag()?,
+                let (size, mode) = (r.u64()?, r.u32()?);
+                let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
+                if ty == T_FILE {
+                    Frame::File {
+                        name,
+                        size,
+                        mode,
+                        mtime_s,
+                        mtime_ns,
+                        verify,
+                    }
+                } else {
+                    if size > MAX_PUT {
+                        return Err(WireError::TooLong {
+                            what: "put",
+                            len: usize::try_from(size).unwrap_or(usize::MAX),
+                            max: MAX_PUT as usize,
+                        });
+                    }
+                    Frame::Put {
+                        name,
+                        size,
+                        mode,
+                        mtime_s,
+                        mtime_ns,
+                        verify,
+                    }
                 }
             }
             T_READY => {
@@ -436,6 +493,7 @@ impl Frame {
             Frame::EndData => "end-of-data",
             Frame::Trailer { .. } => "trailer",
             Frame::Ack { .. } => "ack",
+            Frame::Put { .. } => "put",
             Frame::Bye => "bye",
             Frame::Abort { .. } => "abort",
         }
@@ -545,6 +603,14 @@ mod tests {
                 bytes: 5,
                 message: String::new(),
             },
+            Frame::Put {
+                name: "d/small".into(),
+                size: MAX_PUT,
+                mode: 0o600,
+                mtime_s: 3,
+                mtime_ns: 4,
+                verify: true,
+            },
             Frame::Bye,
             Frame::Abort {
                 message: "file shrank".into(),
@@ -607,7 +673,7 @@ mod tests {
         /// exactly the bytes it consumed (no silent normalisation).
         #[test]
         fn decoder_is_total_and_exact(bytes in proptest::collection::vec(any::<u8>(), 0..300),
-                                      ty in 0u8..14) {
+                                      ty in 0u8..15) {
             let mut b = vec![ty];
             b.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
             b.extend_from_slice(&bytes);

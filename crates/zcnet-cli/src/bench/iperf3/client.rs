@@ -162,16 +162,7 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
     let mut running = streams::start(specs, &data, &ctl, t0);
     let reporter = Reporter::spawn(
         t0,
-        running
-            .iter()
-            .map(|r| Probe {
-                socket: r.socket,
-                sender: r.sender,
-                main: r.main,
-                live: r.live.clone(),
-                fd: r.probe.as_ref().and_then(|s| s.try_clone().ok()),
-            })
-            .collect(),
+        running.iter().map(Probe::of).collect(),
         c.interval,
         params.direction != Direction::Reverse,
         c.format,

@@ -3,7 +3,7 @@
 //! figures (`zcnet` in the results and `end.zcnet` in `-J`), and iperf3's text lines.
 
 use super::opts::{Format, Out};
-use super::streams::{tcp_figures, Live, StreamOut};
+use super::streams::{tcp_figures, Live, Running, StreamOut};
 use serde_json::{json, Value};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -24,6 +24,19 @@ pub(crate) struct Probe {
     pub main: bool,
     pub live: Arc<Live>,
     pub fd: Option<TcpStream>,
+}
+
+impl Probe {
+    /// What the reporter samples of a running stream (its socket cloned, for `TCP_INFO`).
+    pub(crate) fn of(r: &Running) -> Probe {
+        Probe {
+            socket: r.socket,
+            sender: r.sender,
+            main: r.main,
+            live: r.live.clone(),
+            fd: r.probe.as_ref().and_then(|s| s.try_clone().ok()),
+        }
+    }
 }
 
 /// Interval reports on a thread of their own, every `-i` seconds.

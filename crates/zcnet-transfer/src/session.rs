@@ -96,6 +96,18 @@ pub enum TransferError {
         /// Bytes sent before the end.
         got: u64,
     },
+    /// A file being sent got longer while it was sent: the bytes announced are only a prefix
+    /// of it, so the session ends before its trailer rather than present that prefix as the
+    /// whole file.
+    #[error("{name:?} grew while being sent: {expected} bytes when the send began, {now} at its end; not sent, the receiver keeps no final file")]
+    Grew {
+        /// The file.
+        name: String,
+        /// Its size when the send began (the size announced).
+        expected: u64,
+        /// Its size after the announced bytes were sent.
+        now: u64,
+    },
     /// The peer refused the whole session.
     #[error("refused by the receiver: {0}")]
     Refused(String),
@@ -649,6 +661,19 @@ fn send_one_file(
             }
             off += n;
             progress(Progress::Bytes(n));
+        }
+        // `sendfile` stops at the announced size, so a file appended to meanwhile would
+        // arrive cut short yet verified (the hash covers the same prefix): fail it instead.
+        let now = file
+            .metadata()
+            .map_err(io_err(format!("reading {}", path.display())))?
+            .len();
+        if now > size {
+            return Err(TransferError::Grew {
+                name: name.into(),
+                expected: size,
+                now,
+            });
         }
         match hasher {
             None => Ok(None),

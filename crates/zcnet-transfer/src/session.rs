@@ -189,6 +189,14 @@ pub enum Source {
         /// The relative name the receiver gets.
         name: String,
     },
+    /// An empty directory of a tree (version 3; an older receiver cannot create one, and
+    /// the sender reports it as not delivered).
+    Dir {
+        /// Where it is.
+        path: PathBuf,
+        /// The relative name the receiver gets.
+        name: String,
+    },
     /// A stream of unknown length (stdin).
     Stream {
         /// Where the bytes come from.
@@ -423,6 +431,7 @@ pub fn send_session(
         // A large file or a stream waits for its own `Ready`: every answer before it first.
         pipe.drain(tx, progress, &mut report)?;
         let outcome = match src {
+            Source::Dir { path, name } => send_dir(tx, &path, &name, version)?,
             Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
         };
@@ -594,6 +603,37 @@ fn await_ack(
         Frame::Refuse { message, .. } => Err(TransferError::Refused(message)),
         other => Err(unexpected("ack", &other)),
     }
+}
+
+/// An empty directory: a `Dir` frame and its `Ack` (version 3), or a failure that says the
+/// receiver is too old to create one.
+fn send_dir(
+    tx: &mut Sender,
+    path: &std::path::Path,
+    name: &str,
+    version: u16,
+) -> Result<FileOutcome, TransferError> {
+    if version < 3 {
+        return Ok(FileOutcome {
+            name: name.into(),
+            bytes: 0,
+            result: Err((
+                Code::Version,
+                format!("the receiver speaks protocol version {version}, which cannot create an empty directory (3 can); not created"),
+            )),
+            verified: false,
+        });
+    }
+    let meta =
+        std::fs::symlink_metadata(path).map_err(io_err(format!("reading {}", path.display())))?;
+    tx.send_slice(
+        &Frame::Dir {
+            name: name.into(),
+            mode: meta.mode() & 0o777,
+        }
+        .to_bytes(),
+    )?;
+    await_ack(tx, name, 0, false)
 }
 
 fn send_one_file(
@@ -859,6 +899,30 @@ fn receive_files_in<'scope>(
                 let f = finisher.as_mut().expect("started above");
                 f.hand_over(staged)?;
                 f.collect(progress, &mut report)?;
+                continue;
+            }
+            Frame::Dir { name, mode } if version >= 3 => {
+                let result = store.make_dir(&name, mode);
+                let (code, message) = match &result {
+                    Ok(()) => (Code::Ok, String::new()),
+                    Err(r) => (r.code, r.message.clone()),
+                };
+                reply(
+                    rx,
+                    &Frame::Ack {
+                        code,
+                        bytes: 0,
+                        message,
+                    },
+                )?;
+                let outcome = FileOutcome {
+                    name,
+                    bytes: 0,
+                    verified: false,
+                    result: result.map_err(|r| (r.code, r.message)),
+                };
+                progress(Progress::Done(&outcome));
+                report.files.push(outcome);
                 continue;
             }
             other => return Err(unexpected("file or bye", &other)),

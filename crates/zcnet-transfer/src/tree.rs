@@ -5,7 +5,8 @@
 //! for reading blocks until a writer appears (fifo(7)), and opening a device can have side
 //! effects (a tape rewinds), so special files are never opened, only skipped and counted.
 //! Hard links are sent as independent copies (the protocol names files, not inodes); the
-//! walk counts the extra names so the summary can say so.
+//! walk counts the extra names so the summary can say so. A directory under which nothing is
+//! sent becomes a `Dir` of its own, so empty directories arrive too.
 
 use crate::session::Source;
 use std::collections::HashSet;
@@ -75,7 +76,8 @@ pub enum WalkError {
 /// The files to send and what was left out, gathered over one or more paths.
 #[derive(Default)]
 pub struct Walk {
-    /// The files, in sending order (names sorted within each directory).
+    /// The files, in sending order (names sorted within each directory), and the directories
+    /// that would otherwise not arrive (empty, or holding only skipped entries).
     pub sources: Vec<Source>,
     /// Their total size in bytes when they were walked.
     pub total: u64,
@@ -135,6 +137,7 @@ impl Walk {
             .collect::<Result<_, _>>()
             .map_err(io)?;
         entries.sort_by_key(|e| e.file_name());
+        let before = self.sources.len();
         for e in entries {
             let path = e.path();
             let Some(name) = e.file_name().to_str().map(str::to_string) else {
@@ -159,6 +162,13 @@ impl Walk {
             } else {
                 self.skip(path, SkipKind::BlockDevice);
             }
+        }
+        if self.sources.len() == before {
+            // Nothing under it is sent: without its own entry it would not arrive at all.
+            self.sources.push(Source::Dir {
+                path: dir.to_path_buf(),
+                name: prefix.to_string(),
+            });
         }
         Ok(())
     }

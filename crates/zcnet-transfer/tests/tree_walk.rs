@@ -82,6 +82,7 @@ fn names(w: &Walk) -> Vec<String> {
         .iter()
         .map(|s| match s {
             Source::File { name, .. } => name.clone(),
+            Source::Dir { name, .. } => format!("{name}/"),
             Source::Stream { name, .. } => name.clone(),
         })
         .collect()
@@ -150,7 +151,7 @@ fn special_files_are_skipped_and_counted_and_hard_links_arrive_as_copies() {
         .iter()
         .filter_map(|s| match s {
             Source::File { name, path } => Some((name.clone(), path.clone())),
-            Source::Stream { .. } => None,
+            Source::Dir { .. } | Source::Stream { .. } => None,
         })
         .collect();
     let sources = walk.sources;

@@ -10,7 +10,7 @@
 use super::auth::{self, Role};
 use super::wire::{
     Code, Frame, WireError, AUTH_LEN, HELLO_LEN, MIN_VERSION, T_AUTH, T_DIR, T_FILE, T_HELLO,
-    T_PUT, VERSION,
+    T_LINK, T_PUT, VERSION,
 };
 
 /// Why a handshake failed.
@@ -159,7 +159,7 @@ impl ReceiverHandshake {
                     self.phase = Phase::AuthHeader;
                 }
                 Phase::AuthHeader => {
-                    if [T_FILE, T_PUT, T_DIR].contains(&self.buf[0]) {
+                    if [T_FILE, T_PUT, T_DIR, T_LINK].contains(&self.buf[0]) {
                         // A sender without a token goes straight to its first file.
                         return Err(HandshakeError::AuthFailed);
                     }

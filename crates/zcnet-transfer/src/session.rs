@@ -197,6 +197,13 @@ pub enum Source {
         /// The relative name the receiver gets.
         name: String,
     },
+    /// A symlink of a tree, sent as a symlink (version 3), never followed.
+    Link {
+        /// The relative name the receiver gets.
+        name: String,
+        /// Its target, as `readlink(2)` gave it.
+        target: String,
+    },
     /// A stream of unknown length (stdin).
     Stream {
         /// Where the bytes come from.
@@ -432,6 +439,7 @@ pub fn send_session(
         pipe.drain(tx, progress, &mut report)?;
         let outcome = match src {
             Source::Dir { path, name } => send_dir(tx, &path, &name, version)?,
+            Source::Link { name, target } => send_link(tx, &name, target, version)?,
             Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
         };
@@ -630,6 +638,35 @@ fn send_dir(
         &Frame::Dir {
             name: name.into(),
             mode: meta.mode() & 0o777,
+        }
+        .to_bytes(),
+    )?;
+    await_ack(tx, name, 0, false)
+}
+
+/// A symlink: a `Link` frame and its `Ack` (version 3), or a failure that says the receiver
+/// is too old to create one.
+fn send_link(
+    tx: &mut Sender,
+    name: &str,
+    target: String,
+    version: u16,
+) -> Result<FileOutcome, TransferError> {
+    if version < 3 {
+        return Ok(FileOutcome {
+            name: name.into(),
+            bytes: 0,
+            result: Err((
+                Code::Version,
+                format!("the receiver speaks protocol version {version}, which cannot create a symlink (3 can); not created"),
+            )),
+            verified: false,
+        });
+    }
+    tx.send_slice(
+        &Frame::Link {
+            name: name.into(),
+            target,
         }
         .to_bytes(),
     )?;
@@ -903,26 +940,12 @@ fn receive_files_in<'scope>(
             }
             Frame::Dir { name, mode } if version >= 3 => {
                 let result = store.make_dir(&name, mode);
-                let (code, message) = match &result {
-                    Ok(()) => (Code::Ok, String::new()),
-                    Err(r) => (r.code, r.message.clone()),
-                };
-                reply(
-                    rx,
-                    &Frame::Ack {
-                        code,
-                        bytes: 0,
-                        message,
-                    },
-                )?;
-                let outcome = FileOutcome {
-                    name,
-                    bytes: 0,
-                    verified: false,
-                    result: result.map_err(|r| (r.code, r.message)),
-                };
-                progress(Progress::Done(&outcome));
-                report.files.push(outcome);
+                answer_entry(rx, name, result, progress, &mut report)?;
+                continue;
+            }
+            Frame::Link { name, target } if version >= 3 => {
+                let result = store.make_link(&name, &target);
+                answer_entry(rx, name, result, progress, &mut report)?;
                 continue;
             }
             other => return Err(unexpected("file or bye", &other)),
@@ -1098,6 +1121,37 @@ fn receive_files_in<'scope>(
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
     }
+}
+
+/// The `Ack` for a `Dir` or a `Link` (no data), and its outcome in the report.
+fn answer_entry(
+    rx: &Receiver,
+    name: String,
+    result: Result<(), Refusal>,
+    progress: &mut dyn FnMut(Progress<'_>),
+    report: &mut SessionReport,
+) -> Result<(), TransferError> {
+    let (code, message) = match &result {
+        Ok(()) => (Code::Ok, String::new()),
+        Err(r) => (r.code, r.message.clone()),
+    };
+    reply(
+        rx,
+        &Frame::Ack {
+            code,
+            bytes: 0,
+            message,
+        },
+    )?;
+    let outcome = FileOutcome {
+        name,
+        bytes: 0,
+        verified: false,
+        result: result.map_err(|r| (r.code, r.message)),
+    };
+    progress(Progress::Done(&outcome));
+    report.files.push(outcome);
+    Ok(())
 }
 
 /// Frames read ahead of need, so a run of `Put`s costs a `recv` per socket buffer rather

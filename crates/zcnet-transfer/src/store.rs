@@ -330,6 +330,34 @@ impl Store {
         }
     }
 
+    /// Creates the symlink `name` -> `target` (a symlink of the sender's tree). The target
+    /// must be relative and, resolved from the link's directory, stay inside the receive
+    /// directory (lexically: each `..` climbs one of the link's own directories); anything
+    /// else is refused as an unsafe name. `symlinkat(2)` never follows a link already at
+    /// `name`: any existing entry there is refused as existing.
+    pub fn make_link(&mut self, name: &str, target: &str) -> Result<(), Refusal> {
+        let parts = components(name)?;
+        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
+        crate::names::link_target_stays_inside(target, dirs.len()).map_err(|why| {
+            Refusal::new(
+                Code::UnsafeName,
+                format!(
+                    "symlink {name:?} -> {target:?}: {why} (the receive directory); not created"
+                ),
+            )
+        })?;
+        let parent = self.parent(name, dirs)?;
+        match rustix::fs::symlinkat(target, &parent, *leaf) {
+            Ok(()) => rustix::fs::fsync(&parent)
+                .map_err(|e| Refusal::io("syncing the parent of", name, e.into())),
+            Err(rustix::io::Errno::EXIST) => Err(Refusal::new(
+                Code::Exists,
+                format!("{name:?} exists; a symlink is never created over it"),
+            )),
+            Err(e) => Err(Refusal::io("creating symlink", name, e.into())),
+        }
+    }
+
     /// Starts receiving `name` of `size` bytes (`None` for a stream of unknown size).
     /// `verified`: the sender will send the whole file's hash — only then is a partial file
     /// offered for resuming, because only then is the prefix checked with the rest.

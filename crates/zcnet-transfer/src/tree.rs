@@ -5,7 +5,8 @@
 //! for reading blocks until a writer appears (fifo(7)), and opening a device can have side
 //! effects (a tape rewinds), so special files are never opened, only skipped and counted.
 //! Hard links are sent as independent copies (the protocol names files, not inodes); the
-//! walk counts the extra names so the summary can say so. A directory under which nothing is
+//! walk counts the extra names so the summary can say so. Symlinks are sent as symlinks,
+//! never followed, when their target stays inside the tree; others are skipped and counted. A directory under which nothing is
 //! sent becomes a `Dir` of its own, so empty directories arrive too.
 
 use crate::session::Source;
@@ -24,8 +25,8 @@ pub enum SkipKind {
     CharDevice,
     /// A block device.
     BlockDevice,
-    /// A symbolic link (never followed).
-    Symlink,
+    /// A symbolic link whose target leaves the tree (absolute, or `..` above its top).
+    SymlinkOutside,
     /// A name that is not UTF-8 (the protocol's names are UTF-8).
     NotUtf8,
 }
@@ -38,8 +39,10 @@ impl SkipKind {
             SkipKind::Socket => "a socket",
             SkipKind::CharDevice => "a character device, not opened",
             SkipKind::BlockDevice => "a block device, not opened",
-            SkipKind::Symlink => "a symbolic link (symlinks are not followed)",
-            SkipKind::NotUtf8 => "its name is not UTF-8",
+            SkipKind::SymlinkOutside => {
+                "a symbolic link whose target leaves the tree (symlinks are never followed)"
+            }
+            SkipKind::NotUtf8 => "its name (or its symlink target) is not UTF-8",
         }
     }
 }
@@ -152,7 +155,25 @@ impl Walk {
             } else if ft.is_file() {
                 self.file(path, rel, &meta);
             } else if ft.is_symlink() {
-                self.skip(path, SkipKind::Symlink);
+                // Sent as a symlink, never followed; only if it points inside the tree, whose
+                // top is `prefix`'s first component.
+                let target = std::fs::read_link(&path).map_err(|source| WalkError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                match target.to_str() {
+                    None => self.skip(path, SkipKind::NotUtf8),
+                    Some(t) => {
+                        match crate::names::link_target_stays_inside(t, prefix.matches('/').count())
+                        {
+                            Ok(()) => self.sources.push(Source::Link {
+                                name: rel,
+                                target: t.to_string(),
+                            }),
+                            Err(_) => self.skip(path, SkipKind::SymlinkOutside),
+                        }
+                    }
+                }
             } else if ft.is_fifo() {
                 self.skip(path, SkipKind::Fifo);
             } else if ft.is_socket() {
@@ -186,7 +207,10 @@ impl Walk {
             (SkipKind::Socket, "socket(s)"),
             (SkipKind::CharDevice, "character device(s)"),
             (SkipKind::BlockDevice, "block device(s)"),
-            (SkipKind::Symlink, "symlink(s)"),
+            (
+                SkipKind::SymlinkOutside,
+                "symlink(s) pointing outside the tree",
+            ),
             (SkipKind::NotUtf8, "non-UTF-8 name(s)"),
         ] {
             match self.skipped_of(kind) {

@@ -42,7 +42,7 @@ fn mkfifo(p: &Path) {
 }
 
 /// A tree with regular files (one larger than a `Put`, so both send paths run), two extra
-/// hard links, a FIFO, a socket, a symlink and, when allowed (root with CAP_MKNOD), a
+/// hard links, a FIFO, a socket, a symlink out of the tree and, when allowed (root with CAP_MKNOD), a
 /// character device. Returns whether the device could be made.
 fn make_tree(root: &Path) -> (bool, std::os::unix::net::UnixListener) {
     write(&root.join("a.txt"), 1234, 1);
@@ -52,7 +52,7 @@ fn make_tree(root: &Path) -> (bool, std::os::unix::net::UnixListener) {
     std::fs::hard_link(root.join("sub/b.bin"), root.join("z_b_again.bin")).unwrap();
     mkfifo(&root.join("sub/pipe"));
     let sock = std::os::unix::net::UnixListener::bind(root.join("sock")).unwrap();
-    std::os::unix::fs::symlink("a.txt", root.join("sym")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("sym")).unwrap();
     let dev = rustix::fs::mknodat(
         rustix::fs::CWD,
         root.join("sub/null"),
@@ -83,6 +83,7 @@ fn names(w: &Walk) -> Vec<String> {
         .map(|s| match s {
             Source::File { name, .. } => name.clone(),
             Source::Dir { name, .. } => format!("{name}/"),
+            Source::Link { name, .. } => format!("{name}@"),
             Source::Stream { name, .. } => name.clone(),
         })
         .collect()
@@ -115,7 +116,7 @@ fn special_files_are_skipped_and_counted_and_hard_links_arrive_as_copies() {
     assert_eq!(walk.hard_link_copies, 2);
     assert_eq!(walk.skipped_of(SkipKind::Fifo), 1);
     assert_eq!(walk.skipped_of(SkipKind::Socket), 1);
-    assert_eq!(walk.skipped_of(SkipKind::Symlink), 1);
+    assert_eq!(walk.skipped_of(SkipKind::SymlinkOutside), 1);
     assert_eq!(walk.skipped_of(SkipKind::CharDevice), usize::from(have_dev));
     assert_eq!(walk.skipped.len(), 3 + usize::from(have_dev));
     let pipe = walk
@@ -151,7 +152,7 @@ fn special_files_are_skipped_and_counted_and_hard_links_arrive_as_copies() {
         .iter()
         .filter_map(|s| match s {
             Source::File { name, path } => Some((name.clone(), path.clone())),
-            Source::Dir { .. } | Source::Stream { .. } => None,
+            _ => None,
         })
         .collect();
     let sources = walk.sources;

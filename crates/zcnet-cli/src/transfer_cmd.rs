@@ -12,7 +12,7 @@ use zcnet::{Sender, SenderConfig, StatsSnapshot};
 use zcnet_bench::cpu::{process_rusage, CpuSeconds};
 use zcnet_transfer::names::printable;
 use zcnet_transfer::server::{raise_fd_limit, serve, Event, Observer, ServerConfig};
-use zcnet_transfer::session::{send_session, FileOutcome, Progress, SendOptions, Source};
+use zcnet_transfer::session::{send_session, Entry, FileOutcome, Progress, SendOptions, Source};
 use zcnet_transfer::tree::Walk;
 
 /// Options of `zcnet send`.
@@ -231,6 +231,15 @@ impl Bars {
 
     fn report(&self, o: &FileOutcome, verb: &str) {
         match &o.result {
+            Ok(()) if o.entry != Entry::File => self.line(format!(
+                "{} {}",
+                if o.entry == Entry::Dir {
+                    "directory"
+                } else {
+                    "symlink"
+                },
+                printable(&o.name)
+            )),
             Ok(()) => self.line(format!(
                 "{verb} {} ({}), {}",
                 printable(&o.name),

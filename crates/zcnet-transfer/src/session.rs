@@ -137,9 +137,22 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransferError {
     move |source| TransferError::Io { what, source }
 }
 
+/// What an outcome is about: a file's bytes, or a tree entry that carries none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// A regular file or a stream.
+    File,
+    /// An empty directory (`Dir`).
+    Dir,
+    /// A symlink (`Link`).
+    Link,
+}
+
 /// How one file ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileOutcome {
+    /// What was sent.
+    pub entry: Entry,
     /// Name as sent.
     pub name: String,
     /// Bytes of data that crossed the wire for it.
@@ -420,6 +433,7 @@ pub fn send_session(
                     // Never announce a size the bytes do not have: this file fails here.
                     pipe.drain(tx, progress, &mut report)?;
                     let outcome = FileOutcome {
+                        entry: Entry::File,
                         name: name.clone(),
                         bytes: 0,
                         result: Err((
@@ -596,6 +610,7 @@ fn await_ack(
 ) -> Result<FileOutcome, TransferError> {
     match read_frame_from_sender_side(tx)? {
         Frame::Ack { code, message, .. } => Ok(FileOutcome {
+            entry: Entry::File,
             name: name.into(),
             bytes,
             verified: verified && code == Code::Ok,
@@ -623,6 +638,7 @@ fn send_dir(
 ) -> Result<FileOutcome, TransferError> {
     if version < 3 {
         return Ok(FileOutcome {
+            entry: Entry::Dir,
             name: name.into(),
             bytes: 0,
             result: Err((
@@ -641,7 +657,9 @@ fn send_dir(
         }
         .to_bytes(),
     )?;
-    await_ack(tx, name, 0, false)
+    let mut o = await_ack(tx, name, 0, false)?;
+    o.entry = Entry::Dir;
+    Ok(o)
 }
 
 /// A symlink: a `Link` frame and its `Ack` (version 3), or a failure that says the receiver
@@ -654,6 +672,7 @@ fn send_link(
 ) -> Result<FileOutcome, TransferError> {
     if version < 3 {
         return Ok(FileOutcome {
+            entry: Entry::Link,
             name: name.into(),
             bytes: 0,
             result: Err((
@@ -670,7 +689,9 @@ fn send_link(
         }
         .to_bytes(),
     )?;
-    await_ack(tx, name, 0, false)
+    let mut o = await_ack(tx, name, 0, false)?;
+    o.entry = Entry::Link;
+    Ok(o)
 }
 
 fn send_one_file(
@@ -700,6 +721,7 @@ fn send_one_file(
         Ok(v) => v,
         Err(refused) => {
             return Ok(FileOutcome {
+                entry: Entry::File,
                 name: name.into(),
                 bytes: 0,
                 result: Err(refused),
@@ -789,6 +811,7 @@ fn send_stream(
     )?;
     if let Err(refused) = await_answer(tx)? {
         return Ok(FileOutcome {
+            entry: Entry::File,
             name: name.into(),
             bytes: 0,
             result: Err(refused),
@@ -940,12 +963,12 @@ fn receive_files_in<'scope>(
             }
             Frame::Dir { name, mode } if version >= 3 => {
                 let result = store.make_dir(&name, mode);
-                answer_entry(rx, name, result, progress, &mut report)?;
+                answer_entry(rx, Entry::Dir, name, result, progress, &mut report)?;
                 continue;
             }
             Frame::Link { name, target } if version >= 3 => {
                 let result = store.make_link(&name, &target);
-                answer_entry(rx, name, result, progress, &mut report)?;
+                answer_entry(rx, Entry::Link, name, result, progress, &mut report)?;
                 continue;
             }
             other => return Err(unexpected("file or bye", &other)),
@@ -970,6 +993,7 @@ fn receive_files_in<'scope>(
                     },
                 )?;
                 let outcome = FileOutcome {
+                    entry: Entry::File,
                     name,
                     bytes: 0,
                     result: Err((code, message)),
@@ -993,6 +1017,7 @@ fn receive_files_in<'scope>(
                 // As the protocol says: the file's data is discarded, its space released.
                 inc.discard();
                 let outcome = FileOutcome {
+                    entry: Entry::File,
                     name,
                     bytes: 0,
                     result: Err((Code::Io, format!("the sender gave up: {message}"))),
@@ -1113,6 +1138,7 @@ fn receive_files_in<'scope>(
             },
         )?;
         let outcome = FileOutcome {
+            entry: Entry::File,
             name,
             bytes: got,
             verified: hash.is_some() && result.is_ok(),
@@ -1126,6 +1152,7 @@ fn receive_files_in<'scope>(
 /// The `Ack` for a `Dir` or a `Link` (no data), and its outcome in the report.
 fn answer_entry(
     rx: &Receiver,
+    entry: Entry,
     name: String,
     result: Result<(), Refusal>,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -1144,6 +1171,7 @@ fn answer_entry(
         },
     )?;
     let outcome = FileOutcome {
+        entry,
         name,
         bytes: 0,
         verified: false,
@@ -1413,6 +1441,7 @@ fn finish_put(sock: &std::os::fd::OwnedFd, st: Staged) -> Result<FileOutcome, Tr
         .write_all(&ack)
         .map_err(|e| zcnet::Error::io("answering the sender", e))?;
     Ok(FileOutcome {
+        entry: Entry::File,
         name,
         bytes: size,
         verified: hash.is_some() && result.is_ok(),

@@ -12,7 +12,7 @@ use zcnet::stream::Listener;
 use zcnet::{ReceiverConfig, RxPath, SenderConfig, TxPath};
 use zcnet_testbed::pattern::pattern;
 use zcnet_transfer::session::{
-    receive_session, send_session, RecvOptions, SendOptions, SessionReport, Source,
+    receive_session, send_session, Entry, RecvOptions, SendOptions, SessionReport, Source,
 };
 use zcnet_transfer::store::{Store, StoreOptions};
 use zcnet_transfer::tree::Walk;
@@ -101,6 +101,10 @@ fn empty_directories_arrive_with_their_modes() {
     let (sent, got) = transfer(dst.path(), w.sources, zcnet_transfer::wire::VERSION);
     assert_eq!(sent.failures(), 0, "{:?}", sent.files);
     assert_eq!(got.failures(), 0, "{:?}", got.files);
+    for r in [&sent, &got] {
+        let n = r.files.iter().filter(|f| f.entry == Entry::Dir).count();
+        assert_eq!(n, 3, "both ends report the directories as directories");
+    }
     assert_eq!(hash(&dst.path().join("root/a/f")), hash(&root.join("a/f")));
     for d in ["root/b/c/deep", "root/empty", "root/only_fifo"] {
         assert!(

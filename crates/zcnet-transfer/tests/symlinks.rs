@@ -12,7 +12,7 @@ use zcnet::stream::Listener;
 use zcnet::{ReceiverConfig, RxPath, SenderConfig, TxPath};
 use zcnet_testbed::pattern::pattern;
 use zcnet_transfer::session::{
-    receive_session, send_session, RecvOptions, SendOptions, SessionReport, Source,
+    receive_session, send_session, Entry, RecvOptions, SendOptions, SessionReport, Source,
 };
 use zcnet_transfer::store::{Store, StoreOptions};
 use zcnet_transfer::tree::{SkipKind, Walk};
@@ -94,6 +94,10 @@ fn links_inside_the_tree_arrive_as_links_and_others_are_skipped() {
     let (sent, got) = transfer(dst.path(), w.sources, VERSION);
     assert_eq!(sent.failures(), 0, "{:?}", sent.files);
     assert_eq!(got.failures(), 0, "{:?}", got.files);
+    for r in [&sent, &got] {
+        let n = r.files.iter().filter(|f| f.entry == Entry::Link).count();
+        assert_eq!(n, 4, "both ends report the links as links");
+    }
     let d = dst.path();
     for (name, target) in &links {
         let p = d.join(name);

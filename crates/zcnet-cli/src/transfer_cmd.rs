@@ -12,7 +12,8 @@ use zcnet::{Sender, SenderConfig, StatsSnapshot};
 use zcnet_bench::cpu::{process_rusage, CpuSeconds};
 use zcnet_transfer::names::printable;
 use zcnet_transfer::server::{raise_fd_limit, serve, Event, Observer, ServerConfig};
-use zcnet_transfer::session::{send_session, FileOutcome, Progress, SendOptions, Source};
+use zcnet_transfer::session::{send_session, Entry, FileOutcome, Progress, SendOptions, Source};
+use zcnet_transfer::tree::Walk;
 
 /// Options of `zcnet send`.
 #[derive(clap::Args, Debug)]
@@ -112,78 +113,37 @@ fn resolve(s: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
-/// Expands the command line into sources with their relative names.
-fn sources(args: &SendArgs, warn: &dyn Fn(String)) -> Result<(Vec<Source>, u64), String> {
-    let mut out = Vec::new();
-    let mut total = 0u64;
+/// Expands the command line into sources with their relative names; the third part is the
+/// walk's note for the summary (skipped special files, hard links sent as copies).
+fn sources(
+    args: &SendArgs,
+    warn: &dyn Fn(String),
+) -> Result<(Vec<Source>, u64, Option<String>), String> {
+    let mut walk = Walk::new();
     for p in &args.paths {
         if p == "-" {
             let name = args
                 .name
                 .clone()
                 .ok_or("sending stdin ('-') needs --name NAME")?;
-            out.push(Source::Stream {
+            // In command-line order among the walked files.
+            walk.sources.push(Source::Stream {
                 reader: Box::new(std::io::stdin()),
                 name,
             });
             continue;
         }
-        let path = Path::new(p);
-        let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{p}: {e}"))?;
-        let base = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| format!("{p}: no usable file name"))?
-            .to_string();
-        if meta.is_dir() {
-            walk(path, &base, &mut out, &mut total, warn)?;
-        } else if meta.is_file() {
-            total += meta.len();
-            out.push(Source::File {
-                path: path.to_path_buf(),
-                name: base,
-            });
-        } else {
-            return Err(format!("{p}: not a regular file or directory"));
-        }
+        walk.add(Path::new(p)).map_err(|e| e.to_string())?;
     }
-    Ok((out, total))
-}
-
-fn walk(
-    dir: &Path,
-    prefix: &str,
-    out: &mut Vec<Source>,
-    total: &mut u64,
-    warn: &dyn Fn(String),
-) -> Result<(), String> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let path = e.path();
-        let Some(name) = e.file_name().to_str().map(str::to_string) else {
-            warn(format!("skipping {}: name is not UTF-8", path.display()));
-            continue;
-        };
-        let rel = format!("{prefix}/{name}");
-        let meta =
-            std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        if meta.is_dir() {
-            walk(&path, &rel, out, total, warn)?;
-        } else if meta.is_file() {
-            *total += meta.len();
-            out.push(Source::File { path, name: rel });
-        } else {
-            warn(format!(
-                "skipping {}: not a regular file (symlinks are not followed)",
-                path.display()
-            ));
-        }
+    for s in &walk.skipped {
+        warn(format!(
+            "skipping {}: {}",
+            s.path.display(),
+            s.kind.describe()
+        ));
     }
-    Ok(())
+    let note = walk.summary();
+    Ok((walk.sources, walk.total, note))
 }
 
 fn human(n: u64) -> String {
@@ -271,6 +231,15 @@ impl Bars {
 
     fn report(&self, o: &FileOutcome, verb: &str) {
         match &o.result {
+            Ok(()) if o.entry != Entry::File => self.line(format!(
+                "{} {}",
+                if o.entry == Entry::Dir {
+                    "directory"
+                } else {
+                    "symlink"
+                },
+                printable(&o.name)
+            )),
             Ok(()) => self.line(format!(
                 "{verb} {} ({}), {}",
                 printable(&o.name),
@@ -320,7 +289,7 @@ fn summary(
 pub fn send(args: &SendArgs) -> Result<(), String> {
     let addr = resolve(&args.to)?;
     let quiet = args.quiet;
-    let (srcs, total) = sources(args, &|w| {
+    let (srcs, total, walk_note) = sources(args, &|w| {
         if !quiet {
             eprintln!("zcnet: {w}")
         }
@@ -353,6 +322,9 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
             "{}",
             summary(report.bytes(), secs, cpu, &st, nfiles, report.failures())
         );
+        if let Some(n) = walk_note {
+            eprintln!("{n}");
+        }
     }
     match report.failures() {
         0 => Ok(()),

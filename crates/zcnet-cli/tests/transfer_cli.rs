@@ -494,3 +494,55 @@ fn a_failed_thread_spawn_refuses_one_sender_and_keeps_serving() {
     assert!(ok, "{err}");
     assert!(err.contains("starting a session thread"), "{err}");
 }
+
+/// A tree with a FIFO, a symlink inside it and one out of it, an empty directory and a hard
+/// link: the sender never blocks on the FIFO, says what it skipped and that the hard link
+/// went as a copy; the receiver gets the files (hash-compared), the link and the directory.
+#[test]
+fn a_tree_with_special_files_links_and_an_empty_directory() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let root = src.path().join("tree");
+    write_data(&root.join("a"), 5000, 1);
+    std::fs::hard_link(root.join("a"), root.join("a2")).unwrap();
+    std::fs::create_dir_all(root.join("empty/inner")).unwrap();
+    std::os::unix::fs::symlink("a", root.join("in")).unwrap();
+    std::os::unix::fs::symlink("../../x", root.join("out")).unwrap();
+    let st = Command::new("mkfifo")
+        .arg(root.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let recv = start_recv(dst.path(), &[]);
+    let out = zcnet()
+        .args(["send", "--to", &recv.addr])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let says = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{says}");
+    assert!(
+        says.contains("skipped 1 FIFO(s), 1 symlink(s) pointing outside the tree"),
+        "{says}"
+    );
+    assert!(
+        says.contains("1 hard link(s) sent as separate copies"),
+        "{says}"
+    );
+    assert!(
+        says.contains("pipe: a FIFO (named pipe), not opened"),
+        "{says}"
+    );
+    drop(recv);
+    let got = dst.path().join("tree");
+    assert_eq!(hash(&got.join("a")), hash(&root.join("a")));
+    assert_eq!(hash(&got.join("a2")), hash(&root.join("a")));
+    assert_eq!(std::fs::read_link(got.join("in")).unwrap(), Path::new("a"));
+    assert!(std::fs::metadata(got.join("empty/inner")).unwrap().is_dir());
+    for absent in ["out", "pipe"] {
+        assert!(
+            std::fs::symlink_metadata(got.join(absent)).is_err(),
+            "{absent}"
+        );
+    }
+}

@@ -9,8 +9,8 @@
 
 use super::auth::{self, Role};
 use super::wire::{
-    Code, Frame, WireError, AUTH_LEN, HELLO_LEN, MIN_VERSION, T_AUTH, T_FILE, T_HELLO, T_PUT,
-    VERSION,
+    Code, Frame, WireError, AUTH_LEN, HELLO_LEN, MIN_VERSION, T_AUTH, T_DIR, T_FILE, T_HELLO,
+    T_LINK, T_PUT, VERSION,
 };
 
 /// Why a handshake failed.
@@ -159,7 +159,7 @@ impl ReceiverHandshake {
                     self.phase = Phase::AuthHeader;
                 }
                 Phase::AuthHeader => {
-                    if self.buf[0] == T_FILE || self.buf[0] == T_PUT {
+                    if [T_FILE, T_PUT, T_DIR, T_LINK].contains(&self.buf[0]) {
                         // A sender without a token goes straight to its first file.
                         return Err(HandshakeError::AuthFailed);
                     }
@@ -333,6 +333,9 @@ mod tests {
             panic!("a version refusal is told to the peer")
         };
         assert_eq!(code, Code::Version);
-        assert!(message.contains("versions 1 to 2"), "{message}");
+        assert!(
+            message.contains(&format!("versions 1 to {VERSION}")),
+            "{message}"
+        );
     }
 }

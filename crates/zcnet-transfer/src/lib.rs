@@ -13,6 +13,7 @@ pub mod names;
 pub mod server;
 pub mod session;
 pub mod store;
+pub mod tree;
 pub mod wire;
 
 use zcnet::stats::StatsSnapshot;

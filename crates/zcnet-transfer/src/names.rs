@@ -75,6 +75,29 @@ pub fn printable(name: &str) -> String {
     name.escape_debug().to_string()
 }
 
+/// Whether a symlink target, read from a link `depth` directories below a root, stays
+/// beneath that root when resolved from the link's directory (lexically: each `..` climbs one
+/// directory, and climbing above the root is leaving it). `Err` says why not. Absolute
+/// targets are never inside: they mean another place on each host.
+pub fn link_target_stays_inside(target: &str, depth: usize) -> Result<(), &'static str> {
+    if target.is_empty() || target.contains('\0') {
+        return Err("empty or NUL in the target");
+    }
+    if target.starts_with('/') {
+        return Err("an absolute target may point anywhere");
+    }
+    let mut d = depth;
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." if d == 0 => return Err("its target leaves the tree"),
+            ".." => d -= 1,
+            _ => d += 1,
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +156,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("leave the target"));
+    }
+
+    #[test]
+    fn link_targets_are_judged_from_the_links_directory() {
+        assert!(link_target_stays_inside("a", 0).is_ok());
+        assert!(link_target_stays_inside("./a/../b", 0).is_ok());
+        assert!(link_target_stays_inside("../x", 1).is_ok());
+        assert!(link_target_stays_inside("a/../../x", 1).is_ok());
+        assert!(link_target_stays_inside("../x", 0).is_err());
+        assert!(link_target_stays_inside("a/../../x", 0).is_err());
+        assert!(link_target_stays_inside("../../x", 1).is_err());
+        assert!(link_target_stays_inside("/etc", 5).is_err());
+        assert!(link_target_stays_inside("", 0).is_err());
+        assert!(link_target_stays_inside("a\0b", 0).is_err());
     }
 }

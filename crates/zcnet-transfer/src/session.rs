@@ -96,6 +96,18 @@ pub enum TransferError {
         /// Bytes sent before the end.
         got: u64,
     },
+    /// A file being sent got longer while it was sent: the bytes announced are only a prefix
+    /// of it, so the session ends before its trailer rather than present that prefix as the
+    /// whole file.
+    #[error("{name:?} grew while being sent: {expected} bytes when the send began, {now} at its end; not sent, the receiver keeps no final file")]
+    Grew {
+        /// The file.
+        name: String,
+        /// Its size when the send began (the size announced).
+        expected: u64,
+        /// Its size after the announced bytes were sent.
+        now: u64,
+    },
     /// The peer refused the whole session.
     #[error("refused by the receiver: {0}")]
     Refused(String),
@@ -125,9 +137,22 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransferError {
     move |source| TransferError::Io { what, source }
 }
 
+/// What an outcome is about: a file's bytes, or a tree entry that carries none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// A regular file or a stream.
+    File,
+    /// An empty directory (`Dir`).
+    Dir,
+    /// A symlink (`Link`).
+    Link,
+}
+
 /// How one file ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileOutcome {
+    /// What was sent.
+    pub entry: Entry,
     /// Name as sent.
     pub name: String,
     /// Bytes of data that crossed the wire for it.
@@ -176,6 +201,21 @@ pub enum Source {
         path: PathBuf,
         /// The relative name the receiver gets.
         name: String,
+    },
+    /// An empty directory of a tree (version 3; an older receiver cannot create one, and
+    /// the sender reports it as not delivered).
+    Dir {
+        /// Where it is.
+        path: PathBuf,
+        /// The relative name the receiver gets.
+        name: String,
+    },
+    /// A symlink of a tree, sent as a symlink (version 3), never followed.
+    Link {
+        /// The relative name the receiver gets.
+        name: String,
+        /// Its target, as `readlink(2)` gave it.
+        target: String,
     },
     /// A stream of unknown length (stdin).
     Stream {
@@ -393,6 +433,7 @@ pub fn send_session(
                     // Never announce a size the bytes do not have: this file fails here.
                     pipe.drain(tx, progress, &mut report)?;
                     let outcome = FileOutcome {
+                        entry: Entry::File,
                         name: name.clone(),
                         bytes: 0,
                         result: Err((
@@ -411,6 +452,8 @@ pub fn send_session(
         // A large file or a stream waits for its own `Ready`: every answer before it first.
         pipe.drain(tx, progress, &mut report)?;
         let outcome = match src {
+            Source::Dir { path, name } => send_dir(tx, &path, &name, version)?,
+            Source::Link { name, target } => send_link(tx, &name, target, version)?,
             Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
         };
@@ -567,6 +610,7 @@ fn await_ack(
 ) -> Result<FileOutcome, TransferError> {
     match read_frame_from_sender_side(tx)? {
         Frame::Ack { code, message, .. } => Ok(FileOutcome {
+            entry: Entry::File,
             name: name.into(),
             bytes,
             verified: verified && code == Code::Ok,
@@ -582,6 +626,72 @@ fn await_ack(
         Frame::Refuse { message, .. } => Err(TransferError::Refused(message)),
         other => Err(unexpected("ack", &other)),
     }
+}
+
+/// An empty directory: a `Dir` frame and its `Ack` (version 3), or a failure that says the
+/// receiver is too old to create one.
+fn send_dir(
+    tx: &mut Sender,
+    path: &std::path::Path,
+    name: &str,
+    version: u16,
+) -> Result<FileOutcome, TransferError> {
+    if version < 3 {
+        return Ok(FileOutcome {
+            entry: Entry::Dir,
+            name: name.into(),
+            bytes: 0,
+            result: Err((
+                Code::Version,
+                format!("the receiver speaks protocol version {version}, which cannot create an empty directory (3 can); not created"),
+            )),
+            verified: false,
+        });
+    }
+    let meta =
+        std::fs::symlink_metadata(path).map_err(io_err(format!("reading {}", path.display())))?;
+    tx.send_slice(
+        &Frame::Dir {
+            name: name.into(),
+            mode: meta.mode() & 0o777,
+        }
+        .to_bytes(),
+    )?;
+    let mut o = await_ack(tx, name, 0, false)?;
+    o.entry = Entry::Dir;
+    Ok(o)
+}
+
+/// A symlink: a `Link` frame and its `Ack` (version 3), or a failure that says the receiver
+/// is too old to create one.
+fn send_link(
+    tx: &mut Sender,
+    name: &str,
+    target: String,
+    version: u16,
+) -> Result<FileOutcome, TransferError> {
+    if version < 3 {
+        return Ok(FileOutcome {
+            entry: Entry::Link,
+            name: name.into(),
+            bytes: 0,
+            result: Err((
+                Code::Version,
+                format!("the receiver speaks protocol version {version}, which cannot create a symlink (3 can); not created"),
+            )),
+            verified: false,
+        });
+    }
+    tx.send_slice(
+        &Frame::Link {
+            name: name.into(),
+            target,
+        }
+        .to_bytes(),
+    )?;
+    let mut o = await_ack(tx, name, 0, false)?;
+    o.entry = Entry::Link;
+    Ok(o)
 }
 
 fn send_one_file(
@@ -611,6 +721,7 @@ fn send_one_file(
         Ok(v) => v,
         Err(refused) => {
             return Ok(FileOutcome {
+                entry: Entry::File,
                 name: name.into(),
                 bytes: 0,
                 result: Err(refused),
@@ -650,6 +761,19 @@ fn send_one_file(
             off += n;
             progress(Progress::Bytes(n));
         }
+        // `sendfile` stops at the announced size, so a file appended to meanwhile would
+        // arrive cut short yet verified (the hash covers the same prefix): fail it instead.
+        let now = file
+            .metadata()
+            .map_err(io_err(format!("reading {}", path.display())))?
+            .len();
+        if now > size {
+            return Err(TransferError::Grew {
+                name: name.into(),
+                expected: size,
+                now,
+            });
+        }
         match hasher {
             None => Ok(None),
             Some(h) => h
@@ -687,6 +811,7 @@ fn send_stream(
     )?;
     if let Err(refused) = await_answer(tx)? {
         return Ok(FileOutcome {
+            entry: Entry::File,
             name: name.into(),
             bytes: 0,
             result: Err(refused),
@@ -836,6 +961,16 @@ fn receive_files_in<'scope>(
                 f.collect(progress, &mut report)?;
                 continue;
             }
+            Frame::Dir { name, mode } if version >= 3 => {
+                let result = store.make_dir(&name, mode);
+                answer_entry(rx, Entry::Dir, name, result, progress, &mut report)?;
+                continue;
+            }
+            Frame::Link { name, target } if version >= 3 => {
+                let result = store.make_link(&name, &target);
+                answer_entry(rx, Entry::Link, name, result, progress, &mut report)?;
+                continue;
+            }
             other => return Err(unexpected("file or bye", &other)),
         };
         if !ahead.is_empty() {
@@ -858,6 +993,7 @@ fn receive_files_in<'scope>(
                     },
                 )?;
                 let outcome = FileOutcome {
+                    entry: Entry::File,
                     name,
                     bytes: 0,
                     result: Err((code, message)),
@@ -881,6 +1017,7 @@ fn receive_files_in<'scope>(
                 // As the protocol says: the file's data is discarded, its space released.
                 inc.discard();
                 let outcome = FileOutcome {
+                    entry: Entry::File,
                     name,
                     bytes: 0,
                     result: Err((Code::Io, format!("the sender gave up: {message}"))),
@@ -1001,6 +1138,7 @@ fn receive_files_in<'scope>(
             },
         )?;
         let outcome = FileOutcome {
+            entry: Entry::File,
             name,
             bytes: got,
             verified: hash.is_some() && result.is_ok(),
@@ -1009,6 +1147,39 @@ fn receive_files_in<'scope>(
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
     }
+}
+
+/// The `Ack` for a `Dir` or a `Link` (no data), and its outcome in the report.
+fn answer_entry(
+    rx: &Receiver,
+    entry: Entry,
+    name: String,
+    result: Result<(), Refusal>,
+    progress: &mut dyn FnMut(Progress<'_>),
+    report: &mut SessionReport,
+) -> Result<(), TransferError> {
+    let (code, message) = match &result {
+        Ok(()) => (Code::Ok, String::new()),
+        Err(r) => (r.code, r.message.clone()),
+    };
+    reply(
+        rx,
+        &Frame::Ack {
+            code,
+            bytes: 0,
+            message,
+        },
+    )?;
+    let outcome = FileOutcome {
+        entry,
+        name,
+        bytes: 0,
+        verified: false,
+        result: result.map_err(|r| (r.code, r.message)),
+    };
+    progress(Progress::Done(&outcome));
+    report.files.push(outcome);
+    Ok(())
 }
 
 /// Frames read ahead of need, so a run of `Put`s costs a `recv` per socket buffer rather
@@ -1270,6 +1441,7 @@ fn finish_put(sock: &std::os::fd::OwnedFd, st: Staged) -> Result<FileOutcome, Tr
         .write_all(&ack)
         .map_err(|e| zcnet::Error::io("answering the sender", e))?;
     Ok(FileOutcome {
+        entry: Entry::File,
         name,
         bytes: size,
         verified: hash.is_some() && result.is_ok(),

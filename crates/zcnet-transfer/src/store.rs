@@ -267,25 +267,9 @@ impl Store {
         )
     }
 
-    /// Starts receiving `name` of `size` bytes (`None` for a stream of unknown size).
-    /// `verified`: the sender will send the whole file's hash — only then is a partial file
-    /// offered for resuming, because only then is the prefix checked with the rest.
-    pub fn begin(
-        &mut self,
-        name: &str,
-        size: Option<u64>,
-        verified: bool,
-    ) -> Result<Incoming, Refusal> {
-        let parts = components(name)?;
-        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
-        if let (Some(q), Some(size), false) = (&self.quota, size, self.opts.resume) {
-            // Early, cheap refusal (without resume: no bytes can already be there); the real
-            // charge comes once the offset is known.
-            let used = self.keys.iter().map(|k| q.used(k)).max().unwrap_or(0);
-            if used.saturating_add(size) > q.max() {
-                return Err(self.too_large(name, size, used));
-            }
-        }
+    /// Opens (creating as needed) the directories `dirs` of `name`, one component at a time
+    /// beneath the target directory, never following a symlink.
+    fn parent(&self, name: &str, dirs: &[&str]) -> Result<OwnedFd, Refusal> {
         let mut parent =
             rustix::io::dup(&self.dir).map_err(|e| Refusal::io("opening", name, e.into()))?;
         for d in dirs {
@@ -307,6 +291,93 @@ impl Store {
                     }
                 })?;
         }
+        Ok(parent)
+    }
+
+    /// Creates the directory `name` (an empty directory of the sender's tree) under the same
+    /// name rules as a file, with `mode & 0o777`. One that already exists as a directory is
+    /// left as it is; anything else under that name (a file, a symlink) is refused.
+    pub fn make_dir(&mut self, name: &str, mode: u32) -> Result<(), Refusal> {
+        let parts = components(name)?;
+        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
+        let parent = self.parent(name, dirs)?;
+        match rustix::fs::mkdirat(&parent, *leaf, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {
+                let d = open_beneath(&parent, leaf, OFlags::DIRECTORY | OFlags::RDONLY, 0)
+                    .map_err(|e| Refusal::io("opening directory", name, e))?;
+                rustix::fs::fchmod(&d, Mode::from_raw_mode(mode & 0o777))
+                    .map_err(|e| Refusal::io("setting the mode of", name, e.into()))?;
+                rustix::fs::fsync(&parent)
+                    .map_err(|e| Refusal::io("syncing the parent of", name, e.into()))?;
+                Ok(())
+            }
+            Err(rustix::io::Errno::EXIST) => {
+                match rustix::fs::statat(&parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st)
+                        if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                            == rustix::fs::FileType::Directory =>
+                    {
+                        Ok(())
+                    }
+                    Ok(_) => Err(Refusal::new(
+                        Code::Exists,
+                        format!("{name:?} exists and is not a directory"),
+                    )),
+                    Err(e) => Err(Refusal::io("checking", name, e.into())),
+                }
+            }
+            Err(e) => Err(Refusal::io("creating directory", name, e.into())),
+        }
+    }
+
+    /// Creates the symlink `name` -> `target` (a symlink of the sender's tree). The target
+    /// must be relative and, resolved from the link's directory, stay inside the receive
+    /// directory (lexically: each `..` climbs one of the link's own directories); anything
+    /// else is refused as an unsafe name. `symlinkat(2)` never follows a link already at
+    /// `name`: any existing entry there is refused as existing.
+    pub fn make_link(&mut self, name: &str, target: &str) -> Result<(), Refusal> {
+        let parts = components(name)?;
+        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
+        crate::names::link_target_stays_inside(target, dirs.len()).map_err(|why| {
+            Refusal::new(
+                Code::UnsafeName,
+                format!(
+                    "symlink {name:?} -> {target:?}: {why} (the receive directory); not created"
+                ),
+            )
+        })?;
+        let parent = self.parent(name, dirs)?;
+        match rustix::fs::symlinkat(target, &parent, *leaf) {
+            Ok(()) => rustix::fs::fsync(&parent)
+                .map_err(|e| Refusal::io("syncing the parent of", name, e.into())),
+            Err(rustix::io::Errno::EXIST) => Err(Refusal::new(
+                Code::Exists,
+                format!("{name:?} exists; a symlink is never created over it"),
+            )),
+            Err(e) => Err(Refusal::io("creating symlink", name, e.into())),
+        }
+    }
+
+    /// Starts receiving `name` of `size` bytes (`None` for a stream of unknown size).
+    /// `verified`: the sender will send the whole file's hash — only then is a partial file
+    /// offered for resuming, because only then is the prefix checked with the rest.
+    pub fn begin(
+        &mut self,
+        name: &str,
+        size: Option<u64>,
+        verified: bool,
+    ) -> Result<Incoming, Refusal> {
+        let parts = components(name)?;
+        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
+        if let (Some(q), Some(size), false) = (&self.quota, size, self.opts.resume) {
+            // Early, cheap refusal (without resume: no bytes can already be there); the real
+            // charge comes once the offset is known.
+            let used = self.keys.iter().map(|k| q.used(k)).max().unwrap_or(0);
+            if used.saturating_add(size) > q.max() {
+                return Err(self.too_large(name, size, used));
+            }
+        }
+        let parent = self.parent(name, dirs)?;
         match rustix::fs::statat(&parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => {
                 let is_reg = rustix::fs::FileType::from_raw_mode(st.st_mode)

@@ -11,8 +11,9 @@
 
 /// First bytes of every `Hello` payload.
 pub const MAGIC: &[u8; 6] = b"ZCNET\0";
-/// Newest protocol version this build speaks (2: pipelined `Put` files).
-pub const VERSION: u16 = 2;
+/// Newest protocol version this build speaks (2: pipelined `Put` files; 3: `Dir` and `Link`,
+/// so empty directories and symlinks arrive).
+pub const VERSION: u16 = 3;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
@@ -172,6 +173,23 @@ pub enum Frame {
         /// A hash follows in the trailer.
         verify: bool,
     },
+    /// Sender (version 3): create this directory (an empty one of the tree; directories
+    /// with files come with their files' names). The receiver answers with one `Ack`, in
+    /// order with the `Put`s before it.
+    Dir {
+        /// Relative name with `/` separators.
+        name: String,
+        /// Permission bits (`st_mode & 0o777`).
+        mode: u32,
+    },
+    /// Sender (version 3): create a symlink `name` pointing to `target` (relative, staying
+    /// inside the receive directory, else refused). One `Ack`, in order.
+    Link {
+        /// Relative name with `/` separators.
+        name: String,
+        /// The link's contents, as `readlink(2)` gave them.
+        target: String,
+    },
     /// Sender: no more files (receiver answers with its own `Bye`).
     Bye,
     /// Sender: it could not go on with the current file (read error, file shrank…);
@@ -226,6 +244,8 @@ const T_BYE: u8 = 10;
 const T_ABORT: u8 = 11;
 const T_START: u8 = 12;
 pub(crate) const T_PUT: u8 = 13;
+pub(crate) const T_DIR: u8 = 14;
+pub(crate) const T_LINK: u8 = 15;
 
 fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
     let b = &s.as_bytes()[..s.len().min(max)];
@@ -320,6 +340,16 @@ impl Frame {
                 put_str(out, message, MAX_MESSAGE);
                 T_ACK
             }
+            Frame::Dir { name, mode } => {
+                put_str(out, name, MAX_NAME);
+                out.extend_from_slice(&mode.to_be_bytes());
+                T_DIR
+            }
+            Frame::Link { name, target } => {
+                put_str(out, name, MAX_NAME);
+                put_str(out, target, MAX_NAME);
+                T_LINK
+            }
             Frame::Bye => T_BYE,
             Frame::Abort { message } => {
                 put_str(out, message, MAX_MESSAGE);
@@ -345,7 +375,7 @@ impl Frame {
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let max = match ty {
             T_DATA => MAX_DATA,
-            T_HELLO..=T_PUT => MAX_CONTROL,
+            T_HELLO..=T_LINK => MAX_CONTROL,
             _ => return Err(WireError::UnknownType(ty)),
         };
         if len > max {
@@ -452,6 +482,20 @@ impl Frame {
                     message: r.string("message", MAX_MESSAGE)?,
                 }
             }
+            T_DIR => {
+                r.what = "dir";
+                Frame::Dir {
+                    name: r.string("directory name", MAX_NAME)?,
+                    mode: r.u32()?,
+                }
+            }
+            T_LINK => {
+                r.what = "link";
+                Frame::Link {
+                    name: r.string("link name", MAX_NAME)?,
+                    target: r.string("link target", MAX_NAME)?,
+                }
+            }
             T_BYE => Frame::Bye,
             T_ABORT => {
                 r.what = "abort";
@@ -494,6 +538,8 @@ impl Frame {
             Frame::Trailer { .. } => "trailer",
             Frame::Ack { .. } => "ack",
             Frame::Put { .. } => "put",
+            Frame::Dir { .. } => "dir",
+            Frame::Link { .. } => "link",
             Frame::Bye => "bye",
             Frame::Abort { .. } => "abort",
         }
@@ -610,6 +656,14 @@ mod tests {
                 mtime_s: 3,
                 mtime_ns: 4,
                 verify: true,
+            },
+            Frame::Dir {
+                name: "a/empty".into(),
+                mode: 0o750,
+            },
+            Frame::Link {
+                name: "a/l".into(),
+                target: "../b".into(),
             },
             Frame::Bye,
             Frame::Abort {

@@ -703,3 +703,50 @@ fn a_file_that_shrinks_mid_send_fails_clearly() {
     let _ = served.handle.join().unwrap();
     no_final_file(dst.path(), "shrinks");
 }
+
+/// A file appended to while it is being sent: the sender fails with both sizes rather than
+/// send the announced prefix as if it were the file, and the receiver keeps no final file.
+#[test]
+fn a_file_that_grows_mid_send_fails_clearly() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("grows");
+    make_file(&f, 4 << 20, 5);
+    let served = serve(
+        lo(),
+        dst.path(),
+        StoreOptions::default(),
+        RecvOptions::default(),
+    );
+    let mut tx = zcnet::Sender::connect(served.addr, &scfg()).unwrap();
+    let path = f.clone();
+    let e = send_session(
+        &mut tx,
+        vec![file_src(&f, "grows")],
+        &verify_opts(),
+        &mut |p| {
+            if let zcnet_transfer::session::Progress::Start(..) = p {
+                // After the size was announced, before the data flows.
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .unwrap()
+                    .write_all(&[7u8; 1 << 20])
+                    .unwrap();
+            }
+        },
+    )
+    .unwrap_err();
+    match &e {
+        TransferError::Grew { expected, now, .. } => {
+            assert_eq!(*expected, 4 << 20);
+            assert_eq!(*now, 5 << 20);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(e.to_string().contains("grew"), "{e}");
+    drop(tx);
+    let _ = served.handle.join().unwrap();
+    no_final_file(dst.path(), "grows");
+}

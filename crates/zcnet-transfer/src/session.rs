@@ -351,6 +351,28 @@ fn unexpected(expected: &'static str, got: &Frame) -> TransferError {
     }
 }
 
+/// The hash a file's trailer carries, from the frame read where the trailer is due; a
+/// receiver that verifies refuses a trailer without one.
+fn trailer_hash(frame: Option<Frame>, verify: bool) -> Result<Option<[u8; 32]>, TransferError> {
+    let hash = match frame {
+        Some(Frame::Trailer { hash }) => hash,
+        Some(other) => return Err(unexpected("trailer", &other)),
+        None => {
+            return Err(zcnet::Error::PeerClosed {
+                op: "waiting for the trailer",
+            }
+            .into())
+        }
+    };
+    if verify && hash.is_none() {
+        return Err(TransferError::Unexpected {
+            expected: "a trailer with a hash",
+            got: "trailer without hash",
+        });
+    }
+    Ok(hash)
+}
+
 // ---- sender ------------------------------------------------------------------------------
 
 /// Runs a whole session from the sending side: handshake, every source in order, goodbye.
@@ -1101,22 +1123,7 @@ fn receive_files_in<'scope>(
                 res
             }
         };
-        let hash = match read_frame_receiver_side(rx)? {
-            Some(Frame::Trailer { hash }) => hash,
-            Some(other) => return Err(unexpected("trailer", &other)),
-            None => {
-                return Err(zcnet::Error::PeerClosed {
-                    op: "waiting for the trailer",
-                }
-                .into())
-            }
-        };
-        if verify && hash.is_none() {
-            return Err(TransferError::Unexpected {
-                expected: "a trailer with a hash",
-                got: "trailer without hash",
-            });
-        }
+        let hash = trailer_hash(read_frame_receiver_side(rx)?, verify)?;
         let result = match data_result {
             Ok(()) => inc.finish(hash, mode, (mtime_s, mtime_ns)),
             Err(r) => {
@@ -1284,22 +1291,7 @@ fn receive_put(
             got: had as u64,
         });
     }
-    let hash = match ahead.frame(rx)? {
-        Some(Frame::Trailer { hash }) => hash,
-        Some(other) => return Err(unexpected("trailer", &other)),
-        None => {
-            return Err(zcnet::Error::PeerClosed {
-                op: "waiting for the trailer",
-            }
-            .into())
-        }
-    };
-    if verify && hash.is_none() {
-        return Err(TransferError::Unexpected {
-            expected: "a trailer with a hash",
-            got: "trailer without hash",
-        });
-    }
+    let hash = trailer_hash(ahead.frame(rx)?, verify)?;
     let began = store.begin(&name, Some(size), false).and_then(|mut inc| {
         if let Err(e) = inc.file().write_all_at(&data, 0) {
             inc.discard();

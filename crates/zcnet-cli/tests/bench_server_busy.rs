@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zcnet_bench::protocol::{self, Message};
 
 mod common;
@@ -51,20 +51,28 @@ fn stalled_and_trickling_hellos_do_not_hold_the_server() {
         }
         s
     });
-    let t0 = Instant::now();
     let out = real_run(&server.addr);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The silent client is let go at the hello deadline (3 s), with or without a reason.
+    // The silent client is let go at the hello deadline (3 s), with or without a reason:
+    // its read ends (end of stream or a reset), where a client still held would see its
+    // own 20 s read timeout run out.
     silent
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let mut b = Vec::new();
-    let _ = silent.read_to_end(&mut b);
-    assert!(t0.elapsed() < Duration::from_secs(15));
+    if let Err(e) = silent.read_to_end(&mut b) {
+        assert!(
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "the silent client was never let go"
+        );
+    }
     drop(t.join().unwrap());
 }
 
@@ -82,13 +90,12 @@ fn a_client_during_a_run_is_told_busy_and_a_vanished_client_releases_the_run() {
     // Client B meanwhile: told at once, with the reason.
     let mut b = TcpStream::connect(&server.addr).unwrap();
     b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let t0 = Instant::now();
+    // Told, not queued: A's run never ends, so a B left waiting would hit its read timeout.
     protocol::write_message(&mut b, &Message::Hello { params: params() }).unwrap();
     match protocol::read_message(&mut b) {
         Ok(Message::Reject { reason }) => assert!(reason.contains("busy"), "{reason}"),
         other => panic!("{other:?}"),
     }
-    assert!(t0.elapsed() < Duration::from_secs(5));
     // The real client's error names the cause.
     let out = real_run(&server.addr);
     assert!(!out.status.success());

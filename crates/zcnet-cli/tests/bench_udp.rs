@@ -810,10 +810,9 @@ fn an_rr_reply_that_comes_too_late_is_counted_not_timed() {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut got = 0;
         while got < 2 {
-            assert!(
-                Instant::now() < deadline,
-                "requests did not come (hang guard)"
-            );
+            if Instant::now() >= deadline {
+                panic!("requests did not come"); // a hang guard, not a speed check
+            }
             if let Some(MsgEvent::Message(m)) = rx.recv(Duration::from_millis(100)).unwrap() {
                 assert!(pattern.matches(&m, m.id), "request {} verified", m.id);
                 got += 1;

@@ -281,12 +281,12 @@ fn sigterm_lets_a_transfer_in_flight_finish_then_exits_0() {
 #[test]
 fn sigint_stops_an_idle_receiver_at_once() {
     let dst = tempfile::tempdir().unwrap();
-    let recv = start_recv(dst.path(), &[]);
-    let t0 = Instant::now();
+    // A grace period longer than `finish`'s 60 s hang guard: only a receiver that stops
+    // at once, without waiting out the grace, gets through.
+    let recv = start_recv(dst.path(), &["--grace", "120"]);
     signal(&recv.child, "-INT");
     let (ok, err) = recv.finish();
     assert!(ok, "{err}");
-    assert!(t0.elapsed() < Duration::from_secs(10));
 }
 
 #[test]
@@ -368,11 +368,10 @@ fn out_of_descriptors_refuses_peers_and_keeps_serving() {
         if out.status.success() {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if Instant::now() >= deadline {
+            // a hang guard, not a speed check
+            panic!("{}", String::from_utf8_lossy(&out.stderr));
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(hash(&dst.path().join("x")), hash(&src.path().join("x")));

@@ -319,12 +319,10 @@ def close_in_flight():
     n, e = c_send(a.fileno(), buf)
     check(n == len(buf), f"send {n} errno {e}")
     buf[:] = b"\x77" * len(buf)
-    t = time.time()
     a.close()
     r.join(10)
     check(not r.is_alive(), "no end of stream after close")
     check(r.n == 4 * MIB and r.h.digest() == want, "data differs")
-    check(time.time() - t < 5, "close took too long")
 
 
 def close_while_peer_not_reading():
@@ -344,9 +342,12 @@ def close_while_peer_not_reading():
         sent.update(memoryview(buf)[:n])
         total += n
         buf[:] = b"\x88" * len(buf)
-    t = time.time()
-    a.close()
-    check(time.time() - t < 0.5, f"close took {time.time() - t:.2f} s")
+    # The peer reads only after close returns, so a close that waited for the pages in
+    # flight would never return on its own (the join bounds the wait: a hang guard).
+    closer = threading.Thread(target=a.close, daemon=True)
+    closer.start()
+    closer.join(10)
+    check(not closer.is_alive(), "close waited for the peer to read")
     time.sleep(0.2)
     r = Reader(b)
     r.join(10)

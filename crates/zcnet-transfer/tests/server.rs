@@ -171,7 +171,9 @@ fn ip(s: &str) -> IpAddr {
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !f() {
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        if t0.elapsed() >= limit {
+            panic!("timed out waiting for {what}"); // a hang guard, not a speed check
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -250,10 +252,8 @@ fn a_flood_of_stalled_handshakes_is_bounded_and_a_real_sender_gets_through() {
     // A real sender from yet another address gets through, every byte checked.
     let f = src.path().join("real");
     let h = make_file(&f, 4 << 20, 3);
-    let t0 = Instant::now();
     let r = send_from(ip("127.0.9.9"), srv.addr, &f, "real", None).unwrap();
     assert_eq!(r.failures(), 0);
-    assert!(t0.elapsed() < Duration::from_secs(15));
     assert_eq!(
         *blake3::hash(&std::fs::read(dst.path().join("real")).unwrap()).as_bytes(),
         h
@@ -271,7 +271,8 @@ fn a_silent_peer_is_cut_at_the_handshake_deadline() {
     let srv = start(dst.path(), cfg);
     let mut s = connect_from(ip("127.0.0.1"), srv.addr);
     assert!(matches!(read_frame(&mut s), Some(Frame::Hello { .. })));
-    let t0 = Instant::now();
+    // The refusal comes from the 300 ms deadline; the socket's own 20 s read timeout would
+    // end `read_frame` with nothing.
     match read_frame(&mut s) {
         Some(Frame::Refuse { code, message }) => {
             assert_eq!(code, Code::Busy);
@@ -279,7 +280,6 @@ fn a_silent_peer_is_cut_at_the_handshake_deadline() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0, "closed");
     srv.finish();
 }
@@ -353,14 +353,10 @@ fn a_trickling_session_is_cut_at_its_deadline_and_keeps_only_a_partial_file() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Bounded well inside the 30 s idle timeout: only the session deadline can cut it.
     wait_until("the cut", Duration::from_secs(10), || {
         srv.obs.ended.load(Ordering::SeqCst) == 1
     });
-    assert!(
-        t0.elapsed() < Duration::from_secs(5),
-        "cut after {:?}",
-        t0.elapsed()
-    );
     assert!(!dst.path().join("slow").exists());
     let p = partials(dst.path());
     assert_eq!(p.len(), 1);
@@ -462,6 +458,8 @@ fn after_the_grace_period_a_stalled_session_is_cut_leaving_only_its_partial_file
     let dst = tempfile::tempdir().unwrap();
     let mut cfg = ServerConfig::default();
     cfg.grace = Duration::from_millis(200);
+    // Nothing but the grace cut can end the stalled session before the hang guard below.
+    cfg.idle_timeout = Duration::from_secs(600);
     let srv = start(dst.path(), cfg);
     let mut s = connect_from(ip("127.0.0.1"), srv.addr);
     assert!(matches!(read_frame(&mut s), Some(Frame::Hello { .. })));
@@ -482,9 +480,12 @@ fn after_the_grace_period_a_stalled_session_is_cut_leaving_only_its_partial_file
     s.write_all(&Frame::Start { offset: 0 }.to_bytes()).unwrap();
     s.write_all(pattern(0, 500)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let t0 = Instant::now();
-    assert!(srv.finish().is_none());
-    assert!(t0.elapsed() < Duration::from_secs(5));
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(srv.finish().is_none()));
+    match finished.recv_timeout(Duration::from_secs(30)) {
+        Ok(clean) => assert!(clean),
+        Err(_) => panic!("the grace period never cut the session"), // a hang guard
+    }
     assert!(!dst.path().join("half").exists());
     let p = partials(dst.path());
     assert_eq!(p.len(), 1);

@@ -14,6 +14,19 @@ use zcnet::{Error, Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, TxPat
 
 const BYTES: usize = 3 << 20;
 
+/// A loopback listener whose accepted sockets inherit a 4 KiB receive buffer: a peer that
+/// does not read stalls the sender after a few kilobytes.
+fn small_window_listener() -> (socket2::Socket, std::net::SocketAddr) {
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener.set_recv_buffer_size(4096).unwrap(); // inherited by the accepted socket
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    listener.bind(&any.into()).unwrap();
+    listener.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    (listener, addr)
+}
+
 fn sender_cfg(path: TxPath) -> SenderConfig {
     SenderConfig::new(path)
         .timeout(Duration::from_secs(30))
@@ -280,19 +293,7 @@ fn an_idle_receive_waits_by_default() {
 /// retired from the pool rather than reused, and the peer still receives every byte intact.
 #[test]
 fn dropping_a_sender_with_buffers_in_flight_does_not_block() {
-    let listener =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    listener.set_recv_buffer_size(4096).unwrap(); // inherited by the accepted socket
-    listener
-        .bind(
-            &"127.0.0.1:0"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
-        .unwrap();
-    listener.listen(1).unwrap();
-    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let (listener, addr) = small_window_listener();
     let cfg = sender_cfg(TxPath::Zerocopy)
         .pool_buffers(8)
         .sndbuf(16 << 20)
@@ -339,19 +340,7 @@ fn dropping_a_sender_with_buffers_in_flight_does_not_block() {
 /// send timeout — and what was sent before is intact.
 #[test]
 fn a_pool_held_by_the_kernel_is_pool_exhausted() {
-    let listener =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    listener.set_recv_buffer_size(4096).unwrap();
-    listener
-        .bind(
-            &"127.0.0.1:0"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
-        .unwrap();
-    listener.listen(1).unwrap();
-    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let (listener, addr) = small_window_listener();
     let cfg = sender_cfg(TxPath::Zerocopy)
         .pool_buffers(2)
         .buf_size(256 * 1024)
@@ -395,19 +384,7 @@ fn a_timed_out_send_says_how_much_of_it_was_queued() {
     let file = std::fs::File::open(&file_path).unwrap();
     for what in ["send_slice (copy)", "send_owned (zerocopy)", "send_file"] {
         // A small receive buffer on the peer, so 8 MiB cannot all fit in flight.
-        let listener =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        listener.set_recv_buffer_size(4096).unwrap();
-        listener
-            .bind(
-                &"127.0.0.1:0"
-                    .parse::<std::net::SocketAddr>()
-                    .unwrap()
-                    .into(),
-            )
-            .unwrap();
-        listener.listen(1).unwrap();
-        let addr = listener.local_addr().unwrap().as_socket().unwrap();
+        let (listener, addr) = small_window_listener();
         let path = if what.contains("zerocopy") {
             TxPath::Zerocopy
         } else {

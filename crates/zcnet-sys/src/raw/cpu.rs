@@ -38,16 +38,9 @@ pub fn thread() -> io::Result<Rusage> {
 /// The calling thread's CPU time in nanoseconds, from `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`:
 /// the scheduler's own runtime count, precise to the nanosecond, where `RUSAGE_THREAD`'s
 /// user/system split is sampled at the tick. What a check over a few milliseconds of one
-/// connection's sends can read (0 if the clock is refused, which Linux never does).
+/// connection's sends can read (rustix: this clock cannot fail on Linux).
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a live local the kernel fills; the clock id is a constant.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } < 0 {
-        return 0;
-    }
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
 }
 

@@ -6,8 +6,23 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `zcnet` binary under test.
+/// The `zcnet` binary, blind to this machine's `auto` profiles: a developer's
+/// `~/.config/zcnet` (or `$ZCNET_PROFILE`) must not change what a test runs. A test that
+/// wants a profile sets `ZCNET_PROFILE` itself, after this.
 pub fn zcnet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zcnet"));
+    c.env_remove("ZCNET_PROFILE")
+        .env_remove("ZCNET_PROFILE_DIR")
+        .env("XDG_CONFIG_HOME", no_profiles_dir());
+    c
+}
+
+/// An empty directory standing in for `$XDG_CONFIG_HOME` (absolute, as XDG requires), in
+/// cargo's scratch space for integration tests: nothing is ever written into it.
+fn no_profiles_dir() -> std::path::PathBuf {
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-profiles");
+    let _ = std::fs::create_dir_all(&d);
+    d
 }
 
 /// Runs to completion, bounded: a hung bench fails the test instead of hanging it.

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod digest;
+mod finish;
 pub mod handshake;
 pub mod limits;
 pub mod names;

@@ -9,8 +9,9 @@
 
 use super::auth::{self, Role};
 use super::digest::hash_prefix;
+use super::finish::{Finished, Finisher, Staged};
 use super::handshake::{HandshakeError, ReceiverHandshake};
-use super::store::{Incoming, Refusal, Store};
+use super::store::{Refusal, Store};
 use super::wire::{
     Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
 };
@@ -46,13 +47,6 @@ pub const MAX_WINDOW: usize = 128;
 
 /// Longest message in a `Put`'s `Ack` (the sender knows the name it sent).
 const PUT_ACK_MESSAGE: usize = 512;
-
-/// `Put`s written to their partial files and waiting for the finishing thread. Each holds two
-/// descriptors (the file and its directory), so the queue is kept short: enough to overlap
-/// reading with finishing, not a window's worth of open files per session. The session's
-/// thread waits when it is full; the finishing thread never waits on the sender (its
-/// answers fit in the socket buffers, see [`MAX_WINDOW`]), so the wait always ends.
-const FINISH_QUEUE: usize = 8;
 
 /// A session that could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -940,7 +934,7 @@ fn receive_files_in<'scope>(
         if !matches!(frame, Frame::Put { .. }) {
             // Every `Put`'s answer goes out before whatever this frame asks for.
             if let Some(f) = finisher.take() {
-                f.settle(progress, &mut report)?;
+                report_finished(f.settle(), progress, &mut report)?;
             }
         }
         let (name, size, mode, mtime_s, mtime_ns, verify) = match frame {
@@ -976,11 +970,19 @@ fn receive_files_in<'scope>(
                 )?;
                 progress(Progress::Bytes(size));
                 if finisher.is_none() {
-                    finisher = Some(Finisher::start(scope, rx)?);
+                    let sock = rx
+                        .socket()
+                        .try_clone_to_owned()
+                        .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+                    finisher = Some(
+                        Finisher::start(scope, sock, PUT_ACK_MESSAGE)
+                            .map_err(io_err("starting the thread that finishes files"))?,
+                    );
                 }
                 let f = finisher.as_mut().expect("started above");
-                f.hand_over(staged)?;
-                f.collect(progress, &mut report)?;
+                f.hand_over(staged)
+                    .map_err(|e| zcnet::Error::io("finishing files", e))?;
+                report_finished(f.collect(), progress, &mut report)?;
                 continue;
             }
             Frame::Dir { name, mode } if version >= 3 => {
@@ -1267,9 +1269,9 @@ impl ReadAhead {
 }
 
 /// One version-2 `Put`: its bytes and trailer are read whatever the store decides (they are
-/// on the wire already), then the file goes through the same rules as any other — its own
-/// `O_EXCL` partial file here; length and hash checked, fsync, rename, directory fsync by
-/// the [`Finisher`], which only then sends the `Ack`.
+/// on the wire already), then the file goes through the same rules as any other — hash
+/// checked and written to its own `O_EXCL` partial file here ([`Store::put`]); fsync,
+/// rename, directory fsync by the [`Finisher`], which only then sends the `Ack`.
 #[allow(clippy::too_many_arguments)]
 fn receive_put(
     rx: &mut Receiver,
@@ -1292,16 +1294,7 @@ fn receive_put(
         });
     }
     let hash = trailer_hash(ahead.frame(rx)?, verify)?;
-    let began = store.begin(&name, Some(size), false).and_then(|mut inc| {
-        if let Err(e) = inc.file().write_all_at(&data, 0) {
-            inc.discard();
-            return Err(Refusal {
-                code: Code::Io,
-                message: format!("writing {name:?}: {e}"),
-            });
-        }
-        Ok(inc)
-    });
+    let began = store.put(&name, &data, hash);
     Ok(Staged {
         name,
         size,
@@ -1312,131 +1305,27 @@ fn receive_put(
     })
 }
 
-/// A `Put` read whole and written to its partial file (or refused), waiting for its checks,
-/// fsync and rename.
-struct Staged {
-    name: String,
-    size: u64,
-    mode: u32,
-    mtime: (i64, u32),
-    hash: Option<[u8; 32]>,
-    began: Result<Incoming, Refusal>,
-}
-
-/// Finishes `Put`s on a second thread, in order, while the session's thread reads the next
-/// ones: the length and hash check, mode, mtime, fsync, rename and directory fsync of one
-/// file overlap the reading of the next. Each `Ack` is written by this thread after its
-/// file's rename and directory fsync, so an `Ack` keeps its meaning; the answers stay in
-/// sending order because one thread sends them all.
-struct Finisher {
-    jobs: std::sync::mpsc::SyncSender<Staged>,
-    done: std::sync::mpsc::Receiver<Result<FileOutcome, TransferError>>,
-}
-
-impl Finisher {
-    fn start<'scope>(
-        scope: &'scope std::thread::Scope<'scope, '_>,
-        rx: &Receiver,
-    ) -> Result<Finisher, TransferError> {
-        let sock = rx
-            .socket()
-            .try_clone_to_owned()
-            .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
-        let (jobs, queue) = std::sync::mpsc::sync_channel::<Staged>(FINISH_QUEUE);
-        let (tell, done) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("zcnet finish".into())
-            .spawn_scoped(scope, move || {
-                for staged in queue {
-                    let r = finish_put(&sock, staged);
-                    let failed = r.is_err();
-                    if tell.send(r).is_err() || failed {
-                        return;
-                    }
-                }
-            })
-            .map_err(io_err("starting the thread that finishes files"))?;
-        Ok(Finisher { jobs, done })
-    }
-
-    fn hand_over(&mut self, staged: Staged) -> Result<(), TransferError> {
-        if self.jobs.send(staged).is_err() {
-            // The thread stopped on an error: it is waiting in `done`.
-            return match self.done.recv() {
-                Ok(Err(e)) => Err(e),
-                _ => Err(io_err("finishing files")(io::Error::other(
-                    "the finishing thread ended",
-                ))),
-            };
-        }
-        Ok(())
-    }
-
-    /// Reports the files finished so far.
-    fn collect(
-        &mut self,
-        progress: &mut dyn FnMut(Progress<'_>),
-        report: &mut SessionReport,
-    ) -> Result<(), TransferError> {
-        while let Ok(r) = self.done.try_recv() {
-            let o = r?;
-            progress(Progress::Done(&o));
-            report.files.push(o);
-        }
-        Ok(())
-    }
-
-    /// Waits for every handed-over file to be finished and answered.
-    fn settle(
-        self,
-        progress: &mut dyn FnMut(Progress<'_>),
-        report: &mut SessionReport,
-    ) -> Result<(), TransferError> {
-        drop(self.jobs);
-        for r in self.done {
-            let o = r?;
-            progress(Progress::Done(&o));
-            report.files.push(o);
-        }
-        Ok(())
-    }
-}
-
-fn finish_put(sock: &std::os::fd::OwnedFd, st: Staged) -> Result<FileOutcome, TransferError> {
-    let Staged {
-        name,
-        size,
-        mode,
-        mtime,
-        hash,
-        began,
-    } = st;
-    let result = began.and_then(|inc| inc.finish(hash, mode, mtime));
-    let (code, bytes, mut message) = match &result {
-        Ok(len) => (Code::Ok, *len, String::new()),
-        Err(r) => (r.code, size, r.message.clone()),
-    };
-    if message.len() > PUT_ACK_MESSAGE {
-        let mut cut = PUT_ACK_MESSAGE;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-    }
-    let ack = Frame::Ack {
-        code,
-        bytes,
-        message,
-    }
-    .to_bytes();
-    (&*socket2::SockRef::from(sock))
-        .write_all(&ack)
-        .map_err(|e| zcnet::Error::io("answering the sender", e))?;
-    Ok(FileOutcome {
+/// The outcome of a finished `Put` in the report.
+fn put_outcome(f: Finished) -> FileOutcome {
+    FileOutcome {
         entry: Entry::File,
-        name,
-        bytes: size,
-        verified: hash.is_some() && result.is_ok(),
-        result: result.map(|_| ()).map_err(|r| (r.code, r.message)),
-    })
+        name: f.name,
+        bytes: f.size,
+        verified: f.verified,
+        result: f.result.map(|_| ()).map_err(|r| (r.code, r.message)),
+    }
+}
+
+/// Reports files the finishing thread is done with.
+fn report_finished(
+    finished: io::Result<Vec<Finished>>,
+    progress: &mut dyn FnMut(Progress<'_>),
+    report: &mut SessionReport,
+) -> Result<(), TransferError> {
+    for f in finished.map_err(|e| zcnet::Error::io("finishing files", e))? {
+        let o = put_outcome(f);
+        progress(Progress::Done(&o));
+        report.files.push(o);
+    }
+    Ok(())
 }

@@ -33,6 +33,7 @@ use std::fs::File;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -54,7 +55,7 @@ impl Refusal {
         }
     }
 
-    fn io(what: &str, name: &str, e: io::Error) -> Self {
+    pub(crate) fn io(what: &str, name: &str, e: io::Error) -> Self {
         Refusal::new(Code::Io, format!("{what} {name:?}: {e}"))
     }
 }
@@ -192,7 +193,22 @@ pub struct Store {
     quota: Option<Arc<Quota>>,
     keys: Vec<String>,
     owner: String,
+    /// Directories already opened beneath `dir` this session, by their path: a tree's files
+    /// share a few directories, and walking each one's path again (`mkdirat`, `openat2` and
+    /// `close` per component) was most of a small file's cost. Each was opened by the same
+    /// rules; a directory moved away while the session runs takes the files after it along.
+    dirs: HashMap<String, Arc<OwnedFd>>,
+    /// Random bytes for partial-file names, fetched in bulk.
+    random: Vec<u8>,
 }
+
+/// Most directories a [`Store`] keeps open (it forgets them all when full).
+const DIR_CACHE: usize = 256;
+
+/// Partial files of `Put`s carry a longer random tag than resumable ones, so that
+/// [`find_resumable`] never picks one up: a `Put` is resent whole, never resumed, and so its
+/// partial file needs no lock.
+const PUT_TAG_BYTES: usize = 8;
 
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
 
@@ -222,10 +238,15 @@ fn release_reservation(file: &File) -> io::Result<u64> {
     Ok(len)
 }
 
-fn random_hex() -> io::Result<String> {
-    let mut b = [0u8; 4];
-    getrandom::fill(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(b.iter().map(|b| format!("{b:02x}")).collect())
+/// `n` random bytes as hex, taken from `pool` (refilled with one `getrandom` call when short).
+fn random_hex(pool: &mut Vec<u8>, n: usize) -> io::Result<String> {
+    if pool.len() < n {
+        let mut b = vec![0u8; 512];
+        getrandom::fill(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+        pool.extend_from_slice(&b);
+    }
+    let take = pool.split_off(pool.len() - n);
+    Ok(take.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Store {
@@ -254,6 +275,8 @@ impl Store {
             quota,
             keys: sender.keys(),
             owner: sender.owner(),
+            dirs: HashMap::new(),
+            random: Vec::new(),
         })
     }
 
@@ -269,7 +292,21 @@ impl Store {
 
     /// Opens (creating as needed) the directories `dirs` of `name`, one component at a time
     /// beneath the target directory, never following a symlink.
-    fn parent(&self, name: &str, dirs: &[&str]) -> Result<OwnedFd, Refusal> {
+    /// Opened directories are kept for the session (see [`Store::dirs`]).
+    fn parent(&mut self, name: &str, dirs: &[&str]) -> Result<Arc<OwnedFd>, Refusal> {
+        let key = dirs.join("/");
+        if let Some(fd) = self.dirs.get(&key) {
+            return Ok(fd.clone());
+        }
+        let fd = Arc::new(self.open_parent(name, dirs)?);
+        if self.dirs.len() >= DIR_CACHE {
+            self.dirs.clear();
+        }
+        self.dirs.insert(key, fd.clone());
+        Ok(fd)
+    }
+
+    fn open_parent(&self, name: &str, dirs: &[&str]) -> Result<OwnedFd, Refusal> {
         let mut parent =
             rustix::io::dup(&self.dir).map_err(|e| Refusal::io("opening", name, e.into()))?;
         for d in dirs {
@@ -407,7 +444,7 @@ impl Store {
         let (file, partial, created) = match resumed {
             Some((f, p)) => (f, p, false),
             None => {
-                let (f, p) = create_partial(&parent, &prefix_of_ours)
+                let (f, p) = create_partial(&parent, &prefix_of_ours, &mut self.random, 4, true)
                     .map_err(|e| Refusal::io("creating a partial file for", name, e))?;
                 (f, p, true)
             }
@@ -427,6 +464,8 @@ impl Store {
             keys: self.keys.clone(),
             reserved: 0,
             settled: false,
+            written: false,
+            looked: true,
         };
         if !created {
             let have = inc
@@ -469,17 +508,112 @@ impl Store {
         }
     }
 
+    /// Writes a whole small file (a `Put`, already read from the wire) to a new partial file
+    /// of its own, after checking `data` against the sender's `hash` when it sent one: a
+    /// mismatch creates nothing. The bytes written are the bytes hashed, so
+    /// [`Incoming::check`] does not read them back. No resume (a `Put` is resent whole, and
+    /// its longer tag keeps [`find_resumable`] away, so no lock either), no space
+    /// reservation (the bytes go at once; the quota is charged for them), and without
+    /// overwriting no look at the final name beforehand: `RENAME_NOREPLACE` refuses an
+    /// existing one.
+    pub fn put(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        hash: Option<[u8; 32]>,
+    ) -> Result<Incoming, Refusal> {
+        let parts = components(name)?;
+        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
+        let size = data.len() as u64;
+        if let Some(want) = hash {
+            if *blake3::hash(data).as_bytes() != want {
+                return Err(Refusal::new(
+                    Code::HashMismatch,
+                    format!("{name:?}: BLAKE3 hash of the received data differs from the sender's"),
+                ));
+            }
+        }
+        let parent = self.parent(name, dirs)?;
+        if self.opts.overwrite {
+            match rustix::fs::statat(&*parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st)
+                    if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        != rustix::fs::FileType::RegularFile =>
+                {
+                    return Err(Refusal::new(
+                        Code::Exists,
+                        format!("{name:?} exists and is not a regular file"),
+                    ))
+                }
+                Ok(_) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(Refusal::io("checking", name, e.into())),
+            }
+        }
+        if let Some(q) = &self.quota {
+            q.charge(&self.keys, size)
+                .map_err(|used| self.too_large(name, size, used))?;
+        }
+        let prefix_of_ours = format!("{leaf}.{}.", self.owner);
+        let created = create_partial(
+            &parent,
+            &prefix_of_ours,
+            &mut self.random,
+            PUT_TAG_BYTES,
+            false,
+        );
+        let (file, partial) = match created {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(q) = &self.quota {
+                    q.refund(&self.keys, size);
+                }
+                return Err(Refusal::io("creating a partial file for", name, e));
+            }
+        };
+        let mut inc = Incoming {
+            parent,
+            leaf: leaf.to_string(),
+            partial,
+            file,
+            name: name.to_string(),
+            size: Some(size),
+            offset: 0,
+            prefix: None,
+            overwrite: self.opts.overwrite,
+            keep_special_bits: self.opts.keep_special_bits,
+            quota: self.quota.clone(),
+            keys: self.keys.clone(),
+            reserved: size,
+            settled: false,
+            written: true,
+            looked: self.opts.overwrite,
+        };
+        if let Err(e) = inc.file.write_all_at(data, 0) {
+            inc.discard();
+            return Err(Refusal::io("writing", name, e));
+        }
+        Ok(inc)
+    }
+
     /// The owner tag in this sender's partial file names.
     pub fn owner(&self) -> &str {
         &self.owner
     }
 }
 
-/// A new partial file `PREFIX<random>.partial`, created exclusively and locked.
-fn create_partial(parent: &OwnedFd, prefix: &str) -> io::Result<(File, String)> {
+/// A new partial file `PREFIX<random>.partial` (`tag_bytes` random bytes in hex), created
+/// exclusively, and locked when `lock` (resumable ones: locked before anyone resuming could
+/// take it).
+fn create_partial(
+    parent: &OwnedFd,
+    prefix: &str,
+    random: &mut Vec<u8>,
+    tag_bytes: usize,
+    lock: bool,
+) -> io::Result<(File, String)> {
     let mut last = io::Error::other("no unique name found");
     for _ in 0..16 {
-        let name = format!("{prefix}{}{PARTIAL_SUFFIX}", random_hex()?);
+        let name = format!("{prefix}{}{PARTIAL_SUFFIX}", random_hex(random, tag_bytes)?);
         match open_beneath(
             parent,
             &name,
@@ -487,8 +621,8 @@ fn create_partial(parent: &OwnedFd, prefix: &str) -> io::Result<(File, String)> 
             0o600,
         ) {
             Ok(fd) => {
-                // Locked before anyone resuming could take it.
-                if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err() {
+                if lock && rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err()
+                {
                     last = io::Error::other("a fresh partial file was locked by another session");
                     continue;
                 }
@@ -543,7 +677,7 @@ fn find_resumable(parent: &OwnedFd, prefix: &str) -> Option<(File, String)> {
 /// keeps the bytes that arrived for `--resume`, and removes the partial file if none did.
 #[derive(Debug)]
 pub struct Incoming {
-    parent: OwnedFd,
+    parent: Arc<OwnedFd>,
     leaf: String,
     partial: String,
     file: File,
@@ -559,6 +693,12 @@ pub struct Incoming {
     reserved: u64,
     /// Finished, discarded or released: nothing left to do on drop.
     settled: bool,
+    /// Written whole by [`Store::put`] from bytes it hashed: [`Incoming::check`] need not
+    /// read them back.
+    written: bool,
+    /// The final name was looked at when the file began (so an existing one found at the
+    /// rename appeared during the transfer).
+    looked: bool,
 }
 
 impl Incoming {
@@ -643,43 +783,67 @@ impl Incoming {
         self.reserved = 0;
     }
 
-    /// Verifies length and hash, syncs, sets mode and mtime, and renames onto the final name.
-    /// On a failed check the partial file is removed (its bytes are wrong) and the refusal
-    /// says why; nothing with the final name is created.
+    /// Verifies length and hash, sets mode and mtime, syncs, renames onto the final name and
+    /// syncs its directory: [`Incoming::check`], [`Checked::sync`], [`Checked::publish`] and
+    /// [`sync_dir`] in a row. On a failed check the partial file is removed (its bytes are
+    /// wrong) and the refusal says why; nothing with the final name is created.
     pub fn finish(
-        mut self,
+        self,
         hash: Option<[u8; 32]>,
         mode: u32,
         mtime: (i64, u32),
     ) -> Result<u64, Refusal> {
-        let len = self
-            .file
-            .metadata()
-            .map_err(|e| Refusal::io("checking", &self.partial, e))?
-            .len();
-        if let Some(s) = self.size {
-            if len != s {
-                self.discard();
-                return Err(Refusal::new(
-                    Code::Length,
-                    format!("{:?}: received {len} bytes, announced {s}", self.name),
-                ));
+        let checked = self.check(hash, mode, mtime)?;
+        checked.sync()?;
+        let published = checked.publish()?;
+        sync_dir(published.parent())
+            .map_err(|e| Refusal::io("syncing the directory of", published.name(), e))?;
+        Ok(published.bytes())
+    }
+
+    /// The checks before a file may become final: its length is the announced one and its
+    /// BLAKE3 hash the sender's `hash` (read back from the partial file, unless
+    /// [`Store::put`] wrote it from bytes it had checked); then its mode (special bits
+    /// dropped unless kept) and mtime are set. A failed check removes the partial file.
+    pub fn check(
+        mut self,
+        hash: Option<[u8; 32]>,
+        mode: u32,
+        mtime: (i64, u32),
+    ) -> Result<Checked, Refusal> {
+        let len = if self.written {
+            self.size.expect("a put has its size")
+        } else {
+            let len = self
+                .file
+                .metadata()
+                .map_err(|e| Refusal::io("checking", &self.partial, e))?
+                .len();
+            if let Some(s) = self.size {
+                if len != s {
+                    self.discard();
+                    return Err(Refusal::new(
+                        Code::Length,
+                        format!("{:?}: received {len} bytes, announced {s}", self.name),
+                    ));
+                }
             }
-        }
-        if let Some(want) = hash {
-            let got = hash_prefix(&self.file, len)
-                .map_err(|e| Refusal::io("hashing", &self.partial, e))?;
-            if got != want {
-                self.discard();
-                return Err(Refusal::new(
-                    Code::HashMismatch,
-                    format!(
-                        "{:?}: BLAKE3 hash of the received data differs from the sender's",
-                        self.name
-                    ),
-                ));
+            if let Some(want) = hash {
+                let got = hash_prefix(&self.file, len)
+                    .map_err(|e| Refusal::io("hashing", &self.partial, e))?;
+                if got != want {
+                    self.discard();
+                    return Err(Refusal::new(
+                        Code::HashMismatch,
+                        format!(
+                            "{:?}: BLAKE3 hash of the received data differs from the sender's",
+                            self.name
+                        ),
+                    ));
+                }
             }
-        }
+            len
+        };
         let keep = if self.keep_special_bits {
             0o7777
         } else {
@@ -700,31 +864,7 @@ impl Incoming {
             },
         )
         .map_err(|e| io_err("setting mtime of", e.into()))?;
-        self.file.sync_all().map_err(|e| io_err("syncing", e))?;
-        let flags = if self.overwrite {
-            RenameFlags::empty()
-        } else {
-            RenameFlags::NOREPLACE
-        };
-        let renamed =
-            rustix::fs::renameat_with(&self.parent, &self.partial, &self.parent, &self.leaf, flags);
-        if let Err(e) = renamed {
-            let name = self.name.clone();
-            self.discard();
-            return Err(if e == rustix::io::Errno::EXIST {
-                Refusal::new(
-                    Code::Exists,
-                    format!("{name:?} appeared during the transfer (another sender finished it first); use --overwrite to replace it"),
-                )
-            } else {
-                Refusal::io("renaming", &name, e.into())
-            });
-        }
-        self.settle_quota(len);
-        self.settled = true;
-        rustix::fs::fsync(&self.parent)
-            .map_err(|e| Refusal::io("syncing the directory of", &self.name, e.into()))?;
-        Ok(len)
+        Ok(Checked { inc: self, len })
     }
 
     /// Removes the partial file (its contents are wrong or unwanted) and gives back the
@@ -761,6 +901,114 @@ impl Drop for Incoming {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// A received file whose length and hash checked out and whose mode and mtime are set: it
+/// still has to be made durable ([`Checked::sync`], or an `fsync` of [`Checked::file`]
+/// elsewhere, e.g. on a pool of threads) before [`Checked::publish`] gives it its name.
+/// Dropped before that, it is an early end like an [`Incoming`]'s (the bytes stay, partial).
+#[derive(Debug)]
+pub struct Checked {
+    inc: Incoming,
+    len: u64,
+}
+
+impl Checked {
+    /// The partial file (to `fsync`).
+    pub fn file(&self) -> &File {
+        &self.inc.file
+    }
+
+    /// The name as sent.
+    pub fn name(&self) -> &str {
+        &self.inc.name
+    }
+
+    /// `fsync(2)`s the file; on failure removes the partial file (whether its bytes reached
+    /// the disk is unknown) and says why.
+    pub fn sync(&self) -> Result<(), Refusal> {
+        self.inc.file.sync_all().map_err(|e| self.sync_failed(e))
+    }
+
+    /// The refusal for a failed `fsync` of this file.
+    pub fn sync_failed(&self, e: io::Error) -> Refusal {
+        Refusal::io("syncing", &self.inc.name, e)
+    }
+
+    /// Gives up on the file (its sync failed): the partial file is removed.
+    pub fn discard(mut self) {
+        self.inc.discard();
+    }
+
+    /// Renames the (synced) partial file onto its final name — `RENAME_NOREPLACE` unless
+    /// overwriting — and settles the quota. The name is durable only once its directory is
+    /// synced ([`sync_dir`] of [`Published::parent`]).
+    pub fn publish(mut self) -> Result<Published, Refusal> {
+        let inc = &mut self.inc;
+        let flags = if inc.overwrite {
+            RenameFlags::empty()
+        } else {
+            RenameFlags::NOREPLACE
+        };
+        let renamed =
+            rustix::fs::renameat_with(&*inc.parent, &inc.partial, &*inc.parent, &inc.leaf, flags);
+        if let Err(e) = renamed {
+            let name = inc.name.clone();
+            let looked = inc.looked;
+            inc.discard();
+            return Err(if e != rustix::io::Errno::EXIST {
+                Refusal::io("renaming", &name, e.into())
+            } else if looked {
+                Refusal::new(
+                    Code::Exists,
+                    format!("{name:?} appeared during the transfer (another sender finished it first); use --overwrite to replace it"),
+                )
+            } else {
+                Refusal::new(
+                    Code::Exists,
+                    format!("{name:?} exists (use --overwrite to replace it)"),
+                )
+            });
+        }
+        inc.settle_quota(self.len);
+        inc.settled = true;
+        Ok(Published {
+            parent: inc.parent.clone(),
+            name: inc.name.clone(),
+            len: self.len,
+        })
+    }
+}
+
+/// A file under its final name; durable once [`sync_dir`] of its parent returns.
+#[derive(Debug)]
+pub struct Published {
+    parent: Arc<OwnedFd>,
+    name: String,
+    len: u64,
+}
+
+impl Published {
+    /// The directory holding the name (shared by the files of one directory in a session,
+    /// so one `fsync` serves them all).
+    pub fn parent(&self) -> &Arc<OwnedFd> {
+        &self.parent
+    }
+
+    /// The name as sent.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Bytes in the file.
+    pub fn bytes(&self) -> u64 {
+        self.len
+    }
+}
+
+/// `fsync(2)` of a directory, so the names created in it survive a power cut.
+pub fn sync_dir(dir: &OwnedFd) -> io::Result<()> {
+    rustix::fs::fsync(dir).map_err(io::Error::from)
 }
 
 #[cfg(test)]

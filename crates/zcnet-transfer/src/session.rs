@@ -437,6 +437,7 @@ pub fn send_session(
         pending: VecDeque::new(),
         batch: Vec::new(),
         window: opts.window.clamp(1, MAX_WINDOW),
+        answers: Answers::new(),
     };
     for src in sources {
         if let (true, Source::File { path, name }) = (version >= 2, &src) {
@@ -502,11 +503,25 @@ fn read_small(path: &std::path::Path) -> Result<Small, TransferError> {
     if meta.len() > PUT_THRESHOLD {
         return Ok(Small::Large);
     }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    (&file)
-        .take(PUT_THRESHOLD + 1)
-        .read_to_end(&mut data)
-        .map_err(io_err(format!("reading {}", path.display())))?;
+    // One `read` of one byte more than the size: a regular file returns fewer bytes than
+    // asked only at its end (read(2)), so getting exactly its size ends the reading; one
+    // more byte means it grew. Anything shorter reads on to the end.
+    let mut data = vec![0u8; meta.len() as usize + 1];
+    let reading = io_err(format!("reading {}", path.display()));
+    let got = loop {
+        match (&file).read(&mut data) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => break r.map_err(reading)?,
+        }
+    };
+    data.truncate(got);
+    if got as u64 != meta.len() && got > 0 {
+        // Changed (or a short read): how long it is now, up to the limit.
+        (&file)
+            .take(PUT_THRESHOLD + 1 - got as u64)
+            .read_to_end(&mut data)
+            .map_err(io_err(format!("reading {}", path.display())))?;
+    }
     Ok(match data.len() as u64 {
         n if n == meta.len() => Small::Read(data, meta),
         n if n > PUT_THRESHOLD => Small::Large,
@@ -525,6 +540,8 @@ struct Pipeline {
     /// Encoded `Put`s not yet written.
     batch: Vec<u8>,
     window: usize,
+    /// Answers read ahead: many `Ack`s per `recv`.
+    answers: Answers,
 }
 
 impl Pipeline {
@@ -586,7 +603,7 @@ impl Pipeline {
         let Some((name, bytes, verified)) = self.pending.pop_front() else {
             return Ok(());
         };
-        let outcome = await_ack(tx, &name, bytes, verified)?;
+        let outcome = ack_outcome(self.answers.frame(tx)?, &name, bytes, verified)?;
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
         Ok(())
@@ -603,7 +620,95 @@ impl Pipeline {
         while !self.pending.is_empty() {
             self.settle_one(tx, progress, report)?;
         }
+        if let Some(f) = self.answers.held()? {
+            // Nothing is due from the receiver before our next frame.
+            return Err(unexpected("nothing after the last answer", &f));
+        }
         Ok(())
+    }
+}
+
+/// The receiver's answers to a window of `Put`s, read ahead of need. Only `Put`s are ever
+/// outstanding while it is used (every other frame waits for the window to drain), and the
+/// receiver says nothing unasked, so all it can hold is their `Ack`s (or a refusal that
+/// ends the session); after the last, it must be empty.
+struct Answers {
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+}
+
+impl Answers {
+    fn new() -> Self {
+        Answers {
+            buf: vec![0; 2 * (5 + MAX_CONTROL)],
+            lo: 0,
+            hi: 0,
+        }
+    }
+
+    fn fill(&mut self, tx: &Sender, n: usize) -> Result<(), TransferError> {
+        while self.hi - self.lo < n {
+            if self.buf.len() - self.lo < n {
+                self.buf.copy_within(self.lo..self.hi, 0);
+                self.hi -= self.lo;
+                self.lo = 0;
+            }
+            let fd = tx.socket();
+            let got = match (&*socket2::SockRef::from(&fd)).read(&mut self.buf[self.hi..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => r.map_err(|e| zcnet::Error::io("reading the receiver's answer", e))?,
+            };
+            if got == 0 {
+                return Err(zcnet::Error::PeerClosed {
+                    op: "reading the receiver's answer",
+                }
+                .into());
+            }
+            self.hi += got;
+        }
+        Ok(())
+    }
+
+    fn frame(&mut self, tx: &Sender) -> Result<Frame, TransferError> {
+        self.fill(tx, 5)?;
+        let h: [u8; 5] = self.buf[self.lo..self.lo + 5].try_into().expect("5 bytes");
+        let (ty, len) = Frame::check_header(h)?;
+        if len > MAX_CONTROL {
+            return Err(TransferError::Unexpected {
+                expected: "an answer",
+                got: "data",
+            });
+        }
+        self.fill(tx, 5 + len)?;
+        let f = Frame::decode(ty, &self.buf[self.lo + 5..self.lo + 5 + len]);
+        self.lo += 5 + len;
+        Ok(f?)
+    }
+
+    /// A whole frame already read (the receiver spoke out of turn), if any.
+    fn held(&mut self) -> Result<Option<Frame>, TransferError> {
+        if self.lo == self.hi {
+            return Ok(None);
+        }
+        if self.hi - self.lo < 5 {
+            return Err(TransferError::Unexpected {
+                expected: "nothing after the last answer",
+                got: "bytes",
+            });
+        }
+        let h: [u8; 5] = self.buf[self.lo..self.lo + 5].try_into().expect("5 bytes");
+        let (ty, len) = Frame::check_header(h)?;
+        if self.hi - self.lo < 5 + len {
+            return Err(TransferError::Unexpected {
+                expected: "nothing after the last answer",
+                got: "bytes",
+            });
+        }
+        Ok(Some(Frame::decode(
+            ty,
+            &self.buf[self.lo + 5..self.lo + 5 + len],
+        )?))
     }
 }
 
@@ -624,7 +729,16 @@ fn await_ack(
     bytes: u64,
     verified: bool,
 ) -> Result<FileOutcome, TransferError> {
-    match read_frame_from_sender_side(tx)? {
+    ack_outcome(read_frame_from_sender_side(tx)?, name, bytes, verified)
+}
+
+fn ack_outcome(
+    frame: Frame,
+    name: &str,
+    bytes: u64,
+    verified: bool,
+) -> Result<FileOutcome, TransferError> {
+    match frame {
         Frame::Ack { code, message, .. } => Ok(FileOutcome {
             entry: Entry::File,
             name: name.into(),

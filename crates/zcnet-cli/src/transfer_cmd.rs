@@ -3,6 +3,7 @@
 //! verification of `docs/transfer-protocol.md`.
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -160,11 +161,15 @@ struct Bars {
     total: ProgressBar,
     file: Option<ProgressBar>,
     quiet: bool,
+    /// No bars are drawn (`--quiet`, or stderr is not a terminal): asked once, not per line
+    /// (indicatif's `is_hidden` asks the terminal, an `ioctl` per call).
+    hidden: bool,
 }
 
 impl Bars {
     fn new(quiet: bool, total: Option<u64>) -> Bars {
-        let multi = MultiProgress::with_draw_target(if quiet {
+        let hidden = quiet || !std::io::stderr().is_terminal();
+        let multi = MultiProgress::with_draw_target(if hidden {
             ProgressDrawTarget::hidden()
         } else {
             ProgressDrawTarget::stderr()
@@ -182,6 +187,7 @@ impl Bars {
             total: t,
             file: None,
             quiet,
+            hidden,
         }
     }
 
@@ -191,7 +197,7 @@ impl Bars {
         if self.quiet {
             return;
         }
-        if self.multi.is_hidden() {
+        if self.hidden {
             eprintln!("{s}");
         } else {
             let _ = self.multi.println(s);
@@ -252,7 +258,7 @@ impl Bars {
             )),
             Err((code, msg)) => {
                 let line = format!("FAILED {}: {msg} ({code:?})", printable(&o.name));
-                if self.quiet || self.multi.is_hidden() {
+                if self.quiet || self.hidden {
                     eprintln!("zcnet: {line}");
                 } else {
                     let _ = self.multi.println(line);

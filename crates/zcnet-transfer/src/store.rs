@@ -8,7 +8,8 @@
 //!   outside it;
 //! * each session writes its own partial file, `NAME.<owner>.<random>.partial`, created with
 //!   `O_CREAT | O_EXCL` — never opened through an existing name, so a planted hard link or
-//!   symlink is never written through — and held under `flock(LOCK_EX)` while in use;
+//!   symlink is never written through — and, when it may be resumed, held under
+//!   `flock(LOCK_EX)` while in use (a `Put`'s, never resumed, has a longer tag instead);
 //! * only after the length and the BLAKE3 hash check out is the partial file fsynced, given
 //!   its mode (setuid, setgid and sticky bits dropped unless asked) and mtime, and renamed
 //!   onto `NAME` — `renameat2(RENAME_NOREPLACE)` unless overwriting, so of two sessions

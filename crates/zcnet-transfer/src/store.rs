@@ -300,6 +300,9 @@ impl Store {
             return Ok(fd.clone());
         }
         let fd = Arc::new(self.open_parent(name, dirs)?);
+        if self.opts.resume {
+            sweep_put_partials(&fd, &self.owner);
+        }
         if self.dirs.len() >= DIR_CACHE {
             self.dirs.clear();
         }
@@ -416,10 +419,15 @@ impl Store {
             }
         }
         let parent = self.parent(name, dirs)?;
-        match rustix::fs::statat(&parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
+        match rustix::fs::statat(&*parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => {
                 let is_reg = rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::RegularFile;
+                if let (true, true, Some(size)) = (self.opts.resume, verified && is_reg, size) {
+                    if let Some(inc) = self.already_there(&parent, leaf, name, size)? {
+                        return Ok(inc);
+                    }
+                }
                 if !self.opts.overwrite {
                     return Err(Refusal::new(
                         Code::Exists,
@@ -467,6 +475,8 @@ impl Store {
             settled: false,
             written: false,
             looked: true,
+            existing: false,
+            owner: self.owner.clone(),
         };
         if !created {
             let have = inc
@@ -509,6 +519,52 @@ impl Store {
         }
     }
 
+    /// With `--resume`, a final file already under `name` with the announced length (a
+    /// rerun after an interruption): offered as a partial file that is complete, with the
+    /// hash of its contents, so a sender whose file hashes the same sends nothing more and is
+    /// answered once it is checked again and synced. It is never modified: no mode or mtime
+    /// is set, nothing renamed, and a sender whose bytes differ starts a partial file of its
+    /// own (refused at the rename unless overwriting). `None`: no such file.
+    fn already_there(
+        &mut self,
+        parent: &Arc<OwnedFd>,
+        leaf: &str,
+        name: &str,
+        size: u64,
+    ) -> Result<Option<Incoming>, Refusal> {
+        let Ok(fd) = open_beneath(&**parent, leaf, OFlags::RDONLY, 0) else {
+            return Ok(None);
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| Refusal::io("checking", name, e.into()))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            || st.st_size as u64 != size
+        {
+            return Ok(None);
+        }
+        let file = File::from(fd);
+        let prefix = hash_prefix(&file, size).map_err(|e| Refusal::io("hashing", name, e))?;
+        Ok(Some(Incoming {
+            parent: parent.clone(),
+            leaf: leaf.to_string(),
+            partial: leaf.to_string(),
+            file,
+            name: name.to_string(),
+            size: Some(size),
+            offset: size,
+            prefix: Some(prefix),
+            overwrite: self.opts.overwrite,
+            keep_special_bits: self.opts.keep_special_bits,
+            quota: self.quota.clone(),
+            keys: self.keys.clone(),
+            reserved: 0,
+            settled: true,
+            written: false,
+            looked: true,
+            existing: true,
+            owner: self.owner.clone(),
+        }))
+    }
+
     /// Writes a whole small file (a `Put`, already read from the wire) to a new partial file
     /// of its own, after checking `data` against the sender's `hash` when it sent one: a
     /// mismatch creates nothing. The bytes written are the bytes hashed, so
@@ -535,6 +591,14 @@ impl Store {
             }
         }
         let parent = self.parent(name, dirs)?;
+        if let (true, Some(want)) = (self.opts.resume, hash) {
+            if let Some(mut inc) = self.already_there(&parent, leaf, name, size)? {
+                if inc.prefix == Some(want) {
+                    inc.written = true;
+                    return Ok(inc);
+                }
+            }
+        }
         if self.opts.overwrite {
             match rustix::fs::statat(&*parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st)
@@ -560,7 +624,8 @@ impl Store {
             &prefix_of_ours,
             &mut self.random,
             PUT_TAG_BYTES,
-            false,
+            // Locked when resuming, so that another session's sweep leaves it alone.
+            self.opts.resume,
         );
         let (file, partial) = match created {
             Ok(c) => c,
@@ -588,6 +653,8 @@ impl Store {
             settled: false,
             written: true,
             looked: self.opts.overwrite,
+            existing: false,
+            owner: self.owner.clone(),
         };
         if let Err(e) = inc.file.write_all_at(data, 0) {
             inc.discard();
@@ -634,6 +701,43 @@ fn create_partial(
         }
     }
     Err(last)
+}
+
+/// With `--resume`, removes the partial files an interrupted session of this owner left for
+/// `Put`s in `dir` (their tag is [`PUT_TAG_BYTES`] long): a `Put` is always sent whole again,
+/// so they would only stay behind. One in use is locked (a resuming receiver locks its
+/// `Put` partial files) and kept. Best effort: what cannot be checked is left.
+fn sweep_put_partials(dir: &OwnedFd, owner: &str) {
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+        return;
+    };
+    let marker = format!(".{owner}.");
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        let Some(rest) = name.strip_suffix(PARTIAL_SUFFIX) else {
+            continue;
+        };
+        let Some(at) = rest.rfind(&marker) else {
+            continue;
+        };
+        let tag = &rest[at + marker.len()..];
+        if tag.len() != 2 * PUT_TAG_BYTES || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let name = name.to_string();
+        let Ok(fd) = open_beneath(dir, &name, OFlags::RDONLY, 0) else {
+            continue;
+        };
+        let stale = rustix::fs::fstat(&fd).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                && st.st_nlink == 1
+        }) && rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok();
+        if stale {
+            let _ = rustix::fs::unlinkat(dir, &name, AtFlags::empty());
+        }
+    }
 }
 
 /// The first partial file named `PREFIX*.partial` that is a regular file with one link and
@@ -700,6 +804,11 @@ pub struct Incoming {
     /// The final name was looked at when the file began (so an existing one found at the
     /// rename appeared during the transfer).
     looked: bool,
+    /// The final file itself, already there whole ([`Store::already_there`]): never written,
+    /// stamped, renamed or removed.
+    existing: bool,
+    /// The owner tag for partial file names.
+    owner: String,
 }
 
 impl Incoming {
@@ -765,6 +874,23 @@ impl Incoming {
 
     /// The sender will not resume: start the partial file over.
     pub fn restart(&mut self) -> Result<(), Refusal> {
+        if self.existing {
+            // The sender's file differs from the one already there: a partial file of its
+            // own, never the final one truncated.
+            let prefix = format!("{}.{}.", self.leaf, self.owner);
+            let (file, partial) =
+                create_partial(&self.parent, &prefix, &mut Vec::new(), 4, true)
+                    .map_err(|e| Refusal::io("creating a partial file for", &self.name, e))?;
+            self.file = file;
+            self.partial = partial;
+            self.existing = false;
+            self.settled = false;
+            self.looked = false;
+            self.offset = 0;
+            self.prefix = None;
+            let size = self.size.unwrap_or(0);
+            return self.reserve(size);
+        }
         self.file
             .set_len(0)
             .map_err(|e| Refusal::io("truncating", &self.partial, e))?;
@@ -845,6 +971,9 @@ impl Incoming {
             }
             len
         };
+        if self.existing {
+            return Ok(Checked { inc: self, len });
+        }
         let keep = if self.keep_special_bits {
             0o7777
         } else {
@@ -871,6 +1000,10 @@ impl Incoming {
     /// Removes the partial file (its contents are wrong or unwanted) and gives back the
     /// reservation.
     pub fn discard(&mut self) {
+        if self.existing {
+            self.settled = true;
+            return;
+        }
         let on_disk = self.file.metadata().map(|m| m.len()).unwrap_or(0);
         self.settle_quota(on_disk);
         let _ = rustix::fs::unlinkat(&self.parent, &self.partial, AtFlags::empty());
@@ -946,6 +1079,13 @@ impl Checked {
     /// synced ([`sync_dir`] of [`Published::parent`]).
     pub fn publish(mut self) -> Result<Published, Refusal> {
         let inc = &mut self.inc;
+        if inc.existing {
+            return Ok(Published {
+                parent: inc.parent.clone(),
+                name: inc.name.clone(),
+                len: self.len,
+            });
+        }
         let flags = if inc.overwrite {
             RenameFlags::empty()
         } else {
@@ -1114,6 +1254,75 @@ mod tests {
         );
         assert!(s.charge(10).is_ok());
         assert_eq!(s.charge(1).unwrap_err().code, Code::TooLarge);
+    }
+
+    #[test]
+    fn resume_takes_an_identical_final_file_as_done_and_never_touches_a_different_one() {
+        let (d, mut s) = store(StoreOptions {
+            resume: true,
+            ..Default::default()
+        });
+        let h = |b: &[u8]| *blake3::hash(b).as_bytes();
+        let same = d.path().join("same");
+        std::fs::write(&same, b"12345678").unwrap();
+        std::fs::set_permissions(&same, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let before = std::fs::metadata(&same).unwrap();
+        // A `Put` of the same bytes: done, the file left exactly as it was.
+        let inc = s.put("same", b"12345678", Some(h(b"12345678"))).unwrap();
+        assert_eq!(inc.finish(Some(h(b"12345678")), 0o644, (1, 0)).unwrap(), 8);
+        let after = std::fs::metadata(&same).unwrap();
+        assert_eq!(after.ino(), before.ino());
+        assert_eq!(after.mode(), before.mode());
+        assert_eq!(after.mtime(), before.mtime());
+        // A `File` of the same bytes is offered whole, with their hash.
+        let inc = s.begin("same", Some(8), true).unwrap();
+        assert_eq!((inc.offset(), inc.prefix()), (8, Some(h(b"12345678"))));
+        assert_eq!(inc.finish(Some(h(b"12345678")), 0o644, (1, 0)).unwrap(), 8);
+        // Different bytes of the same length: a `Put` is refused as existing, a `File` that
+        // starts over gets a partial file of its own; the final file is never changed.
+        let r = s.put("same", b"abcdefgh", Some(h(b"abcdefgh"))).unwrap();
+        assert_eq!(
+            r.finish(Some(h(b"abcdefgh")), 0o644, (1, 0))
+                .unwrap_err()
+                .code,
+            Code::Exists
+        );
+        let mut inc = s.begin("same", Some(8), true).unwrap();
+        inc.restart().unwrap();
+        assert_ne!(inc.partial_name(), "same");
+        write(&inc, b"abcdefgh");
+        assert_eq!(
+            inc.finish(Some(h(b"abcdefgh")), 0o644, (1, 0))
+                .unwrap_err()
+                .code,
+            Code::Exists
+        );
+        assert_eq!(std::fs::read(&same).unwrap(), b"12345678");
+        assert_eq!(std::fs::metadata(&same).unwrap().ino(), before.ino());
+        assert_eq!(entries(d.path()), vec!["same".to_string()]);
+    }
+
+    #[test]
+    fn resume_sweeps_stale_put_partials_of_its_owner_only() {
+        let (d, mut s) = store(StoreOptions {
+            resume: true,
+            ..Default::default()
+        });
+        let o = s.owner().to_string();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let stale = format!("x.{o}.0123456789abcdef.partial");
+        let resumable = format!("x.{o}.01234567.partial");
+        let foreign = "x.someoneelse.0123456789abcdef.partial";
+        for n in [&stale, &resumable, &foreign.to_string()] {
+            std::fs::write(d.path().join("sub").join(n), b"abc").unwrap();
+        }
+        let inc = s.put("sub/y", b"y", None).unwrap();
+        inc.finish(None, 0o644, (1, 0)).unwrap();
+        let mut left = entries(&d.path().join("sub"));
+        left.sort();
+        let mut want = vec![resumable, foreign.to_string(), "y".to_string()];
+        want.sort();
+        assert_eq!(left, want);
     }
 
     #[test]

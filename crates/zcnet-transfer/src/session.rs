@@ -38,11 +38,12 @@ const BATCH: usize = 64 << 10;
 /// Outstanding `Put`s (sent, not yet acknowledged) by default.
 pub const DEFAULT_WINDOW: usize = 64;
 
-/// Most outstanding `Put`s a sender may have. The sender reads answers only when its window
-/// is full, so every unread `Ack` must fit in the socket buffers between the two ends, or
-/// the receiver would block writing answers while the sender blocks writing files: 128 acks
-/// of at most [`PUT_ACK_MESSAGE`] bytes of text are under 70 KiB, below the 128 KiB that
-/// tcp(7)'s default `tcp_rmem` gives a receive buffer alone.
+/// Most outstanding `Put`s a sender may have. The sender reads answers when its window is
+/// full, and whenever the socket will not take more `Put`s it reads those that arrived into
+/// a buffer of its own ([`Answers`]), so the receiver never blocks for long writing answers
+/// while the sender blocks writing files, whatever the socket buffers hold: 128 acks of at
+/// most [`PUT_ACK_MESSAGE`] bytes of text are under 70 KiB, which that buffer always has
+/// room for.
 pub const MAX_WINDOW: usize = 128;
 
 /// Longest message in a `Put`'s `Ack` (the sender knows the name it sent).
@@ -586,11 +587,37 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Writes the gathered `Put`s. While the socket will not take more, it reads whatever
+    /// answers have arrived into [`Answers`] (they always fit there: a window's worth is
+    /// under 70 KiB): otherwise, with socket buffers too small for a window's answers, the
+    /// receiver could block writing answers nobody reads while this end blocks writing
+    /// files it no longer reads — a deadlock no buffer size should be able to cause.
     fn flush(&mut self, tx: &mut Sender) -> Result<(), TransferError> {
-        if !self.batch.is_empty() {
-            tx.send_slice(&self.batch)?;
-            self.batch.clear();
+        if self.batch.is_empty() {
+            return Ok(());
         }
+        let fd = tx.socket();
+        let sock = socket2::SockRef::from(&fd);
+        let timeout = sock
+            .write_timeout()
+            .map_err(|e| zcnet::Error::io("reading SO_SNDTIMEO", e))?;
+        let mut off = 0;
+        while off < self.batch.len() {
+            match sock.send_with_flags(&self.batch[off..], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let readable = self.answers.wait(&sock, timeout)?;
+                    if readable {
+                        self.answers.take_in(&sock)?;
+                    }
+                }
+                Err(e) => return Err(zcnet::Error::io("sending files", e).into()),
+            }
+        }
+        tx.stats().add_tx_copy_bytes(off as u64);
+        self.batch.clear();
         Ok(())
     }
 
@@ -684,6 +711,85 @@ impl Answers {
         let f = Frame::decode(ty, &self.buf[self.lo + 5..self.lo + 5 + len]);
         self.lo += 5 + len;
         Ok(f?)
+    }
+
+    /// Room for more answers, once what is held moves to the front.
+    fn room(&mut self) -> usize {
+        if self.lo > 0 {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            self.hi -= self.lo;
+            self.lo = 0;
+        }
+        self.buf.len() - self.hi
+    }
+
+    /// Waits until `sock` takes more bytes (`false`) or, while there is room here, has
+    /// answers to read (`true`); `timeout` (the socket's send timeout) bounds the wait.
+    fn wait(
+        &mut self,
+        sock: &socket2::SockRef<'_>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<bool, TransferError> {
+        use rustix::event::{PollFd, PollFlags};
+        let mut flags = PollFlags::OUT;
+        if self.room() > 0 {
+            flags |= PollFlags::IN;
+        }
+        let mut fds = [PollFd::from_borrowed_fd(
+            std::os::fd::AsFd::as_fd(&**sock),
+            flags,
+        )];
+        let limit = timeout.map(|t| {
+            rustix::event::Timespec::try_from(t).unwrap_or(rustix::event::Timespec {
+                tv_sec: i64::MAX,
+                tv_nsec: 0,
+            })
+        });
+        let n = loop {
+            match rustix::event::poll(&mut fds, limit.as_ref()) {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => break r.map_err(|e| zcnet::Error::io("waiting to send", e.into()))?,
+            }
+        };
+        if n == 0 {
+            return Err(zcnet::Error::io(
+                "sending files",
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the receiver took nothing for {:?}",
+                        timeout.unwrap_or_default()
+                    ),
+                ),
+            )
+            .into());
+        }
+        let got = fds[0].revents();
+        Ok(got.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR))
+    }
+
+    /// Reads the answers that have arrived, without waiting.
+    fn take_in(&mut self, sock: &socket2::SockRef<'_>) -> Result<(), TransferError> {
+        let room = self.room();
+        let hi = self.hi;
+        // `poll` said there are bytes (or an end): this `read` does not wait.
+        match (&**sock).read(&mut self.buf[hi..hi + room]) {
+            Ok(0) => Err(zcnet::Error::PeerClosed {
+                op: "reading the receiver's answer",
+            }
+            .into()),
+            Ok(n) => {
+                self.hi += n;
+                Ok(())
+            }
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(zcnet::Error::io("reading the receiver's answer", e).into()),
+        }
     }
 
     /// A whole frame already read (the receiver spoke out of turn), if any.

@@ -164,10 +164,14 @@ struct Bars {
     /// No bars are drawn (`--quiet`, or stderr is not a terminal): asked once, not per line
     /// (indicatif's `is_hidden` asks the terminal, an `ioctl` per call).
     hidden: bool,
+    /// Entries (files, directories, symlinks) done, and how many there are when known.
+    entries: (usize, Option<usize>),
 }
 
 impl Bars {
-    fn new(quiet: bool, total: Option<u64>) -> Bars {
+    /// `total`: bytes to send, when known; `files`: entries to send (files, directories,
+    /// symlinks), when known.
+    fn new(quiet: bool, total: Option<u64>, files: Option<usize>) -> Bars {
         let hidden = quiet || !std::io::stderr().is_terminal();
         let multi = MultiProgress::with_draw_target(if hidden {
             ProgressDrawTarget::hidden()
@@ -176,19 +180,33 @@ impl Bars {
         });
         let t = multi.add(match total {
             Some(n) => ProgressBar::new(n).with_style(style(
-                "total {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                "{msg} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
             )),
             None => {
-                ProgressBar::no_length().with_style(style("total {bytes} {binary_bytes_per_sec}"))
+                ProgressBar::no_length().with_style(style("{msg} {bytes} {binary_bytes_per_sec}"))
             }
         });
-        Bars {
+        let bars = Bars {
             multi,
             total: t,
             file: None,
             quiet,
             hidden,
+            entries: (0, files),
+        };
+        bars.count();
+        bars
+    }
+
+    /// The entries done (and of how many, when known) at the head of the total bar.
+    fn count(&self) {
+        if self.hidden {
+            return;
         }
+        self.total.set_message(match self.entries {
+            (done, Some(n)) => format!("{done}/{n} files"),
+            (done, None) => format!("{done} files"),
+        });
     }
 
     /// A line above the bars; plain stderr when bars are not drawn (not a terminal), so
@@ -230,6 +248,8 @@ impl Bars {
                     b.finish_and_clear();
                     self.multi.remove(&b);
                 }
+                self.entries.0 += 1;
+                self.count();
                 self.report(o, verb);
             }
         }
@@ -314,7 +334,7 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         o.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
         o
     };
-    let mut bars = Bars::new(quiet, (!has_stream).then_some(total));
+    let mut bars = Bars::new(quiet, (!has_stream).then_some(total), Some(nfiles));
     let cpu0 = process_rusage().map_err(|e| e.to_string())?;
     let t0 = Instant::now();
     let report = send_session(&mut tx, srcs, &opts, &mut |p| bars.event(p, "sent"))
@@ -420,7 +440,7 @@ impl Observer for RecvLog {
     }
 
     fn progress(&self, _peer: SocketAddr) -> Box<dyn FnMut(Progress<'_>) + Send> {
-        let mut bars = Bars::new(self.quiet, None);
+        let mut bars = Bars::new(self.quiet, None, None);
         Box::new(move |p| bars.event(p, "received"))
     }
 }

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod names;
 pub mod server;
 pub mod session;
+pub mod sparse;
 pub mod store;
 pub mod tree;
 pub mod wire;

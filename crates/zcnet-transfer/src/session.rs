@@ -11,6 +11,7 @@ use super::auth::{self, Role};
 use super::digest::hash_prefix;
 use super::finish::{Finished, Finisher, Staged};
 use super::handshake::{HandshakeError, ReceiverHandshake};
+use super::sparse;
 use super::store::{Refusal, Store};
 use super::wire::{
     Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
@@ -472,7 +473,9 @@ pub fn send_session(
         let outcome = match src {
             Source::Dir { path, name } => send_dir(tx, &path, &name, version)?,
             Source::Link { name, target } => send_link(tx, &name, target, version)?,
-            Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
+            Source::File { path, name } => {
+                send_one_file(tx, &path, &name, opts, version, progress)?
+            }
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
         };
         progress(Progress::Done(&outcome));
@@ -935,6 +938,7 @@ fn send_one_file(
     path: &std::path::Path,
     name: &str,
     opts: &SendOptions,
+    version: u16,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<FileOutcome, TransferError> {
     let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
@@ -973,30 +977,58 @@ fn send_one_file(
         },
         _ => 0,
     };
-    tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
+    // Holes are not sent (version 4): only the data extents, back to back.
+    let extents = match version >= 4 {
+        true => sparse::data_extents(&file, start, size)
+            .map_err(io_err(format!("finding the holes of {}", path.display())))?,
+        false => None,
+    };
+    let ranges = match extents {
+        Some(extents) => {
+            tx.send_slice(
+                &Frame::StartSparse {
+                    offset: start,
+                    extents: extents.clone(),
+                }
+                .to_bytes(),
+            )?;
+            extents
+        }
+        None => {
+            tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
+            vec![(start, size - start)]
+        }
+    };
     progress(Progress::Start(name, Some(size), start));
     let hash = std::thread::scope(|s| -> Result<Option<[u8; 32]>, TransferError> {
         // The hash is computed from the page cache on another thread, off the data path.
         let hasher = opts.verify.then(|| s.spawn(|| hash_prefix(&file, size)));
-        let mut off = start;
         let shrank = |got| TransferError::Shrank {
             name: name.into(),
             expected: size,
             got,
         };
-        while off < size {
-            let n = match tx.send_file(&file, off, (size - off).min(STEP)) {
-                Ok(n) => n,
-                Err(zcnet::Error::Truncated { got, .. }) => return Err(shrank(off + got)),
-                Err(zcnet::Error::RangeBeyondEof { .. }) => return Err(shrank(off)),
-                Err(e) => return Err(e.into()),
-            };
-            if n == 0 {
-                return Err(shrank(off));
+        let mut done = start;
+        for &(from, len) in &ranges {
+            // A hole before this extent: counted, not sent.
+            progress(Progress::Bytes(from - done));
+            let (mut off, end) = (from, from + len);
+            while off < end {
+                let n = match tx.send_file(&file, off, (end - off).min(STEP)) {
+                    Ok(n) => n,
+                    Err(zcnet::Error::Truncated { got, .. }) => return Err(shrank(off + got)),
+                    Err(zcnet::Error::RangeBeyondEof { .. }) => return Err(shrank(off)),
+                    Err(e) => return Err(e.into()),
+                };
+                if n == 0 {
+                    return Err(shrank(off));
+                }
+                off += n;
+                progress(Progress::Bytes(n));
             }
-            off += n;
-            progress(Progress::Bytes(n));
+            done = end;
         }
+        progress(Progress::Bytes(size - done));
         // `sendfile` stops at the announced size, so a file appended to meanwhile would
         // arrive cut short yet verified (the hash covers the same prefix): fail it instead.
         let now = file
@@ -1255,8 +1287,18 @@ fn receive_files_in<'scope>(
                 prefix: inc.prefix(),
             },
         )?;
+        let mut extents = None;
         let start = match read_frame_receiver_side(rx)? {
             Some(Frame::Start { offset }) => offset,
+            Some(Frame::StartSparse {
+                offset,
+                extents: list,
+            }) if version >= 4 && announced.is_some() => {
+                let size = announced.unwrap_or(0);
+                sparse::check_extents(&list, offset, size)?;
+                extents = Some(list);
+                offset
+            }
             Some(Frame::Abort { message }) => {
                 // As the protocol says: the file's data is discarded, its space released.
                 inc.discard();
@@ -1294,26 +1336,52 @@ fn receive_files_in<'scope>(
         let mut got = 0u64;
         let data_result: Result<(), Refusal> = match announced {
             Some(size) => {
-                let mut off = start;
-                while off < size {
-                    let want = (size - off).min(STEP);
-                    let n = match rx.recv_to_file(inc.file(), off, want) {
-                        Ok(n) => n,
-                        Err(zcnet::Error::Truncated { got: g, .. }) => {
-                            return Err(TransferError::Truncated {
-                                name,
-                                expected: size,
-                                got: off - start + g,
-                            })
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
-                    off += n;
-                    got += n;
-                    progress(Progress::Bytes(n));
+                let ranges = match extents {
+                    Some(x) => {
+                        // Holes stay unwritten: the space reserved for them goes back.
+                        sparse::unreserve(inc.file());
+                        x
+                    }
+                    None => vec![(start, size - start)],
+                };
+                let mut done = start;
+                for (from, len) in ranges {
+                    progress(Progress::Bytes(from - done));
+                    let (mut off, end) = (from, from + len);
+                    while off < end {
+                        let want = (end - off).min(STEP);
+                        let n = match rx.recv_to_file(inc.file(), off, want) {
+                            Ok(n) => n,
+                            Err(zcnet::Error::Truncated { got: g, .. }) => {
+                                return Err(TransferError::Truncated {
+                                    name,
+                                    expected: size,
+                                    got: got + g,
+                                })
+                            }
+                            Err(e) => return Err(e.into()),
+                        };
+                        off += n;
+                        got += n;
+                        progress(Progress::Bytes(n));
+                    }
+                    done = end;
                 }
-                // Charged against the cap when the file began (its reservation).
-                Ok(())
+                progress(Progress::Bytes(size - done));
+                // A hole at the end: the length, without writing it.
+                let extend = match inc.file().metadata() {
+                    Ok(m) if m.len() < size => inc.file().set_len(size),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                match extend {
+                    // Charged against the cap when the file began (its reservation).
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(Refusal {
+                        code: Code::Io,
+                        message: format!("setting the length of {name:?}: {e}"),
+                    }),
+                }
             }
             None => {
                 let mut res = Ok(());

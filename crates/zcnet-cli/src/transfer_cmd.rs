@@ -55,7 +55,8 @@ pub struct RecvArgs {
     /// Replace existing files.
     #[arg(long)]
     overwrite: bool,
-    /// Continue NAME.partial files after checking their prefix hash.
+    /// Continue NAME.partial files after checking their prefix hash, and take a file
+    /// already there with the sender's exact contents as done (to finish an interrupted tree).
     #[arg(long)]
     resume: bool,
     /// Cap on the bytes one sender (address, and token when set) may write across its

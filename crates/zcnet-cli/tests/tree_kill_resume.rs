@@ -129,8 +129,19 @@ fn count_finals(dst: &Path) -> usize {
         .count()
 }
 
+/// A child process that is killed if the test ends early (a failed assertion), so no
+/// receiver is left listening.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `zcnet recv --once` on an ephemeral loopback port, with its address.
-fn start_recv(dir: &Path, extra: &[&str]) -> (Child, String) {
+fn start_recv(dir: &Path, extra: &[&str]) -> (Reaped, String) {
     let mut child = zcnet()
         .args(["recv", "--once", "--listen", "127.0.0.1:0", "--dir"])
         .arg(dir)
@@ -149,7 +160,7 @@ fn start_recv(dir: &Path, extra: &[&str]) -> (Child, String) {
         .to_string();
     // Keep draining its stderr so it never blocks writing there.
     std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (child, addr)
+    (Reaped(child), addr)
 }
 
 /// Waits (bounded: a hang guard, not a speed check) for `child` to exit.
@@ -199,22 +210,24 @@ fn kill_9_of_either_end_leaves_only_verified_finals_and_resume_completes_the_tre
     for (round, kill_receiver) in [false, true, false, true].into_iter().enumerate() {
         let dst = scratch();
         let (mut recv, addr) = start_recv(dst.path(), &["--resume"]);
-        let mut send = zcnet()
-            .args(["send", "--quiet", "--to", &addr])
-            .arg(&root)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut send = Reaped(
+            zcnet()
+                .args(["send", "--quiet", "--to", &addr])
+                .arg(&root)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         let at = want.len() / 8 + rng.below(want.len() as u64 / 2) as usize;
         let deadline = Instant::now() + Duration::from_secs(60);
-        while count_finals(dst.path()) < at && send.try_wait().unwrap().is_none() {
+        while count_finals(dst.path()) < at && send.0.try_wait().unwrap().is_none() {
             assert!(Instant::now() < deadline, "no progress"); // a hang guard
             std::thread::sleep(Duration::from_millis(1));
         }
         let (victim, other) = if kill_receiver {
-            (&mut recv, &mut send)
+            (&mut recv.0, &mut send.0)
         } else {
-            (&mut send, &mut recv)
+            (&mut send.0, &mut recv.0)
         };
         let _ = victim.kill(); // SIGKILL
         let _ = victim.wait();
@@ -241,7 +254,7 @@ fn kill_9_of_either_end_leaves_only_verified_finals_and_resume_completes_the_tre
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            wait_bounded(&mut recv, "the receiver"),
+            wait_bounded(&mut recv.0, "the receiver"),
             "the receiver failed"
         );
         let (finals, partials) = check_only_verified_finals(dst.path(), &want);

@@ -5,20 +5,24 @@
 #
 #   bash bench/transfer.sh [SIZE_MIB=2048] [REPEAT=3]
 #   bash bench/transfer.sh tree [FILES=5000] [DIRS=50] [REPEAT=3]
+#   bash bench/transfer.sh mixed [FILES=300] [TOTAL_MIB=1024] [REPEAT=3]
 #
 # The tree mode moves FILES files of 4–5 KiB in DIRS directories: zcnet send/recv against
 # `tar c | nc` → `nc | tar x` and an rsync daemon (`rsync -r`), each received tree compared
-# with `diff -r`. ZCNET=path uses that zcnet binary instead of building a release one;
+# with `diff -r`. The mixed mode does the same with FILES files whose sizes are drawn
+# log-uniform from 1 B to 256 MiB (one in 20 empty), in 10 directories, redrawn while the
+# total would pass TOTAL_MIB (fixed seed: the same tree every run). ZCNET=path uses that zcnet binary instead of building a release one;
 # BENCH_DIR=dir works there instead of /dev/shm (e.g. a real disk: then the fsyncs count).
 # Source and destination live on /dev/shm (tmpfs), so the disk is out of the picture and
 # every tool reads a warm page cache. Servers bind 127.0.0.1 only and are stopped after each run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=file
-if [ "${1:-}" = tree ]; then MODE=tree; shift; fi
+if [ "${1:-}" = tree ] || [ "${1:-}" = mixed ]; then MODE=$1; shift; fi
 SIZE_MIB=${1:-2048}
 REPEAT=${2:-3}
 if [ $MODE = tree ]; then FILES=${1:-5000}; DIRS=${2:-50}; REPEAT=${3:-3}; fi
+if [ $MODE = mixed ]; then FILES=${1:-300}; TOTAL_MIB=${2:-1024}; REPEAT=${3:-3}; fi
 
 need=()
 command -v nc >/dev/null || need+=(netcat-openbsd)
@@ -44,6 +48,34 @@ for i in range(n):
     os.makedirs(p, exist_ok=True)
     with open(os.path.join(p, f"f{i:05}.bin"), "wb") as f:
         f.write(os.urandom(random.randint(4096, 5120)))
+PY
+  check() { diff -r "$src" "$work/dst/tree" >/dev/null; }
+elif [ $MODE = mixed ]; then
+  src=$work/tree
+  python3 - "$src" "$FILES" "$TOTAL_MIB" <<'PY'
+import math, os, random, sys
+root, n, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) << 20
+rng = random.Random(16)
+top = 256 << 20
+total = 0
+chunk = os.urandom(8 << 20)
+for i in range(n):
+    while True:
+        size = 0 if rng.random() < 0.05 else int(math.exp(rng.uniform(0, math.log(top))))
+        if total + size <= cap:
+            break
+    total += size
+    p = os.path.join(root, f"d{i % 10}")
+    os.makedirs(p, exist_ok=True)
+    with open(os.path.join(p, f"f{i:04}.bin"), "wb") as f:
+        left = size
+        while left > 0:
+            k = min(left, len(chunk))
+            # a different slice each time, so no two files share their bytes
+            off = rng.randrange(0, len(chunk) - k + 1)
+            f.write(chunk[off:off + k])
+            left -= k
+print(f"mixed tree: {n} files, {total / 2**20:.0f} MiB", file=sys.stderr)
 PY
   check() { diff -r "$src" "$work/dst/tree" >/dev/null; }
 else
@@ -84,7 +116,7 @@ for i in $(seq "$REPEAT"); do
       zcnet) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet $src --to 127.0.0.1:$p");;
       zcnet-noverify) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet --no-verify $src --to 127.0.0.1:$p");;
       nc)
-        if [ $MODE = tree ]; then
+        if [ $MODE != file ]; then
           r=$(run_pair $t "nc -l 127.0.0.1 $p | tar x -C $work/dst" "tar c -C $work tree | nc -N 127.0.0.1 $p")
         else
           r=$(run_pair $t "nc -l 127.0.0.1 $p > $work/dst/out" "cat $src | nc -N 127.0.0.1 $p")
@@ -116,6 +148,21 @@ if [ $MODE = tree ]; then
     printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(echo "$wall / $ncwall" | bc -l)"
   done
   echo "($FILES files of 4-5 KiB in $DIRS directories in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'vs nc' is wall time over tar|nc's; zcnet: $Z)"
+  exit 0
+fi
+if [ $MODE = mixed ]; then
+  printf "%-15s %9s %9s %9s %10s %12s %10s %10s\n" tool "wall s" "snd cpu" "rcv cpu" "both cpu" "system cpu" "vs nc" "vs rsync"
+  ncwall=$(echo "${rows[nc]}" | awk 'NF{print $1}' | median)
+  rswall=$(echo "${rows[rsync]}" | awk 'NF{print $1}' | median)
+  for t in "${tools[@]}"; do
+    d=${rows[$t]}
+    wall=$(echo "$d" | awk 'NF{print $1}' | median)
+    snd=$(echo "$d" | awk 'NF{print $2}' | median)
+    rcv=$(echo "$d" | awk 'NF{print $3}' | median)
+    sys=$(echo "$d" | awk 'NF{print $4}' | median)
+    printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(echo "$wall / $ncwall" | bc -l)" "$(echo "$wall / $rswall" | bc -l)"
+  done
+  echo "(mixed tree: $FILES files of 0 B to 256 MiB, log-uniform, at most $TOTAL_MIB MiB in all, in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'vs' columns are wall time over that tool's; zcnet: $Z)"
   exit 0
 fi
 gib=$(echo "$SIZE_MIB / 1024" | bc -l)

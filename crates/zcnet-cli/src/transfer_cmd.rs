@@ -3,6 +3,7 @@
 //! verification of `docs/transfer-protocol.md`.
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,7 +55,8 @@ pub struct RecvArgs {
     /// Replace existing files.
     #[arg(long)]
     overwrite: bool,
-    /// Continue NAME.partial files after checking their prefix hash.
+    /// Continue NAME.partial files after checking their prefix hash, and take a file
+    /// already there with the sender's exact contents as done (to finish an interrupted tree).
     #[arg(long)]
     resume: bool,
     /// Cap on the bytes one sender (address, and token when set) may write across its
@@ -160,29 +162,52 @@ struct Bars {
     total: ProgressBar,
     file: Option<ProgressBar>,
     quiet: bool,
+    /// No bars are drawn (`--quiet`, or stderr is not a terminal): asked once, not per line
+    /// (indicatif's `is_hidden` asks the terminal, an `ioctl` per call).
+    hidden: bool,
+    /// Entries (files, directories, symlinks) done, and how many there are when known.
+    entries: (usize, Option<usize>),
 }
 
 impl Bars {
-    fn new(quiet: bool, total: Option<u64>) -> Bars {
-        let multi = MultiProgress::with_draw_target(if quiet {
+    /// `total`: bytes to send, when known; `files`: entries to send (files, directories,
+    /// symlinks), when known.
+    fn new(quiet: bool, total: Option<u64>, files: Option<usize>) -> Bars {
+        let hidden = quiet || !std::io::stderr().is_terminal();
+        let multi = MultiProgress::with_draw_target(if hidden {
             ProgressDrawTarget::hidden()
         } else {
             ProgressDrawTarget::stderr()
         });
         let t = multi.add(match total {
             Some(n) => ProgressBar::new(n).with_style(style(
-                "total {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                "{msg} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
             )),
             None => {
-                ProgressBar::no_length().with_style(style("total {bytes} {binary_bytes_per_sec}"))
+                ProgressBar::no_length().with_style(style("{msg} {bytes} {binary_bytes_per_sec}"))
             }
         });
-        Bars {
+        let bars = Bars {
             multi,
             total: t,
             file: None,
             quiet,
+            hidden,
+            entries: (0, files),
+        };
+        bars.count();
+        bars
+    }
+
+    /// The entries done (and of how many, when known) at the head of the total bar.
+    fn count(&self) {
+        if self.hidden {
+            return;
         }
+        self.total.set_message(match self.entries {
+            (done, Some(n)) => format!("{done}/{n} files"),
+            (done, None) => format!("{done} files"),
+        });
     }
 
     /// A line above the bars; plain stderr when bars are not drawn (not a terminal), so
@@ -191,7 +216,7 @@ impl Bars {
         if self.quiet {
             return;
         }
-        if self.multi.is_hidden() {
+        if self.hidden {
             eprintln!("{s}");
         } else {
             let _ = self.multi.println(s);
@@ -224,6 +249,8 @@ impl Bars {
                     b.finish_and_clear();
                     self.multi.remove(&b);
                 }
+                self.entries.0 += 1;
+                self.count();
                 self.report(o, verb);
             }
         }
@@ -252,7 +279,7 @@ impl Bars {
             )),
             Err((code, msg)) => {
                 let line = format!("FAILED {}: {msg} ({code:?})", printable(&o.name));
-                if self.quiet || self.multi.is_hidden() {
+                if self.quiet || self.hidden {
                     eprintln!("zcnet: {line}");
                 } else {
                     let _ = self.multi.println(line);
@@ -308,7 +335,7 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         o.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
         o
     };
-    let mut bars = Bars::new(quiet, (!has_stream).then_some(total));
+    let mut bars = Bars::new(quiet, (!has_stream).then_some(total), Some(nfiles));
     let cpu0 = process_rusage().map_err(|e| e.to_string())?;
     let t0 = Instant::now();
     let report = send_session(&mut tx, srcs, &opts, &mut |p| bars.event(p, "sent"))
@@ -414,7 +441,7 @@ impl Observer for RecvLog {
     }
 
     fn progress(&self, _peer: SocketAddr) -> Box<dyn FnMut(Progress<'_>) + Send> {
-        let mut bars = Bars::new(self.quiet, None);
+        let mut bars = Bars::new(self.quiet, None, None);
         Box::new(move |p| bars.event(p, "received"))
     }
 }

@@ -7,11 +7,13 @@
 
 pub mod auth;
 pub mod digest;
+mod finish;
 pub mod handshake;
 pub mod limits;
 pub mod names;
 pub mod server;
 pub mod session;
+pub mod sparse;
 pub mod store;
 pub mod tree;
 pub mod wire;

@@ -9,8 +9,10 @@
 
 use super::auth::{self, Role};
 use super::digest::hash_prefix;
+use super::finish::{Finished, Finisher, Staged};
 use super::handshake::{HandshakeError, ReceiverHandshake};
-use super::store::{Incoming, Refusal, Store};
+use super::sparse;
+use super::store::{Refusal, Store};
 use super::wire::{
     Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
 };
@@ -37,22 +39,16 @@ const BATCH: usize = 64 << 10;
 /// Outstanding `Put`s (sent, not yet acknowledged) by default.
 pub const DEFAULT_WINDOW: usize = 64;
 
-/// Most outstanding `Put`s a sender may have. The sender reads answers only when its window
-/// is full, so every unread `Ack` must fit in the socket buffers between the two ends, or
-/// the receiver would block writing answers while the sender blocks writing files: 128 acks
-/// of at most [`PUT_ACK_MESSAGE`] bytes of text are under 70 KiB, below the 128 KiB that
-/// tcp(7)'s default `tcp_rmem` gives a receive buffer alone.
+/// Most outstanding `Put`s a sender may have. The sender reads answers when its window is
+/// full, and whenever the socket will not take more `Put`s it reads those that arrived into
+/// a buffer of its own ([`Answers`]), so the receiver never blocks for long writing answers
+/// while the sender blocks writing files, whatever the socket buffers hold: 128 acks of at
+/// most [`PUT_ACK_MESSAGE`] bytes of text are under 70 KiB, which that buffer always has
+/// room for.
 pub const MAX_WINDOW: usize = 128;
 
 /// Longest message in a `Put`'s `Ack` (the sender knows the name it sent).
 const PUT_ACK_MESSAGE: usize = 512;
-
-/// `Put`s written to their partial files and waiting for the finishing thread. Each holds two
-/// descriptors (the file and its directory), so the queue is kept short: enough to overlap
-/// reading with finishing, not a window's worth of open files per session. The session's
-/// thread waits when it is full; the finishing thread never waits on the sender (its
-/// answers fit in the socket buffers, see [`MAX_WINDOW`]), so the wait always ends.
-const FINISH_QUEUE: usize = 8;
 
 /// A session that could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -443,6 +439,7 @@ pub fn send_session(
         pending: VecDeque::new(),
         batch: Vec::new(),
         window: opts.window.clamp(1, MAX_WINDOW),
+        answers: Answers::new(),
     };
     for src in sources {
         if let (true, Source::File { path, name }) = (version >= 2, &src) {
@@ -476,7 +473,9 @@ pub fn send_session(
         let outcome = match src {
             Source::Dir { path, name } => send_dir(tx, &path, &name, version)?,
             Source::Link { name, target } => send_link(tx, &name, target, version)?,
-            Source::File { path, name } => send_one_file(tx, &path, &name, opts, progress)?,
+            Source::File { path, name } => {
+                send_one_file(tx, &path, &name, opts, version, progress)?
+            }
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
         };
         progress(Progress::Done(&outcome));
@@ -508,11 +507,25 @@ fn read_small(path: &std::path::Path) -> Result<Small, TransferError> {
     if meta.len() > PUT_THRESHOLD {
         return Ok(Small::Large);
     }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    (&file)
-        .take(PUT_THRESHOLD + 1)
-        .read_to_end(&mut data)
-        .map_err(io_err(format!("reading {}", path.display())))?;
+    // One `read` of one byte more than the size: a regular file returns fewer bytes than
+    // asked only at its end (read(2)), so getting exactly its size ends the reading; one
+    // more byte means it grew. Anything shorter reads on to the end.
+    let mut data = vec![0u8; meta.len() as usize + 1];
+    let reading = io_err(format!("reading {}", path.display()));
+    let got = loop {
+        match (&file).read(&mut data) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => break r.map_err(reading)?,
+        }
+    };
+    data.truncate(got);
+    if got as u64 != meta.len() && got > 0 {
+        // Changed (or a short read): how long it is now, up to the limit.
+        (&file)
+            .take(PUT_THRESHOLD + 1 - got as u64)
+            .read_to_end(&mut data)
+            .map_err(io_err(format!("reading {}", path.display())))?;
+    }
     Ok(match data.len() as u64 {
         n if n == meta.len() => Small::Read(data, meta),
         n if n > PUT_THRESHOLD => Small::Large,
@@ -531,6 +544,8 @@ struct Pipeline {
     /// Encoded `Put`s not yet written.
     batch: Vec<u8>,
     window: usize,
+    /// Answers read ahead: many `Ack`s per `recv`.
+    answers: Answers,
 }
 
 impl Pipeline {
@@ -575,11 +590,37 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Writes the gathered `Put`s. While the socket will not take more, it reads whatever
+    /// answers have arrived into [`Answers`] (they always fit there: a window's worth is
+    /// under 70 KiB): otherwise, with socket buffers too small for a window's answers, the
+    /// receiver could block writing answers nobody reads while this end blocks writing
+    /// files it no longer reads — a deadlock no buffer size should be able to cause.
     fn flush(&mut self, tx: &mut Sender) -> Result<(), TransferError> {
-        if !self.batch.is_empty() {
-            tx.send_slice(&self.batch)?;
-            self.batch.clear();
+        if self.batch.is_empty() {
+            return Ok(());
         }
+        let fd = tx.socket();
+        let sock = socket2::SockRef::from(&fd);
+        let timeout = sock
+            .write_timeout()
+            .map_err(|e| zcnet::Error::io("reading SO_SNDTIMEO", e))?;
+        let mut off = 0;
+        while off < self.batch.len() {
+            match sock.send_with_flags(&self.batch[off..], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let readable = self.answers.wait(&sock, timeout)?;
+                    if readable {
+                        self.answers.take_in(&sock)?;
+                    }
+                }
+                Err(e) => return Err(zcnet::Error::io("sending files", e).into()),
+            }
+        }
+        tx.stats().add_tx_copy_bytes(off as u64);
+        self.batch.clear();
         Ok(())
     }
 
@@ -592,7 +633,7 @@ impl Pipeline {
         let Some((name, bytes, verified)) = self.pending.pop_front() else {
             return Ok(());
         };
-        let outcome = await_ack(tx, &name, bytes, verified)?;
+        let outcome = ack_outcome(self.answers.frame(tx)?, &name, bytes, verified)?;
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
         Ok(())
@@ -609,7 +650,174 @@ impl Pipeline {
         while !self.pending.is_empty() {
             self.settle_one(tx, progress, report)?;
         }
+        if let Some(f) = self.answers.held()? {
+            // Nothing is due from the receiver before our next frame.
+            return Err(unexpected("nothing after the last answer", &f));
+        }
         Ok(())
+    }
+}
+
+/// The receiver's answers to a window of `Put`s, read ahead of need. Only `Put`s are ever
+/// outstanding while it is used (every other frame waits for the window to drain), and the
+/// receiver says nothing unasked, so all it can hold is their `Ack`s (or a refusal that
+/// ends the session); after the last, it must be empty.
+struct Answers {
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+}
+
+impl Answers {
+    fn new() -> Self {
+        Answers {
+            buf: vec![0; 2 * (5 + MAX_CONTROL)],
+            lo: 0,
+            hi: 0,
+        }
+    }
+
+    fn fill(&mut self, tx: &Sender, n: usize) -> Result<(), TransferError> {
+        while self.hi - self.lo < n {
+            if self.buf.len() - self.lo < n {
+                self.buf.copy_within(self.lo..self.hi, 0);
+                self.hi -= self.lo;
+                self.lo = 0;
+            }
+            let fd = tx.socket();
+            let got = match (&*socket2::SockRef::from(&fd)).read(&mut self.buf[self.hi..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => r.map_err(|e| zcnet::Error::io("reading the receiver's answer", e))?,
+            };
+            if got == 0 {
+                return Err(zcnet::Error::PeerClosed {
+                    op: "reading the receiver's answer",
+                }
+                .into());
+            }
+            self.hi += got;
+        }
+        Ok(())
+    }
+
+    fn frame(&mut self, tx: &Sender) -> Result<Frame, TransferError> {
+        self.fill(tx, 5)?;
+        let h: [u8; 5] = self.buf[self.lo..self.lo + 5].try_into().expect("5 bytes");
+        let (ty, len) = Frame::check_header(h)?;
+        if len > MAX_CONTROL {
+            return Err(TransferError::Unexpected {
+                expected: "an answer",
+                got: "data",
+            });
+        }
+        self.fill(tx, 5 + len)?;
+        let f = Frame::decode(ty, &self.buf[self.lo + 5..self.lo + 5 + len]);
+        self.lo += 5 + len;
+        Ok(f?)
+    }
+
+    /// Room for more answers, once what is held moves to the front.
+    fn room(&mut self) -> usize {
+        if self.lo > 0 {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            self.hi -= self.lo;
+            self.lo = 0;
+        }
+        self.buf.len() - self.hi
+    }
+
+    /// Waits until `sock` takes more bytes (`false`) or, while there is room here, has
+    /// answers to read (`true`); `timeout` (the socket's send timeout) bounds the wait.
+    fn wait(
+        &mut self,
+        sock: &socket2::SockRef<'_>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<bool, TransferError> {
+        use rustix::event::{PollFd, PollFlags};
+        let mut flags = PollFlags::OUT;
+        if self.room() > 0 {
+            flags |= PollFlags::IN;
+        }
+        let mut fds = [PollFd::from_borrowed_fd(
+            std::os::fd::AsFd::as_fd(&**sock),
+            flags,
+        )];
+        let limit = timeout.map(|t| {
+            rustix::event::Timespec::try_from(t).unwrap_or(rustix::event::Timespec {
+                tv_sec: i64::MAX,
+                tv_nsec: 0,
+            })
+        });
+        let n = loop {
+            match rustix::event::poll(&mut fds, limit.as_ref()) {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => break r.map_err(|e| zcnet::Error::io("waiting to send", e.into()))?,
+            }
+        };
+        if n == 0 {
+            return Err(zcnet::Error::io(
+                "sending files",
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the receiver took nothing for {:?}",
+                        timeout.unwrap_or_default()
+                    ),
+                ),
+            )
+            .into());
+        }
+        let got = fds[0].revents();
+        Ok(got.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR))
+    }
+
+    /// Reads the answers that have arrived, without waiting.
+    fn take_in(&mut self, sock: &socket2::SockRef<'_>) -> Result<(), TransferError> {
+        let room = self.room();
+        let hi = self.hi;
+        // `poll` said there are bytes (or an end): this `read` does not wait.
+        match (&**sock).read(&mut self.buf[hi..hi + room]) {
+            Ok(0) => Err(zcnet::Error::PeerClosed {
+                op: "reading the receiver's answer",
+            }
+            .into()),
+            Ok(n) => {
+                self.hi += n;
+                Ok(())
+            }
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(zcnet::Error::io("reading the receiver's answer", e).into()),
+        }
+    }
+
+    /// A whole frame already read (the receiver spoke out of turn), if any.
+    fn held(&mut self) -> Result<Option<Frame>, TransferError> {
+        if self.lo == self.hi {
+            return Ok(None);
+        }
+        if self.hi - self.lo < 5 {
+            return Err(TransferError::Unexpected {
+                expected: "nothing after the last answer",
+                got: "bytes",
+            });
+        }
+        let h: [u8; 5] = self.buf[self.lo..self.lo + 5].try_into().expect("5 bytes");
+        let (ty, len) = Frame::check_header(h)?;
+        if self.hi - self.lo < 5 + len {
+            return Err(TransferError::Unexpected {
+                expected: "nothing after the last answer",
+                got: "bytes",
+            });
+        }
+        Ok(Some(Frame::decode(
+            ty,
+            &self.buf[self.lo + 5..self.lo + 5 + len],
+        )?))
     }
 }
 
@@ -630,7 +838,16 @@ fn await_ack(
     bytes: u64,
     verified: bool,
 ) -> Result<FileOutcome, TransferError> {
-    match read_frame_from_sender_side(tx)? {
+    ack_outcome(read_frame_from_sender_side(tx)?, name, bytes, verified)
+}
+
+fn ack_outcome(
+    frame: Frame,
+    name: &str,
+    bytes: u64,
+    verified: bool,
+) -> Result<FileOutcome, TransferError> {
+    match frame {
         Frame::Ack { code, message, .. } => Ok(FileOutcome {
             entry: Entry::File,
             name: name.into(),
@@ -721,6 +938,7 @@ fn send_one_file(
     path: &std::path::Path,
     name: &str,
     opts: &SendOptions,
+    version: u16,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<FileOutcome, TransferError> {
     let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
@@ -759,30 +977,58 @@ fn send_one_file(
         },
         _ => 0,
     };
-    tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
+    // Holes are not sent (version 4): only the data extents, back to back.
+    let extents = match version >= 4 {
+        true => sparse::data_extents(&file, start, size)
+            .map_err(io_err(format!("finding the holes of {}", path.display())))?,
+        false => None,
+    };
+    let ranges = match extents {
+        Some(extents) => {
+            tx.send_slice(
+                &Frame::StartSparse {
+                    offset: start,
+                    extents: extents.clone(),
+                }
+                .to_bytes(),
+            )?;
+            extents
+        }
+        None => {
+            tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
+            vec![(start, size - start)]
+        }
+    };
     progress(Progress::Start(name, Some(size), start));
     let hash = std::thread::scope(|s| -> Result<Option<[u8; 32]>, TransferError> {
         // The hash is computed from the page cache on another thread, off the data path.
         let hasher = opts.verify.then(|| s.spawn(|| hash_prefix(&file, size)));
-        let mut off = start;
         let shrank = |got| TransferError::Shrank {
             name: name.into(),
             expected: size,
             got,
         };
-        while off < size {
-            let n = match tx.send_file(&file, off, (size - off).min(STEP)) {
-                Ok(n) => n,
-                Err(zcnet::Error::Truncated { got, .. }) => return Err(shrank(off + got)),
-                Err(zcnet::Error::RangeBeyondEof { .. }) => return Err(shrank(off)),
-                Err(e) => return Err(e.into()),
-            };
-            if n == 0 {
-                return Err(shrank(off));
+        let mut done = start;
+        for &(from, len) in &ranges {
+            // A hole before this extent: counted, not sent.
+            progress(Progress::Bytes(from - done));
+            let (mut off, end) = (from, from + len);
+            while off < end {
+                let n = match tx.send_file(&file, off, (end - off).min(STEP)) {
+                    Ok(n) => n,
+                    Err(zcnet::Error::Truncated { got, .. }) => return Err(shrank(off + got)),
+                    Err(zcnet::Error::RangeBeyondEof { .. }) => return Err(shrank(off)),
+                    Err(e) => return Err(e.into()),
+                };
+                if n == 0 {
+                    return Err(shrank(off));
+                }
+                off += n;
+                progress(Progress::Bytes(n));
             }
-            off += n;
-            progress(Progress::Bytes(n));
+            done = end;
         }
+        progress(Progress::Bytes(size - done));
         // `sendfile` stops at the announced size, so a file appended to meanwhile would
         // arrive cut short yet verified (the hash covers the same prefix): fail it instead.
         let now = file
@@ -940,7 +1186,7 @@ fn receive_files_in<'scope>(
         if !matches!(frame, Frame::Put { .. }) {
             // Every `Put`'s answer goes out before whatever this frame asks for.
             if let Some(f) = finisher.take() {
-                f.settle(progress, &mut report)?;
+                report_finished(f.settle(), progress, &mut report)?;
             }
         }
         let (name, size, mode, mtime_s, mtime_ns, verify) = match frame {
@@ -976,11 +1222,19 @@ fn receive_files_in<'scope>(
                 )?;
                 progress(Progress::Bytes(size));
                 if finisher.is_none() {
-                    finisher = Some(Finisher::start(scope, rx)?);
+                    let sock = rx
+                        .socket()
+                        .try_clone_to_owned()
+                        .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+                    finisher = Some(
+                        Finisher::start(scope, sock, PUT_ACK_MESSAGE)
+                            .map_err(io_err("starting the thread that finishes files"))?,
+                    );
                 }
                 let f = finisher.as_mut().expect("started above");
-                f.hand_over(staged)?;
-                f.collect(progress, &mut report)?;
+                f.hand_over(staged)
+                    .map_err(|e| zcnet::Error::io("finishing files", e))?;
+                report_finished(f.collect(), progress, &mut report)?;
                 continue;
             }
             Frame::Dir { name, mode } if version >= 3 => {
@@ -1033,8 +1287,18 @@ fn receive_files_in<'scope>(
                 prefix: inc.prefix(),
             },
         )?;
+        let mut extents = None;
         let start = match read_frame_receiver_side(rx)? {
             Some(Frame::Start { offset }) => offset,
+            Some(Frame::StartSparse {
+                offset,
+                extents: list,
+            }) if version >= 4 && announced.is_some() => {
+                let size = announced.unwrap_or(0);
+                sparse::check_extents(&list, offset, size)?;
+                extents = Some(list);
+                offset
+            }
             Some(Frame::Abort { message }) => {
                 // As the protocol says: the file's data is discarded, its space released.
                 inc.discard();
@@ -1072,26 +1336,52 @@ fn receive_files_in<'scope>(
         let mut got = 0u64;
         let data_result: Result<(), Refusal> = match announced {
             Some(size) => {
-                let mut off = start;
-                while off < size {
-                    let want = (size - off).min(STEP);
-                    let n = match rx.recv_to_file(inc.file(), off, want) {
-                        Ok(n) => n,
-                        Err(zcnet::Error::Truncated { got: g, .. }) => {
-                            return Err(TransferError::Truncated {
-                                name,
-                                expected: size,
-                                got: off - start + g,
-                            })
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
-                    off += n;
-                    got += n;
-                    progress(Progress::Bytes(n));
+                let ranges = match extents {
+                    Some(x) => {
+                        // Holes stay unwritten: the space reserved for them goes back.
+                        sparse::unreserve(inc.file());
+                        x
+                    }
+                    None => vec![(start, size - start)],
+                };
+                let mut done = start;
+                for (from, len) in ranges {
+                    progress(Progress::Bytes(from - done));
+                    let (mut off, end) = (from, from + len);
+                    while off < end {
+                        let want = (end - off).min(STEP);
+                        let n = match rx.recv_to_file(inc.file(), off, want) {
+                            Ok(n) => n,
+                            Err(zcnet::Error::Truncated { got: g, .. }) => {
+                                return Err(TransferError::Truncated {
+                                    name,
+                                    expected: size,
+                                    got: got + g,
+                                })
+                            }
+                            Err(e) => return Err(e.into()),
+                        };
+                        off += n;
+                        got += n;
+                        progress(Progress::Bytes(n));
+                    }
+                    done = end;
                 }
-                // Charged against the cap when the file began (its reservation).
-                Ok(())
+                progress(Progress::Bytes(size - done));
+                // A hole at the end: the length, without writing it.
+                let extend = match inc.file().metadata() {
+                    Ok(m) if m.len() < size => inc.file().set_len(size),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                match extend {
+                    // Charged against the cap when the file began (its reservation).
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(Refusal {
+                        code: Code::Io,
+                        message: format!("setting the length of {name:?}: {e}"),
+                    }),
+                }
             }
             None => {
                 let mut res = Ok(());
@@ -1267,9 +1557,9 @@ impl ReadAhead {
 }
 
 /// One version-2 `Put`: its bytes and trailer are read whatever the store decides (they are
-/// on the wire already), then the file goes through the same rules as any other — its own
-/// `O_EXCL` partial file here; length and hash checked, fsync, rename, directory fsync by
-/// the [`Finisher`], which only then sends the `Ack`.
+/// on the wire already), then the file goes through the same rules as any other — hash
+/// checked and written to its own `O_EXCL` partial file here ([`Store::put`]); fsync,
+/// rename, directory fsync by the [`Finisher`], which only then sends the `Ack`.
 #[allow(clippy::too_many_arguments)]
 fn receive_put(
     rx: &mut Receiver,
@@ -1292,16 +1582,7 @@ fn receive_put(
         });
     }
     let hash = trailer_hash(ahead.frame(rx)?, verify)?;
-    let began = store.begin(&name, Some(size), false).and_then(|mut inc| {
-        if let Err(e) = inc.file().write_all_at(&data, 0) {
-            inc.discard();
-            return Err(Refusal {
-                code: Code::Io,
-                message: format!("writing {name:?}: {e}"),
-            });
-        }
-        Ok(inc)
-    });
+    let began = store.put(&name, &data, hash);
     Ok(Staged {
         name,
         size,
@@ -1312,131 +1593,27 @@ fn receive_put(
     })
 }
 
-/// A `Put` read whole and written to its partial file (or refused), waiting for its checks,
-/// fsync and rename.
-struct Staged {
-    name: String,
-    size: u64,
-    mode: u32,
-    mtime: (i64, u32),
-    hash: Option<[u8; 32]>,
-    began: Result<Incoming, Refusal>,
-}
-
-/// Finishes `Put`s on a second thread, in order, while the session's thread reads the next
-/// ones: the length and hash check, mode, mtime, fsync, rename and directory fsync of one
-/// file overlap the reading of the next. Each `Ack` is written by this thread after its
-/// file's rename and directory fsync, so an `Ack` keeps its meaning; the answers stay in
-/// sending order because one thread sends them all.
-struct Finisher {
-    jobs: std::sync::mpsc::SyncSender<Staged>,
-    done: std::sync::mpsc::Receiver<Result<FileOutcome, TransferError>>,
-}
-
-impl Finisher {
-    fn start<'scope>(
-        scope: &'scope std::thread::Scope<'scope, '_>,
-        rx: &Receiver,
-    ) -> Result<Finisher, TransferError> {
-        let sock = rx
-            .socket()
-            .try_clone_to_owned()
-            .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
-        let (jobs, queue) = std::sync::mpsc::sync_channel::<Staged>(FINISH_QUEUE);
-        let (tell, done) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("zcnet finish".into())
-            .spawn_scoped(scope, move || {
-                for staged in queue {
-                    let r = finish_put(&sock, staged);
-                    let failed = r.is_err();
-                    if tell.send(r).is_err() || failed {
-                        return;
-                    }
-                }
-            })
-            .map_err(io_err("starting the thread that finishes files"))?;
-        Ok(Finisher { jobs, done })
-    }
-
-    fn hand_over(&mut self, staged: Staged) -> Result<(), TransferError> {
-        if self.jobs.send(staged).is_err() {
-            // The thread stopped on an error: it is waiting in `done`.
-            return match self.done.recv() {
-                Ok(Err(e)) => Err(e),
-                _ => Err(io_err("finishing files")(io::Error::other(
-                    "the finishing thread ended",
-                ))),
-            };
-        }
-        Ok(())
-    }
-
-    /// Reports the files finished so far.
-    fn collect(
-        &mut self,
-        progress: &mut dyn FnMut(Progress<'_>),
-        report: &mut SessionReport,
-    ) -> Result<(), TransferError> {
-        while let Ok(r) = self.done.try_recv() {
-            let o = r?;
-            progress(Progress::Done(&o));
-            report.files.push(o);
-        }
-        Ok(())
-    }
-
-    /// Waits for every handed-over file to be finished and answered.
-    fn settle(
-        self,
-        progress: &mut dyn FnMut(Progress<'_>),
-        report: &mut SessionReport,
-    ) -> Result<(), TransferError> {
-        drop(self.jobs);
-        for r in self.done {
-            let o = r?;
-            progress(Progress::Done(&o));
-            report.files.push(o);
-        }
-        Ok(())
-    }
-}
-
-fn finish_put(sock: &std::os::fd::OwnedFd, st: Staged) -> Result<FileOutcome, TransferError> {
-    let Staged {
-        name,
-        size,
-        mode,
-        mtime,
-        hash,
-        began,
-    } = st;
-    let result = began.and_then(|inc| inc.finish(hash, mode, mtime));
-    let (code, bytes, mut message) = match &result {
-        Ok(len) => (Code::Ok, *len, String::new()),
-        Err(r) => (r.code, size, r.message.clone()),
-    };
-    if message.len() > PUT_ACK_MESSAGE {
-        let mut cut = PUT_ACK_MESSAGE;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-    }
-    let ack = Frame::Ack {
-        code,
-        bytes,
-        message,
-    }
-    .to_bytes();
-    (&*socket2::SockRef::from(sock))
-        .write_all(&ack)
-        .map_err(|e| zcnet::Error::io("answering the sender", e))?;
-    Ok(FileOutcome {
+/// The outcome of a finished `Put` in the report.
+fn put_outcome(f: Finished) -> FileOutcome {
+    FileOutcome {
         entry: Entry::File,
-        name,
-        bytes: size,
-        verified: hash.is_some() && result.is_ok(),
-        result: result.map(|_| ()).map_err(|r| (r.code, r.message)),
-    })
+        name: f.name,
+        bytes: f.size,
+        verified: f.verified,
+        result: f.result.map(|_| ()).map_err(|r| (r.code, r.message)),
+    }
+}
+
+/// Reports files the finishing thread is done with.
+fn report_finished(
+    finished: io::Result<Vec<Finished>>,
+    progress: &mut dyn FnMut(Progress<'_>),
+    report: &mut SessionReport,
+) -> Result<(), TransferError> {
+    for f in finished.map_err(|e| zcnet::Error::io("finishing files", e))? {
+        let o = put_outcome(f);
+        progress(Progress::Done(&o));
+        report.files.push(o);
+    }
+    Ok(())
 }

@@ -8,7 +8,8 @@
 //!   outside it;
 //! * each session writes its own partial file, `NAME.<owner>.<random>.partial`, created with
 //!   `O_CREAT | O_EXCL` — never opened through an existing name, so a planted hard link or
-//!   symlink is never written through — and held under `flock(LOCK_EX)` while in use;
+//!   symlink is never written through — and, when it may be resumed, held under
+//!   `flock(LOCK_EX)` while in use (a `Put`'s, never resumed, has a longer tag instead);
 //! * only after the length and the BLAKE3 hash check out is the partial file fsynced, given
 //!   its mode (setuid, setgid and sticky bits dropped unless asked) and mtime, and renamed
 //!   onto `NAME` — `renameat2(RENAME_NOREPLACE)` unless overwriting, so of two sessions
@@ -33,6 +34,7 @@ use std::fs::File;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -54,7 +56,7 @@ impl Refusal {
         }
     }
 
-    fn io(what: &str, name: &str, e: io::Error) -> Self {
+    pub(crate) fn io(what: &str, name: &str, e: io::Error) -> Self {
         Refusal::new(Code::Io, format!("{what} {name:?}: {e}"))
     }
 }
@@ -192,7 +194,22 @@ pub struct Store {
     quota: Option<Arc<Quota>>,
     keys: Vec<String>,
     owner: String,
+    /// Directories already opened beneath `dir` this session, by their path: a tree's files
+    /// share a few directories, and walking each one's path again (`mkdirat`, `openat2` and
+    /// `close` per component) was most of a small file's cost. Each was opened by the same
+    /// rules; a directory moved away while the session runs takes the files after it along.
+    dirs: HashMap<String, Arc<OwnedFd>>,
+    /// Random bytes for partial-file names, fetched in bulk.
+    random: Vec<u8>,
 }
+
+/// Most directories a [`Store`] keeps open (it forgets them all when full).
+const DIR_CACHE: usize = 256;
+
+/// Partial files of `Put`s carry a longer random tag than resumable ones, so that
+/// [`find_resumable`] never picks one up: a `Put` is resent whole, never resumed, and so its
+/// partial file needs no lock.
+const PUT_TAG_BYTES: usize = 8;
 
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
 
@@ -222,10 +239,15 @@ fn release_reservation(file: &File) -> io::Result<u64> {
     Ok(len)
 }
 
-fn random_hex() -> io::Result<String> {
-    let mut b = [0u8; 4];
-    getrandom::fill(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(b.iter().map(|b| format!("{b:02x}")).collect())
+/// `n` random bytes as hex, taken from `pool` (refilled with one `getrandom` call when short).
+fn random_hex(pool: &mut Vec<u8>, n: usize) -> io::Result<String> {
+    if pool.len() < n {
+        let mut b = vec![0u8; 512];
+        getrandom::fill(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+        pool.extend_from_slice(&b);
+    }
+    let take = pool.split_off(pool.len() - n);
+    Ok(take.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Store {
@@ -254,6 +276,8 @@ impl Store {
             quota,
             keys: sender.keys(),
             owner: sender.owner(),
+            dirs: HashMap::new(),
+            random: Vec::new(),
         })
     }
 
@@ -269,7 +293,24 @@ impl Store {
 
     /// Opens (creating as needed) the directories `dirs` of `name`, one component at a time
     /// beneath the target directory, never following a symlink.
-    fn parent(&self, name: &str, dirs: &[&str]) -> Result<OwnedFd, Refusal> {
+    /// Opened directories are kept for the session (see [`Store::dirs`]).
+    fn parent(&mut self, name: &str, dirs: &[&str]) -> Result<Arc<OwnedFd>, Refusal> {
+        let key = dirs.join("/");
+        if let Some(fd) = self.dirs.get(&key) {
+            return Ok(fd.clone());
+        }
+        let fd = Arc::new(self.open_parent(name, dirs)?);
+        if self.opts.resume {
+            sweep_put_partials(&fd, &self.owner);
+        }
+        if self.dirs.len() >= DIR_CACHE {
+            self.dirs.clear();
+        }
+        self.dirs.insert(key, fd.clone());
+        Ok(fd)
+    }
+
+    fn open_parent(&self, name: &str, dirs: &[&str]) -> Result<OwnedFd, Refusal> {
         let mut parent =
             rustix::io::dup(&self.dir).map_err(|e| Refusal::io("opening", name, e.into()))?;
         for d in dirs {
@@ -378,10 +419,15 @@ impl Store {
             }
         }
         let parent = self.parent(name, dirs)?;
-        match rustix::fs::statat(&parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
+        match rustix::fs::statat(&*parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => {
                 let is_reg = rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::RegularFile;
+                if let (true, true, Some(size)) = (self.opts.resume, verified && is_reg, size) {
+                    if let Some(inc) = self.already_there(&parent, leaf, name, size)? {
+                        return Ok(inc);
+                    }
+                }
                 if !self.opts.overwrite {
                     return Err(Refusal::new(
                         Code::Exists,
@@ -407,7 +453,7 @@ impl Store {
         let (file, partial, created) = match resumed {
             Some((f, p)) => (f, p, false),
             None => {
-                let (f, p) = create_partial(&parent, &prefix_of_ours)
+                let (f, p) = create_partial(&parent, &prefix_of_ours, &mut self.random, 4, true)
                     .map_err(|e| Refusal::io("creating a partial file for", name, e))?;
                 (f, p, true)
             }
@@ -427,6 +473,10 @@ impl Store {
             keys: self.keys.clone(),
             reserved: 0,
             settled: false,
+            written: false,
+            looked: true,
+            existing: false,
+            owner: self.owner.clone(),
         };
         if !created {
             let have = inc
@@ -469,17 +519,169 @@ impl Store {
         }
     }
 
+    /// With `--resume`, a final file already under `name` with the announced length (a
+    /// rerun after an interruption): offered as a partial file that is complete, with the
+    /// hash of its contents, so a sender whose file hashes the same sends nothing more and is
+    /// answered once it is checked again and synced. It is never modified: no mode or mtime
+    /// is set, nothing renamed, and a sender whose bytes differ starts a partial file of its
+    /// own (refused at the rename unless overwriting). `None`: no such file.
+    fn already_there(
+        &mut self,
+        parent: &Arc<OwnedFd>,
+        leaf: &str,
+        name: &str,
+        size: u64,
+    ) -> Result<Option<Incoming>, Refusal> {
+        let Ok(fd) = open_beneath(&**parent, leaf, OFlags::RDONLY, 0) else {
+            return Ok(None);
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| Refusal::io("checking", name, e.into()))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            || st.st_size as u64 != size
+        {
+            return Ok(None);
+        }
+        let file = File::from(fd);
+        let prefix = hash_prefix(&file, size).map_err(|e| Refusal::io("hashing", name, e))?;
+        Ok(Some(Incoming {
+            parent: parent.clone(),
+            leaf: leaf.to_string(),
+            partial: leaf.to_string(),
+            file,
+            name: name.to_string(),
+            size: Some(size),
+            offset: size,
+            prefix: Some(prefix),
+            overwrite: self.opts.overwrite,
+            keep_special_bits: self.opts.keep_special_bits,
+            quota: self.quota.clone(),
+            keys: self.keys.clone(),
+            reserved: 0,
+            settled: true,
+            written: false,
+            looked: true,
+            existing: true,
+            owner: self.owner.clone(),
+        }))
+    }
+
+    /// Writes a whole small file (a `Put`, already read from the wire) to a new partial file
+    /// of its own, after checking `data` against the sender's `hash` when it sent one: a
+    /// mismatch creates nothing. The bytes written are the bytes hashed, so
+    /// [`Incoming::check`] does not read them back. No resume (a `Put` is resent whole, and
+    /// its longer tag keeps [`find_resumable`] away, so no lock either), no space
+    /// reservation (the bytes go at once; the quota is charged for them), and without
+    /// overwriting no look at the final name beforehand: `RENAME_NOREPLACE` refuses an
+    /// existing one.
+    pub fn put(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        hash: Option<[u8; 32]>,
+    ) -> Result<Incoming, Refusal> {
+        let parts = components(name)?;
+        let (leaf, dirs) = parts.split_last().expect("components() is never empty");
+        let size = data.len() as u64;
+        if let Some(want) = hash {
+            if *blake3::hash(data).as_bytes() != want {
+                return Err(Refusal::new(
+                    Code::HashMismatch,
+                    format!("{name:?}: BLAKE3 hash of the received data differs from the sender's"),
+                ));
+            }
+        }
+        let parent = self.parent(name, dirs)?;
+        if let (true, Some(want)) = (self.opts.resume, hash) {
+            if let Some(mut inc) = self.already_there(&parent, leaf, name, size)? {
+                if inc.prefix == Some(want) {
+                    inc.written = true;
+                    return Ok(inc);
+                }
+            }
+        }
+        if self.opts.overwrite {
+            match rustix::fs::statat(&*parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st)
+                    if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        != rustix::fs::FileType::RegularFile =>
+                {
+                    return Err(Refusal::new(
+                        Code::Exists,
+                        format!("{name:?} exists and is not a regular file"),
+                    ))
+                }
+                Ok(_) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(Refusal::io("checking", name, e.into())),
+            }
+        }
+        if let Some(q) = &self.quota {
+            q.charge(&self.keys, size)
+                .map_err(|used| self.too_large(name, size, used))?;
+        }
+        let prefix_of_ours = format!("{leaf}.{}.", self.owner);
+        let created = create_partial(
+            &parent,
+            &prefix_of_ours,
+            &mut self.random,
+            PUT_TAG_BYTES,
+            // Locked when resuming, so that another session's sweep leaves it alone.
+            self.opts.resume,
+        );
+        let (file, partial) = match created {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(q) = &self.quota {
+                    q.refund(&self.keys, size);
+                }
+                return Err(Refusal::io("creating a partial file for", name, e));
+            }
+        };
+        let mut inc = Incoming {
+            parent,
+            leaf: leaf.to_string(),
+            partial,
+            file,
+            name: name.to_string(),
+            size: Some(size),
+            offset: 0,
+            prefix: None,
+            overwrite: self.opts.overwrite,
+            keep_special_bits: self.opts.keep_special_bits,
+            quota: self.quota.clone(),
+            keys: self.keys.clone(),
+            reserved: size,
+            settled: false,
+            written: true,
+            looked: self.opts.overwrite,
+            existing: false,
+            owner: self.owner.clone(),
+        };
+        if let Err(e) = inc.file.write_all_at(data, 0) {
+            inc.discard();
+            return Err(Refusal::io("writing", name, e));
+        }
+        Ok(inc)
+    }
+
     /// The owner tag in this sender's partial file names.
     pub fn owner(&self) -> &str {
         &self.owner
     }
 }
 
-/// A new partial file `PREFIX<random>.partial`, created exclusively and locked.
-fn create_partial(parent: &OwnedFd, prefix: &str) -> io::Result<(File, String)> {
+/// A new partial file `PREFIX<random>.partial` (`tag_bytes` random bytes in hex), created
+/// exclusively, and locked when `lock` (resumable ones: locked before anyone resuming could
+/// take it).
+fn create_partial(
+    parent: &OwnedFd,
+    prefix: &str,
+    random: &mut Vec<u8>,
+    tag_bytes: usize,
+    lock: bool,
+) -> io::Result<(File, String)> {
     let mut last = io::Error::other("no unique name found");
     for _ in 0..16 {
-        let name = format!("{prefix}{}{PARTIAL_SUFFIX}", random_hex()?);
+        let name = format!("{prefix}{}{PARTIAL_SUFFIX}", random_hex(random, tag_bytes)?);
         match open_beneath(
             parent,
             &name,
@@ -487,8 +689,8 @@ fn create_partial(parent: &OwnedFd, prefix: &str) -> io::Result<(File, String)> 
             0o600,
         ) {
             Ok(fd) => {
-                // Locked before anyone resuming could take it.
-                if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err() {
+                if lock && rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err()
+                {
                     last = io::Error::other("a fresh partial file was locked by another session");
                     continue;
                 }
@@ -499,6 +701,43 @@ fn create_partial(parent: &OwnedFd, prefix: &str) -> io::Result<(File, String)> 
         }
     }
     Err(last)
+}
+
+/// With `--resume`, removes the partial files an interrupted session of this owner left for
+/// `Put`s in `dir` (their tag is [`PUT_TAG_BYTES`] long): a `Put` is always sent whole again,
+/// so they would only stay behind. One in use is locked (a resuming receiver locks its
+/// `Put` partial files) and kept. Best effort: what cannot be checked is left.
+fn sweep_put_partials(dir: &OwnedFd, owner: &str) {
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+        return;
+    };
+    let marker = format!(".{owner}.");
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        let Some(rest) = name.strip_suffix(PARTIAL_SUFFIX) else {
+            continue;
+        };
+        let Some(at) = rest.rfind(&marker) else {
+            continue;
+        };
+        let tag = &rest[at + marker.len()..];
+        if tag.len() != 2 * PUT_TAG_BYTES || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let name = name.to_string();
+        let Ok(fd) = open_beneath(dir, &name, OFlags::RDONLY, 0) else {
+            continue;
+        };
+        let stale = rustix::fs::fstat(&fd).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                && st.st_nlink == 1
+        }) && rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok();
+        if stale {
+            let _ = rustix::fs::unlinkat(dir, &name, AtFlags::empty());
+        }
+    }
 }
 
 /// The first partial file named `PREFIX*.partial` that is a regular file with one link and
@@ -543,7 +782,7 @@ fn find_resumable(parent: &OwnedFd, prefix: &str) -> Option<(File, String)> {
 /// keeps the bytes that arrived for `--resume`, and removes the partial file if none did.
 #[derive(Debug)]
 pub struct Incoming {
-    parent: OwnedFd,
+    parent: Arc<OwnedFd>,
     leaf: String,
     partial: String,
     file: File,
@@ -559,6 +798,17 @@ pub struct Incoming {
     reserved: u64,
     /// Finished, discarded or released: nothing left to do on drop.
     settled: bool,
+    /// Written whole by [`Store::put`] from bytes it hashed: [`Incoming::check`] need not
+    /// read them back.
+    written: bool,
+    /// The final name was looked at when the file began (so an existing one found at the
+    /// rename appeared during the transfer).
+    looked: bool,
+    /// The final file itself, already there whole ([`Store::already_there`]): never written,
+    /// stamped, renamed or removed.
+    existing: bool,
+    /// The owner tag for partial file names.
+    owner: String,
 }
 
 impl Incoming {
@@ -624,6 +874,23 @@ impl Incoming {
 
     /// The sender will not resume: start the partial file over.
     pub fn restart(&mut self) -> Result<(), Refusal> {
+        if self.existing {
+            // The sender's file differs from the one already there: a partial file of its
+            // own, never the final one truncated.
+            let prefix = format!("{}.{}.", self.leaf, self.owner);
+            let (file, partial) =
+                create_partial(&self.parent, &prefix, &mut Vec::new(), 4, true)
+                    .map_err(|e| Refusal::io("creating a partial file for", &self.name, e))?;
+            self.file = file;
+            self.partial = partial;
+            self.existing = false;
+            self.settled = false;
+            self.looked = false;
+            self.offset = 0;
+            self.prefix = None;
+            let size = self.size.unwrap_or(0);
+            return self.reserve(size);
+        }
         self.file
             .set_len(0)
             .map_err(|e| Refusal::io("truncating", &self.partial, e))?;
@@ -643,42 +910,69 @@ impl Incoming {
         self.reserved = 0;
     }
 
-    /// Verifies length and hash, syncs, sets mode and mtime, and renames onto the final name.
-    /// On a failed check the partial file is removed (its bytes are wrong) and the refusal
-    /// says why; nothing with the final name is created.
+    /// Verifies length and hash, sets mode and mtime, syncs, renames onto the final name and
+    /// syncs its directory: [`Incoming::check`], [`Checked::sync`], [`Checked::publish`] and
+    /// [`sync_dir`] in a row. On a failed check the partial file is removed (its bytes are
+    /// wrong) and the refusal says why; nothing with the final name is created.
     pub fn finish(
-        mut self,
+        self,
         hash: Option<[u8; 32]>,
         mode: u32,
         mtime: (i64, u32),
     ) -> Result<u64, Refusal> {
-        let len = self
-            .file
-            .metadata()
-            .map_err(|e| Refusal::io("checking", &self.partial, e))?
-            .len();
-        if let Some(s) = self.size {
-            if len != s {
-                self.discard();
-                return Err(Refusal::new(
-                    Code::Length,
-                    format!("{:?}: received {len} bytes, announced {s}", self.name),
-                ));
+        let checked = self.check(hash, mode, mtime)?;
+        checked.sync()?;
+        let published = checked.publish()?;
+        sync_dir(published.parent())
+            .map_err(|e| Refusal::io("syncing the directory of", published.name(), e))?;
+        Ok(published.bytes())
+    }
+
+    /// The checks before a file may become final: its length is the announced one and its
+    /// BLAKE3 hash the sender's `hash` (read back from the partial file, unless
+    /// [`Store::put`] wrote it from bytes it had checked); then its mode (special bits
+    /// dropped unless kept) and mtime are set. A failed check removes the partial file.
+    pub fn check(
+        mut self,
+        hash: Option<[u8; 32]>,
+        mode: u32,
+        mtime: (i64, u32),
+    ) -> Result<Checked, Refusal> {
+        let len = if self.written {
+            self.size.expect("a put has its size")
+        } else {
+            let len = self
+                .file
+                .metadata()
+                .map_err(|e| Refusal::io("checking", &self.partial, e))?
+                .len();
+            if let Some(s) = self.size {
+                if len != s {
+                    self.discard();
+                    return Err(Refusal::new(
+                        Code::Length,
+                        format!("{:?}: received {len} bytes, announced {s}", self.name),
+                    ));
+                }
             }
-        }
-        if let Some(want) = hash {
-            let got = hash_prefix(&self.file, len)
-                .map_err(|e| Refusal::io("hashing", &self.partial, e))?;
-            if got != want {
-                self.discard();
-                return Err(Refusal::new(
-                    Code::HashMismatch,
-                    format!(
-                        "{:?}: BLAKE3 hash of the received data differs from the sender's",
-                        self.name
-                    ),
-                ));
+            if let Some(want) = hash {
+                let got = hash_prefix(&self.file, len)
+                    .map_err(|e| Refusal::io("hashing", &self.partial, e))?;
+                if got != want {
+                    self.discard();
+                    return Err(Refusal::new(
+                        Code::HashMismatch,
+                        format!(
+                            "{:?}: BLAKE3 hash of the received data differs from the sender's",
+                            self.name
+                        ),
+                    ));
+                }
             }
+            len
+        };
+        if self.existing {
+            return Ok(Checked { inc: self, len });
         }
         let keep = if self.keep_special_bits {
             0o7777
@@ -700,36 +994,16 @@ impl Incoming {
             },
         )
         .map_err(|e| io_err("setting mtime of", e.into()))?;
-        self.file.sync_all().map_err(|e| io_err("syncing", e))?;
-        let flags = if self.overwrite {
-            RenameFlags::empty()
-        } else {
-            RenameFlags::NOREPLACE
-        };
-        let renamed =
-            rustix::fs::renameat_with(&self.parent, &self.partial, &self.parent, &self.leaf, flags);
-        if let Err(e) = renamed {
-            let name = self.name.clone();
-            self.discard();
-            return Err(if e == rustix::io::Errno::EXIST {
-                Refusal::new(
-                    Code::Exists,
-                    format!("{name:?} appeared during the transfer (another sender finished it first); use --overwrite to replace it"),
-                )
-            } else {
-                Refusal::io("renaming", &name, e.into())
-            });
-        }
-        self.settle_quota(len);
-        self.settled = true;
-        rustix::fs::fsync(&self.parent)
-            .map_err(|e| Refusal::io("syncing the directory of", &self.name, e.into()))?;
-        Ok(len)
+        Ok(Checked { inc: self, len })
     }
 
     /// Removes the partial file (its contents are wrong or unwanted) and gives back the
     /// reservation.
     pub fn discard(&mut self) {
+        if self.existing {
+            self.settled = true;
+            return;
+        }
         let on_disk = self.file.metadata().map(|m| m.len()).unwrap_or(0);
         self.settle_quota(on_disk);
         let _ = rustix::fs::unlinkat(&self.parent, &self.partial, AtFlags::empty());
@@ -761,6 +1035,121 @@ impl Drop for Incoming {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// A received file whose length and hash checked out and whose mode and mtime are set: it
+/// still has to be made durable ([`Checked::sync`], or an `fsync` of [`Checked::file`]
+/// elsewhere, e.g. on a pool of threads) before [`Checked::publish`] gives it its name.
+/// Dropped before that, it is an early end like an [`Incoming`]'s (the bytes stay, partial).
+#[derive(Debug)]
+pub struct Checked {
+    inc: Incoming,
+    len: u64,
+}
+
+impl Checked {
+    /// The partial file (to `fsync`).
+    pub fn file(&self) -> &File {
+        &self.inc.file
+    }
+
+    /// The name as sent.
+    pub fn name(&self) -> &str {
+        &self.inc.name
+    }
+
+    /// `fsync(2)`s the file; on failure removes the partial file (whether its bytes reached
+    /// the disk is unknown) and says why.
+    pub fn sync(&self) -> Result<(), Refusal> {
+        self.inc.file.sync_all().map_err(|e| self.sync_failed(e))
+    }
+
+    /// The refusal for a failed `fsync` of this file.
+    pub fn sync_failed(&self, e: io::Error) -> Refusal {
+        Refusal::io("syncing", &self.inc.name, e)
+    }
+
+    /// Gives up on the file (its sync failed): the partial file is removed.
+    pub fn discard(mut self) {
+        self.inc.discard();
+    }
+
+    /// Renames the (synced) partial file onto its final name — `RENAME_NOREPLACE` unless
+    /// overwriting — and settles the quota. The name is durable only once its directory is
+    /// synced ([`sync_dir`] of [`Published::parent`]).
+    pub fn publish(mut self) -> Result<Published, Refusal> {
+        let inc = &mut self.inc;
+        if inc.existing {
+            return Ok(Published {
+                parent: inc.parent.clone(),
+                name: inc.name.clone(),
+                len: self.len,
+            });
+        }
+        let flags = if inc.overwrite {
+            RenameFlags::empty()
+        } else {
+            RenameFlags::NOREPLACE
+        };
+        let renamed =
+            rustix::fs::renameat_with(&*inc.parent, &inc.partial, &*inc.parent, &inc.leaf, flags);
+        if let Err(e) = renamed {
+            let name = inc.name.clone();
+            let looked = inc.looked;
+            inc.discard();
+            return Err(if e != rustix::io::Errno::EXIST {
+                Refusal::io("renaming", &name, e.into())
+            } else if looked {
+                Refusal::new(
+                    Code::Exists,
+                    format!("{name:?} appeared during the transfer (another sender finished it first); use --overwrite to replace it"),
+                )
+            } else {
+                Refusal::new(
+                    Code::Exists,
+                    format!("{name:?} exists (use --overwrite to replace it)"),
+                )
+            });
+        }
+        inc.settle_quota(self.len);
+        inc.settled = true;
+        Ok(Published {
+            parent: inc.parent.clone(),
+            name: inc.name.clone(),
+            len: self.len,
+        })
+    }
+}
+
+/// A file under its final name; durable once [`sync_dir`] of its parent returns.
+#[derive(Debug)]
+pub struct Published {
+    parent: Arc<OwnedFd>,
+    name: String,
+    len: u64,
+}
+
+impl Published {
+    /// The directory holding the name (shared by the files of one directory in a session,
+    /// so one `fsync` serves them all).
+    pub fn parent(&self) -> &Arc<OwnedFd> {
+        &self.parent
+    }
+
+    /// The name as sent.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Bytes in the file.
+    pub fn bytes(&self) -> u64 {
+        self.len
+    }
+}
+
+/// `fsync(2)` of a directory, so the names created in it survive a power cut.
+pub fn sync_dir(dir: &OwnedFd) -> io::Result<()> {
+    rustix::fs::fsync(dir).map_err(io::Error::from)
 }
 
 #[cfg(test)]
@@ -865,6 +1254,75 @@ mod tests {
         );
         assert!(s.charge(10).is_ok());
         assert_eq!(s.charge(1).unwrap_err().code, Code::TooLarge);
+    }
+
+    #[test]
+    fn resume_takes_an_identical_final_file_as_done_and_never_touches_a_different_one() {
+        let (d, mut s) = store(StoreOptions {
+            resume: true,
+            ..Default::default()
+        });
+        let h = |b: &[u8]| *blake3::hash(b).as_bytes();
+        let same = d.path().join("same");
+        std::fs::write(&same, b"12345678").unwrap();
+        std::fs::set_permissions(&same, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let before = std::fs::metadata(&same).unwrap();
+        // A `Put` of the same bytes: done, the file left exactly as it was.
+        let inc = s.put("same", b"12345678", Some(h(b"12345678"))).unwrap();
+        assert_eq!(inc.finish(Some(h(b"12345678")), 0o644, (1, 0)).unwrap(), 8);
+        let after = std::fs::metadata(&same).unwrap();
+        assert_eq!(after.ino(), before.ino());
+        assert_eq!(after.mode(), before.mode());
+        assert_eq!(after.mtime(), before.mtime());
+        // A `File` of the same bytes is offered whole, with their hash.
+        let inc = s.begin("same", Some(8), true).unwrap();
+        assert_eq!((inc.offset(), inc.prefix()), (8, Some(h(b"12345678"))));
+        assert_eq!(inc.finish(Some(h(b"12345678")), 0o644, (1, 0)).unwrap(), 8);
+        // Different bytes of the same length: a `Put` is refused as existing, a `File` that
+        // starts over gets a partial file of its own; the final file is never changed.
+        let r = s.put("same", b"abcdefgh", Some(h(b"abcdefgh"))).unwrap();
+        assert_eq!(
+            r.finish(Some(h(b"abcdefgh")), 0o644, (1, 0))
+                .unwrap_err()
+                .code,
+            Code::Exists
+        );
+        let mut inc = s.begin("same", Some(8), true).unwrap();
+        inc.restart().unwrap();
+        assert_ne!(inc.partial_name(), "same");
+        write(&inc, b"abcdefgh");
+        assert_eq!(
+            inc.finish(Some(h(b"abcdefgh")), 0o644, (1, 0))
+                .unwrap_err()
+                .code,
+            Code::Exists
+        );
+        assert_eq!(std::fs::read(&same).unwrap(), b"12345678");
+        assert_eq!(std::fs::metadata(&same).unwrap().ino(), before.ino());
+        assert_eq!(entries(d.path()), vec!["same".to_string()]);
+    }
+
+    #[test]
+    fn resume_sweeps_stale_put_partials_of_its_owner_only() {
+        let (d, mut s) = store(StoreOptions {
+            resume: true,
+            ..Default::default()
+        });
+        let o = s.owner().to_string();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let stale = format!("x.{o}.0123456789abcdef.partial");
+        let resumable = format!("x.{o}.01234567.partial");
+        let foreign = "x.someoneelse.0123456789abcdef.partial";
+        for n in [&stale, &resumable, &foreign.to_string()] {
+            std::fs::write(d.path().join("sub").join(n), b"abc").unwrap();
+        }
+        let inc = s.put("sub/y", b"y", None).unwrap();
+        inc.finish(None, 0o644, (1, 0)).unwrap();
+        let mut left = entries(&d.path().join("sub"));
+        left.sort();
+        let mut want = vec![resumable, foreign.to_string(), "y".to_string()];
+        want.sort();
+        assert_eq!(left, want);
     }
 
     #[test]

@@ -12,8 +12,8 @@
 /// First bytes of every `Hello` payload.
 pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// Newest protocol version this build speaks (2: pipelined `Put` files; 3: `Dir` and `Link`,
-/// so empty directories and symlinks arrive).
-pub const VERSION: u16 = 3;
+/// so empty directories and symlinks arrive; 4: `StartSparse`, so holes are not sent).
+pub const VERSION: u16 = 4;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
@@ -31,6 +31,9 @@ pub const MAX_DATA: usize = 4 << 20;
 pub const HELLO_LEN: usize = 6 + 2 + 1 + 32;
 /// Payload length of an `Auth` frame: one HMAC-SHA256.
 pub const AUTH_LEN: usize = 32;
+/// Most data extents one `StartSparse` lists (its payload stays under [`MAX_CONTROL`]); a
+/// file with more goes whole, holes as zeros.
+pub const MAX_EXTENTS: usize = 4000;
 /// `File.size` for a stream of unknown length (stdin): data comes in `Data` frames.
 pub const STREAM_SIZE: u64 = u64::MAX;
 
@@ -137,6 +140,16 @@ pub enum Frame {
     Start {
         /// First byte that follows.
         offset: u64,
+    },
+    /// Sender (version 4), instead of `Start` for a file with holes: data follows from
+    /// `offset`, but only the bytes of `extents` (start, length), in order, back to back;
+    /// the rest of the file from `offset` on is holes (zeros), which the receiver leaves
+    /// unwritten. Extents are ascending, non-empty, apart, and inside `offset..size`.
+    StartSparse {
+        /// First byte of the file this covers (as `Start`'s).
+        offset: u64,
+        /// The data extents.
+        extents: Vec<(u64, u64)>,
     },
     /// Stream-mode data.
     Data(Vec<u8>),
@@ -246,6 +259,7 @@ const T_START: u8 = 12;
 pub(crate) const T_PUT: u8 = 13;
 pub(crate) const T_DIR: u8 = 14;
 pub(crate) const T_LINK: u8 = 15;
+const T_START_SPARSE: u8 = 16;
 
 fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
     let b = &s.as_bytes()[..s.len().min(max)];
@@ -319,6 +333,16 @@ impl Frame {
                 out.extend_from_slice(&offset.to_be_bytes());
                 T_START
             }
+            Frame::StartSparse { offset, extents } => {
+                out.extend_from_slice(&offset.to_be_bytes());
+                let n = extents.len().min(MAX_EXTENTS);
+                out.extend_from_slice(&(n as u32).to_be_bytes());
+                for (o, l) in &extents[..n] {
+                    out.extend_from_slice(&o.to_be_bytes());
+                    out.extend_from_slice(&l.to_be_bytes());
+                }
+                T_START_SPARSE
+            }
             Frame::Data(d) => {
                 out.extend_from_slice(&d[..d.len().min(MAX_DATA)]);
                 T_DATA
@@ -375,7 +399,7 @@ impl Frame {
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let max = match ty {
             T_DATA => MAX_DATA,
-            T_HELLO..=T_LINK => MAX_CONTROL,
+            T_HELLO..=T_LINK | T_START_SPARSE => MAX_CONTROL,
             _ => return Err(WireError::UnknownType(ty)),
         };
         if len > max {
@@ -463,6 +487,23 @@ impl Frame {
                 r.what = "start";
                 Frame::Start { offset: r.u64()? }
             }
+            T_START_SPARSE => {
+                r.what = "start-sparse";
+                let offset = r.u64()?;
+                let n = r.u32()? as usize;
+                if n > MAX_EXTENTS {
+                    return Err(WireError::TooLong {
+                        what: "extent list",
+                        len: n,
+                        max: MAX_EXTENTS,
+                    });
+                }
+                let mut extents = Vec::with_capacity(n);
+                for _ in 0..n {
+                    extents.push((r.u64()?, r.u64()?));
+                }
+                Frame::StartSparse { offset, extents }
+            }
             T_DATA => return Ok(Frame::Data(p.to_vec())),
             T_END_DATA => Frame::EndData,
             T_TRAILER => {
@@ -533,6 +574,7 @@ impl Frame {
             Frame::Ready { .. } => "ready",
             Frame::Refuse { .. } => "refuse",
             Frame::Start { .. } => "start",
+            Frame::StartSparse { .. } => "start-sparse",
             Frame::Data(_) => "data",
             Frame::EndData => "end-of-data",
             Frame::Trailer { .. } => "trailer",
@@ -638,6 +680,14 @@ mod tests {
                 message: "no".into(),
             },
             Frame::Start { offset: 77 },
+            Frame::StartSparse {
+                offset: 4096,
+                extents: vec![(4096, 10), (1 << 40, 3)],
+            },
+            Frame::StartSparse {
+                offset: 0,
+                extents: vec![(7, 1); MAX_EXTENTS],
+            },
             Frame::Data(vec![1, 2, 3]),
             Frame::EndData,
             Frame::Trailer { hash: None },

@@ -43,6 +43,7 @@ fn profile(tx: Vec<Measurement<TxPath>>, rx: Vec<Measurement<RxPath>>) -> Arc<Pr
         created: Created::Unix(0),
         tx,
         rx,
+        pairs: Vec::new(),
     })
 }
 

@@ -11,6 +11,8 @@
 //!
 //! * [`profile`]: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
 //!   interface and MTU so a profile from another host or NIC is refused, not applied.
+//! * [`pair`]: transmit × receive pairs measured with both ends on this host, and each
+//!   end's half of the cheapest pair (the two ends' costs do not add up).
 //! * [`choose`]: a [`Chooser`] that answers, per operation size and alignment, the cheapest
 //!   measured path, preferring the conservative default (`copy`) unless another path is
 //!   cheaper beyond the measured spread; and the crossovers where the answer changes.
@@ -42,6 +44,7 @@ pub mod cost;
 pub mod demotion;
 pub mod hysteresis;
 pub mod load;
+pub mod pair;
 pub mod profile;
 
 pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
@@ -49,7 +52,9 @@ pub use cost::{CostCheck, Route, Verdict};
 pub use demotion::{Admit, Demotion, DemotionReason, Report};
 pub use hysteresis::Hysteresis;
 pub use load::{Loaded, ProfileSource};
-pub use profile::{HostKey, Measurement, Profile, ProfileError, Spread, Topology};
+pub use profile::{
+    HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread, Topology,
+};
 
 use crate::path::RxPath;
 use crate::path::TxPath;

@@ -8,7 +8,7 @@
 //! demoted to plain `recv` and re-probed later ([`super::mmap`]).
 
 use crate::auto::ProfileSource;
-use crate::auto::{load, AutoStats, Chooser};
+use crate::auto::{load, pair, AutoStats, Chooser};
 use crate::path::RxPath;
 use std::net::IpAddr;
 
@@ -35,6 +35,11 @@ pub(crate) fn choose(
 ) -> AutoRxChoice {
     let loaded = load::load(profile, local);
     let chooser = match loaded.profile.as_deref() {
+        // Both ends measured together on this host: the receiver's half of the cheapest
+        // pair (the sender, if `auto` on the same profile, takes the other half).
+        Some(p) if pair::has_pairs(&p.pairs, touch) => {
+            Chooser::from_measurements(&pair::rx_rows(&p.pairs, touch), touch)
+        }
         Some(p) => Chooser::from_measurements(&p.rx, touch),
         None => Chooser::defaults(),
     };

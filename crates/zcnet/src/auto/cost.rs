@@ -140,6 +140,13 @@ impl<P: AutoPath> CostCheck<P> {
         }
     }
 
+    /// For a path tried without a profile: it is kept only if it costs no more than copy
+    /// (margin 0) — nothing measured elsewhere vouches for it, so a tie goes to copy.
+    pub fn trial(mut self) -> Self {
+        self.margin = 0.0;
+        self
+    }
+
     /// Where an operation that wants `wanted` goes; `clock` (the thread's CPU time, ns) is
     /// read only when a window starts.
     pub fn route(&mut self, wanted: P, clock: impl Fn() -> u64) -> Route<P> {
@@ -326,6 +333,22 @@ mod tests {
             .count();
         assert_eq!(probes, 80, "two copy windows per check: settling, measured");
         assert!(routes.iter().all(|r| !matches!(r, Route::Costlier(_))));
+    }
+
+    #[test]
+    fn a_trial_keeps_a_path_only_if_it_is_no_dearer_than_copy() {
+        let cost = |p| if p == TxPath::Uring { 1.04 } else { 1.0 };
+        let (_, v) = drive(&mut check().trial(), TxPath::Uring, cost, 1024, 30);
+        assert!(
+            v[0].costlier,
+            "within the margin, but a trial needs no margin: {v:?}"
+        );
+        let cheaper = |p| if p == TxPath::Uring { 0.8 } else { 1.0 };
+        let (routes, v) = drive(&mut check().trial(), TxPath::Uring, cheaper, 1024, 60);
+        assert!(!v[0].costlier, "{v:?}");
+        assert!(routes[30..]
+            .iter()
+            .all(|r| *r == Route::Wanted(TxPath::Uring)));
     }
 
     #[test]

@@ -137,11 +137,15 @@ pub struct AutoStats {
     pub cost_probe_ops: u64,
     /// Operations sent to copy because the wanted path was found costlier.
     pub fallback_costlier: u64,
+    /// Decisions for a path tried without a profile: a receiver with no profile tries the
+    /// `uring` receive path and keeps it only while the run-time check finds it cheaper
+    /// than copy on the connection ([`cost`]).
+    pub chose_trial: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 18;
+    pub const LEN: usize = 19;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -164,6 +168,7 @@ impl AutoStats {
             self.cost_costlier,
             self.cost_probe_ops,
             self.fallback_costlier,
+            self.chose_trial,
         ]
     }
 
@@ -188,6 +193,7 @@ impl AutoStats {
             cost_costlier: a[15],
             cost_probe_ops: a[16],
             fallback_costlier: a[17],
+            chose_trial: a[18],
         }
     }
 
@@ -223,10 +229,7 @@ mod tests {
         let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
-        assert_eq!(
-            (s.decisions, s.fallback_costlier),
-            (1, AutoStats::LEN as u64)
-        );
+        assert_eq!((s.decisions, s.chose_trial), (1, AutoStats::LEN as u64));
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));

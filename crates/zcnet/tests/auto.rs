@@ -504,7 +504,10 @@ fn a_receiver_trying_uring_hands_the_socket_to_splice_and_back_with_every_byte()
     send_pattern(&mut tx, total, 0);
     tx.finish().unwrap();
     let (n, path, s) = rx.join().unwrap();
-    assert_eq!(n, total, "every byte, in order, across the three hand-overs");
+    assert_eq!(
+        n, total,
+        "every byte, in order, across the three hand-overs"
+    );
     if path == RxPath::Copy {
         eprintln!("SKIP the uring part: io_uring is not available here (copy was used)");
         return;

@@ -8,13 +8,13 @@
 //! together on this host), the receiver takes its half of the cheapest pair
 //! ([`crate::auto::pair`]); else the single-end table; without a profile it *tries* `uring`
 //! (multishot `recv` into provided buffers: still a copy, with one syscall for many reads)
-//! and keeps it only if the check below finds it no dearer than copy.
+//! and keeps it unless the check below finds it dearer than copy.
 //!
 //! At run time [`AutoRx`] measures its own cost, as the transmit side does
 //! ([`crate::auto::cost`]): a window of bytes on the chosen path, one settling window and one
 //! measured window on copy, in the receiving thread's CPU clock per byte, on this
-//! connection. A path costlier than copy (by more than 5 %; a trial: by anything) is left for
-//! a back-off that doubles while the verdict stands. Switching is safe mid-stream: `mmap`
+//! connection. A path costlier than copy by more than 5 % in two comparisons in a row is left
+//! for a back-off that doubles while the verdict stands. Switching is safe mid-stream: `mmap`
 //! reads with plain `recv` while told to ([`MmapRx::set_copy`]; `TCP_ZEROCOPY_RECEIVE` and
 //! `recv` take the same queue in order), and `uring` is parked — its request cancelled and
 //! what it had received handed out first — before plain `recv` reads the socket
@@ -122,7 +122,7 @@ pub(crate) struct AutoRx {
 impl AutoRx {
     /// `alt` is the path `choice` chose; the check measures windows of `window` bytes.
     pub(crate) fn new(copy: CopyRx, alt: Alt, choice: &AutoRxChoice, window: u64) -> Self {
-        use crate::auto::cost::{BACKOFF_WINDOWS, MARGIN, MAX_GAP_WINDOWS};
+        use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MARGIN, MAX_GAP_WINDOWS};
         use crate::auto::cost::{MAX_RECHECK_WINDOWS, RECHECK_WINDOWS};
         let check = CostCheck::with(
             RxPath::Copy,
@@ -130,13 +130,14 @@ impl AutoRx {
             MARGIN,
             (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
             (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
-        );
+        )
+        .confirm(CONFIRM);
         AutoRx {
             copy,
             alt,
             wanted: choice.path,
             uring_on: true,
-            check: if choice.trial { check.trial() } else { check },
+            check,
             held: Vec::new(),
             held_off: 0,
         }

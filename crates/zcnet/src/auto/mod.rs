@@ -20,8 +20,8 @@
 //!   not flap between paths.
 //! * [`demotion`]: online demotion of a path the connection reports as not paying (`COPIED`
 //!   completions on transmit, receive calls that map nothing) and periodic re-probing.
-//! * [`cost`]: the run-time check of transmit: a window of bytes on the wanted path, one on
-//!   copy, compared in the sending thread's CPU per byte; a path costlier than copy is left
+//! * [`cost`]: the run-time check, on both ends: a window of bytes on the wanted path, one on
+//!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
 //!   for a back-off, so a stale or foreign profile costs a probe, not a transfer. The clock
 //!   is the caller's.
 //!
@@ -35,8 +35,10 @@
 //! [`Choice`] → `hysteresis.observe` → `demotion.admit` → `cost.route` → send on the path it
 //! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
 //! measured the path not copying) and the bytes to `cost.after`. A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
-//! operation size (receive paths cannot be mixed on one socket while a multishot recv is
-//! armed) and, on `mmap`, demotes to plain `recv` while mapping keeps failing.
+//! operation size (its half of the cheapest [`pair`] where the profile has pairs; without a
+//! profile it tries `uring`), then runs the same cost check on its own thread, reading with
+//! plain `recv` while the check says copy (`crate::rx::auto`), and, on `mmap`, demotes to
+//! plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
 
 pub mod choose;

@@ -94,7 +94,7 @@ pub(crate) enum Alt {
     /// `TCP_ZEROCOPY_RECEIVE`; it reads with plain `recv` itself when told to.
     Mmap(MmapRx),
     /// Multishot `recv` into provided buffers; parked while copy reads.
-    Uring(UringRx),
+    Uring(Box<UringRx>),
 }
 
 /// Which receiver an operation goes to.

@@ -183,7 +183,7 @@ fn auto_rx(
             zcrx_queue: cfg.zcrx_queue,
             timeout,
         }) {
-            Ok(u) => Some(Alt::Uring(u)),
+            Ok(u) => Some(Alt::Uring(Box::new(u))),
             Err(_) => {
                 // No io_uring here: a path the profile chose is a counted fallback; a trial
                 // without a profile simply stays on the default.

@@ -10,6 +10,7 @@
 use crate::report::Run;
 use crate::summary::median;
 use std::collections::BTreeMap;
+use zcnet::auto::pair::{PairMeasurement, PathPair};
 use zcnet::auto::profile::{Measurement, Spread};
 use zcnet::auto::AutoPath;
 use zcnet::path::RxPath;
@@ -63,6 +64,107 @@ fn rows<P: AutoPath>(runs: &[Run], tx: bool) -> Vec<Measurement<P>> {
 /// The transmit and receive tables of a profile from `runs` (`auto` runs are ignored).
 pub fn profile_rows(runs: &[Run]) -> (Vec<Measurement<TxPath>>, Vec<Measurement<RxPath>>) {
     (rows(runs, true), rows(runs, false))
+}
+
+/// `(tx, rx, size, touch)` → (costs, tx shares, rx shares) over the repeats.
+type PairGroups = BTreeMap<(String, String, u64, bool), (Vec<f64>, Vec<f64>, Vec<f64>)>;
+
+fn pair_groups(runs: &[Run]) -> PairGroups {
+    let mut g = PairGroups::new();
+    for r in runs.iter().filter(|r| !r.unsupported()) {
+        let e = g
+            .entry((r.tx.clone(), r.rx.clone(), r.size, r.touch))
+            .or_default();
+        e.0.push(run_cost(r));
+        e.1.push(r.zc_fraction_tx);
+        e.2.push(r.zc_fraction_rx);
+    }
+    g
+}
+
+fn spread(costs: &[f64]) -> Option<Spread> {
+    let m = median(costs)?;
+    let lo = costs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = costs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some(Spread { median: m, lo, hi })
+}
+
+/// The pair table of a profile: every transmit × receive pair in `runs` whose two names are
+/// paths `auto` can take (`auto` itself and the bench's `file` are not), median and range.
+pub fn pair_rows(runs: &[Run]) -> Vec<PairMeasurement> {
+    pair_groups(runs)
+        .into_iter()
+        .filter_map(|((tx, rx, size, touch), (costs, ztx, zrx))| {
+            let pair = PathPair::from_name(&format!("{tx}/{rx}"))?;
+            Some(PairMeasurement {
+                tx: pair.tx,
+                rx: pair.rx,
+                size,
+                touch,
+                cpu_s_per_gib: spread(&costs)?,
+                zc_fraction_tx: median(&ztx).map(|f| f.clamp(0.0, 1.0)),
+                zc_fraction_rx: median(&zrx).map(|f| f.clamp(0.0, 1.0)),
+            })
+        })
+        .collect()
+}
+
+/// How `auto → auto` did against the best single pair at one size.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PairGap {
+    /// Operation size.
+    pub size: u64,
+    /// Touch variant.
+    pub touch: bool,
+    /// `auto → auto`'s median cost and its range.
+    pub auto: Spread,
+    /// How many `auto → auto` runs the median is of.
+    pub auto_runs: usize,
+    /// The cheapest pair of single paths at this size ("tx/rx").
+    pub best_pair: String,
+    /// Its median cost and range.
+    pub best: Spread,
+    /// `auto / best − 1` of the medians.
+    pub excess: f64,
+}
+
+/// For each size and touch variant with `auto → auto` runs and at least one pair of single
+/// paths: `auto → auto`'s median against the cheapest pair's median — the check that `auto`
+/// lands within a few per cent of the best pair it could have been.
+pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
+    let g = pair_groups(runs);
+    type Point = (Option<(Spread, usize)>, Option<(String, Spread)>);
+    let mut by_point: BTreeMap<(u64, bool), Point> = BTreeMap::new();
+    for ((tx, rx, size, touch), (costs, _, _)) in &g {
+        let Some(s) = spread(costs) else { continue };
+        let e = by_point.entry((*size, *touch)).or_default();
+        if tx == "auto" && rx == "auto" {
+            e.0 = Some((s, costs.len()));
+        } else if PathPair::from_name(&format!("{tx}/{rx}")).is_some()
+            && e.1.as_ref().is_none_or(|(_, b)| s.median < b.median)
+        {
+            e.1 = Some((format!("{tx}/{rx}"), s));
+        }
+    }
+    by_point
+        .into_iter()
+        .filter_map(|((size, touch), (auto, best))| {
+            let ((auto, auto_runs), (best_pair, best)) = (auto?, best?);
+            Some(PairGap {
+                size,
+                touch,
+                auto,
+                auto_runs,
+                best_pair,
+                best,
+                excess: if best.median > 0.0 {
+                    auto.median / best.median - 1.0
+                } else {
+                    0.0
+                },
+            })
+        })
+        .collect()
 }
 
 /// How `auto` did against the best single path at one size.
@@ -169,6 +271,43 @@ mod tests {
         let (_, rx) = profile_rows(&runs);
         assert_eq!(rx.len(), 1);
         assert_eq!(rx[0].path, RxPath::Copy);
+    }
+
+    #[test]
+    fn pairs_take_every_pair_and_auto_auto_is_compared_with_the_best() {
+        let runs = vec![
+            run_with("copy", "copy", 65536, 0.25, 0.25, 0.0, 0.0),
+            run_with("copy", "copy", 65536, 0.3, 0.3, 0.0, 0.0),
+            run_with("uring", "uring", 65536, 0.2, 0.2, 0.1, 0.0),
+            run_with("uring", "mmap", 65536, 0.4, 0.4, 0.0, 0.9),
+            run_with("auto", "auto", 65536, 0.21, 0.21, 0.0, 0.0),
+            run_with("auto", "auto", 65536, 0.22, 0.22, 0.0, 0.0),
+            run_with("auto", "auto", 65536, 0.9, 0.9, 0.0, 0.0),
+            // auto on one end only: not a pair of single paths, and not auto → auto.
+            run_with("auto", "copy", 65536, 0.01, 0.01, 0.0, 0.0),
+            // The bench's file sender is not a path auto takes.
+            run_with("file", "copy", 65536, 0.01, 0.01, 0.0, 0.0),
+        ];
+        let pairs = pair_rows(&runs);
+        assert_eq!(pairs.len(), 3, "{pairs:?}");
+        let cc = pairs
+            .iter()
+            .find(|p| p.pair() == PathPair::DEFAULT)
+            .unwrap();
+        assert!((cc.cpu_s_per_gib.median - 0.55).abs() < 1e-9);
+        assert!((cc.cpu_s_per_gib.lo - 0.5).abs() < 1e-9);
+        let um = pairs.iter().find(|p| p.rx == RxPath::Mmap).unwrap();
+        assert_eq!(
+            (um.zc_fraction_tx, um.zc_fraction_rx),
+            (Some(0.0), Some(0.9))
+        );
+        let gaps = pair_gaps(&runs);
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        let g = &gaps[0];
+        // The file row (0.02) is cheaper but is not a pair auto could be; best is uring/uring.
+        assert_eq!((g.best_pair.as_str(), g.auto_runs), ("uring/uring", 3));
+        assert!((g.auto.median - 0.44).abs() < 1e-9, "{g:?}");
+        assert!((g.excess - 0.1).abs() < 1e-9, "{g:?}");
     }
 
     #[test]

@@ -54,6 +54,28 @@ fn tune_writes_a_profile_that_auto_then_uses() {
     for rx in [RxPath::Copy, RxPath::Mmap, RxPath::Uring] {
         assert_eq!(p.rx.iter().filter(|m| m.path == rx).count(), 2, "{rx}");
     }
+    // Both ends on this host: every pair of copy/zerocopy/uring × copy/mmap/uring was
+    // measured together, one row per pair and size, with the zero-copy share of each end.
+    for tx in [TxPath::Copy, TxPath::Zerocopy, TxPath::Uring] {
+        for rx in [RxPath::Copy, RxPath::Mmap, RxPath::Uring] {
+            let rows: Vec<_> = p
+                .pairs
+                .iter()
+                .filter(|m| m.tx == tx && m.rx == rx)
+                .collect();
+            assert_eq!(rows.len(), 2, "{tx}/{rx}: one row per size");
+            assert!(rows
+                .iter()
+                .all(|m| m.zc_fraction_tx.is_some() && m.zc_fraction_rx.is_some()));
+        }
+    }
+    // … and cow into copy (measured for the single-end table; a pair like any other).
+    assert_eq!(p.pairs.iter().filter(|m| m.tx == TxPath::Cow).count(), 2);
+    assert_eq!(p.pairs.len(), 20, "nothing but those pairs: {:?}", p.pairs);
+    assert!(
+        stdout.contains("pairs (auto → auto takes the cheapest)"),
+        "{stdout}"
+    );
     // zcrx is refused here (no header split): a refused path is never a row.
     assert!(p.rx.iter().all(|m| m.path != RxPath::Zcrx));
     assert!(p.tx.iter().chain(p.tx.iter()).all(|m| !m.touch));

@@ -43,6 +43,7 @@ fn profile(tx: Vec<Measurement<TxPath>>, rx: Vec<Measurement<RxPath>>) -> Arc<Pr
         created: Created::Unix(0),
         tx,
         rx,
+        pairs: Vec::new(),
     })
 }
 
@@ -297,9 +298,11 @@ fn mmap_receive_against_copy_sender(mmap_zc: Option<f64>) -> StatsSnapshot {
     let mut tx_cfg = SenderConfig::new(TxPath::Copy);
     tx_cfg.timeout = Some(timeout());
     let listener = listen(Topo::Loopback, &rx_cfg);
-    assert!(
+    assert_eq!(
         listener.mss().is_some(),
-        "auto chose mmap at bind, so the page-multiple MSS is advertised"
+        mmap_zc != Some(0.0),
+        "auto chose mmap at bind: the page-multiple MSS is advertised unless the profile \
+         measured mmap mapping nothing"
     );
     let port = listener.local_addr().unwrap().port();
     let rx = std::thread::spawn(move || {
@@ -335,4 +338,187 @@ fn the_mapping_receiver_is_demoted_while_it_maps_nothing() {
     let s = mmap_receive_against_copy_sender(Some(0.0));
     assert_eq!(s.auto_rx.demotions_rx_unmapped, 0, "{:?}", s.auto_rx);
     assert_eq!(s.fallback_bytes(FallbackReason::DemotedUnmapped), 0);
+}
+
+/// A copy sender sends `size` bytes of the pattern to a receiver on `auto` set up by
+/// `rx_cfg`, half read with `recv` (lent chunks), half with `recv_into` at an odd offset, every
+/// byte verified; returns the path the receiver started on and its stats.
+fn auto_receive(rx_cfg: ReceiverConfig, size: u64) -> (RxPath, StatsSnapshot) {
+    let mut tx_cfg = SenderConfig::new(TxPath::Copy);
+    tx_cfg.timeout = Some(timeout());
+    let listener = listen(Topo::Loopback, &rx_cfg);
+    let port = listener.local_addr().unwrap().port();
+    let rx = std::thread::spawn(move || {
+        let mut r: Receiver = listener.accept().unwrap();
+        let path = r.path();
+        let mut v = zcnet_testbed::pattern::Verifier::default();
+        let mut buf = vec![0u8; 100_003];
+        loop {
+            // Both receive calls, alternating, so each meets every switch of path.
+            let n = if (v.pos / (3 << 20)) % 2 == 0 {
+                match r.recv().unwrap() {
+                    Some(chunk) => {
+                        v.check(&chunk);
+                        chunk.len()
+                    }
+                    None => 0,
+                }
+            } else {
+                let n = r.recv_into(&mut buf[1..]).unwrap();
+                v.check(&buf[1..1 + n]);
+                n
+            };
+            if n == 0 {
+                break;
+            }
+        }
+        (v.pos, path, r.stats().snapshot())
+    });
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let mut tx = Sender::connect(addr, &tx_cfg).unwrap();
+    send_pattern(&mut tx, size, 0);
+    tx.finish().unwrap();
+    let (n, path, s) = rx.join().unwrap();
+    assert_eq!(n, size, "every byte arrived, in order");
+    (path, s)
+}
+
+/// What every run of the receive-side check must show, whichever way its verdicts went
+/// (speed is not asserted): it measured, read copy mid-stream, and counted each operation
+/// it kept on copy as a fallback.
+fn assert_rx_check_accounted(s: &StatsSnapshot) {
+    let a = s.auto_rx;
+    eprintln!(
+        "receive cost check: {} checks, {} costlier, {} probe ops, {} ops kept on copy",
+        a.cost_checks, a.cost_costlier, a.cost_probe_ops, a.fallback_costlier
+    );
+    assert!(a.cost_checks >= 2, "1 MiB windows over 64 MiB: {a:?}");
+    assert!(a.cost_probe_ops > 0, "copy read mid-stream: {a:?}");
+    assert!(a.cost_costlier <= a.cost_checks, "{a:?}");
+    assert_eq!(
+        s.fallback_ops(FallbackReason::Costlier),
+        a.fallback_costlier
+    );
+    if a.cost_costlier > 0 {
+        assert!(
+            a.fallback_costlier > 0,
+            "a costlier verdict moves receives: {a:?}"
+        );
+    } else {
+        assert_eq!(a.fallback_costlier, 0, "{a:?}");
+    }
+}
+
+#[test]
+fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
+    rx_cfg.timeout = Some(timeout());
+    rx_cfg.cost_window = 1 << 20;
+    let (path, s) = auto_receive(rx_cfg, 64 << 20);
+    assert_eq!((s.auto_rx.decisions, s.auto_rx.chose_trial), (1, 1));
+    if path == RxPath::Copy {
+        eprintln!("SKIP the uring trial: io_uring is not available here (copy was used)");
+        return;
+    }
+    assert_eq!(path, RxPath::Uring);
+    assert_rx_check_accounted(&s);
+    // uring read, was parked for copy's windows, and was armed again after the verdict or
+    // its back-off (1 MiB windows: a re-check comes within 16 windows either way).
+    assert!(s.rx_uring_cqes > 0, "{s:?}");
+    assert!(s.rx_uring_rearms >= 1, "{s:?}");
+    // The built-in default asked for explicitly is copy, untried.
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::BuiltIn;
+    rx_cfg.timeout = Some(timeout());
+    let (path, s) = auto_receive(rx_cfg, 4 << 20);
+    assert_eq!(path, RxPath::Copy);
+    assert_eq!(
+        (s.auto_rx.chose_trial, s.auto_rx.chose_default_no_profile),
+        (0, 1)
+    );
+}
+
+#[test]
+fn a_mapping_receiver_the_profile_overrates_is_checked_against_copy_mid_stream() {
+    // The profile says mmap costs 0.3 of copy and measured it mapping nothing (so no
+    // demotion): only the run-time check can move these receives.
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Given(rx_profile(Some(0.0)));
+    rx_cfg.touch = false;
+    rx_cfg.timeout = Some(timeout());
+    rx_cfg.cost_window = 1 << 20;
+    let (path, s) = auto_receive(rx_cfg, 64 << 20);
+    assert_eq!(path, RxPath::Mmap);
+    assert_eq!(s.auto_rx.chose_by_profile, 1);
+    assert_eq!(s.auto_rx.demotions_rx_unmapped, 0);
+    assert_rx_check_accounted(&s);
+}
+
+#[test]
+fn a_receiver_trying_uring_hands_the_socket_to_splice_and_back_with_every_byte() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Path(dir.path().join("none.json"));
+    rx_cfg.timeout = Some(timeout());
+    let total: u64 = 12 << 20;
+    let listener = listen(Topo::Loopback, &rx_cfg);
+    let port = listener.local_addr().unwrap().port();
+    let file_path = dir.path().join("part");
+    let rx = std::thread::spawn(move || {
+        let mut r: Receiver = listener.accept().unwrap();
+        let path = r.path();
+        let mut v = zcnet_testbed::pattern::Verifier::default();
+        // Some of the stream by the receiver's own path (uring, armed).
+        while v.pos < (1 << 20) {
+            let chunk = r.recv().unwrap().expect("more data");
+            v.check(&chunk);
+        }
+        // The next 4 MiB spliced into a file: what uring had received comes first.
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&file_path)
+            .unwrap();
+        r.recv_to_file(&file, 0, 4 << 20).unwrap();
+        v.check(&std::fs::read(&file_path).unwrap());
+        // Then the receiver again, then the socket handed back.
+        while v.pos < (8 << 20) {
+            let chunk = r.recv().unwrap().expect("more data");
+            v.check(&chunk);
+        }
+        let stats = r.stats().snapshot();
+        let (mut sock, held) = r.into_inner().unwrap();
+        v.check(&held);
+        let mut rest = Vec::new();
+        sock.read_to_end(&mut rest).unwrap();
+        v.check(&rest);
+        (v.pos, path, stats)
+    });
+    let mut tx_cfg = SenderConfig::new(TxPath::Copy);
+    tx_cfg.timeout = Some(timeout());
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let mut tx = Sender::connect(addr, &tx_cfg).unwrap();
+    send_pattern(&mut tx, total, 0);
+    tx.finish().unwrap();
+    let (n, path, s) = rx.join().unwrap();
+    assert_eq!(
+        n, total,
+        "every byte, in order, across the three hand-overs"
+    );
+    if path == RxPath::Copy {
+        eprintln!("SKIP the uring part: io_uring is not available here (copy was used)");
+        return;
+    }
+    assert_eq!(path, RxPath::Uring);
+    assert!(s.rx_uring_cqes > 0, "{s:?}");
+    assert_eq!(
+        s.fallback_ops(FallbackReason::FileUnsupported),
+        0,
+        "the file range was spliced, not refused: {s:?}"
+    );
 }

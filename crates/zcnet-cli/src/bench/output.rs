@@ -313,9 +313,48 @@ pub(crate) fn tables(report: &Report, what: &str) -> String {
         let _ = writeln!(s, "{MSG_SINK_NOTE}");
     }
     s += &auto_table(&report.runs);
+    s += &pair_table(&report.runs);
     if let Some(v) = &report.verdict {
         let _ = writeln!(s, "{v}");
     }
+    s
+}
+
+/// `auto → auto` against the cheapest pair of single paths at each size: the check that
+/// `auto` on both ends lands within 5 % of the best pair it could have been.
+pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
+    let gaps = zcnet_bench::measure::pair_gaps(runs);
+    if gaps.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nauto → auto vs the best pair of single paths (worker CPU-s/GiB of both ends, \
+         medians [min–max])\n",
+    );
+    let _ = writeln!(
+        s,
+        "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>8}",
+        "size", "touch", "auto → auto", "runs", "best pair", "best", "excess"
+    );
+    for g in &gaps {
+        let _ = writeln!(
+            s,
+            "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>+7.1}%",
+            ByteSize(g.size).to_string(),
+            if g.touch { "yes" } else { "no" },
+            format!("{:.3} [{:.3}–{:.3}]", g.auto.median, g.auto.lo, g.auto.hi),
+            g.auto_runs,
+            g.best_pair,
+            format!("{:.3} [{:.3}–{:.3}]", g.best.median, g.best.lo, g.best.hi),
+            100.0 * g.excess
+        );
+    }
+    let within = gaps.iter().filter(|g| g.excess <= 0.05).count();
+    let _ = writeln!(
+        s,
+        "auto → auto within 5% of the best pair at {within} of {} points",
+        gaps.len()
+    );
     s
 }
 

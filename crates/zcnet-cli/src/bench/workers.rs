@@ -73,6 +73,13 @@ pub(crate) fn receiver_config(p: &Params) -> Result<ReceiverConfig, BenchError> 
     cfg.timeout = Some(DATA_TIMEOUT);
     cfg.touch = p.touch;
     cfg.op_size = p.size as usize;
+    // Read as much per call as the sender writes, never less than the default (iperf3's
+    // `-l` sets both ends' block): at 1 MiB a 256 KiB read buffer took four `recv` calls —
+    // and as many wake-ups of the sender — per write where iperf3 takes one. The mapping
+    // (and the uring path's ring of provided buffers) grows with it: 16 reads' worth, up to
+    // 1 MiB reads.
+    cfg.buf_bytes = cfg.buf_bytes.max(p.size as usize);
+    cfg.map_bytes = cfg.map_bytes.max(16 * cfg.buf_bytes.min(1 << 20));
     Ok(cfg)
 }
 

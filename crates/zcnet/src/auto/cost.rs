@@ -9,7 +9,9 @@
 //! wanted, lets one window go by copy unmeasured (the wanted path's deferred work — zero-copy
 //! completions reaped by later sends — lands there, not in copy's account), then measures
 //! one window on copy, and compares the two costs: if the wanted path costs
-//! more than copy by more than a margin, the connection goes back to copy and stays there
+//! more than copy by more than a margin (in [`CONFIRM`] comparisons in a row, so a fluke of
+//! the clock measures again rather than costing a back-off), the connection goes back to
+//! copy and stays there
 //! for a back-off (doubling while the verdict stands, up to a cap), then measures again.
 //! A stale or foreign profile thus costs a probe, never a whole transfer; a good one costs
 //! one copy window per check, and checks grow rarer while the verdict keeps being good.
@@ -35,6 +37,8 @@ pub const MARGIN: f64 = 0.05;
 pub const RECHECK_WINDOWS: u64 = 8;
 /// Cap on the gap after good verdicts (1 GiB with the default window).
 pub const MAX_RECHECK_WINDOWS: u64 = 64;
+/// Costlier verdicts in a row before [`CostCheck::new`] leaves a path.
+pub const CONFIRM: u32 = 2;
 /// Windows a costlier path stays demoted at first; doubles while the verdict stands.
 pub const BACKOFF_WINDOWS: u64 = 16;
 /// Cap on the back-off, in windows (16 GiB with the default window).
@@ -60,7 +64,10 @@ pub struct Verdict<P> {
     pub path_ns_per_byte: f64,
     /// Copy's cost on the same connection, just after.
     pub copy_ns_per_byte: f64,
-    /// Whether the path is left for copy.
+    /// Whether this comparison found the path dearer than copy beyond the margin.
+    pub dearer: bool,
+    /// Whether the path is left for copy (dearer in as many comparisons in a row as
+    /// [`CostCheck::confirm`] asks).
     pub costlier: bool,
 }
 
@@ -98,10 +105,14 @@ pub struct CostCheck<P> {
     max_gap: u64,
     total: u64,
     phase: Phase<P>,
+    /// Costlier verdicts in a row needed to leave the path, and so far.
+    confirm: u32,
+    strikes: u32,
 }
 
 impl<P: AutoPath> CostCheck<P> {
-    /// With the defaults above; `fallback` is the copy path.
+    /// With the defaults above, leaving a path after [`CONFIRM`] costlier verdicts in a
+    /// row; `fallback` is the copy path.
     pub fn new(fallback: P) -> Self {
         Self::with(
             fallback,
@@ -110,6 +121,7 @@ impl<P: AutoPath> CostCheck<P> {
             (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
             (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
         )
+        .confirm(CONFIRM)
     }
 
     /// With a `window` of bytes, a `margin`, and gaps in windows, each (first, cap) and
@@ -137,7 +149,18 @@ impl<P: AutoPath> CostCheck<P> {
             total: 0,
             // The first check starts with the first bytes of the connection.
             phase: Phase::Trusting { due: 0 },
+            confirm: 1,
+            strikes: 0,
         }
+    }
+
+    /// Requires `n` costlier verdicts in a row before the path is left (at least 1): a
+    /// costlier verdict short of that measures again at once. One window's thread clock on
+    /// a shared machine is noisy; a path that really costs more is found so again, at the
+    /// price of one more window on it, while a fluke no longer costs a whole back-off.
+    pub fn confirm(mut self, n: u32) -> Self {
+        self.confirm = n.max(1);
+        self
     }
 
     /// Where an operation that wants `wanted` goes; `clock` (the thread's CPU time, ns) is
@@ -217,8 +240,14 @@ impl<P: AutoPath> CostCheck<P> {
                 }
                 let copy = clock().saturating_sub(*t0) as f64 / *b as f64;
                 let (path, cost) = (*path, *cost);
-                let costlier = cost > copy * (1.0 + self.margin);
-                if costlier {
+                let dearer = cost > copy * (1.0 + self.margin);
+                self.strikes = if dearer { self.strikes + 1 } else { 0 };
+                let costlier = dearer && self.strikes >= self.confirm;
+                if dearer && !costlier {
+                    // Not confirmed yet: measure again now.
+                    self.phase = Phase::Trusting { due: self.total };
+                } else if costlier {
+                    self.strikes = 0;
                     self.phase = Phase::Demoted {
                         path,
                         until: self.total.saturating_add(self.backoff),
@@ -236,6 +265,7 @@ impl<P: AutoPath> CostCheck<P> {
                     path,
                     path_ns_per_byte: cost,
                     copy_ns_per_byte: copy,
+                    dearer,
                     costlier,
                 })
             }
@@ -326,6 +356,41 @@ mod tests {
             .count();
         assert_eq!(probes, 80, "two copy windows per check: settling, measured");
         assert!(routes.iter().all(|r| !matches!(r, Route::Costlier(_))));
+    }
+
+    #[test]
+    fn with_confirmation_a_fluke_measures_again_and_a_real_cost_still_leaves() {
+        // One dear window (a fluke), then the path is as cheap as copy: no back-off.
+        let mut c = check().confirm(2);
+        let clock = Cell::new(0u64);
+        let mut verdicts = Vec::new();
+        let mut wanted_ops = 0;
+        for i in 0..60 {
+            let r = c.route(TxPath::Uring, || clock.get());
+            let per_byte = match r {
+                Route::Wanted(_) if i < 10 => 2.0,
+                Route::Wanted(_) => {
+                    wanted_ops += 1;
+                    1.0
+                }
+                _ => 1.0,
+            };
+            clock.set(clock.get() + (per_byte * 1024.0) as u64);
+            if let Some(v) = c.after(1024, || clock.get()) {
+                verdicts.push(v);
+            }
+        }
+        assert!(verdicts[0].dearer && !verdicts[0].costlier, "{verdicts:?}");
+        assert!(!verdicts[1].dearer && !verdicts[1].costlier, "{verdicts:?}");
+        assert!(wanted_ops >= 10, "measured again at once, then trusted");
+        // A path that really costs more is left after the second verdict.
+        let cost = |p| if p == TxPath::Uring { 2.0 } else { 1.0 };
+        let (routes, v) = drive(&mut check().confirm(2), TxPath::Uring, cost, 1024, 100);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].dearer && !v[0].costlier && v[1].costlier, "{v:?}");
+        assert!(routes[60..100]
+            .iter()
+            .all(|r| *r == Route::Costlier(TxPath::Uring)));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!
 //! * [`profile`]: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
 //!   interface and MTU so a profile from another host or NIC is refused, not applied.
+//! * [`pair`]: transmit × receive pairs measured with both ends on this host, and each
+//!   end's half of the cheapest pair (the two ends' costs do not add up).
 //! * [`choose`]: a [`Chooser`] that answers, per operation size and alignment, the cheapest
 //!   measured path, preferring the conservative default (`copy`) unless another path is
 //!   cheaper beyond the measured spread; and the crossovers where the answer changes.
@@ -18,8 +20,8 @@
 //!   not flap between paths.
 //! * [`demotion`]: online demotion of a path the connection reports as not paying (`COPIED`
 //!   completions on transmit, receive calls that map nothing) and periodic re-probing.
-//! * [`cost`]: the run-time check of transmit: a window of bytes on the wanted path, one on
-//!   copy, compared in the sending thread's CPU per byte; a path costlier than copy is left
+//! * [`cost`]: the run-time check, on both ends: a window of bytes on the wanted path, one on
+//!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
 //!   for a back-off, so a stale or foreign profile costs a probe, not a transfer. The clock
 //!   is the caller's.
 //!
@@ -33,8 +35,10 @@
 //! [`Choice`] → `hysteresis.observe` → `demotion.admit` → `cost.route` → send on the path it
 //! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
 //! measured the path not copying) and the bytes to `cost.after`. A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
-//! operation size (receive paths cannot be mixed on one socket while a multishot recv is
-//! armed) and, on `mmap`, demotes to plain `recv` while mapping keeps failing.
+//! operation size (its half of the cheapest [`pair`] where the profile has pairs; without a
+//! profile it tries `uring`), then runs the same cost check on its own thread, reading with
+//! plain `recv` while the check says copy (`crate::rx::auto`), and, on `mmap`, demotes to
+//! plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
 
 pub mod choose;
@@ -42,6 +46,7 @@ pub mod cost;
 pub mod demotion;
 pub mod hysteresis;
 pub mod load;
+pub mod pair;
 pub mod profile;
 
 pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
@@ -49,7 +54,9 @@ pub use cost::{CostCheck, Route, Verdict};
 pub use demotion::{Admit, Demotion, DemotionReason, Report};
 pub use hysteresis::Hysteresis;
 pub use load::{Loaded, ProfileSource};
-pub use profile::{HostKey, Measurement, Profile, ProfileError, Spread, Topology};
+pub use profile::{
+    HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread, Topology,
+};
 
 use crate::path::RxPath;
 use crate::path::TxPath;
@@ -132,11 +139,15 @@ pub struct AutoStats {
     pub cost_probe_ops: u64,
     /// Operations sent to copy because the wanted path was found costlier.
     pub fallback_costlier: u64,
+    /// Decisions for a path tried without a profile: a receiver with no profile tries the
+    /// `uring` receive path and keeps it only while the run-time check finds it cheaper
+    /// than copy on the connection ([`cost`]).
+    pub chose_trial: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 18;
+    pub const LEN: usize = 19;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -159,6 +170,7 @@ impl AutoStats {
             self.cost_costlier,
             self.cost_probe_ops,
             self.fallback_costlier,
+            self.chose_trial,
         ]
     }
 
@@ -183,6 +195,7 @@ impl AutoStats {
             cost_costlier: a[15],
             cost_probe_ops: a[16],
             fallback_costlier: a[17],
+            chose_trial: a[18],
         }
     }
 
@@ -218,10 +231,7 @@ mod tests {
         let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
-        assert_eq!(
-            (s.decisions, s.fallback_costlier),
-            (1, AutoStats::LEN as u64)
-        );
+        assert_eq!((s.decisions, s.chose_trial), (1, AutoStats::LEN as u64));
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));

@@ -14,8 +14,15 @@
 //!  "tx": [{"path": "copy", "size": 65536, "touch": false,
 //!          "cpu_s_per_gib": {"median": 0.30, "lo": 0.28, "hi": 0.33}}],
 //!  "rx": [{"path": "mmap", "size": 65536, "touch": true,
-//!          "cpu_s_per_gib": {"median": 0.41, "lo": 0.39, "hi": 0.45}}]}
+//!          "cpu_s_per_gib": {"median": 0.41, "lo": 0.39, "hi": 0.45}}],
+//!  "pairs": [{"tx": "uring", "rx": "uring", "size": 65536, "touch": false,
+//!             "cpu_s_per_gib": {"median": 0.40, "lo": 0.38, "hi": 0.42},
+//!             "zc_fraction_tx": 0.0, "zc_fraction_rx": 0.0}]}
 //! ```
+//!
+//! `pairs` (optional) holds transmit × receive pairs measured with both ends on this host
+//! (loopback, netns); `auto` prefers it to the single-end tables when both ends of a
+//! connection are `auto` ([`super::pair`]). The single-end tables stay for peers elsewhere.
 //!
 //! `created` is an RFC 3339 string or Unix seconds; it is informational.
 
@@ -25,6 +32,7 @@ use crate::path::TxPath;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::ffi::OsStr;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The profile layout this build reads and writes.
@@ -92,6 +100,68 @@ pub struct Measurement<P> {
     pub zc_fraction: Option<f64>,
 }
 
+/// One transmit path and one receive path, the two ends of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct PathPair {
+    /// The sender's path.
+    pub tx: TxPath,
+    /// The receiver's path.
+    pub rx: RxPath,
+}
+
+impl fmt::Display for PathPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.tx, self.rx)
+    }
+}
+
+impl AutoPath for PathPair {
+    const DEFAULT: Self = PathPair {
+        tx: TxPath::Copy,
+        rx: RxPath::Copy,
+    };
+    const DIRECTION: &'static str = "pairs";
+    /// `"uring/mmap"`: the two names, transmit first.
+    fn from_name(name: &str) -> Option<Self> {
+        let (tx, rx) = name.split_once('/')?;
+        Some(PathPair {
+            tx: TxPath::from_name(tx)?,
+            rx: RxPath::from_name(rx)?,
+        })
+    }
+}
+
+/// One row of the pair table: what a transmit × receive pair cost at one operation size.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PairMeasurement {
+    /// The sender's path.
+    pub tx: TxPath,
+    /// The receiver's path.
+    pub rx: RxPath,
+    /// Operation size in bytes (both ends).
+    pub size: u64,
+    /// Whether both ends touched the data.
+    pub touch: bool,
+    /// What it cost: worker CPU-seconds per GiB of both ends, median and range.
+    pub cpu_s_per_gib: Spread,
+    /// Share of the bytes the sender really sent without a copy while this was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zc_fraction_tx: Option<f64>,
+    /// Share of the bytes the receiver really mapped while this was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zc_fraction_rx: Option<f64>,
+}
+
+impl PairMeasurement {
+    /// The pair.
+    pub fn pair(&self) -> PathPair {
+        PathPair {
+            tx: self.tx,
+            rx: self.rx,
+        }
+    }
+}
+
 /// A validated profile for this host.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Profile {
@@ -113,6 +183,13 @@ pub struct Profile {
     pub tx: Vec<Measurement<TxPath>>,
     /// Receive costs.
     pub rx: Vec<Measurement<RxPath>>,
+    /// Costs of transmit × receive pairs, where `tune` had both ends on this host
+    /// ([`super::pair`]); empty for profiles without them. Optional in the layout, so schema
+    /// 1 stays one layout: a profile without `pairs` reads as before, and an older build
+    /// reading a profile with them ignores the field (it reads top-level fields by name and
+    /// skips unknown ones) and keeps choosing from the single-end tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairMeasurement>,
 }
 
 /// Why a profile was refused.
@@ -219,6 +296,21 @@ struct RawProfile {
     created: Created,
     tx: Vec<RawRow>,
     rx: Vec<RawRow>,
+    #[serde(default)]
+    pairs: Vec<RawPairRow>,
+}
+
+#[derive(Deserialize)]
+struct RawPairRow {
+    tx: String,
+    rx: String,
+    size: u64,
+    touch: bool,
+    cpu_s_per_gib: Spread,
+    #[serde(default)]
+    zc_fraction_tx: Option<f64>,
+    #[serde(default)]
+    zc_fraction_rx: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -290,6 +382,7 @@ impl Profile {
             created: raw.created,
             tx: rows(raw.tx)?,
             rx: rows(raw.rx)?,
+            pairs: pair_rows(raw.pairs)?,
         })
     }
 
@@ -418,6 +511,49 @@ fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileErr
         return Err(ProfileError::NoBaseline {
             direction,
             baseline: P::DEFAULT.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// The pair table: each row's two names known, its cost and shares checked as in the
+/// single-end tables, no pair twice at one size, and a `copy/copy` baseline if any rows.
+fn pair_rows(raw: Vec<RawPairRow>) -> Result<Vec<PairMeasurement>, ProfileError> {
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The same checks as a direction's table, on rows named "tx/rx".
+    let named: Vec<RawRow> = raw
+        .iter()
+        .map(|r| RawRow {
+            path: format!("{}/{}", r.tx, r.rx),
+            size: r.size,
+            touch: r.touch,
+            cpu_s_per_gib: r.cpu_s_per_gib,
+            zc_fraction: None,
+        })
+        .collect();
+    let checked = rows::<PathPair>(named)?;
+    let mut out = Vec::with_capacity(raw.len());
+    for (m, r) in checked.into_iter().zip(raw) {
+        for f in [r.zc_fraction_tx, r.zc_fraction_rx].into_iter().flatten() {
+            if !(f.is_finite() && (0.0..=1.0).contains(&f)) {
+                return Err(ProfileError::BadCost {
+                    direction: PathPair::DIRECTION,
+                    path: m.path.to_string(),
+                    size: m.size,
+                    what: "zc_fraction not within 0..=1",
+                });
+            }
+        }
+        out.push(PairMeasurement {
+            tx: m.path.tx,
+            rx: m.path.rx,
+            size: m.size,
+            touch: m.touch,
+            cpu_s_per_gib: m.cpu_s_per_gib,
+            zc_fraction_tx: r.zc_fraction_tx,
+            zc_fraction_rx: r.zc_fraction_rx,
         });
     }
     Ok(out)
@@ -623,6 +759,83 @@ mod tests {
         let auto = good().replace(r#""path": "zerocopy""#, r#""path": "auto""#);
         let err = Profile::parse(&auto, &host()).unwrap_err();
         assert!(matches!(err, ProfileError::UnknownPath { .. }), "{err}");
+    }
+
+    const PAIRS: &str = r#"[{"tx": "copy", "rx": "copy", "size": 4096, "touch": false,
+                             "cpu_s_per_gib": {"median": 0.5, "lo": 0.45, "hi": 0.55}},
+                            {"tx": "uring", "rx": "uring", "size": 4096, "touch": false,
+                             "zc_fraction_tx": 0.0, "zc_fraction_rx": 0.0,
+                             "cpu_s_per_gib": {"median": 0.3, "lo": 0.28, "hi": 0.33}}]"#;
+
+    fn with_pairs(pairs: &str) -> String {
+        good().replacen("\"tx\":", &format!("\"pairs\": {pairs}, \"tx\":"), 1)
+    }
+
+    #[test]
+    fn pairs_are_optional_read_checked_and_round_trip() {
+        // Without the field (every profile written before pairs existed): no pairs.
+        assert!(Profile::parse(&good(), &host()).unwrap().pairs.is_empty());
+        let p = Profile::parse(&with_pairs(PAIRS), &host()).unwrap();
+        assert_eq!(p.pairs.len(), 2);
+        assert_eq!(
+            (p.pairs[1].tx, p.pairs[1].rx, p.pairs[1].zc_fraction_rx),
+            (TxPath::Uring, RxPath::Uring, Some(0.0))
+        );
+        let again = Profile::parse(&p.to_json(), &host()).unwrap();
+        assert_eq!(again, p);
+        // The single-end tables are untouched by a pair table.
+        assert_eq!(p.tx, Profile::parse(&good(), &host()).unwrap().tx);
+        // An empty table is the same as none, and is not written.
+        let empty = Profile::parse(&with_pairs("[]"), &host()).unwrap();
+        assert!(empty.pairs.is_empty());
+        assert!(!empty.to_json().contains("pairs"));
+    }
+
+    #[test]
+    fn unknown_fields_are_skipped_so_older_builds_read_newer_schema_1_profiles() {
+        // What an older build does with `pairs` is what this one does with any field it does
+        // not know: it reads the rest. The layout stays schema 1.
+        let extra = good().replacen("\"tx\":", "\"something_later\": {\"x\": [1]}, \"tx\":", 1);
+        let p = Profile::parse(&extra, &host()).unwrap();
+        assert_eq!(p, Profile::parse(&good(), &host()).unwrap());
+    }
+
+    #[test]
+    fn bad_pair_tables_are_refused_by_name() {
+        let cases = [
+            (
+                PAIRS.replace("\"uring\", \"rx\"", "\"teleport\", \"rx\""),
+                "unknown path \"teleport/uring\"",
+            ),
+            (
+                PAIRS.replace("\"rx\": \"uring\"", "\"rx\": \"auto\""),
+                "unknown path \"uring/auto\"",
+            ),
+            (
+                PAIRS
+                    .replace("\"tx\": \"copy\"", "\"tx\": \"uring\"")
+                    .replace("\"rx\": \"copy\"", "\"rx\": \"uring\""),
+                "two rows",
+            ),
+            (
+                PAIRS.replace("\"tx\": \"copy\"", "\"tx\": \"zerocopy\""),
+                "baseline path copy/copy",
+            ),
+            (
+                PAIRS.replace("\"zc_fraction_rx\": 0.0", "\"zc_fraction_rx\": 2.0"),
+                "zc_fraction",
+            ),
+            (
+                PAIRS.replace("\"lo\": 0.28", "\"lo\": 0.31"),
+                "not lo <= median <= hi",
+            ),
+        ];
+        for (pairs, want) in cases {
+            let err = Profile::parse(&with_pairs(&pairs), &host()).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains(want), "{want}: {msg}");
+            assert!(msg.contains("pairs"), "{msg}");
+        }
     }
 
     #[test]

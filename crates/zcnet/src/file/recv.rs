@@ -159,6 +159,7 @@ impl FileRx {
         done: &mut u64,
     ) -> Result<()> {
         if mode == FileRxMode::Splice {
+            rx.release_socket(sock, stats)?;
             if rx.socket_handover_ok() {
                 // What the path already holds comes first in the stream.
                 while *done < len {

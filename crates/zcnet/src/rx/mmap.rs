@@ -81,6 +81,8 @@ pub struct MmapRx {
     timeout: Duration,
     /// On the `auto` path: demotion to plain `recv` while mapping keeps failing.
     auto: Option<AutoDemotion>,
+    /// Set by `auto`'s cost check ([`MmapRx::set_copy`]): read with plain `recv`.
+    forced_copy: bool,
 }
 
 /// The `auto` receive path's online demotion of `mmap` (see [`crate::auto::demotion`]):
@@ -119,6 +121,7 @@ impl MmapRx {
             eof: false,
             timeout,
             auto: None,
+            forced_copy: false,
         }
     }
 
@@ -126,6 +129,12 @@ impl MmapRx {
     pub(crate) fn with_auto(mut self, auto: AutoDemotion) -> Self {
         self.auto = Some(auto);
         self
+    }
+
+    /// `auto`'s run-time check: while set, each step reads with plain `recv` (the copy path
+    /// measured on this connection, or the fallback from a costlier mapping).
+    pub(crate) fn set_copy(&mut self, copy: bool) {
+        self.forced_copy = copy;
     }
 
     /// Whether this step may try to map (always, unless `auto` demoted the path).
@@ -200,6 +209,15 @@ impl MmapRx {
                     .map_err(|e| Error::io("madvise(MADV_DONTNEED)", e))?;
                 stats.add_rx_release_calls(1);
                 stats.add_rx_released_bytes(n as u64);
+            }
+            if self.forced_copy {
+                // `auto`'s cost check sent this step to copy: plain recv, counted there.
+                let n = recv_some(fd, &mut self.scratch, stats, self.timeout)?;
+                if n == 0 {
+                    self.eof = true;
+                    return Ok(None);
+                }
+                return Ok(Some(Loc::Scratch { start: 0, end: n }));
             }
             if !self.admit(stats) {
                 // Demoted: plain recv (blocking up to the timeout) until the re-probe.
@@ -303,6 +321,17 @@ impl Receive for MmapRx {
     fn recv_into(&mut self, fd: BorrowedFd<'_>, buf: &mut [u8], stats: &Stats) -> Result<usize> {
         if buf.is_empty() {
             return Ok(0);
+        }
+        if self.forced_copy
+            && self.leftover.is_none()
+            && self.copybuf_pending.0 >= self.copybuf_pending.1
+            && self.skip == 0
+            && !self.eof
+        {
+            // Nothing held: straight into the caller's buffer, as the copy path reads.
+            let n = recv_some(fd, buf, stats, self.timeout)?;
+            self.eof = n == 0;
+            return Ok(n);
         }
         let loc = match self.leftover.take() {
             Some(loc) => loc,

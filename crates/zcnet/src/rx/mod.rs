@@ -66,6 +66,14 @@ pub(crate) trait Receive: Send {
         Ok(0)
     }
 
+    /// Before the socket is read by someone else (spliced into a file, handed back): stop
+    /// any request that could still take bytes from it. What was already received stays
+    /// here, for [`Receive::take_buffered`] and the next receive. A no-op for the paths
+    /// whose reads are all synchronous.
+    fn release_socket(&mut self, _fd: BorrowedFd<'_>, _stats: &Stats) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether, once [`Receive::take_buffered`] returns 0, another reader (`splice`) may take
     /// the next bytes straight from the socket. False (the default) for a path that may have
     /// reads in flight the kernel can still complete (an armed multishot io_uring recv): the

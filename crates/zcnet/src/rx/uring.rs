@@ -126,6 +126,8 @@ pub(crate) struct RingRx<R: LendingRing> {
     cur: Option<(R::Lent, usize)>,
     armed_once: bool,
     eof: bool,
+    /// Parked by `auto` ([`RingRx::park`]): hand out what was received, never arm again.
+    parked: bool,
     timeout: Duration,
 }
 
@@ -146,6 +148,7 @@ impl<R: LendingRing> RingRx<R> {
             cur: None,
             armed_once: false,
             eof: false,
+            parked: false,
             timeout,
         }
     }
@@ -173,6 +176,11 @@ impl<R: LendingRing> RingRx<R> {
         let deadline = Instant::now() + self.timeout;
         loop {
             if self.eof {
+                return Ok(false);
+            }
+            if self.parked && self.ring.needs_arm() {
+                // Parked and nothing queued: drained (not the end of the stream; see
+                // `parked_drained`).
                 return Ok(false);
             }
             if self.ring.needs_arm() {
@@ -213,6 +221,8 @@ impl<R: LendingRing> RingRx<R> {
                     stats.add_rx_uring_enobufs(1);
                 }
                 Some(Step::End(e)) if e == -R::REARM_ERRNO => {}
+                // The end of a request `park` cancelled.
+                Some(Step::End(e)) if self.parked && e == -libc::ECANCELED => {}
                 Some(Step::End(e)) => {
                     return Err(Error::io(R::OP, io::Error::from_raw_os_error(-e)));
                 }
@@ -289,6 +299,46 @@ impl<R: LendingRing> Receive for RingRx<R> {
             return Ok(0);
         }
         self.take_buffered(max, sink)
+    }
+}
+
+/// How long [`RingRx::park`] waits for the cancelled request's final completion.
+const PARK_BOUND: Duration = Duration::from_millis(500);
+
+impl RingRx<BufRingRecv> {
+    /// Stops the multishot request so that plain `recv` may read the socket next (`auto`
+    /// leaving this path): cancels it and waits for its final completion. What it received
+    /// before stays queued and is handed out first; until [`RingRx::unpark`] the request is
+    /// not armed again. False if the end of the request was not seen in time — then it may
+    /// still take bytes from the socket, and plain `recv` must not run.
+    pub(crate) fn park(&mut self) -> bool {
+        self.parked = true;
+        self.ring.disarm(PARK_BOUND)
+    }
+
+    /// Lets the next receive arm the request again (`auto` coming back to this path).
+    pub(crate) fn unpark(&mut self) {
+        self.parked = false;
+    }
+
+    /// Whether a piece with bytes not yet handed out is held.
+    pub(crate) fn has_held(&self) -> bool {
+        self.remaining() > 0
+    }
+
+    /// Whether [`RingRx::park`] was called (and not undone).
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked
+    }
+
+    /// Parked, and nothing left to hand out: the socket is plain `recv`'s now. Takes the
+    /// next queued piece, if there is one, so the answer is final (a piece taken stays held
+    /// for the next receive).
+    pub(crate) fn parked_drained(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<bool> {
+        if !self.parked || self.remaining() > 0 {
+            return Ok(false);
+        }
+        Ok(!self.fill(fd, stats)? && !self.eof)
     }
 }
 

@@ -30,6 +30,10 @@ impl Listener {
         let cfg = &match &auto {
             Some(a) => ReceiverConfig {
                 path: a.path,
+                // The page-multiple MSS buys mapping; where the profile measured `mmap`
+                // mapping nothing at this size it buys nothing, and its smaller segments
+                // cost the sender (and copy, should the cost check fall back to it).
+                page_multiple_mss: cfg.page_multiple_mss && a.expect_mapping,
                 ..cfg.clone()
             },
             None => cfg.clone(),

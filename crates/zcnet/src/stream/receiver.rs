@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::file::recv::FileRx;
 use crate::path::FallbackReason;
 use crate::path::{FileRxMode, RxPath};
-use crate::rx::auto::AutoRxChoice;
+use crate::rx::auto::{Alt, AutoRx, AutoRxChoice};
 use crate::rx::mmap::AutoDemotion;
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk};
 use crate::stats::Stats;
@@ -59,6 +59,10 @@ pub struct ReceiverConfig {
     /// Bytes the application typically takes per receive: the size `auto` looks up in the
     /// profile (256 KiB by default, a bulk stream's read size).
     pub op_size: usize,
+    /// Bytes per window of the `auto` path's run-time cost check (16 MiB by default,
+    /// [`crate::auto::cost::WINDOW_BYTES`]): smaller windows react sooner and measure
+    /// noisier.
+    pub cost_window: u64,
 }
 
 impl Default for ReceiverConfig {
@@ -78,6 +82,7 @@ impl Default for ReceiverConfig {
             profile: ProfileSource::Default,
             touch: true,
             op_size: 256 * 1024,
+            cost_window: crate::auto::cost::WINDOW_BYTES,
         }
     }
 }
@@ -114,6 +119,8 @@ impl ReceiverConfig {
         touch: bool,
         /// Sets [`ReceiverConfig::op_size`].
         op_size: usize,
+        /// Sets [`ReceiverConfig::cost_window`].
+        cost_window: u64,
     }
     crate::builder::option_setters! {
         /// Sets `SO_RCVLOWAT` ([`ReceiverConfig::rcvlowat`]).
@@ -148,6 +155,55 @@ impl std::fmt::Debug for Receiver {
     }
 }
 
+/// The `auto` receive path for `choice`: its path beside copy, under the run-time check.
+fn auto_rx(
+    sock: &Socket,
+    cfg: &ReceiverConfig,
+    choice: &AutoRxChoice,
+    timeout: std::time::Duration,
+    stats: &Stats,
+) -> (Box<dyn Receive>, RxPath) {
+    let copy = CopyRx::new(cfg.buf_bytes, timeout);
+    let alt = match choice.path {
+        RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
+            Ok(map) => Some(Alt::Mmap(
+                MmapRx::new(map, cfg.buf_bytes, timeout)
+                    .with_auto(AutoDemotion::new(choice.expect_mapping)),
+            )),
+            Err(_) => {
+                // A kernel without TCP mmap: every receive copies, and says so.
+                stats.fallback(FallbackReason::Unsupported, 0);
+                None
+            }
+        },
+        RxPath::Uring => match crate::rx::uring::uring_rx(&crate::rx::uring::UringRxParams {
+            path: RxPath::Uring,
+            buf_bytes: cfg.buf_bytes,
+            map_bytes: cfg.map_bytes,
+            zcrx_queue: cfg.zcrx_queue,
+            timeout,
+        }) {
+            Ok(u) => Some(Alt::Uring(Box::new(u))),
+            Err(_) => {
+                // No io_uring here: a path the profile chose is a counted fallback; a trial
+                // without a profile simply stays on the default.
+                if !choice.trial {
+                    stats.fallback(FallbackReason::Unsupported, 0);
+                }
+                None
+            }
+        },
+        _ => None,
+    };
+    match alt {
+        Some(alt) => (
+            Box::new(AutoRx::new(copy, alt, choice, cfg.cost_window)),
+            choice.path,
+        ),
+        None => (Box::new(copy), RxPath::Copy),
+    }
+}
+
 impl Receiver {
     /// Connects to `addr` and receives on the connection: the client end of a download.
     /// For the mmap path the page-multiple MSS is set before the handshake, as
@@ -166,6 +222,10 @@ impl Receiver {
         let cfg = &match &auto {
             Some(a) => ReceiverConfig {
                 path: a.path,
+                // The page-multiple MSS buys mapping; where the profile measured `mmap`
+                // mapping nothing at this size it buys nothing, and its smaller segments
+                // cost the sender (and copy, should the cost check fall back to it).
+                page_multiple_mss: cfg.page_multiple_mss && a.expect_mapping,
                 ..cfg.clone()
             },
             None => cfg.clone(),
@@ -221,18 +281,41 @@ impl Receiver {
         if let Some(a) = &auto {
             stats.add_auto_rx(&a.delta);
         }
-        let (rx, path): (Box<dyn Receive>, RxPath) = match cfg.path {
+        let (rx, path): (Box<dyn Receive>, RxPath) = match (cfg.path, &auto) {
+            (RxPath::Copy | RxPath::Mmap | RxPath::Uring, Some(a)) => {
+                auto_rx(&sock, cfg, a, timeout, &stats)
+            }
+            _ => Self::concrete(&sock, cfg, timeout, &stats),
+        };
+        Ok(Receiver {
+            sock,
+            rx,
+            path,
+            stats,
+            file: FileRx::default(),
+            file_rx: cfg.file_rx,
+            file_preallocate: cfg.file_preallocate,
+            timeout,
+            profile_note: auto.and_then(|a| a.note),
+        })
+    }
+
+    /// The receive path `cfg.path` names, with its fallbacks; returns the path in effect.
+    fn concrete(
+        sock: &Socket,
+        cfg: &ReceiverConfig,
+        timeout: std::time::Duration,
+        stats: &Stats,
+    ) -> (Box<dyn Receive>, RxPath) {
+        match cfg.path {
             RxPath::Copy | RxPath::Auto => {
                 (Box::new(CopyRx::new(cfg.buf_bytes, timeout)), RxPath::Copy)
             }
             RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
-                Ok(map) => {
-                    let mut rx = MmapRx::new(map, cfg.buf_bytes, timeout);
-                    if let Some(a) = &auto {
-                        rx = rx.with_auto(AutoDemotion::new(a.expect_mapping));
-                    }
-                    (Box::new(rx), RxPath::Mmap)
-                }
+                Ok(map) => (
+                    Box::new(MmapRx::new(map, cfg.buf_bytes, timeout)),
+                    RxPath::Mmap,
+                ),
                 Err(_) => {
                     // A kernel without TCP mmap: every receive copies, and says so.
                     stats.fallback(FallbackReason::Unsupported, 0);
@@ -248,20 +331,9 @@ impl Receiver {
                     zcrx_queue: cfg.zcrx_queue,
                     timeout,
                 },
-                &stats,
+                stats,
             ),
-        };
-        Ok(Receiver {
-            sock,
-            rx,
-            path,
-            stats,
-            file: FileRx::default(),
-            file_rx: cfg.file_rx,
-            file_preallocate: cfg.file_preallocate,
-            timeout,
-            profile_note: auto.and_then(|a| a.note),
-        })
+        }
     }
 
     /// On the `auto` path: why no profile is in force, for the caller to show (see
@@ -350,6 +422,7 @@ impl Receiver {
     /// ([`Error::Io`] with `EBUSY`) on the io_uring paths, whose armed multishot receive may
     /// still complete reads the caller would never see.
     pub fn into_inner(mut self) -> Result<(TcpStream, Vec<u8>)> {
+        self.rx.release_socket(self.sock.as_fd(), &self.stats)?;
         if !self.rx.socket_handover_ok() {
             return Err(Error::io(
                 "handing the socket back",

@@ -18,6 +18,7 @@
 
 use super::{copy::CopyTx, cow::CowTx, uring::UringTx, zerocopy::ZerocopyTx, Transmit};
 use crate::auto::demotion::{DEMOTE_AFTER, MAX_REPROBE_AFTER_OPS, REPROBE_AFTER_OPS};
+use crate::auto::pair;
 use crate::auto::{
     AutoStats, Choice, Chooser, CostCheck, Demotion, DemotionReason, Hysteresis, Measurement,
     Profile, Report, Route,
@@ -95,15 +96,25 @@ pub(crate) struct AutoTx {
     cost: [CostCheck<TxPath>; 2],
 }
 
+/// The chooser over the paths `keep` admits: from the profile's pair table where it has one
+/// (`pairs`: the sender's half of the cheapest pair, assuming the peer is `auto` on the same
+/// profile — a peer that is not costs the check below a probe), else from the single-end
+/// table, else the built-in default.
 fn chooser(
     profile: Option<&Profile>,
     touch: bool,
+    pairs: bool,
     keep: impl Fn(TxPath) -> bool,
 ) -> Chooser<TxPath> {
     match profile {
         Some(p) => {
+            let table = if pairs && pair::has_pairs(&p.pairs, touch) {
+                pair::tx_rows(&p.pairs, touch)
+            } else {
+                p.tx.clone()
+            };
             let rows: Vec<Measurement<TxPath>> =
-                p.tx.iter().filter(|m| keep(m.path)).copied().collect();
+                table.into_iter().filter(|m| keep(m.path)).collect();
             Chooser::from_measurements(&rows, touch)
         }
         None => Chooser::defaults(),
@@ -112,10 +123,12 @@ fn chooser(
 
 impl AutoTx {
     pub(crate) fn new(fd: BorrowedFd<'_>, s: AutoSetup<'_>) -> Self {
-        let buf_chooser = chooser(s.profile, s.touch, |p| {
+        let buf_chooser = chooser(s.profile, s.touch, true, |p| {
             matches!(p, TxPath::Copy | TxPath::Zerocopy | TxPath::Uring)
         });
-        let slice_chooser = chooser(s.profile, s.touch, |p| {
+        // `send_slice` keeps copy semantics (copy or cow); `tune` measures cow into a copy
+        // receiver only, so its table is the single-end one.
+        let slice_chooser = chooser(s.profile, s.touch, false, |p| {
             matches!(p, TxPath::Copy | TxPath::Cow)
         });
         let policy = Policy::always();

@@ -1,0 +1,267 @@
+//! Costs of transmit × receive *pairs*, and what each end of an `auto → auto` connection takes
+//! from them.
+//!
+//! Why pairs: the costs of the two ends do not add up. Measured each against a `copy` peer,
+//! mapping on receive looked cheaper than copying at 256 KiB, yet from the `uring` sender
+//! that `auto` itself picks there it cost far more (loopback's local delivery hands the
+//! receiver other pages); and `uring → uring` at 64 KiB was the cheapest pair while neither
+//! end, measured against `copy`, looked cheaper than `copy`. Where both ends run on this host
+//! (loopback, network namespaces) `zcnet tune` therefore measures every pair, and both ends
+//! of a connection read the same table: the sender takes the transmit half of the cheapest
+//! pair at its operation size, the receiver the receive half — the pair is the decision,
+//! each end carries out its half. Peers elsewhere have only the single-end tables.
+//!
+//! The choice reuses [`Chooser`] over [`PathPair`]s (same interpolation in `log2(size)`,
+//! same rule: a pair beats `copy → copy` only if its whole spread lies below copy's). Each
+//! end then gets an ordinary single-path table, *projected* at each measured size onto the
+//! other end's half of the chosen pair ([`tx_rows`], [`rx_rows`]): the rows the transmit
+//! chooser sees at 64 KiB are "each sender into the `uring` receiver" when `uring → uring`
+//! won there. So everything downstream — hysteresis, demotion after `COPIED`, the run-time
+//! cost check — works unchanged, and each row keeps the zero-copy share of its own end.
+
+use super::choose::Chooser;
+use super::profile::Measurement;
+pub use super::profile::{PairMeasurement, PathPair};
+use super::AutoPath;
+use crate::path::{RxPath, TxPath};
+
+/// A [`Chooser`] over the pairs of one touch variant: the cheapest pair that clears
+/// `copy → copy`'s spread, else `copy → copy`. Without a `copy → copy` row it answers the
+/// default with [`super::ChoiceReason::NoProfile`], as every chooser does.
+pub fn chooser(pairs: &[PairMeasurement], touch: bool) -> Chooser<PathPair> {
+    let rows: Vec<Measurement<PathPair>> = pairs
+        .iter()
+        .map(|p| Measurement {
+            path: p.pair(),
+            size: p.size,
+            touch: p.touch,
+            cpu_s_per_gib: p.cpu_s_per_gib,
+            zc_fraction: None,
+        })
+        .collect();
+    Chooser::from_measurements(&rows, touch)
+}
+
+/// Whether `pairs` has anything for this touch variant (a usable `copy → copy` baseline).
+pub fn has_pairs(pairs: &[PairMeasurement], touch: bool) -> bool {
+    pairs
+        .iter()
+        .any(|p| p.touch == touch && p.pair() == PathPair::DEFAULT)
+}
+
+/// The sizes measured for this touch variant, ascending.
+fn sizes(pairs: &[PairMeasurement], touch: bool) -> Vec<u64> {
+    let mut s: Vec<u64> = pairs
+        .iter()
+        .filter(|p| p.touch == touch)
+        .map(|p| p.size)
+        .collect();
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+/// The transmit table an `auto` sender uses when its peer is `auto` on the same profile: at
+/// each measured size, each transmit path into the receive path of the pair chosen there.
+/// Sizes where that receiver has no `copy` sender measured are left out (no baseline).
+pub fn tx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<TxPath>> {
+    let c = chooser(pairs, touch);
+    let mut out = Vec::new();
+    for size in sizes(pairs, touch) {
+        let rx = c.choose(size, true).path.rx;
+        let at: Vec<&PairMeasurement> = pairs
+            .iter()
+            .filter(|p| p.touch == touch && p.size == size && p.rx == rx)
+            .collect();
+        if !at.iter().any(|p| p.tx == TxPath::Copy) {
+            continue;
+        }
+        out.extend(at.into_iter().map(|p| Measurement {
+            path: p.tx,
+            size,
+            touch,
+            cpu_s_per_gib: p.cpu_s_per_gib,
+            zc_fraction: p.zc_fraction_tx,
+        }));
+    }
+    out
+}
+
+/// The receive table an `auto` receiver uses when its peer is `auto` on the same profile: at
+/// each measured size, each receive path from the transmit path of the pair chosen there.
+pub fn rx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<RxPath>> {
+    let c = chooser(pairs, touch);
+    let mut out = Vec::new();
+    for size in sizes(pairs, touch) {
+        let tx = c.choose(size, true).path.tx;
+        let at: Vec<&PairMeasurement> = pairs
+            .iter()
+            .filter(|p| p.touch == touch && p.size == size && p.tx == tx)
+            .collect();
+        if !at.iter().any(|p| p.rx == RxPath::Copy) {
+            continue;
+        }
+        out.extend(at.into_iter().map(|p| Measurement {
+            path: p.rx,
+            size,
+            touch,
+            cpu_s_per_gib: p.cpu_s_per_gib,
+            zc_fraction: p.zc_fraction_rx,
+        }));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auto::profile::Spread;
+
+    const KIB: u64 = 1024;
+
+    fn pm(tx: TxPath, rx: RxPath, size: u64, median: f64) -> PairMeasurement {
+        PairMeasurement {
+            tx,
+            rx,
+            size,
+            touch: false,
+            cpu_s_per_gib: Spread {
+                median,
+                lo: median * 0.97,
+                hi: median * 1.03,
+            },
+            zc_fraction_tx: Some(0.0),
+            zc_fraction_rx: Some(if rx == RxPath::Mmap { 0.9 } else { 0.0 }),
+        }
+    }
+
+    /// The loopback shape the single-end tables got wrong: at 64 KiB `uring → uring` is the
+    /// cheapest pair though neither half is cheaper than copy against a copy peer; at
+    /// 256 KiB `copy → mmap` looks cheap, but `uring → mmap` is dear and `copy → copy` wins.
+    fn table() -> Vec<PairMeasurement> {
+        use RxPath as R;
+        use TxPath as T;
+        let mut v = Vec::new();
+        for (size, costs) in [
+            (
+                64 * KIB,
+                [
+                    (T::Copy, R::Copy, 0.50),
+                    (T::Copy, R::Uring, 0.52),
+                    (T::Copy, R::Mmap, 0.60),
+                    (T::Uring, R::Copy, 0.55),
+                    (T::Uring, R::Uring, 0.40),
+                    (T::Uring, R::Mmap, 0.80),
+                ],
+            ),
+            (
+                256 * KIB,
+                [
+                    (T::Copy, R::Copy, 0.45),
+                    (T::Copy, R::Uring, 0.47),
+                    (T::Copy, R::Mmap, 0.44),
+                    (T::Uring, R::Copy, 0.50),
+                    (T::Uring, R::Uring, 0.48),
+                    (T::Uring, R::Mmap, 0.75),
+                ],
+            ),
+        ] {
+            v.extend(costs.iter().map(|&(t, r, m)| pm(t, r, size, m)));
+        }
+        v
+    }
+
+    #[test]
+    fn names_round_trip_and_auto_is_not_a_half() {
+        let p = PathPair {
+            tx: TxPath::Uring,
+            rx: RxPath::Mmap,
+        };
+        assert_eq!(p.to_string(), "uring/mmap");
+        assert_eq!(PathPair::from_name("uring/mmap"), Some(p));
+        for bad in ["uring", "auto/copy", "copy/auto", "uring/teleport", ""] {
+            assert_eq!(PathPair::from_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_cheapest_pair_is_chosen_not_the_sum_of_halves() {
+        let c = chooser(&table(), false);
+        let at64 = c.choose(64 * KIB, true);
+        assert_eq!(
+            at64.path,
+            PathPair {
+                tx: TxPath::Uring,
+                rx: RxPath::Uring
+            }
+        );
+        // copy → mmap's median is lower at 256 KiB but its spread overlaps copy → copy's.
+        assert_eq!(c.choose(256 * KIB, true).path, PathPair::DEFAULT);
+        // Each end's projected table leads it to its half of the chosen pair.
+        let tx = Chooser::from_measurements(&tx_rows(&table(), false), false);
+        let rx = Chooser::from_measurements(&rx_rows(&table(), false), false);
+        assert_eq!(tx.choose(64 * KIB, true).path, TxPath::Uring);
+        assert_eq!(rx.choose(64 * KIB, true).path, RxPath::Uring);
+        assert_eq!(tx.choose(256 * KIB, true).path, TxPath::Copy);
+        assert_eq!(rx.choose(256 * KIB, true).path, RxPath::Copy);
+        // The single-end table (each against copy) would never have found uring at 64 KiB.
+        let single: Vec<Measurement<TxPath>> = table()
+            .iter()
+            .filter(|p| p.rx == RxPath::Copy)
+            .map(|p| Measurement {
+                path: p.tx,
+                size: p.size,
+                touch: false,
+                cpu_s_per_gib: p.cpu_s_per_gib,
+                zc_fraction: None,
+            })
+            .collect();
+        let single = Chooser::from_measurements(&single, false);
+        assert_eq!(single.choose(64 * KIB, true).path, TxPath::Copy);
+    }
+
+    #[test]
+    fn projected_rows_keep_each_ends_zero_copy_share() {
+        let mut t = table();
+        // Make copy → mmap clearly cheapest at 256 KiB: the receiver's rows are from copy.
+        for p in t.iter_mut() {
+            if p.size == 256 * KIB && p.tx == TxPath::Copy && p.rx == RxPath::Mmap {
+                p.cpu_s_per_gib = Spread {
+                    median: 0.30,
+                    lo: 0.29,
+                    hi: 0.31,
+                };
+            }
+        }
+        let rx = rx_rows(&t, false);
+        let mmap = rx
+            .iter()
+            .find(|m| m.size == 256 * KIB && m.path == RxPath::Mmap)
+            .unwrap();
+        assert_eq!(mmap.zc_fraction, Some(0.9));
+        assert_eq!(mmap.cpu_s_per_gib.median, 0.30);
+        let rx = Chooser::from_measurements(&rx, false);
+        assert_eq!(rx.choose(256 * KIB, true).path, RxPath::Mmap);
+        assert!(rx.expects_zero_copy(RxPath::Mmap, 256 * KIB));
+        let tx = tx_rows(&t, false);
+        assert!(tx
+            .iter()
+            .filter(|m| m.size == 256 * KIB)
+            .all(|m| m.zc_fraction == Some(0.0)));
+    }
+
+    #[test]
+    fn without_a_baseline_pair_nothing_is_projected() {
+        let t: Vec<PairMeasurement> = table()
+            .into_iter()
+            .filter(|p| p.pair() != PathPair::DEFAULT)
+            .collect();
+        assert!(!has_pairs(&t, false));
+        assert!(has_pairs(&table(), false));
+        assert!(!has_pairs(&table(), true));
+        assert_eq!(
+            chooser(&t, false).choose(64 * KIB, true).reason,
+            super::super::ChoiceReason::NoProfile
+        );
+    }
+}

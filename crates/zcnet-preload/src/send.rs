@@ -71,7 +71,7 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     if total < cfg.min_bytes.max(1) {
         return Some(Reason::TooSmall);
     }
-    if s.inherited() {
+    if s.shared() {
         return Some(Reason::Forked);
     }
     if s.zc().app_errqueue {

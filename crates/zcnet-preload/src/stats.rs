@@ -21,8 +21,8 @@ pub enum Reason {
     Unsupported,
     /// The memory cannot be protected (file-backed, shared, stack, not resident).
     Unprotectable,
-    /// A forked child: a socket the parent sent zero-copy on (its error queue is the
-    /// parent's), or a protection engine the parent started (its address space).
+    /// A socket open in another process too since a `fork` (one error queue for both),
+    /// or a forked child's protection engine (the parent started it, in its address space).
     Forked,
     /// The program reads this socket's error queue itself (its own `SO_ZEROCOPY`,
     /// timestamping, `IP_RECVERR`).

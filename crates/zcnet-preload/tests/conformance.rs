@@ -1,7 +1,8 @@
 //! The interposed calls behave as the C library's: `conformance.py` (beside this file) runs
 //! its checks — overwrite after every send, EAGAIN and short sends, EINTR under a signal
 //! storm, partial `writev`, no spurious POLLERR/EPOLLERR/select readiness/SO_ERROR with
-//! sends in flight, a real reset, `fork` and `close` with sends in flight, a program's own
+//! sends in flight, a real reset, `fork` and `close` with sends in flight, no completion of
+//! one process seen by another sharing the socket after a `fork`, a program's own
 //! `MSG_ZEROCOPY`, `close` before the peer reads — first without the library (the checks are right about the kernel), then
 //! under it in every mode, forced zero-copy included. The stats each run writes must say
 //! which path the bytes took.
@@ -52,7 +53,7 @@ fn run(mode: Option<&str>) -> Vec<Value> {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        10,
+        11,
         "{text}"
     );
     std::fs::read_to_string(&stats)
@@ -101,6 +102,11 @@ fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
             "the overwrites faulted"
         );
         assert_eq!(zc[0]["engine"]["errors"].as_u64(), Some(0));
+        assert!(
+            zc[0]["total"]["fallback_calls"]["forked"].as_u64() > Some(0),
+            "sends on a socket shared after a fork were copied, and counted: {:?}",
+            zc[0]["total"]
+        );
     }
 
     let auto = run(Some("auto"));

@@ -857,13 +857,22 @@ fn new_fd<H: Hook>(h: &H, r: c_int) -> c_int {
     r
 }
 
+fn new_dup<H: Hook>(h: &H, old: c_int, r: c_int) -> c_int {
+    if r >= 0 {
+        if let Some(_g) = Guard::enter() {
+            h.new_dup(old, r);
+        }
+    }
+    r
+}
+
 /// `dup(2)`.
 ///
 /// # Safety
 /// None beyond `dup`'s.
 pub unsafe fn dup<H: Hook>(h: &H, fd: c_int) -> c_int {
     // SAFETY: forwarding the application's own argument.
-    new_fd(h, unsafe { real::dup_fn()(fd) })
+    new_dup(h, fd, unsafe { real::dup_fn()(fd) })
 }
 
 /// `dup2(2)`.
@@ -877,7 +886,7 @@ pub unsafe fn dup2<H: Hook>(h: &H, old: c_int, new: c_int) -> c_int {
         }
     }
     // SAFETY: forwarding the application's own arguments.
-    new_fd(h, unsafe { real::dup2_fn()(old, new) })
+    new_dup(h, old, unsafe { real::dup2_fn()(old, new) })
 }
 
 /// `dup3(2)`.
@@ -891,7 +900,7 @@ pub unsafe fn dup3<H: Hook>(h: &H, old: c_int, new: c_int, flags: c_int) -> c_in
         }
     }
     // SAFETY: forwarding the application's own arguments.
-    new_fd(h, unsafe { real::dup3_fn()(old, new, flags) })
+    new_dup(h, old, unsafe { real::dup3_fn()(old, new, flags) })
 }
 
 /// `socket(2)`.

@@ -261,9 +261,14 @@ pub trait Hook: Sync {
     /// Before `close(fd)`, or before `dup2`/`dup3` replace `fd`.
     fn before_close(&self, _fd: c_int) {}
 
-    /// `fd` is a new descriptor (`socket`, `accept`, `dup`): forget anything cached for
-    /// its number.
+    /// `fd` is a new descriptor (`socket`, `accept`): forget anything cached for its number.
     fn new_fd(&self, _fd: c_int) {}
+
+    /// `new` is a duplicate of `old` (`dup`, `dup2`, `dup3`): the same open file under
+    /// another number.
+    fn new_dup(&self, _old: c_int, new: c_int) {
+        self.new_fd(new);
+    }
 
     /// Before `fork()`.
     fn before_fork(&self) {}

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::cost::{measure, PageCost};
+use crate::stats::UdpCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
@@ -10,6 +11,12 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 static COST: OnceLock<Option<PageCost>> = OnceLock::new();
 static ZC_EVER: AtomicBool = AtomicBool::new(false);
 static DETOURS: AtomicU64 = AtomicU64::new(0);
+static UDP: OnceLock<UdpCounters> = OnceLock::new();
+
+/// The process's `sendmmsg` counters.
+pub fn udp() -> &'static UdpCounters {
+    UDP.get_or_init(UdpCounters::default)
+}
 
 /// Counts one receive (into any descriptor) detoured through scratch memory.
 pub fn count_detour() {

@@ -2,7 +2,8 @@
 //! them. `zcnet run -- CMD` starts CMD with this library in `LD_PRELOAD`.
 //!
 //! Sockets stay kernel sockets, so `epoll`, `dup`, `fork`, `exec` and `sendfile` keep their
-//! meaning. On TCP sockets only, each `send`, `sendto`, `sendmsg`, `write` and `writev` is
+//! meaning. On UDP sockets, runs of equal datagrams in a `sendmmsg` go out as one GSO send
+//! each ([`plan::gso_runs`]). On TCP sockets only, each `send`, `sendto`, `sendmsg`, `write` and `writev` is
 //! either made as the program made it (copied, counted) or — when `ZCNET_TX` and this
 //! host's measured costs say so — cut so that the page-aligned middle of a large buffer
 //! goes out with `MSG_ZEROCOPY` *under write protection* (zcnet's `cow` engine): the
@@ -37,6 +38,7 @@ mod exit;
 mod globals;
 mod hide;
 pub mod kind;
+mod mmsg;
 pub mod plan;
 mod reaper;
 mod send;
@@ -44,7 +46,7 @@ mod sock;
 pub mod stats;
 mod table;
 
-use zcnet_sys::preload::{FdSet, Hook, RecvCall, SendCall, SysResult};
+use zcnet_sys::preload::{FdSet, Hook, MmsgCall, RecvCall, SendCall, SysResult};
 
 /// The policy behind every interposed call.
 #[derive(Debug)]
@@ -77,6 +79,11 @@ impl Hook for Preload {
             }
             None => call.forward(),
         }
+    }
+
+    fn send_mmsg(&self, call: MmsgCall<'_>) -> SysResult {
+        exit::register();
+        mmsg::send(call)
     }
 
     fn recv(&self, call: RecvCall<'_>) -> SysResult {

@@ -207,6 +207,71 @@ impl Counters {
     }
 }
 
+/// What `sendmmsg` on UDP sockets did, for the whole process.
+#[derive(Debug, Default)]
+pub struct UdpCounters {
+    calls: AtomicU64,
+    gso_sends: AtomicU64,
+    gso_datagrams: AtomicU64,
+    gso_bytes: AtomicU64,
+    forwarded: AtomicU64,
+    gso_refused: AtomicU64,
+}
+
+/// A snapshot of [`UdpCounters`], as written to the stats file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UdpReport {
+    /// Interposed `sendmmsg` calls on UDP sockets.
+    pub calls: u64,
+    /// GSO sends made for them.
+    pub gso_sends: u64,
+    /// Datagrams those carried.
+    pub gso_datagrams: u64,
+    /// Payload bytes those carried.
+    pub gso_bytes: u64,
+    /// Datagrams sent as the program's own `sendmmsg` (short runs, mixed sizes or peers,
+    /// control messages, `MSG_MORE`, a socket that refused GSO).
+    pub forwarded_datagrams: u64,
+    /// Datagrams whose GSO send the kernel refused (then sent as they were).
+    pub gso_refused: u64,
+}
+
+impl UdpCounters {
+    /// One `sendmmsg` call.
+    pub fn call(&self) {
+        self.calls.fetch_add(1, Relaxed);
+    }
+
+    /// One GSO send of `datagrams` carrying `bytes`.
+    pub fn gso(&self, datagrams: u64, bytes: u64) {
+        self.gso_sends.fetch_add(1, Relaxed);
+        self.gso_datagrams.fetch_add(datagrams, Relaxed);
+        self.gso_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// `datagrams` sent as the program's own call.
+    pub fn forwarded(&self, datagrams: u64) {
+        self.forwarded.fetch_add(datagrams, Relaxed);
+    }
+
+    /// A GSO send of `datagrams` refused.
+    pub fn refused(&self, datagrams: u64) {
+        self.gso_refused.fetch_add(datagrams, Relaxed);
+    }
+
+    /// The counters now.
+    pub fn report(&self) -> UdpReport {
+        UdpReport {
+            calls: self.calls.load(Relaxed),
+            gso_sends: self.gso_sends.load(Relaxed),
+            gso_datagrams: self.gso_datagrams.load(Relaxed),
+            gso_bytes: self.gso_bytes.load(Relaxed),
+            forwarded_datagrams: self.forwarded.load(Relaxed),
+            gso_refused: self.gso_refused.load(Relaxed),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

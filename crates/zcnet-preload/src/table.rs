@@ -84,7 +84,7 @@ fn ino_of(fd: i32) -> Option<u64> {
 /// The state of `fd` if it is a TCP socket.
 pub fn sock(fd: i32) -> Option<Arc<Sock>> {
     match cached(fd) {
-        Kind::Other => return None,
+        Kind::Other | Kind::Udp | Kind::UdpNoGso => return None,
         Kind::Tcp => {
             if let Some(s) = table().fds.get(&fd) {
                 return Some(s.clone());

@@ -470,6 +470,104 @@ def _child_sends_on_a_shared_socket():
     check(r.n == 16 * MIB and r.h.digest() == sent.digest(), f"received {r.n}, hash mismatch")
 
 
+class Msghdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.c_void_p), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+class Mmsghdr(ctypes.Structure):
+    _fields_ = [("hdr", Msghdr), ("len", ctypes.c_uint)]
+
+
+libc.sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+libc.sendmmsg.restype = ctypes.c_int
+
+
+def udp_receiver():
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        r.setsockopt(socket.SOL_SOCKET, 33, 4 * MIB)  # SO_RCVBUFFORCE (root)
+    except OSError:
+        r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+    r.bind(("127.0.0.1", 0))
+    r.settimeout(5)
+    return r
+
+
+def sendmmsg_keeps_every_datagram():
+    """sendmmsg on UDP — runs of equal datagrams with a short last one, mixed sizes, two
+    destinations, a connected socket — returns the count sent and sets each msg_len; every
+    datagram arrives once, whole, in its own boundaries, in order per destination."""
+    r1, r2 = udp_receiver(), udp_receiver()
+    sas = []
+    for r in (r1, r2):
+        sa = struct.pack("=HH4s8x", socket.AF_INET, socket.htons(r.getsockname()[1]),
+                         socket.inet_aton("127.0.0.1"))
+        sas.append(ctypes.create_string_buffer(sa, len(sa)))
+    plans = []
+    k = 0
+    for rnd in range(6):
+        batch = []
+        for d in (0, 1):  # ten of 1200 and a short last one, to each destination
+            batch += [(d, 1200)] * 10 + [(d, 300 + rnd)]
+        batch += [(0, 1000 + 7 * i) for i in range(5)]  # mixed sizes: sent as they are
+        batch += [(1, 1400)] * 3  # a run too short for GSO
+        batch += [(0, 8000)] * 6  # large equal datagrams
+        plans.append(batch)
+    unconnected = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    connected = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    connected.connect(r2.getsockname())
+    expect = {0: [], 1: []}
+    for bi, batch in enumerate(plans):
+        use_connected = bi % 2 == 1
+        if use_connected:
+            batch = [(1, n) for _, n in batch]
+        sock = connected if use_connected else unconnected
+        bufs, msgs = [], (Mmsghdr * len(batch))()
+        iovs = (Iovec * len(batch))()
+        for i, (d, n) in enumerate(batch):
+            b = bytearray(n)
+            fill(b, 20000 + k)
+            k += 1
+            b[:8] = k.to_bytes(8, "little")
+            bufs.append(b)
+            expect[d].append(bytes(b))
+            iovs[i].base, iovs[i].len = addr(b), n
+            msgs[i].hdr.iov = ctypes.addressof(iovs) + i * ctypes.sizeof(Iovec)
+            msgs[i].hdr.iovlen = 1
+            if not use_connected:
+                msgs[i].hdr.name = ctypes.addressof(sas[d])
+                msgs[i].hdr.namelen = 16
+        done = 0
+        while done < len(batch):
+            ctypes.set_errno(0)
+            n = libc.sendmmsg(sock.fileno(), ctypes.addressof(msgs) + done * ctypes.sizeof(Mmsghdr),
+                              len(batch) - done, 0)
+            check(n > 0, f"sendmmsg returned {n} errno {ctypes.get_errno()}")
+            for i in range(done, done + n):
+                check(msgs[i].len == len(bufs[i]), f"msg_len {msgs[i].len} != {len(bufs[i])}")
+            done += n
+        for b in bufs:  # the program may reuse its buffers at once
+            b[:] = b"\xdd" * len(b)
+        for d, r in ((0, r1), (1, r2)):
+            for want in expect[d]:
+                got = r.recv(65536)
+                check(got == want, f"datagram of {len(got)} bytes where {len(want)} were sent "
+                      f"(seq {int.from_bytes(got[:8], 'little')} vs {int.from_bytes(want[:8], 'little')})")
+            expect[d] = []
+    for r in (r1, r2):
+        r.setblocking(False)
+        try:
+            extra = r.recv(65536)
+            check(False, f"an extra datagram of {len(extra)} bytes")
+        except BlockingIOError:
+            pass
+    for x in (r1, r2, unconnected, connected):
+        x.close()
+
+
 def close_in_flight():
     """close right after a large send: the peer gets every byte and then the end of stream."""
     a, b = pair()
@@ -553,6 +651,7 @@ CHECKS = [
     so_error_after_reset,
     fork_with_sends_in_flight,
     fork_shares_no_completions,
+    sendmmsg_keeps_every_datagram,
     close_in_flight,
     close_while_peer_not_reading,
     own_zerocopy_is_not_hidden,

@@ -2,7 +2,8 @@
 //! its checks — overwrite after every send, EAGAIN and short sends, EINTR under a signal
 //! storm, partial `writev`, no spurious POLLERR/EPOLLERR/select readiness/SO_ERROR with
 //! sends in flight, a real reset, `fork` and `close` with sends in flight, no completion of
-//! one process seen by another sharing the socket after a `fork`, a program's own
+//! one process seen by another sharing the socket after a `fork`, every datagram of a UDP
+//! `sendmmsg` whole and in its boundaries, a program's own
 //! `MSG_ZEROCOPY`, `close` before the peer reads — first without the library (the checks are right about the kernel), then
 //! under it in every mode, forced zero-copy included. The stats each run writes must say
 //! which path the bytes took.
@@ -53,7 +54,7 @@ fn run(mode: Option<&str>) -> Vec<Value> {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        11,
+        12,
         "{text}"
     );
     std::fs::read_to_string(&stats)
@@ -79,7 +80,16 @@ fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
     assert!(library().is_file(), "{} not built", library().display());
     run(None);
 
+    let gso = |lines: &[Value]| {
+        let u = &lines[0]["udp_sendmmsg"];
+        assert!(
+            u["gso_sends"].as_u64() > Some(0) && u["forwarded_datagrams"].as_u64() > Some(0),
+            "sendmmsg: runs of equal datagrams went as GSO sends, the rest as they were: {u}"
+        );
+    };
+
     let copy = run(Some("copy"));
+    gso(&copy);
     assert_eq!(
         copy.len(),
         1,

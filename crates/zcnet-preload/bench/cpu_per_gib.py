@@ -103,8 +103,15 @@ def reap(p, sig=None, timeout=60):
             p.returncode = os.waitstatus_to_exitcode(status)
             return ru.ru_utime + ru.ru_stime
         if time.time() > deadline:
+            threads = []
+            for t in sorted(os.listdir(f"/proc/{p.pid}/task")):
+                try:
+                    with open(f"/proc/{p.pid}/task/{t}/wchan") as w, open(f"/proc/{p.pid}/task/{t}/syscall") as c:
+                        threads.append(f"{t}: {w.read()} {c.read().split()[0]}")
+                except OSError:
+                    pass
             p.kill()
-            raise RuntimeError(f"{p.args[0]} did not stop")
+            raise RuntimeError(f"{p.args} did not stop; threads (wchan, syscall nr): {threads}")
         time.sleep(0.01)
 
 
@@ -201,7 +208,10 @@ def measure(name, fn, a, d, size, want):
     per = {m: [] for m in MODES}
     for r in range(a.rounds):
         for m in MODES[r % len(MODES):] + MODES[: r % len(MODES)]:
-            cpu, ok = fn(m, a.library, d, size, want)
+            try:
+                cpu, ok = fn(m, a.library, d, size, want)
+            except RuntimeError as e:
+                raise SystemExit(f"{name} {m} ({NET.kind}): {e}")
             if not ok:
                 raise SystemExit(f"{name} {m} ({NET.kind}): transfer not verified")
             per[m].append(cpu / (size / (1 << 30)))

@@ -88,8 +88,14 @@ def env_for(mode, lib):
     return e
 
 
+def default_sigint():
+    # A shell starts background jobs with SIGINT ignored, and Python then never installs its
+    # handler: http.server would not stop on SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(cmd, env, **kw):
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, **kw)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=default_sigint, **kw)
 
 
 def reap(p, sig=None, timeout=60):

@@ -159,7 +159,7 @@ impl Sock {
     /// report `POLLERR` for ever).
     pub fn drain(&self, fd: i32, demote_after: Option<u32>) {
         if let Some(owner) = self.foreign_owner() {
-            if std::path::Path::new(&format!("/proc/{owner}")).exists() {
+            if std::path::Path::new(&format!("/proc/{owner}")).exists() || self.zc().app_errqueue {
                 return;
             }
             let mut entries = Vec::new();

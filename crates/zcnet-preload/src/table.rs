@@ -317,12 +317,19 @@ pub fn after_fork(child: bool) {
         s.set_shared();
     }
     if child {
+        // Completions still due are the parent's — or, for a socket the parent inherited
+        // itself, those of the process it inherited them from.
         let parent = std::os::unix::process::parent_id();
+        let adopt = |s: &Sock| {
+            if s.foreign_owner().is_none() {
+                s.set_owner(parent);
+            }
+        };
         for s in t.fds.values() {
-            s.set_owner(parent);
+            adopt(s);
         }
         for w in std::mem::take(&mut t.closing) {
-            w.sock.set_owner(parent);
+            adopt(&w.sock);
             let _ = real::close(w.fd);
         }
         return;

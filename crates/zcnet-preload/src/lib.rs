@@ -37,6 +37,7 @@ mod detour;
 mod exit;
 mod globals;
 mod hide;
+pub mod huge;
 pub mod kind;
 mod mmsg;
 pub mod plan;

@@ -9,6 +9,7 @@
 
 use crate::config::Mode;
 use crate::globals::{config, cost, set_zc_ever};
+use crate::huge;
 use crate::plan::{plan, Segment};
 use crate::sock::Sock;
 use crate::stats::Reason;
@@ -48,6 +49,16 @@ pub fn send(s: &Sock, call: SendCall<'_>) -> SysResult {
     if !segments.iter().any(|s| matches!(s, Segment::Protected(_))) {
         return forward(s, &call, Some(Reason::Unaligned));
     }
+    if cfg.mode == Mode::Auto && !cost().is_some_and(|c| c.protection_pays()) {
+        // Only whole huge pages are cheaper to protect than to copy here.
+        let huge = segments.iter().all(|seg| match seg {
+            Segment::Protected(p) => huge::backed(layout[p.buf].0 + p.off, p.len),
+            Segment::Copy(_) => true,
+        });
+        if !huge {
+            return forward(s, &call, Some(Reason::ProtectCostlier));
+        }
+    }
     if !same_socket(fd, s) {
         // Closed and reused where this library could not see it: not this socket.
         forget(fd);
@@ -83,8 +94,13 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     if cfg.mode == Mode::Auto {
         match cost() {
             None => return Some(Reason::Unsupported),
-            Some(c) if !c.protection_pays() => return Some(Reason::ProtectCostlier),
+            Some(c) if !(c.protection_pays() || c.huge_protection_pays()) => {
+                return Some(Reason::ProtectCostlier)
+            }
             Some(_) => {}
+        }
+        if s.counters.faults_so_far() > 0 {
+            return Some(Reason::Rewritten);
         }
     }
     None

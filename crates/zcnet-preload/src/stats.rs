@@ -31,10 +31,13 @@ pub enum Reason {
     Flags,
     /// `MSG_ZEROCOPY` refused with `ENOBUFS` (locked-memory limit): that span was copied.
     Enobufs,
+    /// `auto`: the program wrote buffers of this socket while they were in flight, and
+    /// each such page cost a write fault and a copy — far more than copying it.
+    Rewritten,
 }
 
 impl Reason {
-    const ALL: [Reason; 10] = [
+    const ALL: [Reason; 11] = [
         Reason::TooSmall,
         Reason::Unaligned,
         Reason::ProtectCostlier,
@@ -45,6 +48,7 @@ impl Reason {
         Reason::AppErrqueue,
         Reason::Flags,
         Reason::Enobufs,
+        Reason::Rewritten,
     ];
 
     /// The name in the stats file.
@@ -60,6 +64,7 @@ impl Reason {
             Reason::AppErrqueue => "app_errqueue",
             Reason::Flags => "flags",
             Reason::Enobufs => "enobufs",
+            Reason::Rewritten => "rewritten_in_flight",
         }
     }
 }
@@ -75,8 +80,8 @@ pub struct Counters {
     faults: AtomicU64,
     pages_protected: AtomicU64,
     detours: AtomicU64,
-    fallback_calls: [AtomicU64; 10],
-    fallback_bytes: [AtomicU64; 10],
+    fallback_calls: [AtomicU64; 11],
+    fallback_bytes: [AtomicU64; 11],
 }
 
 /// A snapshot of [`Counters`], as written to the stats file.
@@ -150,6 +155,11 @@ impl Counters {
     /// Faults taken by spans released.
     pub fn faults(&self, n: u64) {
         self.faults.fetch_add(n, Relaxed);
+    }
+
+    /// Faults counted so far.
+    pub fn faults_so_far(&self) -> u64 {
+        self.faults.load(Relaxed)
     }
 
     /// One receive detoured through scratch.

@@ -123,13 +123,15 @@ fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
     let cost = &auto[0]["page_cost_ns"];
     if let (Some(p), Some(c)) = (cost["protect_ns"].as_f64(), cost["copy_ns"].as_f64()) {
         let h = cost["protect_huge_ns"].as_f64();
-        eprintln!("auto: protect+unprotect {p:.0} ns/page ({h:?} in huge pages), copy {c:.0} ns/page");
+        eprintln!(
+            "auto: protect+unprotect {p:.0} ns/page ({h:?} in huge pages), copy {c:.0} ns/page"
+        );
         if p >= c {
             assert!(auto[0]["total"]["fallback_calls"]["protect_costlier"].as_u64() > Some(0));
             if h.is_some_and(|h| h < c) {
                 // Only the huge-page buffer, left unchanged between its sends, went protected.
                 let zc = total(&auto, "bytes_zerocopy");
-                assert!(zc >= 8 << 20 && zc <= 32 << 20, "{zc} bytes zero-copy");
+                assert!((8 << 20..=32 << 20).contains(&zc), "{zc} bytes zero-copy");
             } else {
                 assert_eq!(total(&auto, "bytes_zerocopy"), 0);
             }

@@ -2,8 +2,9 @@
 //! protection again cost less than copying it? Measured once per process, the first time a
 //! send could go zero-copy, on 64 heap pages (a few hundred microseconds in all).
 //!
-//! And the same on one 2 MiB transparent huge page, where the protection is one PMD entry
-//! instead of 512 PTEs: on this kernel that costs less than the copy.
+//! And, the first time a program sends from a buffer in transparent huge pages, the same on
+//! one 2 MiB huge page, where the protection is one PMD entry instead of 512 PTEs: on this
+//! kernel that costs less than the copy.
 //!
 //! Zero-copy under protection only pays where it saves the copy and costs less than it;
 //! Solaris's page-remapping transmit had the same trade (Chu, "Zero-Copy TCP in Solaris",
@@ -20,9 +21,6 @@ pub struct PageCost {
     pub protect_ns: f64,
     /// Copy, median of rounds.
     pub copy_ns: f64,
-    /// Protect + unprotect of a 2 MiB span in one transparent huge page (`None`: none
-    /// could be had).
-    pub protect_huge_ns: Option<f64>,
 }
 
 impl PageCost {
@@ -31,9 +29,10 @@ impl PageCost {
         self.protect_ns < self.copy_ns
     }
 
-    /// Whether protecting whole huge pages is the cheaper way.
-    pub fn huge_protection_pays(&self) -> bool {
-        self.protect_huge_ns.is_some_and(|h| h < self.copy_ns)
+    /// Whether protecting whole huge pages, at `huge_ns` per 4 KiB of them
+    /// ([`measure_huge`]), is the cheaper way.
+    pub fn huge_protection_pays(&self, huge_ns: Option<f64>) -> bool {
+        huge_ns.is_some_and(|h| h < self.copy_ns)
     }
 }
 
@@ -68,13 +67,14 @@ pub fn measure() -> Option<PageCost> {
     Some(PageCost {
         protect_ns: median(protect),
         copy_ns: median(copy),
-        protect_huge_ns: measure_huge(),
     })
 }
 
 /// Protect + unprotect per 4 KiB page of one 2 MiB huge page; `None` if the kernel gave
-/// the buffer no huge page (transparent huge pages `never`, or none free).
-fn measure_huge() -> Option<f64> {
+/// the buffer no huge page (transparent huge pages `never`, or none free). Measured only
+/// when a program first sends from a buffer in huge pages: getting one costs a few
+/// milliseconds (zeroing, perhaps compaction), which no other process should pay.
+pub fn measure_huge() -> Option<f64> {
     let mut buf = zcnet_sys::mem::PageBuf::new_huge(crate::huge::HUGE).ok()?;
     let span = &mut buf.as_mut_slice()[..crate::huge::HUGE];
     if !crate::huge::backed(span.as_ptr() as usize, span.len()) {

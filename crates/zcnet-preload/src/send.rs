@@ -8,7 +8,7 @@
 //! (later ones add `MSG_NOSIGNAL`): the kernel raises it only for a call that sent nothing.
 
 use crate::config::Mode;
-use crate::globals::{config, cost, set_zc_ever};
+use crate::globals::{config, cost, huge_cost, set_zc_ever};
 use crate::huge;
 use crate::plan::{plan, Segment};
 use crate::sock::Sock;
@@ -49,13 +49,13 @@ pub fn send(s: &Sock, call: SendCall<'_>) -> SysResult {
     if !segments.iter().any(|s| matches!(s, Segment::Protected(_))) {
         return forward(s, &call, Some(Reason::Unaligned));
     }
-    if cfg.mode == Mode::Auto && !cost().is_some_and(|c| c.protection_pays()) {
-        // Only whole huge pages are cheaper to protect than to copy here.
+    if let Some(c) = cost().filter(|c| cfg.mode == Mode::Auto && !c.protection_pays()) {
+        // Only whole huge pages may be cheaper to protect than to copy here.
         let huge = segments.iter().all(|seg| match seg {
             Segment::Protected(p) => huge::backed(layout[p.buf].0 + p.off, p.len),
             Segment::Copy(_) => true,
         });
-        if !huge {
+        if !(huge && c.huge_protection_pays(huge_cost())) {
             return forward(s, &call, Some(Reason::ProtectCostlier));
         }
     }
@@ -94,7 +94,10 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     if cfg.mode == Mode::Auto {
         match cost() {
             None => return Some(Reason::Unsupported),
-            Some(c) if !(c.protection_pays() || c.huge_protection_pays()) => {
+            // Below one huge page, only the 4 KiB cost can decide.
+            Some(c)
+                if !c.protection_pays() && !call.bufs().iter().any(|b| b.len() >= huge::HUGE) =>
+            {
                 return Some(Reason::ProtectCostlier)
             }
             Some(_) => {}

@@ -122,7 +122,7 @@ fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
     let auto = run(Some("auto"));
     let cost = &auto[0]["page_cost_ns"];
     if let (Some(p), Some(c)) = (cost["protect_ns"].as_f64(), cost["copy_ns"].as_f64()) {
-        let h = cost["protect_huge_ns"].as_f64();
+        let h = auto[0]["huge_page_cost_ns"].as_f64();
         eprintln!(
             "auto: protect+unprotect {p:.0} ns/page ({h:?} in huge pages), copy {c:.0} ns/page"
         );

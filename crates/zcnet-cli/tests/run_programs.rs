@@ -1,8 +1,10 @@
 //! Real, unmodified programs from the distribution under `zcnet run`, sending zero-copy
 //! under write protection (`--tx zerocopy`, forced): every transfer is checked by hashing
 //! what arrived against what was sent, and the sender's stats must show the bytes took the
-//! protected path. Each test skips, saying why, when its program is not installed or the
-//! library was not built (`cargo test --workspace` builds it; `-p zcnet-cli` alone does not).
+//! protected path. Each program runs twice: both ends on loopback, and server and client in
+//! two network namespaces joined by a veth pair (root only). Each test skips, saying why,
+//! when its program is not installed, namespaces are unavailable, or the library was not
+//! built (`cargo test --workspace` builds it; `-p zcnet-cli` alone does not).
 
 use serde_json::Value;
 use std::io::Read;
@@ -10,6 +12,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use zcnet_testbed::netns::VethPair;
 
 const ZCNET: &str = env!("CARGO_BIN_EXE_zcnet");
 const SIZE: usize = 64 << 20;
@@ -58,51 +61,142 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Whether something listens on 127.0.0.1:`port`, read from /proc/net/tcp — without
-/// connecting, which a one-connection server (`socat`, `iperf3 -1`) would take as its client.
-fn listening(port: u16) -> bool {
-    listening_in(
-        &std::fs::read_to_string("/proc/net/tcp").unwrap_or_default(),
-        Ipv4Addr::LOCALHOST,
-        port,
-    )
+/// Where a test's two ends run.
+enum Net {
+    /// Both on loopback, in this namespace.
+    Loopback,
+    /// The server in namespace `b`, the client in namespace `a`, joined by veth.
+    Veth(VethPair),
+}
+
+impl Net {
+    /// The veth pair, or `None` (saying why) without the rights to make namespaces.
+    fn veth() -> Option<Net> {
+        if let Err(why) = zcnet_testbed::netns::available() {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+        Some(Net::Veth(VethPair::create(1500).unwrap()))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Net::Loopback => "loopback",
+            Net::Veth(_) => "veth",
+        }
+    }
+
+    /// The server's address.
+    fn ip(&self) -> Ipv4Addr {
+        match self {
+            Net::Loopback => Ipv4Addr::LOCALHOST,
+            Net::Veth(p) => p.addr_b(),
+        }
+    }
+
+    fn in_ns(ns: Option<&str>, prog: &str) -> Command {
+        match ns {
+            None => Command::new(prog),
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, prog]);
+                c
+            }
+        }
+    }
+
+    /// `prog` on the server side.
+    fn server(&self, prog: &str) -> Command {
+        Net::in_ns(self.ns(true), prog)
+    }
+
+    /// `prog` on the client side.
+    fn client(&self, prog: &str) -> Command {
+        Net::in_ns(self.ns(false), prog)
+    }
+
+    fn ns(&self, server: bool) -> Option<&str> {
+        match self {
+            Net::Loopback => None,
+            Net::Veth(p) if server => Some(p.name_b()),
+            Net::Veth(p) => Some(p.name_a()),
+        }
+    }
+
+    /// `zcnet run --tx tx --stats stats --` on the server side (`server`) or the client's.
+    fn run(&self, server: bool, tx: &str, stats: &Path) -> Command {
+        let mut c = Net::in_ns(self.ns(server), ZCNET);
+        c.env("ZCNET_PRELOAD", library())
+            .args(["run", "--tx", tx, "--stats"])
+            .arg(stats)
+            .arg("--");
+        c
+    }
+
+    /// Whether something listens on the server's `ip():port`, read from /proc/net/tcp of
+    /// the server's namespace — without connecting, which a one-connection server
+    /// (`socat`, `iperf3 -1`) would take as its client.
+    fn listening(&self, port: u16) -> bool {
+        let table = match self {
+            Net::Loopback => std::fs::read_to_string("/proc/net/tcp").unwrap_or_default(),
+            Net::Veth(p) => p
+                .run_in_b(|| std::fs::read_to_string("/proc/thread-self/net/tcp"))
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
+        };
+        listening_in(&table, self.ip(), port)
+    }
+
+    fn wait_listening(&self, port: u16, child: &mut Child) {
+        let start = Instant::now();
+        while !self.listening(port) {
+            assert!(child.try_wait().unwrap().is_none(), "server exited early");
+            if start.elapsed() >= Duration::from_secs(20) {
+                panic!("server never listened"); // a hang guard, not a speed check
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// Whether the /proc/net/tcp text `table` has a listener on `addr:port`.
 fn listening_in(table: &str, addr: Ipv4Addr, port: u16) -> bool {
     let want = format!("{:08X}:{port:04X}", u32::from_le_bytes(addr.octets()));
-    Some(table).is_some_and(|t| {
-        t.lines().any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1] == want && f[3] == "0A"
-        })
+    table.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1] == want && f[3] == "0A"
     })
-}
-
-fn wait_listening(port: u16, child: &mut Child) {
-    let start = Instant::now();
-    while !listening(port) {
-        assert!(child.try_wait().unwrap().is_none(), "server exited early");
-        if start.elapsed() >= Duration::from_secs(20) {
-            panic!("server never listened"); // a hang guard, not a speed check
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A file of `SIZE` pseudo-random bytes; its BLAKE3 hash.
 fn data_file(dir: &Path) -> (PathBuf, blake3::Hash) {
+    data_file_of(dir, SIZE)
+}
+
+/// A file of `size` pseudo-random bytes, written a MiB at a time; its BLAKE3 hash.
+fn data_file_of(dir: &Path, size: usize) -> (PathBuf, blake3::Hash) {
+    use std::io::Write;
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut v = vec![0u8; SIZE];
-    for c in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
-    }
     let p = dir.join("big.bin");
-    std::fs::write(&p, &v).unwrap();
-    (p, blake3::hash(&v))
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+    let mut h = blake3::Hasher::new();
+    let mut v = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(v.len());
+        for c in v[..n].chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+        }
+        f.write_all(&v[..n]).unwrap();
+        h.update(&v[..n]);
+        left -= n;
+    }
+    f.flush().unwrap();
+    (p, h.finalize())
 }
 
 fn hash_of(p: &Path) -> blake3::Hash {
@@ -117,15 +211,6 @@ fn hash_of(p: &Path) -> blake3::Hash {
         h.update(&buf[..n]);
     }
     h.finalize()
-}
-
-fn zcnet_run(tx: &str, stats: &Path) -> Command {
-    let mut c = Command::new(ZCNET);
-    c.env("ZCNET_PRELOAD", library())
-        .args(["run", "--tx", tx, "--stats"])
-        .arg(stats)
-        .arg("--");
-    c
 }
 
 /// Stops a server so that it exits normally (its stats are written at exit).
@@ -173,49 +258,134 @@ fn assert_protected(lines: &[Value], min: u64, who: &str) {
     );
 }
 
+/// `test` on loopback, then between two namespaces (if this process may make them).
+fn both_nets(test: fn(&Net)) {
+    test(&Net::Loopback);
+    if let Some(net) = Net::veth() {
+        test(&net);
+    }
+}
+
 #[test]
 fn curl_fetches_from_python_http_server_byte_for_byte() {
     if !(library_built() && have("curl") && have("python3")) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (file, want) = data_file(dir.path());
-    let (s_stats, c_stats) = (
-        dir.path().join("server.jsonl"),
-        dir.path().join("client.jsonl"),
+    both_nets(|net| {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, want) = data_file(dir.path());
+        let (s_stats, c_stats) = (
+            dir.path().join("server.jsonl"),
+            dir.path().join("client.jsonl"),
+        );
+        let port = free_port();
+        let mut server = net
+            .run(true, "zerocopy", &s_stats)
+            .args(["python3", "-m", "http.server", &port.to_string(), "--bind"])
+            .arg(net.ip().to_string())
+            .arg("--directory")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        net.wait_listening(port, &mut server);
+        let out = dir.path().join("got.bin");
+        let st = net
+            .run(false, "zerocopy", &c_stats)
+            .args(["curl", "-sS", "--fail", "-o"])
+            .arg(&out)
+            .arg(format!(
+                "http://{}:{port}/{}",
+                net.ip(),
+                file.file_name().unwrap().to_str().unwrap()
+            ))
+            .status()
+            .unwrap();
+        stop(server, "INT");
+        assert!(st.success(), "curl ({}): {st}", net.name());
+        assert_eq!(
+            hash_of(&out),
+            want,
+            "the fetched file differs ({})",
+            net.name()
+        );
+        let who = format!("python3 http.server ({})", net.name());
+        assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
+        assert_eq!(stats(&c_stats).len(), 1, "curl wrote its stats");
+    });
+}
+
+/// nginx serving `dir` on `net.ip():port` from its own buffers (`sendfile off`: nginx reads
+/// the file into its buffer and writes it from there, which is what the library interposes;
+/// sendfile it leaves to the kernel). Under the library (`stats`) or not.
+fn nginx(net: &Net, dir: &Path, port: u16, stats: Option<&Path>) -> Child {
+    let d = dir.display();
+    let name = format!("nginx-{port}");
+    let conf = format!(
+        "daemon off; master_process off; worker_processes 1; pid {d}/{name}.pid;\n\
+         error_log {d}/{name}.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{ access_log off; sendfile off; output_buffers 2 1m;\n\
+           client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
+           uwsgi_temp_path {d}; scgi_temp_path {d};\n\
+           server {{ listen {ip}:{port}; root {d}; }} }}\n",
+        ip = net.ip()
     );
-    let port = free_port();
-    let mut server = zcnet_run("zerocopy", &s_stats)
-        .args([
-            "python3",
-            "-m",
-            "http.server",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--directory",
-        ])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let conf_path = dir.join(format!("{name}.conf"));
+    std::fs::write(&conf_path, conf).unwrap();
+    let mut cmd = match stats {
+        Some(s) => {
+            let mut c = net.run(true, "zerocopy", s);
+            c.arg("nginx");
+            c
+        }
+        None => net.server("nginx"),
+    };
+    let mut server = cmd
+        .arg("-e")
+        .arg(dir.join(format!("{name}.log")))
+        .arg("-c")
+        .arg(&conf_path)
         .spawn()
         .unwrap();
-    wait_listening(port, &mut server);
-    let out = dir.path().join("got.bin");
-    let st = zcnet_run("zerocopy", &c_stats)
-        .args(["curl", "-sS", "--fail", "-o"])
-        .arg(&out)
-        .arg(format!(
-            "http://127.0.0.1:{port}/{}",
-            file.file_name().unwrap().to_str().unwrap()
-        ))
-        .status()
+    net.wait_listening(port, &mut server);
+    server
+}
+
+/// curl fetching `url` on the client side (under the library if `stats`), hashing what it
+/// writes to its standard output as it arrives.
+fn curl_hash(
+    net: &Net,
+    url: &str,
+    stats: Option<&Path>,
+) -> (std::process::ExitStatus, blake3::Hash, u64) {
+    let mut cmd = match stats {
+        Some(s) => {
+            let mut c = net.run(false, "zerocopy", s);
+            c.arg("curl");
+            c
+        }
+        None => net.client("curl"),
+    };
+    let mut child = cmd
+        .args(["-sS", "--fail", "-o", "-", url])
+        .stdout(Stdio::piped())
+        .spawn()
         .unwrap();
-    stop(server, "INT");
-    assert!(st.success(), "curl: {st}");
-    assert_eq!(hash_of(&out), want, "the fetched file differs");
-    assert_protected(&stats(&s_stats), SIZE as u64 / 2, "python3 http.server");
-    assert_eq!(stats(&c_stats).len(), 1, "curl wrote its stats");
+    let mut out = child.stdout.take().unwrap();
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = out.read(&mut buf).unwrap();
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+    (child.wait().unwrap(), h.finalize(), n)
 }
 
 #[test]
@@ -223,94 +393,105 @@ fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
     if !(library_built() && have("curl") && have("nginx")) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (file, want) = data_file(dir.path());
-    let s_stats = dir.path().join("nginx.jsonl");
-    let port = free_port();
-    let d = dir.path().display();
-    // sendfile off: nginx reads the file into its own buffer and writes it from there,
-    // which is what the library interposes (sendfile it leaves to the kernel).
-    let conf = format!(
-        "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
-         error_log {d}/error.log;\n\
-         events {{ worker_connections 64; }}\n\
-         http {{ access_log off; sendfile off; output_buffers 2 1m;\n\
-           client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
-           uwsgi_temp_path {d}; scgi_temp_path {d};\n\
-           server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n"
-    );
-    let conf_path = dir.path().join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let mut server = zcnet_run("zerocopy", &s_stats)
-        .args(["nginx", "-e"])
-        .arg(dir.path().join("error.log"))
-        .arg("-c")
-        .arg(&conf_path)
-        .spawn()
-        .unwrap();
-    wait_listening(port, &mut server);
-    let out = dir.path().join("got.bin");
-    // curl alone, then curl under the library too; every fetch checked by hash.
-    let url = format!(
-        "http://127.0.0.1:{port}/{}",
-        file.file_name().unwrap().to_str().unwrap()
-    );
-    let c_stats = dir.path().join("curl.jsonl");
-    let mut results = Vec::new();
-    for under in [false, true] {
-        let mut curl = if under {
-            zcnet_run("zerocopy", &c_stats)
-        } else {
-            Command::new("curl")
-        };
-        if under {
-            curl.arg("curl");
+    both_nets(|net| {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, want) = data_file(dir.path());
+        let s_stats = dir.path().join("nginx.jsonl");
+        let port = free_port();
+        let server = nginx(net, dir.path(), port, Some(&s_stats));
+        let url = format!(
+            "http://{}:{port}/{}",
+            net.ip(),
+            file.file_name().unwrap().to_str().unwrap()
+        );
+        // curl alone, then curl under the library too; every fetch checked by hash.
+        let c_stats = dir.path().join("curl.jsonl");
+        let results = [
+            curl_hash(net, &url, None),
+            curl_hash(net, &url, Some(&c_stats)),
+        ];
+        stop(server, "QUIT");
+        for (st, got, _) in results {
+            assert!(st.success(), "curl ({}): {st}", net.name());
+            assert_eq!(got, want, "the fetched file differs ({})", net.name());
         }
-        let st = curl
-            .args(["-sS", "--fail", "-o"])
-            .arg(&out)
-            .arg(&url)
-            .status()
-            .unwrap();
-        results.push((st, st.success().then(|| hash_of(&out))));
-    }
-    stop(server, "QUIT");
-    for (st, got) in results {
-        assert!(st.success(), "curl: {st}");
-        assert_eq!(got, Some(want), "the fetched file differs");
-    }
-    assert_protected(&stats(&s_stats), SIZE as u64 / 2, "nginx");
+        let who = format!("nginx ({})", net.name());
+        assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
+    });
 }
 
+/// 1 GiB from nginx to curl, with the library on the server, on the client, and on both
+/// (two nginx, one under the library), on loopback and between namespaces: each fetch
+/// hashed as it arrives against the file's hash. The file is generated, never kept.
 #[test]
-fn socat_pipes_a_file_byte_for_byte() {
-    if !(library_built() && have("socat")) {
+fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both() {
+    if !(library_built() && have("curl") && have("nginx")) {
         return;
     }
+    const GIB: u64 = 1 << 30;
+    both_nets(|net| {
+        let start = Instant::now();
+        let dir = tempfile::tempdir().unwrap();
+        let (file, want) = data_file_of(dir.path(), GIB as usize);
+        let name = file.file_name().unwrap().to_str().unwrap();
+        let s_stats = dir.path().join("nginx.jsonl");
+        let (plain_port, lib_port) = (free_port(), free_port());
+        let plain = nginx(net, dir.path(), plain_port, None);
+        let under = nginx(net, dir.path(), lib_port, Some(&s_stats));
+        let url = |port: u16| format!("http://{}:{port}/{name}", net.ip());
+        let c_stats = dir.path().join("curl.jsonl");
+        let results = [
+            ("server", curl_hash(net, &url(lib_port), None)),
+            ("client", curl_hash(net, &url(plain_port), Some(&c_stats))),
+            ("both", curl_hash(net, &url(lib_port), Some(&c_stats))),
+        ];
+        stop(plain, "QUIT");
+        stop(under, "QUIT");
+        for (placement, (st, got, n)) in results {
+            let at = format!("library on {placement}, {}", net.name());
+            assert!(st.success(), "curl ({at}): {st}");
+            assert_eq!(n, GIB, "bytes fetched ({at})");
+            assert_eq!(got, want, "the fetched gibibyte differs ({at})");
+        }
+        let who = format!("nginx, 1 GiB twice ({})", net.name());
+        assert_protected(&stats(&s_stats), GIB, &who);
+        assert_eq!(stats(&c_stats).len(), 2, "curl wrote its stats twice");
+        eprintln!(
+            "1 GiB x 3 over {}: {:?} (shared machine)",
+            net.name(),
+            start.elapsed()
+        );
+    });
+}
+
+fn socat_pipes_a_file(net: &Net) {
     let dir = tempfile::tempdir().unwrap();
     let (file, want) = data_file(dir.path());
     let (r_stats, s_stats) = (dir.path().join("recv.jsonl"), dir.path().join("send.jsonl"));
     let out = dir.path().join("got.bin");
     let port = free_port();
-    let mut recv = zcnet_run("zerocopy", &r_stats)
+    let ip = net.ip();
+    let mut recv = net
+        .run(true, "zerocopy", &r_stats)
         .args([
             "socat",
             "-u",
-            &format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr"),
+            &format!("TCP-LISTEN:{port},bind={ip},reuseaddr"),
         ])
         .arg(format!("CREATE:{}", out.display()))
         .spawn()
         .unwrap();
-    wait_listening(port, &mut recv);
+    net.wait_listening(port, &mut recv);
     // -b 1 MiB: socat reads into one buffer and writes it out, then reads into the same
     // buffer again while the previous write may still be in flight.
-    let st = zcnet_run("zerocopy", &s_stats)
+    let st = net
+        .run(false, "zerocopy", &s_stats)
         .args(["socat", "-b", "1048576", "-u"])
         .arg(format!("OPEN:{}", file.display()))
-        .arg(format!("TCP:127.0.0.1:{port}"))
+        .arg(format!("TCP:{ip}:{port}"))
         .status()
         .unwrap();
-    assert!(st.success(), "socat sender: {st}");
+    assert!(st.success(), "socat sender ({}): {st}", net.name());
     let start = Instant::now();
     while recv.try_wait().unwrap().is_none() {
         if start.elapsed() >= Duration::from_secs(30) {
@@ -318,8 +499,32 @@ fn socat_pipes_a_file_byte_for_byte() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(hash_of(&out), want, "the piped file differs");
-    assert_protected(&stats(&s_stats), SIZE as u64 / 2, "socat");
+    assert_eq!(
+        hash_of(&out),
+        want,
+        "the piped file differs ({})",
+        net.name()
+    );
+    let who = format!("socat ({})", net.name());
+    assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
+}
+
+#[test]
+fn socat_pipes_a_file_byte_for_byte() {
+    if !(library_built() && have("socat")) {
+        return;
+    }
+    socat_pipes_a_file(&Net::Loopback);
+}
+
+#[test]
+fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
+    if !(library_built() && have("socat")) {
+        return;
+    }
+    if let Some(net) = Net::veth() {
+        socat_pipes_a_file(&net);
+    }
 }
 
 /// iperf3 cannot be checked by hash: with `-F` its server writes what arrives to a file, but
@@ -330,64 +535,69 @@ fn iperf3_runs_and_both_ends_count_the_transfer() {
     if !(library_built() && have("iperf3")) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (s_stats, c_stats) = (
-        dir.path().join("server.jsonl"),
-        dir.path().join("client.jsonl"),
-    );
-    let port = free_port().to_string();
-    let mut server = zcnet_run("zerocopy", &s_stats)
-        .args(["iperf3", "-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_listening(port.parse().unwrap(), &mut server);
-    let client = zcnet_run("zerocopy", &c_stats)
-        .args([
-            "iperf3",
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-J",
-            "-l",
-            "1M",
-            "-n",
-            "256M",
-        ])
-        .output()
-        .unwrap();
-    assert!(client.status.success(), "iperf3 client: {}", client.status);
-    let server = server.wait_with_output().unwrap();
-    assert!(server.status.success(), "iperf3 server: {}", server.status);
-    let c: Value = serde_json::from_slice(&client.stdout).unwrap();
-    let s: Value = serde_json::from_slice(&server.stdout).unwrap();
-    let sent = c["end"]["sum_sent"]["bytes"].as_u64().unwrap();
-    let received = s["end"]["sum_received"]["bytes"].as_u64().unwrap();
-    // iperf3's server stops counting when the test ends, a little before the last bytes
-    // arrive (without the library too), and its data is random and unchecked: the counts
-    // are what iperf3 can vouch for.
-    assert!(sent >= 256 << 20, "sent {sent}");
-    assert!(
-        received <= sent && received >= sent / 2,
-        "received {received} of {sent}"
-    );
-    // iperf3's send buffer is a private mapping of a temporary file, which the engine
-    // refuses to protect (another mapping could change it): every byte is copied, and
-    // counted as such.
-    let lines = stats(&c_stats);
-    assert_eq!(lines.len(), 1, "iperf3 -c wrote its stats");
-    let t = &lines[0]["total"];
-    let accounted = t["bytes_copy"].as_u64().unwrap() + t["bytes_zerocopy"].as_u64().unwrap();
-    assert!(
-        accounted >= sent,
-        "stats account for {accounted} of {sent} bytes"
-    );
-    let refused = t["fallback_bytes"]["unprotectable"].as_u64().unwrap_or(0);
-    assert!(
-        t["bytes_zerocopy"].as_u64() > Some(0) || refused >= sent / 2,
-        "neither zero-copy nor counted refusals: {t}"
-    );
+    both_nets(|net| {
+        let dir = tempfile::tempdir().unwrap();
+        let (s_stats, c_stats) = (
+            dir.path().join("server.jsonl"),
+            dir.path().join("client.jsonl"),
+        );
+        let ip = net.ip().to_string();
+        let port = free_port().to_string();
+        let mut server = net
+            .run(true, "zerocopy", &s_stats)
+            .args(["iperf3", "-s", "-1", "-J", "-B", &ip, "-p", &port])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        net.wait_listening(port.parse().unwrap(), &mut server);
+        let client = net
+            .run(false, "zerocopy", &c_stats)
+            .args([
+                "iperf3", "-c", &ip, "-p", &port, "-J", "-l", "1M", "-n", "256M",
+            ])
+            .output()
+            .unwrap();
+        let at = net.name();
+        assert!(
+            client.status.success(),
+            "iperf3 client ({at}): {}",
+            client.status
+        );
+        let server = server.wait_with_output().unwrap();
+        assert!(
+            server.status.success(),
+            "iperf3 server ({at}): {}",
+            server.status
+        );
+        let c: Value = serde_json::from_slice(&client.stdout).unwrap();
+        let s: Value = serde_json::from_slice(&server.stdout).unwrap();
+        let sent = c["end"]["sum_sent"]["bytes"].as_u64().unwrap();
+        let received = s["end"]["sum_received"]["bytes"].as_u64().unwrap();
+        // iperf3's server stops counting when the test ends, a little before the last bytes
+        // arrive (without the library too), and its data is random and unchecked: the counts
+        // are what iperf3 can vouch for.
+        assert!(sent >= 256 << 20, "sent {sent} ({at})");
+        assert!(
+            received <= sent && received >= sent / 2,
+            "received {received} of {sent} ({at})"
+        );
+        // iperf3's send buffer is a private mapping of a temporary file, which the engine
+        // refuses to protect (another mapping could change it): every byte is copied, and
+        // counted as such.
+        let lines = stats(&c_stats);
+        assert_eq!(lines.len(), 1, "iperf3 -c wrote its stats");
+        let t = &lines[0]["total"];
+        let accounted = t["bytes_copy"].as_u64().unwrap() + t["bytes_zerocopy"].as_u64().unwrap();
+        assert!(
+            accounted >= sent,
+            "stats account for {accounted} of {sent} bytes ({at})"
+        );
+        let refused = t["fallback_bytes"]["unprotectable"].as_u64().unwrap_or(0);
+        assert!(
+            t["bytes_zerocopy"].as_u64() > Some(0) || refused >= sent / 2,
+            "neither zero-copy nor counted refusals ({at}): {t}"
+        );
+    });
 }
 
 #[test]
@@ -395,64 +605,80 @@ fn redis_returns_large_values_byte_for_byte() {
     if !(library_built() && have("redis-server") && have("redis-cli") && have("redis-benchmark")) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let s_stats = dir.path().join("redis.jsonl");
-    let port = free_port().to_string();
-    let mut server = zcnet_run("zerocopy", &s_stats)
-        .args([
-            "redis-server",
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_listening(port.parse().unwrap(), &mut server);
-    // Four 8 MiB values stored and read back, each checked by hash.
-    let (file, _) = data_file(dir.path());
-    let data = std::fs::read(&file).unwrap();
-    for (i, v) in data.chunks(8 << 20).take(4).enumerate() {
-        let part = dir.path().join(format!("v{i}"));
-        std::fs::write(&part, v).unwrap();
-        let set = Command::new("redis-cli")
-            .args(["-p", &port, "-x", "SET", &format!("k{i}")])
-            .stdin(std::fs::File::open(&part).unwrap())
+    both_nets(|net| {
+        let dir = tempfile::tempdir().unwrap();
+        let s_stats = dir.path().join("redis.jsonl");
+        let ip = net.ip().to_string();
+        let port = free_port().to_string();
+        let mut server = net
+            .run(true, "zerocopy", &s_stats)
+            .args([
+                "redis-server",
+                "--port",
+                &port,
+                "--bind",
+                &ip,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        net.wait_listening(port.parse().unwrap(), &mut server);
+        let at = net.name();
+        // Four 8 MiB values and eight of 1 MiB stored and read back, each checked by hash.
+        let (file, _) = data_file(dir.path());
+        let data = std::fs::read(&file).unwrap();
+        let values = data
+            .chunks(8 << 20)
+            .take(4)
+            .chain(data[32 << 20..].chunks(1 << 20).take(8));
+        for (i, v) in values.enumerate() {
+            let part = dir.path().join(format!("v{i}"));
+            std::fs::write(&part, v).unwrap();
+            let set = net
+                .client("redis-cli")
+                .args(["-h", &ip, "-p", &port, "-x", "SET", &format!("k{i}")])
+                .stdin(std::fs::File::open(&part).unwrap())
+                .output()
+                .unwrap();
+            assert!(
+                set.status.success() && set.stdout.starts_with(b"OK"),
+                "SET ({at}): {set:?}"
+            );
+            let get = net
+                .client("redis-cli")
+                .args(["-h", &ip, "-p", &port, "--raw", "GET", &format!("k{i}")])
+                .output()
+                .unwrap();
+            assert!(get.status.success());
+            // --raw ends the reply with a newline of its own.
+            assert_eq!(
+                blake3::hash(&get.stdout[..get.stdout.len() - 1]),
+                blake3::hash(v),
+                "value {i} ({at})"
+            );
+        }
+        // Load with 1 MiB values from redis-benchmark (which checks nothing but completion).
+        let bench = net
+            .client("redis-benchmark")
+            .args([
+                "-h", &ip, "-p", &port, "-d", "1048576", "-n", "200", "-c", "4", "-t", "set,get",
+                "-q",
+            ])
             .output()
             .unwrap();
-        assert!(
-            set.status.success() && set.stdout.starts_with(b"OK"),
-            "SET: {set:?}"
-        );
-        let get = Command::new("redis-cli")
-            .args(["-p", &port, "--raw", "GET", &format!("k{i}")])
-            .output()
-            .unwrap();
-        assert!(get.status.success());
-        // --raw ends the reply with a newline of its own.
-        assert_eq!(
-            blake3::hash(&get.stdout[..get.stdout.len() - 1]),
-            blake3::hash(v),
-            "value {i}"
-        );
-    }
-    // Load with 1 MiB values from redis-benchmark (which checks nothing but completion).
-    let bench = Command::new("redis-benchmark")
-        .args([
-            "-p", &port, "-d", "1048576", "-n", "200", "-c", "4", "-t", "set,get", "-q",
-        ])
-        .output()
-        .unwrap();
-    assert!(bench.status.success(), "redis-benchmark: {bench:?}");
-    stop(server, "TERM");
-    assert_protected(&stats(&s_stats), 32 << 20, "redis-server");
+        assert!(bench.status.success(), "redis-benchmark ({at}): {bench:?}");
+        stop(server, "TERM");
+        let who = format!("redis-server ({at})");
+        assert_protected(&stats(&s_stats), 40 << 20, &who);
+    });
 }
 
 #[test]
@@ -460,136 +686,70 @@ fn rsync_daemon_transfers_a_file_byte_for_byte() {
     if !(library_built() && have("rsync")) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (_, want) = data_file(dir.path());
-    let dest = dir.path().join("dest");
-    std::fs::create_dir(&dest).unwrap();
-    let (d_stats, c_stats) = (
-        dir.path().join("daemon.jsonl"),
-        dir.path().join("client.jsonl"),
-    );
-    let port = free_port().to_string();
-    let conf = dir.path().join("rsyncd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "use chroot = no\nuid = 0\ngid = 0\npid file = {d}/rsyncd.pid\n\
-             [src]\npath = {d}\nread only = yes\n",
-            d = dir.path().display()
-        ),
-    )
-    .unwrap();
-    let mut daemon = zcnet_run("zerocopy", &d_stats)
-        .args([
-            "rsync",
-            "--daemon",
-            "--no-detach",
-            "--address",
-            "127.0.0.1",
-            "--port",
-            &port,
-        ])
-        .arg(format!("--config={}", conf.display()))
-        .spawn()
+    both_nets(|net| {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, want) = data_file(dir.path());
+        let dest = dir.path().join("dest");
+        std::fs::create_dir(&dest).unwrap();
+        let (d_stats, c_stats) = (
+            dir.path().join("daemon.jsonl"),
+            dir.path().join("client.jsonl"),
+        );
+        let ip = net.ip();
+        let port = free_port().to_string();
+        let conf = dir.path().join("rsyncd.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "use chroot = no\nuid = 0\ngid = 0\npid file = {d}/rsyncd.pid\n\
+                 [src]\npath = {d}\nread only = yes\n",
+                d = dir.path().display()
+            ),
+        )
         .unwrap();
-    wait_listening(port.parse().unwrap(), &mut daemon);
-    // The daemon sends the file (it forks a sender per connection); the client receives.
-    let st = zcnet_run("zerocopy", &c_stats)
-        .args(["rsync", "-a", "--whole-file"])
-        .arg(format!("rsync://127.0.0.1:{port}/src/big.bin"))
-        .arg(&dest)
-        .status()
-        .unwrap();
-    stop(daemon, "TERM");
-    assert!(st.success(), "rsync: {st}");
-    assert_eq!(
-        hash_of(&dest.join("big.bin")),
-        want,
-        "the synced file differs"
-    );
-    let lines = stats(&d_stats);
-    assert!(!lines.is_empty(), "the daemon's sender wrote no stats");
-    for l in &lines {
-        eprintln!("rsync daemon (pid {}): {}", l["pid"], l["total"]);
-    }
-    let sent: u64 = lines
-        .iter()
-        .map(|l| {
-            l["total"]["bytes_copy"].as_u64().unwrap()
-                + l["total"]["bytes_zerocopy"].as_u64().unwrap()
-        })
-        .sum();
-    assert!(
-        sent >= SIZE as u64,
-        "the daemon's stats account for {sent} bytes"
-    );
-}
-
-/// Across two network namespaces joined by veth (root): socat in namespace `a` sends a file
-/// zero-copy under protection to socat in `b`.
-#[test]
-fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
-    if !(library_built() && have("socat")) {
-        return;
-    }
-    if let Err(why) = zcnet_testbed::netns::available() {
-        eprintln!("SKIP: {why}");
-        return;
-    }
-    let pair = zcnet_testbed::netns::VethPair::create(1500).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (file, want) = data_file(dir.path());
-    let (r_stats, s_stats) = (dir.path().join("recv.jsonl"), dir.path().join("send.jsonl"));
-    let out = dir.path().join("got.bin");
-    let port = free_port();
-    let b = pair.addr_b();
-    let in_ns = |name: &str| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", name, ZCNET])
-            .env("ZCNET_PRELOAD", library());
-        c
-    };
-    let mut recv = in_ns(pair.name_b())
-        .args(["run", "--tx", "zerocopy", "--stats"])
-        .arg(&r_stats)
-        .args([
-            "--",
-            "socat",
-            "-u",
-            &format!("TCP-LISTEN:{port},bind={b},reuseaddr"),
-        ])
-        .arg(format!("CREATE:{}", out.display()))
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !pair
-        .run_in_b(|| std::fs::read_to_string("/proc/thread-self/net/tcp").unwrap_or_default())
-        .is_ok_and(|t| listening_in(&t, b, port))
-    {
-        assert!(recv.try_wait().unwrap().is_none(), "receiver exited early");
-        if start.elapsed() >= Duration::from_secs(20) {
-            panic!("receiver never listened"); // a hang guard, not a speed check
+        let mut daemon = net
+            .run(true, "zerocopy", &d_stats)
+            .args(["rsync", "--daemon", "--no-detach", "--address"])
+            .arg(ip.to_string())
+            .args(["--port", &port])
+            .arg(format!("--config={}", conf.display()))
+            .spawn()
+            .unwrap();
+        net.wait_listening(port.parse().unwrap(), &mut daemon);
+        // The daemon sends the file (it forks a sender per connection: a socket open in
+        // two processes, which the library copies on, counted); the client receives.
+        let st = net
+            .run(false, "zerocopy", &c_stats)
+            .args(["rsync", "-a", "--whole-file"])
+            .arg(format!("rsync://{ip}:{port}/src/big.bin"))
+            .arg(&dest)
+            .status()
+            .unwrap();
+        stop(daemon, "TERM");
+        let at = net.name();
+        assert!(st.success(), "rsync ({at}): {st}");
+        assert_eq!(
+            hash_of(&dest.join("big.bin")),
+            want,
+            "the synced file differs ({at})"
+        );
+        let lines = stats(&d_stats);
+        assert!(!lines.is_empty(), "the daemon's sender wrote no stats");
+        for l in &lines {
+            eprintln!("rsync daemon ({at}, pid {}): {}", l["pid"], l["total"]);
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let st = in_ns(pair.name_a())
-        .args(["run", "--tx", "zerocopy", "--stats"])
-        .arg(&s_stats)
-        .args(["--", "socat", "-b", "1048576", "-u"])
-        .arg(format!("OPEN:{}", file.display()))
-        .arg(format!("TCP:{b}:{port}"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "socat sender: {st}");
-    let start = Instant::now();
-    while recv.try_wait().unwrap().is_none() {
-        if start.elapsed() >= Duration::from_secs(30) {
-            panic!("socat receiver did not finish"); // a hang guard, not a speed check
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(hash_of(&out), want, "the piped file differs");
-    assert_protected(&stats(&s_stats), SIZE as u64 / 2, "socat across veth");
+        let sent: u64 = lines
+            .iter()
+            .map(|l| {
+                l["total"]["bytes_copy"].as_u64().unwrap()
+                    + l["total"]["bytes_zerocopy"].as_u64().unwrap()
+            })
+            .sum();
+        assert!(
+            sent >= SIZE as u64,
+            "the daemon's stats account for {sent} bytes ({at})"
+        );
+    });
 }
 
 /// `zcnet run` names the programs the loader will not preload into, and still runs them.
@@ -608,7 +768,8 @@ fn run_names_static_and_setuid_programs() {
     };
     let mut checked = 0;
     if is_static("/sbin/ldconfig") {
-        let out = zcnet_run("auto", &stats)
+        let out = Net::Loopback
+            .run(false, "auto", &stats)
             .args(["/sbin/ldconfig", "--version"])
             .output()
             .unwrap();
@@ -627,7 +788,8 @@ fn run_names_static_and_setuid_programs() {
             })
         });
     if let Some(p) = setuid {
-        let out = zcnet_run("auto", &stats)
+        let out = Net::Loopback
+            .run(false, "auto", &stats)
             .args([p, "--help"])
             .output()
             .unwrap();
@@ -635,7 +797,8 @@ fn run_names_static_and_setuid_programs() {
         assert!(err.contains("setuid"), "{err}");
         checked += 1;
     }
-    let out = zcnet_run("auto", &stats)
+    let out = Net::Loopback
+        .run(false, "auto", &stats)
         .arg("no-such-program-zcnet")
         .output()
         .unwrap();

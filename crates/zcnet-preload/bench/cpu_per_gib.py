@@ -3,14 +3,65 @@
 
 For each program pair (server, client) and each mode — `none` (no library), `copy`, `auto`,
 `cow` (ZCNET_TX=zerocopy: every eligible span zero-copy under write protection) — runs one
-transfer of SIZE bytes on loopback, interleaving modes round by round, and reports the
-median over rounds of (user + system CPU of both processes) / GiB, from wait4(2)'s rusage.
-Every transfer's bytes are checked (hash, or both ends' counts for iperf3).
+transfer of SIZE bytes, interleaving modes round by round, and reports the median over
+rounds of (user + system CPU of both processes) / GiB, from wait4(2)'s rusage. Every
+transfer's bytes are checked (hash, or both ends' counts for iperf3).
 
-Usage: cpu_per_gib.py LIBRARY [--size MiB] [--rounds N] [--only NAME...]
+Networks (--net): `loopback`, or `netns`: the server in one network namespace and the client
+in another, joined by a veth pair this script creates (root; unique names, removed at exit).
+`ip netns exec` execs the program, so wait4 still measures the program itself.
+
+Usage: cpu_per_gib.py LIBRARY [--size MiB] [--rounds N] [--net loopback|netns|both] [--only NAME...]
 """
 
 import argparse, hashlib, json, os, signal, socket, statistics, subprocess, sys, tempfile, time
+
+
+class Net:
+    """Where the server and the client run."""
+
+    def __init__(self, kind):
+        self.kind = kind
+        self.ns = None
+        if kind == "netns":
+            stem = f"zcb{os.getpid()}"
+            self.ns = (f"{stem}a", f"{stem}b")
+            a, b = self.ns
+            cmds = [
+                ["netns", "add", a], ["netns", "add", b],
+                ["link", "add", "veth0", "netns", a, "type", "veth", "peer", "name", "veth1", "netns", b],
+                ["-n", a, "addr", "add", "10.231.0.1/24", "dev", "veth0"],
+                ["-n", b, "addr", "add", "10.231.0.2/24", "dev", "veth1"],
+                ["-n", a, "link", "set", "lo", "up"], ["-n", b, "link", "set", "lo", "up"],
+                ["-n", a, "link", "set", "veth0", "up"], ["-n", b, "link", "set", "veth1", "up"],
+            ]
+            try:
+                for c in cmds:
+                    subprocess.run(["ip"] + c, check=True)
+            except BaseException:
+                self.close()
+                raise
+        self.ip = "10.231.0.2" if self.ns else "127.0.0.1"
+
+    def close(self):
+        for n in self.ns or ():
+            subprocess.run(["ip", "netns", "del", n], stderr=subprocess.DEVNULL)
+
+    def server(self, cmd):
+        return ["ip", "netns", "exec", self.ns[1]] + cmd if self.ns else cmd
+
+    def client(self, cmd):
+        return ["ip", "netns", "exec", self.ns[0]] + cmd if self.ns else cmd
+
+    def tcp_table(self):
+        if not self.ns:
+            with open("/proc/net/tcp") as f:
+                return f.read()
+        return subprocess.run(["ip", "netns", "exec", self.ns[1], "cat", "/proc/net/tcp"],
+                              capture_output=True, text=True).stdout
+
+
+NET = None
 
 MODES = ["none", "copy", "auto", "cow"]
 
@@ -24,9 +75,8 @@ def free_port():
 
 
 def listening(port):
-    want = "0100007F:%04X" % port
-    with open("/proc/net/tcp") as f:
-        return any(l.split()[1] == want and l.split()[3] == "0A" for l in f.readlines()[1:])
+    want = "%08X:%04X" % (int.from_bytes(socket.inet_aton(NET.ip), "little"), port)
+    return any(l.split()[1] == want and l.split()[3] == "0A" for l in NET.tcp_table().splitlines()[1:])
 
 
 def env_for(mode, lib):
@@ -38,8 +88,14 @@ def env_for(mode, lib):
     return e
 
 
+def default_sigint():
+    # A shell starts background jobs with SIGINT ignored, and Python then never installs its
+    # handler: http.server would not stop on SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(cmd, env, **kw):
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, **kw)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=default_sigint, **kw)
 
 
 def reap(p, sig=None, timeout=60):
@@ -53,8 +109,15 @@ def reap(p, sig=None, timeout=60):
             p.returncode = os.waitstatus_to_exitcode(status)
             return ru.ru_utime + ru.ru_stime
         if time.time() > deadline:
+            threads = []
+            for t in sorted(os.listdir(f"/proc/{p.pid}/task")):
+                try:
+                    with open(f"/proc/{p.pid}/task/{t}/wchan") as w, open(f"/proc/{p.pid}/task/{t}/syscall") as c:
+                        threads.append(f"{t}: {w.read()} {c.read().split()[0]}")
+                except OSError:
+                    pass
             p.kill()
-            raise RuntimeError(f"{p.args[0]} did not stop")
+            raise RuntimeError(f"{p.args} did not stop; threads (wchan, syscall nr): {threads}")
         time.sleep(0.01)
 
 
@@ -84,13 +147,13 @@ def nginx(mode, lib, d, size, want):
             f"http {{ access_log off; sendfile off; output_buffers 2 1m;\n"
             f"client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n"
             f"uwsgi_temp_path {d}; scgi_temp_path {d};\n"
-            f"server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n"
+            f"server {{ listen {NET.ip}:{port}; root {d}; }} }}\n"
         )
     env = env_for(mode, lib)
-    s = start(["nginx", "-e", f"{d}/error.log", "-c", conf], env)
+    s = start(NET.server(["nginx", "-e", f"{d}/error.log", "-c", conf]), env)
     wait_port(port, s)
     out = os.path.join(d, "got.bin")
-    c = start(["curl", "-sS", "--fail", "-o", out, f"http://127.0.0.1:{port}/data.bin"], env)
+    c = start(NET.client(["curl", "-sS", "--fail", "-o", out, f"http://{NET.ip}:{port}/data.bin"]), env)
     cpu = reap(c)
     cpu += reap(s, signal.SIGQUIT)
     ok = c.returncode == 0 and sha(out) == want
@@ -101,11 +164,11 @@ def nginx(mode, lib, d, size, want):
 def http_server(mode, lib, d, size, want):
     port = free_port()
     env = env_for(mode, lib)
-    s = start([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", d],
+    s = start(NET.server([sys.executable, "-m", "http.server", str(port), "--bind", NET.ip, "--directory", d]),
               env, stderr=subprocess.DEVNULL)
     wait_port(port, s)
     out = os.path.join(d, "got.bin")
-    c = start(["curl", "-sS", "--fail", "-o", out, f"http://127.0.0.1:{port}/data.bin"], env)
+    c = start(NET.client(["curl", "-sS", "--fail", "-o", out, f"http://{NET.ip}:{port}/data.bin"]), env)
     cpu = reap(c)
     cpu += reap(s, signal.SIGINT)
     ok = c.returncode == 0 and sha(out) == want
@@ -117,9 +180,9 @@ def socat(mode, lib, d, size, want):
     port = free_port()
     env = env_for(mode, lib)
     out = os.path.join(d, "got.bin")
-    r = start(["socat", "-b", "1048576", "-u", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr", f"CREATE:{out}"], env)
+    r = start(NET.server(["socat", "-b", "1048576", "-u", f"TCP-LISTEN:{port},bind={NET.ip},reuseaddr", f"CREATE:{out}"]), env)
     wait_port(port, r)
-    s = start(["socat", "-b", "1048576", "-u", f"OPEN:{d}/data.bin", f"TCP:127.0.0.1:{port}"], env)
+    s = start(NET.client(["socat", "-b", "1048576", "-u", f"OPEN:{d}/data.bin", f"TCP:{NET.ip}:{port}"]), env)
     cpu = reap(s) + reap(r)
     ok = s.returncode == 0 and sha(out) == want
     os.unlink(out)
@@ -129,10 +192,10 @@ def socat(mode, lib, d, size, want):
 def iperf3(mode, lib, d, size, want):
     port = str(free_port())
     env = env_for(mode, lib)
-    s = subprocess.Popen(["iperf3", "-s", "-1", "-J", "-B", "127.0.0.1", "-p", port], env=env,
+    s = subprocess.Popen(NET.server(["iperf3", "-s", "-1", "-J", "-B", NET.ip, "-p", port]), env=env,
                          stdout=subprocess.PIPE)
     wait_port(int(port), s)
-    c = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", port, "-J", "-l", "1M", "-n", str(size)],
+    c = subprocess.Popen(NET.client(["iperf3", "-c", NET.ip, "-p", port, "-J", "-l", "1M", "-n", str(size)]),
                          env=env, stdout=subprocess.PIPE)
     cout = c.stdout.read()
     sout = s.stdout.read()
@@ -146,15 +209,32 @@ def iperf3(mode, lib, d, size, want):
 PROGRAMS = {"nginx+curl": nginx, "http.server+curl": http_server, "socat": socat, "iperf3": iperf3}
 
 
+def measure(name, fn, a, d, size, want):
+    """The median CPU s/GiB per mode for one program over a.rounds rotated rounds."""
+    per = {m: [] for m in MODES}
+    for r in range(a.rounds):
+        for m in MODES[r % len(MODES):] + MODES[: r % len(MODES)]:
+            try:
+                cpu, ok = fn(m, a.library, d, size, want)
+            except RuntimeError as e:
+                raise SystemExit(f"{name} {m} ({NET.kind}): {e}")
+            if not ok:
+                raise SystemExit(f"{name} {m} ({NET.kind}): transfer not verified")
+            per[m].append(cpu / (size / (1 << 30)))
+    return {m: statistics.median(v) for m, v in per.items()}
+
+
 def main():
+    global NET
     ap = argparse.ArgumentParser()
     ap.add_argument("library")
     ap.add_argument("--size", type=int, default=1024, help="MiB per transfer")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--net", choices=["loopback", "netns", "both"], default="loopback")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
     size = a.size << 20
-    gib = size / (1 << 30)
+    nets = ["loopback", "netns"] if a.net == "both" else [a.net]
     # tmpfs: no writeback of the received file charged to whichever run comes next.
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=shm) as d:
@@ -164,20 +244,20 @@ def main():
                 f.write(hashlib.sha256(i.to_bytes(8, "little")).digest() + block[32:])
         want = sha(os.path.join(d, "data.bin"))
         print(f"{a.size} MiB per transfer, {a.rounds} rounds, modes interleaved; CPU s/GiB, both processes")
-        print(f"{'program':18} " + " ".join(f"{m:>8}" for m in MODES) + "   cow/none  auto/none")
-        for name, fn in PROGRAMS.items():
-            if a.only and name not in a.only:
-                continue
-            per = {m: [] for m in MODES}
-            for r in range(a.rounds):
-                for m in MODES[r % len(MODES):] + MODES[: r % len(MODES)]:
-                    cpu, ok = fn(m, a.library, d, size, want)
-                    if not ok:
-                        raise SystemExit(f"{name} {m}: transfer not verified")
-                    per[m].append(cpu / gib)
-            med = {m: statistics.median(v) for m, v in per.items()}
-            print(f"{name:18} " + " ".join(f"{med[m]:8.3f}" for m in MODES)
-                  + f"   {med['cow'] / med['none']:8.3f}  {med['auto'] / med['none']:8.3f}", flush=True)
+        print(f"{'program':18} {'net':8} " + " ".join(f"{m:>8}" for m in MODES)
+              + "  copy/none auto/none  cow/none")
+        for kind in nets:
+            NET = Net(kind)
+            try:
+                for name, fn in PROGRAMS.items():
+                    if a.only and name not in a.only:
+                        continue
+                    med = measure(name, fn, a, d, size, want)
+                    print(f"{name:18} {kind:8} " + " ".join(f"{med[m]:8.3f}" for m in MODES)
+                          + "".join(f" {med[m] / med['none']:9.3f}" for m in ("copy", "auto", "cow")),
+                          flush=True)
+            finally:
+                NET.close()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Per call: zero-copy under write protection when this host's measured cost of
-    /// protecting a page is below that of copying it, and the socket is not demoted.
+    /// protecting a page is below that of copying it — on 4 KiB pages, or for buffers in
+    /// transparent huge pages on huge ones ([`crate::huge`]) — and the socket is neither
+    /// demoted nor seen rewriting its buffers in flight.
     Auto,
     /// Every send copies (what the program does without the library, counted).
     Copy,

@@ -2,6 +2,10 @@
 //! protection again cost less than copying it? Measured once per process, the first time a
 //! send could go zero-copy, on 64 heap pages (a few hundred microseconds in all).
 //!
+//! And, the first time a program sends from a buffer in transparent huge pages, the same on
+//! one 2 MiB huge page, where the protection is one PMD entry instead of 512 PTEs: on this
+//! kernel that costs less than the copy.
+//!
 //! Zero-copy under protection only pays where it saves the copy and costs less than it;
 //! Solaris's page-remapping transmit had the same trade (Chu, "Zero-Copy TCP in Solaris",
 //! §4.4.1, table 6).
@@ -23,6 +27,12 @@ impl PageCost {
     /// Whether protecting is the cheaper way.
     pub fn protection_pays(&self) -> bool {
         self.protect_ns < self.copy_ns
+    }
+
+    /// Whether protecting whole huge pages, at `huge_ns` per 4 KiB of them
+    /// ([`measure_huge`]), is the cheaper way.
+    pub fn huge_protection_pays(&self, huge_ns: Option<f64>) -> bool {
+        huge_ns.is_some_and(|h| h < self.copy_ns)
     }
 }
 
@@ -58,4 +68,25 @@ pub fn measure() -> Option<PageCost> {
         protect_ns: median(protect),
         copy_ns: median(copy),
     })
+}
+
+/// Protect + unprotect per 4 KiB page of one 2 MiB huge page; `None` if the kernel gave
+/// the buffer no huge page (transparent huge pages `never`, or none free). Measured only
+/// when a program first sends from a buffer in huge pages: getting one costs a few
+/// milliseconds (zeroing, perhaps compaction), which no other process should pay.
+pub fn measure_huge() -> Option<f64> {
+    let mut buf = zcnet_sys::mem::PageBuf::new_huge(crate::huge::HUGE).ok()?;
+    let span = &mut buf.as_mut_slice()[..crate::huge::HUGE];
+    if !crate::huge::backed(span.as_ptr() as usize, span.len()) {
+        return None;
+    }
+    let pages = span.len() / zcnet_sys::mem::page_size();
+    let mut v = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let p = zcnet::cow::protect(span).ok()?;
+        drop(black_box(p));
+        v.push(t.elapsed().as_nanos() as f64 / pages as f64);
+    }
+    Some(median(v))
 }

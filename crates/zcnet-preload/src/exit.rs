@@ -1,8 +1,9 @@
 //! The stats file: at normal exit, one JSON line per process appended to `ZCNET_STATS`
 //! (a forked child writes its own line; `O_APPEND` keeps lines whole). A process that never
-//! sent on a TCP socket (a shell, a helper the program starts) writes nothing.
+//! sent on a TCP socket nor called `sendmmsg` on a UDP one (a shell, a helper the program
+//! starts) writes nothing.
 
-use crate::globals::{config, cost_if_measured, detours};
+use crate::globals::{config, cost_if_measured, detours, huge_cost_if_measured, udp};
 use crate::stats::Counters;
 use crate::table::{reap_closing, reports, SockReport};
 use std::io::Write;
@@ -43,8 +44,10 @@ pub fn line() -> serde_json::Value {
         "bad_tx": cfg.bad_mode,
         "engine": zcnet::cow::engine_stats(),
         "page_cost_ns": cost_if_measured(),
+        "huge_page_cost_ns": huge_cost_if_measured(),
         "total": total.report(),
         "kernel_write_detours": detours(),
+        "udp_sendmmsg": udp().report(),
         "sockets": listed,
         "sockets_not_listed": others,
     })
@@ -55,7 +58,9 @@ fn write_stats() -> std::io::Result<()> {
         return Ok(());
     };
     let line = line();
-    if line["total"]["calls"].as_u64() == Some(0) {
+    if line["total"]["calls"].as_u64() == Some(0)
+        && line["udp_sendmmsg"]["calls"].as_u64() == Some(0)
+    {
         return Ok(());
     }
     let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;

@@ -2,14 +2,22 @@
 //! (measured on first need), whether any zero-copy send happened, and receive detours.
 
 use crate::config::Config;
-use crate::cost::{measure, PageCost};
+use crate::cost::{measure, measure_huge, PageCost};
+use crate::stats::UdpCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static COST: OnceLock<Option<PageCost>> = OnceLock::new();
+static HUGE_COST: OnceLock<Option<f64>> = OnceLock::new();
 static ZC_EVER: AtomicBool = AtomicBool::new(false);
 static DETOURS: AtomicU64 = AtomicU64::new(0);
+static UDP: OnceLock<UdpCounters> = OnceLock::new();
+
+/// The process's `sendmmsg` counters.
+pub fn udp() -> &'static UdpCounters {
+    UDP.get_or_init(UdpCounters::default)
+}
 
 /// Counts one receive (into any descriptor) detoured through scratch memory.
 pub fn count_detour() {
@@ -29,6 +37,16 @@ pub fn config() -> &'static Config {
 /// This host's page costs (`None`: no protection engine here).
 pub fn cost() -> Option<PageCost> {
     *COST.get_or_init(measure)
+}
+
+/// Protect + unprotect per 4 KiB page of a huge page (measured on first need).
+pub fn huge_cost() -> Option<f64> {
+    *HUGE_COST.get_or_init(measure_huge)
+}
+
+/// The huge-page cost if it was measured.
+pub fn huge_cost_if_measured() -> Option<f64> {
+    HUGE_COST.get().copied().flatten()
 }
 
 /// The costs if they were measured.

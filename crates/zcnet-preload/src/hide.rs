@@ -7,27 +7,52 @@
 use crate::kind::{cached, Kind};
 use crate::table::{demote_after, epoll_target, sock};
 use zcnet_sys::preload::{real, FdSet};
+use zcnet_sys::raw::socket::tcp_info;
+
+/// `tcpi_state` of a closed socket (`TCP_CLOSE`, include/net/tcp_states.h).
+const TCP_CLOSE: u8 = 7;
 
 /// Drains `fd`'s completions if it is a socket that sent zero-copy; then its readiness for
-/// `events` now (`None` if it is not such a socket).
+/// `events` now (`None` if it is not such a socket). On a socket whose completions are
+/// another process's (a forked child's view of its parent's sends), nothing is read:
+/// `POLLERR` is dropped unless the socket is closed — without `IP_RECVERR` (which makes
+/// the program read the queue itself, and is left alone) TCP sets a socket error only as
+/// it closes the connection (`tcp_reset`, `tcp_write_err`, `tcp_done`), so an open
+/// socket's `POLLERR` comes from its error queue.
 fn recheck(fd: i32, events: i16) -> Option<i16> {
     if cached(fd) != Kind::Tcp {
         return None;
     }
     let s = sock(fd)?;
-    if !s.zc_ever() {
+    let foreign = s.foreign_owner().is_some();
+    if !(s.zc_ever() || foreign) {
         return None;
     }
-    s.drain(fd, demote_after());
-    let mut p = [libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
-    match real::poll(&mut p, 0) {
-        Ok(_) => Some(p[0].revents),
-        Err(_) => None,
+    let mut now = 0;
+    // A completion may arrive between the drain and the poll: drain again while `POLLERR`
+    // stays (a real error stays through any number of drains).
+    for _ in 0..4 {
+        s.drain(fd, demote_after());
+        let mut p = [libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        }];
+        real::poll(&mut p, 0).ok()?;
+        now = p[0].revents;
+        if foreign || now & libc::POLLERR == 0 {
+            break;
+        }
     }
+    if foreign && now & libc::POLLERR != 0 && !s.zc().app_errqueue {
+        let state = real::with_fd(fd, |b| tcp_info(b).ok().map(|i| i.state)).flatten();
+        if state.is_some_and(|st| st != TCP_CLOSE) {
+            now &= !libc::POLLERR;
+            // The owner reads them at once: let it run before the program polls again.
+            std::thread::yield_now();
+        }
+    }
+    Some(now)
 }
 
 /// `poll`/`ppoll`'s result with completion-only `POLLERR`s removed.

@@ -1,4 +1,4 @@
-//! Which descriptors are TCP sockets: asked once per descriptor (`SO_TYPE`, `SO_DOMAIN`,
+//! Which descriptors are TCP (or UDP) sockets: asked once per descriptor (`SO_TYPE`, `SO_DOMAIN`,
 //! `SO_PROTOCOL`) and cached in a lock-free table, so a `write` to a file or a pipe costs one
 //! atomic load. The cache is forgotten for a descriptor number whenever this library sees
 //! it closed or handed out again (`close`, `dup*`, `socket`, `accept`).
@@ -16,6 +16,10 @@ pub enum Kind {
     Other,
     /// A TCP socket (IPv4 or IPv6).
     Tcp,
+    /// A UDP socket (IPv4 or IPv6): only its `sendmmsg` is looked at.
+    Udp,
+    /// A UDP socket whose kernel or route refused a GSO send: `sendmmsg` goes as it is.
+    UdpNoGso,
 }
 
 const SLOTS: usize = 1 << 16;
@@ -30,6 +34,8 @@ pub fn cached(fd: i32) -> Kind {
     {
         Some(1) => Kind::Other,
         Some(2) => Kind::Tcp,
+        Some(3) => Kind::Udp,
+        Some(4) => Kind::UdpNoGso,
         _ => Kind::Unknown,
     }
 }
@@ -42,6 +48,8 @@ pub fn remember(fd: i32, kind: Kind) {
                 Kind::Unknown => 0,
                 Kind::Other => 1,
                 Kind::Tcp => 2,
+                Kind::Udp => 3,
+                Kind::UdpNoGso => 4,
             },
             Relaxed,
         );
@@ -51,13 +59,16 @@ pub fn remember(fd: i32, kind: Kind) {
 /// Asks the kernel what `fd` is.
 pub fn classify(fd: i32) -> Kind {
     let ask = |name| with_fd(fd, |b| get_int(b, libc::SOL_SOCKET, name).ok()).flatten();
-    let tcp = ask(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
-        && matches!(ask(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6))
-        && ask(libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP);
-    if tcp {
-        Kind::Tcp
-    } else {
-        Kind::Other
+    let ty = ask(libc::SO_TYPE);
+    if !(ty == Some(libc::SOCK_STREAM) || ty == Some(libc::SOCK_DGRAM))
+        || !matches!(ask(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6))
+    {
+        return Kind::Other;
+    }
+    match (ty, ask(libc::SO_PROTOCOL)) {
+        (Some(libc::SOCK_STREAM), Some(libc::IPPROTO_TCP)) => Kind::Tcp,
+        (Some(libc::SOCK_DGRAM), Some(libc::IPPROTO_UDP)) => Kind::Udp,
+        _ => Kind::Other,
     }
 }
 
@@ -75,11 +86,13 @@ mod tests {
         let f = tempfile::tempfile().unwrap();
         assert_eq!(classify(c.as_raw_fd()), Kind::Tcp);
         assert_eq!(classify(l.as_raw_fd()), Kind::Tcp);
-        assert_eq!(classify(u.as_raw_fd()), Kind::Other);
+        assert_eq!(classify(u.as_raw_fd()), Kind::Udp);
         assert_eq!(classify(a.as_raw_fd()), Kind::Other);
         assert_eq!(classify(f.as_raw_fd()), Kind::Other);
         remember(c.as_raw_fd(), Kind::Tcp);
         assert_eq!(cached(c.as_raw_fd()), Kind::Tcp);
+        remember(c.as_raw_fd(), Kind::UdpNoGso);
+        assert_eq!(cached(c.as_raw_fd()), Kind::UdpNoGso);
         remember(c.as_raw_fd(), Kind::Unknown);
         assert_eq!(cached(c.as_raw_fd()), Kind::Unknown);
         assert_eq!(cached(-1), Kind::Unknown);

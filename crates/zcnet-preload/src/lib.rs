@@ -2,7 +2,8 @@
 //! them. `zcnet run -- CMD` starts CMD with this library in `LD_PRELOAD`.
 //!
 //! Sockets stay kernel sockets, so `epoll`, `dup`, `fork`, `exec` and `sendfile` keep their
-//! meaning. On TCP sockets only, each `send`, `sendto`, `sendmsg`, `write` and `writev` is
+//! meaning. On UDP sockets, runs of equal datagrams in a `sendmmsg` go out as one GSO send
+//! each ([`plan::gso_runs`]). On TCP sockets only, each `send`, `sendto`, `sendmsg`, `write` and `writev` is
 //! either made as the program made it (copied, counted) or — when `ZCNET_TX` and this
 //! host's measured costs say so — cut so that the page-aligned middle of a large buffer
 //! goes out with `MSG_ZEROCOPY` *under write protection* (zcnet's `cow` engine): the
@@ -14,10 +15,12 @@
 //! The library hides its bookkeeping: completions are read by it, never by the program
 //! (`poll`, `select`, `epoll_wait` and `SO_ERROR` show only real errors); results,
 //! `EAGAIN`, `EINTR`, short sends and `SIGPIPE` are those the single call would have had;
-//! `close` of a socket still in flight lets the program go on at once; after `fork`, the
-//! sockets the parent sent zero-copy on stay the parent's (the child copies on them and
-//! never reads their error queues), while the child's other sockets may go zero-copy if
-//! the parent never started the protection engine (a forking server's child does).
+//! `close` of a socket still in flight lets the program go on at once. A socket open in two
+//! processes (across a `fork`) shares one error queue, so neither sends zero-copy on it
+//! again; the parent's completions still due are read promptly by its reaper thread, and
+//! the child, which must not read them, hides the `POLLERR` they cause (a TCP socket has a
+//! real error only once it is closed: `tcp_done`). Sockets opened after the fork are each
+//! process's own.
 //!
 //! Not covered: static programs and those that make system calls themselves (Go), which
 //! never call the C library's symbols; setuid programs, for which the loader ignores
@@ -27,13 +30,16 @@
 //! `zcnet_sys::preload`'s, instantiated here by [`zcnet_sys::export_preload!`].
 #![forbid(unsafe_code)]
 
+mod birth;
 pub mod config;
 pub mod cost;
 mod detour;
 mod exit;
 mod globals;
 mod hide;
+pub mod huge;
 pub mod kind;
+mod mmsg;
 pub mod plan;
 mod reaper;
 mod send;
@@ -41,7 +47,7 @@ mod sock;
 pub mod stats;
 mod table;
 
-use zcnet_sys::preload::{FdSet, Hook, RecvCall, SendCall, SysResult};
+use zcnet_sys::preload::{FdSet, Hook, MmsgCall, RecvCall, SendCall, SysResult};
 
 /// The policy behind every interposed call.
 #[derive(Debug)]
@@ -74,6 +80,11 @@ impl Hook for Preload {
             }
             None => call.forward(),
         }
+    }
+
+    fn send_mmsg(&self, call: MmsgCall<'_>) -> SysResult {
+        exit::register();
+        mmsg::send(call)
     }
 
     fn recv(&self, call: RecvCall<'_>) -> SysResult {
@@ -141,6 +152,10 @@ impl Hook for Preload {
 
     fn new_fd(&self, fd: i32) {
         table::forget(fd);
+    }
+
+    fn new_dup(&self, old: i32, new: i32) {
+        table::duplicated(old, new);
     }
 
     fn before_fork(&self) {

@@ -8,7 +8,8 @@
 //! (later ones add `MSG_NOSIGNAL`): the kernel raises it only for a call that sent nothing.
 
 use crate::config::Mode;
-use crate::globals::{config, cost, set_zc_ever};
+use crate::globals::{config, cost, huge_cost, set_zc_ever};
+use crate::huge;
 use crate::plan::{plan, Segment};
 use crate::sock::Sock;
 use crate::stats::Reason;
@@ -48,6 +49,16 @@ pub fn send(s: &Sock, call: SendCall<'_>) -> SysResult {
     if !segments.iter().any(|s| matches!(s, Segment::Protected(_))) {
         return forward(s, &call, Some(Reason::Unaligned));
     }
+    if let Some(c) = cost().filter(|c| cfg.mode == Mode::Auto && !c.protection_pays()) {
+        // Only whole huge pages may be cheaper to protect than to copy here.
+        let huge = segments.iter().all(|seg| match seg {
+            Segment::Protected(p) => huge::backed(layout[p.buf].0 + p.off, p.len),
+            Segment::Copy(_) => true,
+        });
+        if !(huge && c.huge_protection_pays(huge_cost())) {
+            return forward(s, &call, Some(Reason::ProtectCostlier));
+        }
+    }
     if !same_socket(fd, s) {
         // Closed and reused where this library could not see it: not this socket.
         forget(fd);
@@ -71,7 +82,7 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     if total < cfg.min_bytes.max(1) {
         return Some(Reason::TooSmall);
     }
-    if s.inherited() {
+    if s.shared() {
         return Some(Reason::Forked);
     }
     if s.zc().app_errqueue {
@@ -83,8 +94,16 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     if cfg.mode == Mode::Auto {
         match cost() {
             None => return Some(Reason::Unsupported),
-            Some(c) if !c.protection_pays() => return Some(Reason::ProtectCostlier),
+            // Below one huge page, only the 4 KiB cost can decide.
+            Some(c)
+                if !c.protection_pays() && !call.bufs().iter().any(|b| b.len() >= huge::HUGE) =>
+            {
+                return Some(Reason::ProtectCostlier)
+            }
             Some(_) => {}
+        }
+        if s.counters.faults_so_far() > 0 {
+            return Some(Reason::Rewritten);
         }
     }
     None

@@ -3,7 +3,7 @@
 //! is done with them.
 
 use crate::stats::Counters;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use zcnet::cow::Protection;
 use zcnet::policy::CopiedDemotion;
@@ -43,7 +43,9 @@ pub struct Sock {
     pub sending: Mutex<()>,
     zc: Mutex<Zc>,
     zc_ever: AtomicBool,
-    inherited: AtomicBool,
+    shared: AtomicBool,
+    /// In a forked child: the process whose completions the error queue carries (0: ours).
+    owner: AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -61,7 +63,8 @@ impl Sock {
             sending: Mutex::new(()),
             zc: Mutex::new(Zc::default()),
             zc_ever: AtomicBool::new(false),
-            inherited: AtomicBool::new(false),
+            shared: AtomicBool::new(false),
+            owner: AtomicU32::new(0),
         }
     }
 
@@ -75,15 +78,27 @@ impl Sock {
         self.zc_ever.load(Relaxed)
     }
 
-    /// In a forked child: this socket sent zero-copy in the parent, whose completions
-    /// its error queue carries. The child never reads them and never sends zero-copy here.
-    pub fn inherited(&self) -> bool {
-        self.inherited.load(Relaxed)
+    /// The socket may be open in another process too (it was open across a `fork`, or
+    /// came from where this library could not see): its error queue is shared, so no
+    /// process sends zero-copy on it any more (see [`crate::birth`]).
+    pub fn shared(&self) -> bool {
+        self.shared.load(Relaxed)
     }
 
-    /// Marks the socket inherited (see [`Sock::inherited`]).
-    pub fn set_inherited(&self) {
-        self.inherited.store(true, Relaxed);
+    /// Marks the socket shared (see [`Sock::shared`]).
+    pub fn set_shared(&self) {
+        self.shared.store(true, Relaxed);
+    }
+
+    /// In a forked child: the parent `pid` sent zero-copy on this socket, and the
+    /// completions that still arrive in its error queue are the parent's to read.
+    pub fn set_owner(&self, pid: u32) {
+        self.owner.store(pid, Relaxed);
+    }
+
+    /// The process whose completions this socket's error queue may carry, if not this one.
+    pub fn foreign_owner(&self) -> Option<u32> {
+        Some(self.owner.load(Relaxed)).filter(|&p| p != 0)
     }
 
     /// Protections still held (calls the kernel may still read).
@@ -138,9 +153,20 @@ impl Sock {
     }
 
     /// Reads every completion waiting in the error queue (through `fd`) and lifts the
-    /// protections they end. Does nothing on an inherited socket: the queue is the parent's.
+    /// protections they end. On a socket whose completions are another process's, does
+    /// nothing while that process lives (they end its protections, and it reads them);
+    /// once it is gone, reads and drops them (nobody else would, and the queue would
+    /// report `POLLERR` for ever).
     pub fn drain(&self, fd: i32, demote_after: Option<u32>) {
-        if !self.zc_ever() || self.inherited() {
+        if let Some(owner) = self.foreign_owner() {
+            if std::path::Path::new(&format!("/proc/{owner}")).exists() || self.zc().app_errqueue {
+                return;
+            }
+            let mut entries = Vec::new();
+            let _ = with_fd(fd, |b| read_errqueue(b, &mut entries));
+            return;
+        }
+        if !self.zc_ever() {
             return;
         }
         let mut z = self.zc();

@@ -21,8 +21,8 @@ pub enum Reason {
     Unsupported,
     /// The memory cannot be protected (file-backed, shared, stack, not resident).
     Unprotectable,
-    /// A forked child: a socket the parent sent zero-copy on (its error queue is the
-    /// parent's), or a protection engine the parent started (its address space).
+    /// A socket open in another process too since a `fork` (one error queue for both),
+    /// or a forked child's protection engine (the parent started it, in its address space).
     Forked,
     /// The program reads this socket's error queue itself (its own `SO_ZEROCOPY`,
     /// timestamping, `IP_RECVERR`).
@@ -31,10 +31,13 @@ pub enum Reason {
     Flags,
     /// `MSG_ZEROCOPY` refused with `ENOBUFS` (locked-memory limit): that span was copied.
     Enobufs,
+    /// `auto`: the program wrote buffers of this socket while they were in flight, and
+    /// each such page cost a write fault and a copy — far more than copying it.
+    Rewritten,
 }
 
 impl Reason {
-    const ALL: [Reason; 10] = [
+    const ALL: [Reason; 11] = [
         Reason::TooSmall,
         Reason::Unaligned,
         Reason::ProtectCostlier,
@@ -45,6 +48,7 @@ impl Reason {
         Reason::AppErrqueue,
         Reason::Flags,
         Reason::Enobufs,
+        Reason::Rewritten,
     ];
 
     /// The name in the stats file.
@@ -60,6 +64,7 @@ impl Reason {
             Reason::AppErrqueue => "app_errqueue",
             Reason::Flags => "flags",
             Reason::Enobufs => "enobufs",
+            Reason::Rewritten => "rewritten_in_flight",
         }
     }
 }
@@ -75,8 +80,8 @@ pub struct Counters {
     faults: AtomicU64,
     pages_protected: AtomicU64,
     detours: AtomicU64,
-    fallback_calls: [AtomicU64; 10],
-    fallback_bytes: [AtomicU64; 10],
+    fallback_calls: [AtomicU64; 11],
+    fallback_bytes: [AtomicU64; 11],
 }
 
 /// A snapshot of [`Counters`], as written to the stats file.
@@ -152,6 +157,11 @@ impl Counters {
         self.faults.fetch_add(n, Relaxed);
     }
 
+    /// Faults counted so far.
+    pub fn faults_so_far(&self) -> u64 {
+        self.faults.load(Relaxed)
+    }
+
     /// One receive detoured through scratch.
     pub fn detour(&self) {
         self.detours.fetch_add(1, Relaxed);
@@ -203,6 +213,71 @@ impl Counters {
             kernel_write_detours: self.detours.load(Relaxed),
             fallback_calls: fc,
             fallback_bytes: fb,
+        }
+    }
+}
+
+/// What `sendmmsg` on UDP sockets did, for the whole process.
+#[derive(Debug, Default)]
+pub struct UdpCounters {
+    calls: AtomicU64,
+    gso_sends: AtomicU64,
+    gso_datagrams: AtomicU64,
+    gso_bytes: AtomicU64,
+    forwarded: AtomicU64,
+    gso_refused: AtomicU64,
+}
+
+/// A snapshot of [`UdpCounters`], as written to the stats file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UdpReport {
+    /// Interposed `sendmmsg` calls on UDP sockets.
+    pub calls: u64,
+    /// GSO sends made for them.
+    pub gso_sends: u64,
+    /// Datagrams those carried.
+    pub gso_datagrams: u64,
+    /// Payload bytes those carried.
+    pub gso_bytes: u64,
+    /// Datagrams sent as the program's own `sendmmsg` (short runs, mixed sizes or peers,
+    /// control messages, `MSG_MORE`, a socket that refused GSO).
+    pub forwarded_datagrams: u64,
+    /// Datagrams whose GSO send the kernel refused (then sent as they were).
+    pub gso_refused: u64,
+}
+
+impl UdpCounters {
+    /// One `sendmmsg` call.
+    pub fn call(&self) {
+        self.calls.fetch_add(1, Relaxed);
+    }
+
+    /// One GSO send of `datagrams` carrying `bytes`.
+    pub fn gso(&self, datagrams: u64, bytes: u64) {
+        self.gso_sends.fetch_add(1, Relaxed);
+        self.gso_datagrams.fetch_add(datagrams, Relaxed);
+        self.gso_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// `datagrams` sent as the program's own call.
+    pub fn forwarded(&self, datagrams: u64) {
+        self.forwarded.fetch_add(datagrams, Relaxed);
+    }
+
+    /// A GSO send of `datagrams` refused.
+    pub fn refused(&self, datagrams: u64) {
+        self.gso_refused.fetch_add(datagrams, Relaxed);
+    }
+
+    /// The counters now.
+    pub fn report(&self) -> UdpReport {
+        UdpReport {
+            calls: self.calls.load(Relaxed),
+            gso_sends: self.gso_sends.load(Relaxed),
+            gso_datagrams: self.gso_datagrams.load(Relaxed),
+            gso_bytes: self.gso_bytes.load(Relaxed),
+            forwarded_datagrams: self.forwarded.load(Relaxed),
+            gso_refused: self.gso_refused.load(Relaxed),
         }
     }
 }

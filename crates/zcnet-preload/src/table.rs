@@ -3,6 +3,7 @@
 //!
 //! One lock, held only for map look-ups: never across a call that can block.
 
+use crate::birth;
 use crate::globals::config;
 use crate::kind::{cached, classify, remember, Kind};
 use crate::reaper;
@@ -36,10 +37,22 @@ struct Table {
     fds: HashMap<i32, Arc<Sock>>,
     /// epoll fd → (event data → (fd, interest)).
     epoll: HashMap<i32, HashMap<u64, (i32, u32)>>,
-    /// Hidden duplicates of closed sockets whose protected pages were still in flight.
-    closing: Vec<(i32, Arc<Sock>)>,
+    /// Hidden duplicates through which the reaper reads completions: of closed sockets
+    /// whose protected pages were still in flight, and (not to be retired) of sockets
+    /// open in a forked child too, whose completions must not wait for this process to
+    /// look at them.
+    closing: Vec<Watched>,
     finished: Vec<SockReport>,
     others: Counters,
+}
+
+/// A hidden duplicate the reaper reads completions through.
+#[derive(Clone)]
+struct Watched {
+    fd: i32,
+    sock: Arc<Sock>,
+    /// The program closed the socket: retire it (into the stats) when done.
+    closed: bool,
 }
 
 static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Mutex::default);
@@ -71,7 +84,7 @@ fn ino_of(fd: i32) -> Option<u64> {
 /// The state of `fd` if it is a TCP socket.
 pub fn sock(fd: i32) -> Option<Arc<Sock>> {
     match cached(fd) {
-        Kind::Other => return None,
+        Kind::Other | Kind::Udp | Kind::UdpNoGso => return None,
         Kind::Tcp => {
             if let Some(s) = table().fds.get(&fd) {
                 return Some(s.clone());
@@ -95,7 +108,13 @@ pub fn sock(fd: i32) -> Option<Arc<Sock>> {
             s.fds.fetch_add(1, Relaxed);
             s
         }
-        None => Arc::new(Sock::new(ino, peer_of(fd))),
+        None => {
+            let s = Arc::new(Sock::new(ino, peer_of(fd)));
+            if birth::may_be_shared(fd) {
+                s.set_shared();
+            }
+            s
+        }
     };
     if let Some(old) = t.fds.insert(fd, s.clone()) {
         retire(&mut t, fd, old);
@@ -120,6 +139,17 @@ fn retire(t: &mut Table, fd: i32, s: Arc<Sock>) {
 
 /// `fd` is a new descriptor: forget what its number was.
 pub fn forget(fd: i32) {
+    birth::opened(fd);
+    forget_kind(fd);
+}
+
+/// `new` is a duplicate of `old`: forget what its number was.
+pub fn duplicated(old: i32, new: i32) {
+    birth::duplicated(old, new);
+    forget_kind(new);
+}
+
+fn forget_kind(fd: i32) {
     remember(fd, Kind::Unknown);
     let mut t = table();
     if let Some(old) = t.fds.remove(&fd) {
@@ -164,6 +194,7 @@ pub fn demote_after() -> Option<u32> {
 /// it is queued). Nothing waits in the program.
 pub fn close(fd: i32) {
     remember(fd, Kind::Unknown);
+    birth::closed(fd);
     let s = {
         let mut t = table();
         for m in t.epoll.values_mut() {
@@ -177,8 +208,12 @@ pub fn close(fd: i32) {
     };
     let last = s.fds.load(Relaxed) == 1;
     if last && s.zc_ever() && !settle(fd, &s, Duration::ZERO) {
-        if let Ok(hidden) = real::dup(fd) {
-            table().closing.push((hidden as i32, s));
+        if let Some(hidden) = hidden_dup(fd) {
+            table().closing.push(Watched {
+                fd: hidden,
+                sock: s,
+                closed: true,
+            });
             reaper::wake(reap_closing);
             return;
         }
@@ -189,10 +224,18 @@ pub fn close(fd: i32) {
     retire(&mut t, fd, s);
 }
 
-/// Reads the completions of closed sockets and closes those the kernel is done with.
-/// Returns the hidden descriptors still waiting.
+/// A duplicate of `fd` the program never sees (close-on-exec, made by a system call this
+/// library does not interpose).
+fn hidden_dup(fd: i32) -> Option<i32> {
+    real::with_fd(fd, |b| rustix::io::fcntl_dupfd_cloexec(b, 0).ok())
+        .flatten()
+        .map(std::os::fd::IntoRawFd::into_raw_fd)
+}
+
+/// Reads the completions waiting behind the hidden duplicates and closes those the kernel
+/// is done with. Returns the hidden descriptors still waiting.
 pub fn reap_closing() -> Vec<i32> {
-    let pending: Vec<(i32, Arc<Sock>)> = {
+    let pending: Vec<Watched> = {
         let mut t = table();
         if t.closing.is_empty() {
             return Vec::new();
@@ -200,15 +243,17 @@ pub fn reap_closing() -> Vec<i32> {
         std::mem::take(&mut t.closing)
     };
     let mut keep = Vec::new();
-    for (fd, s) in pending {
-        if settle(fd, &s, Duration::ZERO) {
-            let _ = real::close(fd);
-            retire(&mut table(), fd, s);
+    for w in pending {
+        if settle(w.fd, &w.sock, Duration::ZERO) {
+            let _ = real::close(w.fd);
+            if w.closed {
+                retire(&mut table(), w.fd, w.sock);
+            }
         } else {
-            keep.push((fd, s));
+            keep.push(w);
         }
     }
-    let waiting = keep.iter().map(|(fd, _)| *fd).collect();
+    let waiting = keep.iter().map(|w| w.fd).collect();
     table().closing.extend(keep);
     waiting
 }
@@ -240,39 +285,71 @@ pub fn epoll_target(epfd: i32, data: u64) -> Option<(i32, u32)> {
 pub fn in_flight() -> Vec<(i32, Arc<Sock>)> {
     let t = table();
     let mut v: Vec<(i32, Arc<Sock>)> = t.fds.iter().map(|(f, s)| (*f, s.clone())).collect();
-    v.extend(t.closing.iter().cloned());
+    v.extend(t.closing.iter().map(|w| (w.fd, w.sock.clone())));
     v.retain(|(_, s)| s.zc_ever() && s.in_flight() > 0);
     v
 }
 
-/// Before `fork`: let the kernel finish with what is in flight (so that the child, which
-/// shares the sockets but must not read their error queues, inherits no pending
-/// completion), then hold the table so the child gets it unlocked and consistent.
+/// Before `fork`: read the completions already there (no waiting: the kernel finishes
+/// with the rest when the peer acknowledges, which may take for ever), then hold the table
+/// so the child gets it unlocked and consistent.
 pub fn before_fork() {
+    let demote = demote_after();
     for (fd, s) in in_flight() {
-        settle(fd, &s, Duration::from_secs(1));
+        s.drain(fd, demote);
     }
     let g = table();
     FORK_HOLD.with(|h| *h.borrow_mut() = Some(g));
 }
 
-/// After `fork`, in either process: let go of the table. In the child, the sockets the
-/// parent sent zero-copy on become inherited (see [`Sock::inherited`]), and the hidden
-/// duplicates of closed ones are closed (the parent keeps its own).
+/// After `fork`, in either process: every socket open now is open in both, so neither
+/// sends zero-copy on it again (see [`crate::birth`]). The parent keeps reading the
+/// completions of its sends still in flight — promptly, on the reaper thread, since the
+/// child sees them as `POLLERR` until they are read; the child never reads them (they end
+/// the parent's protections) and hides what they cause, and closes the parent's hidden
+/// duplicates.
 pub fn after_fork(child: bool) {
+    birth::forked();
     let Some(mut t) = FORK_HOLD.with(|h| h.borrow_mut().take()) else {
         return;
     };
+    for s in t.fds.values() {
+        s.set_shared();
+    }
     if child {
+        // Completions still due are the parent's — or, for a socket the parent inherited
+        // itself, those of the process it inherited them from.
+        let parent = std::os::unix::process::parent_id();
+        let adopt = |s: &Sock| {
+            if s.foreign_owner().is_none() {
+                s.set_owner(parent);
+            }
+        };
         for s in t.fds.values() {
-            if s.zc_ever() {
-                s.set_inherited();
+            adopt(s);
+        }
+        for w in std::mem::take(&mut t.closing) {
+            adopt(&w.sock);
+            let _ = real::close(w.fd);
+        }
+        return;
+    }
+    let mut watch = Vec::new();
+    for (&fd, s) in &t.fds {
+        if s.zc_ever() && s.in_flight() > 0 && !t.closing.iter().any(|w| Arc::ptr_eq(&w.sock, s)) {
+            if let Some(hidden) = hidden_dup(fd) {
+                watch.push(Watched {
+                    fd: hidden,
+                    sock: s.clone(),
+                    closed: false,
+                });
             }
         }
-        for (fd, s) in std::mem::take(&mut t.closing) {
-            s.set_inherited();
-            let _ = real::close(fd);
-        }
+    }
+    if !watch.is_empty() {
+        t.closing.extend(watch);
+        drop(t);
+        reaper::wake(reap_closing);
     }
 }
 
@@ -281,7 +358,11 @@ pub fn reports() -> (Vec<SockReport>, Report) {
     let t = table();
     let mut v = t.finished.clone();
     let mut seen = Vec::new();
-    for (fd, s) in t.fds.iter().chain(t.closing.iter().map(|(f, s)| (f, s))) {
+    for (fd, s) in t
+        .fds
+        .iter()
+        .chain(t.closing.iter().map(|w| (&w.fd, &w.sock)))
+    {
         if !seen.contains(&s.ino) {
             seen.push(s.ino);
             v.push(SockReport {

@@ -6,7 +6,8 @@ Python's socket methods, which retry on EINTR.
 Usage: conformance.py [NAME...]  (default: every check). Prints `ok NAME` per check; exits
 non-zero at the first failure."""
 
-import ctypes, errno, hashlib, os, select, signal, socket, struct, sys, threading, time
+import ctypes, errno, fcntl, hashlib, mmap, os, select, signal, socket, struct, subprocess, sys
+import termios, threading, time
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.send.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -52,16 +53,19 @@ def fill(buf, seed):
 
 
 class Reader(threading.Thread):
-    """Reads a socket to its end, hashing (optionally slowly, signals blocked)."""
+    """Reads a socket to its end, hashing (optionally slowly, signals blocked; optionally
+    only once `go` is set)."""
 
-    def __init__(self, sock, delay=0.0, limit=None):
+    def __init__(self, sock, delay=0.0, limit=None, go=None):
         super().__init__(daemon=True)
-        self.sock, self.delay, self.limit = sock, delay, limit
+        self.sock, self.delay, self.limit, self.go = sock, delay, limit, go
         self.h, self.n = hashlib.sha256(), 0
         self.start()
 
     def run(self):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGALRM})
+        if self.go is not None:
+            self.go.wait(30)
         buf = bytearray(256 * 1024)
         while self.limit is None or self.n < self.limit:
             want = len(buf) if self.limit is None else min(len(buf), self.limit - self.n)
@@ -309,6 +313,287 @@ def fork_with_sends_in_flight():
     check(r.n == 17 * MIB and r.h.digest() == sent.digest(), f"received {r.n}, hash mismatch")
 
 
+def outq(fd):
+    """Bytes sent on fd and not yet acknowledged (SIOCOUTQ)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0" * 4))[0]
+
+
+class Watch:
+    """Every readiness interface on one socket that has nothing to read: none may report
+    an error or readability while another process's sends complete."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lt, self.et = select.epoll(), select.epoll()
+        self.lt.register(fd, select.EPOLLIN)
+        self.et.register(fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLET)
+        self.p = select.poll()
+        self.p.register(fd, select.POLLIN)
+
+    def look(self, who):
+        """None if all is quiet, else what was wrong."""
+        for ep, name in ((self.lt, "level"), (self.et, "edge")):
+            for _, ev in ep.poll(0.002):
+                if ev & (select.EPOLLERR | select.EPOLLIN):
+                    return f"{who}: {name}-triggered epoll reported {ev:#x}"
+        for _, ev in self.p.poll(2):
+            if ev & (select.POLLERR | select.POLLIN):
+                return f"{who}: poll reported {ev:#x}"
+        rd, _, ex = select.select([self.fd], [], [self.fd], 0.002)
+        if rd or ex:
+            return f"{who}: select: readable {rd}, exceptional {ex}"
+        so = socket.socket(fileno=os.dup(self.fd))
+        err = so.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        so.close()
+        if err:
+            return f"{who}: SO_ERROR {err}"
+        return None
+
+
+def watch_until_exit(fd, pid):
+    """Watches fd (see Watch) in the parent until child pid exits; its exit status. On a
+    failure the child is killed first (it may be blocked sending to the peer this
+    process reads)."""
+    w = Watch(fd)
+    deadline = time.time() + 20
+    while True:
+        bad = w.look("parent")
+        if time.time() > deadline:
+            bad = "the child never exited"
+        if bad:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            check(False, bad)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+
+
+def fork_shares_no_completions():
+    """A socket open in parent and child across a fork: while the parent's sends complete
+    (the peer starts reading only after the fork), neither process sees POLLERR/EPOLLERR,
+    select readiness or SO_ERROR for them; then the child sends, then the parent, and the
+    peer gets every byte in order. And the other way (in a fresh process, whose child
+    could start the protection engine): while a child sends on a socket the parent holds
+    too, the parent sees nothing of it."""
+    a, b = pair()
+    a.setblocking(False)
+    go = threading.Event()
+    r = Reader(b, delay=0.002, go=go)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    for i in range(64):
+        fill(buf, 10000 + i)
+        n, e = c_send(a.fileno(), buf)
+        if n < 0:
+            check(e == errno.EAGAIN, f"errno {e}")
+            break
+        sent.update(memoryview(buf)[:n])
+        buf[:] = b"\x99" * len(buf)
+    a.setblocking(True)
+    check(outq(a.fileno()) > 0, "nothing in flight at the fork")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            b.close()
+            w = Watch(a.fileno())
+            deadline = time.time() + 10
+            while outq(a.fileno()) > 0 and time.time() < deadline:
+                bad = w.look("child")
+                if bad:
+                    print(bad, flush=True)
+                    os._exit(2)
+            if outq(a.fileno()) > 0:
+                print("child: the parent's sends never completed", flush=True)
+                os._exit(3)
+            for _ in range(20):
+                bad = w.look("child, after")
+                if bad:
+                    print(bad, flush=True)
+                    os._exit(2)
+            fill(buf, 11000)
+            n, _ = c_send(a.fileno(), buf)
+            buf[:] = b"\xaa" * len(buf)
+            os._exit(0 if n == len(buf) else 4)
+        except BaseException as x:
+            print("child:", repr(x), flush=True)
+            os._exit(5)
+    go.set()
+    status = watch_until_exit(a.fileno(), pid)
+    check(status == 0, f"child exit status {status:#x}")
+    fill(buf, 11000)
+    sent.update(buf)
+    for i in range(2):
+        fill(buf, 12000 + i)
+        sent.update(buf)
+        n, e = c_send(a.fileno(), buf)
+        check(n == len(buf), f"send after the fork {n} errno {e}")
+        buf[:] = b"\xbb" * len(buf)
+    a.close()
+    r.join(30)
+    check(r.h.digest() == sent.digest(), f"received {r.n} bytes, hash mismatch")
+    # The other way round, in a process of its own (this one's child inherits the
+    # protection engine this process started, and so never sends zero-copy).
+    env = {k: v for k, v in os.environ.items() if k != "ZCNET_STATS"}
+    out = subprocess.run(
+        [sys.executable, __file__, "_child_sends_on_a_shared_socket"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    check(out.returncode == 0, f"fresh process: {out.returncode} {out.stdout} {out.stderr}")
+    check("ok _child_sends_on_a_shared_socket" in out.stdout, out.stdout)
+
+
+def _child_sends_on_a_shared_socket():
+    """(Run alone, by fork_shares_no_completions.) The child sends with overwrites on a
+    socket the parent holds too; the parent polls it all the while."""
+    a, b = pair()
+    r = Reader(b, delay=0.001)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    for i in range(16):
+        fill(buf, 13000 + i)
+        sent.update(buf)
+    pid = os.fork()
+    if pid == 0:
+        b.close()
+        for i in range(16):
+            fill(buf, 13000 + i)
+            n, _ = c_send(a.fileno(), buf)
+            buf[:] = b"\xcc" * len(buf)
+            if n != len(buf):
+                os._exit(4)
+        os._exit(0)
+    status = watch_until_exit(a.fileno(), pid)
+    check(status == 0, f"child exit status {status:#x}")
+    a.close()
+    r.join(30)
+    check(r.n == 16 * MIB and r.h.digest() == sent.digest(), f"received {r.n}, hash mismatch")
+
+
+class Msghdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.c_void_p), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+class Mmsghdr(ctypes.Structure):
+    _fields_ = [("hdr", Msghdr), ("len", ctypes.c_uint)]
+
+
+libc.sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+libc.sendmmsg.restype = ctypes.c_int
+
+
+def udp_receiver():
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        r.setsockopt(socket.SOL_SOCKET, 33, 4 * MIB)  # SO_RCVBUFFORCE (root)
+    except OSError:
+        r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+    r.bind(("127.0.0.1", 0))
+    r.settimeout(5)
+    return r
+
+
+def sendmmsg_keeps_every_datagram():
+    """sendmmsg on UDP — runs of equal datagrams with a short last one, mixed sizes, two
+    destinations, a connected socket — returns the count sent and sets each msg_len; every
+    datagram arrives once, whole, in its own boundaries, in order per destination."""
+    r1, r2 = udp_receiver(), udp_receiver()
+    sas = []
+    for r in (r1, r2):
+        sa = struct.pack("=HH4s8x", socket.AF_INET, socket.htons(r.getsockname()[1]),
+                         socket.inet_aton("127.0.0.1"))
+        sas.append(ctypes.create_string_buffer(sa, len(sa)))
+    plans = []
+    k = 0
+    for rnd in range(6):
+        batch = []
+        for d in (0, 1):  # ten of 1200 and a short last one, to each destination
+            batch += [(d, 1200)] * 10 + [(d, 300 + rnd)]
+        batch += [(0, 1000 + 7 * i) for i in range(5)]  # mixed sizes: sent as they are
+        batch += [(1, 1400)] * 3  # a run too short for GSO
+        batch += [(0, 8000)] * 6  # large equal datagrams
+        plans.append(batch)
+    unconnected = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    connected = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    connected.connect(r2.getsockname())
+    expect = {0: [], 1: []}
+    for bi, batch in enumerate(plans):
+        use_connected = bi % 2 == 1
+        if use_connected:
+            batch = [(1, n) for _, n in batch]
+        sock = connected if use_connected else unconnected
+        bufs, msgs = [], (Mmsghdr * len(batch))()
+        iovs = (Iovec * len(batch))()
+        for i, (d, n) in enumerate(batch):
+            b = bytearray(n)
+            fill(b, 20000 + k)
+            k += 1
+            b[:8] = k.to_bytes(8, "little")
+            bufs.append(b)
+            expect[d].append(bytes(b))
+            iovs[i].base, iovs[i].len = addr(b), n
+            msgs[i].hdr.iov = ctypes.addressof(iovs) + i * ctypes.sizeof(Iovec)
+            msgs[i].hdr.iovlen = 1
+            if not use_connected:
+                msgs[i].hdr.name = ctypes.addressof(sas[d])
+                msgs[i].hdr.namelen = 16
+        done = 0
+        while done < len(batch):
+            ctypes.set_errno(0)
+            n = libc.sendmmsg(sock.fileno(), ctypes.addressof(msgs) + done * ctypes.sizeof(Mmsghdr),
+                              len(batch) - done, 0)
+            check(n > 0, f"sendmmsg returned {n} errno {ctypes.get_errno()}")
+            for i in range(done, done + n):
+                check(msgs[i].len == len(bufs[i]), f"msg_len {msgs[i].len} != {len(bufs[i])}")
+            done += n
+        for b in bufs:  # the program may reuse its buffers at once
+            b[:] = b"\xdd" * len(b)
+        for d, r in ((0, r1), (1, r2)):
+            for want in expect[d]:
+                got = r.recv(65536)
+                check(got == want, f"datagram of {len(got)} bytes where {len(want)} were sent "
+                      f"(seq {int.from_bytes(got[:8], 'little')} vs {int.from_bytes(want[:8], 'little')})")
+            expect[d] = []
+    for r in (r1, r2):
+        r.setblocking(False)
+        try:
+            extra = r.recv(65536)
+            check(False, f"an extra datagram of {len(extra)} bytes")
+        except BlockingIOError:
+            pass
+    for x in (r1, r2, unconnected, connected):
+        x.close()
+
+
+def huge_page_buffer():
+    """Sends from a buffer in transparent huge pages (2 MiB aligned, MADV_HUGEPAGE), left
+    unchanged between sends (so the library may send it protected, where protecting huge
+    pages costs less than copying), arrive intact."""
+    huge, size = 2 * MIB, 8 * MIB
+    m = mmap.mmap(-1, size + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    off = (-base) % huge
+    m.madvise(mmap.MADV_HUGEPAGE, off, size)
+    view = memoryview(m)[off:off + size]
+    fill(view, 14000)
+    a, b = pair()
+    r = Reader(b)
+    sent = hashlib.sha256()
+    ptr = base + off
+    for i in range(4):
+        sent.update(view)
+        ctypes.set_errno(0)
+        n = libc.send(a.fileno(), ptr, size, 0)
+        check(n == size, f"send {n} errno {ctypes.get_errno()}")
+    a.close()
+    r.join(30)
+    check(r.n == 4 * size and r.h.digest() == sent.digest(), f"received {r.n}, hash mismatch")
+    view.release()
+
+
 def close_in_flight():
     """close right after a large send: the peer gets every byte and then the end of stream."""
     a, b = pair()
@@ -391,6 +676,9 @@ CHECKS = [
     no_spurious_errors,
     so_error_after_reset,
     fork_with_sends_in_flight,
+    fork_shares_no_completions,
+    sendmmsg_keeps_every_datagram,
+    huge_page_buffer,
     close_in_flight,
     close_while_peer_not_reading,
     own_zerocopy_is_not_hidden,
@@ -398,6 +686,10 @@ CHECKS = [
 
 if __name__ == "__main__":
     names = sys.argv[1:]
+    if names == ["_child_sends_on_a_shared_socket"]:
+        _child_sends_on_a_shared_socket()
+        print("ok", names[0], flush=True)
+        sys.exit(0)
     for c in CHECKS:
         if names and c.__name__ not in names:
             continue

@@ -72,6 +72,56 @@ impl PageBuf {
         Ok(PageBuf { ptr, len })
     }
 
+    /// Maps `len` bytes rounded up to whole 2 MiB blocks, aligned to 2 MiB and advised
+    /// `MADV_HUGEPAGE`, then touched page by page so that, where transparent huge pages are
+    /// enabled (`always` or `madvise`) and free, each block is one huge page — one page-table
+    /// entry (a PMD) instead of 512. Whether it got them is for the caller to read
+    /// (`AnonHugePages` in /proc/self/smaps); without them it is an ordinary buffer.
+    pub fn new_huge(len: usize) -> io::Result<PageBuf> {
+        const HUGE: usize = 2 << 20;
+        let len = len.max(1).next_multiple_of(HUGE);
+        let whole = len + HUGE;
+        // SAFETY: an anonymous private mapping with a null hint has no preconditions; the
+        // result is checked against MAP_FAILED before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                whole,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = p as usize;
+        let start = base.next_multiple_of(HUGE);
+        // SAFETY: the head and tail trimmed lie inside the mapping just made, which nothing
+        // else refers to; what stays is `start..start+len`, owned by the PageBuf below.
+        unsafe {
+            if start > base {
+                libc::munmap(p, start - base);
+            }
+            let end = start + len;
+            if base + whole > end {
+                libc::munmap(end as *mut libc::c_void, base + whole - end);
+            }
+            // Advice only: failure (THP compiled out) leaves an ordinary mapping.
+            libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+        let ptr =
+            NonNull::new(start as *mut u8).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let mut b = PageBuf { ptr, len };
+        let page = page_size();
+        b.as_mut_slice()
+            .iter_mut()
+            .step_by(page)
+            .for_each(|x| *x = 0);
+        Ok(b)
+    }
+
     /// Length in bytes (a whole number of pages).
     pub fn len(&self) -> usize {
         self.len

@@ -6,7 +6,9 @@
 //! syscall wrappers, which call the C library and so land here again — goes straight to the
 //! C library.
 
-use super::hook::{FdSet, Hook, RawRecv, RawSend, RecvCall, SendCall, SysResult};
+use super::hook::{
+    Datagram, FdSet, Hook, MmsgCall, RawRecv, RawSend, RecvCall, SendCall, SysResult,
+};
 use super::real;
 use libc::{c_int, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
 use std::cell::Cell;
@@ -211,6 +213,64 @@ pub unsafe fn sendmsg<H: Hook>(h: &H, fd: c_int, msg: *const msghdr, flags: c_in
         })),
         // SAFETY: forwarding the application's own arguments.
         _ => unsafe { real::sendmsg_fn()(fd, msg, flags) },
+    }
+}
+
+/// `sendmmsg(2)`.
+///
+/// # Safety
+/// The C contract of `sendmmsg`: `msgvec` points at `vlen` messages, each valid as for
+/// `sendmsg`.
+pub unsafe fn sendmmsg<H: Hook>(
+    h: &H,
+    fd: c_int,
+    msgvec: *mut libc::mmsghdr,
+    vlen: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    let g = Guard::enter();
+    // The kernel sends at most UIO_MAXIOV messages per call.
+    let n = (vlen as usize).min(libc::UIO_MAXIOV as usize);
+    let view = if msgvec.is_null() || n == 0 {
+        None
+    } else {
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: the C contract: msgvec points at vlen messages.
+            let m = unsafe { &(*msgvec.add(i)).msg_hdr };
+            let bufs = if m.msg_iovlen == 0 {
+                Some(&[][..])
+            } else {
+                // SAFETY: the C contract: each message's iov is valid.
+                unsafe { iovs(m.msg_iov, m.msg_iovlen as c_int) }
+            };
+            let name = if m.msg_name.is_null() {
+                Some(None)
+            } else {
+                // SAFETY: the C contract: msg_name is valid for msg_namelen bytes.
+                unsafe { bytes(m.msg_name, m.msg_namelen as size_t) }.map(Some)
+            };
+            match (bufs, name) {
+                (Some(bufs), Some(name)) => v.push(Datagram {
+                    name,
+                    bufs,
+                    control: m.msg_controllen > 0,
+                }),
+                _ => break,
+            }
+        }
+        // A message the views cannot describe: the whole call goes to the kernel as it is.
+        (v.len() == n).then_some(v)
+    };
+    match (g, view) {
+        (Some(_g), Some(msgs)) => ret(h.send_mmsg(MmsgCall {
+            fd,
+            msgs,
+            flags,
+            raw: msgvec,
+        })) as c_int,
+        // SAFETY: forwarding the application's own arguments.
+        _ => unsafe { real::sendmmsg_fn()(fd, msgvec, vlen, flags) },
     }
 }
 
@@ -857,13 +917,22 @@ fn new_fd<H: Hook>(h: &H, r: c_int) -> c_int {
     r
 }
 
+fn new_dup<H: Hook>(h: &H, old: c_int, r: c_int) -> c_int {
+    if r >= 0 {
+        if let Some(_g) = Guard::enter() {
+            h.new_dup(old, r);
+        }
+    }
+    r
+}
+
 /// `dup(2)`.
 ///
 /// # Safety
 /// None beyond `dup`'s.
 pub unsafe fn dup<H: Hook>(h: &H, fd: c_int) -> c_int {
     // SAFETY: forwarding the application's own argument.
-    new_fd(h, unsafe { real::dup_fn()(fd) })
+    new_dup(h, fd, unsafe { real::dup_fn()(fd) })
 }
 
 /// `dup2(2)`.
@@ -877,7 +946,7 @@ pub unsafe fn dup2<H: Hook>(h: &H, old: c_int, new: c_int) -> c_int {
         }
     }
     // SAFETY: forwarding the application's own arguments.
-    new_fd(h, unsafe { real::dup2_fn()(old, new) })
+    new_dup(h, old, unsafe { real::dup2_fn()(old, new) })
 }
 
 /// `dup3(2)`.
@@ -891,7 +960,7 @@ pub unsafe fn dup3<H: Hook>(h: &H, old: c_int, new: c_int, flags: c_int) -> c_in
         }
     }
     // SAFETY: forwarding the application's own arguments.
-    new_fd(h, unsafe { real::dup3_fn()(old, new, flags) })
+    new_dup(h, old, unsafe { real::dup3_fn()(old, new, flags) })
 }
 
 /// `socket(2)`.

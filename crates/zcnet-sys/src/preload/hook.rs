@@ -92,6 +92,90 @@ impl<'a> SendCall<'a> {
     }
 }
 
+/// One message of a `sendmmsg` call.
+#[derive(Debug)]
+pub struct Datagram<'a> {
+    /// The destination (`msg_name`, a raw `sockaddr`), if the message names one.
+    pub name: Option<&'a [u8]>,
+    /// The payload.
+    pub bufs: &'a [IoSlice<'a>],
+    /// It carries control messages, whose meaning only the original call keeps.
+    pub control: bool,
+}
+
+impl Datagram<'_> {
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.bufs.iter().map(|b| b.len()).sum()
+    }
+
+    /// Whether it carries no payload byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One `sendmmsg(2)` call: its messages, and the application's array, whose `msg_len`
+/// fields the call sets for the messages sent.
+#[derive(Debug)]
+pub struct MmsgCall<'a> {
+    pub(crate) fd: c_int,
+    pub(crate) msgs: Vec<Datagram<'a>>,
+    pub(crate) flags: c_int,
+    pub(crate) raw: *mut libc::mmsghdr,
+}
+
+impl<'a> MmsgCall<'a> {
+    /// The descriptor.
+    pub fn fd(&self) -> c_int {
+        self.fd
+    }
+
+    /// The `MSG_*` flags.
+    pub fn flags(&self) -> c_int {
+        self.flags
+    }
+
+    /// The messages (at most `UIO_MAXIOV`, as the kernel takes).
+    pub fn msgs(&self) -> &[Datagram<'a>] {
+        &self.msgs
+    }
+
+    /// Sends messages `range` as the application would have: the C library's `sendmmsg` of
+    /// that part of its array (the kernel sets their `msg_len`). The count sent.
+    pub fn forward(&self, range: std::ops::Range<usize>) -> SysResult {
+        let range = range.start.min(self.msgs.len())..range.end.min(self.msgs.len());
+        // SAFETY: `raw` is the application's array of at least `msgs.len()` entries, valid
+        // for the call; the sub-range lies inside it.
+        let r = unsafe {
+            real::sendmmsg_fn()(
+                self.fd,
+                self.raw.add(range.start),
+                range.len() as libc::c_uint,
+                self.flags,
+            )
+        };
+        real::check(r as libc::ssize_t)
+    }
+
+    /// Sends messages `range` as one UDP GSO send to the first one's destination, cut into
+    /// datagrams of `seg` bytes (the caller checks that every message but the last is
+    /// `seg` bytes long and the last at most that, so the datagrams are the messages).
+    /// Bytes sent; on success, every message's `msg_len` is set.
+    pub fn send_gso(&self, range: std::ops::Range<usize>, seg: u16) -> SysResult {
+        let msgs = &self.msgs[range.clone()];
+        let bufs: Vec<IoSlice<'_>> = msgs.iter().flat_map(|m| m.bufs.iter().copied()).collect();
+        let name = msgs.first().and_then(|m| m.name);
+        let n = real::sendmsg_gso(self.fd, name, &bufs, seg, self.flags)?;
+        for (i, m) in range.zip(msgs) {
+            // SAFETY: entry `i` of the application's array, valid for the call; only its
+            // `msg_len` is written, which no view borrows.
+            unsafe { (*self.raw.add(i)).msg_len = m.len() as libc::c_uint };
+        }
+        Ok(n)
+    }
+}
+
 /// The original receive call, to replay it into the application's or another buffer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum RawRecv {
@@ -218,6 +302,11 @@ pub trait Hook: Sync {
         call.forward()
     }
 
+    /// A `sendmmsg` call. Default: forwarded.
+    fn send_mmsg(&self, call: MmsgCall<'_>) -> SysResult {
+        call.forward(0..call.msgs().len())
+    }
+
     /// A receive-family call. Default: forwarded.
     fn recv(&self, mut call: RecvCall<'_>) -> SysResult {
         call.forward()
@@ -261,9 +350,14 @@ pub trait Hook: Sync {
     /// Before `close(fd)`, or before `dup2`/`dup3` replace `fd`.
     fn before_close(&self, _fd: c_int) {}
 
-    /// `fd` is a new descriptor (`socket`, `accept`, `dup`): forget anything cached for
-    /// its number.
+    /// `fd` is a new descriptor (`socket`, `accept`): forget anything cached for its number.
     fn new_fd(&self, _fd: c_int) {}
+
+    /// `new` is a duplicate of `old` (`dup`, `dup2`, `dup3`): the same open file under
+    /// another number.
+    fn new_dup(&self, _old: c_int, new: c_int) {
+        self.new_fd(new);
+    }
 
     /// Before `fork()`.
     fn before_fork(&self) {}

@@ -20,7 +20,7 @@ pub mod errno;
 pub mod hook;
 pub mod real;
 
-pub use hook::{Errno, FdSet, Hook, RecvCall, SendCall, SendKind, SysResult};
+pub use hook::{Datagram, Errno, FdSet, Hook, MmsgCall, RecvCall, SendCall, SendKind, SysResult};
 #[doc(hidden)]
 pub use libc;
 
@@ -28,7 +28,8 @@ pub use libc;
 /// `read`, `pread`, `pread64`, `readv`, `preadv`, `preadv64`, `recv`, `recvfrom`,
 /// `recvmsg` and their `_chk` variants, `poll`,
 /// `ppoll`, `select`, `pselect`, `epoll_wait`, `epoll_pwait`, `epoll_ctl`, `getsockopt`,
-/// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `accept`, `accept4`, `fork`)
+/// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `accept`, `accept4`, `fork`,
+/// `sendmmsg`)
 /// in the invoking crate, each calling [`entry`] with the `static` hook `$hook`.
 ///
 /// Invoke it once, in a `cdylib`.
@@ -69,6 +70,16 @@ macro_rules! export_preload {
             pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const msghdr, f: c_int) -> ssize_t {
                 // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::sendmsg(&$hook, fd, m, f) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn sendmmsg(
+                fd: c_int,
+                v: *mut $crate::preload::libc::mmsghdr,
+                n: $crate::preload::libc::c_uint,
+                f: c_int,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::sendmmsg(&$hook, fd, v, n, f) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, l: size_t) -> ssize_t {

@@ -50,6 +50,7 @@ real_fns! {
     send_fn = "send": fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
     sendto_fn = "sendto": fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t;
     sendmsg_fn = "sendmsg": fn(c_int, *const msghdr, c_int) -> ssize_t;
+    sendmmsg_fn = "sendmmsg": fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int;
     write_fn = "write": fn(c_int, *const c_void, size_t) -> ssize_t;
     writev_fn = "writev": fn(c_int, *const iovec, c_int) -> ssize_t;
     read_fn = "read": fn(c_int, *mut c_void, size_t) -> ssize_t;
@@ -110,6 +111,51 @@ pub fn sendmsg_iov(fd: c_int, bufs: &[IoSlice<'_>], flags: c_int) -> SysResult {
     msg.msg_iov = bufs.as_ptr() as *mut iovec;
     msg.msg_iovlen = bufs.len();
     // SAFETY: msg and the buffers it names are live for the call and only read.
+    check(unsafe { sendmsg_fn()(fd, &msg, flags) })
+}
+
+/// The C library's `sendmsg(2)` of `bufs` to `name` (a raw `sockaddr`, or none for a
+/// connected socket) as one UDP GSO send: the kernel cuts the payload into datagrams of
+/// `seg` bytes, the last possibly shorter (`UDP_SEGMENT`, udp(7)).
+pub fn sendmsg_gso(
+    fd: c_int,
+    name: Option<&[u8]>,
+    bufs: &[IoSlice<'_>],
+    seg: u16,
+    flags: c_int,
+) -> SysResult {
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain old data; all-zero is "no name, no iov, no control".
+    let mut msg: msghdr = unsafe { std::mem::zeroed() };
+    if let Some(n) = name {
+        msg.msg_name = n.as_ptr() as *mut c_void;
+        msg.msg_namelen = n.len() as socklen_t;
+    }
+    // IoSlice is ABI-compatible with iovec on Unix (std's documented guarantee); the kernel
+    // only reads through msg_iov.
+    msg.msg_iov = bufs.as_ptr() as *mut iovec;
+    msg.msg_iovlen = bufs.len();
+    // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic on a length.
+    let (space, len) = unsafe {
+        (
+            libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) as usize,
+            libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize,
+        )
+    };
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: msg_control points at `control`, aligned for cmsghdr and larger than
+    // CMSG_SPACE(2), so CMSG_FIRSTHDR is non-null and the header and its 2-byte payload
+    // lie inside `control`.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = crate::raw::udp::SOL_UDP;
+        (*c).cmsg_type = crate::raw::udp::UDP_SEGMENT;
+        (*c).cmsg_len = len;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+    }
+    // SAFETY: msg, the name, the buffers and the control buffer it names are live for the
+    // call and only read by the kernel.
     check(unsafe { sendmsg_fn()(fd, &msg, flags) })
 }
 

@@ -153,6 +153,8 @@ pub fn outq(fd: BorrowedFd<'_>) -> io::Result<usize> {
 /// The subset of `struct tcp_info` zcnet reads.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpInfo {
+    /// Connection state (`tcpi_state`: `TCP_ESTABLISHED` = 1, …, `TCP_CLOSE` = 7).
+    pub state: u8,
     /// Negotiated options (`TCPI_OPT_TIMESTAMPS` = 1, …).
     pub options: u8,
     /// Current send MSS.
@@ -190,6 +192,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         return Err(io::Error::last_os_error());
     }
     Ok(TcpInfo {
+        state: ti.tcpi_state,
         options: ti.tcpi_options,
         snd_mss: ti.tcpi_snd_mss,
         rcv_mss: ti.tcpi_rcv_mss,

@@ -213,6 +213,11 @@ fn hash_of(p: &Path) -> blake3::Hash {
     h.finalize()
 }
 
+/// `python3 -m http.server ARGS…` with Python's SIGINT handler restored.
+const HTTP_SERVER_WITH_SIGINT: &str = "import runpy, signal, sys; \
+signal.signal(signal.SIGINT, signal.default_int_handler); \
+sys.argv[0] = 'http.server'; runpy.run_module('http.server', run_name='__main__')";
+
 /// Stops a server so that it exits normally (its stats are written at exit).
 fn stop(mut child: Child, signal: &str) {
     let _ = Command::new("kill")
@@ -281,7 +286,16 @@ fn curl_fetches_from_python_http_server_byte_for_byte() {
         let port = free_port();
         let mut server = net
             .run(true, "zerocopy", &s_stats)
-            .args(["python3", "-m", "http.server", &port.to_string(), "--bind"])
+            // SIGINT is how it exits normally (stats written at exit), but a shell starts
+            // background jobs with SIGINT ignored and Python keeps an ignored SIGINT: put
+            // Python's own handler back first, so the test works however it is started.
+            .args([
+                "python3",
+                "-c",
+                HTTP_SERVER_WITH_SIGINT,
+                &port.to_string(),
+                "--bind",
+            ])
             .arg(net.ip().to_string())
             .arg("--directory")
             .arg(dir.path())

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod digest;
 pub mod handshake;
+pub mod landing;
 pub mod limits;
 pub mod names;
 pub mod server;

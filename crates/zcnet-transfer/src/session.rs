@@ -4,12 +4,14 @@
 //! passes through a user buffer on either side.
 //!
 //! Hashing stays off the data path: the sender hashes the file from the page cache on a
-//! second thread while the data is being sent; the receiver hashes the partial file after
-//! the last byte (a read from the page cache, skipped with `--no-verify`).
+//! second thread while the data is being sent; the receiver hashes each range of the
+//! partial file on a second thread as it lands, while it is still in cache
+//! ([`super::landing`]; skipped with `--no-verify`).
 
 use super::auth::{self, Role};
 use super::digest::hash_prefix;
 use super::handshake::{HandshakeError, ReceiverHandshake};
+use super::landing::{LandingHash, LAND_STEP};
 use super::store::{Incoming, Refusal, Store};
 use super::wire::{
     Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
@@ -1072,9 +1074,15 @@ fn receive_files_in<'scope>(
         let mut got = 0u64;
         let data_result: Result<(), Refusal> = match announced {
             Some(size) => {
+                // Verified as it lands; without a hasher (it could not start) `finish`
+                // reads the file back instead.
+                let landing = verify
+                    .then(|| LandingHash::start(inc.file()).ok())
+                    .flatten();
+                let step = if landing.is_some() { LAND_STEP } else { STEP };
                 let mut off = start;
                 while off < size {
-                    let want = (size - off).min(STEP);
+                    let want = (size - off).min(step);
                     let n = match rx.recv_to_file(inc.file(), off, want) {
                         Ok(n) => n,
                         Err(zcnet::Error::Truncated { got: g, .. }) => {
@@ -1088,13 +1096,21 @@ fn receive_files_in<'scope>(
                     };
                     off += n;
                     got += n;
+                    if let Some(l) = &landing {
+                        l.landed(off);
+                    }
                     progress(Progress::Bytes(n));
+                }
+                if let Some(Ok(h)) = landing.map(|l| l.finish(size)) {
+                    inc.landed_hash(size, h);
                 }
                 // Charged against the cap when the file began (its reservation).
                 Ok(())
             }
             None => {
                 let mut res = Ok(());
+                // A stream's bytes pass through memory here: hash them there.
+                let mut landing = blake3::Hasher::new();
                 loop {
                     match read_frame_receiver_side(rx)? {
                         Some(Frame::Data(d)) => {
@@ -1105,11 +1121,19 @@ fn receive_files_in<'scope>(
                                         message: format!("writing {name:?}: {e}"),
                                     })
                                 });
+                                if verify {
+                                    landing.update(&d);
+                                }
                             }
                             got += d.len() as u64;
                             progress(Progress::Bytes(d.len() as u64));
                         }
-                        Some(Frame::EndData) => break,
+                        Some(Frame::EndData) => {
+                            if verify && res.is_ok() {
+                                inc.landed_hash(got, *landing.finalize().as_bytes());
+                            }
+                            break;
+                        }
                         Some(other) => return Err(unexpected("data", &other)),
                         None => {
                             return Err(TransferError::Truncated {

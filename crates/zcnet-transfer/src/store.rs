@@ -427,6 +427,7 @@ impl Store {
             keys: self.keys.clone(),
             reserved: 0,
             settled: false,
+            landed: None,
         };
         if !created {
             let have = inc
@@ -559,6 +560,8 @@ pub struct Incoming {
     reserved: u64,
     /// Finished, discarded or released: nothing left to do on drop.
     settled: bool,
+    /// BLAKE3 of the first `.0` bytes, computed while they landed ([`Incoming::landed_hash`]).
+    landed: Option<(u64, [u8; 32])>,
 }
 
 impl Incoming {
@@ -630,6 +633,7 @@ impl Incoming {
         let had = self.offset;
         self.offset = 0;
         self.prefix = None;
+        self.landed = None;
         self.reserve(had)
     }
 
@@ -641,6 +645,13 @@ impl Incoming {
             q.refund(&self.keys, self.reserved - written);
         }
         self.reserved = 0;
+    }
+
+    /// The hash of the partial file's first `len` bytes, computed while they landed
+    /// (`landing::LandingHash`): [`Incoming::finish`] checks it instead of reading the file
+    /// again, if the file is exactly `len` bytes long then.
+    pub fn landed_hash(&mut self, len: u64, hash: [u8; 32]) {
+        self.landed = Some((len, hash));
     }
 
     /// Verifies length and hash, syncs, sets mode and mtime, and renames onto the final name.
@@ -667,8 +678,11 @@ impl Incoming {
             }
         }
         if let Some(want) = hash {
-            let got = hash_prefix(&self.file, len)
-                .map_err(|e| Refusal::io("hashing", &self.partial, e))?;
+            let got = match self.landed {
+                Some((l, h)) if l == len => h,
+                _ => hash_prefix(&self.file, len)
+                    .map_err(|e| Refusal::io("hashing", &self.partial, e))?,
+            };
             if got != want {
                 self.discard();
                 return Err(Refusal::new(

@@ -51,15 +51,18 @@ struct HashedOut {
 impl LandingHash {
     /// Starts hashing `file` (read through its own duplicate descriptor) from byte 0.
     pub fn start(file: &File) -> io::Result<Self> {
+        Self::resume(file, 0, blake3::Hasher::new())
+    }
+
+    /// Goes on from `hasher`, the state after the file's first `len` bytes (a resumed
+    /// file's prefix, already hashed to offer it).
+    pub fn resume(file: &File, len: u64, hasher: blake3::Hasher) -> io::Result<Self> {
         let file = file.try_clone()?;
         let (tell, told) = mpsc::channel::<u64>();
         let worker = std::thread::Builder::new()
             .name("zcnet-landing-hash".into())
             .spawn(move || {
-                let mut state = Hashed {
-                    len: 0,
-                    hasher: blake3::Hasher::new(),
-                };
+                let mut state = Hashed { len, hasher };
                 let mut buf = vec![0u8; HASH_CHUNK];
                 // Reports may queue up; each only moves the end further.
                 while let Ok(end) = told.recv() {
@@ -162,6 +165,25 @@ mod tests {
             off = end;
         }
         assert_eq!(off, all.len());
+        assert_eq!(
+            h.finish(all.len() as u64).unwrap(),
+            *blake3::hash(&all).as_bytes()
+        );
+    }
+
+    #[test]
+    fn resumed_from_a_prefix_state_it_hashes_the_whole_file() {
+        let all = data(3 * HASH_CHUNK + 5);
+        let f = tempfile::tempfile().unwrap();
+        f.write_all_at(&all, 0).unwrap();
+        let cut = HASH_CHUNK + 1;
+        let h = LandingHash::resume(
+            &f,
+            cut as u64,
+            crate::digest::prefix_state(&f, cut as u64).unwrap(),
+        )
+        .unwrap();
+        h.landed(all.len() as u64);
         assert_eq!(
             h.finish(all.len() as u64).unwrap(),
             *blake3::hash(&all).as_bytes()

@@ -9,7 +9,7 @@
 //! ([`super::landing`]; skipped with `--no-verify`).
 
 use super::auth::{self, Role};
-use super::digest::hash_prefix;
+use super::digest::{hash_range, prefix_state};
 use super::handshake::{HandshakeError, ReceiverHandshake};
 use super::landing::{LandingHash, LAND_STEP};
 use super::store::{Incoming, Refusal, Store};
@@ -753,19 +753,25 @@ fn send_one_file(
             })
         }
     };
-    // Resume only from a prefix that really is ours.
-    let start = match prefix {
-        Some(p) if offer > 0 && offer <= size => match hash_prefix(&file, offer) {
-            Ok(mine) if mine == p => offer,
-            _ => 0,
+    // Resume only from a prefix that really is ours; its hash state is where the whole
+    // file's hash goes on from, so the prefix is read once.
+    let (start, kept) = match prefix {
+        Some(p) if offer > 0 && offer <= size => match prefix_state(&file, offer) {
+            Ok(mine) if *mine.finalize().as_bytes() == p => (offer, Some(mine)),
+            _ => (0, None),
         },
-        _ => 0,
+        _ => (0, None),
     };
     tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
     progress(Progress::Start(name, Some(size), start));
     let hash = std::thread::scope(|s| -> Result<Option<[u8; 32]>, TransferError> {
         // The hash is computed from the page cache on another thread, off the data path.
-        let hasher = opts.verify.then(|| s.spawn(|| hash_prefix(&file, size)));
+        let hasher = opts.verify.then(|| {
+            s.spawn(|| {
+                let mut h = kept.unwrap_or_default();
+                hash_range(&file, &mut h, start, size).map(|()| *h.finalize().as_bytes())
+            })
+        });
         let mut off = start;
         let shrank = |got| TransferError::Shrank {
             name: name.into(),
@@ -1076,9 +1082,17 @@ fn receive_files_in<'scope>(
             Some(size) => {
                 // Verified as it lands; without a hasher (it could not start) `finish`
                 // reads the file back instead.
-                let landing = verify
-                    .then(|| LandingHash::start(inc.file()).ok())
-                    .flatten();
+                let landing = if verify {
+                    match inc.take_prefix_state() {
+                        Some((kept, h)) if kept == start => {
+                            LandingHash::resume(inc.file(), kept, h)
+                        }
+                        _ => LandingHash::start(inc.file()),
+                    }
+                    .ok()
+                } else {
+                    None
+                };
                 let step = if landing.is_some() { LAND_STEP } else { STEP };
                 let mut off = start;
                 while off < size {

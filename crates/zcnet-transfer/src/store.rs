@@ -24,7 +24,7 @@
 //!   the sender's address), only when the sender verifies the whole file, and never one with
 //!   more than one link.
 
-use super::digest::hash_prefix;
+use super::digest::{hash_prefix, prefix_state};
 use super::names::{components, NameError, PARTIAL_SUFFIX};
 use super::wire::Code;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, RenameFlags, ResolveFlags};
@@ -428,6 +428,7 @@ impl Store {
             reserved: 0,
             settled: false,
             landed: None,
+            prefix_state: None,
         };
         if !created {
             let have = inc
@@ -437,10 +438,10 @@ impl Store {
                 .len();
             if size.is_some_and(|s| have <= s) && have > 0 {
                 inc.offset = have;
-                inc.prefix = Some(
-                    hash_prefix(&inc.file, have)
-                        .map_err(|e| Refusal::io("hashing", &inc.partial, e))?,
-                );
+                let state = prefix_state(&inc.file, have)
+                    .map_err(|e| Refusal::io("hashing", &inc.partial, e))?;
+                inc.prefix = Some(*state.finalize().as_bytes());
+                inc.prefix_state = Some(state);
             } else {
                 // Nothing usable (longer than announced): start over.
                 inc.file
@@ -562,6 +563,8 @@ pub struct Incoming {
     settled: bool,
     /// BLAKE3 of the first `.0` bytes, computed while they landed ([`Incoming::landed_hash`]).
     landed: Option<(u64, [u8; 32])>,
+    /// The hash state after the kept prefix (`offset` bytes) when resuming.
+    prefix_state: Option<blake3::Hasher>,
 }
 
 impl Incoming {
@@ -593,6 +596,12 @@ impl Incoming {
     /// BLAKE3 of the bytes already there (resume only).
     pub fn prefix(&self) -> Option<[u8; 32]> {
         self.prefix
+    }
+
+    /// The hash state after the kept prefix (its [`Incoming::offset`] bytes), taken once:
+    /// hashing the rest as it lands goes on from there instead of reading the prefix again.
+    pub fn take_prefix_state(&mut self) -> Option<(u64, blake3::Hasher)> {
+        self.prefix_state.take().map(|h| (self.offset, h))
     }
 
     /// Charges `n` more bytes to the quota and reserves them on disk.
@@ -634,6 +643,7 @@ impl Incoming {
         self.offset = 0;
         self.prefix = None;
         self.landed = None;
+        self.prefix_state = None;
         self.reserve(had)
     }
 

@@ -10,8 +10,10 @@
 //! notes of the session that built it.
 //!
 //! The hash covers the partial file's bytes as read back from the page cache, the same bytes
-//! the final name will carry: the file is this session's own (created `O_EXCL`, held under
-//! `flock`), so nothing else writes it between a range's landing and the rename.
+//! the final name will carry: the file is this session's own (created `O_EXCL`, mode 0600,
+//! held under `flock`), so between a range's landing and the rename only a process of the
+//! receiver's own user (or root) could change it — one that could as well change the final
+//! file after the rename.
 
 use super::digest::HASH_CHUNK;
 use std::fs::File;
@@ -22,7 +24,7 @@ use std::thread::JoinHandle;
 
 /// Bytes the receiver lands per step while hashing: small enough that a range is hashed
 /// while it is still in the last-level cache, large enough that the per-call work
-/// (`fstat`, `fallocate`, a channel message) is noise.
+/// (`fstat`, `fcntl`, a channel message) is noise.
 pub const LAND_STEP: u64 = 2 << 20;
 
 /// How far the landing thread got: bytes hashed (always a prefix of the file) and the hash

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 
 /// Bytes the receiver lands per step while hashing: small enough that a range is hashed
 /// while it is still in the last-level cache, large enough that the per-call work
-/// (`fstat`, `fcntl`, a channel message) is noise.
+/// (`fstat`, `fcntl`, `fallocate`, a channel message) is noise.
 pub const LAND_STEP: u64 = 2 << 20;
 
 /// How far the landing thread got: bytes hashed (always a prefix of the file) and the hash

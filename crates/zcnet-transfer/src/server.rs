@@ -781,13 +781,10 @@ fn run_session(
 ) -> (SessionResult, StatsSnapshot) {
     shared.observer.event(Event::SessionStarted { peer });
     // The copy path for control frames: file data goes by splice whatever the path, and no
-    // per-connection socket mapping is set up. No `fallocate` per received range: the store
-    // reserved the whole file's space when it began (`Incoming`), and on tmpfs a second
-    // `fallocate` over allocated pages still walks every page (about 0.1 CPU-s/GiB).
+    // per-connection socket mapping is set up.
     let rcfg = ReceiverConfig::new(RxPath::Copy)
         .timeout(shared.cfg.idle_timeout)
-        .buf_bytes(64 * 1024)
-        .file_preallocate(false);
+        .buf_bytes(64 * 1024);
     let mut stats = StatsSnapshot::default();
     let result = (|| {
         let mut rx = zcnet::stream::Receiver::from_stream(stream, &rcfg)?;

@@ -19,10 +19,8 @@ use zcnet_transfer::session::{
 use zcnet_transfer::store::{Store, StoreOptions};
 use zcnet_transfer::wire::{Code, Frame, VERSION};
 
-/// As `zcnet recv` (server.rs) configures its sessions: the store reserves each file's
-/// space, so no `fallocate` per received range.
 fn rcfg() -> ReceiverConfig {
-    let mut c = ReceiverConfig::new(RxPath::Copy).file_preallocate(false);
+    let mut c = ReceiverConfig::new(RxPath::Copy);
     c.timeout = Some(Duration::from_secs(20));
     c
 }

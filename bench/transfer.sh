@@ -15,6 +15,10 @@
 # BENCH_DIR=dir works there instead of /dev/shm (e.g. a real disk: then the fsyncs count).
 # Source and destination live on /dev/shm (tmpfs), so the disk is out of the picture and
 # every tool reads a warm page cache. Servers bind 127.0.0.1 only and are stopped after each run.
+# ZCNET_BASE=path adds rows for a second zcnet binary (with and without verification) in the
+# same sitting, to compare two builds side by side. In file mode 'vs nc' is the bytes moved
+# per CPU-second of both ends, over `cat | nc`'s (higher is better). TOOLS="zcnet nc" runs only
+# those rows (of zcnet zcnet-noverify nc rsync base base-noverify).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=file
@@ -108,13 +112,16 @@ run_pair() {
 median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 
 declare -A rows
-tools=(zcnet zcnet-noverify nc rsync)
+read -ra tools <<< "${TOOLS:-zcnet zcnet-noverify nc rsync}"
+if [ -n "${ZCNET_BASE:-}" ]; then B=$(realpath "$ZCNET_BASE"); [ -n "${TOOLS:-}" ] || tools+=(base base-noverify); fi
 for i in $(seq "$REPEAT"); do
   for t in "${tools[@]}"; do
     p=$(port)
     case $t in
       zcnet) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet $src --to 127.0.0.1:$p");;
       zcnet-noverify) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet --no-verify $src --to 127.0.0.1:$p");;
+      base) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet $src --to 127.0.0.1:$p");;
+      base-noverify) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet --no-verify $src --to 127.0.0.1:$p");;
       nc)
         if [ $MODE != file ]; then
           r=$(run_pair $t "nc -l 127.0.0.1 $p | tar x -C $work/dst" "tar c -C $work tree | nc -N 127.0.0.1 $p")
@@ -166,7 +173,11 @@ if [ $MODE = mixed ]; then
   exit 0
 fi
 gib=$(echo "$SIZE_MIB / 1024" | bc -l)
-printf "%-15s %9s %9s %9s %10s %12s %14s\n" tool Gbit/s "snd cpu" "rcv cpu" "both cpu" "system cpu" "GiB/CPU-s"
+printf "%-15s %9s %9s %9s %10s %12s %14s %9s\n" tool Gbit/s "snd cpu" "rcv cpu" "both cpu" "system cpu" "GiB/CPU-s" "vs nc"
+ncboth=$(( 0 ))
+if [ -n "${rows[nc]:-}" ]; then
+  ncboth=$(echo "$(echo "${rows[nc]}" | awk 'NF{print $2}' | median) + $(echo "${rows[nc]}" | awk 'NF{print $3}' | median)" | bc -l)
+fi
 for t in "${tools[@]}"; do
   d=${rows[$t]}
   wall=$(echo "$d" | awk 'NF{print $1}' | median)
@@ -174,7 +185,8 @@ for t in "${tools[@]}"; do
   rcv=$(echo "$d" | awk 'NF{print $3}' | median)
   sys=$(echo "$d" | awk 'NF{print $4}' | median)
   both=$(echo "$snd + $rcv" | bc -l)
-  printf "%-15s %9.2f %9.2f %9.2f %10.2f %12.2f %14.2f\n" "$t" \
-    "$(echo "$gib * 8 * 1.073741824 / $wall" | bc -l)" "$snd" "$rcv" "$both" "$sys" "$(echo "$gib / $sys" | bc -l)"
+  printf "%-15s %9.2f %9.2f %9.2f %10.2f %12.2f %14.2f %8.2fx\n" "$t" \
+    "$(echo "$gib * 8 * 1.073741824 / $wall" | bc -l)" "$snd" "$rcv" "$both" "$sys" "$(echo "$gib / $sys" | bc -l)" \
+    "$(echo "$ncboth / $both" | bc -l)"
 done
-echo "($SIZE_MIB MiB file on tmpfs, loopback, median of $REPEAT; CPU in seconds; 'system cpu' is /proc/stat busy time incl. softirq)"
+echo "($SIZE_MIB MiB file in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'system cpu' is /proc/stat busy time incl. softirq; 'vs nc' is nc's median both-ends CPU over the tool's; zcnet: $Z)"

@@ -15,9 +15,21 @@ pub const HASH_CHUNK: usize = 128 * 1024;
 
 /// BLAKE3 of the first `len` bytes of `file`; `UnexpectedEof` if it is shorter.
 pub fn hash_prefix(file: &File, len: u64) -> io::Result<[u8; 32]> {
+    Ok(*prefix_state(file, len)?.finalize().as_bytes())
+}
+
+/// The hash state after the first `len` bytes of `file`, to finalize now and go on from
+/// later (a resumed file's kept prefix is then read once, not twice).
+pub fn prefix_state(file: &File, len: u64) -> io::Result<blake3::Hasher> {
     let mut h = blake3::Hasher::new();
+    hash_range(file, &mut h, 0, len)?;
+    Ok(h)
+}
+
+/// Feeds bytes `from..to` of `file` into `h`; `UnexpectedEof` if the file ends first.
+pub fn hash_range(file: &File, h: &mut blake3::Hasher, from: u64, to: u64) -> io::Result<()> {
     let mut buf = vec![0u8; HASH_CHUNK];
-    let mut off = 0;
+    let (mut off, len) = (from, to);
     while off < len {
         let want = (len - off).min(buf.len() as u64) as usize;
         let n = match file.read_at(&mut buf[..want], off) {
@@ -34,7 +46,7 @@ pub fn hash_prefix(file: &File, len: u64) -> io::Result<[u8; 32]> {
         h.update(&buf[..n]);
         off += n as u64;
     }
-    Ok(*h.finalize().as_bytes())
+    Ok(())
 }
 
 #[cfg(test)]
@@ -65,5 +77,23 @@ mod tests {
         }
         let err = hash_prefix(&f, data.len() as u64 + 1).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn a_prefix_state_goes_on_to_the_whole_hash() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..(2 * HASH_CHUNK + 99))
+            .map(|i| (i % 253) as u8)
+            .collect();
+        f.write_all(&data).unwrap();
+        for cut in [0, 1, HASH_CHUNK + 3, data.len()] {
+            let mut h = prefix_state(&f, cut as u64).unwrap();
+            assert_eq!(
+                *h.finalize().as_bytes(),
+                *blake3::hash(&data[..cut]).as_bytes()
+            );
+            hash_range(&f, &mut h, cut as u64, data.len() as u64).unwrap();
+            assert_eq!(*h.finalize().as_bytes(), *blake3::hash(&data).as_bytes());
+        }
     }
 }

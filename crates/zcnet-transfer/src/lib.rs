@@ -9,6 +9,7 @@ pub mod auth;
 pub mod digest;
 mod finish;
 pub mod handshake;
+pub mod landing;
 pub mod limits;
 pub mod names;
 pub mod server;

@@ -4,13 +4,15 @@
 //! passes through a user buffer on either side.
 //!
 //! Hashing stays off the data path: the sender hashes the file from the page cache on a
-//! second thread while the data is being sent; the receiver hashes the partial file after
-//! the last byte (a read from the page cache, skipped with `--no-verify`).
+//! second thread while the data is being sent; the receiver hashes each range of the
+//! partial file on a second thread as it lands, while it is still in cache
+//! ([`super::landing`]; skipped with `--no-verify`).
 
 use super::auth::{self, Role};
-use super::digest::hash_prefix;
+use super::digest::{hash_range, prefix_state};
 use super::finish::{Finished, Finisher, Staged};
 use super::handshake::{HandshakeError, ReceiverHandshake};
+use super::landing::{LandingHash, LAND_STEP};
 use super::sparse;
 use super::store::{Refusal, Store};
 use super::wire::{
@@ -969,13 +971,14 @@ fn send_one_file(
             })
         }
     };
-    // Resume only from a prefix that really is ours.
-    let start = match prefix {
-        Some(p) if offer > 0 && offer <= size => match hash_prefix(&file, offer) {
-            Ok(mine) if mine == p => offer,
-            _ => 0,
+    // Resume only from a prefix that really is ours; its hash state is where the whole
+    // file's hash goes on from, so the prefix is read once.
+    let (start, kept) = match prefix {
+        Some(p) if offer > 0 && offer <= size => match prefix_state(&file, offer) {
+            Ok(mine) if *mine.finalize().as_bytes() == p => (offer, Some(mine)),
+            _ => (0, None),
         },
-        _ => 0,
+        _ => (0, None),
     };
     // Holes are not sent (version 4): only the data extents, back to back.
     let extents = match version >= 4 {
@@ -1002,7 +1005,12 @@ fn send_one_file(
     progress(Progress::Start(name, Some(size), start));
     let hash = std::thread::scope(|s| -> Result<Option<[u8; 32]>, TransferError> {
         // The hash is computed from the page cache on another thread, off the data path.
-        let hasher = opts.verify.then(|| s.spawn(|| hash_prefix(&file, size)));
+        let hasher = opts.verify.then(|| {
+            s.spawn(|| {
+                let mut h = kept.unwrap_or_default();
+                hash_range(&file, &mut h, start, size).map(|()| *h.finalize().as_bytes())
+            })
+        });
         let shrank = |got| TransferError::Shrank {
             name: name.into(),
             expected: size,
@@ -1344,12 +1352,27 @@ fn receive_files_in<'scope>(
                     }
                     None => vec![(start, size - start)],
                 };
+                // Verified as it lands; without a hasher (it could not start) the check
+                // reads the file back instead. Holes read back as zeros, so the landing
+                // hash may run over them once the data after them has landed.
+                let landing = if verify {
+                    match inc.take_prefix_state() {
+                        Some((kept, h)) if kept == start => {
+                            LandingHash::resume(inc.file(), kept, h)
+                        }
+                        _ => LandingHash::start(inc.file()),
+                    }
+                    .ok()
+                } else {
+                    None
+                };
+                let step = if landing.is_some() { LAND_STEP } else { STEP };
                 let mut done = start;
                 for (from, len) in ranges {
                     progress(Progress::Bytes(from - done));
                     let (mut off, end) = (from, from + len);
                     while off < end {
-                        let want = (end - off).min(STEP);
+                        let want = (end - off).min(step);
                         let n = match rx.recv_to_file(inc.file(), off, want) {
                             Ok(n) => n,
                             Err(zcnet::Error::Truncated { got: g, .. }) => {
@@ -1363,6 +1386,9 @@ fn receive_files_in<'scope>(
                         };
                         off += n;
                         got += n;
+                        if let Some(l) = &landing {
+                            l.landed(off);
+                        }
                         progress(Progress::Bytes(n));
                     }
                     done = end;
@@ -1376,7 +1402,12 @@ fn receive_files_in<'scope>(
                 };
                 match extend {
                     // Charged against the cap when the file began (its reservation).
-                    Ok(()) => Ok(()),
+                    Ok(()) => {
+                        if let Some(Ok(h)) = landing.map(|l| l.finish(size)) {
+                            inc.landed_hash(size, h);
+                        }
+                        Ok(())
+                    }
                     Err(e) => Err(Refusal {
                         code: Code::Io,
                         message: format!("setting the length of {name:?}: {e}"),
@@ -1385,6 +1416,8 @@ fn receive_files_in<'scope>(
             }
             None => {
                 let mut res = Ok(());
+                // A stream's bytes pass through memory here: hash them there.
+                let mut landing = blake3::Hasher::new();
                 loop {
                     match read_frame_receiver_side(rx)? {
                         Some(Frame::Data(d)) => {
@@ -1396,10 +1429,18 @@ fn receive_files_in<'scope>(
                                     })
                                 });
                             }
+                            if verify {
+                                landing.update(&d);
+                            }
                             got += d.len() as u64;
                             progress(Progress::Bytes(d.len() as u64));
                         }
-                        Some(Frame::EndData) => break,
+                        Some(Frame::EndData) => {
+                            if verify && res.is_ok() {
+                                inc.landed_hash(got, *landing.finalize().as_bytes());
+                            }
+                            break;
+                        }
                         Some(other) => return Err(unexpected("data", &other)),
                         None => {
                             return Err(TransferError::Truncated {

@@ -25,7 +25,7 @@
 //!   the sender's address), only when the sender verifies the whole file, and never one with
 //!   more than one link.
 
-use super::digest::hash_prefix;
+use super::digest::{hash_prefix, prefix_state};
 use super::names::{components, NameError, PARTIAL_SUFFIX};
 use super::wire::Code;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, RenameFlags, ResolveFlags};
@@ -477,6 +477,8 @@ impl Store {
             looked: true,
             existing: false,
             owner: self.owner.clone(),
+            landed: None,
+            prefix_state: None,
         };
         if !created {
             let have = inc
@@ -486,10 +488,10 @@ impl Store {
                 .len();
             if size.is_some_and(|s| have <= s) && have > 0 {
                 inc.offset = have;
-                inc.prefix = Some(
-                    hash_prefix(&inc.file, have)
-                        .map_err(|e| Refusal::io("hashing", &inc.partial, e))?,
-                );
+                let state = prefix_state(&inc.file, have)
+                    .map_err(|e| Refusal::io("hashing", &inc.partial, e))?;
+                inc.prefix = Some(*state.finalize().as_bytes());
+                inc.prefix_state = Some(state);
             } else {
                 // Nothing usable (longer than announced): start over.
                 inc.file
@@ -562,6 +564,8 @@ impl Store {
             looked: true,
             existing: true,
             owner: self.owner.clone(),
+            landed: None,
+            prefix_state: None,
         }))
     }
 
@@ -655,6 +659,8 @@ impl Store {
             looked: self.opts.overwrite,
             existing: false,
             owner: self.owner.clone(),
+            landed: None,
+            prefix_state: None,
         };
         if let Err(e) = inc.file.write_all_at(data, 0) {
             inc.discard();
@@ -809,6 +815,10 @@ pub struct Incoming {
     existing: bool,
     /// The owner tag for partial file names.
     owner: String,
+    /// BLAKE3 of the first `.0` bytes, computed while they landed ([`Incoming::landed_hash`]).
+    landed: Option<(u64, [u8; 32])>,
+    /// The hash state after the kept prefix (`offset` bytes) when resuming.
+    prefix_state: Option<blake3::Hasher>,
 }
 
 impl Incoming {
@@ -840,6 +850,19 @@ impl Incoming {
     /// BLAKE3 of the bytes already there (resume only).
     pub fn prefix(&self) -> Option<[u8; 32]> {
         self.prefix
+    }
+
+    /// The hash state after the kept prefix (its [`Incoming::offset`] bytes), taken once:
+    /// hashing the rest as it lands goes on from there instead of reading the prefix again.
+    pub fn take_prefix_state(&mut self) -> Option<(u64, blake3::Hasher)> {
+        self.prefix_state.take().map(|h| (self.offset, h))
+    }
+
+    /// The hash of the partial file's first `len` bytes, computed while they landed
+    /// (`landing::LandingHash`): [`Incoming::check`] uses it instead of reading the file
+    /// again, if the file is exactly `len` bytes long then.
+    pub fn landed_hash(&mut self, len: u64, hash: [u8; 32]) {
+        self.landed = Some((len, hash));
     }
 
     /// Charges `n` more bytes to the quota and reserves them on disk.
@@ -888,6 +911,8 @@ impl Incoming {
             self.looked = false;
             self.offset = 0;
             self.prefix = None;
+            self.landed = None;
+            self.prefix_state = None;
             let size = self.size.unwrap_or(0);
             return self.reserve(size);
         }
@@ -897,6 +922,8 @@ impl Incoming {
         let had = self.offset;
         self.offset = 0;
         self.prefix = None;
+        self.landed = None;
+        self.prefix_state = None;
         self.reserve(had)
     }
 
@@ -956,8 +983,11 @@ impl Incoming {
                 }
             }
             if let Some(want) = hash {
-                let got = hash_prefix(&self.file, len)
-                    .map_err(|e| Refusal::io("hashing", &self.partial, e))?;
+                let got = match self.landed {
+                    Some((l, h)) if l == len => h,
+                    _ => hash_prefix(&self.file, len)
+                        .map_err(|e| Refusal::io("hashing", &self.partial, e))?,
+                };
                 if got != want {
                     self.discard();
                     return Err(Refusal::new(

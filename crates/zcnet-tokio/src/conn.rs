@@ -1,19 +1,21 @@
 //! The state one stream shares with its in-flight sends and its completion driver: the
 //! socket, its readiness, and the `MSG_ZEROCOPY` bookkeeping (zcnet's `zc::completion`).
 
+use crate::choice::{Go, SendChoice};
 use crate::loan::Loan;
 use crate::readiness::{Direction, Readiness};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use tokio::sync::Notify;
-use zcnet::policy::{CopiedDemotion, TxDecision};
+use zcnet::auto::AutoStats;
+use zcnet::policy::CopiedDemotion;
 use zcnet::zc::completion::Completions;
 use zcnet::zc::reap::reap_each;
-use zcnet::{FallbackReason, Policy, Stats};
+use zcnet::{FallbackReason, Stats};
 use zcnet_sys::raw::epoll::EventFlags;
 use zcnet_sys::raw::socket::{self, RecvFlags, SendFlags};
 use zcnet_sys::raw::zerocopy::{self as zc, ErrqueueEntry};
@@ -23,7 +25,7 @@ use zcnet_sys::raw::zerocopy::{self as zc, ErrqueueEntry};
 pub(crate) struct TxState {
     completions: Completions<Loan>,
     demotion: CopiedDemotion,
-    policy: Policy,
+    choice: SendChoice,
     entries: Vec<ErrqueueEntry>,
     /// `SO_ZEROCOPY` could not be enabled: every send is copied, counted as unsupported.
     unsupported: bool,
@@ -68,6 +70,11 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     pub(crate) stats: Arc<Stats>,
     closed: AtomicBool,
     pub(crate) wake_driver: Notify,
+    /// Thread CPU time (ns) spent in this socket's send-side polls while the cost check
+    /// measures a window: the clock of [`crate::choice`] (see there why not the thread's).
+    cpu_ns: AtomicU64,
+    /// Whether polls add to `cpu_ns` now.
+    metering: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,7 +86,7 @@ impl<S: Socket> Conn<S> {
     pub(crate) fn new(
         sock: S,
         zerocopy: bool,
-        policy: Policy,
+        choice: SendChoice,
         stats: Arc<Stats>,
     ) -> io::Result<Conn<S>> {
         let readiness = Readiness::new(sock.as_fd())?;
@@ -89,7 +96,7 @@ impl<S: Socket> Conn<S> {
             tx: Mutex::new(TxState {
                 completions: Completions::new(),
                 demotion: CopiedDemotion::default(),
-                policy,
+                choice,
                 entries: Vec::new(),
                 unsupported: !zerocopy,
                 last_copied: false,
@@ -97,6 +104,8 @@ impl<S: Socket> Conn<S> {
             stats,
             closed: AtomicBool::new(false),
             wake_driver: Notify::new(),
+            cpu_ns: AtomicU64::new(0),
+            metering: AtomicBool::new(false),
         })
     }
 
@@ -124,18 +133,53 @@ impl<S: Socket> Conn<S> {
         !lock(&self.tx).unsupported
     }
 
-    /// The policy's choice for sending `data`.
-    pub(crate) fn decide(&self, data: &[u8]) -> TxDecision {
-        let tx = lock(&self.tx);
+    /// Where a send of `data` goes ([`SendChoice`]). Counted by [`Conn::sent`].
+    pub(crate) fn decide(&self, data: &[u8]) -> Go {
+        let mut guard = lock(&self.tx);
+        let tx = &mut *guard;
         if tx.unsupported {
-            return TxDecision::Copy(FallbackReason::Unsupported);
+            return Go::Copy(FallbackReason::Unsupported);
         }
-        tx.policy.decide(
+        let go = tx.choice.decide(
             data.len(),
             data.as_ptr() as usize,
             zcnet_sys::mem::page_size(),
             tx.demotion.is_demoted(),
-        )
+            || self.cpu_ns.load(Ordering::Relaxed),
+        );
+        self.metering
+            .store(tx.choice.measuring(), Ordering::Relaxed);
+        go
+    }
+
+    /// A send that [`Conn::decide`] routed to `go` is done with `len` bytes queued: counts
+    /// its fallback and feeds the cost check.
+    pub(crate) fn sent(&self, go: Go, len: usize) {
+        if let Go::Copy(reason) = go {
+            self.stats.fallback(reason, len as u64);
+        }
+        let mut tx = lock(&self.tx);
+        let mut delta = AutoStats::default();
+        tx.choice
+            .after(go, len, || self.cpu_ns.load(Ordering::Relaxed), &mut delta);
+        self.metering
+            .store(tx.choice.measuring(), Ordering::Relaxed);
+        if delta != AutoStats::default() {
+            self.stats.add_auto_tx(&delta);
+        }
+    }
+
+    /// Runs `f`, adding the thread CPU time it took to the cost check's clock while a window
+    /// is measured. One poll runs on one thread, so the difference is meaningful.
+    fn metered<R>(&self, f: impl FnOnce() -> R) -> R {
+        if !self.metering.load(Ordering::Relaxed) {
+            return f();
+        }
+        let t0 = zcnet_sys::raw::cpu::thread_cpu_ns();
+        let r = f();
+        let dt = zcnet_sys::raw::cpu::thread_cpu_ns().saturating_sub(t0);
+        self.cpu_ns.fetch_add(dt, Ordering::Relaxed);
+        r
     }
 
     /// Reads the error queue without blocking and releases every loan whose calls are all
@@ -147,13 +191,13 @@ impl<S: Socket> Conn<S> {
     pub(crate) fn drain(&self) -> io::Result<usize> {
         let mut guard = lock(&self.tx);
         let tx = &mut *guard;
-        let limit = tx.policy.demote_after_copied;
+        let policy = tx.choice.policy();
         let n = reap_each(
             self.sock.as_fd(),
             &mut tx.entries,
             &mut tx.completions,
             &mut tx.demotion,
-            limit,
+            policy,
             &self.stats,
             |loan, copied| loan.release(copied),
         )?;
@@ -238,6 +282,18 @@ impl<S: Socket> Conn<S> {
         &self,
         cx: &mut Context<'_>,
         dir: Direction,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        if dir == Direction::Read {
+            return self.poll_io_unmetered(cx, dir, op);
+        }
+        self.metered(|| self.poll_io_unmetered(cx, dir, op))
+    }
+
+    fn poll_io_unmetered<R>(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
         loop {
@@ -270,6 +326,10 @@ impl<S: Socket> Conn<S> {
     /// Ready after one error-queue signal has been drained (or at once with no loan left):
     /// for a waiter that needs any one loan back, not all of them.
     pub(crate) fn poll_completion_event(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.metered(|| self.poll_completion_event_unmetered(cx))
+    }
+
+    fn poll_completion_event_unmetered(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.loans_in_flight() == 0 {
             return Poll::Ready(Ok(()));
         }
@@ -281,6 +341,10 @@ impl<S: Socket> Conn<S> {
 
     /// Ready once no loan is left; drains the error queue whenever it signals.
     pub(crate) fn poll_completions(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.metered(|| self.poll_completions_unmetered(cx))
+    }
+
+    fn poll_completions_unmetered(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             if self.loans_in_flight() == 0 {
                 return Poll::Ready(Ok(()));

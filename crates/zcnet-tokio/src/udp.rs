@@ -8,6 +8,7 @@
 //! (`readiness.rs`): completions raise `EPOLLERR`, which tokio would read as a closed write
 //! side and spin on.
 
+use crate::choice::Go;
 use crate::conn::Conn;
 use crate::driver;
 use crate::loan::{Loan, Waiting};
@@ -22,7 +23,6 @@ use tokio::sync::oneshot;
 use zcnet::msg::recv::{feed, prepare_socket};
 use zcnet::msg::wire::Layout;
 use zcnet::msg::{Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgStats, MsgTx, Reassembly};
-use zcnet::policy::TxDecision;
 use zcnet::{Error, FallbackReason, Pool, Stats};
 use zcnet_sys::raw::socket::RecvFlags;
 use zcnet_sys::raw::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
@@ -152,7 +152,10 @@ impl ZcUdpSocket {
         if cfg.tx == MsgTx::Zerocopy && !zerocopy && peer.is_some() {
             stats.fallback(FallbackReason::Unsupported, 0);
         }
-        let conn = Arc::new(Conn::new(sock, zerocopy, cfg.policy, stats)?);
+        // No cost check: a message socket's sends are the Framer's batches, and the
+        // policy's size threshold and COPIED demotion decide alone.
+        let choice = crate::choice::SendChoice::new(cfg.policy, false);
+        let conn = Arc::new(Conn::new(sock, zerocopy, choice, stats)?);
         runtime.spawn(driver::drive(conn.clone()));
         Ok(ZcUdpSocket {
             conn,
@@ -391,8 +394,10 @@ impl ZcUdpSocket {
         };
         let mut zerocopy = self.cfg.tx == MsgTx::Zerocopy
             && match self.conn.decide(msg.wire()) {
-                TxDecision::ZeroCopy => true,
-                TxDecision::Copy(reason) => {
+                Go::ZeroCopy => true,
+                // Without a cost check there is no probe; copied, not a fallback.
+                Go::Probe => false,
+                Go::Copy(reason) => {
                     self.conn.stats.fallback(reason, wire_len as u64);
                     sent.fallback = Some(reason);
                     false

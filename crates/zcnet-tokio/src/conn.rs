@@ -297,7 +297,7 @@ impl<S: Socket> Conn<S> {
         mut op: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
         loop {
-            let seen = ready!(self.readiness.poll_ready(cx, dir))?;
+            let seen = ready!(self.readiness.poll_ready(cx, dir, self.sock.as_fd()))?;
             let mut attempt = seen.flags.intersects(dir.mask());
             if seen.flags.contains(EventFlags::ERR) {
                 self.readiness.clear(EventFlags::ERR, seen);
@@ -333,7 +333,9 @@ impl<S: Socket> Conn<S> {
         if self.loans_in_flight() == 0 {
             return Poll::Ready(Ok(()));
         }
-        let seen = ready!(self.readiness.poll_ready(cx, Direction::Errqueue))?;
+        let seen = ready!(self
+            .readiness
+            .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
         self.readiness.clear(EventFlags::ERR, seen);
         self.drain()?;
         Poll::Ready(Ok(()))
@@ -349,7 +351,10 @@ impl<S: Socket> Conn<S> {
             if self.loans_in_flight() == 0 {
                 return Poll::Ready(Ok(()));
             }
-            let seen = ready!(self.readiness.poll_ready(cx, Direction::Errqueue))?;
+            let seen =
+                ready!(self
+                    .readiness
+                    .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
             self.readiness.clear(EventFlags::ERR, seen);
             self.drain()?;
         }

@@ -10,6 +10,17 @@
 //! and only that instance is registered with tokio: tokio wakes us, and the true event mask
 //! decides who may proceed.
 //!
+//! `EPOLLOUT` is watched only while a writer waits for it. A socket is writable nearly
+//! always, and UDP wakes every watcher of its socket each time a sent skb is freed
+//! (`sock_def_write_space`), so watching it for good costs a pass through both epoll
+//! instances' callbacks per datagram batch sent, for nobody (perf put a tenth of a UDP
+//! sender's samples there). So the bit is added (`EPOLL_CTL_MOD`, which reports a
+//! writable socket at once: no edge is lost) when a writer finds no room, and removed when
+//! the event it waited for comes. `EPOLLIN`, `EPOLLRDHUP` stay watched (they fire when
+//! something arrives, not per send) and `EPOLLERR` cannot be masked: completions still wake
+//! the driver, once per batch of them (the kernel extends a queued notification's range
+//! rather than queueing another).
+//!
 //! Bits are cleared the way tokio clears them: only if no new event arrived since the
 //! caller looked (a generation number), so an edge is never lost between a `WouldBlock` and
 //! the clear. One reactor registration serves every waiter (reader, writer, the
@@ -56,7 +67,14 @@ pub(crate) struct Seen {
 struct Bits {
     flags: EventFlags,
     gen: u64,
+    /// Whether `EPOLLOUT` is in the socket's epoll mask now.
+    out_watched: bool,
 }
+
+/// What the socket is always watched for (edge-triggered; `EPOLLERR`, `EPOLLHUP` implied).
+const WATCH: EventFlags = EventFlags::IN
+    .union(EventFlags::RDHUP)
+    .union(EventFlags::ET);
 
 /// The wakers of everyone waiting on one registration (a reader, a writer, the driver,
 /// a `flush_loans`), woken all at once: each then takes what it needs from the bits.
@@ -96,11 +114,7 @@ impl Readiness {
     /// Watches `sock` (must be non-blocking). Needs a tokio runtime with I/O enabled.
     pub(crate) fn new(sock: BorrowedFd<'_>) -> io::Result<Readiness> {
         let ep = epoll::create()?;
-        epoll::add(
-            ep.as_fd(),
-            sock,
-            EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET,
-        )?;
+        epoll::add(ep.as_fd(), sock, WATCH)?;
         let ep = zcnet_sys::reactor::register_owned(ep, Interest::READABLE)?;
         let waiters = Arc::new(Waiters::default());
         Ok(Readiness {
@@ -109,6 +123,7 @@ impl Readiness {
             bits: Mutex::new(Bits {
                 flags: EventFlags::IN | EventFlags::OUT,
                 gen: 0,
+                out_watched: false,
             }),
             fanout: Waker::from(waiters.clone()),
             waiters,
@@ -117,19 +132,27 @@ impl Readiness {
 
     /// Ready when any of `dir`'s bits, or `EPOLLERR`, is set; returns what was seen. The
     /// caller must act on `EPOLLERR` (drain the error queue, then [`Readiness::clear`] it).
+    /// `sock` is the socket watched (for adding `EPOLLOUT` while a writer waits).
     pub(crate) fn poll_ready(
         &self,
         cx: &mut Context<'_>,
         dir: Direction,
+        sock: BorrowedFd<'_>,
     ) -> Poll<io::Result<Seen>> {
         loop {
             {
-                let b = lock(&self.bits);
+                let mut b = lock(&self.bits);
                 if b.flags.intersects(dir.mask() | EventFlags::ERR) {
                     return Poll::Ready(Ok(Seen {
                         flags: b.flags,
                         gen: b.gen,
                     }));
+                }
+                if dir == Direction::Write && !b.out_watched {
+                    // Under the lock: the bits cannot gain `EPOLLOUT` in between, and a
+                    // socket already writable is reported by the modify itself.
+                    epoll::modify(self.ep.get_ref().as_fd(), sock, WATCH | EventFlags::OUT)?;
+                    b.out_watched = true;
                 }
             }
             // Registered before asking the reactor, so an event between the two wakes us.
@@ -153,6 +176,11 @@ impl Readiness {
                             let mut b = lock(&self.bits);
                             b.flags |= ev;
                             b.gen += 1;
+                            if b.out_watched && ev.contains(EventFlags::OUT) {
+                                // The writer's event came: nobody waits for the next one.
+                                epoll::modify(self.ep.get_ref().as_fd(), sock, WATCH)?;
+                                b.out_watched = false;
+                            }
                         }
                         // Others may wait for the bits that just came.
                         self.waiters.wake_by_ref();

@@ -3,7 +3,7 @@
 
 use crate::choice::{Go, SendChoice};
 use crate::loan::Loan;
-use crate::readiness::{Direction, Readiness};
+use crate::readiness::{Direction, Readiness, Watch};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -46,17 +46,23 @@ impl Drop for TxState {
 /// A socket a [`Conn`] can drive: what its completion driver does when the handle is gone
 /// with loans in flight.
 pub(crate) trait Socket: AsFd + std::fmt::Debug + Send + Sync + 'static {
+    /// When the socket sits in its epoll instance (`readiness.rs`).
+    const WATCH: Watch;
     /// Ends the sending side without closing (TCP: the FIN a close would send).
     fn close_write(&self);
 }
 
 impl Socket for TcpStream {
+    const WATCH: Watch = Watch::Always;
     fn close_write(&self) {
         let _ = self.shutdown(std::net::Shutdown::Write);
     }
 }
 
 impl Socket for std::net::UdpSocket {
+    /// Watched only while waited on, and its driver waits only while the socket is idle
+    /// (`driver.rs`): UDP wakes its sleepers per sent batch.
+    const WATCH: Watch = Watch::WhileWaited;
     /// UDP has nothing to end: the queued datagrams leave, the completions come.
     fn close_write(&self) {}
 }
@@ -75,6 +81,8 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     cpu_ns: AtomicU64,
     /// Whether polls add to `cpu_ns` now.
     metering: AtomicBool,
+    /// Sends so far (`driver.rs` watches a UDP socket's completions only once it is idle).
+    activity: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -89,7 +97,7 @@ impl<S: Socket> Conn<S> {
         choice: SendChoice,
         stats: Arc<Stats>,
     ) -> io::Result<Conn<S>> {
-        let readiness = Readiness::new(sock.as_fd())?;
+        let readiness = Readiness::new(sock.as_fd(), S::WATCH)?;
         Ok(Conn {
             sock,
             readiness,
@@ -106,6 +114,7 @@ impl<S: Socket> Conn<S> {
             wake_driver: Notify::new(),
             cpu_ns: AtomicU64::new(0),
             metering: AtomicBool::new(false),
+            activity: AtomicU64::new(0),
         })
     }
 
@@ -121,6 +130,11 @@ impl<S: Socket> Conn<S> {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sends so far on a UDP socket (for the driver's idle check).
+    pub(crate) fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Relaxed)
     }
 
     /// Buffers the kernel may still read.
@@ -246,6 +260,7 @@ impl<S: Socket> Conn<S> {
         zerocopy: bool,
         gso: Option<u16>,
     ) -> io::Result<(usize, Option<u64>)> {
+        self.activity.fetch_add(1, Ordering::Relaxed);
         if !zerocopy {
             let n = zcnet_sys::raw::udp_msg::send_vectored_gso(self.sock.as_fd(), iov, false, gso)?;
             self.stats.add_tx_copy_bytes(n as u64);

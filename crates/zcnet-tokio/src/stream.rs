@@ -163,7 +163,7 @@ impl ZcStream {
         let result = flight.send_all(&mut sent).await;
         let (bytes, span) = flight.finish();
         if let Some((first, last)) = span {
-            self.conn.lend(Loan::Held(Box::new(bytes)), first, last);
+            self.conn.lend(Loan::Bytes(bytes), first, last);
         }
         result.map(|()| sent)
     }
@@ -199,7 +199,7 @@ impl ZcStream {
         }
         match std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(&bytes))) {
             Ok((n, id)) => {
-                conn.lend(Loan::Held(Box::new(bytes.slice(..n))), id, id);
+                conn.lend(Loan::Bytes(bytes.slice(..n)), id, id);
                 Poll::Ready(Ok(n))
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {

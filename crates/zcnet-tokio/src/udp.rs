@@ -79,7 +79,8 @@ pub struct ZcUdpSocket {
     framer: Mutex<Framer>,
     cfg: MsgConfig,
     zerocopy: bool,
-    pool: Mutex<Option<Pool>>,
+    /// Made on first use.
+    pool: std::sync::OnceLock<Pool>,
     rx: tokio::sync::Mutex<RxState>,
     gro: bool,
 }
@@ -162,7 +163,7 @@ impl ZcUdpSocket {
             framer: Mutex::new(framer),
             cfg: cfg.clone(),
             zerocopy,
-            pool: Mutex::new(None),
+            pool: std::sync::OnceLock::new(),
             rx: tokio::sync::Mutex::new(RxState {
                 buf: vec![0; cfg.datagram_buffer],
                 table: Reassembly::new(cfg.reassembly, cfg.max_message),
@@ -221,7 +222,7 @@ impl ZcUdpSocket {
     /// Pool buffers free for [`ZcUdpSocket::buffer`] now (none before the pool is made):
     /// a buffer the kernel still reads is not among them.
     pub fn buffers_available(&self) -> usize {
-        lock(&self.pool).as_ref().map_or(0, Pool::available)
+        self.pool.get().map_or(0, Pool::available)
     }
 
     /// Buffers the kernel may still read.
@@ -267,15 +268,17 @@ impl ZcUdpSocket {
             framer.check_len(len).map_err(msg_err)?;
             framer.layout()
         };
-        let pool = {
-            let mut p = lock(&self.pool);
-            if p.is_none() {
+        let pool = match self.pool.get() {
+            Some(p) => p,
+            None => {
                 let size = layout.wire_len(self.cfg.max_message);
-                *p = Some(Pool::new(self.cfg.pool_buffers, size)?);
+                // Two tasks may both make one; the loser's is unmapped at once.
+                let _ = self.pool.set(Pool::new(self.cfg.pool_buffers, size)?);
+                self.pool.get().expect("set above")
             }
-            p.clone().expect("made above")
         };
-        let deadline = Instant::now() + self.cfg.timeout;
+        // Read only once the pool turns out empty: most calls never look at the clock.
+        let mut deadline = None;
         let mut waited = false;
         loop {
             let mut got = pool.try_take();
@@ -292,6 +295,7 @@ impl ZcUdpSocket {
                 waited = true;
                 self.conn.stats.add_pool_waits(1);
             }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.cfg.timeout);
             if Instant::now() >= deadline {
                 self.conn.stats.add_pool_timeouts(1);
                 return Err(Error::PoolExhausted(self.cfg.timeout).into());
@@ -336,10 +340,25 @@ impl ZcUdpSocket {
                 buf,
             );
         };
-        let (back, returned) = oneshot::channel();
+        let (back, mut returned) = oneshot::channel();
         self.conn
             .lend(Loan::Waiting(Box::new(Waiting { buf, back })), first, last);
-        match returned.await {
+        // The driver leaves a busy socket's completions to its senders (`driver.rs`): read
+        // them here until this one's has come.
+        let returned = loop {
+            tokio::select! {
+                biased;
+                r = &mut returned => break r,
+                r = poll_fn(|cx| self.conn.poll_completion_event(cx)) => {
+                    if r.is_err() {
+                        // The error queue cannot be read here; the driver reads it once
+                        // the socket is idle.
+                        break (&mut returned).await;
+                    }
+                }
+            }
+        };
+        match returned {
             Ok((buf, copied)) => (
                 result.map(|mut s| {
                     s.copied_anyway = Some(copied);
@@ -366,7 +385,7 @@ impl ZcUdpSocket {
         let result = self.send_flight(&mut flight).await;
         let (buf, span) = flight.finish();
         if let Some((first, last)) = span {
-            self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+            self.conn.lend(Loan::Msg(buf), first, last);
             // Completions are read in batches, as the blocking sender does: once half the
             // pool is lent out, one error-queue read covers many messages.
             if self.conn.loans_in_flight() * 2 >= self.cfg.pool_buffers.max(1) {
@@ -540,7 +559,7 @@ impl UdpFlight {
 impl Drop for UdpFlight {
     fn drop(&mut self) {
         if let (Some(buf), Some((first, last))) = (self.buf.take(), self.span) {
-            self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+            self.conn.lend(Loan::Msg(buf), first, last);
         }
     }
 }

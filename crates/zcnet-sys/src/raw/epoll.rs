@@ -33,6 +33,12 @@ pub fn modify(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, flags: EventFlags) -> io::
     Ok(epoll::modify(ep, fd, epoll::EventData::new_u64(0), flags)?)
 }
 
+/// `epoll_ctl(EPOLL_CTL_DEL)`: `fd` no longer watched, and no longer in its wait queues,
+/// so its wakeups cost nothing on this instance's account.
+pub fn delete(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    Ok(epoll::delete(ep, fd)?)
+}
+
 /// `epoll_wait` with a zero timeout: takes every pending event without waiting and returns
 /// the union of their masks (empty when nothing was pending).
 pub fn take_events(ep: BorrowedFd<'_>) -> io::Result<EventFlags> {

@@ -55,6 +55,11 @@ impl SendChoice {
         self.policy
     }
 
+    /// Whether the run-time cost check runs.
+    pub(crate) fn checks_cost(&self) -> bool {
+        self.cost.is_some()
+    }
+
     /// Whether the caller must keep the clock running (a window is being measured).
     pub(crate) fn measuring(&self) -> bool {
         self.cost.as_ref().is_some_and(CostCheck::measuring)

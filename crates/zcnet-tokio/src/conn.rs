@@ -83,6 +83,13 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     metering: AtomicBool,
     /// Sends so far (`driver.rs` watches a UDP socket's completions only once it is idle).
     activity: AtomicU64,
+    /// Without a cost check the choice needs no state but the demotion's: the policy and
+    /// this mirror of it, read without the lock (`None` with a cost check).
+    lockless: Option<zcnet::Policy>,
+    /// Whether the COPIED demotion has happened (mirrors `TxState::demotion`).
+    demoted: AtomicBool,
+    /// `SO_ZEROCOPY` is off (fixed at creation).
+    unsupported: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -98,6 +105,7 @@ impl<S: Socket> Conn<S> {
         stats: Arc<Stats>,
     ) -> io::Result<Conn<S>> {
         let readiness = Readiness::new(sock.as_fd(), S::WATCH)?;
+        let lockless = (!choice.checks_cost()).then(|| choice.policy());
         Ok(Conn {
             sock,
             readiness,
@@ -115,6 +123,9 @@ impl<S: Socket> Conn<S> {
             cpu_ns: AtomicU64::new(0),
             metering: AtomicBool::new(false),
             activity: AtomicU64::new(0),
+            lockless,
+            demoted: AtomicBool::new(false),
+            unsupported: !zerocopy,
         })
     }
 
@@ -144,11 +155,22 @@ impl<S: Socket> Conn<S> {
 
     /// Whether `SO_ZEROCOPY` is on.
     pub(crate) fn zerocopy_enabled(&self) -> bool {
-        !lock(&self.tx).unsupported
+        !self.unsupported
     }
 
     /// Where a send of `data` goes ([`SendChoice`]). Counted by [`Conn::sent`].
     pub(crate) fn decide(&self, data: &[u8]) -> Go {
+        if self.unsupported {
+            return Go::Copy(FallbackReason::Unsupported);
+        }
+        if let Some(policy) = self.lockless {
+            let demoted = self.demoted.load(Ordering::Relaxed);
+            let page = zcnet_sys::mem::page_size();
+            return match policy.decide(data.len(), data.as_ptr() as usize, page, demoted) {
+                zcnet::policy::TxDecision::ZeroCopy => Go::ZeroCopy,
+                zcnet::policy::TxDecision::Copy(reason) => Go::Copy(reason),
+            };
+        }
         let mut guard = lock(&self.tx);
         let tx = &mut *guard;
         if tx.unsupported {
@@ -221,11 +243,15 @@ impl<S: Socket> Conn<S> {
         }) {
             tx.last_copied = copied;
         }
+        if tx.demotion.is_demoted() {
+            self.demoted.store(true, Ordering::Relaxed);
+        }
         Ok(n)
     }
 
     /// Keeps `loan` until calls `first..=last` are complete (released at once if they are).
-    pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) {
+    /// Returns the loans in flight after it (one lock for both).
+    pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) -> usize {
         let mut tx = lock(&self.tx);
         let copied = tx.last_copied;
         let idle = tx.completions.loans_in_flight() == 0;
@@ -237,6 +263,7 @@ impl<S: Socket> Conn<S> {
             None if idle => self.wake_driver.notify_one(),
             None => {}
         }
+        tx.completions.loans_in_flight()
     }
 
     /// One `send(MSG_ZEROCOPY)` call; the call is numbered under the same lock the
@@ -260,7 +287,9 @@ impl<S: Socket> Conn<S> {
         zerocopy: bool,
         gso: Option<u16>,
     ) -> io::Result<(usize, Option<u64>)> {
-        self.activity.fetch_add(1, Ordering::Relaxed);
+        // A hint for the driver, not a count: no read-modify-write needed.
+        self.activity
+            .store(self.activity.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if !zerocopy {
             let n = zcnet_sys::raw::udp_msg::send_vectored_gso(self.sock.as_fd(), iov, false, gso)?;
             self.stats.add_tx_copy_bytes(n as u64);

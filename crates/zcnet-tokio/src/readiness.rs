@@ -28,6 +28,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use tokio::io::unix::AsyncFd;
@@ -60,13 +61,15 @@ impl Direction {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Seen {
     pub(crate) flags: EventFlags,
-    pub(crate) gen: u64,
+    pub(crate) gen: u32,
 }
 
 #[derive(Debug)]
 struct Bits {
     flags: EventFlags,
-    gen: u64,
+    /// Bumped per batch of events (wraps; only compared for equality, and four billion
+    /// batches between a look and its clear do not happen).
+    gen: u32,
     /// What the socket is in the epoll instance for now (`None`: not in it).
     watched: Option<EventFlags>,
 }
@@ -113,6 +116,17 @@ impl Wake for Waiters {
     }
 }
 
+fn pack(flags: EventFlags, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | u64::from(flags.bits())
+}
+
+fn unpack(v: u64) -> Seen {
+    Seen {
+        flags: EventFlags::from_bits_retain(v as u32),
+        gen: (v >> 32) as u32,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding these locks leaves plain bits behind, never a broken invariant.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -124,6 +138,9 @@ pub(crate) struct Readiness {
     ep: AsyncFd<OwnedFd>,
     watch: Watch,
     bits: Mutex<Bits>,
+    /// `bits.flags` and `bits.gen` packed ([`pack`]), stored under the lock and read
+    /// without it: an operation on a ready socket (nearly every one) takes no lock here.
+    fast: AtomicU64,
     waiters: Arc<Waiters>,
     fanout: Waker,
 }
@@ -145,6 +162,7 @@ impl Readiness {
         Ok(Readiness {
             ep,
             watch,
+            fast: AtomicU64::new(pack(EventFlags::IN | EventFlags::OUT, 0)),
             // Optimistic, as for any fresh socket: the first operation finds out.
             bits: Mutex::new(Bits {
                 flags: EventFlags::IN | EventFlags::OUT,
@@ -167,6 +185,10 @@ impl Readiness {
         sock: BorrowedFd<'_>,
     ) -> Poll<io::Result<Seen>> {
         loop {
+            let seen = unpack(self.fast.load(Ordering::Acquire));
+            if seen.flags.intersects(dir.mask() | EventFlags::ERR) {
+                return Poll::Ready(Ok(seen));
+            }
             {
                 let mut b = lock(&self.bits);
                 if b.flags.intersects(dir.mask() | EventFlags::ERR) {
@@ -208,7 +230,8 @@ impl Readiness {
                         {
                             let mut b = lock(&self.bits);
                             b.flags |= ev;
-                            b.gen += 1;
+                            b.gen = b.gen.wrapping_add(1);
+                            self.fast.store(pack(b.flags, b.gen), Ordering::Release);
                             if self.watch == Watch::WhileWaited && b.watched.is_some() {
                                 // Every waiter is woken below; who still has to wait adds
                                 // the socket again.
@@ -229,6 +252,7 @@ impl Readiness {
         let mut b = lock(&self.bits);
         if b.gen == seen.gen {
             b.flags.remove(flags);
+            self.fast.store(pack(b.flags, b.gen), Ordering::Release);
         }
     }
 }

@@ -77,6 +77,8 @@ struct RxState {
 pub struct ZcUdpSocket {
     conn: Arc<Conn<UdpSocket>>,
     framer: Mutex<Framer>,
+    /// The framer's layout (fixed once made).
+    layout: Layout,
     cfg: MsgConfig,
     zerocopy: bool,
     /// Made on first use.
@@ -160,6 +162,7 @@ impl ZcUdpSocket {
         runtime.spawn(driver::drive(conn.clone()));
         Ok(ZcUdpSocket {
             conn,
+            layout: framer.layout(),
             framer: Mutex::new(framer),
             cfg: cfg.clone(),
             zerocopy,
@@ -263,11 +266,14 @@ impl ZcUdpSocket {
     /// a hole for each datagram's header. Waits, up to [`MsgConfig::timeout`], while every
     /// buffer is out.
     pub async fn buffer(&self, len: usize) -> io::Result<MsgBuf> {
-        let layout = {
-            let framer = lock(&self.framer);
-            framer.check_len(len).map_err(msg_err)?;
-            framer.layout()
-        };
+        // Both fixed when the socket was made: no lock on the framer here.
+        let layout = self.layout;
+        if len > self.cfg.max_message {
+            return Err(msg_err(MsgError::TooLarge {
+                len,
+                max: self.cfg.max_message,
+            }));
+        }
         let pool = match self.pool.get() {
             Some(p) => p,
             None => {
@@ -385,10 +391,10 @@ impl ZcUdpSocket {
         let result = self.send_flight(&mut flight).await;
         let (buf, span) = flight.finish();
         if let Some((first, last)) = span {
-            self.conn.lend(Loan::Msg(buf), first, last);
+            let lent = self.conn.lend(Loan::Msg(buf), first, last);
             // Completions are read in batches, as the blocking sender does: once half the
             // pool is lent out, one error-queue read covers many messages.
-            if self.conn.loans_in_flight() * 2 >= self.cfg.pool_buffers.max(1) {
+            if lent * 2 >= self.cfg.pool_buffers.max(1) {
                 self.conn.drain()?;
             }
         }
@@ -423,36 +429,44 @@ impl ZcUdpSocket {
                 }
             };
         let mut enobufs = 0;
-        loop {
+        let mut finished = false;
+        while !out.is_done() {
             let wire = flight.buf.as_ref().expect("held").wire();
+            let span = &mut flight.span;
             let r = poll_fn(|cx| {
                 self.conn.poll_io(cx, Direction::Write, || {
+                    // Every batch the socket takes now, under one hold of the framer's
+                    // lock: one lock per message, not one per batch.
                     let mut f = lock(&self.framer);
-                    let Some(batch) = f.next_batch(&out) else {
-                        return Ok(None);
-                    };
-                    let iov = [IoSlice::new(&wire[batch.wire.clone()])];
-                    let (r, id) = match self.conn.send_gso(&iov, zerocopy, batch.gso) {
-                        Ok((n, id)) => (Ok(n), id),
-                        Err(e) => (Err(e), None),
-                    };
-                    f.after(&mut out, &batch, r)
-                        .map(|n| Some((n, id, batch.wire.start)))
+                    while let Some(batch) = f.next_batch(&out) {
+                        let iov = [IoSlice::new(&wire[batch.wire.clone()])];
+                        let (r, id) = match self.conn.send_gso(&iov, zerocopy, batch.gso) {
+                            Ok((n, id)) => (Ok(n), id),
+                            Err(e) => (Err(e), None),
+                        };
+                        // `None`: try the batch again (interrupted, or GSO refused and the
+                        // batch size halved).
+                        let Some(n) = f.after(&mut out, &batch, r)? else {
+                            continue;
+                        };
+                        if let Some(id) = id {
+                            *span = Some(span.map_or((id, id), |(a, _)| (a, id)));
+                            sent.zerocopy += n;
+                            enobufs = 0;
+                        } else {
+                            sent.copied += n;
+                        }
+                        if out.is_done() {
+                            f.finish(&out, span.is_some());
+                            finished = true;
+                        }
+                    }
+                    Ok(())
                 })
             })
             .await;
             match r {
-                Ok(None) => break,
-                Ok(Some((Some(n), id, _))) => {
-                    if let Some(id) = id {
-                        flight.span = Some(flight.span.map_or((id, id), |(a, _)| (a, id)));
-                        sent.zerocopy += n;
-                        enobufs = 0;
-                    } else {
-                        sent.copied += n;
-                    }
-                }
-                Ok(Some((None, _, _))) => {}
+                Ok(()) => {}
                 Err(e) if zerocopy && e.raw_os_error() == Some(libc::ENOBUFS) => {
                     // Nothing was queued: free option memory by reading completions, then
                     // retry, or copy the rest of the message (counted).
@@ -475,7 +489,9 @@ impl ZcUdpSocket {
                 Err(e) => return Err(e),
             }
         }
-        lock(&self.framer).finish(&out, flight.span.is_some());
+        if !finished {
+            lock(&self.framer).finish(&out, flight.span.is_some());
+        }
         Ok(sent)
     }
 

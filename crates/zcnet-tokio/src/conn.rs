@@ -296,7 +296,25 @@ impl<S: Socket> Conn<S> {
             self.stats.add_tx_copy_calls(1);
             return Ok((n, None));
         }
-        let mut tx = lock(&self.tx);
+        self.send_gso_zerocopy(&mut lock(&self.tx), iov, gso)
+    }
+
+    /// The completions' lock, for a caller that makes several zero-copy calls in a row
+    /// ([`Conn::send_gso_zerocopy`]: one message's batches under one hold).
+    pub(crate) fn calls(&self) -> MutexGuard<'_, TxState> {
+        lock(&self.tx)
+    }
+
+    /// [`Conn::send_gso`] with `MSG_ZEROCOPY`, the call numbered under `tx` (from
+    /// [`Conn::calls`]).
+    pub(crate) fn send_gso_zerocopy(
+        &self,
+        tx: &mut TxState,
+        iov: &[std::io::IoSlice<'_>],
+        gso: Option<u16>,
+    ) -> io::Result<(usize, Option<u64>)> {
+        self.activity
+            .store(self.activity.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         let n = zcnet_sys::raw::udp_msg::send_vectored_gso(self.sock.as_fd(), iov, true, gso)?;
         let id = tx.completions.record_call(n);
         self.stats.add_tx_zerocopy_bytes(n as u64);

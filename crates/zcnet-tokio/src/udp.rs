@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use zcnet::msg::recv::{feed, prepare_socket};
 use zcnet::msg::wire::Layout;
-use zcnet::msg::{Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgStats, MsgTx, Reassembly};
+use zcnet::msg::{
+    Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgStats, MsgTx, Outgoing, Reassembly,
+};
 use zcnet::{Error, FallbackReason, Pool, Stats};
 use zcnet_sys::raw::socket::RecvFlags;
 use zcnet_sys::raw::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
@@ -331,7 +333,7 @@ impl ZcUdpSocket {
     /// pool); it is never freed or reused while the kernel may read it.
     pub async fn send_zc(&self, msg: MsgBuf) -> (io::Result<MsgSent>, MsgBuf) {
         let mut flight = UdpFlight {
-            conn: self.conn.clone(),
+            conn: &self.conn,
             buf: Some(msg),
             span: None,
         };
@@ -384,7 +386,7 @@ impl ZcUdpSocket {
     /// messages: no wait per message, completions read in batches by the socket's driver.
     pub async fn send_lent(&self, msg: MsgBuf) -> io::Result<MsgSent> {
         let mut flight = UdpFlight {
-            conn: self.conn.clone(),
+            conn: &self.conn,
             buf: Some(msg),
             span: None,
         };
@@ -401,17 +403,13 @@ impl ZcUdpSocket {
         result
     }
 
-    async fn send_flight(&self, flight: &mut UdpFlight) -> io::Result<MsgSent> {
-        let msg = flight.buf.as_mut().expect("a flight holds its buffer");
-        let mut out = {
-            let mut f = lock(&self.framer);
-            let out = f.begin(msg.len()).map_err(msg_err)?;
-            f.stamp(&out, msg).map_err(msg_err)?;
-            out
-        };
+    async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {
+        let msg = flight.buf.as_ref().expect("a flight holds its buffer");
         let wire_len = msg.wire_len();
+        // Numbered and stamped by the first batch's hold of the framer's lock.
+        let mut out: Option<Outgoing> = None;
         let mut sent = MsgSent {
-            id: out.id(),
+            id: 0,
             zerocopy: 0,
             copied: 0,
             copied_anyway: None,
@@ -430,23 +428,40 @@ impl ZcUdpSocket {
             };
         let mut enobufs = 0;
         let mut finished = false;
-        while !out.is_done() {
-            let wire = flight.buf.as_ref().expect("held").wire();
-            let span = &mut flight.span;
+        while !out.as_ref().is_some_and(Outgoing::is_done) {
+            let (buf, span) = (&mut flight.buf, &mut flight.span);
             let r = poll_fn(|cx| {
                 self.conn.poll_io(cx, Direction::Write, || {
                     // Every batch the socket takes now, under one hold of the framer's
                     // lock: one lock per message, not one per batch.
                     let mut f = lock(&self.framer);
-                    while let Some(batch) = f.next_batch(&out) {
+                    let msg = buf.as_mut().expect("held");
+                    let out = match &mut out {
+                        Some(o) => o,
+                        None => {
+                            let o = f.begin(msg.len()).map_err(msg_err)?;
+                            f.stamp(&o, msg).map_err(msg_err)?;
+                            sent.id = o.id();
+                            out.insert(o)
+                        }
+                    };
+                    let wire = msg.wire();
+                    // And the completions' lock, once for all zero-copy batches (always
+                    // taken after the framer's, never before).
+                    let mut calls = zerocopy.then(|| self.conn.calls());
+                    while let Some(batch) = f.next_batch(out) {
                         let iov = [IoSlice::new(&wire[batch.wire.clone()])];
-                        let (r, id) = match self.conn.send_gso(&iov, zerocopy, batch.gso) {
+                        let r = match calls.as_deref_mut() {
+                            Some(tx) => self.conn.send_gso_zerocopy(tx, &iov, batch.gso),
+                            None => self.conn.send_gso(&iov, false, batch.gso),
+                        };
+                        let (r, id) = match r {
                             Ok((n, id)) => (Ok(n), id),
                             Err(e) => (Err(e), None),
                         };
                         // `None`: try the batch again (interrupted, or GSO refused and the
                         // batch size halved).
-                        let Some(n) = f.after(&mut out, &batch, r)? else {
+                        let Some(n) = f.after(out, &batch, r)? else {
                             continue;
                         };
                         if let Some(id) = id {
@@ -457,7 +472,7 @@ impl ZcUdpSocket {
                             sent.copied += n;
                         }
                         if out.is_done() {
-                            f.finish(&out, span.is_some());
+                            f.finish(out, span.is_some());
                             finished = true;
                         }
                     }
@@ -476,8 +491,9 @@ impl ZcUdpSocket {
                         self.conn.drain()?;
                         tokio::task::yield_now().await;
                     } else {
-                        let at = lock(&self.framer)
-                            .next_batch(&out)
+                        let at = out
+                            .as_ref()
+                            .and_then(|o| lock(&self.framer).next_batch(o))
                             .map_or(wire_len, |b| b.wire.start);
                         self.conn
                             .stats
@@ -489,8 +505,8 @@ impl ZcUdpSocket {
                 Err(e) => return Err(e),
             }
         }
-        if !finished {
-            lock(&self.framer).finish(&out, flight.span.is_some());
+        if let (false, Some(out)) = (finished, &out) {
+            lock(&self.framer).finish(out, flight.span.is_some());
         }
         Ok(sent)
     }
@@ -556,13 +572,13 @@ impl Drop for ZcUdpSocket {
 
 /// A message on its way out. Dropped before the send finished (a cancelled future), it
 /// lends the buffer to the socket's bookkeeping if any zero-copy call named it.
-struct UdpFlight {
-    conn: Arc<Conn<UdpSocket>>,
+struct UdpFlight<'a> {
+    conn: &'a Conn<UdpSocket>,
     buf: Option<MsgBuf>,
     span: Option<(u64, u64)>,
 }
 
-impl UdpFlight {
+impl UdpFlight<'_> {
     fn finish(mut self) -> (MsgBuf, Option<(u64, u64)>) {
         let buf = self
             .buf
@@ -572,7 +588,7 @@ impl UdpFlight {
     }
 }
 
-impl Drop for UdpFlight {
+impl Drop for UdpFlight<'_> {
     fn drop(&mut self) {
         if let (Some(buf), Some((first, last))) = (self.buf.take(), self.span) {
             self.conn.lend(Loan::Msg(buf), first, last);

@@ -163,6 +163,10 @@ impl<S: Socket> Conn<S> {
         if self.unsupported {
             return Go::Copy(FallbackReason::Unsupported);
         }
+        if self.demoted.load(Ordering::Relaxed) {
+            // For good: nothing left for the cost check to decide, no lock to take.
+            return Go::Copy(FallbackReason::DemotedCopied);
+        }
         if let Some(policy) = self.lockless {
             let demoted = self.demoted.load(Ordering::Relaxed);
             let page = zcnet_sys::mem::page_size();
@@ -193,6 +197,14 @@ impl<S: Socket> Conn<S> {
     pub(crate) fn sent(&self, go: Go, len: usize) {
         if let Go::Copy(reason) = go {
             self.stats.fallback(reason, len as u64);
+        }
+        if go == Go::Copy(FallbackReason::DemotedCopied) {
+            // Demoted for good: the cost check has nothing left to measure.
+            self.metering.store(false, Ordering::Relaxed);
+            return;
+        }
+        if self.lockless.is_some() {
+            return;
         }
         let mut tx = lock(&self.tx);
         let mut delta = AutoStats::default();

@@ -10,8 +10,9 @@
 //! 1 MiB `Bytes` frames with a `Content-Length`. Each connection's [`ZcStream`] is wrapped
 //! in a [`ZcIo`] and the body in a [`ZcBody`] sharing one [`Lender`], so hyper's vectored
 //! writes of those frames go zero-copy; headers are copied. `--always` asks for zero-copy
-//! even where completions keep saying the kernel copied (loopback, veth); by default the
-//! stream stops asking after 64 such completions, counted. `--plain` serves the same body on
+//! even where completions keep saying the kernel copied (loopback, veth); by default
+//! (`auto`) the stream stops asking after 16 MiB of such bytes, counted, and its cost check
+//! sends to copy what costs more zero-copy. `--plain` serves the same body on
 //! a plain `tokio::net::TcpStream`, for comparison. After `--requests` connections (default:
 //! never) the server prints its CPU time and exits. Each connection's stats are printed.
 

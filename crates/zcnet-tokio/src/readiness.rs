@@ -256,3 +256,60 @@ impl Readiness {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::{poll_fn, Future};
+    use std::net::UdpSocket;
+    use std::pin::pin;
+
+    impl Readiness {
+        fn watched(&self) -> Option<EventFlags> {
+            lock(&self.bits).watched
+        }
+    }
+
+    #[tokio::test]
+    async fn a_socket_watched_while_waited_is_in_epoll_only_until_its_event() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let r = Readiness::new(rx.as_fd(), Watch::WhileWaited).unwrap();
+        assert_eq!(r.watched(), None, "nobody waits yet");
+        // Optimistic at first, as a fresh socket is: the read finds nothing and clears.
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        r.clear(EventFlags::IN, seen);
+        let mut wait = pin!(poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd())));
+        let pending = poll_fn(|cx| Poll::Ready(wait.as_mut().poll(cx).is_pending())).await;
+        assert!(pending, "nothing to read");
+        assert_eq!(
+            r.watched(),
+            Some(EventFlags::IN | EventFlags::RDHUP | EventFlags::ET),
+            "in the epoll instance for exactly what the reader waits for"
+        );
+        tx.send(b"zcnet").unwrap();
+        let seen = wait.await.unwrap();
+        assert!(seen.flags.contains(EventFlags::IN));
+        assert_eq!(r.watched(), None, "out again once the event came");
+        let mut buf = [0u8; 16];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"zcnet");
+    }
+
+    #[tokio::test]
+    async fn a_stream_socket_is_watched_for_good() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let r = Readiness::new(s.as_fd(), Watch::Always).unwrap();
+        assert!(r.watched().is_some_and(|w| w.contains(EventFlags::OUT)));
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Write, s.as_fd()))
+            .await
+            .unwrap();
+        assert!(seen.flags.contains(EventFlags::OUT));
+        assert!(r.watched().is_some());
+    }
+}

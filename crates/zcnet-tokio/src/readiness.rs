@@ -217,6 +217,15 @@ impl Readiness {
                     wakers.push(cx.waker().clone());
                 }
             }
+            // Another thread may have taken events (and woken the waiters it knew of)
+            // between the look above and the registration: its bits are stored before its
+            // wake-up takes the list, so either it woke us or we see them here.
+            if unpack(self.fast.load(Ordering::Acquire))
+                .flags
+                .intersects(dir.mask() | EventFlags::ERR)
+            {
+                continue;
+            }
             let mut fanout = Context::from_waker(&self.fanout);
             match self.ep.poll_read_ready(&mut fanout) {
                 Poll::Pending => return Poll::Pending,

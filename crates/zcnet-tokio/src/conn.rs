@@ -411,8 +411,17 @@ impl<S: Socket> Conn<S> {
             .readiness
             .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
         self.readiness.clear(EventFlags::ERR, seen);
-        self.drain()?;
+        self.drain_after_err()?;
         Poll::Ready(Ok(()))
+    }
+
+    /// [`Conn::drain`] after `EPOLLERR`: nothing read means the socket's own error is
+    /// pending, so the readiness keeps watching it for the next edge (see
+    /// [`Readiness::hold`]) until a completion comes.
+    fn drain_after_err(&self) -> io::Result<usize> {
+        let n = self.drain()?;
+        self.readiness.hold(n == 0);
+        Ok(n)
     }
 
     /// Ready once no loan is left; drains the error queue whenever it signals.
@@ -430,7 +439,7 @@ impl<S: Socket> Conn<S> {
                     .readiness
                     .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
             self.readiness.clear(EventFlags::ERR, seen);
-            self.drain()?;
+            self.drain_after_err()?;
         }
     }
 }

@@ -72,6 +72,8 @@ struct Bits {
     gen: u32,
     /// What the socket is in the epoll instance for now (`None`: not in it).
     watched: Option<EventFlags>,
+    /// Keep the socket in the epoll instance after its events ([`Readiness::hold`]).
+    hold: bool,
 }
 
 /// When the socket is in the epoll instance.
@@ -168,6 +170,7 @@ impl Readiness {
                 flags: EventFlags::IN | EventFlags::OUT,
                 gen: 0,
                 watched,
+                hold: false,
             }),
             fanout: Waker::from(waiters.clone()),
             waiters,
@@ -241,7 +244,7 @@ impl Readiness {
                             b.flags |= ev;
                             b.gen = b.gen.wrapping_add(1);
                             self.fast.store(pack(b.flags, b.gen), Ordering::Release);
-                            if self.watch == Watch::WhileWaited && b.watched.is_some() {
+                            if self.watch == Watch::WhileWaited && b.watched.is_some() && !b.hold {
                                 // Every waiter is woken below; who still has to wait adds
                                 // the socket again.
                                 epoll::delete(self.ep.get_ref().as_fd(), sock)?;
@@ -253,6 +256,18 @@ impl Readiness {
                     }
                 }
             }
+        }
+    }
+
+    /// Under [`Watch::WhileWaited`], keeps the socket in the epoll instance (edge-triggered)
+    /// after its events while `on`. For a socket whose `EPOLLERR` is its own pending error
+    /// (an ICMP error on a connected UDP socket) rather than a completion: adding it again
+    /// would report that level at once, every time, and a task waiting for completions
+    /// would go round the reactor until the error is read; kept, it is woken by the next
+    /// completion's edge only.
+    pub(crate) fn hold(&self, on: bool) {
+        if self.watch == Watch::WhileWaited {
+            lock(&self.bits).hold = on;
         }
     }
 
@@ -307,6 +322,41 @@ mod tests {
         let mut buf = [0u8; 16];
         assert_eq!(rx.recv(&mut buf).unwrap(), 5);
         assert_eq!(&buf[..5], b"zcnet");
+    }
+
+    #[tokio::test]
+    async fn a_held_socket_stays_watched_after_its_event() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let r = Readiness::new(rx.as_fd(), Watch::WhileWaited).unwrap();
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        r.clear(EventFlags::IN, seen);
+        r.hold(true);
+        tx.send(b"one").unwrap();
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        assert!(seen.flags.contains(EventFlags::IN));
+        assert!(r.watched().is_some(), "held: still in the epoll instance");
+        let mut buf = [0u8; 16];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"one");
+        // Edge-triggered while held: the next datagram is a new edge, and once released
+        // the socket leaves with its next event.
+        r.clear(EventFlags::IN, seen);
+        r.hold(false);
+        tx.send(b"two").unwrap();
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        assert!(seen.flags.contains(EventFlags::IN));
+        assert_eq!(r.watched(), None);
+        assert_eq!(rx.recv(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"two");
     }
 
     #[tokio::test]

@@ -4,24 +4,31 @@
     cargo build --release -p zcnet-tokio --example hyper_server
     python3 bench/tokio_hyper.py [RUNS]          # default 5; needs curl
 
-Each run starts `hyper_server --requests 1` three times in turn (`--plain`, the default
-`auto`, `--always`) on loopback, fetches its 1 GiB body with curl (discarded), and takes
+Each run starts `hyper_server --requests 1` four times in turn (`--plain`, `--copy`, the
+default `auto`, `--always`) on loopback, fetches its 1 GiB body with curl (discarded), and takes
 the server's process CPU (its own `getrusage(RUSAGE_SELF)` line) and the CPU of server
 and curl together (this script's `RUSAGE_CHILDREN` delta: both ends, since on loopback
 either end may pay the receive processing). Rows are interleaved; medians are printed with
-their ratio to the plain server. The machine this runs on is usually shared: compare rows
-of one table only.
+their ratio to the plain server. `PIN=1` runs server and curl on CPU 1 (`taskset`), which
+makes the split between the two ends steadier. The machine this runs on is usually shared:
+compare rows of one table only.
 """
 import re
 import resource
 import statistics
 import subprocess
+import os
 import sys
 import time
 from pathlib import Path
 
 BIN = Path(__file__).resolve().parent.parent / "target/release/examples/hyper_server"
-MODES = [("plain TcpStream", ["--plain"]), ("ZcStream auto (default)", []), ("ZcStream --always", ["--always"])]
+MODES = [
+    ("plain TcpStream", ["--plain"]),
+    ("ZcStream --copy (no zero-copy)", ["--copy"]),
+    ("ZcStream auto (default)", []),
+    ("ZcStream --always", ["--always"]),
+]
 UNIT = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
 
 
@@ -30,14 +37,17 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
+PIN = ["taskset", "-c", "1"] if os.environ.get("PIN") == "1" else []
+
+
 def one(port, flags):
     before = children_cpu()
     server = subprocess.Popen(
-        [str(BIN), "--addr", f"127.0.0.1:{port}", "--requests", "1", *flags],
+        [*PIN, str(BIN), "--addr", f"127.0.0.1:{port}", "--requests", "1", *flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(0.5)
     curl = subprocess.run(
-        ["curl", "-s", "-o", "/dev/null", "-w", "%{size_download}", f"http://127.0.0.1:{port}/"],
+        [*PIN, "curl", "-s", "-o", "/dev/null", "-w", "%{size_download}", f"http://127.0.0.1:{port}/"],
         capture_output=True, text=True, check=True)
     out, _ = server.communicate(timeout=300)
     both = children_cpu() - before
@@ -60,7 +70,8 @@ def main():
             res[name].append(one(port, flags))
     base = statistics.median(r[0] for r in res[MODES[0][0]])
     base_both = statistics.median(r[1] for r in res[MODES[0][0]])
-    print(f"hyper_server, 1 GiB to curl on loopback, median of {runs} interleaved runs (shared machine)\n")
+    pinned = ", server and curl on CPU 1" if PIN else ""
+    print(f"hyper_server, 1 GiB to curl on loopback{pinned}, median of {runs} interleaved runs (shared machine)\n")
     print("| server | server CPU-s/GiB (runs) | median | × plain | server+curl CPU-s/GiB | × plain |")
     print("|---|---|---:|---:|---:|---:|")
     for name, _ in MODES:

@@ -103,6 +103,9 @@ impl Direction {
 #[derive(Debug, Default)]
 struct Waiters {
     wakers: Mutex<Vec<Waker>>,
+    /// The list's other buffer: swapped in when the list is taken, so a wake-up (one per
+    /// readiness event) allocates nothing. Its lock also keeps two wake-ups apart.
+    spare: Mutex<Vec<Waker>>,
 }
 
 impl Wake for Waiters {
@@ -111,8 +114,11 @@ impl Wake for Waiters {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let taken = std::mem::take(&mut *lock(&self.wakers));
-        for w in taken {
+        let mut taken = lock(&self.spare);
+        std::mem::swap(&mut *lock(&self.wakers), &mut *taken);
+        // Outside the list's lock: a woken task may register again at once. tokio's
+        // wakers only schedule, so none of them comes back to this lock.
+        for w in taken.drain(..) {
             w.wake();
         }
     }

@@ -42,21 +42,23 @@ pub fn delete(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
 /// `epoll_wait` with a zero timeout: takes every pending event without waiting and returns
 /// the union of their masks (empty when nothing was pending).
 pub fn take_events(ep: BorrowedFd<'_>) -> io::Result<EventFlags> {
-    let mut events = Vec::with_capacity(4);
+    // On the stack: called once per wake-up, so no allocation each time.
+    let mut buf = [const { std::mem::MaybeUninit::<epoll::Event>::uninit() }; 4];
     let zero = rustix::event::Timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     loop {
-        match epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), Some(&zero)) {
-            Ok(_) => break,
+        match epoll::wait(ep, &mut buf, Some(&zero)) {
+            Ok((events, _)) => {
+                return Ok(events
+                    .iter()
+                    .fold(EventFlags::empty(), |acc, e| acc | e.flags))
+            }
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(events
-        .iter()
-        .fold(EventFlags::empty(), |acc, e| acc | e.flags))
 }
 
 #[cfg(test)]

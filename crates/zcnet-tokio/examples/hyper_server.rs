@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p zcnet-tokio --example hyper_server -- [--addr 127.0.0.1:8080]
-//!     [--bytes 1073741824] [--always] [--plain] [--requests N]
+//!     [--bytes 1073741824] [--always] [--copy] [--plain] [--requests N]
 //! curl -s http://127.0.0.1:8080/ | cmp - <(…)      # or any HTTP client
 //! ```
 //!
@@ -10,8 +10,10 @@
 //! 1 MiB `Bytes` frames with a `Content-Length`. Each connection's [`ZcStream`] is wrapped
 //! in a [`ZcIo`] and the body in a [`ZcBody`] sharing one [`Lender`], so hyper's vectored
 //! writes of those frames go zero-copy; headers are copied. `--always` asks for zero-copy
-//! even where completions keep saying the kernel copied (loopback, veth); by default the
-//! stream stops asking after 64 such completions, counted. `--plain` serves the same body on
+//! even where completions keep saying the kernel copied (loopback, veth); by default
+//! (`auto`) the stream stops asking after 16 MiB of such bytes, counted, and its cost check
+//! sends to copy what costs more zero-copy. `--copy` never asks for zero-copy (the stream's own
+//! cost, for comparison). `--plain` serves the same body on
 //! a plain `tokio::net::TcpStream`, for comparison. After `--requests` connections (default:
 //! never) the server prints its CPU time and exits. Each connection's stats are printed.
 
@@ -62,6 +64,7 @@ struct Args {
     addr: String,
     bytes: u64,
     always: bool,
+    copy: bool,
     plain: bool,
     requests: Option<u64>,
 }
@@ -71,6 +74,7 @@ fn args() -> Result<Args, String> {
         addr: "127.0.0.1:8080".into(),
         bytes: 1 << 30,
         always: false,
+        copy: false,
         plain: false,
         requests: None,
     };
@@ -84,6 +88,7 @@ fn args() -> Result<Args, String> {
                 a.requests = Some(val()?.parse().map_err(|e| format!("--requests: {e}"))?)
             }
             "--always" => a.always = true,
+            "--copy" => a.copy = true,
             "--plain" => a.plain = true,
             other => return Err(format!("unknown argument {other}")),
         }
@@ -107,6 +112,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let policy = if args.always {
         Policy::always()
+    } else if args.copy {
+        Policy::default().with_min_zerocopy_bytes(usize::MAX)
     } else {
         Policy::default()
     };

@@ -8,17 +8,22 @@ use zcnet::{Policy, Stats};
 /// The [`Policy`] is zcnet's own (the blocking `Sender` uses the same one): sends smaller
 /// than its threshold are copied (pinning pages and reading a notification cost more than
 /// copying a few pages), and a socket whose completions keep saying the kernel copied
-/// anyway (loopback, veth into a namespace) stops asking for zero-copy. Every such choice is
-/// a counted fallback in [`Stats`].
+/// anyway (loopback, veth into a namespace) stops asking for zero-copy — counted in bytes,
+/// since the kernel merges notifications. Then zcnet's run-time cost check (the blocking
+/// `auto` path's, `zcnet::auto::cost`): the stream measures its own CPU per byte on
+/// zero-copy and on copy and leaves zero-copy while it costs more than 5 % above copy.
+/// Every such choice is a counted fallback in [`Stats`] (`demoted_copied`, `costlier`), and
+/// the check's windows and verdicts are in [`zcnet::StatsSnapshot`]'s `auto_tx`.
 #[derive(Debug, Clone, Default)]
 pub struct ZcConfig {
     pub(crate) policy: Policy,
+    pub(crate) cost_check: Option<bool>,
     pub(crate) stats: Option<Arc<Stats>>,
 }
 
 impl ZcConfig {
-    /// zcnet's default policy (16 KiB threshold, demotion after 64 COPIED completions in a
-    /// row) and fresh counters.
+    /// zcnet's default policy (16 KiB threshold, demotion after 64 COPIED completions or
+    /// 16 MiB of COPIED bytes in a row), the cost check, and fresh counters.
     pub fn new() -> Self {
         Self::default()
     }
@@ -27,6 +32,18 @@ impl ZcConfig {
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Turns the run-time cost check on or off. Without this call it runs when the policy
+    /// can demote ([`Policy::demotes`]): [`Policy::always`] asks for zero-copy on every send
+    /// and is not second-guessed.
+    pub fn cost_check(mut self, on: bool) -> Self {
+        self.cost_check = Some(on);
+        self
+    }
+
+    pub(crate) fn checks_cost(&self) -> bool {
+        self.cost_check.unwrap_or_else(|| self.policy.demotes())
     }
 
     /// Counts into `stats` (shared with other streams, or with blocking zcnet senders).

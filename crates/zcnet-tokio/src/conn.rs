@@ -1,19 +1,21 @@
 //! The state one stream shares with its in-flight sends and its completion driver: the
 //! socket, its readiness, and the `MSG_ZEROCOPY` bookkeeping (zcnet's `zc::completion`).
 
+use crate::choice::{Go, SendChoice};
 use crate::loan::Loan;
-use crate::readiness::{Direction, Readiness};
+use crate::readiness::{Direction, Readiness, Watch};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use tokio::sync::Notify;
-use zcnet::policy::{CopiedDemotion, TxDecision};
+use zcnet::auto::AutoStats;
+use zcnet::policy::CopiedDemotion;
 use zcnet::zc::completion::Completions;
 use zcnet::zc::reap::reap_each;
-use zcnet::{FallbackReason, Policy, Stats};
+use zcnet::{FallbackReason, Stats};
 use zcnet_sys::raw::epoll::EventFlags;
 use zcnet_sys::raw::socket::{self, RecvFlags, SendFlags};
 use zcnet_sys::raw::zerocopy::{self as zc, ErrqueueEntry};
@@ -23,7 +25,7 @@ use zcnet_sys::raw::zerocopy::{self as zc, ErrqueueEntry};
 pub(crate) struct TxState {
     completions: Completions<Loan>,
     demotion: CopiedDemotion,
-    policy: Policy,
+    choice: SendChoice,
     entries: Vec<ErrqueueEntry>,
     /// `SO_ZEROCOPY` could not be enabled: every send is copied, counted as unsupported.
     unsupported: bool,
@@ -44,17 +46,23 @@ impl Drop for TxState {
 /// A socket a [`Conn`] can drive: what its completion driver does when the handle is gone
 /// with loans in flight.
 pub(crate) trait Socket: AsFd + std::fmt::Debug + Send + Sync + 'static {
+    /// When the socket sits in its epoll instance (`readiness.rs`).
+    const WATCH: Watch;
     /// Ends the sending side without closing (TCP: the FIN a close would send).
     fn close_write(&self);
 }
 
 impl Socket for TcpStream {
+    const WATCH: Watch = Watch::Always;
     fn close_write(&self) {
         let _ = self.shutdown(std::net::Shutdown::Write);
     }
 }
 
 impl Socket for std::net::UdpSocket {
+    /// Watched only while waited on, and its driver waits only while the socket is idle
+    /// (`driver.rs`): UDP wakes its sleepers per sent batch.
+    const WATCH: Watch = Watch::WhileWaited;
     /// UDP has nothing to end: the queued datagrams leave, the completions come.
     fn close_write(&self) {}
 }
@@ -68,6 +76,20 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     pub(crate) stats: Arc<Stats>,
     closed: AtomicBool,
     pub(crate) wake_driver: Notify,
+    /// Thread CPU time (ns) spent in this socket's send-side polls while the cost check
+    /// measures a window: the clock of [`crate::choice`] (see there why not the thread's).
+    cpu_ns: AtomicU64,
+    /// Whether polls add to `cpu_ns` now.
+    metering: AtomicBool,
+    /// Sends so far (`driver.rs` watches a UDP socket's completions only once it is idle).
+    activity: AtomicU64,
+    /// Without a cost check the choice needs no state but the demotion's: the policy and
+    /// this mirror of it, read without the lock (`None` with a cost check).
+    lockless: Option<zcnet::Policy>,
+    /// Whether the COPIED demotion has happened (mirrors `TxState::demotion`).
+    demoted: AtomicBool,
+    /// `SO_ZEROCOPY` is off (fixed at creation).
+    unsupported: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,17 +101,18 @@ impl<S: Socket> Conn<S> {
     pub(crate) fn new(
         sock: S,
         zerocopy: bool,
-        policy: Policy,
+        choice: SendChoice,
         stats: Arc<Stats>,
     ) -> io::Result<Conn<S>> {
-        let readiness = Readiness::new(sock.as_fd())?;
+        let readiness = Readiness::new(sock.as_fd(), S::WATCH)?;
+        let lockless = (!choice.checks_cost()).then(|| choice.policy());
         Ok(Conn {
             sock,
             readiness,
             tx: Mutex::new(TxState {
                 completions: Completions::new(),
                 demotion: CopiedDemotion::default(),
-                policy,
+                choice,
                 entries: Vec::new(),
                 unsupported: !zerocopy,
                 last_copied: false,
@@ -97,6 +120,12 @@ impl<S: Socket> Conn<S> {
             stats,
             closed: AtomicBool::new(false),
             wake_driver: Notify::new(),
+            cpu_ns: AtomicU64::new(0),
+            metering: AtomicBool::new(false),
+            activity: AtomicU64::new(0),
+            lockless,
+            demoted: AtomicBool::new(false),
+            unsupported: !zerocopy,
         })
     }
 
@@ -114,6 +143,11 @@ impl<S: Socket> Conn<S> {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Sends so far on a UDP socket (for the driver's idle check).
+    pub(crate) fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Relaxed)
+    }
+
     /// Buffers the kernel may still read.
     pub(crate) fn loans_in_flight(&self) -> usize {
         lock(&self.tx).completions.loans_in_flight()
@@ -121,21 +155,79 @@ impl<S: Socket> Conn<S> {
 
     /// Whether `SO_ZEROCOPY` is on.
     pub(crate) fn zerocopy_enabled(&self) -> bool {
-        !lock(&self.tx).unsupported
+        !self.unsupported
     }
 
-    /// The policy's choice for sending `data`.
-    pub(crate) fn decide(&self, data: &[u8]) -> TxDecision {
-        let tx = lock(&self.tx);
-        if tx.unsupported {
-            return TxDecision::Copy(FallbackReason::Unsupported);
+    /// Where a send of `data` goes ([`SendChoice`]). Counted by [`Conn::sent`].
+    pub(crate) fn decide(&self, data: &[u8]) -> Go {
+        if self.unsupported {
+            return Go::Copy(FallbackReason::Unsupported);
         }
-        tx.policy.decide(
+        if self.demoted.load(Ordering::Relaxed) {
+            // For good: nothing left for the cost check to decide, no lock to take.
+            return Go::Copy(FallbackReason::DemotedCopied);
+        }
+        if let Some(policy) = self.lockless {
+            let demoted = self.demoted.load(Ordering::Relaxed);
+            let page = zcnet_sys::mem::page_size();
+            return match policy.decide(data.len(), data.as_ptr() as usize, page, demoted) {
+                zcnet::policy::TxDecision::ZeroCopy => Go::ZeroCopy,
+                zcnet::policy::TxDecision::Copy(reason) => Go::Copy(reason),
+            };
+        }
+        let mut guard = lock(&self.tx);
+        let tx = &mut *guard;
+        if tx.unsupported {
+            return Go::Copy(FallbackReason::Unsupported);
+        }
+        let go = tx.choice.decide(
             data.len(),
             data.as_ptr() as usize,
             zcnet_sys::mem::page_size(),
             tx.demotion.is_demoted(),
-        )
+            || self.cpu_ns.load(Ordering::Relaxed),
+        );
+        self.metering
+            .store(tx.choice.measuring(), Ordering::Relaxed);
+        go
+    }
+
+    /// A send that [`Conn::decide`] routed to `go` is done with `len` bytes queued: counts
+    /// its fallback and feeds the cost check.
+    pub(crate) fn sent(&self, go: Go, len: usize) {
+        if let Go::Copy(reason) = go {
+            self.stats.fallback(reason, len as u64);
+        }
+        if go == Go::Copy(FallbackReason::DemotedCopied) {
+            // Demoted for good: the cost check has nothing left to measure.
+            self.metering.store(false, Ordering::Relaxed);
+            return;
+        }
+        if self.lockless.is_some() {
+            return;
+        }
+        let mut tx = lock(&self.tx);
+        let mut delta = AutoStats::default();
+        tx.choice
+            .after(go, len, || self.cpu_ns.load(Ordering::Relaxed), &mut delta);
+        self.metering
+            .store(tx.choice.measuring(), Ordering::Relaxed);
+        if delta != AutoStats::default() {
+            self.stats.add_auto_tx(&delta);
+        }
+    }
+
+    /// Runs `f`, adding the thread CPU time it took to the cost check's clock while a window
+    /// is measured. One poll runs on one thread, so the difference is meaningful.
+    fn metered<R>(&self, f: impl FnOnce() -> R) -> R {
+        if !self.metering.load(Ordering::Relaxed) {
+            return f();
+        }
+        let t0 = zcnet_sys::raw::cpu::thread_cpu_ns();
+        let r = f();
+        let dt = zcnet_sys::raw::cpu::thread_cpu_ns().saturating_sub(t0);
+        self.cpu_ns.fetch_add(dt, Ordering::Relaxed);
+        r
     }
 
     /// Reads the error queue without blocking and releases every loan whose calls are all
@@ -147,13 +239,13 @@ impl<S: Socket> Conn<S> {
     pub(crate) fn drain(&self) -> io::Result<usize> {
         let mut guard = lock(&self.tx);
         let tx = &mut *guard;
-        let limit = tx.policy.demote_after_copied;
+        let policy = tx.choice.policy();
         let n = reap_each(
             self.sock.as_fd(),
             &mut tx.entries,
             &mut tx.completions,
             &mut tx.demotion,
-            limit,
+            policy,
             &self.stats,
             |loan, copied| loan.release(copied),
         )?;
@@ -163,11 +255,15 @@ impl<S: Socket> Conn<S> {
         }) {
             tx.last_copied = copied;
         }
+        if tx.demotion.is_demoted() {
+            self.demoted.store(true, Ordering::Relaxed);
+        }
         Ok(n)
     }
 
     /// Keeps `loan` until calls `first..=last` are complete (released at once if they are).
-    pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) {
+    /// Returns the loans in flight after it (one lock for both).
+    pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) -> usize {
         let mut tx = lock(&self.tx);
         let copied = tx.last_copied;
         let idle = tx.completions.loans_in_flight() == 0;
@@ -179,6 +275,7 @@ impl<S: Socket> Conn<S> {
             None if idle => self.wake_driver.notify_one(),
             None => {}
         }
+        tx.completions.loans_in_flight()
     }
 
     /// One `send(MSG_ZEROCOPY)` call; the call is numbered under the same lock the
@@ -202,13 +299,34 @@ impl<S: Socket> Conn<S> {
         zerocopy: bool,
         gso: Option<u16>,
     ) -> io::Result<(usize, Option<u64>)> {
+        // A hint for the driver, not a count: no read-modify-write needed.
+        self.activity
+            .store(self.activity.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if !zerocopy {
             let n = zcnet_sys::raw::udp_msg::send_vectored_gso(self.sock.as_fd(), iov, false, gso)?;
             self.stats.add_tx_copy_bytes(n as u64);
             self.stats.add_tx_copy_calls(1);
             return Ok((n, None));
         }
-        let mut tx = lock(&self.tx);
+        self.send_gso_zerocopy(&mut lock(&self.tx), iov, gso)
+    }
+
+    /// The completions' lock, for a caller that makes several zero-copy calls in a row
+    /// ([`Conn::send_gso_zerocopy`]: one message's batches under one hold).
+    pub(crate) fn calls(&self) -> MutexGuard<'_, TxState> {
+        lock(&self.tx)
+    }
+
+    /// [`Conn::send_gso`] with `MSG_ZEROCOPY`, the call numbered under `tx` (from
+    /// [`Conn::calls`]).
+    pub(crate) fn send_gso_zerocopy(
+        &self,
+        tx: &mut TxState,
+        iov: &[std::io::IoSlice<'_>],
+        gso: Option<u16>,
+    ) -> io::Result<(usize, Option<u64>)> {
+        self.activity
+            .store(self.activity.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         let n = zcnet_sys::raw::udp_msg::send_vectored_gso(self.sock.as_fd(), iov, true, gso)?;
         let id = tx.completions.record_call(n);
         self.stats.add_tx_zerocopy_bytes(n as u64);
@@ -238,10 +356,22 @@ impl<S: Socket> Conn<S> {
         &self,
         cx: &mut Context<'_>,
         dir: Direction,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        if dir == Direction::Read {
+            return self.poll_io_unmetered(cx, dir, op);
+        }
+        self.metered(|| self.poll_io_unmetered(cx, dir, op))
+    }
+
+    fn poll_io_unmetered<R>(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
         loop {
-            let seen = ready!(self.readiness.poll_ready(cx, dir))?;
+            let seen = ready!(self.readiness.poll_ready(cx, dir, self.sock.as_fd()))?;
             let mut attempt = seen.flags.intersects(dir.mask());
             if seen.flags.contains(EventFlags::ERR) {
                 self.readiness.clear(EventFlags::ERR, seen);
@@ -270,24 +400,46 @@ impl<S: Socket> Conn<S> {
     /// Ready after one error-queue signal has been drained (or at once with no loan left):
     /// for a waiter that needs any one loan back, not all of them.
     pub(crate) fn poll_completion_event(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.metered(|| self.poll_completion_event_unmetered(cx))
+    }
+
+    fn poll_completion_event_unmetered(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.loans_in_flight() == 0 {
             return Poll::Ready(Ok(()));
         }
-        let seen = ready!(self.readiness.poll_ready(cx, Direction::Errqueue))?;
+        let seen = ready!(self
+            .readiness
+            .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
         self.readiness.clear(EventFlags::ERR, seen);
-        self.drain()?;
+        self.drain_after_err()?;
         Poll::Ready(Ok(()))
+    }
+
+    /// [`Conn::drain`] after `EPOLLERR`: nothing read means the socket's own error is
+    /// pending, so the readiness keeps watching it for the next edge (see
+    /// [`Readiness::hold`]) until a completion comes.
+    fn drain_after_err(&self) -> io::Result<usize> {
+        let n = self.drain()?;
+        self.readiness.hold(n == 0);
+        Ok(n)
     }
 
     /// Ready once no loan is left; drains the error queue whenever it signals.
     pub(crate) fn poll_completions(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.metered(|| self.poll_completions_unmetered(cx))
+    }
+
+    fn poll_completions_unmetered(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             if self.loans_in_flight() == 0 {
                 return Poll::Ready(Ok(()));
             }
-            let seen = ready!(self.readiness.poll_ready(cx, Direction::Errqueue))?;
+            let seen =
+                ready!(self
+                    .readiness
+                    .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
             self.readiness.clear(EventFlags::ERR, seen);
-            self.drain()?;
+            self.drain_after_err()?;
         }
     }
 }

@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod choice;
 mod config;
 mod conn;
 mod driver;

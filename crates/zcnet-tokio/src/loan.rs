@@ -48,8 +48,13 @@ impl<B: Send> Deliver for Waiting<B> {
 pub(crate) enum Loan {
     /// Someone waits for it ([`crate::ZcStream::send_zc`]).
     Waiting(Box<dyn Deliver>),
-    /// Nobody waits: dropped on completion (`send_bytes`, a cancelled `send_zc`).
+    /// Nobody waits: dropped on completion (a cancelled `send_zc`).
     Held(Box<dyn Lend>),
+    /// A `send_bytes` (or hyper body) `Bytes`, dropped on completion: no allocation per send.
+    Bytes(bytes::Bytes),
+    /// A `send_lent` message buffer, back to its pool on completion: no allocation per
+    /// message.
+    Msg(zcnet::msg::MsgBuf),
 }
 
 impl std::fmt::Debug for Loan {
@@ -57,6 +62,8 @@ impl std::fmt::Debug for Loan {
         match self {
             Loan::Waiting(_) => f.write_str("Loan::Waiting"),
             Loan::Held(b) => write!(f, "Loan::Held({} bytes)", b.bytes().len()),
+            Loan::Bytes(b) => write!(f, "Loan::Bytes({} bytes)", b.len()),
+            Loan::Msg(m) => write!(f, "Loan::Msg({} bytes)", m.wire_len()),
         }
     }
 }
@@ -67,6 +74,8 @@ impl Loan {
         match self {
             Loan::Waiting(w) => w.deliver(copied),
             Loan::Held(b) => drop(b),
+            Loan::Bytes(b) => drop(b),
+            Loan::Msg(m) => drop(m),
         }
     }
 

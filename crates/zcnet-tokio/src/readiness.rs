@@ -10,6 +10,17 @@
 //! and only that instance is registered with tokio: tokio wakes us, and the true event mask
 //! decides who may proceed.
 //!
+//! A stream's socket is watched for good ([`Watch::Always`]). A UDP socket is watched only
+//! while a task waits on it ([`Watch::WhileWaited`]): UDP wakes every sleeper on its socket
+//! each time a sent skb is freed (`sock_def_write_space`) and each time a completion is
+//! queued (`sock_def_error_report`, and `EPOLLERR` cannot be masked), so a socket in an
+//! epoll instance for good pays a wait-queue wakeup per GSO batch even when nobody waits —
+//! perf put 6 % of a zero-copy UDP sender's samples there, against 1 % for the same
+//! sender blocking. So the socket is added (`EPOLL_CTL_ADD`, with exactly the bits its
+//! waiters want; the kernel reports readiness already there at once, so no edge is lost)
+//! when a task finds it not ready, and deleted when events come (every waiter is woken
+//! then, and adds it again if it still has to wait).
+//!
 //! Bits are cleared the way tokio clears them: only if no new event arrived since the
 //! caller looked (a generation number), so an edge is never lost between a `WouldBlock` and
 //! the clear. One reactor registration serves every waiter (reader, writer, the
@@ -17,6 +28,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use tokio::io::unix::AsyncFd;
@@ -49,13 +61,41 @@ impl Direction {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Seen {
     pub(crate) flags: EventFlags,
-    pub(crate) gen: u64,
+    pub(crate) gen: u32,
 }
 
 #[derive(Debug)]
 struct Bits {
     flags: EventFlags,
-    gen: u64,
+    /// Bumped per batch of events (wraps; only compared for equality, and four billion
+    /// batches between a look and its clear do not happen).
+    gen: u32,
+    /// What the socket is in the epoll instance for now (`None`: not in it).
+    watched: Option<EventFlags>,
+    /// Keep the socket in the epoll instance after its events ([`Readiness::hold`]).
+    hold: bool,
+}
+
+/// When the socket is in the epoll instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// From the start, for every event (a TCP stream: it wakes its watchers only when a
+    /// writer ran out of room, when data comes, and per completion batch).
+    Always,
+    /// Only while a task waits, for what it waits for (see the module doc).
+    WhileWaited,
+}
+
+impl Direction {
+    /// The epoll bits a waiter in this direction needs watched (`EPOLLERR`, `EPOLLHUP` are
+    /// always reported).
+    fn watch(self) -> EventFlags {
+        match self {
+            Direction::Read => EventFlags::IN | EventFlags::RDHUP,
+            Direction::Write => EventFlags::OUT,
+            Direction::Errqueue => EventFlags::empty(),
+        }
+    }
 }
 
 /// The wakers of everyone waiting on one registration (a reader, a writer, the driver,
@@ -63,6 +103,9 @@ struct Bits {
 #[derive(Debug, Default)]
 struct Waiters {
     wakers: Mutex<Vec<Waker>>,
+    /// The list's other buffer: swapped in when the list is taken, so a wake-up (one per
+    /// readiness event) allocates nothing. Its lock also keeps two wake-ups apart.
+    spare: Mutex<Vec<Waker>>,
 }
 
 impl Wake for Waiters {
@@ -71,10 +114,24 @@ impl Wake for Waiters {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let taken = std::mem::take(&mut *lock(&self.wakers));
-        for w in taken {
+        let mut taken = lock(&self.spare);
+        std::mem::swap(&mut *lock(&self.wakers), &mut *taken);
+        // Outside the list's lock: a woken task may register again at once. tokio's
+        // wakers only schedule, so none of them comes back to this lock.
+        for w in taken.drain(..) {
             w.wake();
         }
+    }
+}
+
+fn pack(flags: EventFlags, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | u64::from(flags.bits())
+}
+
+fn unpack(v: u64) -> Seen {
+    Seen {
+        flags: EventFlags::from_bits_retain(v as u32),
+        gen: (v >> 32) as u32,
     }
 }
 
@@ -87,28 +144,39 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Debug)]
 pub(crate) struct Readiness {
     ep: AsyncFd<OwnedFd>,
+    watch: Watch,
     bits: Mutex<Bits>,
+    /// `bits.flags` and `bits.gen` packed ([`pack`]), stored under the lock and read
+    /// without it: an operation on a ready socket (nearly every one) takes no lock here.
+    fast: AtomicU64,
     waiters: Arc<Waiters>,
     fanout: Waker,
 }
 
 impl Readiness {
     /// Watches `sock` (must be non-blocking). Needs a tokio runtime with I/O enabled.
-    pub(crate) fn new(sock: BorrowedFd<'_>) -> io::Result<Readiness> {
+    pub(crate) fn new(sock: BorrowedFd<'_>, watch: Watch) -> io::Result<Readiness> {
         let ep = epoll::create()?;
-        epoll::add(
-            ep.as_fd(),
-            sock,
-            EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET,
-        )?;
+        let watched = match watch {
+            Watch::Always => {
+                let all = EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET;
+                epoll::add(ep.as_fd(), sock, all)?;
+                Some(all)
+            }
+            Watch::WhileWaited => None,
+        };
         let ep = zcnet_sys::reactor::register_owned(ep, Interest::READABLE)?;
         let waiters = Arc::new(Waiters::default());
         Ok(Readiness {
             ep,
+            watch,
+            fast: AtomicU64::new(pack(EventFlags::IN | EventFlags::OUT, 0)),
             // Optimistic, as for any fresh socket: the first operation finds out.
             bits: Mutex::new(Bits {
                 flags: EventFlags::IN | EventFlags::OUT,
                 gen: 0,
+                watched,
+                hold: false,
             }),
             fanout: Waker::from(waiters.clone()),
             waiters,
@@ -117,19 +185,38 @@ impl Readiness {
 
     /// Ready when any of `dir`'s bits, or `EPOLLERR`, is set; returns what was seen. The
     /// caller must act on `EPOLLERR` (drain the error queue, then [`Readiness::clear`] it).
+    /// `sock` is the socket watched (added to the epoll instance here under
+    /// [`Watch::WhileWaited`]).
     pub(crate) fn poll_ready(
         &self,
         cx: &mut Context<'_>,
         dir: Direction,
+        sock: BorrowedFd<'_>,
     ) -> Poll<io::Result<Seen>> {
         loop {
+            let seen = unpack(self.fast.load(Ordering::Acquire));
+            if seen.flags.intersects(dir.mask() | EventFlags::ERR) {
+                return Poll::Ready(Ok(seen));
+            }
             {
-                let b = lock(&self.bits);
+                let mut b = lock(&self.bits);
                 if b.flags.intersects(dir.mask() | EventFlags::ERR) {
                     return Poll::Ready(Ok(Seen {
                         flags: b.flags,
                         gen: b.gen,
                     }));
+                }
+                if self.watch == Watch::WhileWaited {
+                    // Under the lock, so the bits cannot change in between; what is ready
+                    // already is reported by the add (or modify) itself.
+                    let want = dir.watch() | EventFlags::ET;
+                    let ep = self.ep.get_ref().as_fd();
+                    match b.watched {
+                        None => epoll::add(ep, sock, want)?,
+                        Some(w) if !w.contains(want) => epoll::modify(ep, sock, w | want)?,
+                        Some(_) => {}
+                    }
+                    b.watched = Some(b.watched.unwrap_or(want) | want);
                 }
             }
             // Registered before asking the reactor, so an event between the two wakes us.
@@ -138,6 +225,15 @@ impl Readiness {
                 if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
                     wakers.push(cx.waker().clone());
                 }
+            }
+            // Another thread may have taken events (and woken the waiters it knew of)
+            // between the look above and the registration: its bits are stored before its
+            // wake-up takes the list, so either it woke us or we see them here.
+            if unpack(self.fast.load(Ordering::Acquire))
+                .flags
+                .intersects(dir.mask() | EventFlags::ERR)
+            {
+                continue;
             }
             let mut fanout = Context::from_waker(&self.fanout);
             match self.ep.poll_read_ready(&mut fanout) {
@@ -152,7 +248,14 @@ impl Readiness {
                         {
                             let mut b = lock(&self.bits);
                             b.flags |= ev;
-                            b.gen += 1;
+                            b.gen = b.gen.wrapping_add(1);
+                            self.fast.store(pack(b.flags, b.gen), Ordering::Release);
+                            if self.watch == Watch::WhileWaited && b.watched.is_some() && !b.hold {
+                                // Every waiter is woken below; who still has to wait adds
+                                // the socket again.
+                                epoll::delete(self.ep.get_ref().as_fd(), sock)?;
+                                b.watched = None;
+                            }
                         }
                         // Others may wait for the bits that just came.
                         self.waiters.wake_by_ref();
@@ -162,11 +265,116 @@ impl Readiness {
         }
     }
 
+    /// Under [`Watch::WhileWaited`], keeps the socket in the epoll instance (edge-triggered)
+    /// after its events while `on`. For a socket whose `EPOLLERR` is its own pending error
+    /// (an ICMP error on a connected UDP socket) rather than a completion: adding it again
+    /// would report that level at once, every time, and a task waiting for completions
+    /// would go round the reactor until the error is read; kept, it is woken by the next
+    /// completion's edge only.
+    pub(crate) fn hold(&self, on: bool) {
+        if self.watch == Watch::WhileWaited {
+            lock(&self.bits).hold = on;
+        }
+    }
+
     /// Clears `flags` unless an event arrived after `seen` was taken.
     pub(crate) fn clear(&self, flags: EventFlags, seen: Seen) {
         let mut b = lock(&self.bits);
         if b.gen == seen.gen {
             b.flags.remove(flags);
+            self.fast.store(pack(b.flags, b.gen), Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::{poll_fn, Future};
+    use std::net::UdpSocket;
+    use std::pin::pin;
+
+    impl Readiness {
+        fn watched(&self) -> Option<EventFlags> {
+            lock(&self.bits).watched
+        }
+    }
+
+    #[tokio::test]
+    async fn a_socket_watched_while_waited_is_in_epoll_only_until_its_event() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let r = Readiness::new(rx.as_fd(), Watch::WhileWaited).unwrap();
+        assert_eq!(r.watched(), None, "nobody waits yet");
+        // Optimistic at first, as a fresh socket is: the read finds nothing and clears.
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        r.clear(EventFlags::IN, seen);
+        let mut wait = pin!(poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd())));
+        let pending = poll_fn(|cx| Poll::Ready(wait.as_mut().poll(cx).is_pending())).await;
+        assert!(pending, "nothing to read");
+        assert_eq!(
+            r.watched(),
+            Some(EventFlags::IN | EventFlags::RDHUP | EventFlags::ET),
+            "in the epoll instance for exactly what the reader waits for"
+        );
+        tx.send(b"zcnet").unwrap();
+        let seen = wait.await.unwrap();
+        assert!(seen.flags.contains(EventFlags::IN));
+        assert_eq!(r.watched(), None, "out again once the event came");
+        let mut buf = [0u8; 16];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"zcnet");
+    }
+
+    #[tokio::test]
+    async fn a_held_socket_stays_watched_after_its_event() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let r = Readiness::new(rx.as_fd(), Watch::WhileWaited).unwrap();
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        r.clear(EventFlags::IN, seen);
+        r.hold(true);
+        tx.send(b"one").unwrap();
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        assert!(seen.flags.contains(EventFlags::IN));
+        assert!(r.watched().is_some(), "held: still in the epoll instance");
+        let mut buf = [0u8; 16];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"one");
+        // Edge-triggered while held: the next datagram is a new edge, and once released
+        // the socket leaves with its next event.
+        r.clear(EventFlags::IN, seen);
+        r.hold(false);
+        tx.send(b"two").unwrap();
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Read, rx.as_fd()))
+            .await
+            .unwrap();
+        assert!(seen.flags.contains(EventFlags::IN));
+        assert_eq!(r.watched(), None);
+        assert_eq!(rx.recv(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"two");
+    }
+
+    #[tokio::test]
+    async fn a_stream_socket_is_watched_for_good() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let r = Readiness::new(s.as_fd(), Watch::Always).unwrap();
+        assert!(r.watched().is_some_and(|w| w.contains(EventFlags::OUT)));
+        let seen = poll_fn(|cx| r.poll_ready(cx, Direction::Write, s.as_fd()))
+            .await
+            .unwrap();
+        assert!(seen.flags.contains(EventFlags::OUT));
+        assert!(r.watched().is_some());
     }
 }

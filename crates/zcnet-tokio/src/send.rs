@@ -2,13 +2,13 @@
 //! queued, and the hand-over of the buffer to the stream's bookkeeping — done by a guard
 //! ([`Flight`]) so that a future dropped at any await point still hands it over.
 
+use crate::choice::Go;
 use crate::conn::Conn;
 use crate::loan::Loan;
 use crate::readiness::Direction;
 use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
-use zcnet::policy::TxDecision;
 use zcnet::{FallbackReason, Lend};
 
 /// Attempts at a zero-copy call after `ENOBUFS` (each after draining completions and
@@ -67,43 +67,59 @@ impl<B: Lend> Flight<B> {
     pub(crate) async fn send_all(&mut self, sent: &mut Sent) -> io::Result<()> {
         let conn = self.conn.clone();
         let data = self.buf.as_ref().map(Lend::bytes).unwrap_or_default();
-        if let TxDecision::Copy(reason) = conn.decide(data) {
-            conn.stats.fallback(reason, data.len() as u64);
-            sent.fallback = Some(reason);
-            return copy_all(&conn, data, sent).await;
-        }
-        let mut enobufs = 0;
-        while sent.len < data.len() {
-            let rest = &data[sent.len..];
-            let r =
-                poll_fn(|cx| conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(rest))).await;
-            match r {
-                Ok((n, id)) => {
-                    self.span = Some(self.span.map_or((id, id), |(first, _)| (first, id)));
-                    sent.len += n;
-                    sent.zerocopy += n;
-                    enobufs = 0;
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    // Nothing was queued, and the kernel does not fall back by itself: free
-                    // option memory by reading completions, then retry or copy the rest.
-                    conn.stats.add_tx_enobufs(1);
-                    if enobufs < ENOBUFS_RETRIES {
-                        enobufs += 1;
-                        conn.drain()?;
-                        tokio::task::yield_now().await;
-                    } else {
-                        conn.stats
-                            .fallback(FallbackReason::Enobufs, rest.len() as u64);
-                        sent.fallback = Some(FallbackReason::Enobufs);
-                        return copy_all(&conn, rest, sent).await;
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        let go = conn.decide(data);
+        let r = send_routed(go, &conn, data, sent, &mut self.span).await;
+        conn.sent(go, sent.len);
+        r
     }
+}
+
+/// Sends all of `data` where `go` says; `span` collects the zero-copy calls' ids.
+async fn send_routed(
+    go: Go,
+    conn: &Conn,
+    data: &[u8],
+    sent: &mut Sent,
+    span: &mut Option<(u64, u64)>,
+) -> io::Result<()> {
+    match go {
+        Go::ZeroCopy => {}
+        Go::Copy(reason) => {
+            sent.fallback = Some(reason);
+            return copy_all(conn, data, sent).await;
+        }
+        Go::Probe => return copy_all(conn, data, sent).await,
+    }
+    let mut enobufs = 0;
+    while sent.len < data.len() {
+        let rest = &data[sent.len..];
+        let r = poll_fn(|cx| conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(rest))).await;
+        match r {
+            Ok((n, id)) => {
+                *span = Some(span.map_or((id, id), |(first, _)| (first, id)));
+                sent.len += n;
+                sent.zerocopy += n;
+                enobufs = 0;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                // Nothing was queued, and the kernel does not fall back by itself: free
+                // option memory by reading completions, then retry or copy the rest.
+                conn.stats.add_tx_enobufs(1);
+                if enobufs < ENOBUFS_RETRIES {
+                    enobufs += 1;
+                    conn.drain()?;
+                    tokio::task::yield_now().await;
+                } else {
+                    conn.stats
+                        .fallback(FallbackReason::Enobufs, rest.len() as u64);
+                    sent.fallback = Some(FallbackReason::Enobufs);
+                    return copy_all(conn, rest, sent).await;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl<B: Lend> Drop for Flight<B> {

@@ -1,6 +1,7 @@
 //! [`ZcStream`] and [`ZcListener`]: a TCP stream for tokio with copy semantics through
 //! `AsyncRead`/`AsyncWrite` and owned-buffer zero-copy sends beside them.
 
+use crate::choice::{Go, SendChoice};
 use crate::config::ZcConfig;
 use crate::conn::Conn;
 use crate::driver;
@@ -83,8 +84,9 @@ impl ZcStream {
         // Out of tokio's registration: readiness comes through the stream's own epoll
         // instance (see `readiness.rs` for why). The socket stays non-blocking.
         let sock = stream.into_std()?;
+        let choice = SendChoice::new(config.policy, config.checks_cost());
         let stats = config.stats.unwrap_or_default();
-        let conn = Arc::new(Conn::new(sock, zerocopy, config.policy, stats)?);
+        let conn = Arc::new(Conn::new(sock, zerocopy, choice, stats)?);
         runtime.spawn(driver::drive(conn.clone()));
         Ok(ZcStream { conn, rx: None })
     }
@@ -161,7 +163,7 @@ impl ZcStream {
         let result = flight.send_all(&mut sent).await;
         let (bytes, span) = flight.finish();
         if let Some((first, last)) = span {
-            self.conn.lend(Loan::Held(Box::new(bytes)), first, last);
+            self.conn.lend(Loan::Bytes(bytes), first, last);
         }
         result.map(|()| sent)
     }
@@ -174,16 +176,30 @@ impl ZcStream {
         cx: &mut Context<'_>,
         bytes: Bytes,
     ) -> Poll<io::Result<usize>> {
+        // Decided on every poll; counted once, for the write that goes out.
+        let go = self.conn.decide(&bytes);
+        let r = self.poll_send_routed(cx, go, bytes);
+        if let Poll::Ready(Ok(n)) = r {
+            self.conn.sent(go, n);
+        }
+        r
+    }
+
+    fn poll_send_routed(
+        &mut self,
+        cx: &mut Context<'_>,
+        go: Go,
+        bytes: Bytes,
+    ) -> Poll<io::Result<usize>> {
         let conn = &self.conn;
-        if let zcnet::policy::TxDecision::Copy(reason) = conn.decide(&bytes) {
+        if go != Go::ZeroCopy {
             let n =
                 std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_copy(&bytes)))?;
-            conn.stats.fallback(reason, n as u64);
             return Poll::Ready(Ok(n));
         }
         match std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(&bytes))) {
             Ok((n, id)) => {
-                conn.lend(Loan::Held(Box::new(bytes.slice(..n))), id, id);
+                conn.lend(Loan::Bytes(bytes.slice(..n)), id, id);
                 Poll::Ready(Ok(n))
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {

@@ -8,6 +8,7 @@
 //! (`readiness.rs`): completions raise `EPOLLERR`, which tokio would read as a closed write
 //! side and spin on.
 
+use crate::choice::Go;
 use crate::conn::Conn;
 use crate::driver;
 use crate::loan::{Loan, Waiting};
@@ -21,8 +22,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use zcnet::msg::recv::{feed, prepare_socket};
 use zcnet::msg::wire::Layout;
-use zcnet::msg::{Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgStats, MsgTx, Reassembly};
-use zcnet::policy::TxDecision;
+use zcnet::msg::{
+    Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgStats, MsgTx, Outgoing, Reassembly,
+};
 use zcnet::{Error, FallbackReason, Pool, Stats};
 use zcnet_sys::raw::socket::RecvFlags;
 use zcnet_sys::raw::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
@@ -77,9 +79,12 @@ struct RxState {
 pub struct ZcUdpSocket {
     conn: Arc<Conn<UdpSocket>>,
     framer: Mutex<Framer>,
+    /// The framer's layout (fixed once made).
+    layout: Layout,
     cfg: MsgConfig,
     zerocopy: bool,
-    pool: Mutex<Option<Pool>>,
+    /// Made on first use.
+    pool: std::sync::OnceLock<Pool>,
     rx: tokio::sync::Mutex<RxState>,
     gro: bool,
 }
@@ -152,14 +157,18 @@ impl ZcUdpSocket {
         if cfg.tx == MsgTx::Zerocopy && !zerocopy && peer.is_some() {
             stats.fallback(FallbackReason::Unsupported, 0);
         }
-        let conn = Arc::new(Conn::new(sock, zerocopy, cfg.policy, stats)?);
+        // No cost check: a message socket's sends are the Framer's batches, and the
+        // policy's size threshold and COPIED demotion decide alone.
+        let choice = crate::choice::SendChoice::new(cfg.policy, false);
+        let conn = Arc::new(Conn::new(sock, zerocopy, choice, stats)?);
         runtime.spawn(driver::drive(conn.clone()));
         Ok(ZcUdpSocket {
             conn,
+            layout: framer.layout(),
             framer: Mutex::new(framer),
             cfg: cfg.clone(),
             zerocopy,
-            pool: Mutex::new(None),
+            pool: std::sync::OnceLock::new(),
             rx: tokio::sync::Mutex::new(RxState {
                 buf: vec![0; cfg.datagram_buffer],
                 table: Reassembly::new(cfg.reassembly, cfg.max_message),
@@ -218,7 +227,7 @@ impl ZcUdpSocket {
     /// Pool buffers free for [`ZcUdpSocket::buffer`] now (none before the pool is made):
     /// a buffer the kernel still reads is not among them.
     pub fn buffers_available(&self) -> usize {
-        lock(&self.pool).as_ref().map_or(0, Pool::available)
+        self.pool.get().map_or(0, Pool::available)
     }
 
     /// Buffers the kernel may still read.
@@ -259,20 +268,25 @@ impl ZcUdpSocket {
     /// a hole for each datagram's header. Waits, up to [`MsgConfig::timeout`], while every
     /// buffer is out.
     pub async fn buffer(&self, len: usize) -> io::Result<MsgBuf> {
-        let layout = {
-            let framer = lock(&self.framer);
-            framer.check_len(len).map_err(msg_err)?;
-            framer.layout()
-        };
-        let pool = {
-            let mut p = lock(&self.pool);
-            if p.is_none() {
+        // Both fixed when the socket was made: no lock on the framer here.
+        let layout = self.layout;
+        if len > self.cfg.max_message {
+            return Err(msg_err(MsgError::TooLarge {
+                len,
+                max: self.cfg.max_message,
+            }));
+        }
+        let pool = match self.pool.get() {
+            Some(p) => p,
+            None => {
                 let size = layout.wire_len(self.cfg.max_message);
-                *p = Some(Pool::new(self.cfg.pool_buffers, size)?);
+                // Two tasks may both make one; the loser's is unmapped at once.
+                let _ = self.pool.set(Pool::new(self.cfg.pool_buffers, size)?);
+                self.pool.get().expect("set above")
             }
-            p.clone().expect("made above")
         };
-        let deadline = Instant::now() + self.cfg.timeout;
+        // Read only once the pool turns out empty: most calls never look at the clock.
+        let mut deadline = None;
         let mut waited = false;
         loop {
             let mut got = pool.try_take();
@@ -289,6 +303,7 @@ impl ZcUdpSocket {
                 waited = true;
                 self.conn.stats.add_pool_waits(1);
             }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.cfg.timeout);
             if Instant::now() >= deadline {
                 self.conn.stats.add_pool_timeouts(1);
                 return Err(Error::PoolExhausted(self.cfg.timeout).into());
@@ -318,7 +333,7 @@ impl ZcUdpSocket {
     /// pool); it is never freed or reused while the kernel may read it.
     pub async fn send_zc(&self, msg: MsgBuf) -> (io::Result<MsgSent>, MsgBuf) {
         let mut flight = UdpFlight {
-            conn: self.conn.clone(),
+            conn: &self.conn,
             buf: Some(msg),
             span: None,
         };
@@ -333,10 +348,25 @@ impl ZcUdpSocket {
                 buf,
             );
         };
-        let (back, returned) = oneshot::channel();
+        let (back, mut returned) = oneshot::channel();
         self.conn
             .lend(Loan::Waiting(Box::new(Waiting { buf, back })), first, last);
-        match returned.await {
+        // The driver leaves a busy socket's completions to its senders (`driver.rs`): read
+        // them here until this one's has come.
+        let returned = loop {
+            tokio::select! {
+                biased;
+                r = &mut returned => break r,
+                r = poll_fn(|cx| self.conn.poll_completion_event(cx)) => {
+                    if r.is_err() {
+                        // The error queue cannot be read here; the driver reads it once
+                        // the socket is idle.
+                        break (&mut returned).await;
+                    }
+                }
+            }
+        };
+        match returned {
             Ok((buf, copied)) => (
                 result.map(|mut s| {
                     s.copied_anyway = Some(copied);
@@ -356,34 +386,30 @@ impl ZcUdpSocket {
     /// messages: no wait per message, completions read in batches by the socket's driver.
     pub async fn send_lent(&self, msg: MsgBuf) -> io::Result<MsgSent> {
         let mut flight = UdpFlight {
-            conn: self.conn.clone(),
+            conn: &self.conn,
             buf: Some(msg),
             span: None,
         };
         let result = self.send_flight(&mut flight).await;
         let (buf, span) = flight.finish();
         if let Some((first, last)) = span {
-            self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+            let lent = self.conn.lend(Loan::Msg(buf), first, last);
             // Completions are read in batches, as the blocking sender does: once half the
             // pool is lent out, one error-queue read covers many messages.
-            if self.conn.loans_in_flight() * 2 >= self.cfg.pool_buffers.max(1) {
+            if lent * 2 >= self.cfg.pool_buffers.max(1) {
                 self.conn.drain()?;
             }
         }
         result
     }
 
-    async fn send_flight(&self, flight: &mut UdpFlight) -> io::Result<MsgSent> {
-        let msg = flight.buf.as_mut().expect("a flight holds its buffer");
-        let mut out = {
-            let mut f = lock(&self.framer);
-            let out = f.begin(msg.len()).map_err(msg_err)?;
-            f.stamp(&out, msg).map_err(msg_err)?;
-            out
-        };
+    async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {
+        let msg = flight.buf.as_ref().expect("a flight holds its buffer");
         let wire_len = msg.wire_len();
+        // Numbered and stamped by the first batch's hold of the framer's lock.
+        let mut out: Option<Outgoing> = None;
         let mut sent = MsgSent {
-            id: out.id(),
+            id: 0,
             zerocopy: 0,
             copied: 0,
             copied_anyway: None,
@@ -391,44 +417,71 @@ impl ZcUdpSocket {
         };
         let mut zerocopy = self.cfg.tx == MsgTx::Zerocopy
             && match self.conn.decide(msg.wire()) {
-                TxDecision::ZeroCopy => true,
-                TxDecision::Copy(reason) => {
+                Go::ZeroCopy => true,
+                // Without a cost check there is no probe; copied, not a fallback.
+                Go::Probe => false,
+                Go::Copy(reason) => {
                     self.conn.stats.fallback(reason, wire_len as u64);
                     sent.fallback = Some(reason);
                     false
                 }
             };
         let mut enobufs = 0;
-        loop {
-            let wire = flight.buf.as_ref().expect("held").wire();
+        let mut finished = false;
+        while !out.as_ref().is_some_and(Outgoing::is_done) {
+            let (buf, span) = (&mut flight.buf, &mut flight.span);
             let r = poll_fn(|cx| {
                 self.conn.poll_io(cx, Direction::Write, || {
+                    // Every batch the socket takes now, under one hold of the framer's
+                    // lock: one lock per message, not one per batch.
                     let mut f = lock(&self.framer);
-                    let Some(batch) = f.next_batch(&out) else {
-                        return Ok(None);
+                    let msg = buf.as_mut().expect("held");
+                    let out = match &mut out {
+                        Some(o) => o,
+                        None => {
+                            let o = f.begin(msg.len()).map_err(msg_err)?;
+                            f.stamp(&o, msg).map_err(msg_err)?;
+                            sent.id = o.id();
+                            out.insert(o)
+                        }
                     };
-                    let iov = [IoSlice::new(&wire[batch.wire.clone()])];
-                    let (r, id) = match self.conn.send_gso(&iov, zerocopy, batch.gso) {
-                        Ok((n, id)) => (Ok(n), id),
-                        Err(e) => (Err(e), None),
-                    };
-                    f.after(&mut out, &batch, r)
-                        .map(|n| Some((n, id, batch.wire.start)))
+                    let wire = msg.wire();
+                    // And the completions' lock, once for all zero-copy batches (always
+                    // taken after the framer's, never before).
+                    let mut calls = zerocopy.then(|| self.conn.calls());
+                    while let Some(batch) = f.next_batch(out) {
+                        let iov = [IoSlice::new(&wire[batch.wire.clone()])];
+                        let r = match calls.as_deref_mut() {
+                            Some(tx) => self.conn.send_gso_zerocopy(tx, &iov, batch.gso),
+                            None => self.conn.send_gso(&iov, false, batch.gso),
+                        };
+                        let (r, id) = match r {
+                            Ok((n, id)) => (Ok(n), id),
+                            Err(e) => (Err(e), None),
+                        };
+                        // `None`: try the batch again (interrupted, or GSO refused and the
+                        // batch size halved).
+                        let Some(n) = f.after(out, &batch, r)? else {
+                            continue;
+                        };
+                        if let Some(id) = id {
+                            *span = Some(span.map_or((id, id), |(a, _)| (a, id)));
+                            sent.zerocopy += n;
+                            enobufs = 0;
+                        } else {
+                            sent.copied += n;
+                        }
+                        if out.is_done() {
+                            f.finish(out, span.is_some());
+                            finished = true;
+                        }
+                    }
+                    Ok(())
                 })
             })
             .await;
             match r {
-                Ok(None) => break,
-                Ok(Some((Some(n), id, _))) => {
-                    if let Some(id) = id {
-                        flight.span = Some(flight.span.map_or((id, id), |(a, _)| (a, id)));
-                        sent.zerocopy += n;
-                        enobufs = 0;
-                    } else {
-                        sent.copied += n;
-                    }
-                }
-                Ok(Some((None, _, _))) => {}
+                Ok(()) => {}
                 Err(e) if zerocopy && e.raw_os_error() == Some(libc::ENOBUFS) => {
                     // Nothing was queued: free option memory by reading completions, then
                     // retry, or copy the rest of the message (counted).
@@ -438,8 +491,9 @@ impl ZcUdpSocket {
                         self.conn.drain()?;
                         tokio::task::yield_now().await;
                     } else {
-                        let at = lock(&self.framer)
-                            .next_batch(&out)
+                        let at = out
+                            .as_ref()
+                            .and_then(|o| lock(&self.framer).next_batch(o))
                             .map_or(wire_len, |b| b.wire.start);
                         self.conn
                             .stats
@@ -451,7 +505,9 @@ impl ZcUdpSocket {
                 Err(e) => return Err(e),
             }
         }
-        lock(&self.framer).finish(&out, flight.span.is_some());
+        if let (false, Some(out)) = (finished, &out) {
+            lock(&self.framer).finish(out, flight.span.is_some());
+        }
         Ok(sent)
     }
 
@@ -516,13 +572,13 @@ impl Drop for ZcUdpSocket {
 
 /// A message on its way out. Dropped before the send finished (a cancelled future), it
 /// lends the buffer to the socket's bookkeeping if any zero-copy call named it.
-struct UdpFlight {
-    conn: Arc<Conn<UdpSocket>>,
+struct UdpFlight<'a> {
+    conn: &'a Conn<UdpSocket>,
     buf: Option<MsgBuf>,
     span: Option<(u64, u64)>,
 }
 
-impl UdpFlight {
+impl UdpFlight<'_> {
     fn finish(mut self) -> (MsgBuf, Option<(u64, u64)>) {
         let buf = self
             .buf
@@ -532,10 +588,10 @@ impl UdpFlight {
     }
 }
 
-impl Drop for UdpFlight {
+impl Drop for UdpFlight<'_> {
     fn drop(&mut self) {
         if let (Some(buf), Some((first, last))) = (self.buf.take(), self.span) {
-            self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+            self.conn.lend(Loan::Msg(buf), first, last);
         }
     }
 }

@@ -5,7 +5,11 @@
 //! since pinning pages and reading a notification cost more than copying a few pages. And a
 //! socket whose completions keep saying the kernel copied anyway (loopback, veth into a
 //! namespace) gains nothing from asking: after `demote_after_copied` consecutive COPIED
-//! completions it stops asking, as the kernel documentation suggests.
+//! completions, or `demote_after_copied_bytes` consecutive bytes reported COPIED, it stops
+//! asking, as the kernel documentation suggests. Bytes matter because notifications merge:
+//! the kernel reports a run of calls in one range, so a fast sender whose calls complete
+//! in batches of hundreds may see few notifications per gigabyte, and a count of
+//! notifications alone would let it pay for zero-copy over the whole transfer.
 
 use crate::path::FallbackReason;
 
@@ -20,7 +24,15 @@ pub struct Policy {
     /// Stop asking for zero-copy after this many consecutive COPIED notifications; `None`
     /// keeps asking (needed, for example, to feed a mapping receiver on loopback).
     pub demote_after_copied: Option<u32>,
+    /// Stop asking for zero-copy after this many consecutive bytes were reported COPIED
+    /// (whichever of the two limits comes first); `None` counts notifications only.
+    pub demote_after_copied_bytes: Option<u64>,
 }
+
+/// The default of [`Policy::demote_after_copied_bytes`]: 16 MiB, a few milliseconds of a
+/// loopback stream, long enough that one copied burst (a packet tap cloning skbs) does not
+/// demote a socket whose device takes the pages.
+pub const DEMOTE_AFTER_COPIED_BYTES: u64 = 16 << 20;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -28,6 +40,7 @@ impl Default for Policy {
             min_zerocopy_bytes: 16 * 1024,
             require_page_aligned: false,
             demote_after_copied: Some(64),
+            demote_after_copied_bytes: Some(DEMOTE_AFTER_COPIED_BYTES),
         }
     }
 }
@@ -48,6 +61,7 @@ impl Policy {
             min_zerocopy_bytes: 1,
             require_page_aligned: false,
             demote_after_copied: None,
+            demote_after_copied_bytes: None,
         }
     }
 
@@ -63,10 +77,25 @@ impl Policy {
         self
     }
 
-    /// Sets the demotion rule.
+    /// Sets the demotion rule in notifications; `None` turns demotion off altogether
+    /// (bytes too).
     pub fn with_demotion(mut self, after_copied: Option<u32>) -> Self {
         self.demote_after_copied = after_copied;
+        if after_copied.is_none() {
+            self.demote_after_copied_bytes = None;
+        }
         self
+    }
+
+    /// Sets the demotion rule in consecutive COPIED bytes.
+    pub fn with_demotion_bytes(mut self, after_copied_bytes: Option<u64>) -> Self {
+        self.demote_after_copied_bytes = after_copied_bytes;
+        self
+    }
+
+    /// Whether this policy ever stops asking for zero-copy on a socket.
+    pub fn demotes(&self) -> bool {
+        self.demote_after_copied.is_some() || self.demote_after_copied_bytes.is_some()
     }
 
     /// Decides one send of `len` bytes starting at address `addr`.
@@ -83,10 +112,11 @@ impl Policy {
     }
 }
 
-/// Tracks consecutive COPIED notifications of one socket.
+/// Tracks consecutive COPIED notifications of one socket, and the bytes they covered.
 #[derive(Debug, Clone, Default)]
 pub struct CopiedDemotion {
     streak: u32,
+    streak_bytes: u64,
     demoted: bool,
 }
 
@@ -98,6 +128,30 @@ impl CopiedDemotion {
         }
         self.streak = if copied { self.streak + 1 } else { 0 };
         if limit.is_some_and(|l| self.streak >= l) {
+            self.demoted = true;
+            return true;
+        }
+        false
+    }
+
+    /// Feeds one notification that completed calls carrying `bytes`, against both of
+    /// `policy`'s limits; returns true exactly when this one demotes the socket.
+    pub fn observe_bytes(&mut self, copied: bool, bytes: u64, policy: &Policy) -> bool {
+        if self.demoted {
+            return false;
+        }
+        self.streak_bytes = if copied {
+            self.streak_bytes.saturating_add(bytes)
+        } else {
+            0
+        };
+        if self.observe(copied, policy.demote_after_copied) {
+            return true;
+        }
+        if policy
+            .demote_after_copied_bytes
+            .is_some_and(|l| self.streak_bytes >= l)
+        {
             self.demoted = true;
             return true;
         }
@@ -151,6 +205,36 @@ mod tests {
         for _ in 0..1000 {
             assert!(!never.observe(true, None));
         }
+    }
+
+    #[test]
+    fn merged_notifications_demote_by_the_bytes_they_cover() {
+        // Two notifications of 10 MiB each: far under 64 notifications, over 16 MiB.
+        let p = Policy::default();
+        let mut d = CopiedDemotion::default();
+        assert!(!d.observe_bytes(true, 10 << 20, &p));
+        assert!(d.observe_bytes(true, 10 << 20, &p));
+        assert!(d.is_demoted());
+        // A notification that was not copied breaks the byte streak too.
+        let mut d = CopiedDemotion::default();
+        assert!(!d.observe_bytes(true, 10 << 20, &p));
+        assert!(!d.observe_bytes(false, 1 << 20, &p));
+        assert!(!d.observe_bytes(true, 10 << 20, &p));
+        assert!(!d.is_demoted());
+        // The notification limit still applies on its own (small merged ranges).
+        let p = Policy::default().with_demotion(Some(3));
+        let mut d = CopiedDemotion::default();
+        assert!(!d.observe_bytes(true, 1, &p));
+        assert!(!d.observe_bytes(true, 1, &p));
+        assert!(d.observe_bytes(true, 1, &p));
+        // `with_demotion(None)` and `always()` never demote, whatever the bytes.
+        for p in [Policy::default().with_demotion(None), Policy::always()] {
+            assert!(!p.demotes());
+            let mut d = CopiedDemotion::default();
+            assert!(!d.observe_bytes(true, u64::MAX, &p));
+            assert!(!d.observe_bytes(true, u64::MAX, &p));
+        }
+        assert!(Policy::default().demotes());
     }
 }
 

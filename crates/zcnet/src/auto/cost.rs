@@ -163,6 +163,13 @@ impl<P: AutoPath> CostCheck<P> {
         self
     }
 
+    /// Whether a window is being measured: the clock is read at its end, so a caller whose
+    /// clock costs something to keep (an async stream summing its own polls' CPU, where a
+    /// task moves between threads) need only keep it while this says so.
+    pub fn measuring(&self) -> bool {
+        matches!(self.phase, Phase::Measuring { .. } | Phase::Probing { .. })
+    }
+
     /// Where an operation that wants `wanted` goes; `clock` (the thread's CPU time, ns) is
     /// read only when a window starts.
     pub fn route(&mut self, wanted: P, clock: impl Fn() -> u64) -> Route<P> {
@@ -391,6 +398,32 @@ mod tests {
         assert!(routes[60..100]
             .iter()
             .all(|r| *r == Route::Costlier(TxPath::Uring)));
+    }
+
+    #[test]
+    fn the_clock_is_needed_only_while_a_window_is_measured() {
+        let mut c = check();
+        let mut measured = Vec::new();
+        let clock = Cell::new(0u64);
+        for _ in 0..40 {
+            let r = c.route(TxPath::Zerocopy, || clock.get());
+            measured.push(c.measuring());
+            clock.set(
+                clock.get()
+                    + if matches!(r, Route::Wanted(_)) {
+                        2048
+                    } else {
+                        1024
+                    },
+            );
+            c.after(1024, || clock.get());
+        }
+        // Measuring zero-copy (10 ops), settling (10, unmeasured), probing copy (10), then
+        // costlier: demoted (unmeasured).
+        assert!(measured[..10].iter().all(|m| *m));
+        assert!(measured[10..20].iter().all(|m| !*m));
+        assert!(measured[20..30].iter().all(|m| *m));
+        assert!(measured[30..].iter().all(|m| !*m));
     }
 
     #[test]

@@ -379,7 +379,7 @@ impl MsgSender {
             &mut self.entries,
             &mut self.completions,
             &mut self.demotion,
-            self.cfg.policy.demote_after_copied,
+            self.cfg.policy,
             &self.stats,
         )?;
         Ok(released.len())

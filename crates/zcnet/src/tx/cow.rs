@@ -322,7 +322,7 @@ impl super::Transmit for CowTx {
             &mut self.entries,
             &mut self.completions,
             &mut self.demotion,
-            self.policy.demote_after_copied,
+            self.policy,
             stats,
         )?;
         let n = released.len();

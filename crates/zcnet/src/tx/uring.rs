@@ -129,7 +129,7 @@ impl UringTx {
                     }
                     if self
                         .demotion
-                        .observe(copied, self.policy.demote_after_copied)
+                        .observe_bytes(copied, u64::from(bytes), &self.policy)
                     {
                         stats.add_tx_demotions(1);
                     }

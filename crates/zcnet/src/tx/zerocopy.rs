@@ -124,7 +124,7 @@ impl super::Transmit for ZerocopyTx {
             &mut self.entries,
             &mut self.completions,
             &mut self.demotion,
-            self.policy.demote_after_copied,
+            self.policy,
             stats,
         )?;
         Ok(released.len())

@@ -2,7 +2,7 @@
 
 use super::completion::Completions;
 use crate::error::{Error, Result};
-use crate::policy::CopiedDemotion;
+use crate::policy::{CopiedDemotion, Policy};
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -37,13 +37,14 @@ pub(crate) fn poll_errqueue(
 }
 
 /// Drains the error queue without blocking and applies every zero-copy notification:
-/// calls marked done, COPIED bytes and demotions counted. Returns the loans that came free.
+/// calls marked done, COPIED bytes and demotions counted (by `policy`'s limits, in
+/// notifications and in the bytes they cover). Returns the loans that came free.
 pub(crate) fn reap_completions<T>(
     fd: BorrowedFd<'_>,
     entries: &mut Vec<zc::ErrqueueEntry>,
     completions: &mut Completions<T>,
     demotion: &mut CopiedDemotion,
-    demote_after_copied: Option<u32>,
+    policy: Policy,
     stats: &Stats,
 ) -> Result<Vec<T>> {
     let mut released = Vec::new();
@@ -52,7 +53,7 @@ pub(crate) fn reap_completions<T>(
         entries,
         completions,
         demotion,
-        demote_after_copied,
+        policy,
         stats,
         |item, _copied| released.push(item),
     )?;
@@ -71,7 +72,7 @@ pub fn reap_each<T>(
     entries: &mut Vec<zc::ErrqueueEntry>,
     completions: &mut Completions<T>,
     demotion: &mut CopiedDemotion,
-    demote_after_copied: Option<u32>,
+    policy: Policy,
     stats: &Stats,
     mut release: impl FnMut(T, bool),
 ) -> Result<usize> {
@@ -86,7 +87,7 @@ pub fn reap_each<T>(
             if copied {
                 stats.add_tx_zc_copied_bytes(done.bytes);
             }
-            if demotion.observe(copied, demote_after_copied) {
+            if demotion.observe_bytes(copied, done.bytes, &policy) {
                 stats.add_tx_demotions(1);
             }
             for item in done.released {

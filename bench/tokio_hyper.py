@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""The hyper example against the same server on a plain tokio TcpStream, side by side.
+
+    cargo build --release -p zcnet-tokio --example hyper_server
+    python3 bench/tokio_hyper.py [RUNS]          # default 5; needs curl
+
+Each run starts `hyper_server --requests 1` four times in turn (`--plain`, `--copy`, the
+default `auto`, `--always`) on loopback, fetches its 1 GiB body with curl (discarded), and takes
+the server's process CPU (its own `getrusage(RUSAGE_SELF)` line) and the CPU of server
+and curl together (this script's `RUSAGE_CHILDREN` delta: both ends, since on loopback
+either end may pay the receive processing). Rows are interleaved; medians are printed with
+their ratio to the plain server. `PIN=1` runs server and curl on CPU 1 (`taskset`), which
+makes the split between the two ends steadier. The machine this runs on is usually shared:
+compare rows of one table only.
+"""
+import re
+import resource
+import statistics
+import subprocess
+import os
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(__file__).resolve().parent.parent / "target/release/examples/hyper_server"
+MODES = [
+    ("plain TcpStream", ["--plain"]),
+    ("ZcStream --copy (no zero-copy)", ["--copy"]),
+    ("ZcStream auto (default)", []),
+    ("ZcStream --always", ["--always"]),
+]
+UNIT = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+PIN = ["taskset", "-c", "1"] if os.environ.get("PIN") == "1" else []
+
+
+def one(port, flags):
+    before = children_cpu()
+    server = subprocess.Popen(
+        [*PIN, str(BIN), "--addr", f"127.0.0.1:{port}", "--requests", "1", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    curl = subprocess.run(
+        [*PIN, "curl", "-s", "-o", "/dev/null", "-w", "%{size_download}", f"http://127.0.0.1:{port}/"],
+        capture_output=True, text=True, check=True)
+    out, _ = server.communicate(timeout=300)
+    both = children_cpu() - before
+    gib = int(curl.stdout) / 2**30
+    m = re.search(r"user: ([0-9.]+)(\D+?), sys: ([0-9.]+)(\D+?)[,}]", out)
+    if not m or gib == 0:
+        sys.exit(f"no CPU line or no body from the server:\n{out}")
+    server_cpu = float(m.group(1)) * UNIT[m.group(2).strip()] + float(m.group(3)) * UNIT[m.group(4).strip()]
+    stats = next((l for l in out.splitlines() if "sent" in l), "")
+    return server_cpu / gib, both / gib, stats
+
+
+def main():
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    res = {name: [] for name, _ in MODES}
+    port = 18180
+    for _ in range(runs):
+        for name, flags in MODES:
+            port += 1
+            res[name].append(one(port, flags))
+    base = statistics.median(r[0] for r in res[MODES[0][0]])
+    base_both = statistics.median(r[1] for r in res[MODES[0][0]])
+    pinned = ", server and curl on CPU 1" if PIN else ""
+    print(f"hyper_server, 1 GiB to curl on loopback{pinned}, median of {runs} interleaved runs (shared machine)\n")
+    print("| server | server CPU-s/GiB (runs) | median | × plain | server+curl CPU-s/GiB | × plain |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, _ in MODES:
+        s = [r[0] for r in res[name]]
+        b = statistics.median(r[1] for r in res[name])
+        print(f"| {name} | {', '.join(f'{x:.3f}' for x in s)} | {statistics.median(s):.3f} | "
+              f"{statistics.median(s) / base:.2f} | {b:.3f} | {b / base_both:.2f} |")
+    for name, _ in MODES[1:]:
+        print(f"\n{name}, last run: {res[name][-1][2]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -141,16 +141,19 @@ mod tests {
     #[test]
     fn zero_copy_that_costs_more_than_copy_is_left_for_copy() {
         let mut c = SendChoice::new(Policy::default(), true);
-        // Windows of 16 MiB: measured zero-copy, settling, measured copy, then demoted.
-        let (gone, d) = drive(&mut c, 1.5, 1.0, 64);
+        // Windows of 16 MiB: measured zero-copy, settling, measured copy — a first costlier
+        // verdict measures again at once (`cost::CONFIRM`), the second demotes.
+        let (gone, d) = drive(&mut c, 1.5, 1.0, 128);
         assert!(gone[..16].iter().all(|g| *g == Go::ZeroCopy));
         assert!(gone[16..48].iter().all(|g| *g == Go::Probe));
-        assert!(gone[48..]
+        assert!(gone[48..64].iter().all(|g| *g == Go::ZeroCopy));
+        assert!(gone[64..96].iter().all(|g| *g == Go::Probe));
+        assert!(gone[96..]
             .iter()
             .all(|g| *g == Go::Copy(FallbackReason::Costlier)));
-        assert_eq!((d.cost_checks, d.cost_costlier), (1, 1));
-        assert_eq!(d.cost_probe_ops, 32);
-        assert_eq!(d.fallback_costlier, 16);
+        assert_eq!((d.cost_checks, d.cost_costlier), (2, 1));
+        assert_eq!(d.cost_probe_ops, 64);
+        assert_eq!(d.fallback_costlier, 32);
     }
 
     #[test]

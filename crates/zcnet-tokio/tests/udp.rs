@@ -325,7 +325,7 @@ async fn lost_messages_are_reported_by_id() {
     let mut got = Vec::new();
     let mut lost: Vec<Lost> = Vec::new();
     while got.len() + lost.iter().map(|l| l.count as usize).sum::<usize>() < 8 {
-        match next(&rx, Duration::from_secs(5), "messages and losses").await {
+        match next(&rx, Duration::from_secs(20), "messages and losses").await {
             MsgEvent::Message(m) => {
                 check(m.id, &m, len);
                 got.push(m.id);

@@ -498,7 +498,8 @@ impl Frame {
                         max: MAX_EXTENTS,
                     });
                 }
-                let mut extents = Vec::with_capacity(n);
+                // The count is the peer's word: room only for the extents the payload holds.
+                let mut extents = Vec::with_capacity(n.min(r.p.len() / 16));
                 for _ in 0..n {
                     extents.push((r.u64()?, r.u64()?));
                 }

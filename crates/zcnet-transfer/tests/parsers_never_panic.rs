@@ -39,6 +39,10 @@ fn samples() -> Vec<Vec<u8>> {
             message: "busy".into(),
         },
         Frame::Start { offset: 77 },
+        Frame::StartSparse {
+            offset: 0,
+            extents: vec![(0, 4096), (1 << 20, 8192)],
+        },
         Frame::Data(vec![1, 2, 3, 4, 5]),
         Frame::EndData,
         Frame::Trailer {

@@ -256,7 +256,10 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         "file" => (true, zcnet::TxPath::Copy),
         t => (false, workers::tx_path(t)?),
     };
-    let rx = workers::rx_path(args.rx.as_deref().unwrap_or("auto"))?;
+    let (rx_file, rx) = match args.rx.as_deref().unwrap_or("auto") {
+        "file" => (true, zcnet::RxPath::Copy),
+        r => (false, workers::rx_path(r)?),
+    };
     let interval = args.interval.unwrap_or(1.0);
     if !(0.0..=60.0).contains(&interval) {
         return Err(BenchError::Usage(
@@ -267,6 +270,7 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         tx,
         file,
         rx,
+        rx_file,
         interval,
         format: if args.json_stream {
             iperf3::Format::JsonStream
@@ -298,7 +302,7 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
             println!("-----------------------------------------------------------");
             println!(
                 "Server listening on {local} (iperf3 protocol; zcnet tx {tx_name}, rx {})",
-                rx.name()
+                common.rx_name()
             );
             println!("-----------------------------------------------------------");
         } else {

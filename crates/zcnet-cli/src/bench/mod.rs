@@ -190,6 +190,10 @@ pub struct Args {
     /// A small, fast suite (for tests and a first look; numbers are noisier).
     #[arg(long, requires = "suite")]
     quick: bool,
+    /// Only these experiments of the suite (ids: crossover, touch, ring, streams, loan,
+    /// ftp, rr).
+    #[arg(long, value_name = "ID,…", requires = "suite", value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 impl Args {
@@ -424,6 +428,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
         let opts = suite::SuiteOptions {
             out: args.out.clone(),
             quick: args.quick,
+            only: args.only.clone(),
             repeat: args.repeat,
             time: args.time,
         };

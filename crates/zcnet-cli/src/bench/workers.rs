@@ -214,7 +214,9 @@ fn stream_send_file(
 }
 
 /// `--rx file`: splices `size` bytes at a time into a file (`Receiver::recv_to_file`)
-/// until end of stream.
+/// until end of stream. With `--touch` the application then reads every word of what it
+/// stored, as it must to look at a received file: `pread` back from the page cache into
+/// one buffer (the data never passed through the application on the way in).
 fn stream_receive_file(
     mut rx: Receiver,
     p: &Params,
@@ -224,6 +226,22 @@ fn stream_receive_file(
     let mut out = WorkerOut {
         rx_path: Some(files::FILE.to_string()),
         ..Default::default()
+    };
+    let mut scratch = if p.touch {
+        vec![0u8; p.size as usize]
+    } else {
+        Vec::new()
+    };
+    let mut acc = 0u64;
+    let mut touch = |file: &std::fs::File, at: u64, n: u64| -> Result<(), BenchError> {
+        if p.touch && n > 0 {
+            use std::os::unix::fs::FileExt as _;
+            let b = &mut scratch[..n as usize];
+            file.read_exact_at(b, at)
+                .map_err(|e| BenchError::io("pread (touching the received file)", e))?;
+            acc ^= touch::read_words(b);
+        }
+        Ok(())
     };
     let t0 = cpu_now()?;
     out.started = Some(Instant::now());
@@ -235,6 +253,7 @@ fn stream_receive_file(
             Ok(n) => n,
             // The stream ended inside this piece: what arrived is counted, and ends the run.
             Err(zcnet::Error::Truncated { got: n, .. }) => {
+                touch(&sink.file, at, n)?;
                 got += n;
                 progress.bytes.fetch_add(n, Ordering::Relaxed);
                 break;
@@ -242,9 +261,11 @@ fn stream_receive_file(
             Err(e) => return Err(zerr("splice (receive into a file)")(e)),
         };
         out.recv.record(t.elapsed());
+        touch(&sink.file, at, n)?;
         got += n;
         progress.bytes.fetch_add(n, Ordering::Relaxed);
     }
+    std::hint::black_box(acc);
     out.ended = Some(Instant::now());
     out.cpu = side_cpu(t0, cpu_now()?);
     out.bytes_received = got;

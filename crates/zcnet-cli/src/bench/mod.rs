@@ -594,12 +594,12 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         // paths of the bench, not zcnet paths: no request/response without a message.
         let (mut known_tx, mut known_rx) = (tx_names(), rx_names());
         if mode == Mode::Stream {
-            known_tx.push(files::FILE);
+            known_tx.extend([files::FILE, files::READ_SEND]);
             known_rx.push(files::FILE);
-        } else if [args.tx(), args.rx()]
-            .iter()
-            .any(|l| l.split(',').any(|p| p.trim() == files::FILE))
-        {
+        } else if [args.tx(), args.rx()].iter().any(|l| {
+            l.split(',')
+                .any(|p| [files::FILE, files::READ_SEND].contains(&p.trim()))
+        }) {
             return Err(BenchError::Usage(
                 "--tx/--rx file are stream paths (a file sent or received whole); --rr \
                  exchanges messages from memory"
@@ -648,7 +648,7 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                             .and_then(|()| params.udp_limits())
                     } else {
                         let mut known_tx = tx_names();
-                        known_tx.push(files::FILE);
+                        known_tx.extend([files::FILE, files::READ_SEND]);
                         params.validate(&known_tx, &known_rx)
                     }
                     .map_err(|r| BenchError::Usage(r.0))?;

@@ -112,8 +112,8 @@ pub(crate) fn stream_send(
     progress: &Progress,
     src: Option<&SourceFile>,
 ) -> Result<WorkerOut, BenchError> {
-    if let Some(src) = src {
-        return stream_send_file(addr, p, src, quota, deadline, progress);
+    if let (Some(src), Some(mode)) = (src, files::file_tx_mode(&p.tx)) {
+        return stream_send_file(addr, p, src, mode, quota, deadline, progress);
     }
     let tx = tx_path(&p.tx)?;
     let mut sender =
@@ -171,12 +171,14 @@ pub(crate) fn stream_send(
 }
 
 /// `--tx file`: sends `size` bytes at a time from a page-cache file (`Sender::send_file`,
-/// sendfile(2)); the file and `--cold` are [`files`]'. The sender's transmit path is not
+/// sendfile(2)); `--tx read_send` the same file by `pread` + `send`. The file and `--cold`
+/// are [`files`]'. The sender's transmit path is not
 /// used: file bytes never pass through user space.
 fn stream_send_file(
     addr: SocketAddr,
     p: &Params,
     src: &SourceFile,
+    mode: zcnet::FileTxMode,
     quota: Option<u64>,
     deadline: Option<Instant>,
     progress: &Progress,
@@ -199,7 +201,7 @@ fn stream_send_file(
         let at = cursor.next(src, n)?;
         let t = Instant::now();
         sender
-            .send_file(&src.file, at, n)
+            .send_file_with(&src.file, at, n, mode)
             .map_err(zerr("sendfile"))?;
         out.send.record(t.elapsed());
         sent += n;

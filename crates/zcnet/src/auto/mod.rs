@@ -44,6 +44,7 @@
 pub mod choose;
 pub mod cost;
 pub mod demotion;
+pub mod file;
 pub mod hysteresis;
 pub mod load;
 pub mod pair;
@@ -55,7 +56,8 @@ pub use demotion::{Admit, Demotion, DemotionReason, Report};
 pub use hysteresis::Hysteresis;
 pub use load::{Loaded, ProfileSource};
 pub use profile::{
-    HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread, Topology,
+    FilePair, HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread,
+    Topology,
 };
 
 use crate::path::RxPath;

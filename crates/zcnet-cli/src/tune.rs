@@ -6,7 +6,9 @@
 //! one of `copy`, `zerocopy`, `uring` into every one of `copy`, `mmap`, `uring` — because the
 //! two ends' costs do not add up (`zcnet::auto::pair`); and `cow` into `copy`, `copy` into
 //! `zcrx`, so the single-end tables (each path against a `copy` peer, what a connection to a
-//! peer elsewhere reads) are complete. Sizes are swept, with and without touching the data,
+//! peer elsewhere reads) are complete; and a caller's file, by `sendfile` (`file`) and by
+//! `pread` + `send` (`read_send`), into `copy`, `mmap` and `uring`, for the profile's `file`
+//! table (`zcnet::auto::file`: how `Sender::send_file` goes on `auto`). Sizes are swept, with and without touching the data,
 //! repeated and interleaved. Each row is the median and range of the worker CPU-seconds per
 //! GiB of both ends ([`zcnet_bench::measure`]).
 //!
@@ -17,11 +19,10 @@
 //! its runs beat all of `copy → copy`'s (its range lies below), so one noisy run can keep
 //! `copy` but cannot make another pair win.
 //!
-//! Wall time, bounded by the plan: 11 configurations × sizes × touch variants × repeats ×
+//! Wall time, bounded by the plan: 17 configurations × sizes × touch variants × repeats ×
 //! `--time`, plus at most 3 × sizes × touch variants × repeats re-check runs, plus about
 //! 0.1 s of set-up per run. The defaults (6 sizes, both touch variants, 3 repeats, 0.25 s)
-//! plan 396 runs + at most 108: about two and a half minutes of measuring, three or four
-//! minutes in all.
+//! plan 612 runs + at most 108: about four minutes of measuring, five or six in all.
 //!
 //! One profile per interface measured, keyed by kernel release, interface and MTU, in the
 //! directory `auto` looks in.

@@ -553,7 +553,7 @@ fn send_file_takes_the_mode_the_profile_measured_cheaper() {
     ];
     let (small, big) = (16 * 64 * KIB, 4 * 1024 * KIB);
     let mut f = tempfile::tempfile().unwrap();
-    f.write_all(&common::pattern(0, (small + big) as usize))
+    f.write_all(common::pattern(0, (small + big) as usize))
         .unwrap();
     let cfg = auto_sender_config(Arc::new(p), 64 * 1024);
     let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {

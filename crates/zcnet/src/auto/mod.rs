@@ -74,7 +74,7 @@ pub trait AutoPath: Copy + Eq + Hash + fmt::Debug + fmt::Display + serde::Serial
     /// works on every socket and every buffer and is never much worse than the best path for
     /// memory-to-memory transfers.
     const DEFAULT: Self;
-    /// Which direction's table of the profile holds this path ("tx" or "rx").
+    /// Which table of the profile holds this path ("tx", "rx", "pairs" or "file").
     const DIRECTION: &'static str;
     /// The path for a profile name (`"copy"`, `"zerocopy"`, …), `None` if unknown.
     fn from_name(name: &str) -> Option<Self>;

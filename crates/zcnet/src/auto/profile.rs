@@ -24,6 +24,11 @@
 //! (loopback, netns); `auto` prefers it to the single-end tables when both ends of a
 //! connection are `auto` ([`super::pair`]). The single-end tables stay for peers elsewhere.
 //!
+//! `file` (optional) holds what sending a caller's file costs, `sendfile`/`splice`/
+//! `read_send` into each receive path, in the layout of a `pairs` row with the mode in `tx`
+//! (`{"tx": "sendfile", "rx": "copy", …}`); [`super::file`] picks `Sender::send_file`'s mode
+//! from it.
+//!
 //! `created` is an RFC 3339 string or Unix seconds; it is informational.
 
 use super::AutoPath;

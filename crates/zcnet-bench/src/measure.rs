@@ -11,7 +11,7 @@ use crate::report::Run;
 use crate::summary::median;
 use std::collections::BTreeMap;
 use zcnet::auto::pair::{PairMeasurement, PathPair};
-use zcnet::auto::profile::{Measurement, Spread};
+use zcnet::auto::profile::{FilePair, Measurement, Spread};
 use zcnet::auto::AutoPath;
 use zcnet::path::RxPath;
 use zcnet::path::TxPath;
@@ -104,6 +104,29 @@ pub fn pair_rows(runs: &[Run]) -> Vec<PairMeasurement> {
                 cpu_s_per_gib: spread(&costs)?,
                 zc_fraction_tx: median(&ztx).map(|f| f.clamp(0.0, 1.0)),
                 zc_fraction_rx: median(&zrx).map(|f| f.clamp(0.0, 1.0)),
+            })
+        })
+        .collect()
+}
+
+/// The `file` table of a profile: the bench's file senders (`file` = sendfile,
+/// `read_send` = pread + send) into each receive path `auto` can take, median and range,
+/// rows named as [`FilePair`] names them (`sendfile/copy`).
+pub fn file_rows(runs: &[Run]) -> Vec<Measurement<FilePair>> {
+    pair_groups(runs)
+        .into_iter()
+        .filter_map(|((tx, rx, size, touch), (costs, ztx, _))| {
+            let mode = match tx.as_str() {
+                "file" => "sendfile",
+                "read_send" => "read_send",
+                _ => return None,
+            };
+            Some(Measurement {
+                path: FilePair::from_name(&format!("{mode}/{rx}"))?,
+                size,
+                touch,
+                cpu_s_per_gib: spread(&costs)?,
+                zc_fraction: median(&ztx).map(|f| f.clamp(0.0, 1.0)),
             })
         })
         .collect()

@@ -6,7 +6,9 @@
 //! one of `copy`, `zerocopy`, `uring` into every one of `copy`, `mmap`, `uring` — because the
 //! two ends' costs do not add up (`zcnet::auto::pair`); and `cow` into `copy`, `copy` into
 //! `zcrx`, so the single-end tables (each path against a `copy` peer, what a connection to a
-//! peer elsewhere reads) are complete. Sizes are swept, with and without touching the data,
+//! peer elsewhere reads) are complete; and a caller's file, by `sendfile` (`file`) and by
+//! `pread` + `send` (`read_send`), into `copy`, `mmap` and `uring`, for the profile's `file`
+//! table (`zcnet::auto::file`: how `Sender::send_file` goes on `auto`). Sizes are swept, with and without touching the data,
 //! repeated and interleaved. Each row is the median and range of the worker CPU-seconds per
 //! GiB of both ends ([`zcnet_bench::measure`]).
 //!
@@ -17,11 +19,10 @@
 //! its runs beat all of `copy → copy`'s (its range lies below), so one noisy run can keep
 //! `copy` but cannot make another pair win.
 //!
-//! Wall time, bounded by the plan: 11 configurations × sizes × touch variants × repeats ×
+//! Wall time, bounded by the plan: 17 configurations × sizes × touch variants × repeats ×
 //! `--time`, plus at most 3 × sizes × touch variants × repeats re-check runs, plus about
 //! 0.1 s of set-up per run. The defaults (6 sizes, both touch variants, 3 repeats, 0.25 s)
-//! plan 396 runs + at most 108: about two and a half minutes of measuring, three or four
-//! minutes in all.
+//! plan 612 runs + at most 108: about four minutes of measuring, five or six in all.
 //!
 //! One profile per interface measured, keyed by kernel release, interface and MTU, in the
 //! directory `auto` looks in.
@@ -31,9 +32,11 @@ use std::path::{Path, PathBuf};
 use zcnet::auto::load::host_key_for;
 use zcnet::auto::pair::{self, PairMeasurement, PathPair};
 use zcnet::auto::profile::{Created, SCHEMA};
-use zcnet::auto::{AutoPath, Chooser, HostKey, Measurement, Profile, Topology as ProfileTopology};
+use zcnet::auto::{
+    AutoPath, Chooser, FilePair, HostKey, Measurement, Profile, Topology as ProfileTopology,
+};
 use zcnet::{RxPath, TxPath};
-use zcnet_bench::measure::{pair_rows, profile_rows};
+use zcnet_bench::measure::{file_rows, pair_rows, profile_rows};
 use zcnet_bench::protocol::{Limit, Params};
 use zcnet_bench::report::Mode;
 use zcnet_bench::sizes::{parse_sizes, ByteSize};
@@ -95,24 +98,34 @@ const PAIR_RX: [RxPath; 3] = [RxPath::Copy, RxPath::Mmap, RxPath::Uring];
 /// loopback and veth).
 const SINGLE: [(TxPath, RxPath); 2] = [(TxPath::Cow, RxPath::Copy), (TxPath::Copy, RxPath::Zcrx)];
 
+/// A caller's file (`Sender::send_file`), sent by `sendfile` (the bench's `file`) or by
+/// `pread` + `send` (`read_send`), into each receive path of the pairs: the profile's `file`
+/// table, from which an `auto` sender picks the mode (`zcnet::auto::file`).
+const FILE_TX: [&str; 2] = ["file", "read_send"];
+
 /// Entry point from `main`.
 pub fn run(args: &Args) -> Result<(), String> {
     run_inner(args).map_err(|e| e.to_string())
 }
 
 /// Every configuration the first pass measures: each pair, then the single-end extras.
-fn configs() -> Vec<(TxPath, RxPath)> {
-    let mut v: Vec<(TxPath, RxPath)> = PAIR_TX
+fn configs() -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<(&str, &str)> = PAIR_TX
         .iter()
-        .flat_map(|&t| PAIR_RX.iter().map(move |&r| (t, r)))
+        .flat_map(|&t| PAIR_RX.iter().map(move |&r| (t.name(), r.name())))
         .collect();
-    v.extend(SINGLE);
+    v.extend(SINGLE.iter().map(|(t, r)| (t.name(), r.name())));
+    v.extend(
+        FILE_TX
+            .iter()
+            .flat_map(|&t| PAIR_RX.iter().map(move |&r| (t, r.name()))),
+    );
     v
 }
 
 fn spec(
     env: &Env,
-    (tx, rx): (TxPath, RxPath),
+    (tx, rx): (&str, &str),
     size: u64,
     touch: bool,
     time: f64,
@@ -121,8 +134,8 @@ fn spec(
     RunSpec {
         params: Params {
             mode: Mode::Stream,
-            tx: tx.name().to_string(),
-            rx: rx.name().to_string(),
+            tx: tx.to_string(),
+            rx: rx.to_string(),
             size,
             streams: 1,
             ring: bench::default_ring(size, Mode::Stream),
@@ -219,7 +232,15 @@ fn recheck_plan(
     for repeat in 0..args.repeat {
         for &(size, touch) in points {
             for c in contenders(pairs, size, touch) {
-                specs.push(spec(env, c, size, touch, args.time, args.repeat + repeat));
+                let names = (c.0.name(), c.1.name());
+                specs.push(spec(
+                    env,
+                    names,
+                    size,
+                    touch,
+                    args.time,
+                    args.repeat + repeat,
+                ));
             }
         }
     }
@@ -315,6 +336,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
     let pairs = pair_rows(&runs);
     let flipped = flips(&first, &pairs, &points);
     let (tx, rx) = profile_rows(&runs);
+    let file = file_rows(&runs);
     let report = bench::make_report(runs);
     let mut written = Vec::new();
     for key in &keys {
@@ -332,6 +354,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             tx: tx.clone(),
             rx: rx.clone(),
             pairs: pairs.clone(),
+            file: file.clone(),
         };
         // What `auto` will read must parse: refuse to write a profile it would refuse.
         Profile::parse(&profile.to_json(), key)
@@ -345,6 +368,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
     }
     print!("{}", summary(&tx, &rx, args.no_touch));
     print!("{}", pair_summary(&pairs, touches(args), &flipped));
+    print!("{}", file_summary(&file, &pairs, touches(args), &sizes));
     let plot = args
         .plot
         .clone()
@@ -355,6 +379,35 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
     }
     println!("plot: {}", plot.display());
     Ok(())
+}
+
+/// What an `auto` sender does with a caller's file at each size: the mode the profile's
+/// `file` table picks (into the receive path the pairs choose), and why.
+fn file_summary(
+    file: &[Measurement<FilePair>],
+    pairs: &[PairMeasurement],
+    touches: &[bool],
+    sizes: &[u64],
+) -> String {
+    let mut s = String::new();
+    for &touch in touches {
+        let Some(c) = zcnet::auto::file::chooser(file, pairs, touch) else {
+            continue;
+        };
+        let picks: Vec<String> = sizes
+            .iter()
+            .map(|&size| {
+                let ch = c.choose(size, true);
+                format!("{} {} ({:?})", ByteSize(size), ch.path, ch.reason)
+            })
+            .collect();
+        s += &format!(
+            "file sends ({}): {}\n",
+            if touch { "touched" } else { "untouched" },
+            picks.join(", ")
+        );
+    }
+    s
 }
 
 fn describe_env(env: &Env) -> String {

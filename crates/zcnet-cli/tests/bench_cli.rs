@@ -545,3 +545,72 @@ fn the_quick_papers_suite_writes_its_report() {
     let r: Report = serde_json::from_slice(&json).unwrap();
     assert!(r.runs.iter().all(|r| r.bytes_sent == r.bytes_received));
 }
+
+/// The FTP experiment alone (`--only ftp`), tiny: a `--tx file` sender against every
+/// receive path, without and with the receiver touching, each run moving every byte it
+/// sent (all of it by sendfile; into the file by splice where the receiver is `file`),
+/// and the whole-file table checked byte for byte by the suite itself.
+#[test]
+fn the_ftp_experiment_sends_a_file_to_every_receive_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(
+        zcnet()
+            .args([
+                "bench", "--suite", "papers", "--quick", "--only", "ftp", "--out",
+            ])
+            .arg(dir.path()),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert_eq!(md.matches("**The paper:**").count(), 1, "only ftp ran");
+    assert!(md.contains("File transfer (Solaris, FTP test)"));
+    let json = std::fs::read(dir.path().join("report.json")).unwrap();
+    let r: Report = serde_json::from_slice(&json).unwrap();
+    let mut seen = Vec::new();
+    for run in &r.runs {
+        assert_eq!(run.tx, "file", "{}", run.label);
+        assert!(run.bytes_sent > 0);
+        assert_eq!(run.bytes_sent, run.bytes_received, "{}→{}", run.tx, run.rx);
+        assert_eq!(
+            run.sender_stats.tx_bytes_file, run.bytes_sent,
+            "all by sendfile"
+        );
+        if run.rx == "file" {
+            assert_eq!(run.receiver_stats.rx_bytes_file, run.bytes_received);
+        }
+        for x in [run.sender_cpu_s_per_gib, run.receiver_cpu_s_per_gib] {
+            assert!(x.is_finite() && x > 0.0, "{}→{}: {x}", run.tx, run.rx);
+        }
+        let row = format!(
+            "| file→{} | {} |",
+            run.rx,
+            if run.touch { "yes" } else { "no" }
+        );
+        assert!(md.contains(&row), "{row} missing from report.md");
+        seen.push((run.rx.clone(), run.touch));
+    }
+    for rx in ["copy", "file"] {
+        for touch in [false, true] {
+            assert!(
+                seen.contains(&(rx.to_string(), touch)),
+                "{rx} touch={touch}"
+            );
+        }
+    }
+    assert_eq!(seen.len() % 2, 0, "each receiver with and without touching");
+    assert!(md.contains("| sendfile | splice |"), "the whole-file table");
+    // An experiment that does not exist is refused by name.
+    let bad = run_bounded(
+        zcnet()
+            .args(["bench", "--suite", "papers", "--only", "nope", "--out"])
+            .arg(dir.path()),
+        Duration::from_secs(30),
+    );
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("--only nope"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

@@ -105,3 +105,60 @@ fn file_paths_refuse_what_they_cannot_do_by_name() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// `--tx read_send` sends the same page-cache file by `pread` + `send`: every byte counted,
+/// none of them as a file (zero-copy) byte — the yardstick `file` is measured against. It is
+/// named, not swept: `--tx all` leaves it out.
+#[test]
+fn read_send_copies_the_same_file_and_is_not_in_all() {
+    let out = run_bounded(
+        zcnet().args([
+            "bench",
+            "--tx",
+            "read_send",
+            "--rx",
+            "copy",
+            "--size",
+            "64K",
+            "--bytes",
+            "8M",
+            "--repeat",
+            "1",
+            "--json",
+        ]),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let one = runs(&out.stdout);
+    assert_eq!(one.len(), 1);
+    let r = &one[0];
+    assert_eq!(r["tx"], "read_send");
+    assert_eq!(r["bytes_sent"], BYTES, "{r}");
+    assert_eq!(r["bytes_received"], BYTES, "{r}");
+    assert!(r["sender_stats"].get("tx_bytes_file").is_none(), "{r}");
+    assert_eq!(r["sender_stats"]["tx_bytes_copy"], BYTES, "{r}");
+    assert_eq!(r["zc_fraction_tx"], 0.0);
+    // `all` sweeps every transmit path, file among them, but not read_send.
+    let out = run_bounded(
+        zcnet().args([
+            "bench", "--tx", "all", "--rx", "copy", "--size", "64K", "--bytes", "1M", "--repeat",
+            "1", "--json",
+        ]),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let txs: Vec<String> = runs(&out.stdout)
+        .iter()
+        .map(|r| r["tx"].as_str().unwrap().to_string())
+        .collect();
+    assert!(txs.iter().any(|t| t == "file"), "{txs:?}");
+    assert!(txs.iter().all(|t| t != "read_send"), "{txs:?}");
+}

@@ -553,3 +553,127 @@ fn zcnet_client_sendfile_against_iperf3_server() {
     assert_eq!(z["file_bytes"]["tx"], 64u64 << 20, "{z}");
     assert_eq!(num(z, &["zero_copy_share", "tx"]), 1.0);
 }
+
+/// An unmodified `iperf3 -c` against `zcnet bench -s --rx file`: the server splices every
+/// stream into a page-cache file (`Receiver::recv_to_file`). iperf3's timer stops its
+/// senders wherever it falls, not on a `-l` boundary (and `-l 100000` is no page multiple),
+/// so the server must count the last, partial piece too: every count agrees across both
+/// reports, and every received byte went into the file.
+#[test]
+fn iperf3_client_against_zcnet_server_receiving_into_a_file() {
+    let iperf3 = need_iperf3!();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.json");
+    let (mut server, port, _) = zcnet_server(&[
+        "-1",
+        "--rx",
+        "file",
+        "--file-dir",
+        dir.path().to_str().unwrap(),
+        "--logfile",
+        log.to_str().unwrap(),
+    ]);
+    let client = Command::new(&iperf3)
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(["-t", "1", "-P", "2", "-l", "100000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(60));
+    assert!(ok, "iperf3 -c failed: {err}\n{out:.600}");
+    let (sok, _, _) = finish(server.take(), Duration::from_secs(30));
+    assert!(sok, "zcnet bench -s -1 --rx file failed");
+    let c = parse(&out, "iperf3 -c");
+    let s = parse(
+        &std::fs::read_to_string(&log).unwrap(),
+        "zcnet bench -s --rx file",
+    );
+    check_consumer_fields(&c, "iperf3 -c");
+    check_consumer_fields(&s, "zcnet bench -s --rx file");
+    let sent = bytes(&c, "sum_sent");
+    assert!(sent > 0);
+    assert_eq!(
+        bytes(&s, "sum_sent"),
+        sent,
+        "the server has the client's count"
+    );
+    assert_eq!(
+        bytes(&s, "sum_received"),
+        sent,
+        "every byte sent was received"
+    );
+    assert_eq!(
+        bytes(&c, "sum_received"),
+        sent,
+        "iperf3 reads the server's count"
+    );
+    let z = &s["end"]["zcnet"]["local"];
+    assert_eq!(z["rx_path"], "file", "{z}");
+    assert_eq!(z["rx_paths_in_effect"], serde_json::json!(["file"]), "{z}");
+    assert_eq!(
+        z["file_bytes"]["rx"], sent,
+        "every byte spliced into the file: {z}"
+    );
+    assert_eq!(z["bytes_received"], sent, "{z}");
+    assert_eq!(s["end"]["streams"].as_array().unwrap().len(), 2);
+    // The receive files were unnamed: nothing left in --file-dir but the log.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("server.json")]);
+}
+
+/// `zcnet bench -c -R --rx file` against an unmodified `iperf3 -s`, time-limited: iperf3's
+/// server stops sending when the client's timer says so, mid-piece; zcnet splices what
+/// arrives into a file and reads to end of stream, so it has every byte iperf3 says it sent.
+#[test]
+fn zcnet_client_receiving_into_a_file_against_iperf3_server() {
+    let iperf3 = need_iperf3!();
+    let port = free_port();
+    let mut server = Running(Some(
+        Command::new(&iperf3)
+            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_listening(port);
+    let client = zcnet()
+        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(["-R", "-t", "1", "-P", "2", "--rx", "file"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(client, Duration::from_secs(60));
+    assert!(ok, "zcnet bench -c -R --rx file failed: {err}\n{out:.600}");
+    let (sok, sout, serr) = finish(server.take(), Duration::from_secs(30));
+    assert!(sok, "iperf3 -s failed: {serr}");
+    let c = parse(&out, "zcnet bench -c -R --rx file");
+    let s = parse(&sout, "iperf3 -s");
+    check_consumer_fields(&c, "zcnet bench -c -R --rx file");
+    let sent = bytes(&s, "sum_sent");
+    assert!(sent > 0);
+    assert_eq!(bytes(&c, "sum_sent"), sent, "the client has iperf3's count");
+    assert_eq!(
+        bytes(&c, "sum_received"),
+        sent,
+        "every byte sent was received"
+    );
+    let z = &c["end"]["zcnet"]["local"];
+    assert_eq!(z["rx_path"], "file", "{z}");
+    assert_eq!(
+        z["file_bytes"]["rx"], sent,
+        "every byte spliced into the file: {z}"
+    );
+    let per_stream: u64 = c["end"]["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| st["receiver"]["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_stream, sent);
+}

@@ -76,6 +76,23 @@ fn tune_writes_a_profile_that_auto_then_uses() {
         stdout.contains("pairs (auto → auto takes the cheapest)"),
         "{stdout}"
     );
+    // A caller's file: sendfile and pread + send into each receive path, one row per
+    // size, each sendfile row all zero-copy by the sender's count.
+    for mode in [zcnet::FileTxMode::Sendfile, zcnet::FileTxMode::ReadSend] {
+        for rx in [RxPath::Copy, RxPath::Mmap, RxPath::Uring] {
+            let rows: Vec<_> = p
+                .file
+                .iter()
+                .filter(|m| m.path.mode == mode && m.path.rx == rx)
+                .collect();
+            assert_eq!(rows.len(), 2, "{mode}/{rx}: one row per size");
+            if mode == zcnet::FileTxMode::Sendfile {
+                assert!(rows.iter().all(|m| m.zc_fraction == Some(1.0)), "{rows:?}");
+            }
+        }
+    }
+    assert_eq!(p.file.len(), 12, "{:?}", p.file);
+    assert!(stdout.contains("file sends (untouched): 64K "), "{stdout}");
     // zcrx is refused here (no header split): a refused path is never a row.
     assert!(p.rx.iter().all(|m| m.path != RxPath::Zcrx));
     assert!(p.tx.iter().chain(p.tx.iter()).all(|m| !m.touch));

@@ -44,6 +44,7 @@ fn profile(tx: Vec<Measurement<TxPath>>, rx: Vec<Measurement<RxPath>>) -> Arc<Pr
         tx,
         rx,
         pairs: Vec::new(),
+        file: Vec::new(),
     })
 }
 
@@ -521,4 +522,62 @@ fn a_receiver_trying_uring_hands_the_socket_to_splice_and_back_with_every_byte()
         0,
         "the file range was spliced, not refused: {s:?}"
     );
+}
+
+/// A caller's file on the `auto` path: `Sender::send_file` takes the mode the profile's
+/// `file` table picks at each size — here `pread` + `send` at 64 KiB (sendfile measured
+/// dearer into `copy`) and `sendfile` at 1 MiB — and counts each decision. Every byte of
+/// the file arrives, in order.
+#[test]
+fn send_file_takes_the_mode_the_profile_measured_cheaper() {
+    use std::io::Write as _;
+    use zcnet::auto::FilePair;
+    use zcnet::FileTxMode;
+    let file_row = |mode, size, median| {
+        row(
+            FilePair {
+                mode,
+                rx: RxPath::Copy,
+            },
+            size,
+            median,
+            None,
+        )
+    };
+    let mut p = (*tx_profile(TxPath::Zerocopy, Some(1.0))).clone();
+    p.file = vec![
+        file_row(FileTxMode::ReadSend, 64 * KIB, 1.0),
+        file_row(FileTxMode::Sendfile, 64 * KIB, 2.0),
+        file_row(FileTxMode::ReadSend, 1024 * KIB, 1.0),
+        file_row(FileTxMode::Sendfile, 1024 * KIB, 0.3),
+    ];
+    let (small, big) = (16 * 64 * KIB, 4 * 1024 * KIB);
+    let mut f = tempfile::tempfile().unwrap();
+    f.write_all(common::pattern(0, (small + big) as usize))
+        .unwrap();
+    let cfg = auto_sender_config(Arc::new(p), 64 * 1024);
+    let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {
+        let mut at = 0;
+        for _ in 0..16 {
+            assert_eq!(tx.send_file(&f, at, 64 * KIB).unwrap(), 64 * KIB);
+            at += 64 * KIB;
+        }
+        for _ in 0..4 {
+            assert_eq!(tx.send_file(&f, at, 1024 * KIB).unwrap(), 1024 * KIB);
+            at += 1024 * KIB;
+        }
+        at
+    });
+    assert_eq!(
+        tx.tx_bytes_file, big,
+        "only the 1 MiB pieces went by sendfile"
+    );
+    assert!(
+        tx.tx_bytes_copy >= small,
+        "the 64 KiB pieces were copied: {tx:?}"
+    );
+    assert_eq!(tx.auto_tx.decisions, 20, "{:?}", tx.auto_tx);
+    assert_eq!(tx.auto_tx.chose_by_profile, 4, "{:?}", tx.auto_tx);
+    assert_eq!(tx.auto_tx.chose_default_cheapest, 16, "{:?}", tx.auto_tx);
+    assert!(tx.fallbacks.iter().all(|f| f.1 == 0), "{:?}", tx.fallbacks);
 }

@@ -22,6 +22,20 @@ use zcnet_sys::raw::splice::{fadvise, Advice};
 /// The path name both directions use.
 pub(crate) const FILE: &str = "file";
 
+/// The copying way to send the same file: `pread` into a buffer, then `send`
+/// (`Sender::send_file_with` in `FileTxMode::ReadSend`) — what `file` is measured against,
+/// and what `auto` may choose for a caller's file where copying is cheaper.
+pub(crate) const READ_SEND: &str = "read_send";
+
+/// Whether a transmit path name sends from the page-cache file, and how.
+pub(crate) fn file_tx_mode(name: &str) -> Option<zcnet::FileTxMode> {
+    match name {
+        FILE => Some(zcnet::FileTxMode::Sendfile),
+        READ_SEND => Some(zcnet::FileTxMode::ReadSend),
+        _ => None,
+    }
+}
+
 /// Bytes of a file window.
 const WINDOW: u64 = 64 << 20;
 

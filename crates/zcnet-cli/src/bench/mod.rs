@@ -190,6 +190,10 @@ pub struct Args {
     /// A small, fast suite (for tests and a first look; numbers are noisier).
     #[arg(long, requires = "suite")]
     quick: bool,
+    /// Only these experiments of the suite (ids: crossover, touch, ring, streams, loan,
+    /// ftp, rr).
+    #[arg(long, value_name = "ID,…", requires = "suite", value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 impl Args {
@@ -256,7 +260,10 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         "file" => (true, zcnet::TxPath::Copy),
         t => (false, workers::tx_path(t)?),
     };
-    let rx = workers::rx_path(args.rx.as_deref().unwrap_or("auto"))?;
+    let (rx_file, rx) = match args.rx.as_deref().unwrap_or("auto") {
+        "file" => (true, zcnet::RxPath::Copy),
+        r => (false, workers::rx_path(r)?),
+    };
     let interval = args.interval.unwrap_or(1.0);
     if !(0.0..=60.0).contains(&interval) {
         return Err(BenchError::Usage(
@@ -267,6 +274,7 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         tx,
         file,
         rx,
+        rx_file,
         interval,
         format: if args.json_stream {
             iperf3::Format::JsonStream
@@ -298,7 +306,7 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
             println!("-----------------------------------------------------------");
             println!(
                 "Server listening on {local} (iperf3 protocol; zcnet tx {tx_name}, rx {})",
-                rx.name()
+                common.rx_name()
             );
             println!("-----------------------------------------------------------");
         } else {
@@ -420,6 +428,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
         let opts = suite::SuiteOptions {
             out: args.out.clone(),
             quick: args.quick,
+            only: args.only.clone(),
             repeat: args.repeat,
             time: args.time,
         };
@@ -587,10 +596,15 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         if mode == Mode::Stream {
             known_tx.push(files::FILE);
             known_rx.push(files::FILE);
-        } else if [args.tx(), args.rx()]
-            .iter()
-            .any(|l| l.split(',').any(|p| p.trim() == files::FILE))
-        {
+            // read_send is file's yardstick, named when wanted (tune does), not swept by
+            // `all`.
+            if args.tx().trim() != "all" {
+                known_tx.push(files::READ_SEND);
+            }
+        } else if [args.tx(), args.rx()].iter().any(|l| {
+            l.split(',')
+                .any(|p| [files::FILE, files::READ_SEND].contains(&p.trim()))
+        }) {
             return Err(BenchError::Usage(
                 "--tx/--rx file are stream paths (a file sent or received whole); --rr \
                  exchanges messages from memory"
@@ -639,7 +653,7 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                             .and_then(|()| params.udp_limits())
                     } else {
                         let mut known_tx = tx_names();
-                        known_tx.push(files::FILE);
+                        known_tx.extend([files::FILE, files::READ_SEND]);
                         params.validate(&known_tx, &known_rx)
                     }
                     .map_err(|r| BenchError::Usage(r.0))?;

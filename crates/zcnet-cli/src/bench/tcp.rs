@@ -55,7 +55,7 @@ pub(crate) fn run(
     let p = &spec.params;
     // `--tx file`: the file is written (or dropped from the cache, `--cold`) before the
     // server waits for data connections and before the run's clock starts.
-    let src = (p.tx == super::files::FILE && p.mode == Mode::Stream)
+    let src = (super::files::file_tx_mode(&p.tx).is_some() && p.mode == Mode::Stream)
         .then(|| super::files::source(p.size))
         .transpose()?;
     let src = src.as_deref();

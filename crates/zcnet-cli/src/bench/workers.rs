@@ -112,8 +112,8 @@ pub(crate) fn stream_send(
     progress: &Progress,
     src: Option<&SourceFile>,
 ) -> Result<WorkerOut, BenchError> {
-    if let Some(src) = src {
-        return stream_send_file(addr, p, src, quota, deadline, progress);
+    if let (Some(src), Some(mode)) = (src, files::file_tx_mode(&p.tx)) {
+        return stream_send_file(addr, p, src, mode, quota, deadline, progress);
     }
     let tx = tx_path(&p.tx)?;
     let mut sender =
@@ -171,12 +171,14 @@ pub(crate) fn stream_send(
 }
 
 /// `--tx file`: sends `size` bytes at a time from a page-cache file (`Sender::send_file`,
-/// sendfile(2)); the file and `--cold` are [`files`]'. The sender's transmit path is not
+/// sendfile(2)); `--tx read_send` the same file by `pread` + `send`. The file and `--cold`
+/// are [`files`]'. The sender's transmit path is not
 /// used: file bytes never pass through user space.
 fn stream_send_file(
     addr: SocketAddr,
     p: &Params,
     src: &SourceFile,
+    mode: zcnet::FileTxMode,
     quota: Option<u64>,
     deadline: Option<Instant>,
     progress: &Progress,
@@ -199,7 +201,7 @@ fn stream_send_file(
         let at = cursor.next(src, n)?;
         let t = Instant::now();
         sender
-            .send_file(&src.file, at, n)
+            .send_file_with(&src.file, at, n, mode)
             .map_err(zerr("sendfile"))?;
         out.send.record(t.elapsed());
         sent += n;
@@ -214,7 +216,9 @@ fn stream_send_file(
 }
 
 /// `--rx file`: splices `size` bytes at a time into a file (`Receiver::recv_to_file`)
-/// until end of stream.
+/// until end of stream. With `--touch` the application then reads every word of what it
+/// stored, as it must to look at a received file: `pread` back from the page cache into
+/// one buffer (the data never passed through the application on the way in).
 fn stream_receive_file(
     mut rx: Receiver,
     p: &Params,
@@ -224,6 +228,22 @@ fn stream_receive_file(
     let mut out = WorkerOut {
         rx_path: Some(files::FILE.to_string()),
         ..Default::default()
+    };
+    let mut scratch = if p.touch {
+        vec![0u8; p.size as usize]
+    } else {
+        Vec::new()
+    };
+    let mut acc = 0u64;
+    let mut touch = |file: &std::fs::File, at: u64, n: u64| -> Result<(), BenchError> {
+        if p.touch && n > 0 {
+            use std::os::unix::fs::FileExt as _;
+            let b = &mut scratch[..n as usize];
+            file.read_exact_at(b, at)
+                .map_err(|e| BenchError::io("pread (touching the received file)", e))?;
+            acc ^= touch::read_words(b);
+        }
+        Ok(())
     };
     let t0 = cpu_now()?;
     out.started = Some(Instant::now());
@@ -235,6 +255,7 @@ fn stream_receive_file(
             Ok(n) => n,
             // The stream ended inside this piece: what arrived is counted, and ends the run.
             Err(zcnet::Error::Truncated { got: n, .. }) => {
+                touch(&sink.file, at, n)?;
                 got += n;
                 progress.bytes.fetch_add(n, Ordering::Relaxed);
                 break;
@@ -242,9 +263,11 @@ fn stream_receive_file(
             Err(e) => return Err(zerr("splice (receive into a file)")(e)),
         };
         out.recv.record(t.elapsed());
+        touch(&sink.file, at, n)?;
         got += n;
         progress.bytes.fetch_add(n, Ordering::Relaxed);
     }
+    std::hint::black_box(acc);
     out.ended = Some(Instant::now());
     out.cpu = side_cpu(t0, cpu_now()?);
     out.bytes_received = got;

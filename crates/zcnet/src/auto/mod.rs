@@ -44,6 +44,7 @@
 pub mod choose;
 pub mod cost;
 pub mod demotion;
+pub mod file;
 pub mod hysteresis;
 pub mod load;
 pub mod pair;
@@ -55,7 +56,8 @@ pub use demotion::{Admit, Demotion, DemotionReason, Report};
 pub use hysteresis::Hysteresis;
 pub use load::{Loaded, ProfileSource};
 pub use profile::{
-    HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread, Topology,
+    FilePair, HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread,
+    Topology,
 };
 
 use crate::path::RxPath;
@@ -72,7 +74,7 @@ pub trait AutoPath: Copy + Eq + Hash + fmt::Debug + fmt::Display + serde::Serial
     /// works on every socket and every buffer and is never much worse than the best path for
     /// memory-to-memory transfers.
     const DEFAULT: Self;
-    /// Which direction's table of the profile holds this path ("tx" or "rx").
+    /// Which table of the profile holds this path ("tx", "rx", "pairs" or "file").
     const DIRECTION: &'static str;
     /// The path for a profile name (`"copy"`, `"zerocopy"`, …), `None` if unknown.
     fn from_name(name: &str) -> Option<Self>;

@@ -24,11 +24,16 @@
 //! (loopback, netns); `auto` prefers it to the single-end tables when both ends of a
 //! connection are `auto` ([`super::pair`]). The single-end tables stay for peers elsewhere.
 //!
+//! `file` (optional) holds what sending a caller's file costs, `sendfile`/`splice`/
+//! `read_send` into each receive path, in the layout of a `pairs` row with the mode in `tx`
+//! (`{"tx": "sendfile", "rx": "copy", …}`); [`super::file`] picks `Sender::send_file`'s mode
+//! from it.
+//!
 //! `created` is an RFC 3339 string or Unix seconds; it is informational.
 
 use super::AutoPath;
-use crate::path::RxPath;
 use crate::path::TxPath;
+use crate::path::{FileTxMode, RxPath};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -162,6 +167,46 @@ impl PairMeasurement {
     }
 }
 
+/// A file transmit mode and the receive path it was measured into: one row of the `file`
+/// table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct FilePair {
+    /// How the sender moved the file.
+    pub mode: FileTxMode,
+    /// The receiver's path.
+    pub rx: RxPath,
+}
+
+impl fmt::Display for FilePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.mode, self.rx)
+    }
+}
+
+impl AutoPath for FilePair {
+    const DEFAULT: Self = FilePair {
+        mode: FileTxMode::ReadSend,
+        rx: RxPath::Copy,
+    };
+    const DIRECTION: &'static str = "file";
+    fn from_name(name: &str) -> Option<Self> {
+        let (m, r) = name.split_once('/')?;
+        Some(FilePair {
+            mode: m.parse().ok()?,
+            rx: <RxPath as AutoPath>::from_name(r)?,
+        })
+    }
+}
+
+impl AutoPath for FileTxMode {
+    /// `pread` + `send`: the copy, which works for every file.
+    const DEFAULT: Self = FileTxMode::ReadSend;
+    const DIRECTION: &'static str = "file";
+    fn from_name(name: &str) -> Option<Self> {
+        name.parse().ok()
+    }
+}
+
 /// A validated profile for this host.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Profile {
@@ -190,6 +235,35 @@ pub struct Profile {
     /// skips unknown ones) and keeps choosing from the single-end tables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairMeasurement>,
+    /// Costs of sending a file (`sendfile`, `splice`, `read_send`) into each receive path
+    /// ([`super::file`]); optional like `pairs`, with rows named `mode`/`rx` in the `tx`/`rx`
+    /// fields. Empty: a file sender keeps its configured mode.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "file_rows_out"
+    )]
+    pub file: Vec<Measurement<FilePair>>,
+}
+
+/// The `file` table as `tune` writes it: the layout of a `pairs` row.
+fn file_rows_out<S: serde::Serializer>(
+    rows: &[Measurement<FilePair>],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq as _;
+    let mut seq = s.serialize_seq(Some(rows.len()))?;
+    for m in rows {
+        seq.serialize_element(&serde_json::json!({
+            "tx": m.path.mode.name(),
+            "rx": m.path.rx.name(),
+            "size": m.size,
+            "touch": m.touch,
+            "cpu_s_per_gib": m.cpu_s_per_gib,
+            "zc_fraction_tx": m.zc_fraction,
+        }))?;
+    }
+    seq.end()
 }
 
 /// Why a profile was refused.
@@ -298,6 +372,8 @@ struct RawProfile {
     rx: Vec<RawRow>,
     #[serde(default)]
     pairs: Vec<RawPairRow>,
+    #[serde(default)]
+    file: Vec<RawPairRow>,
 }
 
 #[derive(Deserialize)]
@@ -383,6 +459,7 @@ impl Profile {
             tx: rows(raw.tx)?,
             rx: rows(raw.rx)?,
             pairs: pair_rows(raw.pairs)?,
+            file: file_rows(raw.file)?,
         })
     }
 
@@ -514,6 +591,25 @@ fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileErr
         });
     }
     Ok(out)
+}
+
+/// The `file` table: rows named `mode/rx`, checked as every table is, with a
+/// `read_send/copy` baseline if any rows.
+fn file_rows(raw: Vec<RawPairRow>) -> Result<Vec<Measurement<FilePair>>, ProfileError> {
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
+    rows(
+        raw.into_iter()
+            .map(|r| RawRow {
+                path: format!("{}/{}", r.tx, r.rx),
+                size: r.size,
+                touch: r.touch,
+                cpu_s_per_gib: r.cpu_s_per_gib,
+                zc_fraction: r.zc_fraction_tx,
+            })
+            .collect(),
+    )
 }
 
 /// The pair table: each row's two names known, its cost and shares checked as in the

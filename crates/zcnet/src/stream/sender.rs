@@ -142,6 +142,9 @@ pub struct Sender {
     timeout: Duration,
     file: FileTx,
     file_tx: FileTxMode,
+    /// On the `auto` path with a profile that measured file sends: which mode
+    /// [`Sender::send_file`] takes at each size ([`crate::auto::file`]).
+    file_auto: Option<crate::auto::Chooser<FileTxMode>>,
     profile_note: Option<String>,
 }
 
@@ -209,11 +212,16 @@ impl Sender {
         };
         let stats: Arc<Stats> = cfg.stats.clone().unwrap_or_default();
         let mut profile_note = None;
+        let mut file_auto = None;
         let tx: Box<dyn Transmit> = match cfg.path {
             TxPath::Auto => {
                 let local = local_ip(&sock);
                 let loaded = crate::auto::load::load(&cfg.profile, local);
                 profile_note = loaded.note;
+                file_auto = loaded
+                    .profile
+                    .as_deref()
+                    .and_then(|p| crate::auto::file::chooser(&p.file, &p.pairs, cfg.touch));
                 Box::new(AutoTx::new(
                     sock.as_fd(),
                     AutoSetup {
@@ -247,6 +255,7 @@ impl Sender {
             timeout,
             file: FileTx::default(),
             file_tx: cfg.file_tx,
+            file_auto,
             profile_note,
         })
     }
@@ -369,8 +378,22 @@ impl Sender {
     /// ends early anyway (truncated under us, or a /proc file reporting size 0) is
     /// [`Error::Truncated`] with the bytes that did go out. Each blocking call is bounded by
     /// the socket timeout ([`Error::Timeout`]).
+    ///
+    /// On the `auto` path, where the host's profile measured file sends, the mode is the
+    /// profile's choice for `len` (sendfile, or `pread` + `send` where copying measured
+    /// cheaper), counted in `auto_tx` like every decision; otherwise the configured one.
     pub fn send_file(&mut self, file: &std::fs::File, offset: u64, len: u64) -> Result<u64> {
-        self.send_file_with(file, offset, len, self.file_tx)
+        let mode = match &self.file_auto {
+            Some(c) => {
+                let choice = c.choose(len, true);
+                let mut delta = crate::auto::AutoStats::default();
+                delta.record_choice(&choice);
+                self.stats.add_auto_tx(&delta);
+                choice.path
+            }
+            None => self.file_tx,
+        };
+        self.send_file_with(file, offset, len, mode)
     }
 
     /// [`Sender::send_file`] with an explicit mode.

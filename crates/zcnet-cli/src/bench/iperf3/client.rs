@@ -128,6 +128,7 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
         } else {
             None
         },
+        rx_file: c.rx_file,
         drain_before_end: true,
     };
     let tx_name = if data.file.is_some() {
@@ -145,7 +146,7 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
         params,
         &ctrl,
         &refs,
-        serde_json::json!({"tx_path": tx_name, "rx_path": c.rx.name()}),
+        serde_json::json!({"tx_path": tx_name, "rx_path": c.rx_name()}),
         c.format,
     );
     match c.format {
@@ -213,6 +214,7 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
     };
     let mut local = measured.zcnet("client", c.tx, c.rx);
     local["tx_path"] = serde_json::json!(tx_name);
+    local["rx_path"] = serde_json::json!(c.rx_name());
     wire::write_json(&mut ctrl, &measured.results(local.clone()).to_json()).map_err(perr)?;
     let peer = wire::read_json(&mut ctrl)
         .and_then(|v| Results::from_json(&v))

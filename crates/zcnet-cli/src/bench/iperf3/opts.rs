@@ -28,12 +28,26 @@ pub(crate) struct Common {
     pub file: bool,
     /// zcnet's receive path on this end.
     pub rx: RxPath,
+    /// `--rx file`: receiving streams splice into a page-cache file with
+    /// `Receiver::recv_to_file` (`rx` is then unused).
+    pub rx_file: bool,
     /// `-i`: seconds between interval reports; 0 for none.
     pub interval: f64,
     /// `-J` / `--json-stream` / text.
     pub format: Format,
     /// `--logfile`: append the report here instead of stdout.
     pub logfile: Option<PathBuf>,
+}
+
+impl Common {
+    /// The receive path's name as reports show it (`file` for `--rx file`).
+    pub(crate) fn rx_name(&self) -> &'static str {
+        if self.rx_file {
+            crate::bench::files::FILE
+        } else {
+            self.rx.name()
+        }
+    }
 }
 
 /// `zcnet bench -s`.

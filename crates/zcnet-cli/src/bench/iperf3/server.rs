@@ -246,11 +246,12 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
         } else {
             None
         },
+        rx_file: opts.rx_file,
         drain_before_end: false,
     };
     let zstart = serde_json::json!({
         "tx_path": if data.file.is_some() { "file" } else { opts.tx.name() },
-        "rx_path": opts.rx.name(),
+        "rx_path": opts.rx_name(),
     });
     let refs: Vec<&TcpStream> = specs.iter().map(|s| &s.stream).collect();
     let (start_json, start_text) = super::start::start(
@@ -321,6 +322,7 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
     };
     let mut local = measured.zcnet("server", opts.tx, opts.rx);
     local["tx_path"] = serde_json::json!(tx_name);
+    local["rx_path"] = serde_json::json!(opts.rx_name());
     let end = report::end(&measured, &peer_results, local.clone());
     let doc = output::document(start_json, intervals, end.clone(), None);
     let mut ours: Results = measured.results(local);

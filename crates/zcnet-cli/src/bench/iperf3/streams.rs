@@ -11,7 +11,7 @@
 //! ([`Live::target`]), or when the test gives up waiting ([`Control::abort`]).
 
 use super::opts::DRAIN_TIMEOUT;
-use crate::bench::files::{Cursor, SourceFile};
+use crate::bench::files::{self, Cursor, SinkFile, SourceFile};
 use crate::bench::spec::BenchError;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -79,6 +79,9 @@ pub(crate) struct DataCfg {
     /// `--tx file` / `-Z`: send from this page-cache file with `Sender::send_file`
     /// (`--cold`, `--file-dir`: the bench's [`crate::bench::files`]).
     pub file: Option<Arc<SourceFile>>,
+    /// `--rx file`: receiving streams splice what arrives into a file with
+    /// `Receiver::recv_to_file` (`rx` is then unused).
+    pub rx_file: bool,
     /// After the last send, wait (bounded) until the peer's TCP has acknowledged every
     /// byte before reporting the stream done: the client does, so that a receiver that
     /// stops reading at `TEST_END` — iperf3's server closes its streams then — has them.
@@ -163,6 +166,8 @@ pub(crate) fn start(
                 .spawn(move || {
                     if sender {
                         send_loop(s, &d, &l, &c, t0)
+                    } else if d.rx_file {
+                        recv_file_loop(s, &d, &l, &c, t0)
                     } else {
                         recv_loop(s, &d, &l, &c, t0)
                     }
@@ -385,6 +390,91 @@ fn recv_loop(
         retransmits: None,
         congestion,
         path,
+        eof,
+    })
+}
+
+/// `--rx file`: splices what arrives into a file (`Receiver::recv_to_file`: socket → pipe
+/// → page cache), the file a window reused as a ring like the plain bench's.
+///
+/// `recv_to_file` moves exactly the bytes it is asked for, and a call that times out part
+/// way has written bytes it cannot report. An iperf3 peer stops wherever its timer falls,
+/// not on a `-l` boundary, and may keep the connection open after its last byte; so each
+/// call asks for what the socket already holds (`FIONREAD`, at most `-l`, at most what the
+/// peer said it sent) and waits for more with `poll(2)`, never inside the splice. Readable
+/// with nothing queued is end of stream (or an error), which the call then reports.
+fn recv_file_loop(
+    spec: StreamSpec,
+    cfg: &DataCfg,
+    live: &Live,
+    ctl: &Control,
+    t0: Instant,
+) -> Result<StreamOut, BenchError> {
+    use zcnet_sys::raw::socket::{poll, PollFlags};
+    let socket = spec.stream.as_raw_fd();
+    let rcfg = ReceiverConfig::new(RxPath::Copy).timeout(RECV_SLICE);
+    let mut rx =
+        zcnet::Receiver::from_stream(spec.stream, &rcfg).map_err(zerr("data connection"))?;
+    let congestion = rustix::net::sockopt::tcp_congestion(rx.socket()).ok();
+    let len = cfg.len.max(1) as u64;
+    let mut sink = SinkFile::create(len)?;
+    let queued = |rx: &zcnet::Receiver| {
+        rustix::io::ioctl_fionread(rx.socket())
+            .map_err(|e| BenchError::io("ioctl(FIONREAD)", e.into()))
+    };
+    let c0 = thread_cpu()?;
+    let mut got = 0u64;
+    let mut eof = false;
+    let mut last = t0;
+    loop {
+        let target = live.target.load(Ordering::Relaxed);
+        if got >= target || ctl.abort.load(Ordering::Relaxed) {
+            break;
+        }
+        let mut want = queued(&rx)?;
+        if want == 0 {
+            let ready = poll(rx.socket(), PollFlags::IN, Some(RECV_SLICE))
+                .map_err(|e| BenchError::io("poll (data connection)", e))?;
+            if ready.is_empty() {
+                continue;
+            }
+            // Readable with nothing queued: end of stream, which a whole piece reports.
+            want = queued(&rx)?.max(1);
+        }
+        let want = want.min(len).min(target - got);
+        let at = sink.next(want);
+        let n = match rx.recv_to_file(&sink.file, at, want) {
+            Ok(n) => n,
+            Err(zcnet::Error::Truncated { got: n, .. }) => {
+                eof = true;
+                n
+            }
+            Err(e) => return Err(zerr("splice (receive into a file)")(e)),
+        };
+        if n > 0 {
+            got += n;
+            last = Instant::now();
+            live.bytes.store(got, Ordering::Relaxed);
+        }
+        if eof {
+            break;
+        }
+    }
+    let snap = rx.stats().snapshot();
+    let cpu = CpuSeconds::between(c0, thread_cpu()?);
+    Ok(StreamOut {
+        id: spec.id,
+        socket,
+        sender: false,
+        main: spec.main,
+        bytes: got,
+        seconds: last.duration_since(t0).as_secs_f64(),
+        cpu,
+        stats: SideStats::from(&snap),
+        file_bytes: file_bytes(&snap),
+        retransmits: None,
+        congestion,
+        path: files::FILE.to_string(),
         eof,
     })
 }

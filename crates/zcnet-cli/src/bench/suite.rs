@@ -973,7 +973,7 @@ fn file_transfer(cx: &mut Cx) -> Result<Section, BenchError> {
     }
     Ok(Section {
         title: "File transfer (Solaris, FTP test)".into(),
-        paper: "\"zero-copy works best with other copyless I/O paths, such as memory mapped file, where data is moved to or from disks without being copied\" — the FTP test sent a cached file from an mmap'd buffer straight to the socket (Chu, §6.3, figure 2).".into(),
+        paper: "\"zero-copy works best with other copyless I/O paths, such as memory mapped file, where data is moved to or from disks without being copied\" — the FTP test sent a cached file from an mmap'd buffer straight to the socket (Chu, §6.4, figure 2).".into(),
         setup: format!(
             "First table: loopback stream runs, the sender `--tx file` (sendfile of {} pieces from a page-cache file, `Sender::send_file`), the receiver each receive path — copy, mmap, uring (where this kernel has it), and `file` (splice into a page-cache file, `Receiver::recv_to_file`) — without and with the receiver touching every word it received (for `file`: read back from the page cache with pread, as an application must to look at a file); {} per run, median of {}. The sender never touches: its data never passes through the application. Second table: one {} file on tmpfs sent whole with read+send or sendfile into a new file written by recv+write or splice, checked byte for byte against the source; CPU of the sending and receiving threads (getrusage), median of {}.",
             ByteSize(size),

@@ -13,7 +13,8 @@ use zcnet::{Sender, SenderConfig, StatsSnapshot};
 use zcnet_bench::cpu::{process_rusage, CpuSeconds};
 use zcnet_transfer::names::printable;
 use zcnet_transfer::server::{raise_fd_limit, serve, Event, Observer, ServerConfig};
-use zcnet_transfer::session::{send_session, Entry, FileOutcome, Progress, SendOptions, Source};
+use zcnet_transfer::session::{Entry, FileOutcome, Progress, SendOptions, Source, TransferError};
+use zcnet_transfer::streams::send_streams;
 use zcnet_transfer::tree::Walk;
 
 /// Options of `zcnet send`.
@@ -38,6 +39,13 @@ pub struct SendArgs {
     #[arg(long, default_value_t = zcnet_transfer::session::DEFAULT_WINDOW,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=zcnet_transfer::session::MAX_WINDOW as u64))]
     window: usize,
+    /// Connections to carry a tree (1 to 16; protocol version 5, one session at the
+    /// receiver): files are spread over them by size. More pays when one connection's
+    /// thread is the limit — many small files with verification, or a fast link and a
+    /// receiver with cores to spare; on one busy core it does not.
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=zcnet_transfer::wire::MAX_STREAMS as u64))]
+    streams: usize,
     /// No progress bars or per-file lines (errors are still printed).
     #[arg(long, short)]
     quiet: bool,
@@ -325,9 +333,14 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
     let has_stream = srcs.iter().any(|s| matches!(s, Source::Stream { .. }));
     // `auto` (the default): file bytes go by sendfile whatever it chooses; it decides the
     // memory sends (control frames, a stdin stream) from this host's profile.
-    let mut tx = Sender::connect(addr, &SenderConfig::default())
-        .map_err(|e| format!("connecting to {addr}: {e}"))?;
-    warn_refused_profile(tx.profile_note(), quiet);
+    let warned = AtomicBool::new(false);
+    let connect = |/* one per stream */| -> Result<Sender, TransferError> {
+        let tx = Sender::connect(addr, &SenderConfig::default())?;
+        if !warned.swap(true, Ordering::Relaxed) {
+            warn_refused_profile(tx.profile_note(), quiet);
+        }
+        Ok(tx)
+    };
     let opts = {
         let mut o = SendOptions::default();
         o.verify = !args.no_verify;
@@ -338,12 +351,15 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
     let mut bars = Bars::new(quiet, (!has_stream).then_some(total), Some(nfiles));
     let cpu0 = process_rusage().map_err(|e| e.to_string())?;
     let t0 = Instant::now();
-    let report = send_session(&mut tx, srcs, &opts, &mut |p| bars.event(p, "sent"))
-        .map_err(|e| format!("to {addr}: {e}"))?;
+    let sent = send_streams(&connect, args.streams, srcs, &opts, &mut |p| {
+        bars.event(p, "sent")
+    })
+    .map_err(|e| format!("to {addr}: {e}"))?;
+    let report = &sent.report;
     let secs = t0.elapsed().as_secs_f64();
     let cpu = CpuSeconds::between(cpu0, process_rusage().map_err(|e| e.to_string())?);
     bars.total.finish_and_clear();
-    let st = tx.stats().snapshot();
+    let st = sent.total_stats();
     if !quiet {
         eprintln!(
             "{}",
@@ -351,6 +367,14 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         );
         if let Some(n) = walk_note {
             eprintln!("{n}");
+        }
+        if sent.streams > 1 {
+            eprintln!("over {} streams, one session", sent.streams);
+        } else if args.streams > 1 {
+            eprintln!(
+                "zcnet: the receiver speaks no protocol version 5: one stream, not {}",
+                args.streams
+            );
         }
     }
     match report.failures() {

@@ -214,7 +214,7 @@ impl RawPeer {
     fn hello(&mut self) {
         assert!(matches!(self.recv(), Frame::Hello { .. }));
         self.send(&Frame::Hello {
-            version: VERSION,
+            version: 4, // files right after the Hello: no `Open` (version 5)
             auth: false,
             nonce: [0; 32],
         });

@@ -469,7 +469,9 @@ impl Loop {
         let ip = peer.ip();
         let shared = self.shared.clone();
         let cfg = &shared.cfg;
-        if self.once_started {
+        // With `once`, only the one session's further streams may still come (their
+        // handshake says whether they are that; anyone else is refused then).
+        if self.once_started && self.once_group.is_none() {
             return self.refused(peer, &mut s, "the receiver serves one sender and has it");
         }
         if let Some(wait) = self.auth.blocked(ip, Instant::now()) {

@@ -180,7 +180,7 @@ mod tests {
             path: dir.path().into(),
             name: "empty".into(),
         }];
-        for (i, len) in [1000_000u64, 10, 10, 500_000, 500_000, 0, 0, 0]
+        for (i, len) in [1_000_000_u64, 10, 10, 500_000, 500_000, 0, 0, 0]
             .iter()
             .enumerate()
         {

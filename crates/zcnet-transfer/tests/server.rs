@@ -17,7 +17,7 @@ use zcnet_transfer::server::{serve, Event, Observer, ServerConfig};
 use zcnet_transfer::session::{
     send_session, Progress, SendOptions, SessionReport, Source, TransferError,
 };
-use zcnet_transfer::wire::{Code, Frame, VERSION};
+use zcnet_transfer::wire::{Code, Frame};
 
 /// Counts sessions started and ended, so tests can wait for them.
 #[derive(Default)]

@@ -133,6 +133,15 @@ fn partials(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn send(to: SocketAddr, src: &Path, streams: usize) -> Result<StreamsReport, TransferError> {
+    send_as(to, src, streams, VERSION)
+}
+
+fn send_as(
+    to: SocketAddr,
+    src: &Path,
+    streams: usize,
+    max_version: u16,
+) -> Result<StreamsReport, TransferError> {
     let mut w = Walk::new();
     w.add(src).unwrap();
     let connect = || -> Result<Sender, TransferError> {
@@ -142,6 +151,7 @@ fn send(to: SocketAddr, src: &Path, streams: usize) -> Result<StreamsReport, Tra
     };
     let mut o = SendOptions::default();
     o.verify = true;
+    o.max_version = max_version;
     send_streams(&connect, streams, w.sources, &o, &mut |_| {})
 }
 
@@ -201,6 +211,24 @@ fn a_tree_arrives_whole_over_one_stream() {
 #[test]
 fn a_tree_arrives_whole_over_four_streams_as_one_session() {
     loopback(4);
+}
+
+#[test]
+fn a_session_below_version_5_carries_the_whole_tree_on_one_connection() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let top = make_tree(src.path(), 40);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = serve_once(listener, dst.path(), once_cfg());
+    // Four asked for, version 4 spoken: no `Open`, so one stream carries everything.
+    let sent = send_as(addr, &top, 4, 4).unwrap();
+    assert_eq!(sent.streams, 1);
+    assert_eq!(sent.stats.len(), 1);
+    assert_eq!(sent.report.failures(), 0, "{:?}", sent.report.files);
+    let got = server.join().unwrap().unwrap().unwrap();
+    assert_eq!(got.files.len(), 42);
+    assert_eq!(assert_same_tree(&top, &dst.path().join("tree")), 40);
 }
 
 #[test]

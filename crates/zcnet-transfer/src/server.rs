@@ -213,6 +213,8 @@ struct Running {
     sock: TcpStream,
     /// The sender's address (sessions per address are capped).
     ip: std::net::IpAddr,
+    /// A further stream of a session (version 5 `Join`): not a session of its address.
+    joined: bool,
     deadline: Instant,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -342,7 +344,7 @@ impl Loop {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .filter(|r| r.ip == ip)
+            .filter(|r| r.ip == ip && !r.joined)
             .count()
     }
 
@@ -701,6 +703,7 @@ impl Loop {
                 Running {
                     sock: handle,
                     ip: peer.ip(),
+                    joined: joining.is_some(),
                     deadline: Instant::now() + cfg.session_deadline,
                     thread: None,
                 },

@@ -118,13 +118,23 @@ pub fn send_streams(
     let progress = Mutex::new(progress);
     let progress = &progress;
     let emit = move |p: Progress<'_>| (*progress.lock().unwrap_or_else(|e| e.into_inner()))(p);
+    // The joins' handshakes one after the other (a round trip each), so a receiver's cap on
+    // handshakes at once from one address never turns a stream away; then all send at once.
+    let joined: Vec<_> = parts
+        .map(|part| {
+            let tx = connect().and_then(|mut tx| {
+                send_handshake(&mut tx, opts, StreamRequest::Join(id)).map(|(v, _)| (tx, v))
+            });
+            (tx, part)
+        })
+        .collect();
     let results = std::thread::scope(|s| {
-        let handles: Vec<_> = parts
-            .map(|part| {
+        let handles: Vec<_> = joined
+            .into_iter()
+            .map(|(tx, part)| {
                 s.spawn(
                     move || -> Result<(SessionReport, StatsSnapshot), TransferError> {
-                        let mut tx = connect()?;
-                        let (v, _) = send_handshake(&mut tx, opts, StreamRequest::Join(id))?;
+                        let (mut tx, v) = tx?;
                         let r = send_entries(&mut tx, v, part, opts, &mut { emit })?;
                         Ok((r, tx.stats().snapshot()))
                     },

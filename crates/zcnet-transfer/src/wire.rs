@@ -540,7 +540,8 @@ impl Frame {
                         max: MAX_EXTENTS,
                     });
                 }
-                let mut extents = Vec::with_capacity(n);
+                // Never more than the payload holds: the count is the peer's word.
+                let mut extents = Vec::with_capacity(n.min(r.p.len() / 16));
                 for _ in 0..n {
                     extents.push((r.u64()?, r.u64()?));
                 }

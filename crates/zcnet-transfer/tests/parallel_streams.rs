@@ -214,6 +214,13 @@ fn a_tree_arrives_whole_over_four_streams_as_one_session() {
 }
 
 #[test]
+fn sixteen_streams_fit_the_receivers_default_limits_per_address() {
+    // 4 sessions and 8 handshakes at once per address by default: the joins count as one
+    // session, and their handshakes go one after the other.
+    loopback(16);
+}
+
+#[test]
 fn a_session_below_version_5_carries_the_whole_tree_on_one_connection() {
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();

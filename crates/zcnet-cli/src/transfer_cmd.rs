@@ -42,9 +42,9 @@ pub struct SendArgs {
     /// Connections to carry a tree (1 to 16; protocol version 5, one session at the
     /// receiver): files are spread over them by size. More pays when one connection's
     /// thread waits — trees of many small files onto a real disk (each stream's fsyncs and
-    /// renames overlap the others': 4 streams moved 5000 files of 4-5 KiB 1.5x faster on
-    /// loopback to ext4 here) — and little for a few large files (1.15x), and not at all
-    /// when the cores are busy.
+    /// renames overlap the others': 4 streams moved 5000 files of 4-5 KiB 1.2-1.5x faster
+    /// on loopback to ext4 here, `bench/streams.sh`) — less for a few large files
+    /// (1.15-1.3x), and nothing when the cores are busy.
     #[arg(long, default_value_t = 1,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=zcnet_transfer::wire::MAX_STREAMS as u64))]
     streams: usize,

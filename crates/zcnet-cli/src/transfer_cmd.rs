@@ -397,6 +397,8 @@ fn warn_refused_profile(note: Option<&str>, quiet: bool) {
 struct RecvLog {
     quiet: bool,
     started: std::sync::Mutex<std::collections::HashMap<SocketAddr, zcnet_sys::raw::cpu::Rusage>>,
+    /// Connections served (with `--once`, the streams of the one session).
+    ended: std::sync::atomic::AtomicUsize,
 }
 
 impl Observer for RecvLog {
@@ -416,6 +418,7 @@ impl Observer for RecvLog {
                 stats,
                 elapsed,
             } => {
+                self.ended.fetch_add(1, Ordering::Relaxed);
                 let cpu0 = self
                     .started
                     .lock()
@@ -520,8 +523,20 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     let observer = Arc::new(RecvLog {
         quiet: args.quiet,
         started: Default::default(),
+        ended: Default::default(),
     });
-    let outcome = serve(listener, &args.dir, cfg, &stop, observer).map_err(|e| e.to_string())?;
+    let outcome =
+        serve(listener, &args.dir, cfg, &stop, observer.clone()).map_err(|e| e.to_string())?;
+    let streams = observer.ended.load(Ordering::Relaxed);
+    if let (Some(Ok(report)), true, false) = (&outcome, streams > 1, args.quiet) {
+        // Each stream said its own line; the session's tree as a whole.
+        eprintln!(
+            "session over {streams} streams: {} file(s), {} failed; {}",
+            report.files.len(),
+            report.failures(),
+            human(report.bytes())
+        );
+    }
     if stop.load(Ordering::Relaxed) && !args.quiet {
         eprintln!("zcnet: stopped");
     }

@@ -90,7 +90,7 @@ fn both_ends_summarise_a_tree_and_draw_no_bar_off_a_terminal() {
 }
 
 #[test]
-fn a_tree_over_four_streams_is_one_session_and_one_summary_at_the_sender() {
+fn a_tree_over_four_streams_is_one_session_with_a_summary_of_the_tree_at_each_end() {
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let root = src.path().join("tree");
@@ -137,6 +137,12 @@ fn a_tree_over_four_streams_is_one_session_and_one_summary_at_the_sender() {
     let human = zcnet::stats::fmt_bytes(bytes as u64);
     assert!(says.contains(&format!("; {human} in ")), "{says}");
     assert!(says.contains("over 4 streams, one session"), "{says}");
+    assert!(
+        heard.contains(&format!(
+            "session over 4 streams: 30 file(s), 0 failed; {human}"
+        )),
+        "{heard}"
+    );
     for i in 0..30 {
         let name = format!("tree/d{}/f{i}", i % 3);
         assert_eq!(

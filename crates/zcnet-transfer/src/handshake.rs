@@ -9,8 +9,8 @@
 
 use super::auth::{self, Role};
 use super::wire::{
-    Code, Frame, WireError, AUTH_LEN, HELLO_LEN, MIN_VERSION, T_AUTH, T_DIR, T_FILE, T_HELLO,
-    T_LINK, T_PUT, VERSION,
+    Code, Frame, WireError, AUTH_LEN, HELLO_LEN, MAX_STREAMS, MIN_VERSION, OPEN_LEN,
+    SESSION_ID_LEN, T_AUTH, T_DIR, T_FILE, T_HELLO, T_JOIN, T_LINK, T_OPEN, T_PUT, VERSION,
 };
 
 /// Why a handshake failed.
@@ -38,6 +38,9 @@ pub enum HandshakeError {
     /// The peer did not prove it knows the token.
     #[error("the sender did not prove it knows the token")]
     AuthFailed,
+    /// An `Open` asking for no stream or for more than [`MAX_STREAMS`].
+    #[error("a session of {0} streams (1 to {MAX_STREAMS})")]
+    Streams(u16),
 }
 
 impl HandshakeError {
@@ -49,6 +52,10 @@ impl HandshakeError {
                 format!("receiver speaks protocol versions {MIN_VERSION} to {VERSION}, sender {v}"),
             ),
             HandshakeError::AuthFailed => (Code::AuthFailed, "wrong or missing token".into()),
+            HandshakeError::Streams(n) => (
+                Code::Protocol,
+                format!("a session has 1 to {MAX_STREAMS} streams, not {n}"),
+            ),
             _ => return None,
         };
         Some(Frame::Refuse { code, message })
@@ -61,7 +68,21 @@ enum Phase {
     HelloBody,
     AuthHeader,
     AuthBody,
+    StreamHeader,
+    StreamBody,
     Done,
+}
+
+/// What a connection is to its session (version 5 on: the sender's `Open` or `Join`, right
+/// after its `Hello` and `Auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamRequest {
+    /// A session below version 5: one connection, no `Open`.
+    Single,
+    /// A new session of this many connections, this one the first.
+    Open(u16),
+    /// One more connection of the session with this id.
+    Join([u8; SESSION_ID_LEN]),
 }
 
 /// A finished handshake.
@@ -73,6 +94,8 @@ pub struct Accepted {
     pub authenticated: bool,
     /// The version the sender chose (from [`MIN_VERSION`] to [`VERSION`]).
     pub version: u16,
+    /// What this connection is to its session.
+    pub stream: StreamRequest,
 }
 
 /// The receiver's handshake in progress.
@@ -86,6 +109,8 @@ pub struct ReceiverHandshake {
     have: usize,
     need: usize,
     phase: Phase,
+    /// Our `Auth` reply, kept until the sender's `Open`/`Join` has been read.
+    reply: Option<Vec<u8>>,
 }
 
 impl ReceiverHandshake {
@@ -100,6 +125,7 @@ impl ReceiverHandshake {
             have: 0,
             need: 5,
             phase: Phase::HelloHeader,
+            reply: None,
         })
     }
 
@@ -146,20 +172,18 @@ impl ReceiverHandshake {
                         }
                         _ => unreachable!("decode(T_HELLO) gives a Hello"),
                     }
-                    if self.token.is_none() {
-                        self.phase = Phase::Done;
-                        return Ok(Some(Accepted {
-                            reply: None,
-                            authenticated: false,
-                            version: self.version,
-                        }));
-                    }
                     self.have = 0;
+                    if self.token.is_none() {
+                        if let Some(a) = self.proved() {
+                            return Ok(Some(a));
+                        }
+                        continue;
+                    }
                     self.need = 5;
                     self.phase = Phase::AuthHeader;
                 }
                 Phase::AuthHeader => {
-                    if [T_FILE, T_PUT, T_DIR, T_LINK].contains(&self.buf[0]) {
+                    if [T_FILE, T_PUT, T_DIR, T_LINK, T_OPEN, T_JOIN].contains(&self.buf[0]) {
                         // A sender without a token goes straight to its first file.
                         return Err(HandshakeError::AuthFailed);
                     }
@@ -173,17 +197,61 @@ impl ReceiverHandshake {
                         return Err(HandshakeError::AuthFailed);
                     }
                     let mac = auth::prove(token, Role::Receiver, &self.rnonce, &self.snonce);
-                    self.phase = Phase::Done;
-                    return Ok(Some(Accepted {
-                        reply: Some(Frame::Auth { mac }.to_bytes()),
-                        authenticated: true,
-                        version: self.version,
-                    }));
+                    self.reply = Some(Frame::Auth { mac }.to_bytes());
+                    self.have = 0;
+                    if let Some(a) = self.proved() {
+                        return Ok(Some(a));
+                    }
+                }
+                Phase::StreamHeader => {
+                    let ty = self.buf[0];
+                    let len = if ty == T_JOIN {
+                        SESSION_ID_LEN
+                    } else {
+                        OPEN_LEN
+                    };
+                    self.expect_header(
+                        if ty == T_JOIN { T_JOIN } else { T_OPEN },
+                        len,
+                        "open or join",
+                    )?;
+                    self.phase = Phase::StreamBody;
+                }
+                Phase::StreamBody => {
+                    let stream = match Frame::decode(self.buf[0], &self.buf[5..self.need])? {
+                        Frame::Open { streams } if (1..=MAX_STREAMS).contains(&streams) => {
+                            StreamRequest::Open(streams)
+                        }
+                        Frame::Open { streams } => return Err(HandshakeError::Streams(streams)),
+                        Frame::Join { session } => StreamRequest::Join(session),
+                        _ => unreachable!("the header was checked to be open or join"),
+                    };
+                    return Ok(Some(self.finish(stream)));
                 }
                 Phase::Done => return Ok(None),
             }
         }
         Ok(None)
+    }
+
+    /// The sender is who it says: done below version 5, else its `Open`/`Join` is next.
+    fn proved(&mut self) -> Option<Accepted> {
+        if self.version < 5 {
+            return Some(self.finish(StreamRequest::Single));
+        }
+        self.need = 5;
+        self.phase = Phase::StreamHeader;
+        None
+    }
+
+    fn finish(&mut self, stream: StreamRequest) -> Accepted {
+        self.phase = Phase::Done;
+        Accepted {
+            reply: self.reply.take(),
+            authenticated: self.token.is_some(),
+            version: self.version,
+            stream,
+        }
     }
 
     fn expect_header(
@@ -256,6 +324,7 @@ mod tests {
             }
             .to_bytes(),
         );
+        bytes.extend(Frame::Open { streams: 1 }.to_bytes());
         // One byte at a time: the machine never asks for more than is due.
         let mut got = None;
         for b in &bytes {
@@ -312,13 +381,49 @@ mod tests {
     }
 
     #[test]
-    fn without_a_token_the_hello_is_enough() {
+    fn without_a_token_the_hello_and_open_are_enough() {
         let mut hs = ReceiverHandshake::new(None).unwrap();
-        let a = feed(&mut hs, &sender_hello(VERSION, [0; 32]))
+        assert_eq!(feed(&mut hs, &sender_hello(VERSION, [0; 32])), Ok(None));
+        let a = feed(&mut hs, &Frame::Open { streams: 2 }.to_bytes())
             .unwrap()
             .unwrap();
         assert!(!a.authenticated && a.reply.is_none());
         assert_eq!(a.version, VERSION);
+        assert_eq!(a.stream, StreamRequest::Open(2));
+        // Version 4: no `Open`, the session is one connection.
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        let a = feed(&mut hs, &sender_hello(4, [0; 32])).unwrap().unwrap();
+        assert_eq!(a.stream, StreamRequest::Single);
+    }
+
+    #[test]
+    fn joins_are_read_and_bad_stream_counts_or_frames_refused() {
+        let mut bytes = sender_hello(VERSION, [0; 32]);
+        bytes.extend(Frame::Join { session: [4; 16] }.to_bytes());
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        let a = feed(&mut hs, &bytes).unwrap().unwrap();
+        assert_eq!(a.stream, StreamRequest::Join([4; 16]));
+        for n in [0, MAX_STREAMS + 1] {
+            let mut bytes = sender_hello(VERSION, [0; 32]);
+            bytes.extend(Frame::Open { streams: n }.to_bytes());
+            let mut hs = ReceiverHandshake::new(None).unwrap();
+            let e = feed(&mut hs, &bytes).unwrap_err();
+            assert_eq!(e, HandshakeError::Streams(n));
+            assert!(e.refusal().is_some());
+        }
+        // A file where the `Open` is due is refused from its header.
+        let mut bytes = sender_hello(VERSION, [0; 32]);
+        bytes.extend(Frame::Bye.to_bytes());
+        let mut hs = ReceiverHandshake::new(None).unwrap();
+        assert!(matches!(
+            feed(&mut hs, &bytes),
+            Err(HandshakeError::Unexpected { .. })
+        ));
+        // A `Join` without the token's proof, where one is required.
+        let mut bytes = sender_hello(VERSION, [0; 32]);
+        bytes.extend(Frame::Join { session: [4; 16] }.to_bytes());
+        let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+        assert_eq!(feed(&mut hs, &bytes), Err(HandshakeError::AuthFailed));
     }
 
     #[test]

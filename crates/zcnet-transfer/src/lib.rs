@@ -16,6 +16,7 @@ pub mod server;
 pub mod session;
 pub mod sparse;
 pub mod store;
+pub mod streams;
 pub mod tree;
 pub mod wire;
 

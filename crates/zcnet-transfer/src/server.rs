@@ -22,12 +22,23 @@
 //! * `stop` set (SIGTERM/SIGINT in the CLI): no more accepting, handshakes dropped, sessions
 //!   in flight get [`ServerConfig::grace`] to finish, then their sockets are shut down (their
 //!   partial files stay, their reservations released).
+//!
+//! A session of several streams (protocol version 5) is one `Open` connection and up to
+//! `streams - 1` connections that `Join` it with the id the `Open` was answered with. Each
+//! stream has its own thread and its own [`Store`] over the same directory with the same
+//! rules; `--max-bytes` is one [`Quota`] keyed by the sender (address, and token), so the
+//! cap holds for the streams together. A join counts against [`ServerConfig::max_sessions`]
+//! but not against the per-address cap (the `Open` did, and its stream count is bounded);
+//! it must come from the opener's address and within [`ServerConfig::handshake_timeout`]
+//! of the `Open`, and an unknown, full or expired id is refused (`Refuse{NoSession}`)
+//! before anything is opened. With [`ServerConfig::once`] the receiver serves the one
+//! session's streams and returns their reports together.
 
-use super::handshake::{Accepted, HandshakeError, ReceiverHandshake};
+use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamRequest};
 use super::limits::{AddrCount, AuthLimiter};
-use super::session::{receive_files, Progress, SessionReport, TransferError};
+use super::session::{receive_files, session_id, Progress, SessionReport, TransferError};
 use super::store::{Quota, SenderId, Store, StoreOptions};
-use super::wire::{Code, Frame};
+use super::wire::{Code, Frame, SESSION_ID_LEN};
 use rustix::event::epoll;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -180,6 +191,14 @@ pub fn raise_fd_limit() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
+/// A session open for more streams (version 5): who opened it, how many may still join, and
+/// until when.
+struct Group {
+    ip: std::net::IpAddr,
+    left: u16,
+    expires: Instant,
+}
+
 /// A connection in its handshake.
 struct Pending {
     stream: TcpStream,
@@ -194,6 +213,8 @@ struct Running {
     sock: TcpStream,
     /// The sender's address (sessions per address are capped).
     ip: std::net::IpAddr,
+    /// A further stream of a session (version 5 `Join`): not a session of its address.
+    joined: bool,
     deadline: Instant,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -209,6 +230,8 @@ struct Shared {
     /// Threads of sessions that have ended, to join.
     finished: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
+
+type SessionId = [u8; SESSION_ID_LEN];
 
 const LISTENER: u64 = 0;
 const TICK: Duration = Duration::from_millis(100);
@@ -257,6 +280,7 @@ pub fn serve(
         running: Mutex::new(HashMap::new()),
         finished: Mutex::new(Vec::new()),
     });
+    let (once_tx, once_rx) = mpsc::channel();
     let mut lp = Loop {
         ep,
         listener: Some(listener),
@@ -268,8 +292,13 @@ pub fn serve(
         next_id: 1,
         port: listener_port,
         shared,
-        once_result: None,
+        once_tx,
+        once_result: once_rx,
         once_started: false,
+        once_group: None,
+        once_expect: 0,
+        once_got: Vec::new(),
+        groups: HashMap::new(),
     };
     lp.run(stop)
 }
@@ -287,8 +316,16 @@ struct Loop {
     /// The listening port, in session thread names (`zcrecv PORT`).
     port: u16,
     shared: Arc<Shared>,
-    once_result: Option<mpsc::Receiver<SessionResult>>,
+    once_tx: mpsc::Sender<SessionResult>,
+    once_result: mpsc::Receiver<SessionResult>,
     once_started: bool,
+    /// With `once`: the session whose further streams may still join.
+    once_group: Option<SessionId>,
+    /// With `once`: streams started, and the results of those that ended.
+    once_expect: usize,
+    once_got: Vec<SessionResult>,
+    /// Sessions open for more streams.
+    groups: HashMap<SessionId, Group>,
 }
 
 impl Loop {
@@ -307,7 +344,7 @@ impl Loop {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .filter(|r| r.ip == ip)
+            .filter(|r| r.ip == ip && !r.joined)
             .count()
     }
 
@@ -325,11 +362,20 @@ impl Loop {
             if stop.load(Ordering::Relaxed) {
                 return Ok(self.drain());
             }
-            if let Some(rx) = &self.once_result {
+            if self.once_started
+                && self.once_group.is_none()
+                && self.once_got.len() >= self.once_expect
+            {
+                // Every stream of the one session has ended (and no more may join).
+                self.reap();
+                return Ok(Some(merge(std::mem::take(&mut self.once_got))));
+            }
+            if self.once_started {
+                let rx = &self.once_result;
                 // With no handshake left to drive (the listener is closed once the one
-                // session starts) the loop waits on the session itself, so `--once` exits
-                // as soon as it ends instead of at the next tick.
-                let idle = self.pending.is_empty();
+                // session has all its streams) the loop waits on the session itself, so
+                // `--once` exits as soon as it ends instead of at the next tick.
+                let idle = self.pending.is_empty() && self.listener.is_none();
                 let got = if idle {
                     rx.recv_timeout(TICK).map_err(|e| match e {
                         mpsc::RecvTimeoutError::Timeout => mpsc::TryRecvError::Empty,
@@ -340,8 +386,8 @@ impl Loop {
                 };
                 match got {
                     Ok(r) => {
-                        self.reap();
-                        return Ok(Some(r));
+                        self.once_got.push(r);
+                        continue;
                     }
                     Err(mpsc::TryRecvError::Disconnected) => {
                         self.reap();
@@ -425,7 +471,9 @@ impl Loop {
         let ip = peer.ip();
         let shared = self.shared.clone();
         let cfg = &shared.cfg;
-        if self.once_started {
+        // With `once`, only the one session's further streams may still come (their
+        // handshake says whether they are that; anyone else is refused then).
+        if self.once_started && self.once_group.is_none() {
             return self.refused(peer, &mut s, "the receiver serves one sender and has it");
         }
         if let Some(wait) = self.auth.blocked(ip, Instant::now()) {
@@ -560,16 +608,39 @@ impl Loop {
     }
 
     fn start_session(&mut self, mut p: Pending, accepted: Accepted) {
+        let joining = match accepted.stream {
+            StreamRequest::Join(id) => match self.join(&id, p.peer.ip()) {
+                Ok(()) => Some(id),
+                Err(reason) => {
+                    // Like a wrong token: a peer guessing ids is limited the same way.
+                    self.auth.failed(p.peer.ip(), Instant::now());
+                    let _ = p.stream.set_nonblocking(true);
+                    let _ = p.stream.write(
+                        &Frame::Refuse {
+                            code: Code::NoSession,
+                            message: reason.clone(),
+                        }
+                        .to_bytes(),
+                    );
+                    let peer = p.peer;
+                    return self.shared.observer.event(Event::Refused {
+                        peer,
+                        reason: &reason,
+                    });
+                }
+            },
+            _ => None,
+        };
         let cfg = &self.shared.cfg;
         let sessions = self.sessions();
-        if sessions >= cfg.max_sessions || self.once_started {
+        if sessions >= cfg.max_sessions || (self.once_started && joining.is_none()) {
             let reason =
                 format!("the receiver is busy ({sessions} sessions, its limit); try again later");
             return self.refused(p.peer, &mut p.stream, &reason);
         }
         let ip = p.peer.ip();
         let of_addr = self.sessions_of(ip);
-        if of_addr >= cfg.max_sessions_per_addr {
+        if of_addr >= cfg.max_sessions_per_addr && joining.is_none() {
             let reason = format!(
                 "{ip} already has {of_addr} sessions (the limit per address); try again later"
             );
@@ -582,6 +653,25 @@ impl Loop {
         let _ = stream.set_write_timeout(Some(cfg.idle_timeout));
         if let Some(r) = &accepted.reply {
             if (&stream).write_all(r).is_err() {
+                return;
+            }
+        }
+        // Version 5: the session's id, to the opener (who hands it to its other streams)
+        // and back to each stream that joined.
+        let opened = match (accepted.stream, joining) {
+            (StreamRequest::Open(n), _) => {
+                let Ok(id) = session_id() else {
+                    return self.trouble("reading random bytes for a session id".into());
+                };
+                Some((id, n))
+            }
+            _ => None,
+        };
+        if let Some(id) = opened.map(|(id, _)| id).or(joining) {
+            if (&stream)
+                .write_all(&Frame::Session { id }.to_bytes())
+                .is_err()
+            {
                 return;
             }
         }
@@ -600,7 +690,7 @@ impl Loop {
             },
         };
         let version = accepted.version;
-        let (tx, rx) = mpsc::channel();
+        let tx = self.once_tx.clone();
         let once = cfg.once;
         let shared = self.shared.clone();
         // Registered before the thread starts, so the thread's own removal cannot come first.
@@ -613,6 +703,7 @@ impl Loop {
                 Running {
                     sock: handle,
                     ip: peer.ip(),
+                    joined: joining.is_some(),
                     deadline: Instant::now() + cfg.session_deadline,
                     thread: None,
                 },
@@ -664,10 +755,25 @@ impl Loop {
                         .push(h),
                 }
                 drop(running);
+                if let Some((gid, n)) = opened.filter(|&(_, n)| n > 1) {
+                    self.groups.insert(
+                        gid,
+                        Group {
+                            ip: peer.ip(),
+                            left: n - 1,
+                            expires: Instant::now() + self.shared.cfg.handshake_timeout,
+                        },
+                    );
+                    if once {
+                        self.once_group = Some(gid);
+                    }
+                }
                 if once {
                     self.once_started = true;
-                    self.once_result = Some(rx);
-                    self.stop_accepting();
+                    self.once_expect += 1;
+                    if self.once_group.is_none() {
+                        self.stop_accepting();
+                    }
                 }
             }
             Err(e) => {
@@ -685,6 +791,32 @@ impl Loop {
         }
     }
 
+    /// Takes one place in session `id` for a stream from `ip`, or says why not.
+    fn join(&mut self, id: &SessionId, ip: std::net::IpAddr) -> Result<(), String> {
+        let g = match self.groups.get_mut(id) {
+            Some(g) if g.ip == ip && g.expires > Instant::now() => g,
+            _ => {
+                return Err(
+                    "no session with that id is open for more streams (unknown, ended, or from another address)".into(),
+                )
+            }
+        };
+        g.left -= 1;
+        if g.left == 0 {
+            self.groups.remove(id);
+            self.group_closed(id);
+        }
+        Ok(())
+    }
+
+    /// A session takes no more streams: with `once`, nothing more is accepted.
+    fn group_closed(&mut self, id: &SessionId) {
+        if self.once_group.as_ref() == Some(id) {
+            self.once_group = None;
+            self.stop_accepting();
+        }
+    }
+
     fn stop_accepting(&mut self) {
         if let Some(l) = self.listener.take() {
             let _ = epoll::delete(&self.ep, &l);
@@ -699,6 +831,16 @@ impl Loop {
     /// Handshakes past their deadline go; sessions past theirs are shut down.
     fn expire(&mut self) {
         let now = Instant::now();
+        let gone: Vec<SessionId> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.expires <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.groups.remove(&id);
+            self.group_closed(&id);
+        }
         while let Some(&id) = self.order.front() {
             match self.pending.get(&id) {
                 None => {
@@ -768,8 +910,21 @@ impl Loop {
         }
         // Every session has left the table; join the last threads (and let them report).
         self.reap();
-        self.once_result.as_ref().and_then(|rx| rx.try_recv().ok())
+        if !self.once_started {
+            return None;
+        }
+        self.once_got.extend(self.once_result.try_iter());
+        (!self.once_got.is_empty()).then(|| merge(std::mem::take(&mut self.once_got)))
     }
+}
+
+/// The reports of one session's streams as one: every file, or the first failure.
+fn merge(results: Vec<SessionResult>) -> SessionResult {
+    let mut all = SessionReport::default();
+    for r in results {
+        all.files.extend(r?.files);
+    }
+    Ok(all)
 }
 
 fn run_session(

@@ -11,12 +11,13 @@
 use super::auth::{self, Role};
 use super::digest::{hash_range, prefix_state};
 use super::finish::{Finished, Finisher, Staged};
-use super::handshake::{HandshakeError, ReceiverHandshake};
+use super::handshake::{HandshakeError, ReceiverHandshake, StreamRequest};
 use super::landing::{LandingHash, LAND_STEP};
 use super::sparse;
 use super::store::{Refusal, Store};
 use super::wire::{
-    Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, STREAM_SIZE, VERSION,
+    Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, SESSION_ID_LEN,
+    STREAM_SIZE, VERSION,
 };
 use std::collections::VecDeque;
 use std::fs::File;
@@ -127,6 +128,15 @@ pub enum TransferError {
         expected: u64,
         /// Bytes that arrived.
         got: u64,
+    },
+    /// One of a session's further streams (version 5) failed; the others went on.
+    #[error("stream {stream}: {source}")]
+    Stream {
+        /// Which (0 is the connection that opened the session).
+        stream: usize,
+        /// Why.
+        #[source]
+        source: Box<TransferError>,
     },
 }
 
@@ -382,6 +392,19 @@ pub fn send_session(
     opts: &SendOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
+    let (version, _) = send_handshake(tx, opts, StreamRequest::Open(1))?;
+    send_entries(tx, version, sources, opts, progress)
+}
+
+/// The sender's handshake: `Hello`, the token's proof both ways, and from version 5 the
+/// connection's place in its session (`stream`: `Open` or `Join`, sent right behind our
+/// `Hello`/`Auth` so it costs no round trip of its own). Returns the session's version and,
+/// from version 5, the session id the receiver answered with.
+pub(crate) fn send_handshake(
+    tx: &mut Sender,
+    opts: &SendOptions,
+    stream: StreamRequest,
+) -> Result<(u16, Option<[u8; SESSION_ID_LEN]>), TransferError> {
     no_delay(tx.socket())?;
     // Handshake: the receiver speaks first.
     let (auth_required, rnonce, theirs) = match read_frame_from_sender_side(tx)? {
@@ -425,6 +448,17 @@ pub fn send_session(
         })?;
         let mac = auth::prove(token, Role::Sender, &rnonce, &snonce);
         tx.send_slice(&Frame::Auth { mac }.to_bytes())?;
+    }
+    let join = match stream {
+        _ if version < 5 => None,
+        StreamRequest::Open(n) => Some(Frame::Open { streams: n }),
+        StreamRequest::Join(session) => Some(Frame::Join { session }),
+        StreamRequest::Single => Some(Frame::Open { streams: 1 }),
+    };
+    if let Some(f) = &join {
+        tx.send_slice(&f.to_bytes())?;
+    }
+    if let (true, Some(token)) = (auth_required, opts.token.as_deref()) {
         match read_frame_from_sender_side(tx)? {
             Frame::Auth { mac } if auth::verify(token, Role::Receiver, &rnonce, &snonce, &mac) => {}
             Frame::Auth { .. } => {
@@ -436,6 +470,24 @@ pub fn send_session(
             other => return Err(unexpected("auth", &other)),
         }
     }
+    if join.is_none() {
+        return Ok((version, None));
+    }
+    match read_frame_from_sender_side(tx)? {
+        Frame::Session { id } => Ok((version, Some(id))),
+        Frame::Refuse { message, .. } => Err(TransferError::Refused(message)),
+        other => Err(unexpected("session", &other)),
+    }
+}
+
+/// Sends `sources` over a connection past its handshake, then says goodbye.
+pub(crate) fn send_entries(
+    tx: &mut Sender,
+    version: u16,
+    sources: Vec<Source>,
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
     let mut report = SessionReport::default();
     let mut pipe = Pipeline {
         pending: VecDeque::new(),
@@ -1153,7 +1205,30 @@ pub fn receive_session(
     if let Some(r) = &accepted.reply {
         reply_bytes(rx, r)?;
     }
+    match accepted.stream {
+        StreamRequest::Single => {}
+        // One connection serves one session here: its id is never presented again, and
+        // the sender's further streams are turned away (`server` joins them).
+        StreamRequest::Open(_) => reply(rx, &Frame::Session { id: session_id()? })?,
+        StreamRequest::Join(_) => {
+            let message = "this receiver takes one connection per session; nothing to join";
+            let _ = reply(
+                rx,
+                &Frame::Refuse {
+                    code: Code::NoSession,
+                    message: message.into(),
+                },
+            );
+            return Err(TransferError::Refused(message.into()));
+        }
+    }
     receive_files(rx, store, accepted.version, progress)
+}
+
+/// A fresh random session id (`Session`, version 5).
+pub(crate) fn session_id() -> Result<[u8; SESSION_ID_LEN], TransferError> {
+    let n = auth::nonce().map_err(io_err("reading random bytes"))?;
+    Ok(n[..SESSION_ID_LEN].try_into().expect("32 >= 16"))
 }
 
 /// The file part of a receiving session, after the handshake. Files that fail a check are

@@ -12,8 +12,9 @@
 /// First bytes of every `Hello` payload.
 pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// Newest protocol version this build speaks (2: pipelined `Put` files; 3: `Dir` and `Link`,
-/// so empty directories and symlinks arrive; 4: `StartSparse`, so holes are not sent).
-pub const VERSION: u16 = 4;
+/// so empty directories and symlinks arrive; 4: `StartSparse`, so holes are not sent; 5:
+/// `Open`/`Join`, so one session runs over several connections).
+pub const VERSION: u16 = 5;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
@@ -36,6 +37,12 @@ pub const AUTH_LEN: usize = 32;
 pub const MAX_EXTENTS: usize = 4000;
 /// `File.size` for a stream of unknown length (stdin): data comes in `Data` frames.
 pub const STREAM_SIZE: u64 = u64::MAX;
+/// Most connections one session may have (`Open`, version 5).
+pub const MAX_STREAMS: u16 = 16;
+/// Bytes of a session id (`Session`, `Join`): random, so a stranger cannot guess one.
+pub const SESSION_ID_LEN: usize = 16;
+/// Payload bytes of `Open`.
+pub const OPEN_LEN: usize = 2;
 
 /// Why a file or a session was refused; sent in `Refuse` and `Ack`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +72,8 @@ pub enum Code {
     /// The receiver is at a limit (sessions, connections from one address, failed
     /// authentications): try again later.
     Busy = 10,
+    /// A `Join` named no session open for more streams (unknown, finished, or full).
+    NoSession = 11,
 }
 
 impl Code {
@@ -82,6 +91,7 @@ impl Code {
             Length,
             Protocol,
             Busy,
+            NoSession,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -150,6 +160,23 @@ pub enum Frame {
         offset: u64,
         /// The data extents.
         extents: Vec<(u64, u64)>,
+    },
+    /// Sender (version 5), right after its `Hello` (and `Auth`): this connection opens a
+    /// session that `streams` connections in all will carry.
+    Open {
+        /// Connections of the session, this one included (1 to [`MAX_STREAMS`]).
+        streams: u16,
+    },
+    /// Sender (version 5), instead of `Open`: this connection is one more stream of the
+    /// session the receiver named in its `Session` answer.
+    Join {
+        /// The session's id, from the receiver's `Session`.
+        session: [u8; SESSION_ID_LEN],
+    },
+    /// Receiver (version 5): the answer to `Open` or `Join`.
+    Session {
+        /// The id further streams present in `Join`.
+        id: [u8; SESSION_ID_LEN],
     },
     /// Stream-mode data.
     Data(Vec<u8>),
@@ -260,6 +287,9 @@ pub(crate) const T_PUT: u8 = 13;
 pub(crate) const T_DIR: u8 = 14;
 pub(crate) const T_LINK: u8 = 15;
 const T_START_SPARSE: u8 = 16;
+pub(crate) const T_OPEN: u8 = 17;
+pub(crate) const T_JOIN: u8 = 18;
+const T_SESSION: u8 = 19;
 
 fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
     let b = &s.as_bytes()[..s.len().min(max)];
@@ -343,6 +373,18 @@ impl Frame {
                 }
                 T_START_SPARSE
             }
+            Frame::Open { streams } => {
+                out.extend_from_slice(&streams.to_be_bytes());
+                T_OPEN
+            }
+            Frame::Join { session } => {
+                out.extend_from_slice(session);
+                T_JOIN
+            }
+            Frame::Session { id } => {
+                out.extend_from_slice(id);
+                T_SESSION
+            }
             Frame::Data(d) => {
                 out.extend_from_slice(&d[..d.len().min(MAX_DATA)]);
                 T_DATA
@@ -399,7 +441,7 @@ impl Frame {
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let max = match ty {
             T_DATA => MAX_DATA,
-            T_HELLO..=T_LINK | T_START_SPARSE => MAX_CONTROL,
+            T_HELLO..=T_LINK | T_START_SPARSE..=T_SESSION => MAX_CONTROL,
             _ => return Err(WireError::UnknownType(ty)),
         };
         if len > max {
@@ -505,6 +547,22 @@ impl Frame {
                 }
                 Frame::StartSparse { offset, extents }
             }
+            T_OPEN => {
+                r.what = "open";
+                Frame::Open { streams: r.u16()? }
+            }
+            T_JOIN => {
+                r.what = "join";
+                Frame::Join {
+                    session: r.take(SESSION_ID_LEN)?.try_into().expect("16 bytes"),
+                }
+            }
+            T_SESSION => {
+                r.what = "session";
+                Frame::Session {
+                    id: r.take(SESSION_ID_LEN)?.try_into().expect("16 bytes"),
+                }
+            }
             T_DATA => return Ok(Frame::Data(p.to_vec())),
             T_END_DATA => Frame::EndData,
             T_TRAILER => {
@@ -576,6 +634,9 @@ impl Frame {
             Frame::Refuse { .. } => "refuse",
             Frame::Start { .. } => "start",
             Frame::StartSparse { .. } => "start-sparse",
+            Frame::Open { .. } => "open",
+            Frame::Join { .. } => "join",
+            Frame::Session { .. } => "session",
             Frame::Data(_) => "data",
             Frame::EndData => "end-of-data",
             Frame::Trailer { .. } => "trailer",
@@ -646,6 +707,9 @@ mod tests {
 
     fn samples() -> Vec<Frame> {
         vec![
+            Frame::Open { streams: 4 },
+            Frame::Join { session: [9; 16] },
+            Frame::Session { id: [3; 16] },
             Frame::Hello {
                 version: VERSION,
                 auth: true,

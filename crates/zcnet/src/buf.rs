@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut, Range};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use zcnet_sys::mem::{page_size, PageBuf};
@@ -17,6 +18,10 @@ use zcnet_sys::mem::{page_size, PageBuf};
 struct PoolInner {
     free: Mutex<Vec<PageBuf>>,
     returned: Condvar,
+    /// Threads in [`Pool::take_timeout`]'s wait, changed and read only under `free`'s lock:
+    /// a returned buffer signals `returned` only when one waits, since std's condvar makes a
+    /// `futex` call per notify whether or not anyone sleeps (one syscall per message sent).
+    waiting: std::sync::atomic::AtomicUsize,
     buf_size: usize,
     count: usize,
     retired: std::sync::atomic::AtomicUsize,
@@ -61,6 +66,7 @@ impl Pool {
             inner: Arc::new(PoolInner {
                 free: Mutex::new(bufs),
                 returned: Condvar::new(),
+                waiting: std::sync::atomic::AtomicUsize::new(0),
                 buf_size,
                 count,
                 retired: Default::default(),
@@ -124,7 +130,10 @@ impl Pool {
                 });
             }
             let left = deadline.checked_duration_since(Instant::now())?;
-            free = self.inner.returned.wait_timeout(free, left).ok()?.0;
+            self.inner.waiting.fetch_add(1, Relaxed);
+            let woke = self.inner.returned.wait_timeout(free, left);
+            self.inner.waiting.fetch_sub(1, Relaxed);
+            free = woke.ok()?.0;
         }
     }
 
@@ -250,7 +259,9 @@ impl Drop for TxBuf {
         if let Some(mem) = self.mem.take() {
             if let Ok(mut free) = self.pool.free.lock() {
                 free.push(mem);
-                self.pool.returned.notify_one();
+                if self.pool.waiting.load(Relaxed) > 0 {
+                    self.pool.returned.notify_one();
+                }
             }
         }
     }
@@ -293,6 +304,33 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         drop(held);
         assert!(t.join().unwrap());
+    }
+
+    #[test]
+    fn a_waiter_already_asleep_is_woken_by_the_return() {
+        // The return signals only when someone waits: the waiter must be counted before it
+        // sleeps, or this wake-up would be lost.
+        let pool = Pool::new(1, 4096).unwrap();
+        let held = pool.try_take().unwrap();
+        let p2 = pool.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let got = p2.take_timeout(Duration::from_secs(600)).is_some();
+            let _ = tx.send(got);
+        });
+        let mut spins = 0;
+        while pool.inner.waiting.load(Relaxed) == 0 {
+            spins += 1;
+            assert!(spins < 10_000, "the waiter never started waiting");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(held);
+        // A hang guard, not a speed check: the waiter's own timeout is ten minutes.
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the waiter was not woken by the returned buffer");
+        assert!(got);
+        assert_eq!(pool.inner.waiting.load(Relaxed), 0);
     }
 
     #[test]

@@ -95,13 +95,36 @@ def listening(port):
     return any(l.split()[1] == want and l.split()[3] == "0A" for l in NET.tcp_table().splitlines()[1:])
 
 
+STATS = None
+
+
 def env_for(mode, lib):
     e = dict(os.environ)
-    e.pop("LD_PRELOAD", None)
+    for k in ("LD_PRELOAD", "ZCNET_TX", "ZCNET_STATS"):
+        e.pop(k, None)
     if not mode.startswith("none"):
         e["LD_PRELOAD"] = lib
         e["ZCNET_TX"] = {"cow": "zerocopy"}.get(mode, mode)
+        e["ZCNET_STATS"] = STATS
     return e
+
+
+def engine_stats():
+    """Pages write-protected, write faults taken on them and the nanoseconds the engine
+    spent resolving them, summed over the processes of the last run (their stats lines)."""
+    pages = faults = fault_ns = 0
+    try:
+        with open(STATS) as f:
+            for line in f:
+                d = json.loads(line)
+                pages += sum(s.get("pages_protected", 0) for s in d.get("sockets", []))
+                pages += d.get("others", {}).get("pages_protected", 0)
+                faults += d["engine"]["faults"] if d.get("engine") else 0
+                fault_ns += d["engine"]["fault_ns"] if d.get("engine") else 0
+        os.unlink(STATS)
+    except FileNotFoundError:
+        pass
+    return pages, faults, fault_ns
 
 
 def default_sigint():
@@ -273,6 +296,7 @@ def measure(name, fn, a, d, size, want):
     round's `none` run; for `none2`, also the half-width of its ratio's interquartile range."""
     per = {m: [] for m in a.modes}
     soft = []
+    cow = []
     gib = size / (1 << 30)
     for r in range(a.rounds):
         for m in a.modes[r % len(a.modes):] + a.modes[: r % len(a.modes)]:
@@ -285,18 +309,26 @@ def measure(name, fn, a, d, size, want):
                 raise SystemExit(f"{name} {m} ({NET.kind}): transfer not verified")
             soft.append((softirq_cpu() - s0) / gib)
             per[m].append(cpu / gib)
+            pages, faults, fault_ns = engine_stats()
+            if m == "cow":
+                cow.append((faults / max(pages, 1), fault_ns / max(faults, 1) / 1e3, fault_ns / 1e9 / gib))
             if a.raw:
                 print(json.dumps({"program": name, "net": NET.kind, "round": r, "mode": m,
-                                  "cpu": cpu / gib, "softirq": soft[-1]}), file=a.raw, flush=True)
+                                  "cpu": cpu / gib, "softirq": soft[-1], "pages": pages,
+                                  "faults": faults, "fault_ns": fault_ns}), file=a.raw, flush=True)
     out = {"none": statistics.median(per["none"]), "softirq": statistics.median(soft)}
     for m in a.modes[1:]:
         ratios = [x / n for x, n in zip(per[m], per["none"])]
         out[m] = (statistics.median(ratios), median_ci(ratios))
+    if cow:
+        out["faulted"], out["us_fault"], out["fault_s"] = (statistics.median(c) for c in zip(*cow))
     return out
 
 
 def main():
-    global NET, PIN, SOFTIRQD
+    global NET, PIN, SOFTIRQD, STATS
+    # Stopped with SIGTERM: still remove the namespaces and the temporary files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser()
     ap.add_argument("library")
     ap.add_argument("--size", type=int, default=1024, help="MiB per transfer")
@@ -316,6 +348,7 @@ def main():
     # tmpfs: no writeback of the received file charged to whichever run comes next.
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=shm) as d:
+        STATS = os.path.join(d, "stats.jsonl")
         with open(os.path.join(d, "data.bin"), "wb") as f:
             block = os.urandom(1 << 20)
             for i in range(a.size):
@@ -324,8 +357,10 @@ def main():
         print(f"{a.size} MiB per transfer, {a.rounds} rounds, modes rotated, "
               f"{'server on CPU 0, client on CPU 1' if PIN else 'unpinned'}; CPU s/GiB of both "
               f"processes less the server's start-up; ratios: medians of per-round ratios to none")
+        cow = "cow" in a.modes
         print(f"{'program':18} {'net':8} {'none':>7} {'softirq':>7} "
-              + " ".join(f"{m + '/none':>13}" for m in a.modes[1:]))
+              + " ".join(f"{m + '/none':>13}" for m in a.modes[1:])
+              + (f" {'faulted':>7} {'µs/flt':>6} {'flt s/GiB':>9}" if cow else ""))
         for kind in nets:
             NET = Net(kind)
             try:
@@ -334,7 +369,9 @@ def main():
                         continue
                     med = measure(name, fn, a, d, size, want)
                     print(f"{name:18} {kind:8} {med['none']:7.3f} {med['softirq']:7.3f} "
-                          + " ".join(f"{'%.3f±%.3f' % med[m]:>13}" for m in a.modes[1:]), flush=True)
+                          + " ".join(f"{'%.3f±%.3f' % med[m]:>13}" for m in a.modes[1:])
+                          + (f" {med['faulted']:7.1%} {med['us_fault']:6.1f} {med['fault_s']:9.3f}" if cow else ""),
+                          flush=True)
             finally:
                 NET.close()
 

@@ -6,6 +6,7 @@
 use crate::birth;
 use crate::globals::config;
 use crate::kind::{cached, classify, remember, Kind};
+use crate::lineage;
 use crate::reaper;
 use crate::sock::Sock;
 use crate::stats::{Counters, Report};
@@ -294,6 +295,7 @@ pub fn in_flight() -> Vec<(i32, Arc<Sock>)> {
 /// with the rest when the peer acknowledges, which may take for ever), then hold the table
 /// so the child gets it unlocked and consistent.
 pub fn before_fork() {
+    lineage::before_fork();
     let demote = demote_after();
     for (fd, s) in in_flight() {
         s.drain(fd, demote);
@@ -310,6 +312,9 @@ pub fn before_fork() {
 /// duplicates.
 pub fn after_fork(child: bool) {
     birth::forked();
+    // Every child takes (and clears) the start time it inherited, sockets or not: it is
+    // its parent's, never its own.
+    let parent = child.then(lineage::parent_after_fork);
     let Some(mut t) = FORK_HOLD.with(|h| h.borrow_mut().take()) else {
         return;
     };
@@ -319,7 +324,7 @@ pub fn after_fork(child: bool) {
     if child {
         // Completions still due are the parent's — or, for a socket the parent inherited
         // itself, those of the process it inherited them from.
-        let parent = std::os::unix::process::parent_id();
+        let parent = parent.unwrap_or_else(lineage::parent_after_fork);
         let adopt = |s: &Sock| {
             if s.foreign_owner().is_none() {
                 s.set_owner(parent);

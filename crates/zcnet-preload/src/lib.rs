@@ -39,6 +39,7 @@ mod globals;
 mod hide;
 pub mod huge;
 pub mod kind;
+mod lineage;
 mod mmsg;
 pub mod plan;
 mod reaper;

@@ -2,8 +2,9 @@
 //! `MSG_ZEROCOPY` calls the kernel still reads, and the write protections held until it
 //! is done with them.
 
+use crate::lineage::Process;
 use crate::stats::Counters;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use zcnet::cow::Protection;
 use zcnet::policy::CopiedDemotion;
@@ -44,8 +45,9 @@ pub struct Sock {
     zc: Mutex<Zc>,
     zc_ever: AtomicBool,
     shared: AtomicBool,
-    /// In a forked child: the process whose completions the error queue carries (0: ours).
-    owner: AtomicU32,
+    /// In a forked child: the process whose completions the error queue carries (`None`:
+    /// ours).
+    owner: Mutex<Option<Process>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -64,7 +66,7 @@ impl Sock {
             zc: Mutex::new(Zc::default()),
             zc_ever: AtomicBool::new(false),
             shared: AtomicBool::new(false),
-            owner: AtomicU32::new(0),
+            owner: Mutex::new(None),
         }
     }
 
@@ -90,15 +92,15 @@ impl Sock {
         self.shared.store(true, Relaxed);
     }
 
-    /// In a forked child: the parent `pid` sent zero-copy on this socket, and the
+    /// In a forked child: the parent `p` sent zero-copy on this socket, and the
     /// completions that still arrive in its error queue are the parent's to read.
-    pub fn set_owner(&self, pid: u32) {
-        self.owner.store(pid, Relaxed);
+    pub fn set_owner(&self, p: Process) {
+        *lock(&self.owner) = Some(p);
     }
 
     /// The process whose completions this socket's error queue may carry, if not this one.
-    pub fn foreign_owner(&self) -> Option<u32> {
-        Some(self.owner.load(Relaxed)).filter(|&p| p != 0)
+    pub fn foreign_owner(&self) -> Option<Process> {
+        *lock(&self.owner)
     }
 
     /// Protections still held (calls the kernel may still read).
@@ -159,7 +161,7 @@ impl Sock {
     /// report `POLLERR` for ever).
     pub fn drain(&self, fd: i32, demote_after: Option<u32>) {
         if let Some(owner) = self.foreign_owner() {
-            if std::path::Path::new(&format!("/proc/{owner}")).exists() || self.zc().app_errqueue {
+            if owner.alive() || self.zc().app_errqueue {
                 return;
             }
             let mut entries = Vec::new();

@@ -6,6 +6,7 @@
 use crate::birth;
 use crate::globals::config;
 use crate::kind::{cached, classify, remember, Kind};
+use crate::lineage;
 use crate::reaper;
 use crate::sock::Sock;
 use crate::stats::{Counters, Report};
@@ -63,6 +64,7 @@ fn table() -> MutexGuard<'static, Table> {
 
 thread_local! {
     static FORK_HOLD: RefCell<Option<MutexGuard<'static, Table>>> = const { RefCell::new(None) };
+    static COW_HOLD: RefCell<Option<zcnet::cow::ForkHold>> = const { RefCell::new(None) };
 }
 
 fn peer_of(fd: i32) -> String {
@@ -207,7 +209,10 @@ pub fn close(fd: i32) {
         return;
     };
     let last = s.fds.load(Relaxed) == 1;
-    if last && s.zc_ever() && !settle(fd, &s, Duration::ZERO) {
+    // A forked child's loans are its parent's, which it never completes: waiting for them
+    // would keep the connection open (no FIN for the peer) until the child exits.
+    let ours = s.foreign_owner().is_none();
+    if last && ours && s.zc_ever() && !settle(fd, &s, Duration::ZERO) {
         if let Some(hidden) = hidden_dup(fd) {
             table().closing.push(Watched {
                 fd: hidden,
@@ -294,12 +299,16 @@ pub fn in_flight() -> Vec<(i32, Arc<Sock>)> {
 /// with the rest when the peer acknowledges, which may take for ever), then hold the table
 /// so the child gets it unlocked and consistent.
 pub fn before_fork() {
+    lineage::before_fork();
     let demote = demote_after();
     for (fd, s) in in_flight() {
         s.drain(fd, demote);
     }
     let g = table();
     FORK_HOLD.with(|h| *h.borrow_mut() = Some(g));
+    // Last: the engine's locks come after the table's (a socket given back under the table
+    // lock gives its protections back to the engine).
+    COW_HOLD.with(|h| *h.borrow_mut() = Some(zcnet::cow::hold_for_fork()));
 }
 
 /// After `fork`, in either process: every socket open now is open in both, so neither
@@ -309,7 +318,11 @@ pub fn before_fork() {
 /// the parent's protections) and hides what they cause, and closes the parent's hidden
 /// duplicates.
 pub fn after_fork(child: bool) {
+    COW_HOLD.with(|h| h.borrow_mut().take());
     birth::forked();
+    // Every child takes (and clears) the start time it inherited, sockets or not: it is
+    // its parent's, never its own.
+    let parent = child.then(lineage::parent_after_fork);
     let Some(mut t) = FORK_HOLD.with(|h| h.borrow_mut().take()) else {
         return;
     };
@@ -319,7 +332,7 @@ pub fn after_fork(child: bool) {
     if child {
         // Completions still due are the parent's — or, for a socket the parent inherited
         // itself, those of the process it inherited them from.
-        let parent = std::os::unix::process::parent_id();
+        let parent = parent.unwrap_or_else(lineage::parent_after_fork);
         let adopt = |s: &Sock| {
             if s.foreign_owner().is_none() {
                 s.set_owner(parent);

@@ -470,6 +470,93 @@ def _child_sends_on_a_shared_socket():
     check(r.n == 16 * MIB and r.h.digest() == sent.digest(), f"received {r.n}, hash mismatch")
 
 
+class Pollfd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+def kernel_revents(fd):
+    """The socket's readiness as the kernel reports it, past any interposed poll: ppoll(2)
+    through syscall(2), which no preload library sees."""
+    nr = {"x86_64": 271, "aarch64": 73}.get(os.uname().machine)
+    if nr is None:
+        return None
+    p = Pollfd(fd, select.POLLIN, 0)
+    ts = Timespec(0, 0)
+    libc.syscall.restype = ctypes.c_long
+    r = libc.syscall(ctypes.c_long(nr), ctypes.byref(p), ctypes.c_ulong(1), ctypes.byref(ts),
+                     None, ctypes.c_size_t(0))
+    check(r >= 0, f"ppoll: errno {ctypes.get_errno()}")
+    return p.revents
+
+
+def parent_exits_with_sends_due():
+    """A parent exits while its zero-copy sends on a socket it shares with its child are
+    still due; the child, left with the socket, sees no error, drains the completions
+    nobody else will read (the kernel's own poll shows no POLLERR left), and the peer gets
+    every byte in order, then the end of the stream when the child closes it. The parent
+    stays a zombie meanwhile (its parent is busy): a pid that still exists is not a
+    process that still runs."""
+    env = {k: v for k, v in os.environ.items() if k != "ZCNET_STATS"}
+    out = subprocess.run(
+        [sys.executable, __file__, "_parent_exits_with_sends_due"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    check("ok _parent_exits_with_sends_due" in out.stdout,
+          f"{out.returncode} {out.stdout} {out.stderr}")
+
+
+def _parent_exits_with_sends_due():
+    """(Run alone, by parent_exits_with_sends_due: it must start the engine itself.)"""
+    a, b = pair()
+    a.setblocking(False)
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    for i in range(64):
+        fill(buf, 14000 + i)
+        n, e = c_send(a.fileno(), buf)
+        if n < 0:
+            check(e == errno.EAGAIN, f"errno {e}")
+            break
+        sent.update(memoryview(buf)[:n])
+        buf[:] = b"\x77" * len(buf)
+    a.setblocking(True)
+    check(outq(a.fileno()) > 0, "nothing in flight at the fork")
+    parent = os.getpid()
+    if os.fork() != 0:
+        os._exit(0)
+    try:
+        deadline = time.time() + 10
+        while os.getppid() == parent:
+            check(time.time() < deadline, "the parent never exited")
+            time.sleep(0.001)
+        r = Reader(b)
+        w = Watch(a.fileno())
+        deadline = time.time() + 20
+        while outq(a.fileno()) > 0:
+            check(time.time() < deadline, f"the parent's sends never completed: {outq(a.fileno())} bytes unacknowledged, {r.n} received")
+            bad = w.look("child")
+            check(bad is None, bad)
+        for _ in range(20):
+            bad = w.look("child, after")
+            check(bad is None, bad)
+        ev = kernel_revents(a.fileno())
+        check(ev is None or not ev & select.POLLERR, f"completions left undrained: {ev:#x}")
+        a.close()
+        r.join(10)
+        check(not r.is_alive(), "no end of stream: the child's close left the connection open")
+        check(r.h.digest() == sent.digest(), f"received {r.n} bytes, hash mismatch")
+        print("ok _parent_exits_with_sends_due", flush=True)
+    except BaseException as x:
+        print("child:", repr(x), flush=True)
+    finally:
+        sys.stdout.flush()
+        os._exit(0)
+
+
 class Msghdr(ctypes.Structure):
     _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
                 ("iov", ctypes.c_void_p), ("iovlen", ctypes.c_size_t),
@@ -677,6 +764,7 @@ CHECKS = [
     so_error_after_reset,
     fork_with_sends_in_flight,
     fork_shares_no_completions,
+    parent_exits_with_sends_due,
     sendmmsg_keeps_every_datagram,
     huge_page_buffer,
     close_in_flight,
@@ -690,6 +778,8 @@ if __name__ == "__main__":
         _child_sends_on_a_shared_socket()
         print("ok", names[0], flush=True)
         sys.exit(0)
+    if names == ["_parent_exits_with_sends_due"]:
+        _parent_exits_with_sends_due()
     for c in CHECKS:
         if names and c.__name__ not in names:
             continue

@@ -54,7 +54,7 @@ fn run(mode: Option<&str>) -> Vec<Value> {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        13,
+        14,
         "{text}"
     );
     std::fs::read_to_string(&stats)

@@ -195,6 +195,19 @@ struct Inner {
     remaps: Vec<(usize, usize, usize)>,
 }
 
+/// The space's locks, held across a `fork` ([`CowSpace::hold_for_fork`]); the table's is
+/// given back first.
+pub struct ForkHold<'a> {
+    _table: Locked<'a>,
+    _lift: MutexGuard<'a, ()>,
+}
+
+impl std::fmt::Debug for ForkHold<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForkHold")
+    }
+}
+
 thread_local! {
     /// This thread holds the table lock (the SIGSEGV handler must not wait for it then).
     static HOLDING: Cell<bool> = const { Cell::new(false) };
@@ -318,6 +331,22 @@ impl CowSpace {
 
     fn forked(&self) -> bool {
         std::process::id() != self.pid
+    }
+
+    /// Takes the space's locks for a `fork` the calling thread is about to make; drop the
+    /// hold after it, in parent and child alike. `fork` copies only the calling thread: a
+    /// lock the fault handler (or any other thread) held at that instant would stay held
+    /// in the child for ever, and the child's first look at the table — a `recv` into a
+    /// buffer, a protection given back — would hang (fork(2), "async-signal-safe").
+    pub fn hold_for_fork(&self) -> ForkHold<'_> {
+        let lift = self
+            .lift_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ForkHold {
+            _table: self.lock(),
+            _lift: lift,
+        }
     }
 
     fn lock(&self) -> Locked<'_> {

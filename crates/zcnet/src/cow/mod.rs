@@ -272,6 +272,20 @@ pub fn engine_stats() -> Option<EngineStats> {
     })
 }
 
+/// The engine's locks, held by the thread about to `fork` ([`hold_for_fork`]).
+#[derive(Debug)]
+pub struct ForkHold(#[allow(dead_code)] Option<zcnet_sys::cow::ForkHold<'static>>);
+
+/// Holds the engine's locks for a `fork` the calling thread is about to make (nothing if
+/// no engine runs); drop the hold after the fork in both processes, so that the child
+/// never inherits a lock another thread held (see [`CowSpace::hold_for_fork`]).
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold(match ENGINE.get() {
+        Some(Ok(e)) => Some(e.space.hold_for_fork()),
+        _ => None,
+    })
+}
+
 /// Whether any page of `buf` is write-protected because a `cow` send may still read it:
 /// a kernel write into `buf` (`read`, `recv`) would fail with `EFAULT` now.
 pub fn is_protected(buf: &[u8]) -> bool {

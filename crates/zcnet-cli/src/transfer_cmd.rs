@@ -44,7 +44,8 @@ pub struct SendArgs {
     /// thread waits — trees of many small files onto a real disk (each stream's fsyncs and
     /// renames overlap the others': 4 streams moved 5000 files of 4-5 KiB 1.2-1.5x faster
     /// on loopback to ext4 here, `bench/streams.sh`) — less for a few large files
-    /// (1.15-1.3x), and nothing when the cores are busy.
+    /// (1.15-1.3x), and nothing when the cores are busy. From protocol version 6 a file of
+    /// 64 MiB or more (without holes) is itself split into ranges over the streams.
     #[arg(long, default_value_t = 1,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=zcnet_transfer::wire::MAX_STREAMS as u64))]
     streams: usize,

@@ -8,12 +8,19 @@
 //! the streams by file ([`spread`]); each stream is an ordinary session body (pipelined
 //! `Put`s, `File`s by `sendfile`) on its own thread. A receiver older than version 5 gets
 //! the whole tree on the first connection.
+//!
+//! From version 6 a file of at least [`RANGE_THRESHOLD`] bytes (without holes) is itself
+//! split into ranges that are spread like files ([`split_large`]; the receiver side is
+//! [`super::ranges`]). A file with holes goes whole on one stream, so it stays sparse.
 
 use super::handshake::StreamRequest;
+use super::ranges::{split, MIN_RANGE, RANGE_THRESHOLD};
 use super::session::{
-    send_entries, send_handshake, Progress, SendOptions, SessionReport, Source, TransferError,
+    send_entries, send_handshake, FileOutcome, Progress, SendOptions, SessionReport, Source,
+    TransferError,
 };
 use super::wire::MAX_STREAMS;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use zcnet::stats::StatsSnapshot;
 use zcnet::stream::Sender;
@@ -44,6 +51,7 @@ pub fn spread(sources: Vec<Source>, n: usize) -> Vec<Vec<Source>> {
                         .saturating_add(PER_FILE_COST),
                 ),
             ),
+            Source::Range { len, .. } => (i, Some(len.saturating_add(PER_FILE_COST))),
             _ => (i, None),
         })
         .collect();
@@ -61,6 +69,78 @@ pub fn spread(sources: Vec<Source>, n: usize) -> Vec<Vec<Source>> {
     let mut out: Vec<Vec<Source>> = (0..n).map(|_| Vec::new()).collect();
     for (s, k) in sources.into_iter().zip(home) {
         out[k].push(s);
+    }
+    out
+}
+
+/// Replaces each file of at least [`RANGE_THRESHOLD`] bytes that has no holes by its
+/// ranges for `streams` streams: up to two per stream, so the greedy spread can even out the
+/// unequal halves of a size that is not a power of two, none under [`MIN_RANGE`]. Returns
+/// the split files' names.
+pub fn split_large(sources: Vec<Source>, streams: usize) -> (Vec<Source>, Vec<String>) {
+    let mut out = Vec::with_capacity(sources.len());
+    let mut names = Vec::new();
+    for src in sources {
+        let Source::File { path, name } = &src else {
+            out.push(src);
+            continue;
+        };
+        let size = match std::fs::File::open(path).and_then(|f| {
+            let size = f.metadata()?.len();
+            let holes =
+                size >= RANGE_THRESHOLD && super::sparse::data_extents(&f, 0, size)?.is_some();
+            Ok((!holes).then_some(size))
+        }) {
+            Ok(Some(size)) if size >= RANGE_THRESHOLD => size,
+            // Small, sparse, or unreadable (the send reports why): whole.
+            _ => {
+                out.push(src);
+                continue;
+            }
+        };
+        let ranges = split(size, 2 * streams, MIN_RANGE);
+        if ranges.len() < 2 {
+            out.push(src);
+            continue;
+        }
+        names.push(name.clone());
+        for (offset, len) in ranges {
+            out.push(Source::Range {
+                path: path.clone(),
+                name: name.clone(),
+                offset,
+                len,
+                size,
+            });
+        }
+    }
+    (out, names)
+}
+
+/// Folds the outcomes of a split file's ranges into one for the file: delivered when every
+/// range was (the last one's `Ack` says the file is final), else the first failure.
+fn merge_ranges(files: Vec<FileOutcome>, split: &[String]) -> Vec<FileOutcome> {
+    let mut out: Vec<FileOutcome> = Vec::with_capacity(files.len());
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for o in files {
+        if !split.contains(&o.name) {
+            out.push(o);
+            continue;
+        }
+        match at.get(&o.name) {
+            None => {
+                at.insert(o.name.clone(), out.len());
+                out.push(o);
+            }
+            Some(&i) => {
+                let m = &mut out[i];
+                m.bytes += o.bytes;
+                m.verified &= o.verified;
+                if m.result.is_ok() {
+                    m.result = o.result;
+                }
+            }
+        }
     }
     out
 }
@@ -112,6 +192,10 @@ pub fn send_streams(
         Some(id) if version >= 5 => (asked, id),
         // An older receiver: everything on the one connection it understands.
         _ => (1, [0; 16]),
+    };
+    let (sources, split_names) = match version >= 6 && n > 1 {
+        true => split_large(sources, n),
+        false => (sources, Vec::new()),
     };
     let mut parts = spread(sources, n).into_iter();
     let part0 = parts.next().unwrap_or_default();
@@ -169,6 +253,17 @@ pub fn send_streams(
             Err(_) => {}
         }
     }
+    if !split_names.is_empty() {
+        out.report.files = merge_ranges(std::mem::take(&mut out.report.files), &split_names);
+        for o in out
+            .report
+            .files
+            .iter()
+            .filter(|o| split_names.contains(&o.name))
+        {
+            emit(Progress::Done(o));
+        }
+    }
     match first_err {
         None => Ok(out),
         Some((0, e)) => Err(e),
@@ -214,7 +309,7 @@ mod tests {
                     .map(|s| match s {
                         Source::File { name, .. } | Source::Dir { name, .. } => name.clone(),
                         Source::Link { name, .. } => name.clone(),
-                        Source::Stream { name, .. } => name.clone(),
+                        Source::Stream { name, .. } | Source::Range { name, .. } => name.clone(),
                     })
                     .collect()
             })

@@ -14,14 +14,24 @@
 //! root of the sender's chaining values, `fsync`, rename, directory `fsync` — exactly once,
 //! when the last byte of the file has landed. The first range that fails removes the partial
 //! file and fails the file: nothing final appears.
+//!
+//! With `--resume`, what each range has landed survives a crash in a small record beside the
+//! partial file ([`Journal`], `PARTIAL.ranges`): every [`JOURNAL_STEP`] bytes of a range, and
+//! at its end, the partial file's data is synced (`fdatasync`) and then a record of the
+//! range's landed end appended and synced, so a record never names bytes that are not on
+//! disk. A rerun offers each range from its recorded end with the BLAKE3 hash of the bytes
+//! there; the sender continues from there only if its own bytes hash the same (a hole in a
+//! partial file is not data: only recorded bytes are offered).
 
-use super::store::{Incoming, Refusal, Store};
+use super::store::{open_beneath, Incoming, Refusal, Store};
 use super::wire::Code;
 use blake3::hazmat::{
     left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode,
 };
 use std::collections::HashMap;
 use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Smallest file split into ranges. Below it a file rides one stream whole and the tree's
@@ -33,6 +43,110 @@ pub const RANGE_THRESHOLD: u64 = 64 << 20;
 /// Smallest range [`split`] makes (the left child of a split node; a right-edge remainder
 /// may be smaller).
 pub const MIN_RANGE: u64 = 8 << 20;
+
+/// Bytes of a range landed between two records in its [`Journal`] (each costs an
+/// `fdatasync` of the partial file and of the record).
+pub const JOURNAL_STEP: u64 = 16 << 20;
+
+/// The record's name: the partial file's, and this (so no rule for partial files, which end
+/// in `.partial`, ever takes it for one).
+pub const JOURNAL_SUFFIX: &str = ".ranges";
+
+/// One record: file size, range offset, range length, landed end (u64 each, big-endian),
+/// then the first 16 bytes of the BLAKE3 of those 32 — a torn or foreign record is skipped.
+const RECORD: usize = 48;
+
+fn record_bytes(size: u64, offset: u64, len: u64, end: u64) -> [u8; RECORD] {
+    let mut r = [0u8; RECORD];
+    for (i, v) in [size, offset, len, end].iter().enumerate() {
+        r[i * 8..i * 8 + 8].copy_from_slice(&v.to_be_bytes());
+    }
+    let check = blake3::hash(&r[..32]);
+    r[32..].copy_from_slice(&check.as_bytes()[..16]);
+    r
+}
+
+/// The landed end of each range `(offset, len)` a [`Journal`] recorded.
+pub type Recorded = HashMap<(u64, u64), u64>;
+
+/// What a ranged partial file holds, kept beside it as appended records (see the module
+/// doc): for each range, the end of the bytes that landed and were synced.
+#[derive(Debug)]
+pub struct Journal {
+    file: File,
+    parent: Arc<rustix::fd::OwnedFd>,
+    name: String,
+    at: Mutex<u64>,
+}
+
+impl Journal {
+    /// Opens (or creates) the record beside `inc`'s partial file and reads the landed end of
+    /// each range of a `size`-byte file from it.
+    pub fn open(inc: &Incoming, size: u64) -> io::Result<(Journal, Recorded)> {
+        use rustix::fs::OFlags;
+        let name = format!("{}{JOURNAL_SUFFIX}", inc.partial_name());
+        let fd = open_beneath(
+            &**inc.parent(),
+            &name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW,
+            0o600,
+        )?;
+        let file = File::from(fd);
+        let meta = file.metadata()?;
+        if !meta.is_file() || std::os::unix::fs::MetadataExt::nlink(&meta) != 1 {
+            return Err(io::Error::other(
+                "the range record is not a file of its own",
+            ));
+        }
+        let mut bytes = vec![0u8; meta.len().min(1 << 20) as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        let mut landed = HashMap::new();
+        for r in bytes.chunks_exact(RECORD) {
+            let v = |i: usize| u64::from_be_bytes(r[i * 8..i * 8 + 8].try_into().expect("8"));
+            let (s, o, l, e) = (v(0), v(1), v(2), v(3));
+            if record_bytes(s, o, l, e) != *r || s != size || !is_node(size, o, l) {
+                continue;
+            }
+            if e > o && e <= o + l {
+                let end = landed.entry((o, l)).or_insert(o);
+                *end = (*end).max(e);
+            }
+        }
+        let at = bytes.len() as u64 / RECORD as u64 * RECORD as u64;
+        Ok((
+            Journal {
+                file,
+                parent: inc.parent().clone(),
+                name,
+                at: Mutex::new(at),
+            },
+            landed,
+        ))
+    }
+
+    /// Range `offset+len` of a `size`-byte file has landed up to `end` in `data` (the
+    /// partial file): synced, then recorded and the record synced.
+    pub fn record(
+        &self,
+        data: &File,
+        size: u64,
+        (offset, len): (u64, u64),
+        end: u64,
+    ) -> io::Result<()> {
+        data.sync_data()?;
+        let mut at = lock(&self.at);
+        self.file
+            .write_all_at(&record_bytes(size, offset, len, end), *at)?;
+        *at += RECORD as u64;
+        drop(at);
+        self.file.sync_data()
+    }
+
+    /// The file is final or failed: the record goes.
+    fn remove(&self) {
+        let _ = rustix::fs::unlinkat(&*self.parent, &self.name, rustix::fs::AtFlags::empty());
+    }
+}
 
 /// The two children of a BLAKE3 tree node at `offset` of `len` bytes, or `None` for a
 /// chunk (a leaf).
@@ -146,6 +260,10 @@ struct Ranged {
     done: u64,
     /// Why the file failed (the first failing range's reason).
     failed: Option<Refusal>,
+    /// With `--resume` and verification: the record of landed ranges, and what it held when
+    /// the file began here.
+    journal: Option<Arc<Journal>>,
+    resumable: Recorded,
 }
 
 /// A range a stream took: the partial file to write it into (its own descriptor) and the
@@ -156,12 +274,35 @@ pub struct Claim {
     range: (u64, u64),
     name: String,
     entry: Arc<Mutex<Ranged>>,
+    size: u64,
+    journal: Option<Arc<Journal>>,
+    resume_at: u64,
 }
 
 impl Claim {
     /// The partial file, to write the range at its offset.
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// Where the range's recorded bytes end in the partial file (a rerun with `--resume`),
+    /// or its offset.
+    pub fn resume_at(&self) -> u64 {
+        self.resume_at
+    }
+
+    /// The range has landed up to `end`: recorded, when a record is kept (every
+    /// [`JOURNAL_STEP`]; the caller says when).
+    pub fn record(&self, end: u64) -> io::Result<()> {
+        match &self.journal {
+            Some(j) => j.record(&self.file, self.size, self.range, end),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a record is kept (`--resume` with verification).
+    pub fn recorded(&self) -> bool {
+        self.journal.is_some()
     }
 }
 
@@ -225,10 +366,15 @@ impl RangedFiles {
             match files.get(name) {
                 Some(e) => e.clone(),
                 None => {
-                    let mut inc = store.begin(name, Some(meta.size), meta.verify)?;
-                    if inc.offset() > 0 {
-                        inc.restart()?;
-                    }
+                    let inc = store.begin_ranged(name, meta.size, meta.verify)?;
+                    let (journal, resumable) = match store.resumes() && meta.verify {
+                        true => {
+                            let (j, r) = Journal::open(&inc, meta.size)
+                                .map_err(|e| Refusal::io("opening the range record of", name, e))?;
+                            (Some(Arc::new(j)), r)
+                        }
+                        false => (None, HashMap::new()),
+                    };
                     let e = Arc::new(Mutex::new(Ranged {
                         meta,
                         inc: Some(inc),
@@ -236,6 +382,8 @@ impl RangedFiles {
                         landed: Vec::new(),
                         done: 0,
                         failed: None,
+                        journal,
+                        resumable,
                     }));
                     files.insert(name.to_string(), e.clone());
                     e
@@ -269,11 +417,15 @@ impl RangedFiles {
             .try_clone()
             .map_err(|e| Refusal::io("duplicating the partial file of", name, e))?;
         f.claimed.push((offset, len));
+        let resume_at = f.resumable.get(&(offset, len)).copied().unwrap_or(offset);
         Ok(Claim {
             file,
             range: (offset, len),
             name: name.to_string(),
             entry: entry.clone(),
+            size: meta.size,
+            journal: f.journal.clone(),
+            resume_at,
         })
     }
 
@@ -289,6 +441,9 @@ impl RangedFiles {
             range: (offset, len),
             name,
             entry,
+            file,
+            size,
+            journal,
             ..
         } = claim;
         let mut f = lock(&entry);
@@ -318,11 +473,18 @@ impl RangedFiles {
                 f.landed.push((offset, len, mine, theirs));
                 f.done += len;
                 if f.done < f.meta.size {
+                    if let Some(j) = &journal {
+                        // Best effort: without the record a rerun sends the range again.
+                        let _ = j.record(&file, size, (offset, len), offset + len);
+                    }
                     return Landed::Range;
                 }
                 self.finish(&name, &mut f)
             }
         };
+        if let Some(j) = &journal {
+            j.remove();
+        }
         lock(&self.files).remove(&name);
         match result {
             Ok(n) => Landed::Final(n),

@@ -1860,18 +1860,26 @@ fn send_range(
         }
         .to_bytes(),
     )?;
-    match await_answer(tx)? {
-        Ok((at, _)) if at == offset => {}
+    let end = offset + len;
+    let start = match await_answer(tx)? {
+        Ok((at, None)) if at == offset => offset,
+        // A rerun: the receiver has `offset..at`; go on from there only if it is ours.
+        Ok((at, Some(theirs))) if at > offset && at <= end => {
+            let mut h = blake3::Hasher::new();
+            match hash_range(&file, &mut h, offset, at) {
+                Ok(()) if *h.finalize().as_bytes() == theirs => at,
+                _ => offset,
+            }
+        }
         Ok(_) => {
             return Err(TransferError::Unexpected {
-                expected: "ready at the range's offset",
+                expected: "ready inside the range",
                 got: "ready elsewhere",
             })
         }
         Err((code, message)) => return Ok(failed(code, message)),
-    }
-    tx.send_slice(&Frame::Start { offset }.to_bytes())?;
-    let end = offset + len;
+    };
+    tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
     let cv = std::thread::scope(|s| -> Result<Option<[u8; 32]>, TransferError> {
         let hasher = opts.verify.then(|| {
             s.spawn(|| {
@@ -1887,7 +1895,7 @@ fn send_range(
             expected: size,
             got,
         };
-        let mut off = offset;
+        let mut off = start;
         while off < end {
             let n = match tx.send_file(&file, off, (end - off).min(STEP)) {
                 Ok(n) => n,
@@ -1911,7 +1919,7 @@ fn send_range(
         }
     })?;
     tx.send_slice(&Frame::Trailer { hash: cv }.to_bytes())?;
-    await_ack(tx, name, len, cv.is_some())
+    await_ack(tx, name, end - start, cv.is_some())
 }
 
 /// Receives one range of a file arriving by ranges: claims it in the session's
@@ -1963,15 +1971,35 @@ fn receive_range(
             return Ok(());
         }
     };
+    let end = offset + len;
+    // A rerun: the recorded bytes of this range, offered with their hash; hashed into the
+    // range's chaining value from where they are read.
+    let mut kept = None;
+    if claim.resume_at() > offset {
+        let (mut plain, mut tree) = (blake3::Hasher::new(), ranges::range_hasher(offset));
+        let at = claim.resume_at();
+        if hash_range(claim.file(), &mut plain, offset, at).is_ok()
+            && hash_range(claim.file(), &mut tree, offset, at).is_ok()
+        {
+            kept = Some((at, *plain.finalize().as_bytes(), tree));
+        }
+    }
     reply(
         rx,
         &Frame::Ready {
-            offset,
-            prefix: None,
+            offset: kept.as_ref().map_or(offset, |k| k.0),
+            prefix: kept.as_ref().map(|k| k.1),
         },
     )?;
-    match read_frame_receiver_side(rx)? {
-        Some(Frame::Start { offset: o }) if o == offset => {}
+    let mut hasher = meta.verify.then(|| ranges::range_hasher(offset));
+    let start = match read_frame_receiver_side(rx)? {
+        Some(Frame::Start { offset: o }) if o == offset => offset,
+        Some(Frame::Start { offset: o }) if kept.as_ref().is_some_and(|k| k.0 == o) => {
+            if meta.verify {
+                hasher = kept.map(|k| k.2);
+            }
+            o
+        }
         Some(Frame::Abort { message }) => {
             let landed = ranged.land(
                 claim,
@@ -1994,11 +2022,10 @@ fn receive_range(
             }
             .into())
         }
-    }
-    let end = offset + len;
-    let mut hasher = meta.verify.then(|| ranges::range_hasher(offset));
+    };
     let mut hashing: Result<(), io::Error> = Ok(());
-    let mut off = offset;
+    let mut off = start;
+    let mut recorded = start;
     while off < end {
         let n = match rx.recv_to_file(claim.file(), off, (end - off).min(LAND_STEP)) {
             Ok(n) => n,
@@ -2016,6 +2043,11 @@ fn receive_range(
         }
         off += n;
         progress(Progress::Bytes(n));
+        if claim.recorded() && off - recorded >= ranges::JOURNAL_STEP && off < end {
+            // Best effort: without the record a rerun sends these bytes again.
+            let _ = claim.record(off);
+            recorded = off;
+        }
     }
     let theirs = trailer_hash(read_frame_receiver_side(rx)?, meta.verify)?;
     let arrived = match hashing {

@@ -451,3 +451,124 @@ fn ranges_told_truly_over_a_raw_session_make_the_file() {
     check_pattern(&dst.path().join("lied.bin"), 9, size);
     assert!(partials(dst.path()).is_empty());
 }
+
+// ---- resume ------------------------------------------------------------------------------
+
+fn serve_once_resuming(
+    listener: TcpListener,
+    dir: &Path,
+) -> std::thread::JoinHandle<Option<Result<SessionReport, TransferError>>> {
+    let d = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let mut cfg = ServerConfig::default();
+        cfg.once = true;
+        cfg.idle_timeout = Duration::from_secs(20);
+        cfg.store.resume = true;
+        let stop = AtomicBool::new(false);
+        serve(listener, &d, cfg, &stop, Arc::new(Quiet)).unwrap()
+    })
+}
+
+/// Files under `dir` whose name ends in `suffix`.
+fn ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect()
+}
+
+/// Cuts a transfer of the big file over `streams` streams once `cut` bytes were sent,
+/// reruns it with `--resume`, checks every byte, and returns the bytes sent again.
+fn cut_and_resume(streams: usize, cut: u64) -> u64 {
+    use std::sync::Mutex;
+    use zcnet_transfer::session::Progress;
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let top = src.path().join("r");
+    std::fs::create_dir(&top).unwrap();
+    write_pattern(&top.join("big.bin"), 5, BIG);
+    let mut o = SendOptions::default();
+    o.verify = true;
+
+    // First run: every connection is cut once 40 MiB have been sent.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = serve_once_resuming(listener, dst.path());
+    let socks: Mutex<Vec<TcpStream>> = Mutex::new(Vec::new());
+    let connect = || -> Result<Sender, TransferError> {
+        let mut c = SenderConfig::new(TxPath::Copy);
+        c.timeout = Some(Duration::from_secs(20));
+        let tx = Sender::connect(addr, &c)?;
+        let dup = tx.socket().try_clone_to_owned().unwrap();
+        socks.lock().unwrap().push(TcpStream::from(dup));
+        Ok(tx)
+    };
+    let mut sent = 0u64;
+    let mut w = Walk::new();
+    w.add(&top).unwrap();
+    let first = send_streams(&connect, streams, w.sources, &o, &mut |p| {
+        if let Progress::Bytes(n) = p {
+            sent += n;
+            if sent >= cut {
+                for s in socks.lock().unwrap().iter() {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+            }
+        }
+    });
+    assert!(
+        first.as_ref().map_or(true, |r| r.report.failures() > 0),
+        "the cut transfer did not complete"
+    );
+    let _ = server.join().unwrap();
+    let there = dst.path().join("r");
+    assert!(
+        !there.join("big.bin").exists(),
+        "nothing final after the cut"
+    );
+    assert_eq!(ending(&there, ".partial").len(), 1);
+    assert_eq!(
+        ending(&there, ".ranges").len(),
+        1,
+        "the record of landed ranges"
+    );
+
+    // Rerun with --resume: only what was not recorded is sent again.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = serve_once_resuming(listener, dst.path());
+    let again = send_as(addr, &top, streams, VERSION).unwrap();
+    assert_eq!(again.report.failures(), 0, "{:?}", again.report.files);
+    server.join().unwrap().unwrap().unwrap();
+    let resent: u64 = again.stats.iter().map(|s| s.tx_bytes_file).sum();
+    assert_eq!(again.report.bytes(), resent);
+    assert!(
+        resent > 0 && resent < BIG - (8 << 20),
+        "{resent} of {BIG} sent again"
+    );
+    eprintln!("resume sent {resent} of {BIG} bytes again");
+    check_pattern(&there.join("big.bin"), 5, BIG);
+    assert!(partials(dst.path()).is_empty());
+    assert!(
+        ending(&there, ".ranges").is_empty(),
+        "the record goes with the partial"
+    );
+    resent
+}
+
+#[test]
+fn an_interrupted_ranged_file_resumes_each_range_from_what_it_recorded() {
+    // Eight ranges of about 9 MiB: the ranges that landed whole are recorded and skipped.
+    cut_and_resume(4, 40 << 20);
+}
+
+#[test]
+fn an_interrupted_range_resumes_from_inside_itself() {
+    // Two streams: one carries the ranges of 32 and 8 MiB, the other both of 16 MiB. Cut
+    // at 56 MiB (about 28 each), the 32 MiB range has been recorded at 16 MiB
+    // (`ranges::JOURNAL_STEP`) while it landed and the first 16 MiB range whole, so the
+    // rerun sends at most 72 - 32 MiB; without the record inside the range it would be 56.
+    let resent = cut_and_resume(2, 56 << 20);
+    assert!(resent <= BIG - (32 << 20), "{resent}");
+}

@@ -266,6 +266,20 @@ struct Ranged {
     resumable: Recorded,
 }
 
+impl Drop for Ranged {
+    /// The session ended inside the file: its bytes stay for `--resume` (and its record
+    /// with them), or both go if none arrived.
+    fn drop(&mut self) {
+        if let Some(mut inc) = self.inc.take() {
+            if inc.release() == 0 {
+                if let Some(j) = &self.journal {
+                    j.remove();
+                }
+            }
+        }
+    }
+}
+
 /// A range a stream took: the partial file to write it into (its own descriptor) and the
 /// file's shared state.
 #[derive(Debug)]

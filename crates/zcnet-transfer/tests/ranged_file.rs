@@ -572,3 +572,28 @@ fn an_interrupted_range_resumes_from_inside_itself() {
     let resent = cut_and_resume(2, 56 << 20);
     assert!(resent <= BIG - (32 << 20), "{resent}");
 }
+
+#[test]
+fn a_session_ending_before_a_ranges_data_leaves_nothing() {
+    let dst = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = serve_once_resuming(listener, dst.path());
+    let mut s = raw_session(addr);
+    let size = (3 << 20) + 5;
+    s.write_all(&range(0, 2 << 20, size).to_bytes()).unwrap();
+    assert_eq!(
+        read_frame(&mut s),
+        Some(Frame::Ready {
+            offset: 0,
+            prefix: None
+        })
+    );
+    // The partial file and its record exist now; the sender goes away.
+    assert_eq!(ending(dst.path(), ".ranges").len(), 1);
+    drop(s);
+    assert!(server.join().unwrap().unwrap().is_err());
+    assert!(partials(dst.path()).is_empty());
+    assert!(ending(dst.path(), ".ranges").is_empty());
+    assert!(!dst.path().join("lied.bin").exists());
+}

@@ -148,6 +148,18 @@ impl Journal {
     }
 }
 
+/// Shortest range a receiver takes, but for the last of a file (the right edge of its tree
+/// may be short): a peer cutting a file into 1 KiB chunks would cost a claim, a round trip
+/// and a record each.
+pub const MIN_PEER_RANGE: u64 = 1 << 20;
+
+/// Most ranges one file may come in (a legitimate sender makes two per stream, at most 32).
+pub const MAX_RANGES_PER_FILE: usize = 4096;
+
+/// Most files a session may have unfinished by ranges at once (each holds its partial file
+/// open until its last range lands).
+pub const MAX_RANGED_FILES: usize = 1024;
+
 /// The two children of a BLAKE3 tree node at `offset` of `len` bytes, or `None` for a
 /// chunk (a leaf).
 fn children(offset: u64, len: u64) -> Option<((u64, u64), (u64, u64))> {
@@ -375,10 +387,23 @@ impl RangedFiles {
                 meta.size
             )));
         }
+        if len < MIN_PEER_RANGE && offset + len < meta.size {
+            return Err(protocol(format!(
+                "{name:?}: a range of {len} bytes (the least is {MIN_PEER_RANGE} but for the last)"
+            )));
+        }
         let entry = {
             let mut files = lock(&self.files);
             match files.get(name) {
                 Some(e) => e.clone(),
+                None if files.len() >= MAX_RANGED_FILES => {
+                    return Err(Refusal {
+                        code: Code::Busy,
+                        message: format!(
+                            "{name:?}: this session already has {MAX_RANGED_FILES} files arriving by ranges"
+                        ),
+                    })
+                }
                 None => {
                     let inc = store.begin_ranged(name, meta.size, meta.verify)?;
                     let (journal, resumable) = match store.resumes() && meta.verify {
@@ -411,6 +436,11 @@ impl RangedFiles {
         if f.meta != meta {
             return Err(protocol(format!(
                 "{name:?}: a range announces another size, mode, mtime or verification than the file's first range"
+            )));
+        }
+        if f.claimed.len() >= MAX_RANGES_PER_FILE {
+            return Err(protocol(format!(
+                "{name:?}: more than {MAX_RANGES_PER_FILE} ranges"
             )));
         }
         if f.claimed

@@ -405,10 +405,17 @@ fn a_range_whose_hash_lies_fails_the_file_and_leaves_nothing() {
         Some(Frame::Refuse { code, .. }) => assert_eq!(code, Code::Protocol),
         other => panic!("{other:?}"),
     }
+    // Nor is a node shorter than 1 MiB that is not the file's last (a peer chopping a file
+    // into chunks to make the receiver keep a claim per KiB).
+    s.write_all(&range(0, 1024, size).to_bytes()).unwrap();
+    match read_frame(&mut s) {
+        Some(Frame::Refuse { code, .. }) => assert_eq!(code, Code::Protocol),
+        other => panic!("{other:?}"),
+    }
     s.write_all(&Frame::Bye.to_bytes()).unwrap();
     assert_eq!(read_frame(&mut s), Some(Frame::Bye));
     let got = server.join().unwrap().unwrap().unwrap();
-    assert_eq!(got.failures(), 2);
+    assert_eq!(got.failures(), 3);
     assert!(!dst.path().join("lied.bin").exists());
     assert!(partials(dst.path()).is_empty());
 }

@@ -382,7 +382,7 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         }
         if sent.streams > 1 {
             eprintln!("over {} streams, one session", sent.streams);
-        } else if streams > 1 {
+        } else if streams > 1 && args.streams.is_some() {
             eprintln!(
                 "zcnet: the receiver speaks no protocol version 5: one stream, not {streams}"
             );

@@ -645,6 +645,41 @@ mod tests {
     }
 
     #[test]
+    fn the_record_keeps_each_ranges_furthest_end_and_skips_torn_or_foreign_records() {
+        use crate::store::StoreOptions;
+        let d = tempfile::tempdir().unwrap();
+        let mut opts = StoreOptions::default();
+        opts.resume = true;
+        let mut store = Store::open(d.path(), opts).unwrap();
+        let size = 96 << 20;
+        let (a, b) = ((0, 64 << 20), (64 << 20, 32 << 20));
+        let inc = store.begin_ranged("f", size, true).unwrap();
+        let (j, had) = Journal::open(&inc, size).unwrap();
+        assert!(had.is_empty());
+        j.record(inc.file(), size, a, 16 << 20).unwrap();
+        j.record(inc.file(), size, a, 32 << 20).unwrap();
+        j.record(inc.file(), size, b, 96 << 20).unwrap();
+        // Another size's record, and half a record (a write cut short), after them.
+        j.record(inc.file(), size + 1, b, 70 << 20).unwrap();
+        let path = d
+            .path()
+            .join(format!("{}{JOURNAL_SUFFIX}", inc.partial_name()));
+        let mut raw = std::fs::read(&path).unwrap();
+        raw.extend_from_slice(&record_bytes(size, 0, 64 << 20, 64 << 20)[..20]);
+        std::fs::write(&path, &raw).unwrap();
+        let (j2, had) = Journal::open(&inc, size).unwrap();
+        assert_eq!(had.len(), 2);
+        assert_eq!(had[&a], 32 << 20);
+        assert_eq!(had[&b], 96 << 20);
+        // New records go after the last whole one, over the torn tail.
+        j2.record(inc.file(), size, a, 48 << 20).unwrap();
+        let (_, had) = Journal::open(&inc, size).unwrap();
+        assert_eq!(had[&a], 48 << 20);
+        j2.remove();
+        assert!(!path.exists());
+    }
+
+    #[test]
     fn a_peers_range_must_be_a_node_below_the_root() {
         let k = blake3::CHUNK_LEN as u64;
         let size = 10 * k;

@@ -648,8 +648,10 @@ mod tests {
     fn the_record_keeps_each_ranges_furthest_end_and_skips_torn_or_foreign_records() {
         use crate::store::StoreOptions;
         let d = tempfile::tempdir().unwrap();
-        let mut opts = StoreOptions::default();
-        opts.resume = true;
+        let opts = StoreOptions {
+            resume: true,
+            ..Default::default()
+        };
         let mut store = Store::open(d.path(), opts).unwrap();
         let size = 96 << 20;
         let (a, b) = ((0, 64 << 20), (64 << 20, 32 << 20));

@@ -12,6 +12,7 @@ pub mod handshake;
 pub mod landing;
 pub mod limits;
 pub mod names;
+pub mod ranges;
 pub mod server;
 pub mod session;
 pub mod sparse;

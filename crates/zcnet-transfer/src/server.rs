@@ -36,7 +36,8 @@
 
 use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamRequest};
 use super::limits::{AddrCount, AuthLimiter};
-use super::session::{receive_files, session_id, Progress, SessionReport, TransferError};
+use super::ranges::RangedFiles;
+use super::session::{receive_files_ranged, session_id, Progress, SessionReport, TransferError};
 use super::store::{Quota, SenderId, Store, StoreOptions};
 use super::wire::{Code, Frame, SESSION_ID_LEN};
 use rustix::event::epoll;
@@ -197,6 +198,8 @@ struct Group {
     ip: std::net::IpAddr,
     left: u16,
     expires: Instant,
+    /// The files its streams receive by ranges (version 6), shared by all of them.
+    ranged: Arc<RangedFiles>,
 }
 
 /// A connection in its handshake.
@@ -608,9 +611,13 @@ impl Loop {
     }
 
     fn start_session(&mut self, mut p: Pending, accepted: Accepted) {
+        let mut ranged = Arc::new(RangedFiles::default());
         let joining = match accepted.stream {
             StreamRequest::Join(id) => match self.join(&id, p.peer.ip()) {
-                Ok(()) => Some(id),
+                Ok(shared) => {
+                    ranged = shared;
+                    Some(id)
+                }
                 Err(reason) => {
                     // Like a wrong token: a peer guessing ids is limited the same way.
                     self.auth.failed(p.peer.ip(), Instant::now());
@@ -693,6 +700,7 @@ impl Loop {
         let tx = self.once_tx.clone();
         let once = cfg.once;
         let shared = self.shared.clone();
+        let group_ranged = ranged.clone();
         // Registered before the thread starts, so the thread's own removal cannot come first.
         self.shared
             .running
@@ -712,7 +720,7 @@ impl Loop {
             .name(format!("zcrecv {}", self.port))
             .spawn(move || {
                 let t0 = Instant::now();
-                let (result, stats) = run_session(&shared, stream, peer, &sender, version);
+                let (result, stats) = run_session(&shared, stream, peer, &sender, version, &ranged);
                 // The slot is free before anyone hears the session ended.
                 let own = shared
                     .running
@@ -762,6 +770,7 @@ impl Loop {
                             ip: peer.ip(),
                             left: n - 1,
                             expires: Instant::now() + self.shared.cfg.handshake_timeout,
+                            ranged: group_ranged,
                         },
                     );
                     if once {
@@ -792,7 +801,7 @@ impl Loop {
     }
 
     /// Takes one place in session `id` for a stream from `ip`, or says why not.
-    fn join(&mut self, id: &SessionId, ip: std::net::IpAddr) -> Result<(), String> {
+    fn join(&mut self, id: &SessionId, ip: std::net::IpAddr) -> Result<Arc<RangedFiles>, String> {
         let g = match self.groups.get_mut(id) {
             Some(g) if g.ip == ip && g.expires > Instant::now() => g,
             _ => {
@@ -802,11 +811,12 @@ impl Loop {
             }
         };
         g.left -= 1;
+        let ranged = g.ranged.clone();
         if g.left == 0 {
             self.groups.remove(id);
             self.group_closed(id);
         }
-        Ok(())
+        Ok(ranged)
     }
 
     /// A session takes no more streams: with `once`, nothing more is accepted.
@@ -933,6 +943,7 @@ fn run_session(
     peer: SocketAddr,
     sender: &SenderId,
     version: u16,
+    ranged: &RangedFiles,
 ) -> (SessionResult, StatsSnapshot) {
     shared.observer.event(Event::SessionStarted { peer });
     // The copy path for control frames: file data goes by splice whatever the path, and no
@@ -951,7 +962,7 @@ fn run_session(
                 },
             )?;
         let mut progress = shared.observer.progress(peer);
-        let r = receive_files(&mut rx, &mut store, version, &mut *progress);
+        let r = receive_files_ranged(&mut rx, &mut store, version, ranged, &mut *progress);
         stats = rx.stats().snapshot();
         r
     })();

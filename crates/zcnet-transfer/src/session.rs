@@ -13,6 +13,7 @@ use super::digest::{hash_range, prefix_state};
 use super::finish::{Finished, Finisher, Staged};
 use super::handshake::{HandshakeError, ReceiverHandshake, StreamRequest};
 use super::landing::{LandingHash, LAND_STEP};
+use super::ranges::{self, FileMeta, Landed, RangedFiles};
 use super::sparse;
 use super::store::{Refusal, Store};
 use super::wire::{
@@ -224,6 +225,21 @@ pub enum Source {
         name: String,
         /// Its target, as `readlink(2)` gave it.
         target: String,
+    },
+    /// One range of a large file (version 6): `offset..offset+len` of a file of `size`
+    /// bytes, a node of its BLAKE3 tree ([`ranges::split`]); the file is final once all its
+    /// ranges landed, on whichever streams of the session ([`super::streams`] makes these).
+    Range {
+        /// Where the file is.
+        path: PathBuf,
+        /// The relative name the receiver gets.
+        name: String,
+        /// First byte.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+        /// The whole file's size when it was split.
+        size: u64,
     },
     /// A stream of unknown length (stdin).
     Stream {
@@ -524,7 +540,21 @@ pub(crate) fn send_entries(
         }
         // A large file or a stream waits for its own `Ready`: every answer before it first.
         pipe.drain(tx, progress, &mut report)?;
+        if let Source::Range {
+            path,
+            name,
+            offset,
+            len,
+            size,
+        } = &src
+        {
+            // A range's outcome is its file's only with the others: the caller merges them.
+            let o = send_range(tx, path, name, (*offset, *len, *size), opts, progress)?;
+            report.files.push(o);
+            continue;
+        }
         let outcome = match src {
+            Source::Range { .. } => unreachable!("sent above"),
             Source::Dir { path, name } => send_dir(tx, &path, &name, version)?,
             Source::Link { name, target } => send_link(tx, &name, target, version)?,
             Source::File { path, name } => {
@@ -1243,7 +1273,19 @@ pub fn receive_files(
     version: u16,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
-    std::thread::scope(|scope| receive_files_in(scope, rx, store, version, progress))
+    receive_files_ranged(rx, store, version, &RangedFiles::default(), progress)
+}
+
+/// [`receive_files`] for one stream of a session whose streams share `ranged`, the files
+/// arriving by ranges (version 6) over any of them.
+pub fn receive_files_ranged(
+    rx: &mut Receiver,
+    store: &mut Store,
+    version: u16,
+    ranged: &RangedFiles,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
+    std::thread::scope(|scope| receive_files_in(scope, rx, store, version, ranged, progress))
 }
 
 fn receive_files_in<'scope>(
@@ -1251,6 +1293,7 @@ fn receive_files_in<'scope>(
     rx: &mut Receiver,
     store: &mut Store,
     version: u16,
+    ranged: &RangedFiles,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut report = SessionReport::default();
@@ -1328,6 +1371,40 @@ fn receive_files_in<'scope>(
             Frame::Link { name, target } if version >= 3 => {
                 let result = store.make_link(&name, &target);
                 answer_entry(rx, Entry::Link, name, result, progress, &mut report)?;
+                continue;
+            }
+            Frame::Range {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+                offset,
+                len,
+            } if version >= 6 => {
+                if !ahead.is_empty() {
+                    return Err(TransferError::Unexpected {
+                        expected: "nothing before our answer to a range",
+                        got: "bytes sent ahead of it",
+                    });
+                }
+                let meta = FileMeta {
+                    size,
+                    mode,
+                    mtime: (mtime_s, mtime_ns),
+                    verify,
+                };
+                receive_range(
+                    rx,
+                    store,
+                    ranged,
+                    name,
+                    meta,
+                    (offset, len),
+                    progress,
+                    &mut report,
+                )?;
                 continue;
             }
             other => return Err(unexpected("file or bye", &other)),
@@ -1732,4 +1809,273 @@ fn report_finished(
         report.files.push(o);
     }
     Ok(())
+}
+
+// ---- ranges of a large file (version 6) --------------------------------------------------
+
+/// Sends range `offset..offset+len` of the `size`-byte file at `path` (a node of its BLAKE3
+/// tree): `Range`, the receiver's `Ready`, `Start`, the bytes by `sendfile`, and a `Trailer`
+/// with the range's chaining value, hashed from the page cache on a second thread as the
+/// bytes go. Its outcome is the range's; the file's is all of its ranges'.
+fn send_range(
+    tx: &mut Sender,
+    path: &std::path::Path,
+    name: &str,
+    (offset, len, size): (u64, u64, u64),
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<FileOutcome, TransferError> {
+    let failed = |code, message: String| FileOutcome {
+        entry: Entry::File,
+        name: name.into(),
+        bytes: 0,
+        result: Err((code, message)),
+        verified: false,
+    };
+    let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    if meta.len() != size || !ranges::is_node(size, offset, len) {
+        // Never announce a range of a file that is no longer the one split.
+        return Ok(failed(
+            Code::Length,
+            format!(
+                "{} changed size while being sent ({size} bytes, then {}); range {offset}+{len} not sent",
+                path.display(),
+                meta.len()
+            ),
+        ));
+    }
+    tx.send_slice(
+        &Frame::Range {
+            name: name.into(),
+            size,
+            mode: meta.mode() & 0o7777,
+            mtime_s: meta.mtime(),
+            mtime_ns: meta.mtime_nsec() as u32,
+            verify: opts.verify,
+            offset,
+            len,
+        }
+        .to_bytes(),
+    )?;
+    let end = offset + len;
+    let start = match await_answer(tx)? {
+        Ok((at, None)) if at == offset => offset,
+        // A rerun: the receiver has `offset..at`; go on from there only if it is ours.
+        Ok((at, Some(theirs))) if at > offset && at <= end => {
+            let mut h = blake3::Hasher::new();
+            match hash_range(&file, &mut h, offset, at) {
+                Ok(()) if *h.finalize().as_bytes() == theirs => at,
+                _ => offset,
+            }
+        }
+        Ok(_) => {
+            return Err(TransferError::Unexpected {
+                expected: "ready inside the range",
+                got: "ready elsewhere",
+            })
+        }
+        Err((code, message)) => return Ok(failed(code, message)),
+    };
+    tx.send_slice(&Frame::Start { offset: start }.to_bytes())?;
+    let cv = std::thread::scope(|s| -> Result<Option<[u8; 32]>, TransferError> {
+        let hasher = opts.verify.then(|| {
+            s.spawn(|| {
+                let mut h = ranges::range_hasher(offset);
+                hash_range(&file, &mut h, offset, end).map(|()| {
+                    use blake3::hazmat::HasherExt;
+                    h.finalize_non_root()
+                })
+            })
+        });
+        let shrank = |got| TransferError::Shrank {
+            name: name.into(),
+            expected: size,
+            got,
+        };
+        let mut off = start;
+        while off < end {
+            let n = match tx.send_file(&file, off, (end - off).min(STEP)) {
+                Ok(n) => n,
+                Err(zcnet::Error::Truncated { got, .. }) => return Err(shrank(off + got)),
+                Err(zcnet::Error::RangeBeyondEof { .. }) => return Err(shrank(off)),
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 {
+                return Err(shrank(off));
+            }
+            off += n;
+            progress(Progress::Bytes(n));
+        }
+        match hasher {
+            None => Ok(None),
+            Some(h) => h
+                .join()
+                .map_err(|_| io_err("hashing")(io::Error::other("hasher thread panicked")))?
+                .map(Some)
+                .map_err(io_err(format!("hashing {}", path.display()))),
+        }
+    })?;
+    tx.send_slice(&Frame::Trailer { hash: cv }.to_bytes())?;
+    await_ack(tx, name, end - start, cv.is_some())
+}
+
+/// Receives one range of a file arriving by ranges: claims it in the session's
+/// [`RangedFiles`] (or refuses it), splices its bytes at their offset into the file's one
+/// partial file, hashes them back from the page cache step by step as they land (while they
+/// are still in cache), and answers with an `Ack` — for the range that completes the file,
+/// once the file is final.
+#[allow(clippy::too_many_arguments)]
+fn receive_range(
+    rx: &mut Receiver,
+    store: &mut Store,
+    ranged: &RangedFiles,
+    name: String,
+    meta: FileMeta,
+    (offset, len): (u64, u64),
+    progress: &mut dyn FnMut(Progress<'_>),
+    report: &mut SessionReport,
+) -> Result<(), TransferError> {
+    let end_file = |code: Code,
+                    message: String,
+                    bytes: u64,
+                    progress: &mut dyn FnMut(Progress<'_>),
+                    report: &mut SessionReport| {
+        let outcome = FileOutcome {
+            entry: Entry::File,
+            name: name.clone(),
+            bytes,
+            verified: code == Code::Ok && meta.verify,
+            result: if code == Code::Ok {
+                Ok(())
+            } else {
+                Err((code, message))
+            },
+        };
+        progress(Progress::Done(&outcome));
+        report.files.push(outcome);
+    };
+    let claim = match ranged.claim(store, &name, meta, offset, len) {
+        Ok(c) => c,
+        Err(Refusal { code, message }) => {
+            reply(
+                rx,
+                &Frame::Refuse {
+                    code,
+                    message: message.clone(),
+                },
+            )?;
+            end_file(code, message, 0, progress, report);
+            return Ok(());
+        }
+    };
+    let end = offset + len;
+    // A rerun: the recorded bytes of this range, offered with their hash; hashed into the
+    // range's chaining value from where they are read.
+    let mut kept = None;
+    if claim.resume_at() > offset {
+        let (mut plain, mut tree) = (blake3::Hasher::new(), ranges::range_hasher(offset));
+        let at = claim.resume_at();
+        if hash_range(claim.file(), &mut plain, offset, at).is_ok()
+            && hash_range(claim.file(), &mut tree, offset, at).is_ok()
+        {
+            kept = Some((at, *plain.finalize().as_bytes(), tree));
+        }
+    }
+    reply(
+        rx,
+        &Frame::Ready {
+            offset: kept.as_ref().map_or(offset, |k| k.0),
+            prefix: kept.as_ref().map(|k| k.1),
+        },
+    )?;
+    let mut hasher = meta.verify.then(|| ranges::range_hasher(offset));
+    let start = match read_frame_receiver_side(rx)? {
+        Some(Frame::Start { offset: o }) if o == offset => offset,
+        Some(Frame::Start { offset: o }) if kept.as_ref().is_some_and(|k| k.0 == o) => {
+            if meta.verify {
+                hasher = kept.map(|k| k.2);
+            }
+            o
+        }
+        Some(Frame::Abort { message }) => {
+            let landed = ranged.land(
+                claim,
+                Err(Refusal {
+                    code: Code::Io,
+                    message: format!("the sender gave up: {message}"),
+                }),
+            );
+            if let Landed::Failed { refusal, first } = landed {
+                if first {
+                    end_file(refusal.code, refusal.message, 0, progress, report);
+                }
+            }
+            return Ok(());
+        }
+        Some(other) => return Err(unexpected("start at the range's offset", &other)),
+        None => {
+            return Err(zcnet::Error::PeerClosed {
+                op: "waiting for data",
+            }
+            .into())
+        }
+    };
+    let mut hashing: Result<(), io::Error> = Ok(());
+    let mut off = start;
+    let mut recorded = start;
+    while off < end {
+        let n = match rx.recv_to_file(claim.file(), off, (end - off).min(LAND_STEP)) {
+            Ok(n) => n,
+            Err(zcnet::Error::Truncated { got, .. }) => {
+                return Err(TransferError::Truncated {
+                    name,
+                    expected: len,
+                    got: off - offset + got,
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let (Some(h), Ok(())) = (&mut hasher, &hashing) {
+            hashing = hash_range(claim.file(), h, off, off + n);
+        }
+        off += n;
+        progress(Progress::Bytes(n));
+        if claim.recorded() && off - recorded >= ranges::JOURNAL_STEP && off < end {
+            // Best effort: without the record a rerun sends these bytes again.
+            let _ = claim.record(off);
+            recorded = off;
+        }
+    }
+    let theirs = trailer_hash(read_frame_receiver_side(rx)?, meta.verify)?;
+    let arrived = match hashing {
+        Ok(()) => {
+            use blake3::hazmat::HasherExt;
+            Ok((hasher.map(|h| h.finalize_non_root()), theirs))
+        }
+        Err(e) => Err(Refusal::io("hashing a range of", &name, e)),
+    };
+    let (code, message, bytes) = match ranged.land(claim, arrived) {
+        Landed::Range => (Code::Ok, String::new(), len),
+        Landed::Final(n) => {
+            end_file(Code::Ok, String::new(), n, progress, report);
+            (Code::Ok, String::new(), n)
+        }
+        Landed::Failed { refusal, first } => {
+            if first {
+                end_file(refusal.code, refusal.message.clone(), 0, progress, report);
+            }
+            (refusal.code, refusal.message, 0)
+        }
+    };
+    reply(
+        rx,
+        &Frame::Ack {
+            code,
+            bytes,
+            message,
+        },
+    )
 }

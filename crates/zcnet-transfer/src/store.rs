@@ -213,7 +213,12 @@ const PUT_TAG_BYTES: usize = 8;
 
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
 
-fn open_beneath(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+pub(crate) fn open_beneath(
+    dir: impl AsFd,
+    name: &str,
+    flags: OFlags,
+    mode: u32,
+) -> io::Result<OwnedFd> {
     loop {
         match rustix::fs::openat2(
             &dir,
@@ -408,6 +413,29 @@ impl Store {
         size: Option<u64>,
         verified: bool,
     ) -> Result<Incoming, Refusal> {
+        self.begin_as(name, size, verified, true)
+    }
+
+    /// [`Store::begin`] for a file arriving by ranges (`ranges`): with `--resume` an
+    /// interrupted partial file of ours is taken as it is — offset 0, not hashed, not
+    /// truncated — since which of its bytes landed is the ranges' own record, not a prefix;
+    /// a final file already there is not offered as done.
+    pub fn begin_ranged(
+        &mut self,
+        name: &str,
+        size: u64,
+        verified: bool,
+    ) -> Result<Incoming, Refusal> {
+        self.begin_as(name, Some(size), verified, false)
+    }
+
+    fn begin_as(
+        &mut self,
+        name: &str,
+        size: Option<u64>,
+        verified: bool,
+        whole: bool,
+    ) -> Result<Incoming, Refusal> {
         let parts = components(name)?;
         let (leaf, dirs) = parts.split_last().expect("components() is never empty");
         if let (Some(q), Some(size), false) = (&self.quota, size, self.opts.resume) {
@@ -423,7 +451,9 @@ impl Store {
             Ok(st) => {
                 let is_reg = rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::RegularFile;
-                if let (true, true, Some(size)) = (self.opts.resume, verified && is_reg, size) {
+                if let (true, true, Some(size)) =
+                    (self.opts.resume, verified && is_reg && whole, size)
+                {
                     if let Some(inc) = self.already_there(&parent, leaf, name, size)? {
                         return Ok(inc);
                     }
@@ -480,7 +510,7 @@ impl Store {
             landed: None,
             prefix_state: None,
         };
-        if !created {
+        if !created && whole {
             let have = inc
                 .file
                 .metadata()
@@ -669,6 +699,11 @@ impl Store {
         Ok(inc)
     }
 
+    /// Whether interrupted files are resumed (`--resume`).
+    pub fn resumes(&self) -> bool {
+        self.opts.resume
+    }
+
     /// The owner tag in this sender's partial file names.
     pub fn owner(&self) -> &str {
         &self.owner
@@ -835,6 +870,11 @@ impl Incoming {
     /// The partial file's name, beside the final one.
     pub fn partial_name(&self) -> &str {
         &self.partial
+    }
+
+    /// The directory the partial file is in (for a record kept beside it).
+    pub fn parent(&self) -> &Arc<OwnedFd> {
+        &self.parent
     }
 
     /// Announced size (`None`: stream).

@@ -13,8 +13,9 @@
 pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// Newest protocol version this build speaks (2: pipelined `Put` files; 3: `Dir` and `Link`,
 /// so empty directories and symlinks arrive; 4: `StartSparse`, so holes are not sent; 5:
-/// `Open`/`Join`, so one session runs over several connections).
-pub const VERSION: u16 = 5;
+/// `Open`/`Join`, so one session runs over several connections; 6: `Range`, so one large
+/// file runs over several connections).
+pub const VERSION: u16 = 6;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
@@ -230,6 +231,28 @@ pub enum Frame {
         /// The link's contents, as `readlink(2)` gave them.
         target: String,
     },
+    /// Sender (version 6): one range of a large file, a node of its BLAKE3 tree below the
+    /// root; answered like `File` (`Ready` at `offset`, or `Refuse`), then `Start{offset}`,
+    /// exactly `len` raw bytes and a `Trailer` carrying the range's BLAKE3 chaining value.
+    /// The file is final once all its ranges, on any of the session's streams, landed.
+    Range {
+        /// Relative name with `/` separators.
+        name: String,
+        /// The whole file's bytes.
+        size: u64,
+        /// Permission bits (`st_mode & 0o7777`).
+        mode: u32,
+        /// Modification time, seconds since the epoch.
+        mtime_s: i64,
+        /// Nanoseconds part.
+        mtime_ns: u32,
+        /// A chaining value follows in the trailer.
+        verify: bool,
+        /// First byte of the range.
+        offset: u64,
+        /// Bytes of the range.
+        len: u64,
+    },
     /// Sender: no more files (receiver answers with its own `Bye`).
     Bye,
     /// Sender: it could not go on with the current file (read error, file shrank…);
@@ -289,7 +312,8 @@ pub(crate) const T_LINK: u8 = 15;
 const T_START_SPARSE: u8 = 16;
 pub(crate) const T_OPEN: u8 = 17;
 pub(crate) const T_JOIN: u8 = 18;
-const T_SESSION: u8 = 19;
+pub(crate) const T_SESSION: u8 = 19;
+pub(crate) const T_RANGE: u8 = 20;
 
 fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
     let b = &s.as_bytes()[..s.len().min(max)];
@@ -346,6 +370,26 @@ impl Frame {
                 } else {
                     T_FILE
                 }
+            }
+            Frame::Range {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+                offset,
+                len,
+            } => {
+                put_str(out, name, MAX_NAME);
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&mode.to_be_bytes());
+                out.extend_from_slice(&mtime_s.to_be_bytes());
+                out.extend_from_slice(&mtime_ns.to_be_bytes());
+                out.push(*verify as u8);
+                out.extend_from_slice(&offset.to_be_bytes());
+                out.extend_from_slice(&len.to_be_bytes());
+                T_RANGE
             }
             Frame::Ready { offset, prefix } => {
                 out.extend_from_slice(&offset.to_be_bytes());
@@ -441,7 +485,7 @@ impl Frame {
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let max = match ty {
             T_DATA => MAX_DATA,
-            T_HELLO..=T_LINK | T_START_SPARSE..=T_SESSION => MAX_CONTROL,
+            T_HELLO..=T_LINK | T_START_SPARSE..=T_RANGE => MAX_CONTROL,
             _ => return Err(WireError::UnknownType(ty)),
         };
         if len > max {
@@ -506,6 +550,22 @@ impl Frame {
                         mtime_ns,
                         verify,
                     }
+                }
+            }
+            T_RANGE => {
+                r.what = "range";
+                let name = r.string("file name", MAX_NAME)?;
+                let (size, mode) = (r.u64()?, r.u32()?);
+                let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
+                Frame::Range {
+                    name,
+                    size,
+                    mode,
+                    mtime_s,
+                    mtime_ns,
+                    verify,
+                    offset: r.u64()?,
+                    len: r.u64()?,
                 }
             }
             T_READY => {
@@ -642,6 +702,7 @@ impl Frame {
             Frame::Trailer { .. } => "trailer",
             Frame::Ack { .. } => "ack",
             Frame::Put { .. } => "put",
+            Frame::Range { .. } => "range",
             Frame::Dir { .. } => "dir",
             Frame::Link { .. } => "link",
             Frame::Bye => "bye",
@@ -775,6 +836,16 @@ mod tests {
             Frame::Dir {
                 name: "a/empty".into(),
                 mode: 0o750,
+            },
+            Frame::Range {
+                name: "big".into(),
+                size: 1 << 40,
+                mode: 0o640,
+                mtime_s: -5,
+                mtime_ns: 6,
+                verify: true,
+                offset: 1 << 30,
+                len: 1 << 30,
             },
             Frame::Link {
                 name: "a/l".into(),

@@ -84,7 +84,7 @@ fn names(w: &Walk) -> Vec<String> {
             Source::File { name, .. } => name.clone(),
             Source::Dir { name, .. } => format!("{name}/"),
             Source::Link { name, .. } => format!("{name}@"),
-            Source::Stream { name, .. } => name.clone(),
+            Source::Stream { name, .. } | Source::Range { name, .. } => name.clone(),
         })
         .collect()
 }

@@ -9,8 +9,7 @@
 //! * The owners of memory the kernel touches, whose safety depends on lifetimes that only a
 //!   type can enforce: [`mem`] (page-aligned, pre-faulted buffers), [`uring`] (SEND_ZC rings,
 //!   provided-buffer rings, the zero-copy receive area), [`xsk`] (AF_XDP UMEM and rings) and
-//!   [`cow`] (write protection of pages in flight: the userfaultfd and SIGSEGV engines),
-//!   [`filemap`] (read-only windows onto a file's page cache, safe against truncation).
+//!   [`cow`] (write protection of pages in flight: the userfaultfd and SIGSEGV engines).
 //! * With feature `tokio`, `reactor`: an owned descriptor registered with tokio's reactor
 //!   (tokio made that registration `unsafe`; for an `OwnedFd` it is sound by construction).
 //!
@@ -20,7 +19,6 @@
 #![warn(missing_docs)]
 
 pub mod cow;
-pub mod filemap;
 pub mod mem;
 #[doc(hidden)]
 pub mod peak_alloc;

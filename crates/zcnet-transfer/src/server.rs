@@ -936,15 +936,10 @@ fn run_session(
 ) -> (SessionResult, StatsSnapshot) {
     shared.observer.event(Event::SessionStarted { peer });
     // The copy path for control frames: file data goes by splice whatever the path, and no
-    // per-connection socket mapping is set up. No `fallocate` per received range: the store
-    // reserved the whole file when it began (`store::Incoming`), and a second reservation
-    // over that range is not free — on tmpfs it walks every page again and zeroes the ones
-    // reserved but not yet written (about 0.1 CPU-s/GiB at the receiver, `perf` on a 1 GiB
-    // transfer).
+    // per-connection socket mapping is set up.
     let rcfg = ReceiverConfig::new(RxPath::Copy)
         .timeout(shared.cfg.idle_timeout)
-        .buf_bytes(64 * 1024)
-        .file_preallocate(false);
+        .buf_bytes(64 * 1024);
     let mut stats = StatsSnapshot::default();
     let result = (|| {
         let mut rx = zcnet::stream::Receiver::from_stream(stream, &rcfg)?;

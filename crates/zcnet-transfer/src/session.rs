@@ -1447,6 +1447,11 @@ fn receive_files_in<'scope>(
                     None
                 };
                 let step = if landing.is_some() { LAND_STEP } else { STEP };
+                // The store reserved the whole file when it began. On tmpfs a second
+                // `fallocate` per range walks every page again and zeroes the reserved ones
+                // (0.1 CPU-s/GiB at the receiver); on ext4 it sets the size once per range
+                // instead of write by write, which costs less than it saves.
+                rx.set_file_preallocate(!inc.on_tmpfs());
                 let mut done = start;
                 for (from, len) in ranges {
                     progress(Progress::Bytes(from - done));

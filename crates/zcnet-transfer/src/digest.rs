@@ -3,8 +3,16 @@
 //! Why a 128 KiB buffer: `pread` into a buffer that stays in the core's L2 cache (512 KiB on
 //! the EPYC we measure on) costs about 0.13 CPU-s/GiB; from 256 KiB up the copy spills and
 //! costs 0.45–0.5, more than the hash itself (0.26–0.38 in memory). `io::copy`'s 8 KiB
-//! buffer pays a syscall per 8 KiB instead (0.48–0.56 in all). Mapping the file would save
-//! the copy but turns a file truncated under us into `SIGBUS`, so we read.
+//! buffer pays a syscall per 8 KiB instead (0.48–0.56 in all).
+//!
+//! Mapping the file instead of copying it does not pay, and not only because a file
+//! truncated under a mapping raises `SIGBUS`: with 4 KiB pages, setting up and tearing down
+//! the page-table entries costs more than the copy saves. On a 1 GiB tmpfs file, thread
+//! CPU-s/GiB (`examples/hash_cost.rs`, median of 7): BLAKE3 alone 0.17 (its AVX-512 path;
+//! 0.18 with 16 KiB updates), `pread` of 128 KiB or 2 MiB + hash 0.32–0.33, read-only
+//! `MAP_SHARED` windows + hash 0.35–0.38 (512 KiB to 1 GiB windows, with or without
+//! `MAP_POPULATE`). The measured mapping, with a `SIGBUS` handler that maps zeros over a
+//! truncated page and fails the read, is in this crate's history (`zcnet-sys` `filemap`).
 
 use std::fs::File;
 use std::io;

@@ -862,6 +862,13 @@ impl Incoming {
         &self.file
     }
 
+    /// Whether the partial file is on tmpfs, where `fallocate` allocates (and zeroes, when
+    /// asked again over a reserved range) every page rather than reserving extents
+    /// (`shmem_fallocate`): its reservation is then better not repeated per received range.
+    pub fn on_tmpfs(&self) -> bool {
+        rustix::fs::fstatfs(&self.file).is_ok_and(|s| s.f_type == libc::TMPFS_MAGIC)
+    }
+
     /// The name as sent.
     pub fn name(&self) -> &str {
         &self.name
@@ -1237,6 +1244,50 @@ mod tests {
     fn write(inc: &Incoming, data: &[u8]) {
         let mut f = inc.file();
         f.write_all(data).unwrap();
+    }
+
+    /// The file system type of the mount holding `path`, from /proc/self/mounts (longest
+    /// mount point that is a prefix of it).
+    fn mount_type(path: &Path) -> Option<String> {
+        let path = path.canonicalize().ok()?;
+        let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+        mounts
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split(' ');
+                let (_, at, kind) = (f.next()?, f.next()?, f.next()?);
+                path.starts_with(at).then(|| (at.len(), kind.to_string()))
+            })
+            .max_by_key(|(n, _)| *n)
+            .map(|(_, kind)| kind)
+    }
+
+    #[test]
+    fn a_partial_file_knows_whether_it_is_on_tmpfs() {
+        let mut dirs = vec![tempfile::tempdir().unwrap()];
+        if let Ok(d) = tempfile::tempdir_in("/dev/shm") {
+            dirs.push(d);
+        }
+        if let Ok(d) = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")) {
+            dirs.push(d);
+        }
+        for d in dirs {
+            let Some(kind) = mount_type(d.path()) else {
+                eprintln!(
+                    "SKIP: no /proc/self/mounts entry for {}",
+                    d.path().display()
+                );
+                continue;
+            };
+            let mut s = Store::open(d.path(), StoreOptions::default()).unwrap();
+            let inc = s.begin("f", Some(10), true).unwrap();
+            assert_eq!(
+                inc.on_tmpfs(),
+                kind == "tmpfs",
+                "{}: {kind}",
+                d.path().display()
+            );
+        }
     }
 
     #[test]

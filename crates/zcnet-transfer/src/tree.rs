@@ -148,7 +148,12 @@ impl Walk {
                 continue;
             };
             let rel = format!("{prefix}/{name}");
-            let meta = lstat(&path)?;
+            // `lstat` relative to the directory's descriptor (`fstatat`), not by a path
+            // looked up from the top again for every file.
+            let meta = e.metadata().map_err(|source| WalkError::Io {
+                path: path.clone(),
+                source,
+            })?;
             let ft = meta.file_type();
             if ft.is_dir() {
                 self.dir(&path, &rel)?;

@@ -347,6 +347,13 @@ impl Receiver {
         self.path
     }
 
+    /// Turns [`ReceiverConfig::file_preallocate`] on or off for the next
+    /// [`Receiver::recv_to_file`] calls (a caller that reserved the space itself may want it
+    /// only on some file systems).
+    pub fn set_file_preallocate(&mut self, on: bool) {
+        self.file_preallocate = on;
+    }
+
     /// Live counters.
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats

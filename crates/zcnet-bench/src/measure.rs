@@ -16,6 +16,11 @@ use zcnet::auto::AutoPath;
 use zcnet::path::RxPath;
 use zcnet::path::TxPath;
 
+/// [`Run::label`] of the second measurement of one pair in the same sitting (`zcnet bench`
+/// adds it where it compares `auto → auto` with the best pair): kept out of every table, it
+/// only says how far two identical configurations read apart — the noise a gap must beat.
+pub const TWIN: &str = "twin";
+
 /// The cost `auto` minimises: worker CPU-seconds per GiB of both ends.
 pub fn run_cost(r: &Run) -> f64 {
     r.sender_cpu_s_per_gib + r.receiver_cpu_s_per_gib
@@ -26,7 +31,7 @@ type Groups = BTreeMap<(String, u64, bool), (Vec<f64>, Vec<f64>)>;
 
 fn groups(runs: &[Run], tx: bool) -> Groups {
     let mut g = Groups::new();
-    for r in runs.iter().filter(|r| !r.unsupported()) {
+    for r in runs.iter().filter(|r| !r.unsupported() && r.label != TWIN) {
         let (this, other, zc) = if tx {
             (&r.tx, &r.rx, r.zc_fraction_tx)
         } else {
@@ -71,7 +76,7 @@ type PairGroups = BTreeMap<(String, String, u64, bool), (Vec<f64>, Vec<f64>, Vec
 
 fn pair_groups(runs: &[Run]) -> PairGroups {
     let mut g = PairGroups::new();
-    for r in runs.iter().filter(|r| !r.unsupported()) {
+    for r in runs.iter().filter(|r| !r.unsupported() && r.label != TWIN) {
         let e = g
             .entry((r.tx.clone(), r.rx.clone(), r.size, r.touch))
             .or_default();
@@ -149,6 +154,22 @@ pub struct PairGap {
     pub best: Spread,
     /// `auto / best − 1` of the medians.
     pub excess: f64,
+    /// The same pair measured twice in this sitting, if it was ([`TWIN`]).
+    pub twin: Option<Twin>,
+}
+
+/// One pair measured twice, interleaved, in one sitting: how far identical configurations
+/// read apart, beside which an `auto → auto` gap is read.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Twin {
+    /// The pair ("tx/rx").
+    pub pair: String,
+    /// Its first measurement (the pair's own runs), median and range.
+    pub first: Spread,
+    /// Its second ([`TWIN`]-labelled runs).
+    pub second: Spread,
+    /// `second / first − 1` of the medians.
+    pub gap: f64,
 }
 
 /// For each size and touch variant with `auto → auto` runs and at least one pair of single
@@ -156,6 +177,33 @@ pub struct PairGap {
 /// lands within a few per cent of the best pair it could have been.
 pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
     let g = pair_groups(runs);
+    let mut twins: BTreeMap<(u64, bool), Twin> = BTreeMap::new();
+    let mut tg: BTreeMap<(&str, &str, u64, bool), Vec<f64>> = BTreeMap::new();
+    for r in runs.iter().filter(|r| !r.unsupported() && r.label == TWIN) {
+        tg.entry((&r.tx, &r.rx, r.size, r.touch))
+            .or_default()
+            .push(run_cost(r));
+    }
+    for ((tx, rx, size, touch), costs) in tg {
+        let key = (tx.to_string(), rx.to_string(), size, touch);
+        let (Some(first), Some(second)) = (g.get(&key).and_then(|e| spread(&e.0)), spread(&costs))
+        else {
+            continue;
+        };
+        twins.insert(
+            (size, touch),
+            Twin {
+                pair: format!("{tx}/{rx}"),
+                first,
+                second,
+                gap: if first.median > 0.0 {
+                    second.median / first.median - 1.0
+                } else {
+                    0.0
+                },
+            },
+        );
+    }
     type Point = (Option<(Spread, usize)>, Option<(String, Spread)>);
     let mut by_point: BTreeMap<(u64, bool), Point> = BTreeMap::new();
     for ((tx, rx, size, touch), (costs, _, _)) in &g {
@@ -185,6 +233,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                 } else {
                     0.0
                 },
+                twin: twins.remove(&(size, touch)),
             })
         })
         .collect()
@@ -331,6 +380,36 @@ mod tests {
         assert_eq!((g.best_pair.as_str(), g.auto_runs), ("uring/uring", 3));
         assert!((g.auto.median - 0.44).abs() < 1e-9, "{g:?}");
         assert!((g.excess - 0.1).abs() < 1e-9, "{g:?}");
+    }
+
+    #[test]
+    fn the_twin_of_a_pair_stays_out_of_the_tables_and_reads_beside_the_gap() {
+        let mut runs = vec![
+            run_with("copy", "copy", 16384, 0.2, 0.2, 0.0, 0.0),
+            run_with("copy", "copy", 16384, 0.25, 0.25, 0.0, 0.0),
+            run_with("auto", "auto", 16384, 0.22, 0.22, 0.0, 0.0),
+        ];
+        for c in [0.1, 0.11] {
+            let mut t = run_with("copy", "copy", 16384, c, c, 0.0, 0.0);
+            t.label = TWIN.into();
+            runs.push(t);
+        }
+        // The twin (0.2, 0.22) is cheaper than copy/copy's own runs (0.4, 0.5), yet the
+        // tables and the best pair see only the latter.
+        let pairs = pair_rows(&runs);
+        assert_eq!(pairs.len(), 1);
+        assert!((pairs[0].cpu_s_per_gib.median - 0.45).abs() < 1e-9);
+        let (tx, _) = profile_rows(&runs);
+        assert!((tx[0].cpu_s_per_gib.median - 0.45).abs() < 1e-9, "{tx:?}");
+        let g = &pair_gaps(&runs)[0];
+        assert!((g.best.median - 0.45).abs() < 1e-9, "{g:?}");
+        let t = g.twin.as_ref().expect("the twin beside the gap");
+        assert_eq!(t.pair, "copy/copy");
+        assert!((t.second.median - 0.21).abs() < 1e-9, "{t:?}");
+        assert!((t.gap - (0.21 / 0.45 - 1.0)).abs() < 1e-9, "{t:?}");
+        // Without twin runs there is none.
+        runs.retain(|r| r.label != TWIN);
+        assert_eq!(pair_gaps(&runs)[0].twin, None);
     }
 
     #[test]

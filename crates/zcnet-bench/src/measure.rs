@@ -154,6 +154,10 @@ pub struct PairGap {
     pub best: Spread,
     /// `auto / best − 1` of the medians.
     pub excess: f64,
+    /// `auto / best − 1` within each repeat, median over the repeats both ran in: the
+    /// repeats are interleaved, so a load that comes and goes over the sitting moves both
+    /// sides of each ratio alike and drops out of it.
+    pub paired_excess: Option<f64>,
     /// The same pair measured twice in this sitting, if it was ([`TWIN`]).
     pub twin: Option<Twin>,
 }
@@ -170,6 +174,34 @@ pub struct Twin {
     pub second: Spread,
     /// `second / first − 1` of the medians.
     pub gap: f64,
+    /// `second / first − 1` within each repeat, median over the repeats.
+    pub paired_gap: Option<f64>,
+}
+
+/// The median over repeats of `cost(a) / cost(b) − 1`, each ratio within one repeat; runs
+/// are picked by (tx, rx, label) at one size and touch variant.
+fn paired(
+    runs: &[Run],
+    a: (&str, &str, &str),
+    b: (&str, &str, &str),
+    at: (u64, bool),
+) -> Option<f64> {
+    let by_repeat = |(tx, rx, label): (&str, &str, &str)| -> BTreeMap<u32, f64> {
+        runs.iter()
+            .filter(|r| {
+                !r.unsupported()
+                    && (r.tx.as_str(), r.rx.as_str(), r.label.as_str()) == (tx, rx, label)
+                    && (r.size, r.touch) == at
+            })
+            .map(|r| (r.repeat, run_cost(r)))
+            .collect()
+    };
+    let (a, b) = (by_repeat(a), by_repeat(b));
+    let ratios: Vec<f64> = a
+        .iter()
+        .filter_map(|(k, x)| b.get(k).filter(|y| **y > 0.0).map(|y| x / y - 1.0))
+        .collect();
+    median(&ratios)
 }
 
 /// For each size and touch variant with `auto → auto` runs and at least one pair of single
@@ -201,6 +233,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                 } else {
                     0.0
                 },
+                paired_gap: paired(runs, (tx, rx, TWIN), (tx, rx, ""), (size, touch)),
             },
         );
     }
@@ -221,6 +254,8 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
         .into_iter()
         .filter_map(|((size, touch), (auto, best))| {
             let ((auto, auto_runs), (best_pair, best)) = (auto?, best?);
+            let (btx, brx) = best_pair.split_once('/')?;
+            let paired_excess = paired(runs, ("auto", "auto", ""), (btx, brx, ""), (size, touch));
             Some(PairGap {
                 size,
                 touch,
@@ -233,6 +268,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                 } else {
                     0.0
                 },
+                paired_excess,
                 twin: twins.remove(&(size, touch)),
             })
         })
@@ -407,9 +443,30 @@ mod tests {
         assert_eq!(t.pair, "copy/copy");
         assert!((t.second.median - 0.21).abs() < 1e-9, "{t:?}");
         assert!((t.gap - (0.21 / 0.45 - 1.0)).abs() < 1e-9, "{t:?}");
+        // Every sample run is repeat 0: one ratio, of the last run of each (0.22 / 0.5).
+        assert!(
+            (t.paired_gap.unwrap() - (0.22 / 0.5 - 1.0)).abs() < 1e-9,
+            "{t:?}"
+        );
         // Without twin runs there is none.
         runs.retain(|r| r.label != TWIN);
         assert_eq!(pair_gaps(&runs)[0].twin, None);
+    }
+
+    #[test]
+    fn the_paired_excess_takes_each_repeat_against_itself() {
+        // A load that doubles every cost in repeat 1: the medians mix the two sittings, the
+        // per-repeat ratios do not.
+        let mut runs = Vec::new();
+        for (rep, k) in [(0u32, 1.0), (1, 2.0), (2, 1.0)] {
+            for (tx, rx, c) in [("copy", "copy", 0.5), ("auto", "auto", 0.55)] {
+                let mut r = run_with(tx, rx, 16384, c * k / 2.0, c * k / 2.0, 0.0, 0.0);
+                r.repeat = rep;
+                runs.push(r);
+            }
+        }
+        let g = &pair_gaps(&runs)[0];
+        assert!((g.paired_excess.unwrap() - 0.1).abs() < 1e-9, "{g:?}");
     }
 
     #[test]

@@ -348,29 +348,31 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>8}  same pair twice",
-        "size", "touch", "auto → auto", "runs", "best pair", "best", "excess"
+        "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>8}{:<17}  same pair twice",
+        "size", "touch", "auto → auto", "runs", "best pair", "best", "excess", ""
     );
     for g in &gaps {
         let twin = g.twin.as_ref().map_or(String::new(), |t| {
             format!(
-                "{} {:.3} vs {:.3}: {:+.1}%",
+                "{} {:.3} vs {:.3}: {:+.1}%{}",
                 t.pair,
                 t.first.median,
                 t.second.median,
-                100.0 * t.gap
+                100.0 * t.gap,
+                paired(t.paired_gap)
             )
         });
         let _ = writeln!(
             s,
-            "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>+7.1}%  {twin}",
+            "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>+7.1}%{:<17}  {twin}",
             ByteSize(g.size).to_string(),
             if g.touch { "yes" } else { "no" },
             format!("{:.3} [{:.3}–{:.3}]", g.auto.median, g.auto.lo, g.auto.hi),
             g.auto_runs,
             g.best_pair,
             format!("{:.3} [{:.3}–{:.3}]", g.best.median, g.best.lo, g.best.hi),
-            100.0 * g.excess
+            100.0 * g.excess,
+            paired(g.paired_excess)
         );
     }
     let within = gaps.iter().filter(|g| g.excess <= 0.05).count();
@@ -395,6 +397,11 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
         None => s.push('\n'),
     }
     s
+}
+
+/// ` (paired +x%)`: a per-repeat median ratio beside a ratio of medians.
+fn paired(x: Option<f64>) -> String {
+    x.map_or(String::new(), |x| format!(" (paired {:+.1}%)", 100.0 * x))
 }
 
 /// `auto` against the cheapest single path at each size, per direction (transmit paths into

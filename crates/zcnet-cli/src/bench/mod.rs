@@ -28,6 +28,7 @@
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
 //!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
 //!   [`ledger`] (message ids delivered or lost), [`output`] and [`plot`];
+//! * [`pin`] — `--pin`'s placement of the data threads;
 //! * [`spec`] — the shared terms (`RunSpec`, `BenchError`, `Transport`), a leaf.
 
 mod client;
@@ -125,6 +126,11 @@ pub struct Args {
     /// (posix_fadvise DONTNEED) before the run and at each pass over it.
     #[arg(long)]
     cold: bool,
+    /// Bytes of the send file `--tx file` cycles through, in whole blocks (default 64M):
+    /// `--file-window 1` sends the same block again and again, as `iperf3 -Z` does
+    /// (its sendfile always starts at offset 0 of a one-block file).
+    #[arg(long, value_name = "BYTES")]
+    file_window: Option<String>,
     /// Run against a `zcnet bench --server` at HOST[:PORT] (default port 5301).
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "suite")]
     client: Option<String>,
@@ -408,9 +414,16 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             )));
         }
     }
+    let window = match &args.file_window {
+        Some(w) => {
+            Some(parse_size(w).map_err(|e| BenchError::Usage(format!("--file-window: {e}")))?)
+        }
+        None => None,
+    };
     files::set_up(files::FileSetup {
         dir: args.file_dir.clone(),
         cold: args.cold,
+        window,
     });
     if args.iperf3_server || args.iperf3_client.is_some() {
         return iperf3_mode(args);

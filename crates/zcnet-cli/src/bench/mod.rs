@@ -172,8 +172,8 @@ pub struct Args {
     /// Request/response ping-pong (NetPIPE): round-trip latency and bandwidth by size.
     #[arg(long)]
     rr: bool,
-    /// Pin the data threads: receivers to CPU 0, senders to CPU 1 (needs 2 CPUs), as
-    /// `taskset -c 0` / `-c 1` would pin two processes.
+    /// Pin the data threads: receivers to the first CPU this process may use, senders to
+    /// the second (needs 2), as `taskset -c 0` / `-c 1` would pin two processes.
     #[arg(long)]
     pin: bool,
     /// Runs per configuration; medians and ranges are reported.

@@ -16,6 +16,11 @@ use zcnet::auto::AutoPath;
 use zcnet::path::RxPath;
 use zcnet::path::TxPath;
 
+/// [`Run::label`] of the second measurement of one pair in the same sitting (`zcnet bench`
+/// adds it where it compares `auto → auto` with the best pair): kept out of every table, it
+/// only says how far two identical configurations read apart — the noise a gap must beat.
+pub const TWIN: &str = "twin";
+
 /// The cost `auto` minimises: worker CPU-seconds per GiB of both ends.
 pub fn run_cost(r: &Run) -> f64 {
     r.sender_cpu_s_per_gib + r.receiver_cpu_s_per_gib
@@ -26,7 +31,7 @@ type Groups = BTreeMap<(String, u64, bool), (Vec<f64>, Vec<f64>)>;
 
 fn groups(runs: &[Run], tx: bool) -> Groups {
     let mut g = Groups::new();
-    for r in runs.iter().filter(|r| !r.unsupported()) {
+    for r in runs.iter().filter(|r| !r.unsupported() && r.label != TWIN) {
         let (this, other, zc) = if tx {
             (&r.tx, &r.rx, r.zc_fraction_tx)
         } else {
@@ -71,7 +76,7 @@ type PairGroups = BTreeMap<(String, String, u64, bool), (Vec<f64>, Vec<f64>, Vec
 
 fn pair_groups(runs: &[Run]) -> PairGroups {
     let mut g = PairGroups::new();
-    for r in runs.iter().filter(|r| !r.unsupported()) {
+    for r in runs.iter().filter(|r| !r.unsupported() && r.label != TWIN) {
         let e = g
             .entry((r.tx.clone(), r.rx.clone(), r.size, r.touch))
             .or_default();
@@ -149,6 +154,54 @@ pub struct PairGap {
     pub best: Spread,
     /// `auto / best − 1` of the medians.
     pub excess: f64,
+    /// `auto / best − 1` within each repeat, median over the repeats both ran in: the
+    /// repeats are interleaved, so a load that comes and goes over the sitting moves both
+    /// sides of each ratio alike and drops out of it.
+    pub paired_excess: Option<f64>,
+    /// The same pair measured twice in this sitting, if it was ([`TWIN`]).
+    pub twin: Option<Twin>,
+}
+
+/// One pair measured twice, interleaved, in one sitting: how far identical configurations
+/// read apart, beside which an `auto → auto` gap is read.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Twin {
+    /// The pair ("tx/rx").
+    pub pair: String,
+    /// Its first measurement (the pair's own runs), median and range.
+    pub first: Spread,
+    /// Its second ([`TWIN`]-labelled runs).
+    pub second: Spread,
+    /// `second / first − 1` of the medians.
+    pub gap: f64,
+    /// `second / first − 1` within each repeat, median over the repeats.
+    pub paired_gap: Option<f64>,
+}
+
+/// The median over repeats of `cost(a) / cost(b) − 1`, each ratio within one repeat; runs
+/// are picked by (tx, rx, label) at one size and touch variant.
+fn paired(
+    runs: &[Run],
+    a: (&str, &str, &str),
+    b: (&str, &str, &str),
+    at: (u64, bool),
+) -> Option<f64> {
+    let by_repeat = |(tx, rx, label): (&str, &str, &str)| -> BTreeMap<u32, f64> {
+        runs.iter()
+            .filter(|r| {
+                !r.unsupported()
+                    && (r.tx.as_str(), r.rx.as_str(), r.label.as_str()) == (tx, rx, label)
+                    && (r.size, r.touch) == at
+            })
+            .map(|r| (r.repeat, run_cost(r)))
+            .collect()
+    };
+    let (a, b) = (by_repeat(a), by_repeat(b));
+    let ratios: Vec<f64> = a
+        .iter()
+        .filter_map(|(k, x)| b.get(k).filter(|y| **y > 0.0).map(|y| x / y - 1.0))
+        .collect();
+    median(&ratios)
 }
 
 /// For each size and touch variant with `auto → auto` runs and at least one pair of single
@@ -156,6 +209,34 @@ pub struct PairGap {
 /// lands within a few per cent of the best pair it could have been.
 pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
     let g = pair_groups(runs);
+    let mut twins: BTreeMap<(u64, bool), Twin> = BTreeMap::new();
+    let mut tg: BTreeMap<(&str, &str, u64, bool), Vec<f64>> = BTreeMap::new();
+    for r in runs.iter().filter(|r| !r.unsupported() && r.label == TWIN) {
+        tg.entry((&r.tx, &r.rx, r.size, r.touch))
+            .or_default()
+            .push(run_cost(r));
+    }
+    for ((tx, rx, size, touch), costs) in tg {
+        let key = (tx.to_string(), rx.to_string(), size, touch);
+        let (Some(first), Some(second)) = (g.get(&key).and_then(|e| spread(&e.0)), spread(&costs))
+        else {
+            continue;
+        };
+        twins.insert(
+            (size, touch),
+            Twin {
+                pair: format!("{tx}/{rx}"),
+                first,
+                second,
+                gap: if first.median > 0.0 {
+                    second.median / first.median - 1.0
+                } else {
+                    0.0
+                },
+                paired_gap: paired(runs, (tx, rx, TWIN), (tx, rx, ""), (size, touch)),
+            },
+        );
+    }
     type Point = (Option<(Spread, usize)>, Option<(String, Spread)>);
     let mut by_point: BTreeMap<(u64, bool), Point> = BTreeMap::new();
     for ((tx, rx, size, touch), (costs, _, _)) in &g {
@@ -173,6 +254,8 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
         .into_iter()
         .filter_map(|((size, touch), (auto, best))| {
             let ((auto, auto_runs), (best_pair, best)) = (auto?, best?);
+            let (btx, brx) = best_pair.split_once('/')?;
+            let paired_excess = paired(runs, ("auto", "auto", ""), (btx, brx, ""), (size, touch));
             Some(PairGap {
                 size,
                 touch,
@@ -185,6 +268,8 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                 } else {
                     0.0
                 },
+                paired_excess,
+                twin: twins.remove(&(size, touch)),
             })
         })
         .collect()
@@ -331,6 +416,57 @@ mod tests {
         assert_eq!((g.best_pair.as_str(), g.auto_runs), ("uring/uring", 3));
         assert!((g.auto.median - 0.44).abs() < 1e-9, "{g:?}");
         assert!((g.excess - 0.1).abs() < 1e-9, "{g:?}");
+    }
+
+    #[test]
+    fn the_twin_of_a_pair_stays_out_of_the_tables_and_reads_beside_the_gap() {
+        let mut runs = vec![
+            run_with("copy", "copy", 16384, 0.2, 0.2, 0.0, 0.0),
+            run_with("copy", "copy", 16384, 0.25, 0.25, 0.0, 0.0),
+            run_with("auto", "auto", 16384, 0.22, 0.22, 0.0, 0.0),
+        ];
+        for c in [0.1, 0.11] {
+            let mut t = run_with("copy", "copy", 16384, c, c, 0.0, 0.0);
+            t.label = TWIN.into();
+            runs.push(t);
+        }
+        // The twin (0.2, 0.22) is cheaper than copy/copy's own runs (0.4, 0.5), yet the
+        // tables and the best pair see only the latter.
+        let pairs = pair_rows(&runs);
+        assert_eq!(pairs.len(), 1);
+        assert!((pairs[0].cpu_s_per_gib.median - 0.45).abs() < 1e-9);
+        let (tx, _) = profile_rows(&runs);
+        assert!((tx[0].cpu_s_per_gib.median - 0.45).abs() < 1e-9, "{tx:?}");
+        let g = &pair_gaps(&runs)[0];
+        assert!((g.best.median - 0.45).abs() < 1e-9, "{g:?}");
+        let t = g.twin.as_ref().expect("the twin beside the gap");
+        assert_eq!(t.pair, "copy/copy");
+        assert!((t.second.median - 0.21).abs() < 1e-9, "{t:?}");
+        assert!((t.gap - (0.21 / 0.45 - 1.0)).abs() < 1e-9, "{t:?}");
+        // Every sample run is repeat 0: one ratio, of the last run of each (0.22 / 0.5).
+        assert!(
+            (t.paired_gap.unwrap() - (0.22 / 0.5 - 1.0)).abs() < 1e-9,
+            "{t:?}"
+        );
+        // Without twin runs there is none.
+        runs.retain(|r| r.label != TWIN);
+        assert_eq!(pair_gaps(&runs)[0].twin, None);
+    }
+
+    #[test]
+    fn the_paired_excess_takes_each_repeat_against_itself() {
+        // A load that doubles every cost in repeat 1: the medians mix the two sittings, the
+        // per-repeat ratios do not.
+        let mut runs = Vec::new();
+        for (rep, k) in [(0u32, 1.0), (1, 2.0), (2, 1.0)] {
+            for (tx, rx, c) in [("copy", "copy", 0.5), ("auto", "auto", 0.55)] {
+                let mut r = run_with(tx, rx, 16384, c * k / 2.0, c * k / 2.0, 0.0, 0.0);
+                r.repeat = rep;
+                runs.push(r);
+            }
+        }
+        let g = &pair_gaps(&runs)[0];
+        assert!((g.paired_excess.unwrap() - 0.1).abs() < 1e-9, "{g:?}");
     }
 
     #[test]

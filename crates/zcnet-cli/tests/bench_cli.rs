@@ -123,6 +123,91 @@ fn a_short_run_prints_the_documented_json_and_a_plot() {
 }
 
 #[test]
+fn auto_against_the_best_pair_measures_one_pair_twice_beside_it() {
+    // No profile of this machine's can change the plan.
+    let args = [
+        "bench",
+        "--tx",
+        "copy,auto",
+        "--rx",
+        "copy,auto",
+        "--size",
+        "64K",
+        "--bytes",
+        "4M",
+        "--repeat",
+        "2",
+    ];
+    let out = run_bounded(
+        zcnet()
+            .env("ZCNET_PROFILE", "/nonexistent/profile.json")
+            .args(args)
+            .arg("--json"),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    // Four pairs and the twin, per repeat; every run with equal byte counts at both ends.
+    let report = check_report_json(&out.stdout, 10);
+    let order: Vec<String> = report
+        .runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}{}",
+                r.tx,
+                r.rx,
+                if r.label.is_empty() { "" } else { "²" }
+            )
+        })
+        .collect();
+    let one = [
+        "copy/copy",
+        "copy/auto",
+        "auto/copy",
+        "auto/auto",
+        "copy/copy²",
+    ];
+    assert_eq!(order, [one, one].concat(), "interleaved, the twin last");
+    assert!(report
+        .runs
+        .iter()
+        .filter(|r| !r.label.is_empty())
+        .all(|r| r.label == zcnet_bench::measure::TWIN && r.bytes_received == 4 << 20));
+    // Its own summary row: the twin never joins its pair's.
+    let cc = |label: &str| {
+        report
+            .summary
+            .iter()
+            .filter(|r| r.tx == "copy" && r.rx == "copy" && r.label == label)
+            .count()
+    };
+    assert_eq!((cc(""), cc(zcnet_bench::measure::TWIN)), (1, 1));
+
+    // The table says how far the twin read from its pair, beside the comparison; with
+    // `--pin` (2 CPUs or more) the ends run pinned apart and the heading says so.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut cmd = zcnet();
+    cmd.env("ZCNET_PROFILE", "/nonexistent/profile.json")
+        .args(args);
+    if cpus >= 2 {
+        cmd.arg("--pin");
+    }
+    let out = run_bounded(&mut cmd, Duration::from_secs(60));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(stdout.contains("copy/copy"), "{stdout}");
+    assert!(
+        stdout.contains("the same pair measured twice read up to"),
+        "{stdout}"
+    );
+    if cpus >= 2 {
+        assert!(stdout.contains("receivers pinned to CPU"), "{stdout}");
+    } else {
+        eprintln!("SKIP --pin: {cpus} CPU");
+    }
+}
+
+#[test]
 fn request_response_counts_both_directions() {
     let out = run_bounded(
         zcnet().args([

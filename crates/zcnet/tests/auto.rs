@@ -239,6 +239,55 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
 }
 
 #[test]
+fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_operation() {
+    // After `tune`, loopback at 16 KiB is copy/copy: `auto → auto` must then be `copy →
+    // copy` with nothing on top — one `send(2)` per operation, no zero-copy call, no
+    // io_uring request (although the profile makes uring choosable at larger sizes), no
+    // cost check (copy is never checked against itself), and a receiver that is plain copy
+    // with no trial. Counted, not timed: a per-operation extra that came back would show
+    // here as a count, where on this shared machine a time would only show as noise.
+    let size = 16 * KIB;
+    let ops = 2000u64;
+    let p = tx_profile(TxPath::Uring, Some(0.0));
+    let cfg = auto_sender_config(p.clone(), size as usize);
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Given(p);
+    rx_cfg.touch = false;
+    rx_cfg.op_size = size as usize;
+    rx_cfg.timeout = Some(timeout());
+    let (tx, rx, rx_path) = run(&cfg, &rx_cfg, |tx| {
+        let mut pos = 0;
+        send_ops(tx, &mut pos, size as usize, ops as usize);
+        pos
+    });
+    let a = tx.auto_tx;
+    assert_eq!(a.decisions, ops, "{a:?}");
+    assert_eq!(a.chose_default_cheapest, ops, "copy, as measured: {a:?}");
+    assert_eq!(
+        (tx.tx_calls_copy, tx.tx_bytes_copy),
+        (ops, ops * size),
+        "one plain send per operation: {tx:?}"
+    );
+    assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
+    assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
+    assert_eq!(
+        (a.cost_checks, a.cost_probe_ops, a.switches),
+        (0, 0, 0),
+        "{a:?}"
+    );
+    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+    assert_eq!(rx_path, RxPath::Copy);
+    let r = rx.auto_rx;
+    assert_eq!(
+        (r.chose_trial, r.cost_checks, r.cost_probe_ops),
+        (0, 0, 0),
+        "a chosen copy receiver is plain copy: {r:?}"
+    );
+    assert_eq!(rx.rx_bytes_copied, ops * size, "{rx:?}");
+    assert_eq!(rx.rx_uring_cqes, 0, "{rx:?}");
+}
+
+#[test]
 fn a_foreign_profile_is_refused_with_a_message_and_copy_is_used() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("profile-lo.json");

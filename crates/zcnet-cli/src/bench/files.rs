@@ -36,7 +36,9 @@ pub(crate) fn file_tx_mode(name: &str) -> Option<zcnet::FileTxMode> {
     }
 }
 
-/// Bytes of a file window.
+/// Bytes of a file window (the send file's unless `--file-window` says otherwise: `iperf3
+/// -Z` sends one block from offset 0 again and again, so the receiver copies from pages that
+/// stay in the CPU's cache — a window that large never does).
 const WINDOW: u64 = 64 << 20;
 
 /// Where file paths keep their files, and whether sends start cold: set once from the
@@ -47,6 +49,9 @@ pub(crate) struct FileSetup {
     pub dir: Option<PathBuf>,
     /// `--cold`.
     pub cold: bool,
+    /// `--file-window`: bytes of the send file (rounded up to whole blocks); 64 MiB if
+    /// unset.
+    pub window: Option<u64>,
 }
 
 static SETUP: OnceLock<FileSetup> = OnceLock::new();
@@ -65,7 +70,13 @@ fn dir() -> PathBuf {
 }
 
 fn window(block: u64) -> u64 {
-    WINDOW.div_ceil(block.max(1)) * block.max(1)
+    window_of(setup().window.unwrap_or(WINDOW), block)
+}
+
+/// `bytes` rounded up to whole `block`s, at least one.
+fn window_of(bytes: u64, block: u64) -> u64 {
+    let block = block.max(1);
+    bytes.max(1).div_ceil(block) * block
 }
 
 /// A file to send from.
@@ -170,7 +181,7 @@ impl SinkFile {
         })?;
         Ok(SinkFile {
             file,
-            len: window(block),
+            len: window_of(WINDOW, block),
             offset: 0,
         })
     }
@@ -195,6 +206,9 @@ mod tests {
         assert_eq!(window(64 << 10), 64 << 20);
         assert_eq!(window(3 << 20) % (3 << 20), 0);
         assert!(window(3 << 20) >= 64 << 20);
+        // `--file-window 1`: one block, iperf3 -Z's loop; never less than a block.
+        assert_eq!(window_of(1, 1 << 20), 1 << 20);
+        assert_eq!(window_of(3 << 20, 2 << 20), 4 << 20);
         let src = SourceFile::create(16 << 20).unwrap();
         assert_eq!(src.file.metadata().unwrap().len(), src.len);
         let mut c = Cursor::default();

@@ -28,6 +28,7 @@
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
 //!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
 //!   [`ledger`] (message ids delivered or lost), [`output`] and [`plot`];
+//! * [`pin`] — `--pin`'s placement of the data threads;
 //! * [`spec`] — the shared terms (`RunSpec`, `BenchError`, `Transport`), a leaf.
 
 mod client;
@@ -37,6 +38,7 @@ mod iperf3;
 mod ledger;
 mod lm;
 mod output;
+mod pin;
 pub(crate) mod plot;
 mod server;
 mod sink;
@@ -124,6 +126,11 @@ pub struct Args {
     /// (posix_fadvise DONTNEED) before the run and at each pass over it.
     #[arg(long)]
     cold: bool,
+    /// Bytes of the send file `--tx file` cycles through, in whole blocks (default 64M):
+    /// `--file-window 1` sends the same block again and again, as `iperf3 -Z` does
+    /// (its sendfile always starts at offset 0 of a one-block file).
+    #[arg(long, value_name = "BYTES")]
+    file_window: Option<String>,
     /// Run against a `zcnet bench --server` at HOST[:PORT] (default port 5301).
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "suite")]
     client: Option<String>,
@@ -165,6 +172,10 @@ pub struct Args {
     /// Request/response ping-pong (NetPIPE): round-trip latency and bandwidth by size.
     #[arg(long)]
     rr: bool,
+    /// Pin the data threads: receivers to the first CPU this process may use, senders to
+    /// the second (needs 2), as `taskset -c 0` / `-c 1` would pin two processes.
+    #[arg(long)]
+    pin: bool,
     /// Runs per configuration; medians and ranges are reported.
     #[arg(long, default_value_t = 3, value_name = "N")]
     repeat: u32,
@@ -403,9 +414,16 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             )));
         }
     }
+    let window = match &args.file_window {
+        Some(w) => {
+            Some(parse_size(w).map_err(|e| BenchError::Usage(format!("--file-window: {e}")))?)
+        }
+        None => None,
+    };
     files::set_up(files::FileSetup {
         dir: args.file_dir.clone(),
         cold: args.cold,
+        window,
     });
     if args.iperf3_server || args.iperf3_client.is_some() {
         return iperf3_mode(args);
@@ -433,6 +451,9 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             time: args.time,
         };
         return suite::run(name, &opts);
+    }
+    if args.pin {
+        pin::set().map_err(BenchError::Usage)?;
     }
     let env = Env::open(args.topology, args.mtu, args.client.as_deref())?;
     let specs = plan(args, &env)?;
@@ -616,9 +637,11 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
             parse_paths(args.rx(), &known_rx, "receive", remote)?,
         )
     };
+    let twin = twin_pair(&txs, &rxs);
     let mut specs = Vec::new();
     for repeat in 0..args.repeat {
         for &size in &sizes {
+            let first = specs.len();
             for tx in &txs {
                 for rx in &rxs {
                     if udp && !env.is_sink() && !zcnet_bench::protocol::udp_paths_pair(tx, rx) {
@@ -668,6 +691,18 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                     });
                 }
             }
+            // The twin last, after `auto → auto`: as far from its first measurement as
+            // this size's runs allow.
+            let again = twin.as_ref().and_then(|(t, r)| {
+                specs[first..]
+                    .iter()
+                    .find(|s: &&RunSpec| &s.params.tx == t && &s.params.rx == r)
+                    .cloned()
+            });
+            if let Some(mut s) = again {
+                s.label = zcnet_bench::measure::TWIN.to_string();
+                specs.push(s);
+            }
         }
     }
     if specs.is_empty() {
@@ -685,6 +720,32 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
         }
     }
     Ok(specs)
+}
+
+/// Where the run compares `auto → auto` with the best pair of single paths, the pair measured
+/// twice (interleaved, the second time labelled [`zcnet_bench::measure::TWIN`]): `copy →
+/// copy` if both lists have it, else the first pair of single paths. How far its two
+/// measurements read apart is the noise floor printed beside the comparison — a gap
+/// smaller than that is this sitting's noise, not a wrong choice.
+fn twin_pair(txs: &[String], rxs: &[String]) -> Option<(String, String)> {
+    let auto = |l: &[String]| l.iter().any(|p| p == "auto");
+    if !auto(txs) || !auto(rxs) {
+        return None;
+    }
+    use zcnet::auto::AutoPath as _;
+    let is_pair = |t: &String, r: &String| {
+        zcnet::auto::pair::PathPair::from_name(&format!("{t}/{r}")).is_some()
+            && !(t == "auto" || r == "auto")
+    };
+    let pairs = || {
+        txs.iter()
+            .flat_map(move |t| rxs.iter().map(move |r| (t, r)))
+            .filter(|(t, r)| is_pair(t, r))
+    };
+    pairs()
+        .find(|(t, r)| *t == "copy" && *r == "copy")
+        .or_else(|| pairs().next())
+        .map(|(t, r)| (t.clone(), r.clone()))
 }
 
 /// `all` or a comma-separated list of UDP message paths; anything else is named as not a
@@ -717,6 +778,9 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
     }
     if args.streams > 1 {
         s += &format!(", {} streams", args.streams);
+    }
+    if let Some((rx, tx)) = pin::cpus() {
+        s += &format!(", receivers pinned to CPU {rx} and senders to CPU {tx}");
     }
     if args.touch {
         s += ", data touched";

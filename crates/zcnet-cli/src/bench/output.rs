@@ -64,7 +64,7 @@ pub(crate) fn stream_table(rows: &[&SummaryRow]) -> String {
             "{:<6} {:<9} {:<7} {:>13} {:>8.3} {:>8} {:>14} {:>8.1} {:>6.1} {:>6.1} {:>6.0} {:>14}",
             ByteSize(r.size).to_string(),
             r.tx,
-            format!("{}{mark}", r.rx),
+            format!("{}{mark}{}", r.rx, twin_mark(r)),
             pm(&r.gbit_per_s, 1),
             r.sender_cpu_s_per_gib.median,
             if sink {
@@ -86,7 +86,22 @@ pub(crate) fn stream_table(rows: &[&SummaryRow]) -> String {
             "* not supported on this host: the path fell back to copying (counted as `unsupported`); run once, then skipped"
         );
     }
+    if rows.iter().any(|r| !twin_mark(r).is_empty()) {
+        let _ = writeln!(
+            s,
+            "² the same pair measured a second time, interleaved: how far identical configurations read apart"
+        );
+    }
     s
+}
+
+/// `²` on the row of a pair's second measurement ([`zcnet_bench::measure::TWIN`]).
+fn twin_mark(r: &SummaryRow) -> &'static str {
+    if r.label == zcnet_bench::measure::TWIN {
+        "²"
+    } else {
+        ""
+    }
 }
 
 /// Renders the request/response table of `rows`.
@@ -333,29 +348,60 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>8}",
-        "size", "touch", "auto → auto", "runs", "best pair", "best", "excess"
+        "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>8}{:<17}  same pair twice",
+        "size", "touch", "auto → auto", "runs", "best pair", "best", "excess", ""
     );
     for g in &gaps {
+        let twin = g.twin.as_ref().map_or(String::new(), |t| {
+            format!(
+                "{} {:.3} vs {:.3}: {:+.1}%{}",
+                t.pair,
+                t.first.median,
+                t.second.median,
+                100.0 * t.gap,
+                paired(t.paired_gap)
+            )
+        });
         let _ = writeln!(
             s,
-            "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>+7.1}%",
+            "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>+7.1}%{:<17}  {twin}",
             ByteSize(g.size).to_string(),
             if g.touch { "yes" } else { "no" },
             format!("{:.3} [{:.3}–{:.3}]", g.auto.median, g.auto.lo, g.auto.hi),
             g.auto_runs,
             g.best_pair,
             format!("{:.3} [{:.3}–{:.3}]", g.best.median, g.best.lo, g.best.hi),
-            100.0 * g.excess
+            100.0 * g.excess,
+            paired(g.paired_excess)
         );
     }
     let within = gaps.iter().filter(|g| g.excess <= 0.05).count();
-    let _ = writeln!(
+    let _ = write!(
         s,
         "auto → auto within 5% of the best pair at {within} of {} points",
         gaps.len()
     );
+    let noise = gaps
+        .iter()
+        .filter_map(|g| g.twin.as_ref().map(|t| t.gap.abs()))
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+    match noise {
+        Some(n) => {
+            let _ = writeln!(
+                s,
+                "; the same pair measured twice read up to {:.1}% apart in this sitting \
+                 (a gap within that is noise, not a wrong choice)",
+                100.0 * n
+            );
+        }
+        None => s.push('\n'),
+    }
     s
+}
+
+/// ` (paired +x%)`: a per-repeat median ratio beside a ratio of medians.
+fn paired(x: Option<f64>) -> String {
+    x.map_or(String::new(), |x| format!(" (paired {:+.1}%)", 100.0 * x))
 }
 
 /// `auto` against the cheapest single path at each size, per direction (transmit paths into

@@ -71,9 +71,12 @@ pub(crate) fn run(
         let handles: Vec<_> = quotas
             .iter()
             .map(|&q| {
-                s.spawn(move || match p.mode {
-                    Mode::Stream => workers::stream_send(data, p, q, deadline, progress, src),
-                    Mode::Rr => workers::rr_client(data, p, q, deadline, progress),
+                s.spawn(move || {
+                    super::pin::sender()?;
+                    match p.mode {
+                        Mode::Stream => workers::stream_send(data, p, q, deadline, progress, src),
+                        Mode::Rr => workers::rr_client(data, p, q, deadline, progress),
+                    }
                 })
             })
             .collect();
@@ -203,9 +206,12 @@ fn receive_all(
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..p.streams)
             .map(|_| {
-                s.spawn(|| match p.mode {
-                    Mode::Stream => workers::stream_receive(listener, p, progress),
-                    Mode::Rr => workers::rr_server(listener, p, progress),
+                s.spawn(|| {
+                    super::pin::receiver()?;
+                    match p.mode {
+                        Mode::Stream => workers::stream_receive(listener, p, progress),
+                        Mode::Rr => workers::rr_server(listener, p, progress),
+                    }
                 })
             })
             .collect();

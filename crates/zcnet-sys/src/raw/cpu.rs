@@ -59,3 +59,40 @@ pub fn clock_ticks() -> u64 {
         100
     }
 }
+
+/// Pins the calling thread to CPU `cpu` (`sched_setaffinity(2)` with pid 0: this thread
+/// only). A benchmark pins its two ends apart so the scheduler cannot move them onto one
+/// CPU mid-run, one source of run-to-run spread on a small machine.
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).map_err(io::Error::from)
+}
+
+/// The CPUs the calling thread may run on (`sched_getaffinity(2)`), in order.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    let set = rustix::thread::sched_getaffinity(None).map_err(io::Error::from)?;
+    Ok((0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| set.is_set(c))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_thread_may_run_on_that_cpu_only() {
+        let first = allowed_cpus().unwrap()[0];
+        let (allowed, now) = std::thread::spawn(move || {
+            pin_thread(first).unwrap();
+            (allowed_cpus().unwrap(), rustix::thread::sched_getcpu())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(allowed, vec![first]);
+        assert_eq!(now, first);
+        // Only that thread: this one keeps its own set.
+        assert!(allowed_cpus().unwrap().contains(&first));
+    }
+}

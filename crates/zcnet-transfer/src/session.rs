@@ -1708,6 +1708,20 @@ impl ReadAhead {
 
     /// Until `n` (≤ the buffer) bytes are held: `false` at a clean end of stream with none.
     fn fill(&mut self, rx: &mut Receiver, n: usize) -> Result<bool, TransferError> {
+        if self.fill_until_end(rx, n)? {
+            return Ok(true);
+        }
+        if self.is_empty() {
+            return Ok(false);
+        }
+        Err(zcnet::Error::PeerClosed {
+            op: "reading a frame",
+        }
+        .into())
+    }
+
+    /// Until `n` (≤ the buffer) bytes are held: `false` if the stream ends first.
+    fn fill_until_end(&mut self, rx: &mut Receiver, n: usize) -> Result<bool, TransferError> {
         while self.hi - self.lo < n {
             if self.buf.len() - self.lo < n {
                 self.buf.copy_within(self.lo..self.hi, 0);
@@ -1716,17 +1730,55 @@ impl ReadAhead {
             }
             let got = rx.recv_into(&mut self.buf[self.hi..])?;
             if got == 0 {
-                if self.is_empty() {
-                    return Ok(false);
-                }
-                return Err(zcnet::Error::PeerClosed {
-                    op: "reading a frame",
-                }
-                .into());
+                return Ok(false);
             }
             self.hi += got;
         }
         Ok(true)
+    }
+
+    /// A `Put`'s `size` (≤ [`MAX_CONTROL`]) bytes and the frame after them (its trailer;
+    /// `None` at a clean end of stream there), both held in the buffer at once: the bytes
+    /// are hashed and written from where `recv` put them, with no copy and no allocation
+    /// per file. `Ok(Err(got))`: the stream ended `got` bytes into the data. The bytes
+    /// stay valid until the next call that reads.
+    #[allow(clippy::type_complexity)]
+    fn put_body(
+        &mut self,
+        rx: &mut Receiver,
+        size: usize,
+    ) -> Result<Result<(std::ops::Range<usize>, Option<Frame>), usize>, TransferError> {
+        debug_assert!(size <= MAX_CONTROL);
+        if !self.fill_until_end(rx, size)? {
+            return Ok(Err(self.hi - self.lo));
+        }
+        if !self.fill_until_end(rx, size + 5)? {
+            if self.hi - self.lo == size {
+                let at = self.lo;
+                self.lo += size;
+                return Ok(Ok((at..at + size, None)));
+            }
+            return Err(zcnet::Error::PeerClosed {
+                op: "reading a frame",
+            }
+            .into());
+        }
+        let h: [u8; 5] = self.buf[self.lo + size..self.lo + size + 5]
+            .try_into()
+            .expect("5 bytes");
+        let (ty, len) = Frame::check_header(h)?;
+        if len > MAX_CONTROL {
+            return Err(TransferError::Unexpected {
+                expected: "a control frame",
+                got: "data",
+            });
+        }
+        // Fits: size + 5 + len ≤ 2 × (5 + MAX_CONTROL), the buffer's length.
+        self.fill(rx, size + 5 + len)?;
+        let at = self.lo;
+        let f = Frame::decode(ty, &self.buf[at + size + 5..at + size + 5 + len])?;
+        self.lo += size + 5 + len;
+        Ok(Ok((at..at + size, Some(f))))
     }
 
     /// The next control frame; `None` at a clean end of stream between frames. A `Data`
@@ -1775,6 +1827,28 @@ fn receive_put(
     verify: bool,
 ) -> Result<Staged, TransferError> {
     // `Frame::decode` refused a `Put` over MAX_PUT from its header fields.
+    if size as usize <= MAX_CONTROL {
+        let (range, trailer) = match ahead.put_body(rx, size as usize)? {
+            Ok(held) => held,
+            Err(got) => {
+                return Err(TransferError::Truncated {
+                    name,
+                    expected: size,
+                    got: got as u64,
+                })
+            }
+        };
+        let hash = trailer_hash(trailer, verify)?;
+        let began = store.put(&name, &ahead.buf[range], hash);
+        return Ok(Staged {
+            name,
+            size,
+            mode,
+            mtime,
+            hash,
+            began,
+        });
+    }
     let mut data = vec![0u8; size as usize];
     let had = ahead.take_into(&mut data);
     if !rx_read_exact(rx, &mut data[had..])? && had < data.len() {

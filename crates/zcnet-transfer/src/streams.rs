@@ -37,7 +37,10 @@ const PER_FILE_COST: u64 = 4096;
 /// anomalies", 1969). Each stream keeps the walk's order, so a directory's files stay
 /// together on a stream.
 pub fn spread(sources: Vec<Source>, n: usize) -> Vec<Vec<Source>> {
-    let n = n.max(1);
+    if n <= 1 {
+        // One stream takes everything in walk order: no need to `lstat` every file again.
+        return vec![sources];
+    }
     let mut weight: Vec<(usize, Option<u64>)> = sources
         .iter()
         .enumerate()

@@ -585,3 +585,110 @@ fn a_sender_gone_inside_a_window_leaves_only_whole_verified_files() {
     // All 40 were whole: each is final, none left partial.
     assert_eq!(std::fs::read_dir(dst.path().join("w")).unwrap().count(), 40);
 }
+
+/// `Put`s of up to `MAX_CONTROL` bytes are hashed and written straight from the receiver's
+/// read-ahead buffer, larger ones through a buffer of their own. Sizes on both sides of
+/// that line, with every byte arriving in small pieces (so a file's data, its trailer and
+/// the next header straddle many `recv`s), each land whole, with their mode and mtime; a
+/// peer that closes after a `Put`'s data but before its trailer leaves no final file.
+#[test]
+fn puts_arriving_in_pieces_on_both_sides_of_the_read_ahead_land_whole() {
+    use zcnet_transfer::wire::MAX_CONTROL;
+    let dst = tempfile::tempdir().unwrap();
+    let (addr, h) = serve(dst.path(), StoreOptions::default());
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    read_frame(&mut s);
+    let mut b = Frame::Hello {
+        version: 4, // files right after the Hello: no `Open` (version 5)
+        auth: false,
+        nonce: [0; 32],
+    }
+    .to_bytes();
+    let sizes = [
+        0,
+        1,
+        4500,
+        MAX_CONTROL - 1,
+        MAX_CONTROL,
+        MAX_CONTROL + 1,
+        3000,
+    ];
+    let body = |i: usize| pattern(i as u64 * 131, sizes[i]);
+    for (i, _) in sizes.iter().enumerate() {
+        let data = body(i);
+        b.extend(
+            Frame::Put {
+                name: format!("p/{i}"),
+                size: data.len() as u64,
+                mode: 0o640 + i as u32 % 8,
+                mtime_s: 1_600_000_000 + i as i64,
+                mtime_ns: 1000 * i as u32,
+                verify: true,
+            }
+            .to_bytes(),
+        );
+        b.extend_from_slice(data);
+        b.extend(
+            Frame::Trailer {
+                hash: Some(*blake3::hash(data).as_bytes()),
+            }
+            .to_bytes(),
+        );
+    }
+    b.extend(Frame::Bye.to_bytes());
+    for piece in b.chunks(4093) {
+        s.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    for _ in &sizes {
+        match read_frame(&mut s) {
+            Frame::Ack { code, .. } => assert_eq!(code, Code::Ok),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(read_frame(&mut s), Frame::Bye);
+    let report = h.join().unwrap().unwrap();
+    assert_eq!(report.files.len(), sizes.len());
+    for (i, _) in sizes.iter().enumerate() {
+        let p = dst.path().join(format!("p/{i}"));
+        assert_eq!(std::fs::read(&p).unwrap(), body(i), "file {i}");
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640 + i as u32 % 8, "mode of {i}");
+        assert_eq!(
+            (m.mtime(), m.mtime_nsec()),
+            (1_600_000_000 + i as i64, 1000 * i as i64),
+            "mtime of {i}"
+        );
+    }
+
+    // The data of a `Put`, then the end of the stream where its trailer should be.
+    let dst = tempfile::tempdir().unwrap();
+    let (addr, h) = serve(dst.path(), StoreOptions::default());
+    let mut s = TcpStream::connect(addr).unwrap();
+    read_frame(&mut s);
+    let mut b = Frame::Hello {
+        version: 4,
+        auth: false,
+        nonce: [0; 32],
+    }
+    .to_bytes();
+    b.extend(
+        Frame::Put {
+            name: "t".into(),
+            size: 100,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            verify: true,
+        }
+        .to_bytes(),
+    );
+    b.extend_from_slice(pattern(5, 100));
+    s.write_all(&b).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let e = h.join().unwrap().unwrap_err();
+    assert!(e.to_string().contains("trailer"), "{e}");
+    assert!(!dst.path().join("t").exists());
+}

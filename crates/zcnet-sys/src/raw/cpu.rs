@@ -59,3 +59,55 @@ pub fn clock_ticks() -> u64 {
         100
     }
 }
+
+/// Pins the calling thread to CPU `cpu` (`sched_setaffinity(2)` on thread 0 = the caller).
+/// For benchmarks that put the two ends of a connection on different cores, so their CPU
+/// time does not depend on where the scheduler happens to put them.
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is beyond CPU_SETSIZE"),
+        ));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` < CPU_SETSIZE (checked above), so the bit lies inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a live, initialised cpu_set_t of the size passed.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod pin_tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_thread_runs_on_its_cpu_only() {
+        // The CPU this process may use for sure: the one it runs on now.
+        // SAFETY: sched_getcpu has no preconditions.
+        let want = unsafe { libc::sched_getcpu() };
+        assert!(want >= 0);
+        let got = std::thread::spawn(move || {
+            pin_thread(want as usize).unwrap();
+            // Many short runs: a thread not pinned would be moved now and then.
+            (0..1000)
+                .map(|_| {
+                    std::thread::yield_now();
+                    // SAFETY: as above.
+                    unsafe { libc::sched_getcpu() }
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        assert!(
+            got.iter().all(|&c| c == want),
+            "pinned to CPU {want}: {got:?}"
+        );
+        assert!(pin_thread(libc::CPU_SETSIZE as usize).is_err());
+    }
+}

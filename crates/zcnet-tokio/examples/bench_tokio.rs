@@ -279,8 +279,108 @@ fn table(where_: &str, o: &Opts, veth: Option<&VethPair>) {
     }
 }
 
+/// Small request/response round trips on loopback: a cost per readiness event, not per
+/// byte (each reply wakes the client once). The echo end is plain tokio in every row; the
+/// client is plain tokio or a `ZcStream` (`copy`: its `AsyncRead`/`AsyncWrite`).
+fn ping_pong(mode: Mode, rounds: u64, pin: Option<Pin>) -> (Duration, Duration) {
+    const REQ: usize = 64;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::scope(|scope| {
+        let echo = scope.spawn(move || {
+            if let Some(p) = pin {
+                cpu::pin_thread(p.rx).expect("pinning the echo end");
+            }
+            let rt = current_thread();
+            let c0 = cpu_now();
+            rt.block_on(async move {
+                listener.set_nonblocking(true).expect("nonblocking");
+                let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let (mut r, _) = l.accept().await.expect("accept");
+                r.set_nodelay(true).expect("nodelay");
+                let mut buf = [0u8; REQ];
+                for _ in 0..rounds {
+                    r.read_exact(&mut buf).await.expect("request");
+                    r.write_all(&buf).await.expect("reply");
+                }
+            });
+            cpu_now() - c0
+        });
+        let client = scope.spawn(move || {
+            if let Some(p) = pin {
+                cpu::pin_thread(p.tx).expect("pinning the client");
+            }
+            let rt = current_thread();
+            let c0 = cpu_now();
+            rt.block_on(async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                tcp.set_nodelay(true).expect("nodelay");
+                let req = [0x5au8; REQ];
+                let mut back = [0u8; REQ];
+                if matches!(mode, Mode::Plain | Mode::PlainAgain) {
+                    let mut s = tcp;
+                    for _ in 0..rounds {
+                        s.write_all(&req).await.expect("request");
+                        s.read_exact(&mut back).await.expect("reply");
+                        assert_eq!(back, req, "every byte echoed");
+                    }
+                } else {
+                    let mut s = ZcStream::from_tokio(tcp, ZcConfig::new()).expect("ZcStream");
+                    for _ in 0..rounds {
+                        s.write_all(&req).await.expect("request");
+                        s.read_exact(&mut back).await.expect("reply");
+                        assert_eq!(back, req, "every byte echoed");
+                    }
+                }
+            });
+            cpu_now() - c0
+        });
+        (
+            client.join().expect("client"),
+            echo.join().expect("echo end"),
+        )
+    })
+}
+
+fn ping_pong_table(o: &Opts, rounds: u64) {
+    let modes: Vec<Mode> = o
+        .modes
+        .iter()
+        .copied()
+        .filter(|m| matches!(m, Mode::Plain | Mode::PlainAgain | Mode::Copy))
+        .collect();
+    let mut res: Vec<Vec<(Duration, Duration)>> = modes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..o.runs {
+        for (i, &m) in modes.iter().enumerate() {
+            res[i].push(ping_pong(m, rounds, o.pin));
+        }
+    }
+    println!(
+        "\nping-pong on loopback, {rounds} round trips of 64 B per run, median of {} runs (shared, noisy machine); × plain: median of per-run ratios",
+        o.runs
+    );
+    println!("| client | client CPU µs/round trip | × plain | echo end CPU µs/round trip |");
+    println!("|---|---:|---:|---:|");
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / rounds as f64;
+    for (i, &m) in modes.iter().enumerate() {
+        println!(
+            "| {} | {:.2} | {:.3} | {:.2} |",
+            m.name(),
+            median(res[i].iter().map(|r| us(r.0)).collect()),
+            median(
+                res[i]
+                    .iter()
+                    .zip(&res[0])
+                    .map(|(r, p)| us(r.0) / us(p.0))
+                    .collect()
+            ),
+            median(res[i].iter().map(|r| us(r.1)).collect()),
+        );
+    }
+}
+
 const USAGE: &str = "usage: bench_tokio [--gib N] [--runs N] [--no-netns] [--pin] \
-                     [--modes plain,plain-again,copy,send-zc,send-bytes,auto] [--sizes 65536,1048576]";
+                     [--modes plain,plain-again,copy,send-zc,send-bytes,auto] [--sizes 65536,1048576] [--ping-pong ROUNDS]";
 
 fn main() {
     let mut o = Opts {
@@ -291,6 +391,7 @@ fn main() {
         sizes: vec![64 << 10, 1 << 20],
     };
     let mut netns = true;
+    let mut rounds = None;
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut val = || {
@@ -302,6 +403,7 @@ fn main() {
             "--runs" => o.runs = val().parse().expect("--runs NUMBER"),
             "--no-netns" => netns = false,
             "--pin" => o.pin = Some(Pin { tx: 0, rx: 1 }),
+            "--ping-pong" => rounds = Some(val().parse().expect("--ping-pong ROUNDS")),
             "--modes" => {
                 o.modes = val()
                     .split(',')
@@ -321,6 +423,10 @@ fn main() {
             }
             _ => panic!("{USAGE}"),
         }
+    }
+    if let Some(rounds) = rounds {
+        ping_pong_table(&o, rounds);
+        return;
     }
     table("loopback", &o, None);
     if netns {

@@ -267,7 +267,7 @@ impl Readiness {
                     guard.clear_ready();
                     let ev = epoll::take_events(self.ep.get_ref().as_fd())?;
                     if !ev.is_empty() {
-                        {
+                        let now = {
                             let mut b = lock(&self.bits);
                             b.flags |= ev;
                             b.gen = b.gen.wrapping_add(1);
@@ -278,11 +278,20 @@ impl Readiness {
                                 epoll::delete(self.ep.get_ref().as_fd(), sock)?;
                                 b.watched = None;
                             }
-                        }
-                        // Others may wait for the bits that just came; this poll looks at
-                        // them on its next turn of the loop (and lists itself again if it
-                        // still has to wait).
+                            Seen {
+                                flags: b.flags,
+                                gen: b.gen,
+                            }
+                        };
+                        // Others may wait for the bits that just came; this poll is not
+                        // woken by its own events.
                         self.waiters.wake_except(mine);
+                        if ev.intersects(dir.mask() | EventFlags::ERR) {
+                            // What this poll took is its answer, even if another waiter
+                            // has cleared those bits meanwhile: its caller must look again
+                            // (a waiter for the last completion finds the loans gone).
+                            return Poll::Ready(Ok(now));
+                        }
                     }
                 }
             }

@@ -247,7 +247,14 @@ impl Readiness {
                 }
             }
             // Registered before asking the reactor, so an event between the two wakes us.
-            let mine = self.waiters.register(cx.waker());
+            // A stream's poll that takes the events itself is not woken by them (`mine`);
+            // a socket watched only while waited on keeps waking every waiter, the taker
+            // included (a receiver on such a socket missed a datagram's wake-up, one run
+            // in ten, without that spurious poll: not yet understood).
+            let mine = self
+                .waiters
+                .register(cx.waker())
+                .filter(|_| self.watch == Watch::Always);
             // Another thread may have taken events (and woken the waiters it knew of)
             // between the look above and the registration: its bits are stored before its
             // wake-up takes the list, so either it woke us or we see them here.
@@ -286,7 +293,7 @@ impl Readiness {
                         // Others may wait for the bits that just came; this poll is not
                         // woken by its own events.
                         self.waiters.wake_except(mine);
-                        if ev.intersects(dir.mask() | EventFlags::ERR) {
+                        if mine.is_some() && ev.intersects(dir.mask() | EventFlags::ERR) {
                             // What this poll took is its answer, even if another waiter
                             // has cleared those bits meanwhile: its caller must look again
                             // (a waiter for the last completion finds the loans gone).

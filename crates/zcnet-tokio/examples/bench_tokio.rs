@@ -7,8 +7,13 @@
 //! demotion counted in bytes) and the run-time cost check.
 //!
 //! ```text
-//! cargo run --release -p zcnet-tokio --example bench_tokio -- [--gib 1] [--runs 3] [--no-netns]
+//! cargo run --release -p zcnet-tokio --example bench_tokio -- [--gib 1] [--runs 3] [--no-netns] [--pin]
 //! ```
+//!
+//! `--modes` and `--sizes` run a subset (the first mode is the baseline of the ratios).
+//! `--pin` puts the sender on CPU 0 and the receiver on CPU 1 (`sched_setaffinity`). A
+//! second plain tokio row shows the spread of two identical configurations in the same
+//! sitting; "both × plain" is the median of per-run ratios to the first plain row.
 //!
 //! Each end is a current-thread tokio runtime on its own OS thread, so `getrusage
 //! (RUSAGE_THREAD)` of that thread is that end's CPU, completion driver included. Softirq
@@ -30,6 +35,8 @@ use zcnet_tokio::{Policy, ZcConfig, ZcStream};
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
     Plain,
+    /// Plain again: the spread of two identical configurations in the same sitting.
+    PlainAgain,
     Copy,
     SendZc,
     SendBytes,
@@ -37,9 +44,21 @@ enum Mode {
 }
 
 impl Mode {
+    fn flag(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::PlainAgain => "plain-again",
+            Mode::Copy => "copy",
+            Mode::SendZc => "send-zc",
+            Mode::SendBytes => "send-bytes",
+            Mode::Auto => "auto",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Mode::Plain => "tokio TcpStream",
+            Mode::PlainAgain => "tokio TcpStream again",
             Mode::Copy => "ZcStream write_all",
             Mode::SendZc => "ZcStream send_zc",
             Mode::SendBytes => "ZcStream send_bytes",
@@ -71,7 +90,7 @@ async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f6
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let data = Bytes::from(vec![0x5au8; size]);
     let ops = total / size as u64;
-    if mode == Mode::Plain {
+    if matches!(mode, Mode::Plain | Mode::PlainAgain) {
         let mut tcp = tcp;
         for _ in 0..ops {
             tcp.write_all(&data).await.expect("write");
@@ -97,7 +116,7 @@ async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f6
             Mode::SendBytes | Mode::Auto => {
                 s.send_bytes(data.clone()).await.expect("send_bytes");
             }
-            Mode::Plain => unreachable!(),
+            Mode::Plain | Mode::PlainAgain => unreachable!(),
         }
     }
     s.flush_loans().await.expect("completions");
@@ -110,11 +129,21 @@ async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f6
     )
 }
 
-fn one(mode: Mode, total: u64, size: usize, veth: Option<&VethPair>) -> Run {
+/// The CPUs of the sending and of the receiving thread (`--pin`).
+#[derive(Debug, Clone, Copy)]
+struct Pin {
+    tx: usize,
+    rx: usize,
+}
+
+fn one(mode: Mode, total: u64, size: usize, veth: Option<&VethPair>, pin: Option<Pin>) -> Run {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
         let start = Instant::now();
         let rx = scope.spawn(move || {
+            if let Some(p) = pin {
+                cpu::pin_thread(p.rx).expect("pinning the receiver");
+            }
             let bind: SocketAddr = match veth {
                 Some(v) => {
                     v.enter_b().expect("entering namespace b");
@@ -145,6 +174,9 @@ fn one(mode: Mode, total: u64, size: usize, veth: Option<&VethPair>) -> Run {
             (cpu_now() - c0, got)
         });
         let tx = scope.spawn(move || {
+            if let Some(p) = pin {
+                cpu::pin_thread(p.tx).expect("pinning the sender");
+            }
             if let Some(v) = veth {
                 v.enter_a().expect("entering namespace a");
             }
@@ -172,42 +204,69 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn table(where_: &str, gib: f64, runs: usize, veth: Option<&VethPair>) {
+/// Every mode, in the order the rows are run and printed (the first is the baseline).
+const MODES: [Mode; 6] = [
+    Mode::Plain,
+    Mode::PlainAgain,
+    Mode::Copy,
+    Mode::SendZc,
+    Mode::SendBytes,
+    Mode::Auto,
+];
+
+struct Opts {
+    gib: f64,
+    runs: usize,
+    pin: Option<Pin>,
+    modes: Vec<Mode>,
+    sizes: Vec<usize>,
+}
+
+fn table(where_: &str, o: &Opts, veth: Option<&VethPair>) {
+    let (gib, runs, pin) = (o.gib, o.runs, o.pin);
     let total = (gib * (1u64 << 30) as f64) as u64;
+    let pinned = match pin {
+        Some(p) => format!(", sender on CPU {}, receiver on CPU {}", p.tx, p.rx),
+        None => String::new(),
+    };
     println!(
-        "\n{where_}, {gib} GiB per run, median of {runs} runs (shared, noisy machine: compare rows of this table only)"
+        "\n{where_}, {gib} GiB per run, median of {runs} runs{pinned} (shared, noisy machine: compare rows of this table only)"
+    );
+    println!(
+        "\"both × plain\" is the median of per-run ratios to the first plain row; the second plain row is the spread of identical runs."
     );
     println!(
         "| sender | op | tx CPU-s/GiB | rx CPU-s/GiB | both CPU-s/GiB | both × plain | Gbit/s | zc share | copied anyway |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    const MODES: [Mode; 5] = [
-        Mode::Plain,
-        Mode::Copy,
-        Mode::SendZc,
-        Mode::SendBytes,
-        Mode::Auto,
-    ];
-    for size in [64usize << 10, 1 << 20] {
-        let mut results: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
+    for &size in &o.sizes {
+        let mut results: Vec<Vec<Run>> = o.modes.iter().map(|_| Vec::new()).collect();
         for _ in 0..runs {
-            for (i, &mode) in MODES.iter().enumerate() {
-                results[i].push(one(mode, total, size, veth));
+            for (i, &mode) in o.modes.iter().enumerate() {
+                results[i].push(one(mode, total, size, veth, pin));
             }
         }
         let both = |r: &Run| (r.tx_cpu + r.rx_cpu).as_secs_f64() / gib;
-        let base = median(results[0].iter().map(both).collect());
-        for (i, &mode) in MODES.iter().enumerate() {
+        for (i, &mode) in o.modes.iter().enumerate() {
             let rs = &results[i];
             let sum = median(rs.iter().map(both).collect());
             println!(
                 "| {} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {:.1} | {:.1} % | {:.0} % |",
                 mode.name(),
-                if size == 1 << 20 { "1 MiB" } else { "64 KiB" },
+                if size % (1 << 20) == 0 {
+                    format!("{} MiB", size >> 20)
+                } else {
+                    format!("{} KiB", size >> 10)
+                },
                 median(rs.iter().map(|r| r.tx_cpu.as_secs_f64() / gib).collect()),
                 median(rs.iter().map(|r| r.rx_cpu.as_secs_f64() / gib).collect()),
                 sum,
-                sum / base,
+                median(
+                    rs.iter()
+                        .zip(&results[0])
+                        .map(|(r, p)| both(r) / both(p))
+                        .collect()
+                ),
                 median(
                     rs.iter()
                         .map(|r| total as f64 * 8.0 / r.wall.as_secs_f64() / 1e9)
@@ -220,35 +279,161 @@ fn table(where_: &str, gib: f64, runs: usize, veth: Option<&VethPair>) {
     }
 }
 
-fn main() {
-    let mut gib = 1.0f64;
-    let mut runs = 3usize;
-    let mut netns = true;
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        match k.as_str() {
-            "--gib" => {
-                gib = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--gib NUMBER")
+/// Small request/response round trips on loopback: a cost per readiness event, not per
+/// byte (each reply wakes the client once). The echo end is plain tokio in every row; the
+/// client is plain tokio or a `ZcStream` (`copy`: its `AsyncRead`/`AsyncWrite`).
+fn ping_pong(mode: Mode, rounds: u64, pin: Option<Pin>) -> (Duration, Duration) {
+    const REQ: usize = 64;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::scope(|scope| {
+        let echo = scope.spawn(move || {
+            if let Some(p) = pin {
+                cpu::pin_thread(p.rx).expect("pinning the echo end");
             }
-            "--runs" => {
-                runs = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--runs NUMBER")
+            let rt = current_thread();
+            let c0 = cpu_now();
+            rt.block_on(async move {
+                listener.set_nonblocking(true).expect("nonblocking");
+                let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let (mut r, _) = l.accept().await.expect("accept");
+                r.set_nodelay(true).expect("nodelay");
+                let mut buf = [0u8; REQ];
+                for _ in 0..rounds {
+                    r.read_exact(&mut buf).await.expect("request");
+                    r.write_all(&buf).await.expect("reply");
+                }
+            });
+            cpu_now() - c0
+        });
+        let client = scope.spawn(move || {
+            if let Some(p) = pin {
+                cpu::pin_thread(p.tx).expect("pinning the client");
             }
-            "--no-netns" => netns = false,
-            _ => panic!("usage: bench_tokio [--gib N] [--runs N] [--no-netns]"),
+            let rt = current_thread();
+            let c0 = cpu_now();
+            rt.block_on(async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                tcp.set_nodelay(true).expect("nodelay");
+                let req = [0x5au8; REQ];
+                let mut back = [0u8; REQ];
+                if matches!(mode, Mode::Plain | Mode::PlainAgain) {
+                    let mut s = tcp;
+                    for _ in 0..rounds {
+                        s.write_all(&req).await.expect("request");
+                        s.read_exact(&mut back).await.expect("reply");
+                        assert_eq!(back, req, "every byte echoed");
+                    }
+                } else {
+                    let mut s = ZcStream::from_tokio(tcp, ZcConfig::new()).expect("ZcStream");
+                    for _ in 0..rounds {
+                        s.write_all(&req).await.expect("request");
+                        s.read_exact(&mut back).await.expect("reply");
+                        assert_eq!(back, req, "every byte echoed");
+                    }
+                }
+            });
+            cpu_now() - c0
+        });
+        (
+            client.join().expect("client"),
+            echo.join().expect("echo end"),
+        )
+    })
+}
+
+fn ping_pong_table(o: &Opts, rounds: u64) {
+    let modes: Vec<Mode> = o
+        .modes
+        .iter()
+        .copied()
+        .filter(|m| matches!(m, Mode::Plain | Mode::PlainAgain | Mode::Copy))
+        .collect();
+    let mut res: Vec<Vec<(Duration, Duration)>> = modes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..o.runs {
+        for (i, &m) in modes.iter().enumerate() {
+            res[i].push(ping_pong(m, rounds, o.pin));
         }
     }
-    table("loopback", gib, runs, None);
+    println!(
+        "\nping-pong on loopback, {rounds} round trips of 64 B per run, median of {} runs (shared, noisy machine); × plain: median of per-run ratios",
+        o.runs
+    );
+    println!("| client | client CPU µs/round trip | × plain | echo end CPU µs/round trip |");
+    println!("|---|---:|---:|---:|");
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / rounds as f64;
+    for (i, &m) in modes.iter().enumerate() {
+        println!(
+            "| {} | {:.2} | {:.3} | {:.2} |",
+            m.name(),
+            median(res[i].iter().map(|r| us(r.0)).collect()),
+            median(
+                res[i]
+                    .iter()
+                    .zip(&res[0])
+                    .map(|(r, p)| us(r.0) / us(p.0))
+                    .collect()
+            ),
+            median(res[i].iter().map(|r| us(r.1)).collect()),
+        );
+    }
+}
+
+const USAGE: &str = "usage: bench_tokio [--gib N] [--runs N] [--no-netns] [--pin] \
+                     [--modes plain,plain-again,copy,send-zc,send-bytes,auto] [--sizes 65536,1048576] [--ping-pong ROUNDS]";
+
+fn main() {
+    let mut o = Opts {
+        gib: 1.0,
+        runs: 3,
+        pin: None,
+        modes: MODES.to_vec(),
+        sizes: vec![64 << 10, 1 << 20],
+    };
+    let mut netns = true;
+    let mut rounds = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| panic!("{k} needs a value; {USAGE}"))
+        };
+        match k.as_str() {
+            "--gib" => o.gib = val().parse().expect("--gib NUMBER"),
+            "--runs" => o.runs = val().parse().expect("--runs NUMBER"),
+            "--no-netns" => netns = false,
+            "--pin" => o.pin = Some(Pin { tx: 0, rx: 1 }),
+            "--ping-pong" => rounds = Some(val().parse().expect("--ping-pong ROUNDS")),
+            "--modes" => {
+                o.modes = val()
+                    .split(',')
+                    .map(|m| {
+                        *MODES
+                            .iter()
+                            .find(|x| x.flag() == m)
+                            .unwrap_or_else(|| panic!("unknown mode {m}; {USAGE}"))
+                    })
+                    .collect()
+            }
+            "--sizes" => {
+                o.sizes = val()
+                    .split(',')
+                    .map(|v| v.parse().expect("--sizes BYTES,..."))
+                    .collect()
+            }
+            _ => panic!("{USAGE}"),
+        }
+    }
+    if let Some(rounds) = rounds {
+        ping_pong_table(&o, rounds);
+        return;
+    }
+    table("loopback", &o, None);
     if netns {
         match zcnet_testbed::netns::available() {
             Ok(()) => {
                 let veth = VethPair::create(9000).expect("a veth pair");
-                table("netns (veth, MTU 9000)", gib, runs, Some(&veth));
+                table("netns (veth, MTU 9000)", &o, Some(&veth));
             }
             Err(why) => println!("\nnetns: skipped ({why})"),
         }

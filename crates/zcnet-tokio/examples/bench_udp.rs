@@ -18,7 +18,11 @@
 //!   so each `send` of up to 65 507 B leaves as one GSO batch: two sends per 64 KiB message;
 //! * `ZcUdpSocket send_slice` — zcnet's framing, GSO batches, copied;
 //! * `ZcUdpSocket send_lent` — GSO batches from loaned pool buffers with `MSG_ZEROCOPY`;
-//! * `blocking MsgSender send` — the same from `zcnet::msg` on a plain thread.
+//! * `blocking MsgSender send` — the same from `zcnet::msg` on a plain thread, twice (the
+//!   second row is the spread of two identical configurations in the same sitting).
+//!
+//! "× blocking" is the median of per-run ratios to the first blocking row. `--pin CPU` runs
+//! every sender on that CPU.
 //!
 //! The rows are interleaved (row 1..5, row 1..5, ...) `--runs` times, and the median of each
 //! row is printed: the machine is shared, so compare rows of one table only. No row writes
@@ -46,15 +50,20 @@ enum Mode {
     ZcSlice,
     ZcLent,
     Blocking,
+    /// The blocking sender again: the spread of two identical configurations in one run.
+    BlockingAgain,
 }
 
-const MODES: [Mode; 5] = [
+const MODES: [Mode; 6] = [
     Mode::TokioDatagram,
     Mode::TokioGso,
     Mode::ZcSlice,
     Mode::ZcLent,
     Mode::Blocking,
+    Mode::BlockingAgain,
 ];
+/// The row the "× blocking" column divides by.
+const BLOCKING: usize = 4;
 
 impl Mode {
     fn name(self) -> &'static str {
@@ -64,6 +73,7 @@ impl Mode {
             Mode::ZcSlice => "ZcUdpSocket send_slice (copy)",
             Mode::ZcLent => "ZcUdpSocket send_lent (zero-copy)",
             Mode::Blocking => "blocking MsgSender send (zero-copy)",
+            Mode::BlockingAgain => "blocking MsgSender send again (spread)",
         }
     }
 }
@@ -104,80 +114,89 @@ fn sink_socket(pair: &VethPair) -> UdpSocket {
     .expect("entering namespace a")
 }
 
-fn run(mode: Mode, pair: &VethPair, messages: u64, ring: usize) -> Run {
+fn run(mode: Mode, pair: &VethPair, messages: u64, ring: usize, pin: Option<usize>) -> Run {
     let sock = sink_socket(pair);
     std::thread::scope(|s| {
-        s.spawn(move || match mode {
-            Mode::TokioDatagram | Mode::TokioGso => current_thread().block_on(async move {
-                if mode == Mode::TokioGso {
-                    zcnet_sys::raw::udp::set_udp_segment(sock.as_fd(), 1472).expect("UDP_SEGMENT");
-                }
-                sock.set_nonblocking(true).unwrap();
-                let sock = tokio::net::UdpSocket::from_std(sock).unwrap();
-                let ring = buffers(ring);
-                let chunk = if mode == Mode::TokioGso {
-                    44 * 1472
-                } else {
-                    1472
-                };
-                let (c0, t0) = (cpu_now(), Instant::now());
-                for k in 0..messages {
-                    for part in ring[k as usize % ring.len()].chunks(chunk) {
-                        sock.send(part).await.expect("send");
-                    }
-                }
-                Run {
-                    cpu: cpu_now() - c0,
-                    wall: t0.elapsed(),
-                    zc_share: 0.0,
-                    copied_anyway: 0.0,
-                }
-            }),
-            Mode::ZcSlice | Mode::ZcLent => current_thread().block_on(async move {
-                let tx = ZcUdpSocket::from_std(sock, &msg_config()).unwrap();
-                let ring = buffers(ring);
-                // The pool is made (and its pages faulted in) before the clock starts.
-                drop(tx.buffer(MSG).await.unwrap());
-                let (c0, t0) = (cpu_now(), Instant::now());
-                for k in 0..messages {
-                    if mode == Mode::ZcSlice {
-                        let data = &ring[k as usize % ring.len()];
-                        tx.send_slice(data).await.expect("send_slice");
-                    } else {
-                        let b = tx.buffer(MSG).await.expect("buffer");
-                        tx.send_lent(b).await.expect("send_lent");
-                    }
-                }
-                tx.flush_loans().await.expect("flush");
-                let r = Run {
-                    cpu: cpu_now() - c0,
-                    wall: t0.elapsed(),
-                    zc_share: 0.0,
-                    copied_anyway: 0.0,
-                };
-                with_stats(r, &tx.stats().snapshot())
-            }),
-            Mode::Blocking => {
-                let mut tx = MsgSender::from_socket(sock, &msg_config()).unwrap();
-                drop(tx.buffer(MSG).unwrap());
-                let (c0, t0) = (cpu_now(), Instant::now());
-                for _ in 0..messages {
-                    let b = tx.buffer(MSG).expect("buffer");
-                    tx.send(b).expect("send");
-                }
-                tx.flush(Duration::from_secs(10)).expect("flush");
-                let r = Run {
-                    cpu: cpu_now() - c0,
-                    wall: t0.elapsed(),
-                    zc_share: 0.0,
-                    copied_anyway: 0.0,
-                };
-                with_stats(r, &tx.io_stats().snapshot())
+        s.spawn(move || {
+            if let Some(c) = pin {
+                cpu::pin_thread(c).expect("pinning the sender");
             }
+            run_on_this_thread(mode, sock, messages, ring)
         })
         .join()
         .expect("a bench thread panicked")
     })
+}
+
+fn run_on_this_thread(mode: Mode, sock: UdpSocket, messages: u64, ring: usize) -> Run {
+    match mode {
+        Mode::TokioDatagram | Mode::TokioGso => current_thread().block_on(async move {
+            if mode == Mode::TokioGso {
+                zcnet_sys::raw::udp::set_udp_segment(sock.as_fd(), 1472).expect("UDP_SEGMENT");
+            }
+            sock.set_nonblocking(true).unwrap();
+            let sock = tokio::net::UdpSocket::from_std(sock).unwrap();
+            let ring = buffers(ring);
+            let chunk = if mode == Mode::TokioGso {
+                44 * 1472
+            } else {
+                1472
+            };
+            let (c0, t0) = (cpu_now(), Instant::now());
+            for k in 0..messages {
+                for part in ring[k as usize % ring.len()].chunks(chunk) {
+                    sock.send(part).await.expect("send");
+                }
+            }
+            Run {
+                cpu: cpu_now() - c0,
+                wall: t0.elapsed(),
+                zc_share: 0.0,
+                copied_anyway: 0.0,
+            }
+        }),
+        Mode::ZcSlice | Mode::ZcLent => current_thread().block_on(async move {
+            let tx = ZcUdpSocket::from_std(sock, &msg_config()).unwrap();
+            let ring = buffers(ring);
+            // The pool is made (and its pages faulted in) before the clock starts.
+            drop(tx.buffer(MSG).await.unwrap());
+            let (c0, t0) = (cpu_now(), Instant::now());
+            for k in 0..messages {
+                if mode == Mode::ZcSlice {
+                    let data = &ring[k as usize % ring.len()];
+                    tx.send_slice(data).await.expect("send_slice");
+                } else {
+                    let b = tx.buffer(MSG).await.expect("buffer");
+                    tx.send_lent(b).await.expect("send_lent");
+                }
+            }
+            tx.flush_loans().await.expect("flush");
+            let r = Run {
+                cpu: cpu_now() - c0,
+                wall: t0.elapsed(),
+                zc_share: 0.0,
+                copied_anyway: 0.0,
+            };
+            with_stats(r, &tx.stats().snapshot())
+        }),
+        Mode::Blocking | Mode::BlockingAgain => {
+            let mut tx = MsgSender::from_socket(sock, &msg_config()).unwrap();
+            drop(tx.buffer(MSG).unwrap());
+            let (c0, t0) = (cpu_now(), Instant::now());
+            for _ in 0..messages {
+                let b = tx.buffer(MSG).expect("buffer");
+                tx.send(b).expect("send");
+            }
+            tx.flush(Duration::from_secs(10)).expect("flush");
+            let r = Run {
+                cpu: cpu_now() - c0,
+                wall: t0.elapsed(),
+                zc_share: 0.0,
+                copied_anyway: 0.0,
+            };
+            with_stats(r, &tx.io_stats().snapshot())
+        }
+    }
 }
 
 /// `n` message buffers of distinct bytes, for the rows that copy: cycling through them
@@ -206,6 +225,7 @@ fn main() {
     let mut runs = 5usize;
     let mut ring = 64usize;
     let mut only: Option<usize> = None;
+    let mut pin: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().and_then(|v| v.parse::<u64>().ok());
@@ -215,8 +235,12 @@ fn main() {
             "--ring" => ring = val().expect("--ring N") as usize,
             // One row only (its index in the table, from 0): for a profiler.
             "--only" => only = Some(val().expect("--only ROW") as usize),
+            // The sending thread on this CPU (`sched_setaffinity`).
+            "--pin" => pin = Some(val().expect("--pin CPU") as usize),
             _ => {
-                eprintln!("usage: bench_udp [--messages N] [--runs N] [--ring N] [--only ROW]");
+                eprintln!(
+                    "usage: bench_udp [--messages N] [--runs N] [--ring N] [--only ROW] [--pin CPU]"
+                );
                 std::process::exit(2);
             }
         }
@@ -233,17 +257,18 @@ fn main() {
     for _ in 0..runs {
         for (i, &m) in MODES.iter().enumerate() {
             if only.is_none_or(|o| o == i) {
-                results[i].push(run(m, &pair, messages, ring));
+                results[i].push(run(m, &pair, messages, ring, pin));
             }
         }
     }
+    let pinned = pin.map_or(String::new(), |c| format!(", sender on CPU {c}"));
     println!(
-        "UDP sink (veth, peer down, MTU 1500), {messages} messages of 64 KiB per run, copy rows cycling through {ring} buffers, median of {runs} interleaved runs\n(shared, noisy machine: compare rows of this table only)\n"
+        "UDP sink (veth, peer down, MTU 1500), {messages} messages of 64 KiB per run, copy rows cycling through {ring} buffers, median of {runs} interleaved runs{pinned}\n(shared, noisy machine: compare rows of this table only; \"× blocking\" is the median of per-run ratios, and the last row is the spread of identical runs)\n"
     );
     println!(
-        "| sender | msgs per sender CPU-s | × plain tokio | sender CPU-s/GiB | wall msgs/s | zero-copy share | copied anyway |"
+        "| sender | msgs per sender CPU-s | × plain tokio | × blocking | sender CPU-s/GiB | wall msgs/s | zero-copy share | copied anyway |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let gib = (messages * MSG as u64) as f64 / (1u64 << 30) as f64;
     let rate = |r: &Run| messages as f64 / r.cpu.as_secs_f64().max(1e-9);
     let base = median(results[0].iter().map(rate).collect());
@@ -266,11 +291,18 @@ fn main() {
         } else {
             format!("{:.2}", per_cpu / base)
         };
+        let per_run = median(
+            rs.iter()
+                .zip(&results[BLOCKING])
+                .map(|(r, b)| rate(r) / rate(b))
+                .collect(),
+        );
         println!(
-            "| {} | {:.0} | {} | {:.3} | {:.0} | {:.0} % | {:.0} % |",
+            "| {} | {:.0} | {} | {:.3} | {:.3} | {:.0} | {:.0} % | {:.0} % |",
             m.name(),
             per_cpu,
             ratio,
+            per_run,
             cpu_gib,
             wall,
             zc * 100.0,

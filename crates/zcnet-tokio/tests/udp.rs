@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 use zcnet::msg::{LossReason, Lost, Message, MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
@@ -287,6 +288,10 @@ async fn many_tasks_share_one_socket() {
 /// A relay between sender and receiver that drops chosen datagrams: one fragment of
 /// message 3 and all of message 5.
 fn dropping_relay(listen: UdpSocket, to: SocketAddr) -> std::thread::JoinHandle<usize> {
+    // Room for every datagram the sender queues at once: a relay thread that the scheduler
+    // holds back on a loaded machine must not lose the last messages whole in its own
+    // receive buffer (nothing would then report them, and the receiver would wait on).
+    zcnet_sys::raw::udp_msg::grow_rcvbuf(listen.as_fd(), 8 << 20).unwrap();
     std::thread::spawn(move || {
         listen
             .set_read_timeout(Some(Duration::from_millis(1500)))

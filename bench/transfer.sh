@@ -18,7 +18,8 @@
 # ZCNET_BASE=path adds rows for a second zcnet binary (with and without verification) in the
 # same sitting, to compare two builds side by side. In file mode 'vs nc' is the bytes moved
 # per CPU-second of both ends, over `cat | nc`'s (higher is better). TOOLS="zcnet nc" runs only
-# those rows (of zcnet zcnet-noverify nc rsync base base-noverify).
+# those rows (of zcnet zcnet-noverify nc rsync base base-noverify); a ratio to a row left out
+# prints nan. SEND_ARGS="--streams 2" passes options to every zcnet row's `send` (base rows too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=file
@@ -110,6 +111,7 @@ run_pair() {
 }
 
 median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+ratio() { if [ -n "$2" ]; then echo "$1 / $2" | bc -l; else echo nan; fi; }  # a row left out of TOOLS: no ratio to it
 
 declare -A rows
 read -ra tools <<< "${TOOLS:-zcnet zcnet-noverify nc rsync}"
@@ -118,10 +120,10 @@ for i in $(seq "$REPEAT"); do
   for t in "${tools[@]}"; do
     p=$(port)
     case $t in
-      zcnet) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet $src --to 127.0.0.1:$p");;
-      zcnet-noverify) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet --no-verify $src --to 127.0.0.1:$p");;
-      base) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet $src --to 127.0.0.1:$p");;
-      base-noverify) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet --no-verify $src --to 127.0.0.1:$p");;
+      zcnet) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet ${SEND_ARGS:-} $src --to 127.0.0.1:$p");;
+      zcnet-noverify) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet ${SEND_ARGS:-} --no-verify $src --to 127.0.0.1:$p");;
+      base) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet ${SEND_ARGS:-} $src --to 127.0.0.1:$p");;
+      base-noverify) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet ${SEND_ARGS:-} --no-verify $src --to 127.0.0.1:$p");;
       nc)
         if [ $MODE != file ]; then
           r=$(run_pair $t "nc -l 127.0.0.1 $p | tar x -C $work/dst" "tar c -C $work tree | nc -N 127.0.0.1 $p")
@@ -145,29 +147,29 @@ done
 
 if [ $MODE = tree ]; then
   printf "%-15s %9s %9s %9s %10s %12s %10s\n" tool "wall s" "snd cpu" "rcv cpu" "both cpu" "system cpu" "vs nc"
-  ncwall=$(echo "${rows[nc]}" | awk 'NF{print $1}' | median)
+  ncwall=$(echo "${rows[nc]:-}" | awk 'NF{print $1}' | median)
   for t in "${tools[@]}"; do
     d=${rows[$t]}
     wall=$(echo "$d" | awk 'NF{print $1}' | median)
     snd=$(echo "$d" | awk 'NF{print $2}' | median)
     rcv=$(echo "$d" | awk 'NF{print $3}' | median)
     sys=$(echo "$d" | awk 'NF{print $4}' | median)
-    printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(echo "$wall / $ncwall" | bc -l)"
+    printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(ratio "$wall" "$ncwall")"
   done
   echo "($FILES files of 4-5 KiB in $DIRS directories in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'vs nc' is wall time over tar|nc's; zcnet: $Z)"
   exit 0
 fi
 if [ $MODE = mixed ]; then
   printf "%-15s %9s %9s %9s %10s %12s %10s %10s\n" tool "wall s" "snd cpu" "rcv cpu" "both cpu" "system cpu" "vs nc" "vs rsync"
-  ncwall=$(echo "${rows[nc]}" | awk 'NF{print $1}' | median)
-  rswall=$(echo "${rows[rsync]}" | awk 'NF{print $1}' | median)
+  ncwall=$(echo "${rows[nc]:-}" | awk 'NF{print $1}' | median)
+  rswall=$(echo "${rows[rsync]:-}" | awk 'NF{print $1}' | median)
   for t in "${tools[@]}"; do
     d=${rows[$t]}
     wall=$(echo "$d" | awk 'NF{print $1}' | median)
     snd=$(echo "$d" | awk 'NF{print $2}' | median)
     rcv=$(echo "$d" | awk 'NF{print $3}' | median)
     sys=$(echo "$d" | awk 'NF{print $4}' | median)
-    printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(echo "$wall / $ncwall" | bc -l)" "$(echo "$wall / $rswall" | bc -l)"
+    printf "%-15s %9.3f %9.2f %9.2f %10.2f %12.2f %9.2fx %9.2fx\n" "$t" "$wall" "$snd" "$rcv" "$(echo "$snd + $rcv" | bc -l)" "$sys" "$(ratio "$wall" "$ncwall")" "$(ratio "$wall" "$rswall")"
   done
   echo "(mixed tree: $FILES files of 0 B to 256 MiB, log-uniform, at most $TOTAL_MIB MiB in all, in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'vs' columns are wall time over that tool's; zcnet: $Z)"
   exit 0

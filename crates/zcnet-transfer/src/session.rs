@@ -33,7 +33,7 @@ const STEP: u64 = 16 << 20;
 /// Files of at most this many bytes go as version-2 `Put`s: read into memory and written
 /// with their header and trailer, many to one `send`. Larger ones go by `sendfile` after a
 /// `Ready`, where one round trip per file is noise next to the data.
-const PUT_THRESHOLD: u64 = 256 << 10;
+pub(crate) const PUT_THRESHOLD: u64 = 256 << 10;
 const _: () = assert!(PUT_THRESHOLD <= MAX_PUT);
 
 /// `Put` bytes gathered before one write: small enough that the receiver starts on the

@@ -76,11 +76,27 @@ pub fn spread(sources: Vec<Source>, n: usize) -> Vec<Vec<Source>> {
     out
 }
 
-/// Replaces each file of at least [`RANGE_THRESHOLD`] bytes that has no holes by its
+/// Replaces each file of at least [`RANGE_THRESHOLD`] bytes that has no holes, and that is
+/// larger than a stream's fair share of the whole (all files' bytes over `streams`), by its
 /// ranges for `streams` streams: up to two per stream, so the greedy spread can even out the
 /// unequal halves of a size that is not a power of two, none under [`MIN_RANGE`]. Returns
 /// the split files' names.
+///
+/// A file within its share goes whole: the spread by file already keeps every stream busy,
+/// and ranges cost round trips and receiver CPU (one 1 GiB file over 2 streams cost the
+/// receiver 1.29 CPU-s against 1.12 over one, `bench/transfer.sh 1024 5`, loopback, idle
+/// 2-core machine). On a 300-file tree of 0 B to 256 MiB over 2 streams
+/// (`bench/transfer.sh mixed 300 1024 5`), splitting its 64–256 MiB files or not made no
+/// difference beyond the noise (wall 0.87 s against 0.90 s).
 pub fn split_large(sources: Vec<Source>, streams: usize) -> (Vec<Source>, Vec<String>) {
+    let total: u64 = sources
+        .iter()
+        .filter_map(|s| match s {
+            Source::File { path, .. } => std::fs::symlink_metadata(path).ok().map(|m| m.len()),
+            _ => None,
+        })
+        .fold(0u64, u64::saturating_add);
+    let share = total / streams.max(1) as u64;
     let mut out = Vec::with_capacity(sources.len());
     let mut names = Vec::new();
     for src in sources {
@@ -94,8 +110,8 @@ pub fn split_large(sources: Vec<Source>, streams: usize) -> (Vec<Source>, Vec<St
                 size >= RANGE_THRESHOLD && super::sparse::data_extents(&f, 0, size)?.is_some();
             Ok((!holes).then_some(size))
         }) {
-            Ok(Some(size)) if size >= RANGE_THRESHOLD => size,
-            // Small, sparse, or unreadable (the send reports why): whole.
+            Ok(Some(size)) if size >= RANGE_THRESHOLD && size > share => size,
+            // Small, within its share, sparse, or unreadable (the send reports why): whole.
             _ => {
                 out.push(src);
                 continue;
@@ -126,6 +142,10 @@ pub const DEFAULT_SPLIT_ABOVE: u64 = 256 << 20;
 /// A tree of at least this many files makes [`default_streams`] open 2 streams.
 pub const DEFAULT_MANY_FILES: usize = 1000;
 
+/// A tree with at least this many files that go by `sendfile` (over the session's `Put`
+/// size) makes [`default_streams`] open 2 streams.
+pub const DEFAULT_SENDFILE_FILES: usize = 2;
+
 /// `--streams` when not given, from what is sent and the host's CPUs (`cpus`):
 ///
 /// * a tree of at least [`DEFAULT_MANY_FILES`] files: 2 streams — measured with
@@ -137,20 +157,30 @@ pub const DEFAULT_MANY_FILES: usize = 1000;
 ///   `sendfile` and hash, the receiver's `splice` and hash), so on the 2-core machine it was
 ///   measured on, 2 or 4 streams for one 1 GiB file were within the noise of 1 (0.8x to
 ///   1.3x between sittings); more cores give the ranges their own;
+/// * a tree with at least [`DEFAULT_SENDFILE_FILES`] files larger than a `Put`: 2 streams —
+///   each such file waits for its `Ready` (the receiver reserving its space) and for its
+///   `Ack` (the last range checked, the file synced and renamed) before the next starts on
+///   the same stream, and a second stream carries data through those waits. Measured with
+///   `bench/transfer.sh mixed 300 1024 5` (300 files of 0 B to 256 MiB, 1 GiB, loopback,
+///   idle 2-core machine, `SEND_ARGS="--streams 2"` against the same build with 1): wall
+///   0.92 s against 1.11 s on tmpfs, 1.29 s against 1.49 s on the disk;
 /// * else 1.
 ///
-/// The larger of the first two applies.
+/// The largest applies.
 pub fn default_streams(sources: &[Source], cpus: usize) -> usize {
     let mut files = 0usize;
+    let mut sendfiles = 0usize;
     let mut large = false;
     for s in sources {
         if let Source::File { path, .. } = s {
             files += 1;
-            large = large || std::fs::metadata(path).is_ok_and(|m| m.len() >= DEFAULT_SPLIT_ABOVE);
+            let len = std::fs::metadata(path).map_or(0, |m| m.len());
+            sendfiles += usize::from(len > super::session::PUT_THRESHOLD);
+            large = large || len >= DEFAULT_SPLIT_ABOVE;
         }
     }
     let mut n = 1;
-    if files >= DEFAULT_MANY_FILES {
+    if files >= DEFAULT_MANY_FILES || sendfiles >= DEFAULT_SENDFILE_FILES {
         n = 2;
     }
     if large {
@@ -339,6 +369,8 @@ mod tests {
         assert_eq!(default_streams(&[f(&small)], 8), 1);
         // One large file: a stream per two CPUs, 1 to 4.
         assert_eq!(default_streams(&[f(&small), f(&big)], 2), 1);
+        // Two files that go by sendfile: 2, so each one's waits carry the other's data.
+        assert_eq!(default_streams(&[f(&big), f(&small), f(&big)], 2), 2);
         assert_eq!(default_streams(&[f(&big)], 4), 2);
         assert_eq!(default_streams(&[f(&big)], 64), 4);
         // Many files: 2, whatever the CPUs; with a large one, the larger.
@@ -347,6 +379,43 @@ mod tests {
         many.push(f(&big));
         assert_eq!(default_streams(&many, 16), 4);
         assert_eq!(default_streams(&many, 2), 2);
+    }
+
+    #[test]
+    fn a_large_file_is_split_only_when_it_is_more_than_a_streams_share() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        // Written, not sized: a file with holes is never split.
+        for (name, len) in [
+            ("a", RANGE_THRESHOLD),
+            ("b", RANGE_THRESHOLD),
+            ("small", 10),
+        ] {
+            let mut f = std::fs::File::create(dir.path().join(name)).unwrap();
+            std::io::copy(&mut std::io::repeat(7).take(len), &mut f).unwrap();
+        }
+        let f = |name: &str| Source::File {
+            path: dir.path().join(name),
+            name: name.into(),
+        };
+        let ranges = |v: &[Source]| {
+            v.iter()
+                .filter(|s| matches!(s, Source::Range { .. }))
+                .count()
+        };
+        // Beside a small file it is more than half of the whole: split for 2 streams.
+        let (out, names) = split_large(vec![f("a"), f("small")], 2);
+        assert_eq!(names, vec!["a".to_string()]);
+        assert!(ranges(&out) >= 2);
+        assert_eq!(out.len(), ranges(&out) + 1);
+        // Two equal ones over 2 streams: each is its stream's share, both go whole.
+        let (out, names) = split_large(vec![f("a"), f("b"), f("small")], 2);
+        assert!(names.is_empty());
+        assert_eq!(ranges(&out), 0);
+        // Over 4 streams each is more than a share again.
+        let (out, names) = split_large(vec![f("a"), f("b"), f("small")], 4);
+        assert_eq!(names.len(), 2);
+        assert!(ranges(&out) >= 4);
     }
 
     #[test]

@@ -111,7 +111,8 @@ run_pair() {
 }
 
 median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-ratio() { if [ -n "$2" ]; then echo "$1 / $2" | bc -l; else echo nan; fi; }  # a row left out of TOOLS: no ratio to it
+# $1 / $2; nan when either is empty (its row was left out of TOOLS)
+ratio() { if [ -n "$1" ] && [ -n "$2" ]; then echo "$1 / $2" | bc -l; else echo nan; fi; }
 
 declare -A rows
 read -ra tools <<< "${TOOLS:-zcnet zcnet-noverify nc rsync}"
@@ -176,7 +177,7 @@ if [ $MODE = mixed ]; then
 fi
 gib=$(echo "$SIZE_MIB / 1024" | bc -l)
 printf "%-15s %9s %9s %9s %10s %12s %14s %9s\n" tool Gbit/s "snd cpu" "rcv cpu" "both cpu" "system cpu" "GiB/CPU-s" "vs nc"
-ncboth=$(( 0 ))
+ncboth=
 if [ -n "${rows[nc]:-}" ]; then
   ncboth=$(echo "$(echo "${rows[nc]}" | awk 'NF{print $2}' | median) + $(echo "${rows[nc]}" | awk 'NF{print $3}' | median)" | bc -l)
 fi
@@ -189,6 +190,6 @@ for t in "${tools[@]}"; do
   both=$(echo "$snd + $rcv" | bc -l)
   printf "%-15s %9.2f %9.2f %9.2f %10.2f %12.2f %14.2f %8.2fx\n" "$t" \
     "$(echo "$gib * 8 * 1.073741824 / $wall" | bc -l)" "$snd" "$rcv" "$both" "$sys" "$(echo "$gib / $sys" | bc -l)" \
-    "$(echo "$ncboth / $both" | bc -l)"
+    "$(ratio "$ncboth" "$both")"
 done
 echo "($SIZE_MIB MiB file in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'system cpu' is /proc/stat busy time incl. softirq; 'vs nc' is nc's median both-ends CPU over the tool's; zcnet: $Z)"

@@ -11,8 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 fn cpu() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+    zcnet_sys::raw::cpu::thread_cpu_ns() as f64 * 1e-9
 }
 
 fn in_cache(len: u64, update: usize) -> [u8; 32] {

@@ -14,14 +14,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-use zcnet::{Sender, SenderConfig, TxPath};
 use zcnet_testbed::netns::{available, VethPair};
 use zcnet_testbed::pattern::pattern;
 use zcnet_transfer::server::{serve, Quiet, ServerConfig};
-use zcnet_transfer::session::{SendOptions, SessionReport, TransferError};
-use zcnet_transfer::streams::{send_streams, StreamsReport};
-use zcnet_transfer::tree::Walk;
+use zcnet_transfer::session::TransferError;
+use zcnet_transfer::streams::StreamsReport;
 use zcnet_transfer::wire::{Code, Frame, VERSION};
+
+mod common;
+use common::{once_cfg, send_as, serve_once};
 
 /// A tree under `root/tree`: `n` files in three levels of directories (every 13th empty,
 /// sizes up to 9000), one 3 MiB file (a `File`, sent by `sendfile`), an empty directory and
@@ -134,45 +135,6 @@ fn partials(dir: &Path) -> Vec<PathBuf> {
 
 fn send(to: SocketAddr, src: &Path, streams: usize) -> Result<StreamsReport, TransferError> {
     send_as(to, src, streams, VERSION)
-}
-
-fn send_as(
-    to: SocketAddr,
-    src: &Path,
-    streams: usize,
-    max_version: u16,
-) -> Result<StreamsReport, TransferError> {
-    let mut w = Walk::new();
-    w.add(src).unwrap();
-    let connect = || -> Result<Sender, TransferError> {
-        let mut c = SenderConfig::new(TxPath::Copy);
-        c.timeout = Some(Duration::from_secs(20));
-        Ok(Sender::connect(to, &c)?)
-    };
-    let mut o = SendOptions::default();
-    o.verify = true;
-    o.max_version = max_version;
-    send_streams(&connect, streams, w.sources, &o, &mut |_| {})
-}
-
-/// Serves `listener` into `dir` with `--once` on a thread of its own.
-fn serve_once(
-    listener: TcpListener,
-    dir: &Path,
-    cfg: ServerConfig,
-) -> std::thread::JoinHandle<Option<Result<SessionReport, TransferError>>> {
-    let d = dir.to_path_buf();
-    std::thread::spawn(move || {
-        let stop = AtomicBool::new(false);
-        serve(listener, &d, cfg, &stop, Arc::new(Quiet)).unwrap()
-    })
-}
-
-fn once_cfg() -> ServerConfig {
-    let mut cfg = ServerConfig::default();
-    cfg.once = true;
-    cfg.idle_timeout = Duration::from_secs(20);
-    cfg
 }
 
 /// The whole round trip on loopback: what the sender and the receiver report, and the tree.

@@ -25,6 +25,9 @@ use zcnet_transfer::streams::{send_streams, StreamsReport};
 use zcnet_transfer::tree::Walk;
 use zcnet_transfer::wire::{Code, Frame, VERSION};
 
+mod common;
+use common::{once_cfg, send_as, serve_once};
+
 /// 72 MiB and a bit: above the split threshold, not a power of two of chunks.
 const BIG: u64 = (72 << 20) + 4097;
 
@@ -103,39 +106,6 @@ fn check_tree(src: &Path, dst: &Path) {
     }
 }
 
-fn send_as(
-    to: SocketAddr,
-    src: &Path,
-    streams: usize,
-    max_version: u16,
-) -> Result<StreamsReport, TransferError> {
-    let mut w = Walk::new();
-    w.add(src).unwrap();
-    let connect = || -> Result<Sender, TransferError> {
-        let mut c = SenderConfig::new(TxPath::Copy);
-        c.timeout = Some(Duration::from_secs(20));
-        Ok(Sender::connect(to, &c)?)
-    };
-    let mut o = SendOptions::default();
-    o.verify = true;
-    o.max_version = max_version;
-    send_streams(&connect, streams, w.sources, &o, &mut |_| {})
-}
-
-fn serve_once(
-    listener: TcpListener,
-    dir: &Path,
-) -> std::thread::JoinHandle<Option<Result<SessionReport, TransferError>>> {
-    let d = dir.to_path_buf();
-    std::thread::spawn(move || {
-        let mut cfg = ServerConfig::default();
-        cfg.once = true;
-        cfg.idle_timeout = Duration::from_secs(20);
-        let stop = AtomicBool::new(false);
-        serve(listener, &d, cfg, &stop, Arc::new(Quiet)).unwrap()
-    })
-}
-
 /// Streams that carried at least 8 MiB of file data by `sendfile`.
 fn busy_streams(sent: &StreamsReport) -> usize {
     sent.stats
@@ -144,8 +114,7 @@ fn busy_streams(sent: &StreamsReport) -> usize {
         .count()
 }
 
-fn round_trip(addr: SocketAddr, run: impl FnOnce() -> StreamsReport, dst: &Path, top: &Path) {
-    let _ = addr;
+fn round_trip(run: impl FnOnce() -> StreamsReport, dst: &Path, top: &Path) {
     let sent = run();
     assert_eq!(sent.report.failures(), 0, "{:?}", sent.report.files);
     // One outcome per file, the big one with all its bytes, verified.
@@ -172,9 +141,8 @@ fn loopback(streams: usize) {
     let top = make_tree(src.path());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once(listener, dst.path());
+    let server = serve_once(listener, dst.path(), once_cfg());
     round_trip(
-        addr,
         || {
             let s = send_as(addr, &top, streams, VERSION).unwrap();
             assert_eq!(s.streams, streams);
@@ -217,9 +185,8 @@ fn between_namespaces(mtu: u32) {
         .run_in_b(|| TcpListener::bind((b, 0)).unwrap())
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once(listener, dst.path());
+    let server = serve_once(listener, dst.path(), once_cfg());
     round_trip(
-        addr,
         || {
             pair.run_in_a(|| send_as(addr, &top, 4, VERSION))
                 .unwrap()
@@ -249,7 +216,7 @@ fn a_version_5_session_sends_the_large_file_whole() {
     let top = make_tree(src.path());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once(listener, dst.path());
+    let server = serve_once(listener, dst.path(), once_cfg());
     let sent = send_as(addr, &top, 4, 5).unwrap();
     assert_eq!(sent.streams, 4);
     assert_eq!(sent.report.failures(), 0, "{:?}", sent.report.files);
@@ -276,7 +243,7 @@ fn a_sparse_large_file_goes_whole_and_stays_sparse() {
     let sparse_here = std::fs::metadata(&p).unwrap().blocks() * 512 < 80 << 20;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once(listener, dst.path());
+    let server = serve_once(listener, dst.path(), once_cfg());
     let sent = send_as(addr, &top, 4, VERSION).unwrap();
     assert_eq!(sent.report.failures(), 0, "{:?}", sent.report.files);
     server.join().unwrap().unwrap().unwrap();
@@ -373,7 +340,7 @@ fn a_range_whose_hash_lies_fails_the_file_and_leaves_nothing() {
     let dst = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once(listener, dst.path());
+    let server = serve_once(listener, dst.path(), once_cfg());
     let mut s = raw_session(addr);
     // 3 MiB + 5: ranges 0+2Mi (left subtree) and 2Mi+1Mi+5 (right).
     let size = (3 << 20) + 5;
@@ -427,7 +394,7 @@ fn ranges_told_truly_over_a_raw_session_make_the_file() {
     let dst = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once(listener, dst.path());
+    let server = serve_once(listener, dst.path(), once_cfg());
     let mut s = raw_session(addr);
     let size = (3 << 20) + 5;
     let data = pattern(9, size as usize);

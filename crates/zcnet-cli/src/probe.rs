@@ -224,6 +224,18 @@ pub fn run() -> Report {
 /// per name in `names`: what `f` reported, or `No` with why it did not (deadline, panic).
 /// A thread past its deadline is left to finish on its own; its steps are bounded too.
 fn bounded(names: &[&'static str], f: impl FnOnce() -> Vec<Check> + Send + 'static) -> Vec<Check> {
+    bounded_by(CHECK_LIMIT, names, f)
+}
+
+/// [`bounded`] with the deadline as a parameter, so its test can tell a panic from a
+/// deadline without racing one against the other: a panicking check's report comes after
+/// the panic hook has run, and with `RUST_BACKTRACE` set that hook symbolises a backtrace
+/// from the binary's debug information, which took more than 3 s on a loaded machine.
+fn bounded_by(
+    limit: Duration,
+    names: &[&'static str],
+    f: impl FnOnce() -> Vec<Check> + Send + 'static,
+) -> Vec<Check> {
     let fail_all = |why: String| names.iter().map(|&n| Check::no(n, why.clone())).collect();
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
@@ -243,13 +255,13 @@ fn bounded(names: &[&'static str], f: impl FnOnce() -> Vec<Check> + Send + 'stat
             ))
         }
     };
-    let got = match rx.recv_timeout(CHECK_LIMIT) {
+    let got = match rx.recv_timeout(limit) {
         Ok(checks) => {
             let _ = handle.join();
             checks
         }
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            return fail_all(format!("no answer within {} ms", CHECK_LIMIT.as_millis()))
+            return fail_all(format!("no answer within {} ms", limit.as_millis()))
         }
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             let why = match handle.join() {
@@ -1969,14 +1981,20 @@ mod tests {
 
     #[test]
     fn a_panicking_or_stuck_check_is_reported_not_propagated() {
-        let got = bounded(&["p"], || panic!("kaboom"));
+        // A deadline far beyond any panic hook's time: this case is about the panic.
+        let got = bounded_by(Duration::from_secs(120), &["p"], || panic!("kaboom"));
         assert_eq!(got[0].status, Status::No);
         assert!(got[0].detail.contains("kaboom"), "{}", got[0].detail);
         // The closure outlives the limit; `bounded` must answer without waiting for it.
-        let got = bounded(&["slow", "other"], || {
-            std::thread::sleep(CHECK_LIMIT * 4);
+        let limit = Duration::from_millis(200);
+        let started = std::time::Instant::now();
+        let got = bounded_by(limit, &["slow", "other"], || {
+            std::thread::sleep(Duration::from_secs(30));
             vec![]
         });
+        if started.elapsed() >= Duration::from_secs(30) {
+            panic!("hang guard: bounded waited for the closure past its limit");
+        }
         assert_eq!(got.len(), 2);
         assert!(got
             .iter()

@@ -56,6 +56,8 @@ fn main() -> ExitCode {
         Command::Tune(args) => tune::run(&args),
         Command::Run(args) => run_cmd::run(&args),
     };
+    // A Ctrl-C during a netns run: its handler removes the namespaces and exits with 130.
+    bench::yield_to_interrupt();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {

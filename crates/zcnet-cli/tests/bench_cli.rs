@@ -536,6 +536,63 @@ fn netns_topology_leaves_no_namespace_behind() {
     assert_eq!(namespaces_of(pid), Vec::<String>::new());
 }
 
+/// Ctrl-C at the first sign of a namespace: the availability probe's pair is being made or
+/// dropped, or the run's pair is being made, by `ip` child processes still running. Nothing
+/// may be left behind whichever step the signal lands in (a handler that only scanned
+/// `/var/run/netns` missed a namespace whose `ip netns add` was still running).
+#[test]
+fn ctrl_c_while_namespaces_are_being_made_leaves_none() {
+    if !netns_or_skip() {
+        return;
+    }
+    for round in 0..6u64 {
+        let mut child = zcnet()
+            .args([
+                "bench",
+                "--topology",
+                "netns",
+                "--tx",
+                "copy",
+                "--rx",
+                "copy",
+            ])
+            .args(["--size", "64K", "--time", "30", "--repeat", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while namespaces_of(pid).is_empty() {
+            if Instant::now() >= deadline {
+                panic!("hang guard: no namespace appeared");
+            }
+            assert!(child.try_wait().unwrap().is_none(), "bench exited early");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Vary where the signal lands across the rounds: 0–25 ms after the first namespace.
+        std::thread::sleep(Duration::from_millis(round * 5));
+        let st = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                panic!("hang guard: bench did not exit after SIGINT");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(130), "round {round}");
+        // An `ip` started before the signal has ended by now if the handler waited for it.
+        assert_eq!(namespaces_of(pid), Vec::<String>::new(), "round {round}");
+    }
+}
+
 #[test]
 fn ctrl_c_removes_the_namespaces() {
     if !netns_or_skip() {

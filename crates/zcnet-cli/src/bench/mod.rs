@@ -62,7 +62,7 @@ pub(crate) use spec::{
     default_ring, default_seconds, host, make_report, rr_bytes, rx_names, tx_names, BenchError,
     RunSpec, Topology, TopologyInfo, Transport,
 };
-pub(crate) use topology::{execute, Env};
+pub(crate) use topology::{execute, yield_to_interrupt, Env};
 
 /// Options of `zcnet bench`.
 #[derive(clap::Args, Debug, Clone)]

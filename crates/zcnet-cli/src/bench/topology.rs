@@ -25,7 +25,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Once};
+use std::sync::{mpsc, Arc, Mutex, Once, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use zcnet_bench::protocol::{Proto, DEFAULT_PORT};
@@ -35,6 +35,27 @@ use zcnet_testbed::netns::{Side, VethPair};
 /// Namespaces that exist now, for the interrupt handler.
 static LIVE_NAMESPACES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+/// Held while namespaces are being made (the availability probe's pair and the run's), and
+/// taken by the interrupt handler before it looks: `ip netns add` runs as a child process,
+/// so a handler that only scanned `/var/run/netns` could miss a namespace whose `ip` was
+/// still running and exit, and the namespace appeared after it, left behind for good (seen
+/// under load: Ctrl-C while the run's pair was being made, right after the probe's pair).
+static CREATING: Mutex<()> = Mutex::new(());
+
+/// Set by the interrupt handler before it deletes anything: from then on the run's own
+/// thread may fail (its namespace vanished under it) or finish, and either must leave the
+/// exit to the handler, which ends the process with 130 once the namespaces are gone.
+static INTERRUPTING: AtomicBool = AtomicBool::new(false);
+
+/// Parks the calling thread for good if the interrupt handler is at work, so that `main`
+/// neither reports the error the interrupt caused nor exits before the handler has removed
+/// the namespaces; returns at once otherwise.
+pub(crate) fn yield_to_interrupt() {
+    while INTERRUPTING.load(Ordering::SeqCst) {
+        std::thread::park();
+    }
+}
+
 /// Installs (once) the handler that removes live namespaces on Ctrl-C, SIGTERM or SIGHUP
 /// and exits with status 130. Without it an interrupted `--topology netns` run would leave
 /// its namespaces behind: signals do not unwind, so drop guards never run.
@@ -42,6 +63,10 @@ pub(crate) fn install_interrupt_handler() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let r = ctrlc::set_handler(|| {
+            // The handler runs on a thread of its own (not in signal context), so it may
+            // wait for a creation in progress; each is a few bounded `ip` commands.
+            INTERRUPTING.store(true, Ordering::SeqCst);
+            let _creating = CREATING.lock().unwrap_or_else(PoisonError::into_inner);
             let mut names: Vec<String> = LIVE_NAMESPACES
                 .lock()
                 .map(|mut v| std::mem::take(&mut *v))
@@ -89,6 +114,7 @@ pub(crate) struct NetnsGuard {
 impl NetnsGuard {
     pub(crate) fn create(mtu: u32) -> Result<NetnsGuard, BenchError> {
         install_interrupt_handler();
+        let _creating = CREATING.lock().unwrap_or_else(PoisonError::into_inner);
         if let Err(why) = zcnet_testbed::netns::available() {
             return Err(BenchError::Usage(format!(
                 "this topology needs two network namespaces: {why}"

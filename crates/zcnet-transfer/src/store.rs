@@ -735,6 +735,15 @@ fn create_partial(
                     last = io::Error::other("a fresh partial file was locked by another session");
                     continue;
                 }
+                // Between the creation and the lock, a sweep of this owner's stale partials
+                // (another stream of the same resuming session) may have found the file
+                // unlocked and unlinked it; the lock is then ours but the name is gone, and
+                // the rename at the end would fail. A sweep unlinks only under the lock, so
+                // one link left now means it stays.
+                if lock && !rustix::fs::fstat(&fd).is_ok_and(|st| st.st_nlink == 1) {
+                    last = io::Error::other("a fresh partial file was swept away before its lock");
+                    continue;
+                }
                 return Ok((File::from(fd), name));
             }
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = e,
@@ -1444,6 +1453,53 @@ mod tests {
         let mut want = vec![resumable, foreign.to_string(), "y".to_string()];
         want.sort();
         assert_eq!(left, want);
+    }
+
+    /// Two streams of one resuming session share the owner, and each sweeps a directory the
+    /// first time it sees it: a sweep racing a `put` in that directory must never unlink the
+    /// fresh partial between its creation and its lock (the rename then failed with ENOENT,
+    /// seen in `tree_kill_resume` with two streams).
+    #[test]
+    fn a_sweep_racing_a_put_never_removes_the_fresh_partial() {
+        // On tmpfs where there is one: the race is in the names, not in the disk's fsyncs.
+        let d = match Path::new("/dev/shm").is_dir() {
+            true => tempfile::tempdir_in("/dev/shm").unwrap(),
+            false => tempfile::tempdir().unwrap(),
+        };
+        let opts = StoreOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let mut s = Store::open(d.path(), opts).unwrap();
+        let o = s.owner().to_string();
+        let dir = d.path().to_path_buf();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sweeper = {
+            let stop = stop.clone();
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let fd = rustix::fs::open(&dir, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+                    .unwrap();
+                let mut sweeps = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    sweep_put_partials(&fd, &o);
+                    sweeps += 1;
+                }
+                sweeps
+            })
+        };
+        for i in 0..2000 {
+            let name = format!("f{i}");
+            let inc = s.put(&name, name.as_bytes(), None).unwrap();
+            inc.finish(None, 0o644, (1, 0)).unwrap_or_else(|e| {
+                panic!("file {i}: the partial went away under its own put: {e:?}")
+            });
+            assert_eq!(std::fs::read(dir.join(&name)).unwrap(), name.as_bytes());
+            // Keep the directory small, so each sweep is short and they come often.
+            std::fs::remove_file(dir.join(&name)).unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(sweeper.join().unwrap() > 0, "the sweeper never ran");
     }
 
     #[test]

@@ -24,22 +24,7 @@ if [ -z "${ZCNET:-}" ]; then
   ZCNET=$PWD/target/release/zcnet
 fi
 mkdir -p "$B"
-python3 - "$B" <<'PY'
-import os, random, sys
-b = sys.argv[1]
-random.seed(16)
-if not os.path.isdir(f"{b}/small"):
-    for d in range(50):
-        os.makedirs(f"{b}/small/d{d:02}")
-        for f in range(100):
-            with open(f"{b}/small/d{d:02}/f{f:03}", "wb") as fh:
-                fh.write(os.urandom(random.randint(4096, 5120)))
-if not os.path.isdir(f"{b}/one"):
-    os.makedirs(f"{b}/one")
-    with open(f"{b}/one/big", "wb") as fh:
-        for _ in range(1024):
-            fh.write(os.urandom(1 << 20))
-PY
+python3 bench/trees.py "$B" small one
 out=$(mktemp)
 NS_A= NS_B=
 cleanup() {

@@ -20,23 +20,7 @@ if [ -z "${ZCNET:-}" ]; then
   ZCNET=$PWD/target/release/zcnet
 fi
 mkdir -p "$B"
-python3 - "$B" <<'PY'
-import os, random, sys
-b = sys.argv[1]
-random.seed(16)
-if not os.path.isdir(f"{b}/small"):
-    for d in range(50):
-        os.makedirs(f"{b}/small/d{d:02}")
-        for f in range(100):
-            with open(f"{b}/small/d{d:02}/f{f:03}", "wb") as fh:
-                fh.write(os.urandom(random.randint(4096, 5120)))
-if not os.path.isdir(f"{b}/big"):
-    os.makedirs(f"{b}/big")
-    for i in range(8):
-        with open(f"{b}/big/b{i}", "wb") as fh:
-            for _ in range(128):
-                fh.write(os.urandom(1 << 20))
-PY
+python3 bench/trees.py "$B" small big
 out=$(mktemp)
 trap 'rm -f "$out"; rm -rf "$B/dst"' EXIT
 for tree in small big; do

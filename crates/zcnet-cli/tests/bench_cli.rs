@@ -10,29 +10,13 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use zcnet_bench::protocol::{self, Message, ProtocolError};
 use zcnet_bench::report::{Report, SideReport};
 
 mod common;
-use common::{run_bounded, zcnet, Server};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn finite(v: &serde_json::Value, path: &str) -> f64 {
-    let mut cur = v;
-    for k in path.split('.') {
-        cur = &cur[k];
-    }
-    let x = cur
-        .as_f64()
-        .unwrap_or_else(|| panic!("{path} is not a number: {cur}"));
-    assert!(x.is_finite(), "{path} = {x} is not finite");
-    x
-}
+use common::{finite, netns_or_skip, run_bounded, text, zcnet, Server};
 
 fn check_report_json(stdout: &[u8], want_runs: usize) -> Report {
     let v: serde_json::Value = serde_json::from_slice(stdout).expect("stdout is one JSON value");
@@ -440,12 +424,18 @@ fn namespaces_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-fn netns_or_skip() -> bool {
-    if let Err(why) = zcnet_testbed::netns::available() {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-        return false;
-    }
-    true
+/// Runs `zcnet bench ARGS…` to its end and returns its pid with its output: the pid is in
+/// the names of the namespaces it makes, which must be gone once it has exited.
+fn bench_with_pid(args: &[&str]) -> (u32, Output) {
+    let child = zcnet()
+        .arg("bench")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (pid, child.wait_with_output().unwrap())
 }
 
 #[test]
@@ -454,31 +444,23 @@ fn netns_topology_leaves_no_namespace_behind() {
         return;
     }
     // After a successful run.
-    let child = zcnet()
-        .args([
-            "bench",
-            "--topology",
-            "netns",
-            "--mtu",
-            "9000",
-            "--tx",
-            "copy",
-            "--rx",
-            "mmap",
-            "--size",
-            "64K",
-            "--bytes",
-            "8M",
-            "--repeat",
-            "1",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = bench_with_pid(&[
+        "--topology",
+        "netns",
+        "--mtu",
+        "9000",
+        "--tx",
+        "copy",
+        "--rx",
+        "mmap",
+        "--size",
+        "64K",
+        "--bytes",
+        "8M",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let report = check_report_json(&out.stdout, 1);
     assert_eq!(report.runs[0].topology, "netns");
@@ -486,22 +468,7 @@ fn netns_topology_leaves_no_namespace_behind() {
     assert_eq!(namespaces_of(pid), Vec::<String>::new());
 
     // After an error while building them (veth refuses the MTU).
-    let child = zcnet()
-        .args([
-            "bench",
-            "--topology",
-            "netns",
-            "--mtu",
-            "70000",
-            "--repeat",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = bench_with_pid(&["--topology", "netns", "--mtu", "70000", "--repeat", "1"]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("70000") || text(&out.stderr).contains("mtu"),
@@ -511,22 +478,7 @@ fn netns_topology_leaves_no_namespace_behind() {
     assert_eq!(namespaces_of(pid), Vec::<String>::new());
     // After an error once they exist: the sink refuses a size UDP cannot carry only after
     // it has built the namespaces (the check needs the link's MTU).
-    let child = zcnet()
-        .args([
-            "bench",
-            "--topology",
-            "sink",
-            "--size",
-            "1M",
-            "--repeat",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = bench_with_pid(&["--topology", "sink", "--size", "1M", "--repeat", "1"]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("UDP payload limit"),

@@ -15,8 +15,7 @@
 
 mod common;
 
-use common::{run_bounded, zcnet, Server};
-use std::io::Write;
+use common::{finite, netns_or_skip, run_bounded, text, zcnet, Server};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -27,24 +26,8 @@ use zcnet_bench::protocol::{
 };
 use zcnet_bench::report::{Mode, SideReport};
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn bench(args: &[&str]) -> Output {
     run_bounded(zcnet().arg("bench").args(args), Duration::from_secs(240))
-}
-
-fn finite(v: &serde_json::Value, path: &str) -> f64 {
-    let mut cur = v;
-    for k in path.split('.') {
-        cur = &cur[k];
-    }
-    let x = cur
-        .as_f64()
-        .unwrap_or_else(|| panic!("{path} is not a number: {cur}"));
-    assert!(x.is_finite(), "{path} = {x} is not finite");
-    x
 }
 
 fn count(v: &serde_json::Value, k: &str) -> u64 {
@@ -91,14 +74,6 @@ fn udp_runs(out: &Output, want_runs: usize) -> Vec<serde_json::Value> {
         assert!((0.0..=1.0).contains(&zc), "{r}");
     }
     runs
-}
-
-fn netns_or_skip() -> bool {
-    if let Err(why) = zcnet_testbed::netns::available() {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-        return false;
-    }
-    true
 }
 
 /// Stream runs: every combination reports its messages; the receiver read datagrams and
@@ -538,41 +513,60 @@ fn params(mode: Mode, size: u64, messages: u64) -> Params {
     }
 }
 
-#[test]
-fn a_client_sending_wrong_bytes_fails_the_run_at_the_server() {
-    let server = Server::start(&["--once"]);
+/// A crafted client's hello for `p` to a real server; returns the control connection and
+/// the server's data port.
+fn hello_udp(server: &Server, p: Params) -> (TcpStream, u16) {
     let mut c = TcpStream::connect(&server.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     protocol::write_message(
         &mut c,
         &Message::HelloUdp {
-            params: params(Mode::Stream, 65536, 1),
+            params: p,
             udp: UdpParams::default(),
         },
     )
     .unwrap();
     let port = protocol::read_accept(protocol::read_message(&mut c)).unwrap();
-    let data: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut tx = MsgSender::connect(data, &MsgConfig::new(MsgTx::Copy)).unwrap();
-    // A whole, well-formed message of the right size — with the wrong bytes.
-    tx.send_slice(&vec![0u8; 65536]).unwrap();
+    (c, port)
+}
+
+/// A crafted client's `Done`: what it says it sent, which may be more than it did.
+fn send_done(c: &mut TcpStream, messages_sent: u64, bytes_sent: u64) {
     protocol::write_message(
-        &mut c,
+        c,
         &Message::Done {
             report: SideReport {
-                messages_sent: 1,
-                bytes_sent: 65536,
+                messages_sent,
+                bytes_sent,
                 ..Default::default()
             },
         },
     )
     .unwrap();
-    let reason = loop {
-        match protocol::read_message(&mut c) {
+}
+
+/// The server's answer to `Done`, past the acknowledgements it may still be sending.
+fn after_acks(c: &mut TcpStream) -> Result<Message, ProtocolError> {
+    loop {
+        match protocol::read_message(c) {
             Ok(Message::Ack { .. }) => continue,
-            Ok(Message::Error { reason }) => break reason,
-            other => panic!("expected an error, got {other:?}"),
+            other => return other,
         }
+    }
+}
+
+#[test]
+fn a_client_sending_wrong_bytes_fails_the_run_at_the_server() {
+    let server = Server::start(&["--once"]);
+    let (mut c, port) = hello_udp(&server, params(Mode::Stream, 65536, 1));
+    let data: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut tx = MsgSender::connect(data, &MsgConfig::new(MsgTx::Copy)).unwrap();
+    // A whole, well-formed message of the right size — with the wrong bytes.
+    tx.send_slice(&vec![0u8; 65536]).unwrap();
+    send_done(&mut c, 1, 65536);
+    let reason = match after_acks(&mut c) {
+        Ok(Message::Error { reason }) => reason,
+        other => panic!("expected an error, got {other:?}"),
     };
     assert!(
         reason.contains("message 0 from the client is not what was sent")
@@ -584,12 +578,31 @@ fn a_client_sending_wrong_bytes_fails_the_run_at_the_server() {
     assert!(err.contains("not what was sent"), "server stderr: {err}");
 }
 
+/// A fake server on its thread, and its control address.
+struct Fake {
+    addr: String,
+    thread: std::thread::JoinHandle<Result<(), ProtocolError>>,
+}
+
+impl Fake {
+    /// Runs `zcnet bench --client` against it with `args` (bounded), then joins it: the fake's
+    /// own checks and protocol errors fail the test.
+    fn client(self, args: &[&str]) -> Output {
+        let out = run_bounded(
+            zcnet().args(["bench", "--client", &self.addr]).args(args),
+            Duration::from_secs(60),
+        );
+        self.thread.join().unwrap().unwrap();
+        out
+    }
+}
+
 /// A fake server: accepts a UDP message run, then `serve(control, hello, data socket)`.
 fn fake_server(
     serve: impl FnOnce(TcpStream, Params, UdpParams, UdpSocket) -> Result<(), ProtocolError>
         + Send
         + 'static,
-) -> (String, std::thread::JoinHandle<Result<(), ProtocolError>>) {
+) -> Fake {
     let fake = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = fake.local_addr().unwrap().to_string();
     let t = std::thread::spawn(move || -> Result<(), ProtocolError> {
@@ -603,17 +616,32 @@ fn fake_server(
         protocol::write_message(&mut c, &Message::Accept { data_port: port })?;
         serve(c, params, udp, data)
     });
-    (addr, t)
+    Fake { addr, thread: t }
+}
+
+/// The client's `Done`, as a fake server reads it.
+fn read_done(c: &mut TcpStream) -> Result<SideReport, ProtocolError> {
+    match protocol::read_message(c)? {
+        Message::Done { report } => Ok(report),
+        other => panic!("done expected, got {other:?}"),
+    }
+}
+
+/// A fake `rr` server's ends: its receiver on the data socket, its sender to the client's
+/// reply port.
+fn reply_ends(udp: &UdpParams, data: UdpSocket) -> (MsgReceiver, MsgSender) {
+    let cfg = MsgConfig::new(MsgTx::Copy);
+    let rx = MsgReceiver::from_socket(data, &cfg).unwrap();
+    let port = udp.reply_port.expect("an rr hello carries the reply port");
+    let tx = MsgSender::connect(format!("127.0.0.1:{port}").parse().unwrap(), &cfg).unwrap();
+    (rx, tx)
 }
 
 #[test]
 fn a_server_that_miscounts_messages_fails_the_client() {
     // It receives nothing, and claims one message fewer than the client sent, none lost.
-    let (addr, t) = fake_server(|mut c, _params, _udp, _data| {
-        let client = match protocol::read_message(&mut c)? {
-            Message::Done { report } => report,
-            other => panic!("done expected, got {other:?}"),
-        };
+    let fake = fake_server(|mut c, _params, _udp, _data| {
+        let client = read_done(&mut c)?;
         let report = SideReport {
             messages_received: client.messages_sent - 1,
             bytes_received: client.bytes_sent - 65536,
@@ -622,14 +650,10 @@ fn a_server_that_miscounts_messages_fails_the_client() {
         };
         protocol::write_message(&mut c, &Message::Result { report })
     });
-    let out = run_bounded(
-        zcnet().args([
-            "bench", "--client", &addr, "--proto", "udp", "--tx", "copy", "--rx", "gro", "--size",
-            "64K", "--bytes", "1M", "--repeat", "1",
-        ]),
-        Duration::from_secs(60),
-    );
-    t.join().unwrap().unwrap();
+    let out = fake.client(&[
+        "--proto", "udp", "--tx", "copy", "--rx", "gro", "--size", "64K", "--bytes", "1M",
+        "--repeat", "1",
+    ]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(
@@ -644,12 +668,8 @@ fn a_server_that_miscounts_messages_fails_the_client() {
 #[test]
 fn a_server_that_echoes_the_request_fails_the_client() {
     // NetPIPE's lazy answer: the request's bytes sent back. A reply must be the reply.
-    let (addr, t) = fake_server(|mut c, params, udp, data| {
-        let cfg = MsgConfig::new(MsgTx::Copy);
-        let mut rx = MsgReceiver::from_socket(data, &cfg).unwrap();
-        let port = udp.reply_port.expect("an rr hello carries the reply port");
-        let mut tx =
-            MsgSender::connect(format!("127.0.0.1:{port}").parse().unwrap(), &cfg).unwrap();
+    let fake = fake_server(|mut c, params, udp, data| {
+        let (mut rx, mut tx) = reply_ends(&udp, data);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if Instant::now() >= deadline {
@@ -667,14 +687,10 @@ fn a_server_that_echoes_the_request_fails_the_client() {
             other => panic!("error expected, got {other:?}"),
         }
     });
-    let out = run_bounded(
-        zcnet().args([
-            "bench", "--client", &addr, "--proto", "udp", "--rr", "--tx", "copy", "--rx", "gro",
-            "--size", "1472", "--bytes", "14720", "--repeat", "1",
-        ]),
-        Duration::from_secs(60),
-    );
-    t.join().unwrap().unwrap();
+    let out = fake.client(&[
+        "--proto", "udp", "--rr", "--tx", "copy", "--rx", "gro", "--size", "1472", "--bytes",
+        "14720", "--repeat", "1",
+    ]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(
@@ -692,17 +708,7 @@ fn lost_messages_are_counted_by_reason_and_the_tail_inferred() {
     // client's count reveals it).
     const SIZE: usize = 4000;
     let server = Server::start(&["--once"]);
-    let mut c = TcpStream::connect(&server.addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    protocol::write_message(
-        &mut c,
-        &Message::HelloUdp {
-            params: params(Mode::Stream, SIZE as u64, 7),
-            udp: UdpParams::default(),
-        },
-    )
-    .unwrap();
-    let port = protocol::read_accept(protocol::read_message(&mut c)).unwrap();
+    let (mut c, port) = hello_udp(&server, params(Mode::Stream, SIZE as u64, 7));
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.connect(format!("127.0.0.1:{port}")).unwrap();
     let pattern = MessagePattern::new(SIZE);
@@ -728,23 +734,10 @@ fn lost_messages_are_counted_by_reason_and_the_tail_inferred() {
         send(id, 0..3);
     }
     send(4, 0..1);
-    protocol::write_message(
-        &mut c,
-        &Message::Done {
-            report: SideReport {
-                messages_sent: 7,
-                bytes_sent: 7 * SIZE as u64,
-                ..Default::default()
-            },
-        },
-    )
-    .unwrap();
-    let report = loop {
-        match protocol::read_message(&mut c) {
-            Ok(Message::Ack { .. }) => continue,
-            Ok(Message::Result { report }) => break report,
-            other => panic!("expected a result, got {other:?}"),
-        }
+    send_done(&mut c, 7, 7 * SIZE as u64);
+    let report = match after_acks(&mut c) {
+        Ok(Message::Result { report }) => report,
+        other => panic!("expected a result, got {other:?}"),
     };
     assert_eq!(report.messages_received, 4, "{report:?}");
     assert_eq!(report.bytes_received, 4 * SIZE as u64);
@@ -764,11 +757,8 @@ fn a_full_window_without_acks_sends_on_and_counts_the_stalls() {
     // A server that reads nothing and acknowledges nothing: the client's window (4 messages
     // of 1 MiB) fills, waits out the stall time, and sends one more each time — it never
     // hangs. The server then owns up to having received none of them.
-    let (addr, t) = fake_server(|mut c, _params, _udp, _data| {
-        let client = match protocol::read_message(&mut c)? {
-            Message::Done { report } => report,
-            other => panic!("done expected, got {other:?}"),
-        };
+    let fake = fake_server(|mut c, _params, _udp, _data| {
+        let client = read_done(&mut c)?;
         let report = SideReport {
             messages_lost: client.messages_sent,
             seconds: 0.1,
@@ -776,14 +766,10 @@ fn a_full_window_without_acks_sends_on_and_counts_the_stalls() {
         };
         protocol::write_message(&mut c, &Message::Result { report })
     });
-    let out = run_bounded(
-        zcnet().args([
-            "bench", "--client", &addr, "--proto", "udp", "--tx", "copy", "--rx", "gro", "--size",
-            "1M", "--bytes", "6M", "--repeat", "1", "--json",
-        ]),
-        Duration::from_secs(60),
-    );
-    t.join().unwrap().unwrap();
+    let out = fake.client(&[
+        "--proto", "udp", "--tx", "copy", "--rx", "gro", "--size", "1M", "--bytes", "6M",
+        "--repeat", "1", "--json",
+    ]);
     let runs = udp_runs(&out, 1);
     let r = &runs[0];
     assert_eq!(
@@ -800,12 +786,8 @@ fn an_rr_reply_that_comes_too_late_is_counted_not_timed() {
     // trip 0 by then (counted lost), recognises the late reply by its bytes, and times
     // trip 1 alone.
     const SIZE: u64 = 1472;
-    let (addr, t) = fake_server(|mut c, params, udp, data| {
-        let cfg = MsgConfig::new(MsgTx::Copy);
-        let mut rx = MsgReceiver::from_socket(data, &cfg).unwrap();
-        let port = udp.reply_port.expect("an rr hello carries the reply port");
-        let mut tx =
-            MsgSender::connect(format!("127.0.0.1:{port}").parse().unwrap(), &cfg).unwrap();
+    let fake = fake_server(|mut c, params, udp, data| {
+        let (mut rx, mut tx) = reply_ends(&udp, data);
         let pattern = MessagePattern::new(params.size as usize);
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut got = 0;
@@ -820,10 +802,7 @@ fn an_rr_reply_that_comes_too_late_is_counted_not_timed() {
         }
         tx.send_slice(&pattern.expected(REPLY_KEY)).unwrap();
         tx.send_slice(&pattern.expected(1 | REPLY_KEY)).unwrap();
-        let client = match protocol::read_message(&mut c)? {
-            Message::Done { report } => report,
-            other => panic!("done expected, got {other:?}"),
-        };
+        let client = read_done(&mut c)?;
         assert_eq!(client.messages_sent, 2);
         let report = SideReport {
             messages_received: 2,
@@ -835,14 +814,10 @@ fn an_rr_reply_that_comes_too_late_is_counted_not_timed() {
         };
         protocol::write_message(&mut c, &Message::Result { report })
     });
-    let out = run_bounded(
-        zcnet().args([
-            "bench", "--client", &addr, "--proto", "udp", "--rr", "--tx", "copy", "--rx", "gro",
-            "--size", "1472", "--bytes", "2944", "--repeat", "1", "--json",
-        ]),
-        Duration::from_secs(60),
-    );
-    t.join().unwrap().unwrap();
+    let out = fake.client(&[
+        "--proto", "udp", "--rr", "--tx", "copy", "--rx", "gro", "--size", "1472", "--bytes",
+        "2944", "--repeat", "1", "--json",
+    ]);
     let runs = udp_runs(&out, 1);
     let r = &runs[0];
     assert_eq!(

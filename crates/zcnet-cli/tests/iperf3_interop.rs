@@ -21,7 +21,7 @@ use common::zcnet;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -96,6 +96,59 @@ impl Drop for Running {
             let _ = c.wait();
         }
     }
+}
+
+/// Spawns `cmd` with its stdout and stderr captured, for [`finish`].
+fn spawn_piped(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `iperf3 -c 127.0.0.1 -p PORT`, for the options that follow.
+fn iperf3_client(iperf3: &Path, port: u16) -> Command {
+    let mut c = Command::new(iperf3);
+    c.args(["-c", "127.0.0.1", "-p", &port.to_string()]);
+    c
+}
+
+/// `zcnet bench -c 127.0.0.1 -p PORT`, for the options that follow.
+fn zcnet_client(port: u16) -> Command {
+    let mut c = zcnet();
+    c.args(["bench", "-c", "127.0.0.1", "-p", &port.to_string()]);
+    c
+}
+
+/// An unmodified one-off `iperf3 -s -1 -J` on a free loopback port, listening, and the port.
+fn iperf3_server(iperf3: &Path) -> (Running, u16) {
+    let port = free_port();
+    let server = Running(Some(spawn_piped(Command::new(iperf3).args([
+        "-s",
+        "-1",
+        "-J",
+        "-B",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+    ]))));
+    wait_listening(port);
+    (server, port)
+}
+
+/// Runs `client` against a one-off `server` until both end (bounded); each must succeed.
+/// Returns the client's stdout and the server's.
+fn run_pair(
+    client: &mut Command,
+    client_name: &str,
+    mut server: Running,
+    server_name: &str,
+) -> (String, String) {
+    let (ok, out, err) = finish(spawn_piped(client), Duration::from_secs(60));
+    assert!(ok, "{client_name} failed: {err}\n{out:.600}");
+    let (sok, sout, serr) = finish(server.take(), Duration::from_secs(30));
+    assert!(sok, "{server_name} failed: {serr}");
+    (out, sout)
 }
 
 /// Waits (bounded) for a child; returns (success, stdout, stderr).
@@ -232,18 +285,13 @@ fn iperf3_client_vs_zcnet_server(mode: Mode) {
     let iperf3 = need_iperf3!();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.json");
-    let (mut server, port, _) = zcnet_server(&["-1", "--logfile", log.to_str().unwrap()]);
-    let client = Command::new(&iperf3)
-        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
-        .args(mode.args())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok, out, err) = finish(client, Duration::from_secs(60));
-    assert!(ok, "iperf3 -c failed: {err}\n{out:.600}");
-    let (sok, _, _) = finish(server.take(), Duration::from_secs(30));
-    assert!(sok, "zcnet bench -s -1 failed");
+    let (server, port, _) = zcnet_server(&["-1", "--logfile", log.to_str().unwrap()]);
+    let (out, _) = run_pair(
+        iperf3_client(&iperf3, port).arg("-J").args(mode.args()),
+        "iperf3 -c",
+        server,
+        "zcnet bench -s -1",
+    );
     let c = parse(&out, "iperf3 -c");
     let s = parse(&std::fs::read_to_string(&log).unwrap(), "zcnet bench -s");
     check_consumer_fields(&c, "iperf3 -c");
@@ -297,16 +345,7 @@ fn iperf3_client_vs_zcnet_server(mode: Mode) {
 /// `zcnet bench -c` against an unmodified `iperf3 -s`.
 fn zcnet_client_vs_iperf3_server(mode: Mode, stream_output: bool) {
     let iperf3 = need_iperf3!();
-    let port = free_port();
-    let mut server = Running(Some(
-        Command::new(&iperf3)
-            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
-    wait_listening(port);
+    let (server, port) = iperf3_server(&iperf3);
     // A -n run can end in a few tens of ms on a quiet machine; with -i 0.1 even that run's
     // last, partial interval is longer than a tenth of one, so an interval event is due.
     let json_flags: &[&str] = if stream_output {
@@ -314,18 +353,12 @@ fn zcnet_client_vs_iperf3_server(mode: Mode, stream_output: bool) {
     } else {
         &["-J"]
     };
-    let client = zcnet()
-        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string()])
-        .args(json_flags)
-        .args(mode.args())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok, out, err) = finish(client, Duration::from_secs(60));
-    assert!(ok, "zcnet bench -c failed: {err}\n{out:.600}");
-    let (sok, sout, serr) = finish(server.take(), Duration::from_secs(30));
-    assert!(sok, "iperf3 -s failed: {serr}");
+    let (out, sout) = run_pair(
+        zcnet_client(port).args(json_flags).args(mode.args()),
+        "zcnet bench -c",
+        server,
+        "iperf3 -s",
+    );
     let c = if stream_output {
         // One JSON object a line: start, intervals, end.
         let events: Vec<Value> = out
@@ -430,14 +463,7 @@ fn zcnet_server_takes_two_iperf3_clients_at_once() {
     let log = dir.path().join("server.json");
     let (server, port, _) = zcnet_server(&["--logfile", log.to_str().unwrap()]);
     let clients: Vec<Child> = (0..2)
-        .map(|_| {
-            Command::new(&iperf3)
-                .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J", "-t", "2"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| spawn_piped(iperf3_client(&iperf3, port).args(["-J", "-t", "2"])))
         .collect();
     let docs: Vec<Value> = clients
         .into_iter()
@@ -464,18 +490,15 @@ fn zcnet_server_takes_two_iperf3_clients_at_once() {
 /// zcnet figures, so the report has both ends' CPU-s/GiB.
 #[test]
 fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
-    let (mut server, port, _) = zcnet_server(&["-1", "--tx", "copy", "--rx", "copy"]);
-    let client = zcnet()
-        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
-        .args(["-R", "-n", "64M", "-l", "64K", "--rx", "copy"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok, out, err) = finish(client, Duration::from_secs(60));
-    assert!(ok, "zcnet bench -c failed: {err}");
-    let (sok, sout, _) = finish(server.take(), Duration::from_secs(30));
-    assert!(sok);
+    let (server, port, _) = zcnet_server(&["-1", "--tx", "copy", "--rx", "copy"]);
+    let (out, sout) = run_pair(
+        zcnet_client(port)
+            .arg("-J")
+            .args(["-R", "-n", "64M", "-l", "64K", "--rx", "copy"]),
+        "zcnet bench -c",
+        server,
+        "zcnet bench -s",
+    );
     let c = parse(&out, "zcnet bench -c");
     let s = parse(&sout, "zcnet bench -s");
     assert_eq!(bytes(&c, "sum_sent"), bytes(&c, "sum_received"));
@@ -498,12 +521,7 @@ fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
 fn zcnet_server_refuses_udp_by_name() {
     let iperf3 = need_iperf3!();
     let (mut server, port, log) = zcnet_server(&["-1"]);
-    let client = Command::new(&iperf3)
-        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-u", "-t", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = spawn_piped(iperf3_client(&iperf3, port).args(["-u", "-t", "1"]));
     let (ok, out, err) = finish(client, Duration::from_secs(30));
     assert!(!ok, "iperf3 -u should fail against zcnet: {out}");
     assert!(
@@ -522,27 +540,13 @@ fn zcnet_server_refuses_udp_by_name() {
 #[test]
 fn zcnet_client_sendfile_against_iperf3_server() {
     let iperf3 = need_iperf3!();
-    let port = free_port();
-    let mut server = Running(Some(
-        Command::new(&iperf3)
-            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
-    wait_listening(port);
-    let client = zcnet()
-        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
-        .args(["-Z", "-n", "64M"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok, out, err) = finish(client, Duration::from_secs(60));
-    assert!(ok, "zcnet bench -c -Z failed: {err}\n{out:.600}");
-    let (sok, sout, serr) = finish(server.take(), Duration::from_secs(30));
-    assert!(sok, "iperf3 -s failed: {serr}");
+    let (server, port) = iperf3_server(&iperf3);
+    let (out, sout) = run_pair(
+        zcnet_client(port).arg("-J").args(["-Z", "-n", "64M"]),
+        "zcnet bench -c -Z",
+        server,
+        "iperf3 -s",
+    );
     let c = parse(&out, "zcnet bench -c -Z");
     let s = parse(&sout, "iperf3 -s");
     check_consumer_fields(&c, "zcnet bench -c -Z");
@@ -564,7 +568,7 @@ fn iperf3_client_against_zcnet_server_receiving_into_a_file() {
     let iperf3 = need_iperf3!();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.json");
-    let (mut server, port, _) = zcnet_server(&[
+    let (server, port, _) = zcnet_server(&[
         "-1",
         "--rx",
         "file",
@@ -573,17 +577,14 @@ fn iperf3_client_against_zcnet_server_receiving_into_a_file() {
         "--logfile",
         log.to_str().unwrap(),
     ]);
-    let client = Command::new(&iperf3)
-        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
-        .args(["-t", "1", "-P", "2", "-l", "100000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok, out, err) = finish(client, Duration::from_secs(60));
-    assert!(ok, "iperf3 -c failed: {err}\n{out:.600}");
-    let (sok, _, _) = finish(server.take(), Duration::from_secs(30));
-    assert!(sok, "zcnet bench -s -1 --rx file failed");
+    let (out, _) = run_pair(
+        iperf3_client(&iperf3, port)
+            .arg("-J")
+            .args(["-t", "1", "-P", "2", "-l", "100000"]),
+        "iperf3 -c",
+        server,
+        "zcnet bench -s -1 --rx file",
+    );
     let c = parse(&out, "iperf3 -c");
     let s = parse(
         &std::fs::read_to_string(&log).unwrap(),
@@ -631,27 +632,15 @@ fn iperf3_client_against_zcnet_server_receiving_into_a_file() {
 #[test]
 fn zcnet_client_receiving_into_a_file_against_iperf3_server() {
     let iperf3 = need_iperf3!();
-    let port = free_port();
-    let mut server = Running(Some(
-        Command::new(&iperf3)
-            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
-    wait_listening(port);
-    let client = zcnet()
-        .args(["bench", "-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
-        .args(["-R", "-t", "1", "-P", "2", "--rx", "file"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok, out, err) = finish(client, Duration::from_secs(60));
-    assert!(ok, "zcnet bench -c -R --rx file failed: {err}\n{out:.600}");
-    let (sok, sout, serr) = finish(server.take(), Duration::from_secs(30));
-    assert!(sok, "iperf3 -s failed: {serr}");
+    let (server, port) = iperf3_server(&iperf3);
+    let (out, sout) = run_pair(
+        zcnet_client(port)
+            .arg("-J")
+            .args(["-R", "-t", "1", "-P", "2", "--rx", "file"]),
+        "zcnet bench -c -R --rx file",
+        server,
+        "iperf3 -s",
+    );
     let c = parse(&out, "zcnet bench -c -R --rx file");
     let s = parse(&sout, "iperf3 -s");
     check_consumer_fields(&c, "zcnet bench -c -R --rx file");

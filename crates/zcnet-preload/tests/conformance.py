@@ -369,6 +369,26 @@ def watch_until_exit(fd, pid):
             return status
 
 
+def send_until_eagain(a, seed, scribble):
+    """Sends MiB buffers of the pattern (seeds `seed`, `seed` + 1, …) on the non-blocking
+    socket `a` until EAGAIN (64 at most), overwriting each with `scribble` right after its
+    send, so that sends are left in flight with their buffer reused. Returns the buffer
+    (the caller keeps it alive while they are), the hash of the bytes sent and their count."""
+    buf = bytearray(MIB)
+    sent = hashlib.sha256()
+    total = 0
+    for i in range(64):
+        fill(buf, seed + i)
+        n, e = c_send(a.fileno(), buf)
+        if n < 0:
+            check(e == errno.EAGAIN, f"errno {e}")
+            break
+        sent.update(memoryview(buf)[:n])
+        total += n
+        buf[:] = scribble * len(buf)
+    return buf, sent, total
+
+
 def fork_shares_no_completions():
     """A socket open in parent and child across a fork: while the parent's sends complete
     (the peer starts reading only after the fork), neither process sees POLLERR/EPOLLERR,
@@ -380,16 +400,7 @@ def fork_shares_no_completions():
     a.setblocking(False)
     go = threading.Event()
     r = Reader(b, delay=0.002, go=go)
-    buf = bytearray(MIB)
-    sent = hashlib.sha256()
-    for i in range(64):
-        fill(buf, 10000 + i)
-        n, e = c_send(a.fileno(), buf)
-        if n < 0:
-            check(e == errno.EAGAIN, f"errno {e}")
-            break
-        sent.update(memoryview(buf)[:n])
-        buf[:] = b"\x99" * len(buf)
+    buf, sent, _ = send_until_eagain(a, 10000, b"\x99")
     a.setblocking(True)
     check(outq(a.fileno()) > 0, "nothing in flight at the fork")
     pid = os.fork()
@@ -513,16 +524,7 @@ def _parent_exits_with_sends_due():
     """(Run alone, by parent_exits_with_sends_due: it must start the engine itself.)"""
     a, b = pair()
     a.setblocking(False)
-    buf = bytearray(MIB)
-    sent = hashlib.sha256()
-    for i in range(64):
-        fill(buf, 14000 + i)
-        n, e = c_send(a.fileno(), buf)
-        if n < 0:
-            check(e == errno.EAGAIN, f"errno {e}")
-            break
-        sent.update(memoryview(buf)[:n])
-        buf[:] = b"\x77" * len(buf)
+    buf, sent, _ = send_until_eagain(a, 14000, b"\x77")
     a.setblocking(True)
     check(outq(a.fileno()) > 0, "nothing in flight at the fork")
     parent = os.getpid()
@@ -702,18 +704,7 @@ def close_while_peer_not_reading():
     peer, reading later, gets every byte and then the end of stream."""
     a, b = pair()
     a.setblocking(False)
-    buf = bytearray(MIB)
-    sent = hashlib.sha256()
-    total = 0
-    for i in range(64):
-        fill(buf, 9800 + i)
-        n, e = c_send(a.fileno(), buf)
-        if n < 0:
-            check(e == errno.EAGAIN, f"errno {e}")
-            break
-        sent.update(memoryview(buf)[:n])
-        total += n
-        buf[:] = b"\x88" * len(buf)
+    buf, sent, total = send_until_eagain(a, 9800, b"\x88")
     # The peer reads only after close returns, so a close that waited for the pages in
     # flight would never return on its own (the join bounds the wait: a hang guard).
     closer = threading.Thread(target=a.close, daemon=True)

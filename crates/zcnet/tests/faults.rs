@@ -9,7 +9,7 @@ use common::{
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use zcnet::{Error, FallbackReason, RxPath, Sender, TxPath};
+use zcnet::{Error, FallbackReason, RxPath, Sender, SenderConfig, TxPath};
 
 fn is_disconnect(e: &Error) -> bool {
     matches!(e, Error::PeerClosed { .. } | Error::Reset { .. })
@@ -125,8 +125,14 @@ fn enobufs_from_the_option_memory_limit_falls_back_to_copy_and_is_counted() {
     });
 }
 
-#[test]
-fn receiver_that_stops_reading_exhausts_the_pool_then_errors() {
+/// Connects a sender made with `cfg` to a loopback receiver (64 KiB receive buffer) that
+/// accepts and then never reads, sends into it until an error (at most 1 GiB), and hands
+/// `check` the sender, the error and the bytes that went out. The receiver's connection
+/// stays open until `check` returns: the sender must stop on its own, not on a reset.
+fn send_into_a_stalled_receiver(
+    cfg: &SenderConfig,
+    check: impl FnOnce(&mut Sender, Option<Error>, u64),
+) {
     let mut rcfg = receiver_config(RxPath::Copy);
     rcfg.rcvbuf = Some(64 << 10);
     let listener = listen(Topo::Loopback, &rcfg);
@@ -139,12 +145,31 @@ fn receiver_that_stops_reading_exhausts_the_pool_then_errors() {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        let mut cfg = sender_config(TxPath::Zerocopy);
-        cfg.pool_buffers = 4;
-        cfg.timeout = Some(Duration::from_secs(2));
-        cfg.sndbuf = Some(16 << 20);
-        let mut tx = connect(Topo::Loopback, port, &cfg);
+        let mut tx = connect(Topo::Loopback, port, cfg);
+        // Set on every way out (a failed check included: the scope joins the receiver), and
+        // before the sender is dropped, which it is after this guard.
+        let _stop = StopOnDrop(&stop);
         let (err, sent) = send_until_error(&mut tx, 1 << 30);
+        check(&mut tx, err, sent);
+    });
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn receiver_that_stops_reading_exhausts_the_pool_then_errors() {
+    let mut cfg = sender_config(TxPath::Zerocopy);
+    cfg.pool_buffers = 4;
+    cfg.timeout = Some(Duration::from_secs(2));
+    cfg.sndbuf = Some(16 << 20);
+    send_into_a_stalled_receiver(&cfg, |tx, err, sent| {
         let err = err.expect("a stalled receiver must stop the sender");
         assert!(matches!(err, Error::PoolExhausted(_)), "{err}");
         assert!(
@@ -154,31 +179,16 @@ fn receiver_that_stops_reading_exhausts_the_pool_then_errors() {
         let st = tx.stats().snapshot();
         assert_eq!(st.pool_timeouts, 1);
         assert!(st.pool_waits >= 1);
-        stop.store(true, Ordering::Relaxed);
     });
 }
 
 #[test]
 fn copy_sender_into_a_stalled_receiver_times_out() {
-    let mut rcfg = receiver_config(RxPath::Copy);
-    rcfg.rcvbuf = Some(64 << 10);
-    let listener = listen(Topo::Loopback, &rcfg);
-    let port = listener.local_addr().unwrap().port();
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let _rx = listener.accept().unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-        let mut cfg = sender_config(TxPath::Copy);
-        cfg.timeout = Some(Duration::from_secs(1));
-        let mut tx = connect(Topo::Loopback, port, &cfg);
-        let (err, _) = send_until_error(&mut tx, 1 << 30);
+    let mut cfg = sender_config(TxPath::Copy);
+    cfg.timeout = Some(Duration::from_secs(1));
+    send_into_a_stalled_receiver(&cfg, |_, err, _| {
         let err = err.expect("a stalled receiver must stop the sender");
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
-        stop.store(true, Ordering::Relaxed);
     });
 }
 

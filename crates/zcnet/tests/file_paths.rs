@@ -353,6 +353,43 @@ fn overwriting_a_range_keeps_the_rest_of_the_file() {
     }
 }
 
+/// One transfer of the transfer tool's shape over loopback: a `tx_path` sender sends
+/// `header + body` pattern bytes; an `rx_path` receiver reads the first `header` with
+/// `recv_into` (a loop: it may return less) and checks them, writes the next `body` into
+/// `dst` at 0 with `mode`, and must then see the end of the stream. Returns the path the
+/// receiver ran and its stats.
+fn header_then_file(
+    rx_path: RxPath,
+    tx_path: TxPath,
+    header: usize,
+    dst: &File,
+    body: u64,
+    mode: FileRxMode,
+) -> (RxPath, StatsSnapshot) {
+    let listener = listen(Topo::Loopback, &receiver_config(rx_path));
+    let port = listener.local_addr().unwrap().port();
+    std::thread::scope(|s| {
+        let r = s.spawn(move || {
+            let mut r = listener.accept().unwrap();
+            let mut head = vec![0u8; header];
+            let mut got = 0;
+            while got < header {
+                let n = r.recv_into(&mut head[got..]).unwrap();
+                assert!(n > 0, "stream ended in the header");
+                got += n;
+            }
+            assert_eq!(&head[..], pattern(0, header), "header");
+            r.recv_to_file_with(dst, 0, body, mode).unwrap();
+            assert!(r.recv().unwrap().is_none(), "bytes after the body");
+            (r.path(), r.stats().snapshot())
+        });
+        let mut tx = connect(Topo::Loopback, port, &sender_config(tx_path));
+        common::send_pattern(&mut tx, header as u64 + body, 0);
+        tx.finish().unwrap();
+        r.join().unwrap()
+    })
+}
+
 /// The transfer tool's shape: a header read with `recv_into` (which may leave the rest of a
 /// chunk — mapped pages, copybuf, scratch — in the receiver), then the body to a file. The
 /// held bytes must reach the file first, in order. The sender is `MSG_ZEROCOPY` so the mmap
@@ -369,34 +406,12 @@ fn bytes_an_earlier_receive_left_behind_go_to_the_file_first() {
                 .path()
                 .join(format!("lo-{}-{}-{zc_sender}", rx.path, rx.mode));
             let dst = create(&path);
-            let listener = listen(Topo::Loopback, &receiver_config(rx.path));
-            let port = listener.local_addr().unwrap().port();
-            let rxs = std::thread::scope(|s| {
-                let dst = &dst;
-                let r = s.spawn(move || {
-                    let mut r = listener.accept().unwrap();
-                    let mut head = vec![0u8; HEADER];
-                    let mut got = 0;
-                    while got < HEADER {
-                        let n = r.recv_into(&mut head[got..]).unwrap();
-                        assert!(n > 0, "stream ended in the header");
-                        got += n;
-                    }
-                    assert_eq!(&head[..], pattern(0, HEADER), "header");
-                    r.recv_to_file_with(dst, 0, BODY, rx.mode).unwrap();
-                    assert!(r.recv().unwrap().is_none(), "bytes after the body");
-                    r.stats().snapshot()
-                });
-                let path = if zc_sender {
-                    TxPath::Zerocopy
-                } else {
-                    TxPath::Copy
-                };
-                let mut tx = connect(Topo::Loopback, port, &sender_config(path));
-                common::send_pattern(&mut tx, HEADER as u64 + BODY, 0);
-                tx.finish().unwrap();
-                r.join().unwrap()
-            });
+            let tx_path = if zc_sender {
+                TxPath::Zerocopy
+            } else {
+                TxPath::Copy
+            };
+            let (_, rxs) = header_then_file(rx.path, tx_path, HEADER, &dst, BODY, rx.mode);
             assert_eq!(
                 rxs.rx_bytes(),
                 HEADER as u64 + BODY,
@@ -434,29 +449,7 @@ fn every_receive_path_writes_the_file_in_order() {
     for path in RxPath::ALL {
         for mode in FileRxMode::ALL {
             let dst = create(&dir.path().join(format!("every-{path}-{mode}")));
-            let listener = listen(Topo::Loopback, &receiver_config(path));
-            let port = listener.local_addr().unwrap().port();
-            let (used, rxs) = std::thread::scope(|s| {
-                let dst = &dst;
-                let r = s.spawn(move || {
-                    let mut r = listener.accept().unwrap();
-                    let mut head = vec![0u8; HEADER];
-                    let mut got = 0;
-                    while got < HEADER {
-                        let n = r.recv_into(&mut head[got..]).unwrap();
-                        assert!(n > 0, "stream ended in the header");
-                        got += n;
-                    }
-                    assert_eq!(&head[..], pattern(0, HEADER), "header");
-                    r.recv_to_file_with(dst, 0, BODY, mode).unwrap();
-                    assert!(r.recv().unwrap().is_none(), "bytes after the body");
-                    (r.path(), r.stats().snapshot())
-                });
-                let mut tx = connect(Topo::Loopback, port, &sender_config(TxPath::Copy));
-                common::send_pattern(&mut tx, HEADER as u64 + BODY, 0);
-                tx.finish().unwrap();
-                r.join().unwrap()
-            });
+            let (used, rxs) = header_then_file(path, TxPath::Copy, HEADER, &dst, BODY, mode);
             let what = format!("asked {path}, got {used}, {mode}");
             let mut v = common::Verifier { pos: HEADER as u64 };
             let mut buf = vec![0u8; BODY as usize];

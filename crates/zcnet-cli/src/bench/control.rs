@@ -1,13 +1,15 @@
 //! What every transport's run shares around its data phase: the control connection (connect,
 //! report a failure, the final exchange), the accounting of a side's work ([`WorkerOut`],
-//! CPU readings, [`merge`]), count and deadline limits, the round trips' reply bookkeeping,
-//! the agreement check between both ends' counts, and assembling the [`Run`].
+//! CPU readings, [`merge`]), count and deadline limits, the `rr` client's round trips
+//! ([`ping_pong`], over a transport's [`Trips`]) and their reply bookkeeping, the agreement
+//! check between both ends' counts, and assembling the [`Run`].
 
-use super::spec::{BenchError, RunSpec};
+use super::spec::{BenchError, Progress, RunSpec};
 use std::collections::VecDeque;
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use zcnet_bench::cpu::{thread_rusage, CpuSeconds, SystemCpu};
 use zcnet_bench::histogram::LatencyHistogram;
@@ -333,6 +335,116 @@ impl Replies {
         stats.msg.insert("late_replies".into(), self.late);
         stats.msg.insert("trips_lost".into(), self.lost_trips);
     }
+}
+
+/// What the server sent, as one [`Trips::next`] saw it.
+pub(crate) enum Reply {
+    /// Nothing came in the time given.
+    Nothing,
+    /// The server reported a reply lost (checked to come from the peer).
+    Lost,
+    /// A reply, from the peer, whole and what [`Replies::classify`] accepts.
+    Message {
+        /// The receive call that brought it.
+        took: Duration,
+        bytes: u64,
+        /// It answers the request waiting now, not an overdue one.
+        awaited: bool,
+    },
+}
+
+/// The transport's part of an `rr` client, for [`ping_pong`]: the calls differ by
+/// transport (`zcnet::msg`, `zcnet::lm`), the round trips' bookkeeping does not.
+pub(crate) trait Trips {
+    /// Sends the next request, its send call timed into `hist`; returns its id.
+    fn request(&mut self, hist: &mut LatencyHistogram) -> Result<u64, BenchError>;
+
+    /// Waits up to `wait` for the server's next event and checks that it comes from the
+    /// peer. A reply goes to `classify` before its buffer is given back; its receive call
+    /// is timed up to there.
+    fn next(
+        &mut self,
+        wait: Duration,
+        classify: impl FnOnce(&[u8]) -> Result<bool, BenchError>,
+    ) -> Result<Reply, BenchError>;
+
+    /// After the last trip, before the clock stops: what must be done by then (every loan
+    /// back, where the transport loans).
+    fn flush(&mut self) -> Result<(), BenchError> {
+        Ok(())
+    }
+
+    /// This end's counters, once the clock has stopped.
+    fn stats(&self) -> SideStats;
+
+    /// The receive path in effect.
+    fn rx_path(&self) -> String;
+}
+
+/// The client's ping-pong: one request, then its reply (or the trip is lost after `wait`,
+/// its reply recognised if it comes later), until the count or the deadline.
+pub(crate) fn ping_pong(
+    end: &mut impl Trips,
+    p: &Params,
+    pattern: &Pattern,
+    wait: Duration,
+    progress: &Progress,
+) -> Result<SideReport, BenchError> {
+    let count = count_of(p);
+    let mut out = WorkerOut::default();
+    // Requests whose reply did not come in time, newest last: a late reply is recognised.
+    let mut replies = Replies::default();
+    let (mut trips, mut received) = (0u64, 0u64);
+    let t0 = cpu_now()?;
+    let start = Instant::now();
+    let deadline = deadline_of(p, start);
+    out.started = Some(start);
+    while !done(count, deadline, trips) {
+        let t = Instant::now();
+        let id = end.request(&mut out.send)?;
+        trips += 1;
+        out.bytes_sent += p.size;
+        let until = t + wait;
+        let answered = loop {
+            let now = Instant::now();
+            if now >= until {
+                break false;
+            }
+            match end.next(until - now, |data| replies.classify(pattern, data, id))? {
+                Reply::Nothing => break false,
+                Reply::Lost => {}
+                Reply::Message {
+                    took,
+                    bytes,
+                    awaited,
+                } => {
+                    out.recv.record(took);
+                    received += 1;
+                    out.bytes_received += bytes;
+                    if awaited {
+                        break true;
+                    }
+                }
+            }
+        };
+        if answered {
+            out.rtt.record(t.elapsed());
+            progress.bytes.fetch_add(2 * p.size, Ordering::Relaxed);
+        } else {
+            replies.missed(id);
+        }
+    }
+    end.flush()?;
+    out.ended = Some(Instant::now());
+    out.cpu = side_cpu(t0, cpu_now()?);
+    out.stats = end.stats();
+    replies.record(&mut out.stats);
+    out.rx_path = Some(end.rx_path());
+    Ok(SideReport {
+        messages_sent: trips,
+        messages_received: received,
+        ..merge(vec![out])
+    })
 }
 
 /// The client's `done`, if it is waiting on the control connection: its report. Anything

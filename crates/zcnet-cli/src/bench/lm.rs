@@ -19,8 +19,8 @@
 
 use super::control::{
     connect_control, count_of, cpu_now, deadline_of, done, finish_client, log_count_mismatch,
-    merge, poll_done, report_failure, respond, side_cpu, Replies, WorkerOut, CONTROL_EVERY,
-    DATA_TIMEOUT,
+    merge, ping_pong, poll_done, report_failure, respond, side_cpu, Reply, Trips, WorkerOut,
+    CONTROL_EVERY, DATA_TIMEOUT,
 };
 use super::ledger::Ledger;
 use super::spec::{BenchError, Progress, RunSpec, Transport};
@@ -203,60 +203,63 @@ fn rr(
     p: &Params,
     progress: &Progress,
 ) -> Result<SideReport, BenchError> {
-    let count = count_of(p);
     let pattern = writer.pattern.clone();
-    let mut out = WorkerOut::default();
-    let mut replies = Replies::default();
-    let (mut trips, mut received) = (0u64, 0u64);
-    let t0 = cpu_now()?;
-    let start = Instant::now();
-    let deadline = deadline_of(p, start);
-    out.started = Some(start);
-    while !done(count, deadline, trips) {
-        let t = Instant::now();
-        let id = u64::from(writer.send(sock, to, u64::from, &mut out.send)?);
-        trips += 1;
-        out.bytes_sent += p.size;
-        let until = t + REPLY_WAIT;
-        let answered = loop {
-            let now = Instant::now();
-            if now >= until {
-                break false;
+    ping_pong(
+        &mut LmTrips { sock, to, writer },
+        p,
+        &pattern,
+        REPLY_WAIT,
+        progress,
+    )
+}
+
+/// The LM client's end of a ping-pong: requests to `to`, replies only from there.
+struct LmTrips<'a> {
+    sock: &'a mut LmSocket,
+    to: SocketAddrV4,
+    writer: &'a mut Writer,
+}
+
+impl Trips for LmTrips<'_> {
+    fn request(&mut self, hist: &mut LatencyHistogram) -> Result<u64, BenchError> {
+        Ok(u64::from(self.writer.send(
+            self.sock,
+            self.to,
+            u64::from,
+            hist,
+        )?))
+    }
+
+    fn next(
+        &mut self,
+        wait: Duration,
+        classify: impl FnOnce(&[u8]) -> Result<bool, BenchError>,
+    ) -> Result<Reply, BenchError> {
+        let t_recv = Instant::now();
+        match self.sock.recv(wait).map_err(lerr("recv (reply)"))? {
+            None => Ok(Reply::Nothing),
+            Some(LmEvent::Lost(l)) => {
+                check_from(l.from, self.to, "loss report")?;
+                Ok(Reply::Lost)
             }
-            let t_recv = Instant::now();
-            match sock.recv(until - now).map_err(lerr("recv (reply)"))? {
-                None => break false,
-                Some(LmEvent::Lost(l)) => {
-                    check_from(l.from, to, "loss report")?;
-                }
-                Some(LmEvent::Message(m)) => {
-                    check_from(m.from, to, "reply")?;
-                    out.recv.record(t_recv.elapsed());
-                    received += 1;
-                    out.bytes_received += m.data.len() as u64;
-                    if replies.classify(&pattern, m.data, id)? {
-                        break true;
-                    }
-                }
+            Some(LmEvent::Message(m)) => {
+                check_from(m.from, self.to, "reply")?;
+                Ok(Reply::Message {
+                    took: t_recv.elapsed(),
+                    bytes: m.data.len() as u64,
+                    awaited: classify(m.data)?,
+                })
             }
-        };
-        if answered {
-            out.rtt.record(t.elapsed());
-            progress.bytes.fetch_add(2 * p.size, Ordering::Relaxed);
-        } else {
-            replies.missed(id);
         }
     }
-    out.ended = Some(Instant::now());
-    out.cpu = side_cpu(t0, cpu_now()?);
-    out.stats = lm_stats(sock);
-    replies.record(&mut out.stats);
-    out.rx_path = Some(rx_path(sock).into());
-    Ok(SideReport {
-        messages_sent: trips,
-        messages_received: received,
-        ..merge(vec![out])
-    })
+
+    fn stats(&self) -> SideStats {
+        lm_stats(self.sock)
+    }
+
+    fn rx_path(&self) -> String {
+        rx_path(self.sock).into()
+    }
 }
 
 /// The receive path in effect: `lm` in place, or the kernel-socket fallback.

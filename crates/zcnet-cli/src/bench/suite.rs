@@ -202,6 +202,22 @@ fn by_tx<'a>(rows: &'a [SummaryRow], tx: &str) -> Vec<&'a SummaryRow> {
     rows.iter().filter(|r| r.tx == tx).collect()
 }
 
+/// One plot series per transmit path of `txs` (each sending to the `copy` receiver): `y`
+/// against `x` over that path's rows, in their order.
+fn series_by_tx(
+    rows: &[SummaryRow],
+    txs: &[&str],
+    x: fn(&SummaryRow) -> f64,
+    y: fn(&SummaryRow) -> f64,
+) -> Vec<Series> {
+    txs.iter()
+        .map(|tx| Series {
+            name: format!("{tx}→copy"),
+            points: by_tx(rows, tx).iter().map(|r| (x(r), y(r))).collect(),
+        })
+        .collect()
+}
+
 /// Smallest size from which on `zc`'s figure stays at or below `copy`'s (the crossover),
 /// `None` if it never does at the largest size.
 fn crossover_size(rows: &[SummaryRow], zc: &str, f: fn(&SummaryRow) -> f64) -> Option<u64> {
@@ -476,17 +492,7 @@ fn ring_depth(cx: &mut Cx) -> Result<Section, BenchError> {
         }
     }
     let rows = cx.run(false, specs)?;
-    let series = |f: fn(&SummaryRow) -> f64| -> Vec<Series> {
-        txs.iter()
-            .map(|tx| Series {
-                name: format!("{tx}→copy"),
-                points: by_tx(&rows, tx)
-                    .iter()
-                    .map(|r| (f64::from(r.ring), f(r)))
-                    .collect(),
-            })
-            .collect()
-    };
+    let series = |f: fn(&SummaryRow) -> f64| series_by_tx(&rows, &txs, |r| f64::from(r.ring), f);
     let (svg, file) = cx.svg("ring");
     plot::figure(
         &svg,
@@ -576,17 +582,7 @@ fn loaded_system(cx: &mut Cx) -> Result<Section, BenchError> {
         }
     }
     let rows = cx.run(false, specs)?;
-    let series = |f: fn(&SummaryRow) -> f64| -> Vec<Series> {
-        txs.iter()
-            .map(|tx| Series {
-                name: format!("{tx}→copy"),
-                points: by_tx(&rows, tx)
-                    .iter()
-                    .map(|r| (f64::from(r.streams), f(r)))
-                    .collect(),
-            })
-            .collect()
-    };
+    let series = |f: fn(&SummaryRow) -> f64| series_by_tx(&rows, &txs, |r| f64::from(r.streams), f);
     let (svg, file) = cx.svg("streams");
     plot::figure(
         &svg,

@@ -39,8 +39,8 @@
 
 use super::control::{
     connect_control, count_of, cpu_now, deadline_of, done, finish_client, log_count_mismatch,
-    merge, poll_done, readable, report_failure, respond, side_cpu, sink_report, Replies, WorkerOut,
-    CONTROL_EVERY, DATA_TIMEOUT,
+    merge, ping_pong, poll_done, readable, report_failure, respond, side_cpu, sink_report, Reply,
+    Trips, WorkerOut, CONTROL_EVERY, DATA_TIMEOUT,
 };
 use super::ledger::Ledger;
 use super::spec::{BenchError, Progress, RunSpec};
@@ -372,8 +372,8 @@ fn flush(sender: &mut MsgSender) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The client's ping-pong: one request, then its reply (or the trip is lost after
-/// [`reply_wait`]), until the count or the deadline.
+/// The client's ping-pong over `zcnet::msg` ([`ping_pong`]): requests through `sender`,
+/// replies from `rx`, each trip lost after [`reply_wait`].
 fn rr_client(
     sender: &mut MsgSender,
     rx: &mut MsgReceiver,
@@ -382,65 +382,69 @@ fn rr_client(
     cfg: &MsgConfig,
     progress: &Progress,
 ) -> Result<SideReport, BenchError> {
-    let count = count_of(p);
-    let wait = reply_wait(cfg);
     let pattern = filler.pattern.clone();
-    let mut out = WorkerOut::default();
-    // Requests whose reply did not come in time, newest last: a late reply is recognised.
-    let mut replies = Replies::default();
-    let (mut trips, mut received) = (0u64, 0u64);
-    let mut session = None;
-    let t0 = cpu_now()?;
-    let start = Instant::now();
-    let deadline = deadline_of(p, start);
-    out.started = Some(start);
-    while !done(count, deadline, trips) {
-        let t = Instant::now();
-        let id = filler.send(sender, |id| id, &mut out.send)?;
-        trips += 1;
-        out.bytes_sent += p.size;
-        let until = t + wait;
-        let answered = loop {
-            let now = Instant::now();
-            if now >= until {
-                break false;
+    let mut end = MsgTrips {
+        sender,
+        rx,
+        filler,
+        session: None,
+    };
+    ping_pong(&mut end, p, &pattern, reply_wait(cfg), progress)
+}
+
+/// The `zcnet::msg` client's end of a ping-pong; every reply from the one peer session.
+struct MsgTrips<'a> {
+    sender: &'a mut MsgSender,
+    rx: &'a mut MsgReceiver,
+    filler: &'a mut Filler,
+    session: Option<(SocketAddr, u32)>,
+}
+
+impl Trips for MsgTrips<'_> {
+    fn request(&mut self, hist: &mut LatencyHistogram) -> Result<u64, BenchError> {
+        self.filler.send(self.sender, |id| id, hist)
+    }
+
+    fn next(
+        &mut self,
+        wait: Duration,
+        classify: impl FnOnce(&[u8]) -> Result<bool, BenchError>,
+    ) -> Result<Reply, BenchError> {
+        let t_recv = Instant::now();
+        match self.rx.recv(wait).map_err(merr("recv (reply)"))? {
+            None => Ok(Reply::Nothing),
+            Some(MsgEvent::Lost(l)) => {
+                check_peer(&mut self.session, l.from, l.session, "reply")?;
+                Ok(Reply::Lost)
             }
-            let t_recv = Instant::now();
-            match rx.recv(until - now).map_err(merr("recv (reply)"))? {
-                None => break false,
-                Some(MsgEvent::Lost(l)) => check_peer(&mut session, l.from, l.session, "reply")?,
-                Some(MsgEvent::Message(m)) => {
-                    check_peer(&mut session, m.from, m.session, "reply")?;
-                    out.recv.record(t_recv.elapsed());
-                    received += 1;
-                    out.bytes_received += m.len() as u64;
-                    let awaited = replies.classify(&pattern, &m, id)?;
-                    rx.recycle(m);
-                    if awaited {
-                        break true;
-                    }
-                }
+            Some(MsgEvent::Message(m)) => {
+                check_peer(&mut self.session, m.from, m.session, "reply")?;
+                let took = t_recv.elapsed();
+                let bytes = m.len() as u64;
+                let awaited = classify(&m)?;
+                self.rx.recycle(m);
+                Ok(Reply::Message {
+                    took,
+                    bytes,
+                    awaited,
+                })
             }
-        };
-        if answered {
-            out.rtt.record(t.elapsed());
-            progress.bytes.fetch_add(2 * p.size, Ordering::Relaxed);
-        } else {
-            replies.missed(id);
         }
     }
-    flush(sender)?;
-    out.ended = Some(Instant::now());
-    out.cpu = side_cpu(t0, cpu_now()?);
-    out.stats = sender_stats(sender);
-    out.stats.merge(&receiver_stats(rx));
-    replies.record(&mut out.stats);
-    out.rx_path = Some(if rx.gro_enabled() { "gro" } else { "copy" }.into());
-    Ok(SideReport {
-        messages_sent: trips,
-        messages_received: received,
-        ..merge(vec![out])
-    })
+
+    fn flush(&mut self) -> Result<(), BenchError> {
+        flush(self.sender)
+    }
+
+    fn stats(&self) -> SideStats {
+        let mut st = sender_stats(self.sender);
+        st.merge(&receiver_stats(self.rx));
+        st
+    }
+
+    fn rx_path(&self) -> String {
+        if self.rx.gro_enabled() { "gro" } else { "copy" }.into()
+    }
 }
 
 /// Every event of a run must come from its one peer session: the first seen.

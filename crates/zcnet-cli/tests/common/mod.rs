@@ -1,7 +1,7 @@
 //! What the CLI's integration tests share: the built binary, run with a bound.
 #![allow(dead_code)] // each test crate uses its own subset
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,35 @@ fn no_profiles_dir() -> std::path::PathBuf {
     let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-profiles");
     let _ = std::fs::create_dir_all(&d);
     d
+}
+
+/// A child's output as text (lossy: a test wants to read it, not to judge its encoding).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The number at `path` (dot-separated keys) of a `--json` report, which must be finite:
+/// a report's figures are read by scripts that choke on `NaN`.
+pub fn finite(v: &serde_json::Value, path: &str) -> f64 {
+    let mut cur = v;
+    for k in path.split('.') {
+        cur = &cur[k];
+    }
+    let x = cur
+        .as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number: {cur}"));
+    assert!(x.is_finite(), "{path} = {x} is not finite");
+    x
+}
+
+/// Whether network namespaces can be made here (root, `ip`); says why not on stderr, so
+/// a test that needs them returns instead of failing on a machine that cannot.
+pub fn netns_or_skip() -> bool {
+    if let Err(why) = zcnet_testbed::netns::available() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+        return false;
+    }
+    true
 }
 
 /// Runs to completion, bounded: a hung bench fails the test instead of hanging it.

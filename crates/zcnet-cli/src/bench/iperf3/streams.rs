@@ -208,8 +208,30 @@ fn thread_cpu() -> Result<zcnet_sys::raw::cpu::Rusage, BenchError> {
     zcnet_sys::raw::cpu::thread().map_err(|e| BenchError::io("getrusage(RUSAGE_THREAD)", e))
 }
 
-fn file_bytes(s: &zcnet::StatsSnapshot) -> u64 {
-    s.tx_bytes_file + s.rx_bytes_file
+impl StreamOut {
+    /// What every stream reports alike once its loop is over: which stream it is, its
+    /// thread's CPU from `c0` to now (so the caller's last call on the socket counts) and
+    /// the path's counters in `snap`. The caller sets what its loop measured; the rest
+    /// (no retransmits, no end of stream) is the default.
+    fn ended(
+        id: u32,
+        socket: i32,
+        main: bool,
+        sender: bool,
+        c0: zcnet_sys::raw::cpu::Rusage,
+        snap: &zcnet::StatsSnapshot,
+    ) -> Result<StreamOut, BenchError> {
+        Ok(StreamOut {
+            id,
+            socket,
+            sender,
+            main,
+            cpu: CpuSeconds::between(c0, thread_cpu()?),
+            stats: SideStats::from(snap),
+            file_bytes: snap.tx_bytes_file + snap.rx_bytes_file,
+            ..StreamOut::default()
+        })
+    }
 }
 
 fn send_loop(
@@ -320,21 +342,13 @@ fn send_loop(
     // reading keeps some, which is its business once the test is over.
     let snap = tx.stats().snapshot();
     let _ = tx.finish();
-    let cpu = CpuSeconds::between(c0, thread_cpu()?);
     Ok(StreamOut {
-        id: spec.id,
-        socket,
-        sender: true,
-        main: spec.main,
         bytes: sent,
         seconds,
-        cpu,
-        stats: SideStats::from(&snap),
-        file_bytes: file_bytes(&snap),
         retransmits: tcp.map(|t| t.0),
         congestion,
         path,
-        eof: false,
+        ..StreamOut::ended(spec.id, socket, spec.main, true, c0, &snap)?
     })
 }
 
@@ -376,21 +390,13 @@ fn recv_loop(
     }
     let path = rx.path().name().to_string();
     let snap = rx.stats().snapshot();
-    let cpu = CpuSeconds::between(c0, thread_cpu()?);
     Ok(StreamOut {
-        id: spec.id,
-        socket,
-        sender: false,
-        main: spec.main,
         bytes: got,
         seconds: last.duration_since(t0).as_secs_f64(),
-        cpu,
-        stats: SideStats::from(&snap),
-        file_bytes: file_bytes(&snap),
-        retransmits: None,
         congestion,
         path,
         eof,
+        ..StreamOut::ended(spec.id, socket, spec.main, false, c0, &snap)?
     })
 }
 
@@ -461,21 +467,13 @@ fn recv_file_loop(
         }
     }
     let snap = rx.stats().snapshot();
-    let cpu = CpuSeconds::between(c0, thread_cpu()?);
     Ok(StreamOut {
-        id: spec.id,
-        socket,
-        sender: false,
-        main: spec.main,
         bytes: got,
         seconds: last.duration_since(t0).as_secs_f64(),
-        cpu,
-        stats: SideStats::from(&snap),
-        file_bytes: file_bytes(&snap),
-        retransmits: None,
         congestion,
         path: files::FILE.to_string(),
         eof,
+        ..StreamOut::ended(spec.id, socket, spec.main, false, c0, &snap)?
     })
 }
 

@@ -254,7 +254,15 @@ impl Bars {
                 };
                 bar.set_position(already);
                 bar.set_message(printable(name));
-                self.file = Some(self.multi.insert_before(&self.total, bar));
+                // From protocol 7 a file's answer may come after the next file started:
+                // the earlier bar has moved all its bytes and goes now.
+                if let Some(b) = self
+                    .file
+                    .replace(self.multi.insert_before(&self.total, bar))
+                {
+                    b.finish_and_clear();
+                    self.multi.remove(&b);
+                }
                 self.total.inc(already);
             }
             Progress::Bytes(n) => {
@@ -264,7 +272,11 @@ impl Bars {
                 self.total.inc(n);
             }
             Progress::Done(o) => {
-                if let Some(b) = self.file.take() {
+                // Only the bar of this file: a later file's may be running already.
+                if let Some(b) = self
+                    .file
+                    .take_if(|b| self.hidden || b.message() == printable(&o.name))
+                {
                     b.finish_and_clear();
                     self.multi.remove(&b);
                 }

@@ -1,5 +1,5 @@
-//! Finishing small files (`Put`s) in batches, on a thread of their own, while the session's
-//! thread reads the next ones.
+//! Finishing small files (`Put`s), and from version 7 files sent by `sendfile` (`File`s), in
+//! batches, on a thread of their own, while the session's thread reads the next ones.
 //!
 //! The promise is the one every file keeps: a final name appears only after the length and
 //! the BLAKE3 hash are verified and the data is durable, and the `Ack` for a file means
@@ -17,7 +17,7 @@ use super::wire::{Code, Frame};
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// `Put`s written to their partial files and waiting for the finishing thread. Each holds
@@ -37,8 +37,8 @@ const SYNC_THREADS: usize = 8;
 /// one after the other on the finishing thread, cheaper than waking threads.
 const PARALLEL_ABOVE: Duration = Duration::from_micros(100);
 
-/// A `Put` read whole and written to its partial file (or refused), waiting for its checks,
-/// fsync and rename.
+/// A `Put` read whole and written to its partial file, or a `File` whose data has landed
+/// (or either refused), waiting for its checks, fsync and rename.
 pub(crate) struct Staged {
     pub name: String,
     pub size: u64,
@@ -61,6 +61,10 @@ pub(crate) struct Finished {
 pub(crate) struct Finisher {
     jobs: SyncSender<Staged>,
     done: Receiver<io::Result<Vec<Finished>>>,
+    /// Held while either thread writes on the session's socket: a batch of `Ack`s and the
+    /// session thread's `Ready` for the next `File` (version 7) never interleave, even when
+    /// a write waits for room.
+    writing: Arc<Mutex<()>>,
 }
 
 impl Finisher {
@@ -73,6 +77,8 @@ impl Finisher {
     ) -> io::Result<Finisher> {
         let (jobs, queue) = mpsc::sync_channel::<Staged>(FINISH_QUEUE);
         let (tell, done) = mpsc::channel();
+        let writing = Arc::new(Mutex::new(()));
+        let lock = writing.clone();
         std::thread::Builder::new()
             .name("zcnet finish".into())
             .spawn_scoped(scope, move || {
@@ -86,14 +92,27 @@ impl Finisher {
                         }
                     }
                     let finished = finish_batch(batch, &mut plan);
-                    let r = answer(&sock, &finished, ack_message).map(|()| finished);
+                    let r = {
+                        let _alone = lock.lock().unwrap_or_else(|e| e.into_inner());
+                        answer(&sock, &finished, ack_message).map(|()| finished)
+                    };
                     let failed = r.is_err();
                     if tell.send(r).is_err() || failed {
                         return;
                     }
                 }
             })?;
-        Ok(Finisher { jobs, done })
+        Ok(Finisher {
+            jobs,
+            done,
+            writing,
+        })
+    }
+
+    /// Held while the session's thread writes on the socket, so that no batch of `Ack`s is
+    /// written in the middle of its frame.
+    pub fn writing(&self) -> MutexGuard<'_, ()> {
+        self.writing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Queues one file (waits while the queue is full).

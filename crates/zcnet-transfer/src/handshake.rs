@@ -375,8 +375,8 @@ mod tests {
         // Another version.
         let mut hs = ReceiverHandshake::new(None).unwrap();
         assert_eq!(
-            feed(&mut hs, &sender_hello(7, [0; 32])),
-            Err(HandshakeError::Version(7))
+            feed(&mut hs, &sender_hello(VERSION + 1, [0; 32])),
+            Err(HandshakeError::Version(VERSION + 1))
         );
     }
 

@@ -54,6 +54,17 @@ pub const MAX_WINDOW: usize = 128;
 /// Longest message in a `Put`'s `Ack` (the sender knows the name it sent).
 const PUT_ACK_MESSAGE: usize = 512;
 
+/// The first version whose `File`s are pipelined: the sender sends the next file as soon as
+/// a `File`'s trailer is out, and its `Ack` comes later, in order with the other answers
+/// (the receiver finishes it on the thread that finishes `Put`s).
+pub const PIPELINED_FILES: u16 = 7;
+
+/// `File`s (sent by `sendfile`) whose `Ack` a version-7 sender may wait for at once on one
+/// stream, besides its window of `Put`s. Each holds an open partial file at the receiver and
+/// its unsynced bytes in the page cache; two are enough for a file's `fsync` to overlap the
+/// next one's data, a few more absorb one slow `fsync` among quick files.
+pub const FILES_AHEAD: usize = 4;
+
 /// A session that could not go on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -507,6 +518,7 @@ pub(crate) fn send_entries(
     let mut report = SessionReport::default();
     let mut pipe = Pipeline {
         pending: VecDeque::new(),
+        files_out: 0,
         batch: Vec::new(),
         window: opts.window.clamp(1, MAX_WINDOW),
         answers: Answers::new(),
@@ -538,6 +550,32 @@ pub(crate) fn send_entries(
                 Small::Large => {}
             }
         }
+        if let (true, Source::File { path, name }) = (version >= PIPELINED_FILES, &src) {
+            // Version 7: answers to earlier files may still be due; only the window of
+            // files is bounded.
+            pipe.flush(tx)?;
+            while pipe.files_out >= FILES_AHEAD {
+                pipe.settle_one(tx, progress, &mut report)?;
+            }
+            let sent = send_one_file(
+                tx,
+                path,
+                name,
+                opts,
+                version,
+                progress,
+                &mut pipe,
+                &mut report,
+            )?;
+            match sent {
+                Sent::Refused(outcome) => {
+                    progress(Progress::Done(&outcome));
+                    report.files.push(outcome);
+                }
+                Sent::Trailer { bytes, verified } => pipe.push(name, bytes, verified, true),
+            }
+            continue;
+        }
         // A large file or a stream waits for its own `Ready`: every answer before it first.
         pipe.drain(tx, progress, &mut report)?;
         if let Source::Range {
@@ -558,7 +596,21 @@ pub(crate) fn send_entries(
             Source::Dir { path, name } => send_dir(tx, &path, &name, version)?,
             Source::Link { name, target } => send_link(tx, &name, target, version)?,
             Source::File { path, name } => {
-                send_one_file(tx, &path, &name, opts, version, progress)?
+                match send_one_file(
+                    tx,
+                    &path,
+                    &name,
+                    opts,
+                    version,
+                    progress,
+                    &mut pipe,
+                    &mut report,
+                )? {
+                    Sent::Refused(outcome) => outcome,
+                    Sent::Trailer { bytes, verified } => {
+                        ack_outcome(pipe.answers.frame(tx)?, &name, bytes, verified)?
+                    }
+                }
             }
             Source::Stream { reader, name } => send_stream(tx, reader, &name, opts, progress)?,
         };
@@ -628,8 +680,11 @@ fn read_small(path: &std::path::Path) -> Result<Small, TransferError> {
 /// The sender's window of `Put`s: sent (or gathered in `batch`) and not yet acknowledged,
 /// oldest first. The receiver answers in order, so the front is the next `Ack`'s file.
 struct Pipeline {
-    /// Name, bytes and whether a hash went with it, per outstanding file.
-    pending: VecDeque<(String, u64, bool)>,
+    /// Per outstanding file, oldest first: name, bytes, whether a hash went with it, and
+    /// whether it was a `File` (version 7) rather than a `Put`.
+    pending: VecDeque<(String, u64, bool, bool)>,
+    /// How many of `pending` are `File`s ([`FILES_AHEAD`] at most).
+    files_out: usize,
     /// Encoded `Put`s not yet written.
     batch: Vec<u8>,
     window: usize,
@@ -663,8 +718,7 @@ impl Pipeline {
         self.batch.extend_from_slice(&data);
         Frame::Trailer { hash }.encode(&mut self.batch);
         progress(Progress::Bytes(size));
-        self.pending
-            .push_back((name.to_string(), size, hash.is_some()));
+        self.push(name, size, hash.is_some(), false);
         if self.batch.len() >= BATCH {
             self.flush(tx)?;
         }
@@ -713,16 +767,65 @@ impl Pipeline {
         Ok(())
     }
 
+    /// One more file whose `Ack` is due.
+    fn push(&mut self, name: &str, bytes: u64, verified: bool, file: bool) {
+        self.pending
+            .push_back((name.to_string(), bytes, verified, file));
+        self.files_out += usize::from(file);
+    }
+
+    /// The receiver's answer to a `File` just sent. From version 7 the `Ack`s of earlier
+    /// files may come first (the receiver finishes them on another thread): they are
+    /// settled on the way, in order. A refusal waits for every earlier answer, so the report
+    /// stays in sending order.
+    fn answer(
+        &mut self,
+        tx: &mut Sender,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<Answer, TransferError> {
+        loop {
+            match self.answers.frame(tx)? {
+                Frame::Ready { offset, prefix } => return Ok(Ok((offset, prefix))),
+                Frame::Refuse { code, message } => {
+                    while !self.pending.is_empty() {
+                        self.settle_one(tx, progress, report)?;
+                    }
+                    return Ok(Err((code, message)));
+                }
+                ack @ Frame::Ack { .. } if !self.pending.is_empty() => {
+                    self.settle_with(ack, progress, report)?
+                }
+                other => return Err(unexpected("ready or refuse", &other)),
+            }
+        }
+    }
+
     fn settle_one(
         &mut self,
         tx: &mut Sender,
         progress: &mut dyn FnMut(Progress<'_>),
         report: &mut SessionReport,
     ) -> Result<(), TransferError> {
-        let Some((name, bytes, verified)) = self.pending.pop_front() else {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let f = self.answers.frame(tx)?;
+        self.settle_with(f, progress, report)
+    }
+
+    /// The oldest outstanding file's answer is `frame`.
+    fn settle_with(
+        &mut self,
+        frame: Frame,
+        progress: &mut dyn FnMut(Progress<'_>),
+        report: &mut SessionReport,
+    ) -> Result<(), TransferError> {
+        let Some((name, bytes, verified, file)) = self.pending.pop_front() else {
             return Ok(());
         };
-        let outcome = ack_outcome(self.answers.frame(tx)?, &name, bytes, verified)?;
+        self.files_out -= usize::from(file);
+        let outcome = ack_outcome(frame, &name, bytes, verified)?;
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
         Ok(())
@@ -747,10 +850,11 @@ impl Pipeline {
     }
 }
 
-/// The receiver's answers to a window of `Put`s, read ahead of need. Only `Put`s are ever
-/// outstanding while it is used (every other frame waits for the window to drain), and the
-/// receiver says nothing unasked, so all it can hold is their `Ack`s (or a refusal that
-/// ends the session); after the last, it must be empty.
+/// The receiver's answers to a window of `Put`s (and, from version 7, of `File`s), read
+/// ahead of need. Only those are ever outstanding while it is used (every other frame waits
+/// for the window to drain), and the receiver says nothing unasked, so all it can hold is
+/// their `Ack`s, a `File`'s `Ready` or `Refuse`, or a refusal that ends the session; after
+/// the last, it must be empty.
 struct Answers {
     buf: Vec<u8>,
     lo: usize,
@@ -1022,6 +1126,23 @@ fn send_link(
     Ok(o)
 }
 
+/// How far [`send_one_file`] took a file.
+enum Sent {
+    /// The receiver refused it before any data.
+    Refused(FileOutcome),
+    /// Its bytes and trailer are out; its `Ack` is due.
+    Trailer {
+        /// Bytes sent (from the offset it resumed at).
+        bytes: u64,
+        /// A hash went with it.
+        verified: bool,
+    },
+}
+
+/// One file by `sendfile`: `File`, the receiver's answer (read through `pipe`, which
+/// settles the answers to earlier files that come first), `Start`, the bytes, `Trailer`.
+/// The `Ack` is left to the caller: read at once, or from version 7 in turn with the rest.
+#[allow(clippy::too_many_arguments)]
 fn send_one_file(
     tx: &mut Sender,
     path: &std::path::Path,
@@ -1029,7 +1150,9 @@ fn send_one_file(
     opts: &SendOptions,
     version: u16,
     progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<FileOutcome, TransferError> {
+    pipe: &mut Pipeline,
+    report: &mut SessionReport,
+) -> Result<Sent, TransferError> {
     let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
     let meta = file
         .metadata()
@@ -1046,16 +1169,16 @@ fn send_one_file(
         }
         .to_bytes(),
     )?;
-    let (offer, prefix) = match await_answer(tx)? {
+    let (offer, prefix) = match pipe.answer(tx, progress, report)? {
         Ok(v) => v,
         Err(refused) => {
-            return Ok(FileOutcome {
+            return Ok(Sent::Refused(FileOutcome {
                 entry: Entry::File,
                 name: name.into(),
                 bytes: 0,
                 result: Err(refused),
                 verified: false,
-            })
+            }))
         }
     };
     // Resume only from a prefix that really is ours; its hash state is where the whole
@@ -1148,7 +1271,10 @@ fn send_one_file(
     })?;
     let verified = hash.is_some();
     tx.send_slice(&Frame::Trailer { hash }.to_bytes())?;
-    await_ack(tx, name, size - start, verified)
+    Ok(Sent::Trailer {
+        bytes: size - start,
+        verified,
+    })
 }
 
 fn send_stream(
@@ -1314,8 +1440,12 @@ fn receive_files_in<'scope>(
                 .into())
             }
         };
-        if !matches!(frame, Frame::Put { .. }) {
-            // Every `Put`'s answer goes out before whatever this frame asks for.
+        // From version 7 a `File` is answered in turn too: its `Ready` goes out at once,
+        // its `Ack` after those of the files before it.
+        let in_turn = matches!(frame, Frame::Put { .. })
+            || (version >= PIPELINED_FILES && matches!(frame, Frame::File { .. }));
+        if !in_turn {
+            // Every earlier answer goes out before whatever this frame asks for.
             if let Some(f) = finisher.take() {
                 report_finished(f.settle(), progress, &mut report)?;
             }
@@ -1352,20 +1482,7 @@ fn receive_files_in<'scope>(
                     verify,
                 )?;
                 progress(Progress::Bytes(size));
-                if finisher.is_none() {
-                    let sock = rx
-                        .socket()
-                        .try_clone_to_owned()
-                        .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
-                    finisher = Some(
-                        Finisher::start(scope, sock, PUT_ACK_MESSAGE)
-                            .map_err(io_err("starting the thread that finishes files"))?,
-                    );
-                }
-                let f = finisher.as_mut().expect("started above");
-                f.hand_over(staged)
-                    .map_err(|e| zcnet::Error::io("finishing files", e))?;
-                report_finished(f.collect(), progress, &mut report)?;
+                finish_in_turn(scope, rx, &mut finisher, staged, progress, &mut report)?;
                 continue;
             }
             Frame::Dir { name, mode } if version >= 3 => {
@@ -1426,8 +1543,9 @@ fn receive_files_in<'scope>(
         let mut inc = match store.begin(&name, announced, verify) {
             Ok(i) => i,
             Err(Refusal { code, message }) => {
-                reply(
+                reply_beside(
                     rx,
+                    finisher.as_ref(),
                     &Frame::Refuse {
                         code,
                         message: message.clone(),
@@ -1445,8 +1563,9 @@ fn receive_files_in<'scope>(
                 continue;
             }
         };
-        reply(
+        reply_beside(
             rx,
+            finisher.as_ref(),
             &Frame::Ready {
                 offset: inc.offset(),
                 prefix: inc.prefix(),
@@ -1617,14 +1736,29 @@ fn receive_files_in<'scope>(
             }
         };
         let hash = trailer_hash(read_frame_receiver_side(rx)?, verify)?;
-        let result = match data_result {
-            Ok(()) => inc.finish(hash, mode, (mtime_s, mtime_ns)),
+        let began = match data_result {
+            Ok(()) => Ok(inc),
             Err(r) => {
                 // Refused mid-stream (cap, disk): the bytes on disk are incomplete.
                 inc.discard();
                 Err(r)
             }
         };
+        if version >= PIPELINED_FILES {
+            // Checked, synced, renamed and answered by the finishing thread, in turn,
+            // while this one reads the next file.
+            let staged = Staged {
+                name,
+                size: got,
+                mode,
+                mtime: (mtime_s, mtime_ns),
+                hash,
+                began,
+            };
+            finish_in_turn(scope, rx, &mut finisher, staged, progress, &mut report)?;
+            continue;
+        }
+        let result = began.and_then(|inc| inc.finish(hash, mode, (mtime_s, mtime_ns)));
         let (code, message, bytes) = match &result {
             Ok(len) => (Code::Ok, String::new(), *len),
             Err(r) => (r.code, r.message.clone(), got),
@@ -1647,6 +1781,45 @@ fn receive_files_in<'scope>(
         progress(Progress::Done(&outcome));
         report.files.push(outcome);
     }
+}
+
+/// Hands `staged` to the session's finishing thread (started on first use), which answers
+/// it after every file handed over before it; reports the files it has finished so far.
+fn finish_in_turn<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    rx: &Receiver,
+    finisher: &mut Option<Finisher>,
+    staged: Staged,
+    progress: &mut dyn FnMut(Progress<'_>),
+    report: &mut SessionReport,
+) -> Result<(), TransferError> {
+    let f = match finisher {
+        Some(f) => f,
+        None => {
+            let sock = rx
+                .socket()
+                .try_clone_to_owned()
+                .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+            finisher.insert(
+                Finisher::start(scope, sock, PUT_ACK_MESSAGE)
+                    .map_err(io_err("starting the thread that finishes files"))?,
+            )
+        }
+    };
+    f.hand_over(staged)
+        .map_err(|e| zcnet::Error::io("finishing files", e))?;
+    report_finished(f.collect(), progress, report)
+}
+
+/// [`reply`] while a finishing thread may be writing `Ack`s on the same socket: never in
+/// the middle of its batch.
+fn reply_beside(
+    rx: &Receiver,
+    finisher: Option<&Finisher>,
+    f: &Frame,
+) -> Result<(), TransferError> {
+    let _alone = finisher.map(Finisher::writing);
+    reply(rx, f)
 }
 
 /// The `Ack` for a `Dir` or a `Link` (no data), and its outcome in the report.

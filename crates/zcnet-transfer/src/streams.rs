@@ -41,22 +41,36 @@ pub fn spread(sources: Vec<Source>, n: usize) -> Vec<Vec<Source>> {
         // One stream takes everything in walk order: no need to `lstat` every file again.
         return vec![sources];
     }
-    let mut weight: Vec<(usize, Option<u64>)> = sources
+    let sizes = sizes(&sources);
+    spread_sized(sources, &sizes, n)
+}
+
+/// The bytes of each source that carries data: a file's length (`lstat`; 0 if it cannot be
+/// had — its send reports why), a range's; `None` for the rest. Taken once per file for
+/// the split and the spread together: with thousands of small files every `lstat` shows in
+/// the sender's CPU.
+fn sizes(sources: &[Source]) -> Vec<Option<u64>> {
+    sources
         .iter()
-        .enumerate()
-        .map(|(i, s)| match s {
-            Source::File { path, .. } => (
-                i,
-                Some(
-                    std::fs::symlink_metadata(path)
-                        .map(|m| m.len())
-                        .unwrap_or(0)
-                        .saturating_add(PER_FILE_COST),
-                ),
-            ),
-            Source::Range { len, .. } => (i, Some(len.saturating_add(PER_FILE_COST))),
-            _ => (i, None),
+        .map(|s| match s {
+            Source::File { path, .. } => {
+                Some(std::fs::symlink_metadata(path).map_or(0, |m| m.len()))
+            }
+            Source::Range { len, .. } => Some(*len),
+            _ => None,
         })
+        .collect()
+}
+
+/// [`spread`] with each source's size already taken ([`sizes`], one per source).
+fn spread_sized(sources: Vec<Source>, sizes: &[Option<u64>], n: usize) -> Vec<Vec<Source>> {
+    if n <= 1 {
+        return vec![sources];
+    }
+    let mut weight: Vec<(usize, Option<u64>)> = sizes
+        .iter()
+        .map(|s| s.map(|len| len.saturating_add(PER_FILE_COST)))
+        .enumerate()
         .collect();
     // Largest first; equal sizes in walk order (a stable sort).
     weight.sort_by_key(|&(_, w)| std::cmp::Reverse(w.unwrap_or(0)));
@@ -89,21 +103,38 @@ pub fn spread(sources: Vec<Source>, n: usize) -> Vec<Vec<Source>> {
 /// (`bench/transfer.sh mixed 300 1024 5`), splitting its 64–256 MiB files or not made no
 /// difference beyond the noise (wall 0.87 s against 0.90 s).
 pub fn split_large(sources: Vec<Source>, streams: usize) -> (Vec<Source>, Vec<String>) {
+    let sizes = sizes(&sources);
+    let (out, _, names) = split_sized(sources, &sizes, streams);
+    (out, names)
+}
+
+/// [`split_large`] with each source's size already taken ([`sizes`]); returns the sizes of
+/// what it returns, too. Only a file that the sizes say is large enough to split is opened.
+fn split_sized(
+    sources: Vec<Source>,
+    sizes: &[Option<u64>],
+    streams: usize,
+) -> (Vec<Source>, Vec<Option<u64>>, Vec<String>) {
     let total: u64 = sources
         .iter()
-        .filter_map(|s| match s {
-            Source::File { path, .. } => std::fs::symlink_metadata(path).ok().map(|m| m.len()),
-            _ => None,
-        })
+        .zip(sizes)
+        .filter_map(|(s, len)| matches!(s, Source::File { .. }).then_some(len.unwrap_or(0)))
         .fold(0u64, u64::saturating_add);
     let share = total / streams.max(1) as u64;
     let mut out = Vec::with_capacity(sources.len());
+    let mut out_sizes = Vec::with_capacity(sources.len());
     let mut names = Vec::new();
-    for src in sources {
+    for (src, &len) in sources.into_iter().zip(sizes) {
         let Source::File { path, name } = &src else {
             out.push(src);
+            out_sizes.push(len);
             continue;
         };
+        if len.is_none_or(|l| l < RANGE_THRESHOLD || l <= share) {
+            out.push(src);
+            out_sizes.push(len);
+            continue;
+        }
         let size = match std::fs::File::open(path).and_then(|f| {
             let size = f.metadata()?.len();
             let holes =
@@ -114,16 +145,19 @@ pub fn split_large(sources: Vec<Source>, streams: usize) -> (Vec<Source>, Vec<St
             // Small, within its share, sparse, or unreadable (the send reports why): whole.
             _ => {
                 out.push(src);
+                out_sizes.push(len);
                 continue;
             }
         };
         let ranges = split(size, 2 * streams, MIN_RANGE);
         if ranges.len() < 2 {
             out.push(src);
+            out_sizes.push(len);
             continue;
         }
         names.push(name.clone());
         for (offset, len) in ranges {
+            out_sizes.push(Some(len));
             out.push(Source::Range {
                 path: path.clone(),
                 name: name.clone(),
@@ -133,7 +167,7 @@ pub fn split_large(sources: Vec<Source>, streams: usize) -> (Vec<Source>, Vec<St
             });
         }
     }
-    (out, names)
+    (out, out_sizes, names)
 }
 
 /// A file at least this large makes [`default_streams`] consider one stream per two CPUs.
@@ -158,9 +192,10 @@ pub const DEFAULT_SENDFILE_FILES: usize = 2;
 ///   measured on, 2 or 4 streams for one 1 GiB file were within the noise of 1 (0.8x to
 ///   1.3x between sittings); more cores give the ranges their own;
 /// * a tree with at least [`DEFAULT_SENDFILE_FILES`] files larger than a `Put`: 2 streams —
-///   each such file waits for its `Ready` (the receiver reserving its space) and for its
-///   `Ack` (the last range checked, the file synced and renamed) before the next starts on
-///   the same stream, and a second stream carries data through those waits. Measured with
+///   each such file waits for its `Ready` (the receiver reserving its space), and up to
+///   protocol 6 for its `Ack` (the file checked, synced and renamed), before the next starts
+///   on the same stream, and a second stream carries data through those waits (measured
+///   before protocol 7, which no longer waits for the `Ack`). Measured with
 ///   `bench/transfer.sh mixed 300 1024 5` (300 files of 0 B to 256 MiB, 1 GiB, loopback,
 ///   idle 2-core machine, `SEND_ARGS="--streams 2"` against the same build with 1): wall
 ///   0.92 s against 1.11 s on tmpfs, 1.29 s against 1.49 s on the disk;
@@ -265,11 +300,16 @@ pub fn send_streams(
         // An older receiver: everything on the one connection it understands.
         _ => (1, [0; 16]),
     };
-    let (sources, split_names) = match version >= 6 && n > 1 {
-        true => split_large(sources, n),
-        false => (sources, Vec::new()),
+    // Each file's size once, for the split and the spread (one stream needs neither).
+    let sizes = match n > 1 {
+        true => sizes(&sources),
+        false => Vec::new(),
     };
-    let mut parts = spread(sources, n).into_iter();
+    let (sources, sizes, split_names) = match version >= 6 && n > 1 {
+        true => split_sized(sources, &sizes, n),
+        false => (sources, sizes, Vec::new()),
+    };
+    let mut parts = spread_sized(sources, &sizes, n).into_iter();
     let part0 = parts.next().unwrap_or_default();
     let progress = Mutex::new(progress);
     let progress = &progress;

@@ -14,8 +14,9 @@ pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// Newest protocol version this build speaks (2: pipelined `Put` files; 3: `Dir` and `Link`,
 /// so empty directories and symlinks arrive; 4: `StartSparse`, so holes are not sent; 5:
 /// `Open`/`Join`, so one session runs over several connections; 6: `Range`, so one large
-/// file runs over several connections).
-pub const VERSION: u16 = 6;
+/// file runs over several connections; 7: a `File`'s `Ack` may come after the next files,
+/// so a large file's checks, `fsync` and rename overlap the next file's data).
+pub const VERSION: u16 = 7;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver

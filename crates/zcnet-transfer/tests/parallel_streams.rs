@@ -25,13 +25,15 @@ mod common;
 use common::{once_cfg, send_as, serve_once};
 
 /// A tree under `root/tree`: `n` files in three levels of directories (every 13th empty,
-/// sizes up to 9000), one 3 MiB file (a `File`, sent by `sendfile`), an empty directory and
-/// a symlink inside the tree. Each file has its own mode and mtime.
+/// sizes up to 9000), one 3 MiB file and every 10th a file of 300 KB or more (`File`s, sent
+/// by `sendfile` and, from version 7, several unanswered at once on a stream), an empty
+/// directory and a symlink inside the tree. Each file has its own mode and mtime.
 fn make_tree(root: &Path, n: usize) -> PathBuf {
     let top = root.join("tree");
     for i in 0..n {
         let (name, len) = match i {
             _ if i == n / 2 => ("big/large.bin".to_string(), (3 << 20) + 4097),
+            _ if i % 10 == 7 => (format!("d{}/large{i:04}", i % 3), 300_000 + i * 1001),
             _ if i % 13 == 0 => (format!("d{}/e{}/empty{i:04}", i % 3, i % 4), 0),
             _ => (
                 format!("d{}/e{}/f{}/file{i:04}", i % 3, i % 4, i % 2),
@@ -349,8 +351,8 @@ fn a_join_naming_no_open_session_is_refused_and_creates_nothing() {
     );
 }
 
-/// Between two namespaces over a veth pair of the given MTU, four streams.
-fn between_namespaces(mtu: u32) {
+/// Between two namespaces over a veth pair of the given MTU, over `streams` streams.
+fn between_namespaces(mtu: u32, streams: usize) {
     if let Err(why) = available() {
         eprintln!("SKIP: {why}");
         return;
@@ -365,8 +367,11 @@ fn between_namespaces(mtu: u32) {
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let server = serve_once(listener, dst.path(), once_cfg());
-    let sent = pair.run_in_a(|| send(addr, &top, 4)).unwrap().unwrap();
-    assert_eq!(sent.streams, 4);
+    let sent = pair
+        .run_in_a(|| send(addr, &top, streams))
+        .unwrap()
+        .unwrap();
+    assert_eq!(sent.streams, streams);
     assert_eq!(sent.report.failures(), 0, "{:?}", sent.report.files);
     let got = server.join().unwrap().unwrap().unwrap();
     assert_eq!(got.files.len(), 62);
@@ -376,10 +381,15 @@ fn between_namespaces(mtu: u32) {
 
 #[test]
 fn four_streams_between_namespaces_at_mtu_1500() {
-    between_namespaces(1500);
+    between_namespaces(1500, 4);
 }
 
 #[test]
 fn four_streams_between_namespaces_at_mtu_9000() {
-    between_namespaces(9000);
+    between_namespaces(9000, 4);
+}
+
+#[test]
+fn one_stream_between_namespaces_at_mtu_1500() {
+    between_namespaces(1500, 1);
 }

@@ -1,8 +1,11 @@
-//! Version 2's pipelined small files end to end over loopback: a tree of many small files
-//! (empty ones and nested directories among them, one large file in the middle) arrives with
-//! every file's bytes, mode and mtime, whatever the window (1, a few, the default, the
-//! largest); refusals inside the window are answered in order; a version-1 peer on either
-//! side is served in version 1, and a version neither speaks is refused with the reason.
+//! Version 2's pipelined small files and version 7's pipelined large ones end to end over
+//! loopback: a tree of many small files (empty ones and nested directories among them, a run
+//! of large files in the middle, more than a sender keeps unanswered) arrives with every
+//! file's bytes, mode and mtime, whatever the window (1, a few, the default, the largest);
+//! refusals inside the window are answered in order; a version-1 or version-6 peer on either
+//! side is served in its version (a version-6 receiver gets each large file's `Ack` asked
+//! for before the next file, a version-7 one at most `FILES_AHEAD` files ahead), and a
+//! version neither speaks is refused with the reason.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -15,7 +18,7 @@ use zcnet::{ReceiverConfig, RxPath, SenderConfig, TxPath};
 use zcnet_testbed::pattern::pattern;
 use zcnet_transfer::session::{
     receive_session, send_session, RecvOptions, SendOptions, SessionReport, Source, TransferError,
-    DEFAULT_WINDOW, MAX_WINDOW,
+    DEFAULT_WINDOW, FILES_AHEAD, MAX_WINDOW, PIPELINED_FILES,
 };
 use zcnet_transfer::store::{Store, StoreOptions};
 use zcnet_transfer::wire::{Code, Frame, MAX_PUT, VERSION};
@@ -38,18 +41,25 @@ fn hash(path: &Path) -> [u8; 32] {
     *h.finalize().as_bytes()
 }
 
+/// Files in a row in the middle of [`make_tree`]'s tree that go by `sendfile`: more than
+/// a version-7 sender leaves unanswered.
+const LARGE_RUN: usize = FILES_AHEAD + 2;
+
 /// `n` files under `root` in three levels of directories, sizes 0..=9000 (every 17th empty),
-/// plus one file larger than a `Put` in the middle; returns (name, path) in sending order.
+/// plus [`LARGE_RUN`] files larger than a `Put` in a row in the middle; returns (name, path)
+/// in sending order.
 fn make_tree(root: &Path, n: usize) -> Vec<(String, std::path::PathBuf)> {
     let mut out = Vec::new();
+    let large = n / 2..n / 2 + LARGE_RUN;
     for i in 0..n {
-        let name = if i == n / 2 {
-            "big/large.bin".to_string()
+        let name = if large.contains(&i) {
+            format!("big/large{i}.bin")
         } else {
             format!("d{}/e{}/f{}/file{i:04}", i % 3, i % 5, i % 2)
         };
         let len = match i {
             _ if i == n / 2 => MAX_PUT + 4097,
+            _ if large.contains(&i) => 300_000 + (i as u64 % 7) * 70_001,
             _ if i % 17 == 0 => 0,
             _ => (i as u64 * 7919) % 9001,
         };
@@ -202,6 +212,11 @@ fn a_tree_of_small_files_arrives_whole_with_the_default_and_largest_windows() {
 #[test]
 fn a_sender_limited_to_version_1_is_served_one_file_at_a_time() {
     round_trip(60, DEFAULT_WINDOW, 1);
+}
+
+#[test]
+fn a_version_6_sender_is_served_each_large_file_in_its_turn() {
+    round_trip(120, DEFAULT_WINDOW, PIPELINED_FILES - 1);
 }
 
 #[test]
@@ -691,4 +706,146 @@ fn puts_arriving_in_pieces_on_both_sides_of_the_read_ahead_land_whole() {
     let e = h.join().unwrap().unwrap_err();
     assert!(e.to_string().contains("trailer"), "{e}");
     assert!(!dst.path().join("t").exists());
+}
+
+/// A receiver speaking `version` that answers each `File` with `Ready` at once but each
+/// `Ack` only once the sender has sent nothing for a while (300 ms): returns the most files
+/// the sender had sent whose `Ack` it had not yet had, and the files received, each checked
+/// against its trailer's hash.
+fn slow_acking_peer(l: TcpListener, version: u16) -> (usize, usize) {
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(
+        &Frame::Hello {
+            version,
+            auth: false,
+            nonce: [1; 32],
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    let Frame::Hello {
+        version: chosen, ..
+    } = read_frame(&mut s)
+    else {
+        panic!("hello first")
+    };
+    assert_eq!(chosen, version);
+    assert_eq!(read_frame(&mut s), Frame::Open { streams: 1 });
+    s.write_all(&Frame::Session { id: [3; 16] }.to_bytes())
+        .unwrap();
+    let mut owed: std::collections::VecDeque<u64> = Default::default();
+    let (mut most, mut files) = (0, 0);
+    loop {
+        // The first byte of the next frame, or a quiet spell: then one `Ack` is due.
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut first = [0u8; 1];
+        match s.read(&mut first) {
+            Ok(1) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                let bytes = owed
+                    .pop_front()
+                    .expect("the sender waits only for an answer");
+                s.write_all(
+                    &Frame::Ack {
+                        code: Code::Ok,
+                        bytes,
+                        message: String::new(),
+                    }
+                    .to_bytes(),
+                )
+                .unwrap();
+                continue;
+            }
+            r => panic!("{r:?}"),
+        }
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut rest = [0u8; 4];
+        s.read_exact(&mut rest).unwrap();
+        let (ty, len) =
+            Frame::check_header([first[0], rest[0], rest[1], rest[2], rest[3]]).unwrap();
+        let mut p = vec![0; len];
+        s.read_exact(&mut p).unwrap();
+        match Frame::decode(ty, &p).unwrap() {
+            Frame::File { size, .. } => {
+                s.write_all(
+                    &Frame::Ready {
+                        offset: 0,
+                        prefix: None,
+                    }
+                    .to_bytes(),
+                )
+                .unwrap();
+                assert_eq!(read_frame(&mut s), Frame::Start { offset: 0 });
+                let mut data = vec![0; size as usize];
+                s.read_exact(&mut data).unwrap();
+                let Frame::Trailer { hash: Some(h) } = read_frame(&mut s) else {
+                    panic!("a verified trailer")
+                };
+                assert_eq!(h, *blake3::hash(&data).as_bytes(), "file {files}'s bytes");
+                owed.push_back(size);
+                files += 1;
+                most = most.max(owed.len());
+            }
+            Frame::Bye => {
+                assert!(owed.is_empty(), "every answer was read before the goodbye");
+                s.write_all(&Frame::Bye.to_bytes()).unwrap();
+                return (most, files);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Large files sent to a slow-acking receiver of `version`: returns the most files left
+/// unanswered at once, after checking every file was reported delivered, in order.
+fn files_ahead_with(version: u16) -> usize {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..LARGE_RUN).map(|i| format!("large{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        std::fs::write(src.path().join(n), pattern(i as u64, 300_000 + i * 1000)).unwrap();
+    }
+    let peer = std::thread::spawn(move || slow_acking_peer(l, version));
+    let mut tx = zcnet::Sender::connect(addr, &scfg()).unwrap();
+    let report = send_session(
+        &mut tx,
+        names
+            .iter()
+            .map(|n| Source::File {
+                path: src.path().join(n),
+                name: n.clone(),
+            })
+            .collect(),
+        &opts(DEFAULT_WINDOW, VERSION),
+        &mut |_| {},
+    )
+    .unwrap();
+    let (most, files) = peer.join().unwrap();
+    assert_eq!(files, LARGE_RUN);
+    let got: Vec<_> = report.files.iter().map(|f| f.name.clone()).collect();
+    assert_eq!(got, names, "outcomes in sending order");
+    assert!(report.files.iter().all(|f| f.result.is_ok() && f.verified));
+    most
+}
+
+/// A version-6 receiver is asked for nothing new: each large file's `Ack` comes before the
+/// next file is sent.
+#[test]
+fn a_version_6_receiver_answers_each_large_file_before_the_next() {
+    assert_eq!(files_ahead_with(PIPELINED_FILES - 1), 1);
+}
+
+/// A version-7 receiver gets the next large files while it finishes one, at most
+/// `FILES_AHEAD` unanswered at once.
+#[test]
+fn a_version_7_receiver_gets_large_files_ahead_of_their_answers_within_the_bound() {
+    assert_eq!(files_ahead_with(PIPELINED_FILES), FILES_AHEAD);
 }

@@ -2,7 +2,8 @@
 //! leaves only verified final files (each one's bytes, mode and mtime equal to the
 //! sender's) and `.partial` files; a rerun with `--resume` completes the tree — every file
 //! right, no partial file left. The tree holds runs of large files, so a kill often lands
-//! while several of them are sent and not yet answered (protocol 7), over one stream.
+//! while several of them are sent and not yet answered (protocol 7), over one stream and
+//! over two.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -209,11 +210,7 @@ fn kill_9_of_either_end_leaves_only_verified_finals_and_resume_completes_the_tre
         .map(|(k, v)| (format!("tree/{k}"), v))
         .collect();
     let mut landed_mid_way = 0;
-    // One stream: over two, a `--resume` rerun can fail a `Put` with "renaming ...: No such
-    // file or directory" (seen 1 run in 5 with the build before protocol 7 as well, 2 in 5
-    // after): one stream's cleanup of stale partial files seems to meet the other's. Not
-    // fixed yet; it belongs back here with "2" when it is.
-    let rounds = [(false, "1"), (true, "1"), (false, "1"), (true, "1")];
+    let rounds = [(false, "1"), (true, "1"), (false, "2"), (true, "2")];
     for (round, (kill_receiver, streams)) in rounds.into_iter().enumerate() {
         let dst = scratch();
         let (mut recv, addr) = start_recv(dst.path(), &["--resume"]);

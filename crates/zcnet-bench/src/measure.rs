@@ -21,6 +21,16 @@ use zcnet::path::TxPath;
 /// only says how far two identical configurations read apart — the noise a gap must beat.
 pub const TWIN: &str = "twin";
 
+/// Whether a run measured its configuration: it ran as itself ([`Run::unsupported`]) and
+/// moved bytes. A run that moved none reads 0 CPU-s/GiB ([`Run::cpu_s_per_gib`] of no
+/// bytes) — free, the cheapest row there is — and `zcnet tune`'s rule, a pair beats
+/// `copy → copy` only if its whole range lies below copy's, let that one run decide: a
+/// 0.25 s `copy → copy` run on a loaded machine that moved nothing put copy's `lo` at 0, so
+/// no pair could clear it at that size.
+pub fn measured(r: &Run) -> bool {
+    !r.unsupported() && r.bytes_received > 0
+}
+
 /// The cost `auto` minimises: worker CPU-seconds per GiB of both ends.
 pub fn run_cost(r: &Run) -> f64 {
     r.sender_cpu_s_per_gib + r.receiver_cpu_s_per_gib
@@ -31,7 +41,7 @@ type Groups = BTreeMap<(String, u64, bool), (Vec<f64>, Vec<f64>)>;
 
 fn groups(runs: &[Run], tx: bool) -> Groups {
     let mut g = Groups::new();
-    for r in runs.iter().filter(|r| !r.unsupported() && r.label != TWIN) {
+    for r in runs.iter().filter(|r| measured(r) && r.label != TWIN) {
         let (this, other, zc) = if tx {
             (&r.tx, &r.rx, r.zc_fraction_tx)
         } else {
@@ -76,7 +86,7 @@ type PairGroups = BTreeMap<(String, String, u64, bool), (Vec<f64>, Vec<f64>, Vec
 
 fn pair_groups(runs: &[Run]) -> PairGroups {
     let mut g = PairGroups::new();
-    for r in runs.iter().filter(|r| !r.unsupported() && r.label != TWIN) {
+    for r in runs.iter().filter(|r| measured(r) && r.label != TWIN) {
         let e = g
             .entry((r.tx.clone(), r.rx.clone(), r.size, r.touch))
             .or_default();
@@ -189,7 +199,7 @@ fn paired(
     let by_repeat = |(tx, rx, label): (&str, &str, &str)| -> BTreeMap<u32, f64> {
         runs.iter()
             .filter(|r| {
-                !r.unsupported()
+                measured(r)
                     && (r.tx.as_str(), r.rx.as_str(), r.label.as_str()) == (tx, rx, label)
                     && (r.size, r.touch) == at
             })
@@ -211,7 +221,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
     let g = pair_groups(runs);
     let mut twins: BTreeMap<(u64, bool), Twin> = BTreeMap::new();
     let mut tg: BTreeMap<(&str, &str, u64, bool), Vec<f64>> = BTreeMap::new();
-    for r in runs.iter().filter(|r| !r.unsupported() && r.label == TWIN) {
+    for r in runs.iter().filter(|r| measured(r) && r.label == TWIN) {
         tg.entry((&r.tx, &r.rx, r.size, r.touch))
             .or_default()
             .push(run_cost(r));
@@ -369,6 +379,22 @@ mod tests {
         let mmap = rx.iter().find(|m| m.path == RxPath::Mmap).unwrap();
         assert_eq!(mmap.zc_fraction, Some(0.8));
         assert!((mmap.cpu_s_per_gib.median - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_run_that_moved_nothing_is_no_measurement() {
+        let mut stalled = run_with("copy", "copy", 4096, 0.0, 0.0, 0.0, 0.0);
+        stalled.bytes_received = 0;
+        let runs = vec![
+            run_with("copy", "copy", 4096, 0.2, 0.3, 0.0, 0.0),
+            run_with("copy", "copy", 4096, 0.3, 0.3, 0.0, 0.0),
+            stalled,
+        ];
+        let (_, rx) = profile_rows(&runs);
+        assert_eq!(rx.len(), 1);
+        assert!((rx[0].cpu_s_per_gib.lo - 0.5).abs() < 1e-9, "{rx:?}");
+        let pairs = pair_rows(&runs);
+        assert!((pairs[0].cpu_s_per_gib.lo - 0.5).abs() < 1e-9, "{pairs:?}");
     }
 
     #[test]

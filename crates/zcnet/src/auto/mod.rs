@@ -27,6 +27,8 @@
 //!
 //! * `zcnet_bench::measure`: profile tables from bench runs, and `auto`'s gap to the best single path.
 //! * [`load`]: the connection's profile from the default location ([`ProfileSource`]).
+//! * [`trial`]: without a profile, a receiver's candidate paths each measured against copy
+//!   on the connection itself, and the cheapest kept.
 //!
 //! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]
 //! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]
@@ -36,7 +38,7 @@
 //! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
 //! measured the path not copying) and the bytes to `cost.after`. A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
 //! operation size (its half of the cheapest [`pair`] where the profile has pairs; without a
-//! profile it tries `uring`), then runs the same cost check on its own thread, reading with
+//! profile it tries `uring` and `mmap` in turn, [`trial`]), then runs the same cost check on its own thread, reading with
 //! plain `recv` while the check says copy (`crate::rx::auto`), and, on `mmap`, demotes to
 //! plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
@@ -49,6 +51,7 @@ pub mod hysteresis;
 pub mod load;
 pub mod pair;
 pub mod profile;
+pub mod trial;
 
 pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
 pub use cost::{CostCheck, Route, Verdict};
@@ -141,15 +144,19 @@ pub struct AutoStats {
     pub cost_probe_ops: u64,
     /// Operations sent to copy because the wanted path was found costlier.
     pub fallback_costlier: u64,
-    /// Decisions for a path tried without a profile: a receiver with no profile tries the
-    /// `uring` receive path and keeps it only while the run-time check finds it cheaper
-    /// than copy on the connection ([`cost`]).
+    /// Decisions for paths tried without a profile: a receiver with no profile tries its
+    /// candidate receive paths (`uring`, `mmap`) against copy on the connection and keeps
+    /// the cheapest, only while the run-time check finds it no dearer than copy ([`trial`]).
     pub chose_trial: u64,
+    /// A receive trial moved on to its next candidate ([`trial::Step::Next`]).
+    pub trial_next: u64,
+    /// Receive trials finished: every candidate measured, the cheapest kept.
+    pub trial_picks: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 19;
+    pub const LEN: usize = 21;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -173,6 +180,8 @@ impl AutoStats {
             self.cost_probe_ops,
             self.fallback_costlier,
             self.chose_trial,
+            self.trial_next,
+            self.trial_picks,
         ]
     }
 
@@ -198,6 +207,8 @@ impl AutoStats {
             cost_probe_ops: a[16],
             fallback_costlier: a[17],
             chose_trial: a[18],
+            trial_next: a[19],
+            trial_picks: a[20],
         }
     }
 
@@ -233,7 +244,7 @@ mod tests {
         let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
-        assert_eq!((s.decisions, s.chose_trial), (1, AutoStats::LEN as u64));
+        assert_eq!((s.decisions, s.trial_picks), (1, AutoStats::LEN as u64));
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));

@@ -6,9 +6,12 @@
 //! before the handshake, and an io_uring multishot `recv` cannot share the socket with a
 //! plain `recv` while it is armed. Where the profile has a pair table (both ends measured
 //! together on this host), the receiver takes its half of the cheapest pair
-//! ([`crate::auto::pair`]); else the single-end table; without a profile it *tries* `uring`
-//! (multishot `recv` into provided buffers: still a copy, with one syscall for many reads)
-//! and keeps it unless the check below finds it dearer than copy.
+//! ([`crate::auto::pair`]); else the single-end table. Without a profile it *tries* its
+//! candidates in turn ([`TRIAL`]: `uring`, multishot `recv` into provided buffers, still a
+//! copy with one syscall for many reads; then `mmap`, whose receive loop costs less than
+//! `recv`'s on some routes even where it maps nothing), each against copy by the check below
+//! ([`crate::auto::trial`]), keeps the cheapest, and keeps it only while the check finds it
+//! no dearer than copy.
 //!
 //! At run time [`AutoRx`] measures its own cost, as the transmit side does
 //! ([`crate::auto::cost`]): a window of bytes on the chosen path, one settling window and one
@@ -16,15 +19,16 @@
 //! connection. A path costlier than copy by more than 5 % in two comparisons in a row is left
 //! for a back-off that doubles while the verdict stands. Switching is safe mid-stream: `mmap`
 //! reads with plain `recv` while told to ([`MmapRx::set_copy`]; `TCP_ZEROCOPY_RECEIVE` and
-//! `recv` take the same queue in order), and `uring` is parked — its request cancelled and
-//! what it had received handed out first — before plain `recv` reads the socket
-//! ([`UringRx::park`]). Still demoted online too: `mmap` while the kernel maps nothing
+//! `recv` take the same queue in order), and hands out what it holds before `uring` reads;
+//! `uring` is parked — its request cancelled and what it had received handed out first —
+//! before anyone else reads the socket ([`UringRx::park`]). Still demoted online too: `mmap` while the kernel maps nothing
 //! ([`super::mmap`]).
 
 use super::copy::CopyRx;
 use super::mmap::MmapRx;
 use super::uring::UringRx;
 use super::{Receive, RxChunk};
+use crate::auto::trial::{Step, Trial};
 use crate::auto::ProfileSource;
 use crate::auto::{load, pair, AutoStats, Chooser, CostCheck, Route};
 use crate::error::Result;
@@ -33,15 +37,24 @@ use crate::stats::Stats;
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
 
+/// What a receiver without a profile tries, in this order, each against copy on the
+/// connection ([`crate::auto::trial`]): `uring` (multishot `recv` into provided buffers:
+/// still a copy, one syscall for many reads) and `mmap` (`TCP_ZEROCOPY_RECEIVE`, whose
+/// receive loop costs less than `recv`'s on some routes even where it maps nothing).
+pub(crate) const TRIAL: [RxPath; 2] = [RxPath::Uring, RxPath::Mmap];
+/// Comparisons with copy per candidate of a trial: two, as the cost check confirms a
+/// costlier verdict with a second one (one window's clock on a shared machine is noisy).
+const TRIAL_COMPARISONS: usize = 2;
+
 /// The decision for one listener or connection.
 #[derive(Debug, Clone)]
 pub(crate) struct AutoRxChoice {
-    /// The concrete path.
+    /// The concrete path (a trial's first candidate).
     pub path: RxPath,
     /// Whether the profile measured `mmap` mapping at this size (demote if it then does not).
     pub expect_mapping: bool,
-    /// No profile: `path` is tried, and kept only while no dearer than copy.
-    pub trial: bool,
+    /// No profile: the candidates tried in turn ([`TRIAL`]); empty when a profile chose.
+    pub trial: Vec<RxPath>,
     /// Why no profile is in force, if none is.
     pub note: Option<String>,
     /// The decision, for `Stats`.
@@ -69,50 +82,117 @@ pub(crate) fn choose(
     let size = op_size.max(1) as u64;
     let choice = chooser.choose(size, true);
     let mut delta = AutoStats::default();
-    // Nothing measured here, and not told to stay on the built-in default: try `uring`.
+    // Nothing measured here, and not told to stay on the built-in default: try the
+    // candidates.
     let trial = choice.reason == crate::auto::ChoiceReason::NoProfile
         && !matches!(profile, ProfileSource::BuiltIn);
-    let path = if trial {
+    let (path, trial) = if trial {
         delta.decisions += 1;
         delta.chose_trial += 1;
-        RxPath::Uring
+        (TRIAL[0], TRIAL.to_vec())
     } else {
         delta.record_choice(&choice);
-        choice.path
+        (choice.path, Vec::new())
     };
     AutoRxChoice {
         path,
-        expect_mapping: chooser.expects_zero_copy(RxPath::Mmap, size),
+        // A trial's `mmap` is judged by its cost against copy, not by whether it maps: from a
+        // copying sender it maps nothing over loopback or veth (kernel-findings §2) and can
+        // still cost less, so mapping nothing is no reason to demote it mid-trial.
+        expect_mapping: trial.is_empty() && chooser.expects_zero_copy(RxPath::Mmap, size),
         trial,
         note: loaded.note,
         delta,
     }
 }
 
-/// The path besides copy that an [`AutoRx`] may take.
+/// A path besides copy that an [`AutoRx`] may take.
 pub(crate) enum Alt {
     /// `TCP_ZEROCOPY_RECEIVE`; it reads with plain `recv` itself when told to.
     Mmap(MmapRx),
-    /// Multishot `recv` into provided buffers; parked while copy reads.
+    /// Multishot `recv` into provided buffers; parked while another reader takes the socket.
     Uring(Box<UringRx>),
 }
 
 /// Which receiver an operation goes to.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Use {
-    Alt,
+    Mmap,
+    Uring,
     Copy,
+}
+
+/// The cost check, and the trial of candidates (without a profile) that steers it.
+struct Judge {
+    check: CostCheck<RxPath>,
+    trial: Option<Trial<RxPath>>,
+    /// The path the choice wants (with a trial: what the trial wants).
+    wanted: RxPath,
+    window: u64,
+}
+
+fn cost_check(window: u64) -> CostCheck<RxPath> {
+    use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MARGIN, MAX_GAP_WINDOWS};
+    use crate::auto::cost::{MAX_RECHECK_WINDOWS, RECHECK_WINDOWS};
+    CostCheck::with(
+        RxPath::Copy,
+        window,
+        MARGIN,
+        (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
+        (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
+    )
+    .confirm(CONFIRM)
+}
+
+impl Judge {
+    fn wanted(&self) -> RxPath {
+        self.trial.as_ref().map_or(self.wanted, Trial::wanted)
+    }
+
+    /// After an operation that delivered `n` bytes; `costlier`: it was kept on copy because
+    /// the wanted path was found costlier.
+    fn after(&mut self, n: usize, costlier: bool, mut delta: AutoStats, stats: &Stats) {
+        if let Some(v) = self
+            .check
+            .after(n as u64, zcnet_sys::raw::cpu::thread_cpu_ns)
+        {
+            delta.cost_checks += 1;
+            if v.costlier {
+                delta.cost_costlier += 1;
+            }
+            if let Some(t) = self.trial.as_mut() {
+                let before = t.wanted();
+                match t.record(v.path, v.path_ns_per_byte, v.copy_ns_per_byte) {
+                    Step::Stay => {}
+                    Step::Next(_) => delta.trial_next += 1,
+                    Step::Pick(_) => delta.trial_picks += 1,
+                }
+                self.wanted = t.wanted();
+                if self.wanted != before {
+                    // A fresh check for the next candidate (or an earlier one picked): the
+                    // old one's verdict, or its back-off, was about another path.
+                    self.check = cost_check(self.window);
+                }
+            }
+        }
+        if costlier && n > 0 {
+            delta.fallback_costlier += 1;
+            stats.fallback(FallbackReason::Costlier, n as u64);
+        }
+        if delta != AutoStats::default() {
+            stats.add_auto_rx(&delta);
+        }
+    }
 }
 
 /// The `auto` receive path with its run-time cost check (see the module docs).
 pub(crate) struct AutoRx {
     copy: CopyRx,
-    alt: Alt,
-    /// The path the choice (or the trial) wants.
-    wanted: RxPath,
+    mmap: Option<MmapRx>,
+    uring: Option<Box<UringRx>>,
     /// `uring` owns the socket: armed, or parked with bytes still to hand out.
     uring_on: bool,
-    check: CostCheck<RxPath>,
+    judge: Judge,
     /// What a parked `uring` had received when the socket was released
     /// ([`Receive::release_socket`]), and how much of it is handed out.
     held: Vec<u8>,
@@ -120,24 +200,40 @@ pub(crate) struct AutoRx {
 }
 
 impl AutoRx {
-    /// `alt` is the path `choice` chose; the check measures windows of `window` bytes.
-    pub(crate) fn new(copy: CopyRx, alt: Alt, choice: &AutoRxChoice, window: u64) -> Self {
-        use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MARGIN, MAX_GAP_WINDOWS};
-        use crate::auto::cost::{MAX_RECHECK_WINDOWS, RECHECK_WINDOWS};
-        let check = CostCheck::with(
-            RxPath::Copy,
-            window,
-            MARGIN,
-            (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
-            (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
-        )
-        .confirm(CONFIRM);
+    /// `alts` are the paths `choice` may take besides copy (the chosen one, or a trial's
+    /// candidates that could be set up); the check measures windows of `window` bytes.
+    pub(crate) fn new(copy: CopyRx, alts: Vec<Alt>, choice: &AutoRxChoice, window: u64) -> Self {
+        let (mut mmap, mut uring) = (None, None);
+        for a in alts {
+            match a {
+                Alt::Mmap(m) => mmap = Some(m),
+                Alt::Uring(u) => uring = Some(u),
+            }
+        }
+        // The trial's candidates that are here, in its order.
+        let here: Vec<RxPath> = choice
+            .trial
+            .iter()
+            .copied()
+            .filter(|p| match p {
+                RxPath::Mmap => mmap.is_some(),
+                RxPath::Uring => uring.is_some(),
+                _ => false,
+            })
+            .collect();
+        let trial = (!choice.trial.is_empty()).then(|| Trial::new(&here, TRIAL_COMPARISONS));
+        let wanted = trial.as_ref().map_or(choice.path, Trial::wanted);
         AutoRx {
             copy,
-            alt,
-            wanted: choice.path,
-            uring_on: true,
-            check,
+            mmap,
+            uring,
+            uring_on: false,
+            judge: Judge {
+                check: cost_check(window),
+                trial,
+                wanted,
+                window,
+            },
             held: Vec::new(),
             held_off: 0,
         }
@@ -150,45 +246,51 @@ impl AutoRx {
         stats: &Stats,
         delta: &mut AutoStats,
     ) -> Result<(Use, bool)> {
-        let (want_alt, costlier) = match self
+        let wanted = self.judge.wanted();
+        let (target, costlier) = match self
+            .judge
             .check
-            .route(self.wanted, zcnet_sys::raw::cpu::thread_cpu_ns)
+            .route(wanted, zcnet_sys::raw::cpu::thread_cpu_ns)
         {
-            Route::Wanted(_) => (true, false),
+            Route::Wanted(p) => (p, false),
             Route::ProbeCopy(_) => {
                 delta.cost_probe_ops += 1;
-                (false, false)
+                (RxPath::Copy, false)
             }
-            Route::Costlier(_) => (false, true),
+            Route::Costlier(_) => (RxPath::Copy, true),
         };
-        let use_ = match &mut self.alt {
-            Alt::Mmap(m) => {
-                m.set_copy(!want_alt);
-                Use::Alt
-            }
-            Alt::Uring(u) if want_alt => {
-                if u.is_parked() {
-                    u.unpark();
-                }
-                self.uring_on = true;
-                Use::Alt
-            }
-            Alt::Uring(u) if self.uring_on => {
+        // An armed `uring` gives the socket up before anyone else reads it.
+        if target != RxPath::Uring && self.uring_on {
+            if let Some(u) = self.uring.as_mut() {
                 if !u.is_parked() {
                     // Not confirmed over in time: the parked ring keeps reading until its
                     // request's end is seen, so the order of the bytes still holds.
                     let _ = u.park();
                 }
-                if u.parked_drained(fd, stats)? {
-                    self.uring_on = false;
-                    Use::Copy
-                } else {
-                    Use::Alt
+                if !u.parked_drained(fd, stats)? {
+                    return Ok((Use::Uring, costlier));
                 }
             }
-            Alt::Uring(_) => Use::Copy,
-        };
-        Ok((use_, costlier))
+            self.uring_on = false;
+        }
+        if let Some(m) = self.mmap.as_mut() {
+            // Copy reads through the mapping receiver (plain `recv`, its held bytes first);
+            // `uring` waits until those are handed out.
+            m.set_copy(target != RxPath::Mmap);
+            if target != RxPath::Uring || m.holds() {
+                return Ok((Use::Mmap, costlier));
+            }
+        }
+        Ok(match (target, self.uring.as_mut()) {
+            (RxPath::Uring, Some(u)) => {
+                if u.is_parked() {
+                    u.unpark();
+                }
+                self.uring_on = true;
+                (Use::Uring, costlier)
+            }
+            _ => (Use::Copy, costlier),
+        })
     }
 
     /// Hands up to `max` bytes of `held` to `sink`.
@@ -206,28 +308,19 @@ impl AutoRx {
         self.held_off += n;
         Ok(n)
     }
+}
 
-    /// After an operation that delivered `n` bytes.
-    fn finish(
-        check: &mut CostCheck<RxPath>,
-        n: usize,
-        costlier: bool,
-        mut delta: AutoStats,
-        stats: &Stats,
-    ) {
-        if let Some(v) = check.after(n as u64, zcnet_sys::raw::cpu::thread_cpu_ns) {
-            delta.cost_checks += 1;
-            if v.costlier {
-                delta.cost_costlier += 1;
-            }
-        }
-        if costlier && n > 0 {
-            delta.fallback_costlier += 1;
-            stats.fallback(FallbackReason::Costlier, n as u64);
-        }
-        if delta != AutoStats::default() {
-            stats.add_auto_rx(&delta);
-        }
+/// The receiver an operation goes to (fields apart, so the judge stays free to borrow).
+fn receiver<'a>(
+    use_: Use,
+    copy: &'a mut CopyRx,
+    mmap: &'a mut Option<MmapRx>,
+    uring: &'a mut Option<Box<UringRx>>,
+) -> &'a mut dyn Receive {
+    match (use_, mmap.as_mut(), uring.as_mut()) {
+        (Use::Mmap, Some(m), _) => m,
+        (Use::Uring, _, Some(u)) => u.as_mut(),
+        _ => copy,
     }
 }
 
@@ -245,20 +338,14 @@ impl Receive for AutoRx {
         let mut delta = AutoStats::default();
         let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
         let AutoRx {
-            copy, alt, check, ..
+            copy,
+            mmap,
+            uring,
+            judge,
+            ..
         } = self;
-        let r = match (use_, alt) {
-            (Use::Alt, Alt::Mmap(m)) => m.recv(fd, stats)?,
-            (Use::Alt, Alt::Uring(u)) => u.recv(fd, stats)?,
-            (Use::Copy, _) => copy.recv(fd, stats)?,
-        };
-        Self::finish(
-            check,
-            r.as_ref().map_or(0, |c| c.len()),
-            costlier,
-            delta,
-            stats,
-        );
+        let r = receiver(use_, copy, mmap, uring).recv(fd, stats)?;
+        judge.after(r.as_ref().map_or(0, |c| c.len()), costlier, delta, stats);
         Ok(r)
     }
 
@@ -272,12 +359,9 @@ impl Receive for AutoRx {
         }
         let mut delta = AutoStats::default();
         let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
-        let n = match (use_, &mut self.alt) {
-            (Use::Alt, Alt::Mmap(m)) => m.recv_into(fd, buf, stats)?,
-            (Use::Alt, Alt::Uring(u)) => u.recv_into(fd, buf, stats)?,
-            (Use::Copy, _) => self.copy.recv_into(fd, buf, stats)?,
-        };
-        Self::finish(&mut self.check, n, costlier, delta, stats);
+        let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
+            .recv_into(fd, buf, stats)?;
+        self.judge.after(n, costlier, delta, stats);
         Ok(n)
     }
 
@@ -290,17 +374,23 @@ impl Receive for AutoRx {
         if held > 0 {
             return Ok(held);
         }
-        match &mut self.alt {
-            Alt::Mmap(m) => m.take_buffered(max, sink),
-            Alt::Uring(u) if self.uring_on => u.take_buffered(max, sink),
-            Alt::Uring(_) => Ok(0),
+        // At most one of them holds bytes: each hands its own out before the other reads.
+        if let Some(m) = self.mmap.as_mut() {
+            let n = m.take_buffered(max, sink)?;
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        match self.uring.as_mut() {
+            Some(u) if self.uring_on => u.take_buffered(max, sink),
+            _ => Ok(0),
         }
     }
 
     /// Parks `uring` and moves what it had received here, so the socket is plain reads'
     /// (or the caller's) from now on; the check may arm it again at a later receive.
     fn release_socket(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<()> {
-        let Alt::Uring(u) = &mut self.alt else {
+        let Some(u) = self.uring.as_mut() else {
             return Ok(());
         };
         if !self.uring_on {
@@ -332,14 +422,11 @@ impl Receive for AutoRx {
     }
 
     fn socket_handover_ok(&self) -> bool {
-        match &self.alt {
-            Alt::Mmap(m) => m.socket_handover_ok(),
-            Alt::Uring(_) => !self.uring_on,
-        }
+        !self.uring_on && self.mmap.as_ref().is_none_or(|m| m.socket_handover_ok())
     }
 
     fn socket_bytes_taken(&mut self, n: u64) {
-        if let Alt::Mmap(m) = &mut self.alt {
+        if let Some(m) = self.mmap.as_mut() {
             m.socket_bytes_taken(n);
         }
     }
@@ -358,12 +445,9 @@ impl Receive for AutoRx {
         }
         let mut delta = AutoStats::default();
         let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
-        let n = match (use_, &mut self.alt) {
-            (Use::Alt, Alt::Mmap(m)) => m.recv_lend(fd, scratch, max, stats, sink)?,
-            (Use::Alt, Alt::Uring(u)) => u.recv_lend(fd, scratch, max, stats, sink)?,
-            (Use::Copy, _) => self.copy.recv_lend(fd, scratch, max, stats, sink)?,
-        };
-        Self::finish(&mut self.check, n, costlier, delta, stats);
+        let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
+            .recv_lend(fd, scratch, max, stats, sink)?;
+        self.judge.after(n, costlier, delta, stats);
         Ok(n)
     }
 }

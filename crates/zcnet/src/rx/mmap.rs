@@ -137,6 +137,13 @@ impl MmapRx {
         self.forced_copy = copy;
     }
 
+    /// Whether bytes already taken off the socket wait here to be handed out (the rest of a
+    /// chunk `recv_into` cut short, the copybuf tail): another reader of the socket must
+    /// wait until they are.
+    pub(crate) fn holds(&self) -> bool {
+        self.leftover.is_some() || self.copybuf_pending.0 < self.copybuf_pending.1
+    }
+
     /// Whether this step may try to map (always, unless `auto` demoted the path).
     fn admit(&mut self, stats: &Stats) -> bool {
         let Some(a) = self.auto.as_mut() else {

@@ -155,7 +155,8 @@ impl std::fmt::Debug for Receiver {
     }
 }
 
-/// The `auto` receive path for `choice`: its path beside copy, under the run-time check.
+/// The `auto` receive path for `choice`: its path (or, without a profile, its trial's
+/// candidates) beside copy, under the run-time check.
 fn auto_rx(
     sock: &Socket,
     cfg: &ReceiverConfig,
@@ -164,44 +165,49 @@ fn auto_rx(
     stats: &Stats,
 ) -> (Box<dyn Receive>, RxPath) {
     let copy = CopyRx::new(cfg.buf_bytes, timeout);
-    let alt = match choice.path {
-        RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
-            Ok(map) => Some(Alt::Mmap(
-                MmapRx::new(map, cfg.buf_bytes, timeout)
-                    .with_auto(AutoDemotion::new(choice.expect_mapping)),
-            )),
-            Err(_) => {
-                // A kernel without TCP mmap: every receive copies, and says so.
-                stats.fallback(FallbackReason::Unsupported, 0);
-                None
-            }
-        },
-        RxPath::Uring => match crate::rx::uring::uring_rx(&crate::rx::uring::UringRxParams {
-            path: RxPath::Uring,
-            buf_bytes: cfg.buf_bytes,
-            map_bytes: cfg.map_bytes,
-            zcrx_queue: cfg.zcrx_queue,
-            timeout,
-        }) {
-            Ok(u) => Some(Alt::Uring(Box::new(u))),
-            Err(_) => {
-                // No io_uring here: a path the profile chose is a counted fallback; a trial
-                // without a profile simply stays on the default.
-                if !choice.trial {
-                    stats.fallback(FallbackReason::Unsupported, 0);
-                }
-                None
-            }
-        },
-        _ => None,
+    let trial = !choice.trial.is_empty();
+    let wanted = if trial {
+        choice.trial.clone()
+    } else {
+        vec![choice.path]
     };
-    match alt {
-        Some(alt) => (
-            Box::new(AutoRx::new(copy, alt, choice, cfg.cost_window)),
-            choice.path,
-        ),
-        None => (Box::new(copy), RxPath::Copy),
+    let mut alts = Vec::new();
+    for path in wanted {
+        match path {
+            RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
+                Ok(map) => alts.push(Alt::Mmap(
+                    MmapRx::new(map, cfg.buf_bytes, timeout)
+                        .with_auto(AutoDemotion::new(choice.expect_mapping)),
+                )),
+                // A kernel without TCP mmap: a path the profile chose is a counted
+                // fallback (every receive copies); a trial simply leaves it out.
+                Err(_) if !trial => stats.fallback(FallbackReason::Unsupported, 0),
+                Err(_) => {}
+            },
+            RxPath::Uring => match crate::rx::uring::uring_rx(&crate::rx::uring::UringRxParams {
+                path: RxPath::Uring,
+                buf_bytes: cfg.buf_bytes,
+                map_bytes: cfg.map_bytes,
+                zcrx_queue: cfg.zcrx_queue,
+                timeout,
+            }) {
+                Ok(u) => alts.push(Alt::Uring(Box::new(u))),
+                // No io_uring here: likewise.
+                Err(_) if !trial => stats.fallback(FallbackReason::Unsupported, 0),
+                Err(_) => {}
+            },
+            _ => {}
+        }
     }
+    let first = match alts.first() {
+        Some(Alt::Mmap(_)) => RxPath::Mmap,
+        Some(Alt::Uring(_)) => RxPath::Uring,
+        None => return (Box::new(copy), RxPath::Copy),
+    };
+    (
+        Box::new(AutoRx::new(copy, alts, choice, cfg.cost_window)),
+        first,
+    )
 }
 
 impl Receiver {

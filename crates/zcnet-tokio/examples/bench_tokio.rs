@@ -10,7 +10,11 @@
 //! cargo run --release -p zcnet-tokio --example bench_tokio -- [--gib 1] [--runs 3] [--no-netns] [--pin]
 //! ```
 //!
-//! `--modes` and `--sizes` run a subset (the first mode is the baseline of the ratios).
+//! `--modes` and `--sizes` run a subset (the first mode is the baseline of the ratios);
+//! `--modes first-copied` adds a row whose policy stops asking at the first COPIED
+//! notification, on loopback too: its "zc MiB/run" is how many bytes went zero-copy before
+//! the first COPIED notification was read — the least a COPIED demotion can cost, and what
+//! the default's first probe across the veth pair is sized by.
 //! `--pin` puts the sender on CPU 0 and the receiver on CPU 1 (`sched_setaffinity`). A
 //! second plain tokio row shows the spread of two identical configurations in the same
 //! sitting; "both × plain" is the median of per-run ratios to the first plain row.
@@ -41,6 +45,10 @@ enum Mode {
     SendZc,
     SendBytes,
     Auto,
+    /// `send_bytes` under a policy that stops asking at the first COPIED notification, on
+    /// loopback too: its zero-copy bytes are those sent before the first COPIED
+    /// notification was read — the least any COPIED demotion can cost (`--modes` only).
+    FirstCopied,
 }
 
 impl Mode {
@@ -52,6 +60,7 @@ impl Mode {
             Mode::SendZc => "send-zc",
             Mode::SendBytes => "send-bytes",
             Mode::Auto => "auto",
+            Mode::FirstCopied => "first-copied",
         }
     }
 
@@ -63,6 +72,7 @@ impl Mode {
             Mode::SendZc => "ZcStream send_zc",
             Mode::SendBytes => "ZcStream send_bytes",
             Mode::Auto => "ZcStream auto",
+            Mode::FirstCopied => "ZcStream, demoted at the 1st COPIED",
         }
     }
 }
@@ -73,6 +83,8 @@ struct Run {
     wall: Duration,
     zc_share: f64,
     copied_anyway: f64,
+    /// Bytes sent zero-copy.
+    zc_bytes: f64,
 }
 
 fn cpu_now() -> Duration {
@@ -86,7 +98,9 @@ fn current_thread() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f64) {
+/// Sends `total` bytes; returns the zero-copy share, the share of it copied anyway and the
+/// zero-copy bytes.
+async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f64, f64) {
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let data = Bytes::from(vec![0x5au8; size]);
     let ops = total / size as u64;
@@ -96,11 +110,19 @@ async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f6
             tcp.write_all(&data).await.expect("write");
         }
         tcp.shutdown().await.expect("shutdown");
-        return (0.0, 0.0);
+        return (0.0, 0.0, 0.0);
     }
     let config = match mode {
         // The default: zcnet's policy and the cost check.
         Mode::Auto => ZcConfig::new(),
+        Mode::FirstCopied => ZcConfig::new()
+            .policy(
+                Policy::default()
+                    .with_demotion(Some(1))
+                    .with_demotion_bytes(None),
+            )
+            .cost_check(false)
+            .local_zerocopy(true),
         _ => ZcConfig::new().policy(Policy::always()),
     };
     let mut s = ZcStream::from_tokio(tcp, config).expect("ZcStream");
@@ -113,7 +135,7 @@ async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f6
                 r.expect("send_zc");
                 owned = back;
             }
-            Mode::SendBytes | Mode::Auto => {
+            Mode::SendBytes | Mode::Auto | Mode::FirstCopied => {
                 s.send_bytes(data.clone()).await.expect("send_bytes");
             }
             Mode::Plain | Mode::PlainAgain => unreachable!(),
@@ -126,6 +148,7 @@ async fn send(mode: Mode, addr: SocketAddr, total: u64, size: usize) -> (f64, f6
     (
         st.tx_bytes_zerocopy as f64 / sent,
         st.tx_bytes_zc_copied as f64 / st.tx_bytes_zerocopy.max(1) as f64,
+        st.tx_bytes_zerocopy as f64,
     )
 }
 
@@ -186,7 +209,7 @@ fn one(mode: Mode, total: u64, size: usize, veth: Option<&VethPair>, pin: Option
             let shares = rt.block_on(send(mode, addr, total, size));
             (cpu_now() - c0, shares)
         });
-        let (tx_cpu, (zc_share, copied_anyway)) = tx.join().expect("sender");
+        let (tx_cpu, (zc_share, copied_anyway, zc_bytes)) = tx.join().expect("sender");
         let (rx_cpu, got) = rx.join().expect("receiver");
         assert_eq!(got, total / size as u64 * size as u64, "every byte counted");
         Run {
@@ -195,24 +218,31 @@ fn one(mode: Mode, total: u64, size: usize, veth: Option<&VethPair>, pin: Option
             wall: start.elapsed(),
             zc_share,
             copied_anyway,
+            zc_bytes,
         }
     })
 }
+
+const MIB: f64 = (1u64 << 20) as f64;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-/// Every mode, in the order the rows are run and printed (the first is the baseline).
-const MODES: [Mode; 6] = [
+/// Every mode `--modes` knows, in the order the rows are run and printed (the first is the
+/// baseline); all but the last ([`DEFAULT_MODES`]) run without `--modes`.
+const ALL_MODES: [Mode; 7] = [
     Mode::Plain,
     Mode::PlainAgain,
     Mode::Copy,
     Mode::SendZc,
     Mode::SendBytes,
     Mode::Auto,
+    Mode::FirstCopied,
 ];
+/// How many of [`ALL_MODES`] run by default.
+const DEFAULT_MODES: usize = 6;
 
 struct Opts {
     gib: f64,
@@ -236,9 +266,9 @@ fn table(where_: &str, o: &Opts, veth: Option<&VethPair>) {
         "\"both × plain\" is the median of per-run ratios to the first plain row; the second plain row is the spread of identical runs."
     );
     println!(
-        "| sender | op | tx CPU-s/GiB | rx CPU-s/GiB | both CPU-s/GiB | both × plain | Gbit/s | zc share | copied anyway |"
+        "| sender | op | tx CPU-s/GiB | rx CPU-s/GiB | both CPU-s/GiB | both × plain | Gbit/s | zc share | zc MiB/run (min–max) | copied anyway |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &size in &o.sizes {
         let mut results: Vec<Vec<Run>> = o.modes.iter().map(|_| Vec::new()).collect();
         for _ in 0..runs {
@@ -251,7 +281,7 @@ fn table(where_: &str, o: &Opts, veth: Option<&VethPair>) {
             let rs = &results[i];
             let sum = median(rs.iter().map(both).collect());
             println!(
-                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {:.1} | {:.1} % | {:.0} % |",
+                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {:.1} | {:.1} % | {:.2} ({:.2}–{:.2}) | {:.0} % |",
                 mode.name(),
                 if size % (1 << 20) == 0 {
                     format!("{} MiB", size >> 20)
@@ -273,6 +303,9 @@ fn table(where_: &str, o: &Opts, veth: Option<&VethPair>) {
                         .collect()
                 ),
                 100.0 * median(rs.iter().map(|r| r.zc_share).collect()),
+                median(rs.iter().map(|r| r.zc_bytes / MIB).collect()),
+                rs.iter().map(|r| r.zc_bytes / MIB).fold(f64::INFINITY, f64::min),
+                rs.iter().map(|r| r.zc_bytes / MIB).fold(0.0, f64::max),
                 100.0 * median(rs.iter().map(|r| r.copied_anyway).collect()),
             );
         }
@@ -380,14 +413,14 @@ fn ping_pong_table(o: &Opts, rounds: u64) {
 }
 
 const USAGE: &str = "usage: bench_tokio [--gib N] [--runs N] [--no-netns] [--pin] \
-                     [--modes plain,plain-again,copy,send-zc,send-bytes,auto] [--sizes 65536,1048576] [--ping-pong ROUNDS]";
+                     [--modes plain,plain-again,copy,send-zc,send-bytes,auto,first-copied] [--sizes 65536,1048576] [--ping-pong ROUNDS]";
 
 fn main() {
     let mut o = Opts {
         gib: 1.0,
         runs: 3,
         pin: None,
-        modes: MODES.to_vec(),
+        modes: ALL_MODES[..DEFAULT_MODES].to_vec(),
         sizes: vec![64 << 10, 1 << 20],
     };
     let mut netns = true;
@@ -408,7 +441,7 @@ fn main() {
                 o.modes = val()
                     .split(',')
                     .map(|m| {
-                        *MODES
+                        *ALL_MODES
                             .iter()
                             .find(|x| x.flag() == m)
                             .unwrap_or_else(|| panic!("unknown mode {m}; {USAGE}"))

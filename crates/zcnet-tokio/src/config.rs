@@ -12,13 +12,16 @@ use zcnet::{Policy, Stats};
 /// since the kernel merges notifications. Then zcnet's run-time cost check (the blocking
 /// `auto` path's, `zcnet::auto::cost`): the stream measures its own CPU per byte on
 /// zero-copy and on copy and leaves zero-copy while it costs more than 5 % above copy.
-/// Every such choice is a counted fallback in [`Stats`] (`demoted_copied`, `costlier`), and
-/// the check's windows and verdicts are in [`zcnet::StatsSnapshot`]'s `auto_tx`.
+/// A stream connected to this host starts demoted ([`ZcConfig::local_zerocopy`]). Every
+/// such choice is a counted fallback in [`Stats`] (`local_delivery`, `demoted_copied`,
+/// `costlier`), and the check's windows and verdicts, the demotion's re-probes, are in
+/// [`zcnet::StatsSnapshot`]'s `auto_tx`.
 #[derive(Debug, Clone, Default)]
 pub struct ZcConfig {
     pub(crate) policy: Policy,
     pub(crate) cost_check: Option<bool>,
     pub(crate) stats: Option<Arc<Stats>>,
+    pub(crate) local_zerocopy: bool,
 }
 
 impl ZcConfig {
@@ -39,6 +42,18 @@ impl ZcConfig {
     /// and is not second-guessed.
     pub fn cost_check(mut self, on: bool) -> Self {
         self.cost_check = Some(on);
+        self
+    }
+
+    /// Asks for zero-copy on a local route too. A stream connected to this host (a
+    /// loopback address, or its own address: `zcnet::policy::delivery_is_local`) under a
+    /// policy that demotes starts demoted for good, counted as `local_delivery`: the kernel
+    /// copies every zero-copy byte at local delivery, so asking only costs (pinning and
+    /// notifications on top of the copy). `true` keeps asking until the COPIED demotion
+    /// says otherwise — for a test of that demotion on loopback. A policy that never
+    /// demotes ([`Policy::always`]) asks everywhere regardless.
+    pub fn local_zerocopy(mut self, on: bool) -> Self {
+        self.local_zerocopy = on;
         self
     }
 

@@ -5,7 +5,7 @@ use crate::choice::{Go, SendChoice};
 use crate::loan::Loan;
 use crate::readiness::{Direction, Readiness, Watch};
 use std::io;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use zcnet::auto::AutoStats;
 use zcnet::policy::CopiedDemotion;
 use zcnet::zc::completion::Completions;
-use zcnet::zc::reap::reap_each;
+use zcnet::zc::reap::{count_change, reap_each};
 use zcnet::{FallbackReason, Stats};
 use zcnet_sys::raw::epoll::EventFlags;
 use zcnet_sys::raw::socket::{self, RecvFlags, SendFlags};
@@ -50,12 +50,30 @@ pub(crate) trait Socket: AsFd + std::fmt::Debug + Send + Sync + 'static {
     const WATCH: Watch;
     /// Ends the sending side without closing (TCP: the FIN a close would send).
     fn close_write(&self);
+    /// The socket's own address and its peer's (an error if not connected).
+    fn addrs(&self) -> io::Result<(SocketAddr, SocketAddr)>;
+}
+
+/// Whether a socket with `policy` starts demoted for good: the policy demotes, the caller
+/// did not ask for zero-copy on local routes, and the socket is connected to this host
+/// ([`zcnet::policy::delivery_is_local`]), where the kernel copies every zero-copy byte at
+/// delivery — so the 16 MiB (and more: notifications lag the sends) the COPIED demotion
+/// would take to learn it are not spent.
+pub(crate) fn starts_local<S: Socket>(sock: &S, policy: &zcnet::Policy, allow_local: bool) -> bool {
+    policy.demotes()
+        && !allow_local
+        && sock
+            .addrs()
+            .is_ok_and(|(local, peer)| zcnet::policy::delivery_is_local(local.ip(), peer.ip()))
 }
 
 impl Socket for TcpStream {
     const WATCH: Watch = Watch::Always;
     fn close_write(&self) {
         let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+    fn addrs(&self) -> io::Result<(SocketAddr, SocketAddr)> {
+        Ok((self.local_addr()?, self.peer_addr()?))
     }
 }
 
@@ -65,6 +83,9 @@ impl Socket for std::net::UdpSocket {
     const WATCH: Watch = Watch::WhileWaited;
     /// UDP has nothing to end: the queued datagrams leave, the completions come.
     fn close_write(&self) {}
+    fn addrs(&self) -> io::Result<(SocketAddr, SocketAddr)> {
+        Ok((self.local_addr()?, self.peer_addr()?))
+    }
 }
 
 /// One socket's shared state (a stream's, or a UDP socket's).
@@ -86,8 +107,11 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     /// Without a cost check the choice needs no state but the demotion's: the policy and
     /// this mirror of it, read without the lock (`None` with a cost check).
     lockless: Option<zcnet::Policy>,
-    /// Whether the COPIED demotion has happened (mirrors `TxState::demotion`).
+    /// Whether the demotion needs a look under the lock: demoted, or re-probing (mirrors
+    /// `TxState::demotion`; a socket that asks for zero-copy takes no lock for it).
     demoted: AtomicBool,
+    /// Delivery is local: copied for good, from the start ([`starts_local`]).
+    local: bool,
     /// `SO_ZEROCOPY` is off (fixed at creation).
     unsupported: bool,
 }
@@ -97,21 +121,28 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<S: Socket> Conn<S> {
-    /// Takes a non-blocking socket; `zerocopy` says whether `SO_ZEROCOPY` is on.
+    /// Takes a non-blocking socket; `zerocopy` says whether `SO_ZEROCOPY` is on, `local`
+    /// whether the socket starts demoted for good ([`starts_local`]).
     pub(crate) fn new(
         sock: S,
         zerocopy: bool,
+        local: bool,
         choice: SendChoice,
         stats: Arc<Stats>,
     ) -> io::Result<Conn<S>> {
         let readiness = Readiness::new(sock.as_fd(), S::WATCH)?;
         let lockless = (!choice.checks_cost()).then(|| choice.policy());
+        let demotion = if local {
+            CopiedDemotion::local()
+        } else {
+            CopiedDemotion::default()
+        };
         Ok(Conn {
             sock,
             readiness,
             tx: Mutex::new(TxState {
                 completions: Completions::new(),
-                demotion: CopiedDemotion::default(),
+                demotion,
                 choice,
                 entries: Vec::new(),
                 unsupported: !zerocopy,
@@ -124,7 +155,8 @@ impl<S: Socket> Conn<S> {
             metering: AtomicBool::new(false),
             activity: AtomicU64::new(0),
             lockless,
-            demoted: AtomicBool::new(false),
+            demoted: AtomicBool::new(local),
+            local,
             unsupported: !zerocopy,
         })
     }
@@ -163,50 +195,63 @@ impl<S: Socket> Conn<S> {
         if self.unsupported {
             return Go::Copy(FallbackReason::Unsupported);
         }
-        if self.demoted.load(Ordering::Relaxed) {
-            // For good: nothing left for the cost check to decide, no lock to take.
-            return Go::Copy(FallbackReason::DemotedCopied);
+        if self.local {
+            // For good: nothing for the cost check to decide, no lock to take.
+            return Go::Copy(FallbackReason::LocalDelivery);
         }
-        if let Some(policy) = self.lockless {
-            let demoted = self.demoted.load(Ordering::Relaxed);
-            let page = zcnet_sys::mem::page_size();
-            return match policy.decide(data.len(), data.as_ptr() as usize, page, demoted) {
-                zcnet::policy::TxDecision::ZeroCopy => Go::ZeroCopy,
-                zcnet::policy::TxDecision::Copy(reason) => Go::Copy(reason),
-            };
+        let (len, addr, page) = (
+            data.len(),
+            data.as_ptr() as usize,
+            zcnet_sys::mem::page_size(),
+        );
+        let by_policy = |policy: zcnet::Policy| match policy.decide(len, addr, page, false) {
+            zcnet::policy::TxDecision::ZeroCopy => Go::ZeroCopy,
+            zcnet::policy::TxDecision::Copy(reason) => Go::Copy(reason),
+        };
+        let demoted = self.demoted.load(Ordering::Relaxed);
+        if let (Some(policy), false) = (self.lockless, demoted) {
+            return by_policy(policy);
         }
         let mut guard = lock(&self.tx);
         let tx = &mut *guard;
         if tx.unsupported {
             return Go::Copy(FallbackReason::Unsupported);
         }
-        let go = tx.choice.decide(
-            data.len(),
-            data.as_ptr() as usize,
-            zcnet_sys::mem::page_size(),
-            tx.demotion.is_demoted(),
-            || self.cpu_ns.load(Ordering::Relaxed),
-        );
+        if let Some(reason) = tx.demotion.refuses() {
+            return Go::Copy(reason);
+        }
+        if let Some(policy) = self.lockless {
+            return by_policy(policy);
+        }
+        let go = tx.choice.decide(len, addr, page, false, || {
+            self.cpu_ns.load(Ordering::Relaxed)
+        });
         self.metering
             .store(tx.choice.measuring(), Ordering::Relaxed);
         go
     }
 
     /// A send that [`Conn::decide`] routed to `go` is done with `len` bytes queued: counts
-    /// its fallback and feeds the cost check.
+    /// its fallback and feeds the demotion's back-off and the cost check.
     pub(crate) fn sent(&self, go: Go, len: usize) {
         if let Go::Copy(reason) = go {
             self.stats.fallback(reason, len as u64);
         }
-        if go == Go::Copy(FallbackReason::DemotedCopied) {
-            // Demoted for good: the cost check has nothing left to measure.
-            self.metering.store(false, Ordering::Relaxed);
+        if self.local {
             return;
         }
         if self.lockless.is_some() {
+            self.count_send(len, go == Go::ZeroCopy);
             return;
         }
-        let mut tx = lock(&self.tx);
+        let mut guard = lock(&self.tx);
+        let tx = &mut *guard;
+        self.count_demotion(tx, len, go == Go::ZeroCopy);
+        if go == Go::Copy(FallbackReason::DemotedCopied) {
+            // Demoted: the cost check measures nothing until zero-copy is asked for again.
+            self.metering.store(false, Ordering::Relaxed);
+            return;
+        }
         let mut delta = AutoStats::default();
         tx.choice
             .after(go, len, || self.cpu_ns.load(Ordering::Relaxed), &mut delta);
@@ -215,6 +260,32 @@ impl<S: Socket> Conn<S> {
         if delta != AutoStats::default() {
             self.stats.add_auto_tx(&delta);
         }
+    }
+
+    /// Counts a send of `len` bytes in the COPIED demotion's back-off and re-probe
+    /// ([`CopiedDemotion::sent`]); no lock while the socket asks for zero-copy.
+    pub(crate) fn count_send(&self, len: usize, zerocopy: bool) {
+        if self.local || !self.demoted.load(Ordering::Relaxed) {
+            return;
+        }
+        self.count_demotion(&mut lock(&self.tx), len, zerocopy);
+    }
+
+    fn count_demotion(&self, tx: &mut TxState, len: usize, zerocopy: bool) {
+        if !self.demoted.load(Ordering::Relaxed) {
+            return;
+        }
+        let policy = tx.choice.policy();
+        let idle = tx.completions.is_idle();
+        let change = tx.demotion.sent(len as u64, zerocopy, idle, &policy);
+        count_change(change, &self.stats);
+        self.mirror(tx);
+    }
+
+    /// Updates the lock-free mirror of the demotion.
+    fn mirror(&self, tx: &TxState) {
+        let look = tx.demotion.is_demoted() || tx.demotion.counts_sends();
+        self.demoted.store(look, Ordering::Relaxed);
     }
 
     /// Runs `f`, adding the thread CPU time it took to the cost check's clock while a window
@@ -255,8 +326,8 @@ impl<S: Socket> Conn<S> {
         }) {
             tx.last_copied = copied;
         }
-        if tx.demotion.is_demoted() {
-            self.demoted.store(true, Ordering::Relaxed);
+        if !self.local {
+            self.mirror(tx);
         }
         Ok(n)
     }

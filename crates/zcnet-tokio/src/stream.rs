@@ -86,7 +86,8 @@ impl ZcStream {
         let sock = stream.into_std()?;
         let choice = SendChoice::new(config.policy, config.checks_cost());
         let stats = config.stats.unwrap_or_default();
-        let conn = Arc::new(Conn::new(sock, zerocopy, choice, stats)?);
+        let local = crate::conn::starts_local(&sock, &config.policy, config.local_zerocopy);
+        let conn = Arc::new(Conn::new(sock, zerocopy, local, choice, stats)?);
         runtime.spawn(driver::drive(conn.clone()));
         Ok(ZcStream { conn, rx: None })
     }

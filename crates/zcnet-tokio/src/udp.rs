@@ -160,7 +160,10 @@ impl ZcUdpSocket {
         // No cost check: a message socket's sends are the Framer's batches, and the
         // policy's size threshold and COPIED demotion decide alone.
         let choice = crate::choice::SendChoice::new(cfg.policy, false);
-        let conn = Arc::new(Conn::new(sock, zerocopy, choice, stats)?);
+        // A demoting policy never asks on a local route (the kernel copies there); a test
+        // that wants zero-copy in flight on loopback says `Policy::always()`.
+        let local = crate::conn::starts_local(&sock, &cfg.policy, false);
+        let conn = Arc::new(Conn::new(sock, zerocopy, local, choice, stats)?);
         runtime.spawn(driver::drive(conn.clone()));
         Ok(ZcUdpSocket {
             conn,
@@ -508,6 +511,8 @@ impl ZcUdpSocket {
         if let (false, Some(out)) = (finished, &out) {
             lock(&self.framer).finish(out, flight.span.is_some());
         }
+        // A demoted socket's back-off runs in bytes sent (no lock while it is not demoted).
+        self.conn.count_send(wire_len, sent.zerocopy > 0);
         Ok(sent)
     }
 

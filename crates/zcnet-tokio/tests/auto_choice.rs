@@ -48,15 +48,22 @@ async fn send_pattern(s: &mut ZcStream, total: usize, size: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn merged_copied_notifications_demote_by_the_bytes_they_cover() {
-    // The notification limit out of reach: only the byte count can demote.
+    // The notification limit out of reach: only the byte count can demote. On loopback,
+    // so the stream must be told to ask there at all.
     let policy = Policy::default().with_demotion(Some(u32::MAX));
-    let config = ZcConfig::new().policy(policy).cost_check(false);
+    let config = ZcConfig::new()
+        .policy(policy)
+        .cost_check(false)
+        .local_zerocopy(true);
     let total = 64 * MIB;
     let st = send_verified(Topo::Loopback, config, total, MIB).await;
     assert_eq!(st.tx_bytes(), total as u64);
-    // Loopback copies at delivery and says so: after 16 MiB reported COPIED, copy.
+    // Loopback copies at delivery and says so: after 4 MiB reported COPIED, copy.
     assert_eq!(st.tx_demotions, 1, "{st}");
-    assert!(st.tx_bytes_zc_copied >= 16 << 20, "{st}");
+    assert!(
+        st.tx_bytes_zc_copied >= zcnet::policy::DEMOTE_AFTER_COPIED_BYTES,
+        "{st}"
+    );
     let demoted = st.fallback_bytes(FallbackReason::DemotedCopied);
     assert!(demoted > 0, "{st}");
     assert_eq!(
@@ -64,6 +71,42 @@ async fn merged_copied_notifications_demote_by_the_bytes_they_cover() {
         "every copied byte has its reason: {st}"
     );
     assert_eq!(st.auto_tx.cost_checks, 0, "no check was asked for");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_to_this_host_never_asks_for_zero_copy() {
+    // The default (`auto`) on loopback: local delivery copies anyway, so not one byte is
+    // sent zero-copy, and every byte is counted under the reason.
+    let total = 32 * MIB;
+    let st = send_verified(Topo::Loopback, ZcConfig::new(), total, MIB).await;
+    assert_eq!(st.tx_bytes_zerocopy, 0, "{st}");
+    assert_eq!(
+        st.fallback_bytes(FallbackReason::LocalDelivery),
+        total as u64,
+        "{st}"
+    );
+    assert_eq!(st.tx_demotions, 0, "{st}");
+    assert_eq!(
+        st.auto_tx,
+        zcnet::auto::AutoStats::default(),
+        "no check ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_namespaces_the_default_probes_briefly_then_copies() {
+    let Some(veth) = veth_or_skip(9000) else {
+        return;
+    };
+    // Not local: the first probe remains, and the COPIED notifications end it.
+    let total = 64 * MIB;
+    let st = send_verified(Topo::Netns(&veth), ZcConfig::new(), total, MIB).await;
+    assert_eq!(st.fallback_bytes(FallbackReason::LocalDelivery), 0, "{st}");
+    assert!(st.tx_bytes_zerocopy > 0, "{st}");
+    assert!(st.tx_bytes_zerocopy <= total as u64 / 2, "{st}");
+    assert_eq!(st.tx_demotions, 1, "{st}");
+    assert!(st.fallback_bytes(FallbackReason::DemotedCopied) > 0, "{st}");
+    eprintln!("netns default: {st}; {:?}", st.auto_tx);
 }
 
 fn check_routes(st: &StatsSnapshot, total: usize, size: usize) {

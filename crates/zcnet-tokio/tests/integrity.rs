@@ -58,7 +58,9 @@ async fn mixed_on(
     total: usize,
     size: usize,
 ) -> zcnet::StatsSnapshot {
-    let (mut s, r) = pair(topo, ZcConfig::new().policy(policy)).await;
+    // On loopback too: these tests are about the policy's own rules.
+    let config = ZcConfig::new().policy(policy).local_zerocopy(true);
+    let (mut s, r) = pair(topo, config).await;
     assert!(s.zerocopy_enabled(), "SO_ZEROCOPY on an established socket");
     let reader = tokio::spawn(read_verified(r));
     send_mixed(&mut s, total, size).await;

@@ -170,6 +170,30 @@ async fn every_size_arrives_whole_between_namespaces() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoting_policy_never_asks_for_zero_copy_to_this_host() {
+    // The default policy on loopback: local delivery copies anyway, so every loan is
+    // copied from the start, counted as `local_delivery` — and every byte still arrives.
+    let mut cfg = config(MsgTx::Zerocopy);
+    cfg.policy = Policy::default();
+    let (rx, tx) = sockets(Topo::Loopback, &cfg);
+    let len = 256 << 10;
+    for seed in 0..8 {
+        send(&tx, How::Lent, seed, len).await;
+        let m = expect_message(&rx, "a loan to this host").await;
+        check(seed, &m, len);
+    }
+    tx.flush_loans().await.unwrap();
+    let s = tx.stats().snapshot();
+    assert_eq!(s.tx_bytes_zerocopy, 0, "{s}");
+    assert_eq!(
+        s.fallback_bytes(zcnet::FallbackReason::LocalDelivery),
+        s.tx_bytes_copy,
+        "{s}"
+    );
+    assert!(s.tx_bytes_copy >= 8 * len as u64, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interop_with_the_blocking_sender_and_receiver() {
     // Blocking MsgSender -> ZcUdpSocket.
     let cfg = config(MsgTx::Zerocopy);

@@ -47,6 +47,9 @@ pub enum Completions {
     AsIs,
     /// Report every range as copied (`SO_EE_CODE_ZEROCOPY_COPIED`).
     Copied,
+    /// Report the calls numbered below this one as copied and the rest as not (a route
+    /// that stopped copying: a packet tap went away); a range across it is split.
+    CopiedBefore(u32),
     /// Split every range into single calls and report each read's calls in reverse order.
     Reversed,
     /// Hold completions back and report them merged into contiguous ranges once `n` have
@@ -220,6 +223,32 @@ fn rewrite(p: &mut FaultPlan, fresh: Vec<ErrqueueEntry>, got_new: bool) -> Vec<E
                 other => other,
             })
             .collect(),
+        Completions::CopiedBefore(n) => {
+            let mut out = Vec::new();
+            for e in fresh {
+                match e {
+                    ErrqueueEntry::Zerocopy { lo, hi, .. } if lo < n && hi >= n => {
+                        out.push(ErrqueueEntry::Zerocopy {
+                            lo,
+                            hi: n - 1,
+                            copied: true,
+                        });
+                        out.push(ErrqueueEntry::Zerocopy {
+                            lo: n,
+                            hi,
+                            copied: false,
+                        });
+                    }
+                    ErrqueueEntry::Zerocopy { lo, hi, .. } => out.push(ErrqueueEntry::Zerocopy {
+                        lo,
+                        hi,
+                        copied: hi < n,
+                    }),
+                    other => out.push(other),
+                }
+            }
+            out
+        }
         Completions::Reversed => {
             let mut singles = Vec::new();
             for e in fresh {
@@ -318,6 +347,16 @@ mod tests {
                 hi: 1,
                 copied: true
             }]
+        );
+        let mut p = FaultPlan::new().completions(Completions::CopiedBefore(5));
+        let copied = |lo, hi| ErrqueueEntry::Zerocopy {
+            lo,
+            hi,
+            copied: true,
+        };
+        assert_eq!(
+            rewrite(&mut p, vec![zc(0, 2), zc(3, 7), zc(8, 9)], true),
+            vec![copied(0, 2), copied(3, 4), zc(5, 7), zc(8, 9)]
         );
     }
 

@@ -160,11 +160,16 @@ pub enum FallbackReason {
     /// or attach refused, queue taken), so the LM frames went through the kernel's UDP
     /// socket instead, copied like any datagram.
     XskUnavailable,
+    /// Transmit: the peer is this host (a loopback address, or the socket's own address),
+    /// where the kernel copies every `MSG_ZEROCOPY` byte at delivery anyway
+    /// (docs/measurements/kernel-findings.md §1), so a policy that demotes never asks there
+    /// ([`crate::policy::delivery_is_local`]).
+    LocalDelivery,
 }
 
 impl FallbackReason {
     /// All reasons, in the order of their counters.
-    pub const ALL: [FallbackReason; 15] = [
+    pub const ALL: [FallbackReason; 16] = [
         FallbackReason::TooSmall,
         FallbackReason::Unaligned,
         FallbackReason::Enobufs,
@@ -180,6 +185,7 @@ impl FallbackReason {
         FallbackReason::Costlier,
         FallbackReason::XskCopyMode,
         FallbackReason::XskUnavailable,
+        FallbackReason::LocalDelivery,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -204,6 +210,7 @@ impl FallbackReason {
             FallbackReason::Unprotectable => "unprotectable",
             FallbackReason::XskCopyMode => "xsk_copy_mode",
             FallbackReason::XskUnavailable => "xsk_unavailable",
+            FallbackReason::LocalDelivery => "local_delivery",
         }
     }
 }

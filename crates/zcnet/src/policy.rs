@@ -10,8 +10,18 @@
 //! the kernel reports a run of calls in one range, so a fast sender whose calls complete
 //! in batches of hundreds may see few notifications per gigabyte, and a count of
 //! notifications alone would let it pay for zero-copy over the whole transfer.
+//!
+//! A demoted socket whose caller counts its sends ([`CopiedDemotion::sent`]) asks again
+//! after a back-off: a route that copied keeps copying (the copy is the kernel's local
+//! delivery, not a passing state), so one short re-probe ([`Policy::reprobe_bytes`], a few
+//! notifications) settles it, and the back-off doubles after each re-probe that comes back
+//! COPIED — probing stays a fraction of a percent of the bytes of a long transfer, while a
+//! socket demoted by a passing burst (a packet tap cloning skbs) gets zero-copy back. And
+//! where delivery is certainly local ([`delivery_is_local`]) the kernel always copies, so a
+//! caller that knows the route can start demoted ([`CopiedDemotion::local`]) and never probe.
 
 use crate::path::FallbackReason;
+use std::net::IpAddr;
 
 /// Per-operation decision rules for the zero-copy transmit path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,12 +37,36 @@ pub struct Policy {
     /// Stop asking for zero-copy after this many consecutive bytes were reported COPIED
     /// (whichever of the two limits comes first); `None` counts notifications only.
     pub demote_after_copied_bytes: Option<u64>,
+    /// Bytes a demoted socket copies before it re-probes zero-copy (doubling after each
+    /// re-probe that comes back COPIED, up to [`MAX_REPROBE_AFTER_BYTES`]); `None` stays
+    /// demoted for good. Only callers that count their sends ([`CopiedDemotion::sent`]:
+    /// zcnet-tokio's sockets, the `zerocopy` path) re-probe.
+    pub reprobe_after_bytes: Option<u64>,
+    /// Bytes one re-probe sends zero-copy before it copies again to wait for their
+    /// notifications (a whole send goes, so at least one send).
+    pub reprobe_bytes: u64,
 }
 
-/// The default of [`Policy::demote_after_copied_bytes`]: 16 MiB, a few milliseconds of a
-/// loopback stream, long enough that one copied burst (a packet tap cloning skbs) does not
-/// demote a socket whose device takes the pages.
-pub const DEMOTE_AFTER_COPIED_BYTES: u64 = 16 << 20;
+/// The default of [`Policy::demote_after_copied_bytes`]: 4 MiB. What a COPIED demotion
+/// costs is this plus the bytes sent before the first notification is read — measured
+/// 2.9–4.7 MiB for a tokio stream across a veth pair and on loopback (one send buffer in
+/// flight: notifications come with the acknowledgements; `bench_tokio --modes
+/// first-copied`, docs/tokio.md) — so a threshold of about that lag costs at most twice
+/// the unavoidable, where 16 MiB cost five times it. It is still a whole send buffer of
+/// COPIED bytes in a row, so a brief copied burst (a packet tap cloning a few skbs) does
+/// not demote a socket whose device takes the pages, and one that does is re-probed
+/// ([`Policy::reprobe_after_bytes`]).
+pub const DEMOTE_AFTER_COPIED_BYTES: u64 = 4 << 20;
+
+/// The default of [`Policy::reprobe_after_bytes`]: 256 MiB of copy before the first
+/// re-probe, so a re-probe of [`REPROBE_BYTES`] (or of one 1 MiB send) is under 0.4 % of
+/// the bytes, and less after every doubling.
+pub const REPROBE_AFTER_BYTES: u64 = 256 << 20;
+/// Cap on the re-probe back-off: 64 GiB.
+pub const MAX_REPROBE_AFTER_BYTES: u64 = 64 << 30;
+/// The default of [`Policy::reprobe_bytes`]: four 64 KiB sends, a few notifications. A
+/// route that copied keeps copying, so the re-probe only has to see that it still does.
+pub const REPROBE_BYTES: u64 = 256 << 10;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -41,6 +75,8 @@ impl Default for Policy {
             require_page_aligned: false,
             demote_after_copied: Some(64),
             demote_after_copied_bytes: Some(DEMOTE_AFTER_COPIED_BYTES),
+            reprobe_after_bytes: Some(REPROBE_AFTER_BYTES),
+            reprobe_bytes: REPROBE_BYTES,
         }
     }
 }
@@ -62,6 +98,8 @@ impl Policy {
             require_page_aligned: false,
             demote_after_copied: None,
             demote_after_copied_bytes: None,
+            reprobe_after_bytes: None,
+            reprobe_bytes: REPROBE_BYTES,
         }
     }
 
@@ -93,6 +131,14 @@ impl Policy {
         self
     }
 
+    /// Sets the re-probe after a demotion: `after` bytes of copy first (`None`: demoted for
+    /// good), then `window` bytes of zero-copy.
+    pub fn with_reprobe(mut self, after: Option<u64>, window: u64) -> Self {
+        self.reprobe_after_bytes = after;
+        self.reprobe_bytes = window.max(1);
+        self
+    }
+
     /// Whether this policy ever stops asking for zero-copy on a socket.
     pub fn demotes(&self) -> bool {
         self.demote_after_copied.is_some() || self.demote_after_copied_bytes.is_some()
@@ -112,55 +158,213 @@ impl Policy {
     }
 }
 
-/// Tracks consecutive COPIED notifications of one socket, and the bytes they covered.
+/// Whether a socket from `local` to `peer` is certainly delivered inside this host, where
+/// the kernel copies every `MSG_ZEROCOPY` byte at delivery (`skb_orphan_frags_rx` →
+/// `skb_copy_ubufs`, docs/measurements/kernel-findings.md §1; the kernel's msg_zerocopy.rst,
+/// "Loopback": data is always copied): the peer is a loopback address (`::ffff:127.0.0.1`
+/// too), the unspecified address (which connects to this host), or the socket's own
+/// address — an address of the socket's own network namespace, whose route is the local
+/// table's. An address of this host other than the socket's source (a socket bound to one
+/// of its addresses and connected to another) is not recognised: it costs the COPIED
+/// demotion's first probe, as any route that copies does.
+pub fn delivery_is_local(local: IpAddr, peer: IpAddr) -> bool {
+    let (local, peer) = (local.to_canonical(), peer.to_canonical());
+    peer.is_loopback() || peer.is_unspecified() || peer == local
+}
+
+/// What one notification or send changed in a [`CopiedDemotion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemotionChange {
+    /// Nothing.
+    None,
+    /// The socket stopped asking for zero-copy.
+    Demoted,
+    /// A re-probe started: the next sends ask for zero-copy again.
+    Reprobe,
+    /// A re-probe's notifications were not COPIED: zero-copy is back.
+    Promoted,
+    /// A re-probe came back COPIED: demoted again, the back-off doubled.
+    Redemoted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Phase {
+    #[default]
+    Asking,
+    /// Delivery is local ([`delivery_is_local`]): copy for good.
+    Local,
+    /// Copy for `left` more bytes, then re-probe (never, without [`CopiedDemotion::sent`]).
+    Demoted { left: u64 },
+    /// Zero-copy for `zc_left` more bytes, then copy until notifications have covered the
+    /// `sent` bytes the re-probe sent zero-copy; `copied` of them said COPIED so far.
+    Probing {
+        zc_left: u64,
+        sent: u64,
+        copied: u64,
+    },
+}
+
+/// Tracks consecutive COPIED notifications of one socket, and the bytes they covered; with
+/// the socket's sends counted ([`CopiedDemotion::sent`]), re-probes after a back-off.
 #[derive(Debug, Clone, Default)]
 pub struct CopiedDemotion {
     streak: u32,
     streak_bytes: u64,
-    demoted: bool,
+    phase: Phase,
+    /// The current re-probe back-off in bytes (0 until the first demotion).
+    backoff: u64,
 }
 
 impl CopiedDemotion {
+    /// Demoted from the start and for good: the socket's delivery is local
+    /// ([`delivery_is_local`]), where every zero-copy byte would be copied anyway.
+    pub fn local() -> Self {
+        CopiedDemotion {
+            phase: Phase::Local,
+            ..Default::default()
+        }
+    }
+
     /// Feeds one notification; returns true exactly when this one demotes the socket.
     pub fn observe(&mut self, copied: bool, limit: Option<u32>) -> bool {
-        if self.demoted {
+        if self.phase != Phase::Asking {
             return false;
         }
         self.streak = if copied { self.streak + 1 } else { 0 };
         if limit.is_some_and(|l| self.streak >= l) {
-            self.demoted = true;
+            self.phase = Phase::Demoted { left: u64::MAX };
             return true;
         }
         false
     }
 
     /// Feeds one notification that completed calls carrying `bytes`, against both of
-    /// `policy`'s limits; returns true exactly when this one demotes the socket.
+    /// `policy`'s limits; returns true exactly when this one demotes the socket (a
+    /// re-probe's re-demotion included).
     pub fn observe_bytes(&mut self, copied: bool, bytes: u64, policy: &Policy) -> bool {
-        if self.demoted {
-            return false;
-        }
-        self.streak_bytes = if copied {
-            self.streak_bytes.saturating_add(bytes)
-        } else {
-            0
-        };
-        if self.observe(copied, policy.demote_after_copied) {
-            return true;
-        }
-        if policy
-            .demote_after_copied_bytes
-            .is_some_and(|l| self.streak_bytes >= l)
-        {
-            self.demoted = true;
-            return true;
-        }
-        false
+        matches!(
+            self.notified(copied, bytes, policy),
+            DemotionChange::Demoted | DemotionChange::Redemoted
+        )
     }
 
-    /// Whether the socket has stopped asking for zero-copy.
+    /// [`CopiedDemotion::observe_bytes`], saying what changed.
+    pub fn notified(&mut self, copied: bool, bytes: u64, policy: &Policy) -> DemotionChange {
+        match self.phase {
+            Phase::Local | Phase::Demoted { .. } => DemotionChange::None,
+            Phase::Probing {
+                zc_left,
+                sent,
+                copied: seen,
+            } => {
+                if !copied {
+                    self.phase = Phase::Asking;
+                    (self.streak, self.streak_bytes) = (0, 0);
+                    self.backoff = policy.reprobe_after_bytes.unwrap_or(0);
+                    return DemotionChange::Promoted;
+                }
+                self.phase = Phase::Probing {
+                    zc_left,
+                    sent,
+                    copied: seen.saturating_add(bytes),
+                };
+                self.settle_probe()
+            }
+            Phase::Asking => {
+                self.streak_bytes = if copied {
+                    self.streak_bytes.saturating_add(bytes)
+                } else {
+                    0
+                };
+                let by_bytes = policy
+                    .demote_after_copied_bytes
+                    .is_some_and(|l| copied && self.streak_bytes >= l);
+                if !self.observe(copied, policy.demote_after_copied) && !by_bytes {
+                    return DemotionChange::None;
+                }
+                self.backoff = policy.reprobe_after_bytes.unwrap_or(u64::MAX);
+                self.phase = Phase::Demoted { left: self.backoff };
+                DemotionChange::Demoted
+            }
+        }
+    }
+
+    /// Counts a send of `bytes` (`zerocopy`: it went with `MSG_ZEROCOPY`; `idle`: no
+    /// zero-copy call is still waiting for its notification): runs a demoted socket's
+    /// back-off down, and a re-probe's zero-copy window. Returns
+    /// [`DemotionChange::Reprobe`] when the back-off is over — only once the calls sent
+    /// before the demotion are all notified, so their COPIED notifications are never
+    /// taken for the re-probe's.
+    pub fn sent(
+        &mut self,
+        bytes: u64,
+        zerocopy: bool,
+        idle: bool,
+        policy: &Policy,
+    ) -> DemotionChange {
+        match &mut self.phase {
+            Phase::Demoted { left } if *left != u64::MAX => {
+                *left = left.saturating_sub(bytes);
+                if *left > 0 || !idle {
+                    return DemotionChange::None;
+                }
+                self.phase = Phase::Probing {
+                    zc_left: policy.reprobe_bytes.max(1),
+                    sent: 0,
+                    copied: 0,
+                };
+                DemotionChange::Reprobe
+            }
+            Phase::Probing { zc_left, sent, .. } if zerocopy => {
+                *zc_left = zc_left.saturating_sub(bytes);
+                *sent = sent.saturating_add(bytes);
+                // Its notifications may have been read before the send was counted.
+                self.settle_probe()
+            }
+            _ => DemotionChange::None,
+        }
+    }
+
+    /// A re-probe whose window is sent and whose every byte came back COPIED: demoted
+    /// again, the back-off doubled.
+    fn settle_probe(&mut self) -> DemotionChange {
+        match self.phase {
+            Phase::Probing {
+                zc_left: 0,
+                sent,
+                copied,
+            } if copied >= sent => {
+                self.backoff = self.backoff.saturating_mul(2).min(MAX_REPROBE_AFTER_BYTES);
+                self.phase = Phase::Demoted { left: self.backoff };
+                DemotionChange::Redemoted
+            }
+            _ => DemotionChange::None,
+        }
+    }
+
+    /// Why the next send may not ask for zero-copy, if it may not: demoted (or a re-probe
+    /// waiting for its notifications), or local delivery.
+    pub fn refuses(&self) -> Option<FallbackReason> {
+        match self.phase {
+            Phase::Asking => None,
+            Phase::Probing { zc_left, .. } if zc_left > 0 => None,
+            Phase::Local => Some(FallbackReason::LocalDelivery),
+            Phase::Demoted { .. } | Phase::Probing { .. } => Some(FallbackReason::DemotedCopied),
+        }
+    }
+
+    /// Whether the socket does not ask for zero-copy now.
     pub fn is_demoted(&self) -> bool {
-        self.demoted
+        self.refuses().is_some()
+    }
+
+    /// Whether the sends must be counted ([`CopiedDemotion::sent`]) for a re-probe to come:
+    /// demoted with a back-off, or re-probing.
+    pub fn counts_sends(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Demoted { left } if left != u64::MAX
+        ) || matches!(self.phase, Phase::Probing { .. })
     }
 }
 
@@ -209,17 +413,19 @@ mod tests {
 
     #[test]
     fn merged_notifications_demote_by_the_bytes_they_cover() {
-        // Two notifications of 10 MiB each: far under 64 notifications, over 16 MiB.
+        // Two notifications of 5/8 of the limit each: far under 64 notifications, over
+        // the byte limit together.
         let p = Policy::default();
+        let part = DEMOTE_AFTER_COPIED_BYTES * 5 / 8;
         let mut d = CopiedDemotion::default();
-        assert!(!d.observe_bytes(true, 10 << 20, &p));
-        assert!(d.observe_bytes(true, 10 << 20, &p));
+        assert!(!d.observe_bytes(true, part, &p));
+        assert!(d.observe_bytes(true, part, &p));
         assert!(d.is_demoted());
         // A notification that was not copied breaks the byte streak too.
         let mut d = CopiedDemotion::default();
-        assert!(!d.observe_bytes(true, 10 << 20, &p));
+        assert!(!d.observe_bytes(true, part, &p));
         assert!(!d.observe_bytes(false, 1 << 20, &p));
-        assert!(!d.observe_bytes(true, 10 << 20, &p));
+        assert!(!d.observe_bytes(true, part, &p));
         assert!(!d.is_demoted());
         // The notification limit still applies on its own (small merged ranges).
         let p = Policy::default().with_demotion(Some(3));
@@ -235,6 +441,132 @@ mod tests {
             assert!(!d.observe_bytes(true, u64::MAX, &p));
         }
         assert!(Policy::default().demotes());
+    }
+
+    #[test]
+    fn local_delivery_is_loopback_unspecified_or_the_sockets_own_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let local = |l, p| delivery_is_local(ip(l), ip(p));
+        assert!(local("127.0.0.1", "127.0.0.1"));
+        assert!(local("127.0.0.1", "127.3.2.1"), "all of 127/8");
+        assert!(local("::1", "::1"));
+        assert!(local("::ffff:127.0.0.1", "::ffff:127.0.0.1"), "v4-mapped");
+        assert!(
+            local("10.1.2.3", "0.0.0.0"),
+            "the unspecified address is this host"
+        );
+        assert!(local("10.1.2.3", "10.1.2.3"), "the socket's own address");
+        assert!(local("::ffff:10.1.2.3", "10.1.2.3"));
+        assert!(!local("10.1.2.3", "10.1.2.4"), "a veth peer, a NIC's");
+        assert!(!local("fd00::1", "fd00::2"));
+        let mut d = CopiedDemotion::local();
+        assert_eq!(d.refuses(), Some(FallbackReason::LocalDelivery));
+        // For good: nothing re-probes it, no notification changes it.
+        let p = Policy::default();
+        for _ in 0..4 {
+            assert_eq!(d.sent(u64::MAX, false, true, &p), DemotionChange::None);
+            assert_eq!(d.notified(false, 1 << 20, &p), DemotionChange::None);
+        }
+        assert_eq!(d.refuses(), Some(FallbackReason::LocalDelivery));
+        assert!(!d.counts_sends());
+    }
+
+    /// Drives a demotion over `ops` sends of `size` bytes on a route whose notifications
+    /// say `copied`, each zero-copy send's notification read `lag` sends later; returns the
+    /// bytes that went zero-copy and the changes seen.
+    fn route(
+        d: &mut CopiedDemotion,
+        p: &Policy,
+        copied: bool,
+        size: u64,
+        lag: usize,
+        ops: usize,
+    ) -> (u64, Vec<DemotionChange>) {
+        let mut pending = std::collections::VecDeque::new();
+        let (mut zc, mut changes) = (0, Vec::new());
+        for _ in 0..ops {
+            let go = d.refuses().is_none();
+            if go {
+                zc += size;
+            }
+            // A copy send has no notification, but takes its turn in the lag.
+            pending.push_back(go.then_some(size));
+            let idle = pending.iter().all(Option::is_none);
+            changes.push(d.sent(size, go, idle, p));
+            if pending.len() > lag {
+                if let Some(b) = pending.pop_front().unwrap() {
+                    changes.push(d.notified(copied, b, p));
+                }
+            }
+        }
+        changes.retain(|c| *c != DemotionChange::None);
+        (zc, changes)
+    }
+
+    #[test]
+    fn a_copying_route_is_reprobed_briefly_and_ever_more_rarely() {
+        use DemotionChange::*;
+        const MIB: u64 = 1 << 20;
+        let p = Policy::default();
+        let mut d = CopiedDemotion::default();
+        // 1 MiB sends, notifications 4 sends late: 4 MiB COPIED demote (+ 4 in flight).
+        let (zc, changes) = route(&mut d, &p, true, MIB, 4, 64);
+        assert_eq!(changes, vec![Demoted]);
+        assert_eq!(zc, DEMOTE_AFTER_COPIED_BYTES + 4 * MIB);
+        // A long transfer: re-probes of one send after 256 MiB, 512 MiB, 1 GiB, ...
+        let (zc, changes) = route(&mut d, &p, true, MIB, 4, 16 << 10);
+        let reprobes = changes.iter().filter(|c| **c == Reprobe).count();
+        assert_eq!(reprobes, 6, "{changes:?}");
+        assert!(changes.iter().all(|c| matches!(c, Reprobe | Redemoted)));
+        assert_eq!(zc, 6 * MIB, "one 1 MiB send per re-probe");
+        assert!(zc * 1000 < 16 << 30, "probing under 0.1 % of 16 GiB");
+        // The back-off doubles up to its cap, and never past it.
+        assert!(d.backoff <= MAX_REPROBE_AFTER_BYTES);
+    }
+
+    #[test]
+    fn a_reprobe_that_is_not_copied_promotes_and_a_late_notification_still_counts() {
+        use DemotionChange::*;
+        let p = Policy::default().with_reprobe(Some(1000), 300);
+        let mut d = CopiedDemotion::default();
+        assert!(d.observe_bytes(true, 16 << 20, &p));
+        assert_eq!(d.refuses(), Some(FallbackReason::DemotedCopied));
+        assert!(d.counts_sends());
+        assert_eq!(d.sent(999, false, true, &p), None);
+        assert_eq!(d.sent(1, false, true, &p), Reprobe);
+        // The probe: 300 bytes zero-copy, then copy while its notifications are awaited.
+        assert_eq!(d.refuses(), Option::None);
+        assert_eq!(d.sent(200, true, true, &p), None);
+        assert_eq!(d.refuses(), Option::None);
+        // The first send's notification comes before the second send is counted.
+        assert_eq!(d.notified(true, 200, &p), None);
+        assert_eq!(d.sent(200, true, true, &p), None);
+        assert_eq!(d.refuses(), Some(FallbackReason::DemotedCopied), "waiting");
+        assert_eq!(d.notified(true, 200, &p), Redemoted);
+        // Back-off doubled: 2000 bytes.
+        assert_eq!(d.sent(1999, false, true, &p), None);
+        assert_eq!(d.sent(1, false, true, &p), Reprobe);
+        // Read before counted: settles in `sent`.
+        assert_eq!(d.notified(true, 300, &p), None);
+        assert_eq!(d.sent(300, true, true, &p), Redemoted);
+        // Back-off 4000, then a probe that was not copied (the tap went away): promoted.
+        assert_eq!(d.sent(4000, false, true, &p), Reprobe);
+        assert_eq!(d.sent(300, true, true, &p), None);
+        assert_eq!(d.notified(false, 300, &p), Promoted);
+        assert!(!d.is_demoted() && !d.counts_sends());
+        // Demoted again later, the back-off starts from the policy's again.
+        assert!(d.observe_bytes(true, 16 << 20, &p));
+        assert_eq!(d.sent(1000, false, true, &p), Reprobe);
+        // Without re-probing (the preload's notification count, or `None`): for good.
+        let mut d = CopiedDemotion::default();
+        assert!(d.observe(true, Some(1)));
+        assert_eq!(d.sent(u64::MAX, false, true, &p), None);
+        assert!(d.is_demoted() && !d.counts_sends());
+        let q = Policy::default().with_reprobe(Option::None, 300);
+        let mut d = CopiedDemotion::default();
+        assert!(d.observe_bytes(true, 16 << 20, &q));
+        assert_eq!(d.sent(u64::MAX, false, true, &q), None);
+        assert!(d.is_demoted());
     }
 }
 

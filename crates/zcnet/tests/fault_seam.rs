@@ -163,6 +163,64 @@ fn copied_completions_are_counted_and_demote_the_path() {
 }
 
 #[test]
+fn a_demoted_path_reprobes_briefly_and_ever_more_rarely() {
+    // Demoted at the first COPIED notification; re-probed after 1, 2, 4, 8 MiB of copy
+    // (and once every earlier call is notified) with a 64 KiB window. Every completion
+    // says COPIED: every re-probe demotes again.
+    const MIB: u64 = 1 << 20;
+    let policy = Policy::always()
+        .with_demotion(Some(1))
+        .with_reprobe(Some(MIB), 64 << 10);
+    let plan = FaultPlan::new().completions(Completions::Copied);
+    let (err, sent, st, got, _) = run(TxPath::Zerocopy, policy, SIZE, plan);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!((sent, got), (SIZE, SIZE));
+    let a = st.auto_tx;
+    assert!(
+        a.reprobes >= 2,
+        "back-offs of 1 + 2 + 4 MiB in 16 MiB: {a:?}"
+    );
+    assert!(a.reprobes <= 4, "the back-off doubles: {a:?}");
+    assert_eq!(a.promotions, 0, "{a:?}");
+    assert!(a.redemotions + 1 >= a.reprobes, "{a:?}");
+    assert_eq!(st.tx_demotions, 1 + a.redemotions, "{st}");
+    // The copy between re-probes is counted as the demotion's; each re-probe sent at least
+    // its window zero-copy (whole buffers) and every zero-copy byte was reported COPIED.
+    let demoted = st.fallback_bytes(FallbackReason::DemotedCopied);
+    assert!(demoted >= SIZE / 2, "{st}");
+    assert_eq!(st.tx_bytes_copy, demoted, "{st}");
+    assert_eq!(st.tx_bytes_zc_copied, st.tx_bytes_zerocopy, "{st}");
+}
+
+#[test]
+fn a_reprobe_that_is_not_copied_gives_zero_copy_back() {
+    // The first call is reported COPIED (a tap cloning skbs), later ones are not: its
+    // notification demotes, the re-probe after 1 MiB of copy finds zero-copy working again.
+    let policy = Policy::always()
+        .with_demotion(Some(1))
+        .with_reprobe(Some(1 << 20), 64 << 10);
+    let plan = FaultPlan::new().completions(Completions::CopiedBefore(1));
+    let (err, sent, st, got, in_flight) = run(TxPath::Zerocopy, policy, SIZE, plan);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!((sent, got), (SIZE, SIZE));
+    assert_eq!(in_flight, 0);
+    let a = st.auto_tx;
+    assert_eq!(
+        (st.tx_demotions, a.reprobes, a.promotions),
+        (1, 1, 1),
+        "{st} {a:?}"
+    );
+    assert!(
+        st.tx_bytes_zerocopy >= SIZE / 2,
+        "zero-copy after the promotion: {st}"
+    );
+    assert!(
+        st.fallback_bytes(FallbackReason::DemotedCopied) >= 1 << 20,
+        "{st}"
+    );
+}
+
+#[test]
 fn the_receive_loop_continues_short_reads_and_eintr_and_names_a_reset() {
     let listener = listen(Topo::Loopback, &receiver_config(RxPath::Copy));
     let port = listener.local_addr().unwrap().port();

@@ -12,7 +12,9 @@
 //! more than copy by more than a margin (in [`CONFIRM`] comparisons in a row, so a fluke of
 //! the clock measures again rather than costing a back-off), the connection goes back to
 //! copy and stays there
-//! for a back-off (doubling while the verdict stands, up to a cap), then measures again.
+//! for a back-off (doubling while the verdict stands, up to a cap), then measures again —
+//! in short windows ([`REMEASURE_BYTES`]), so that re-measuring a path that keeps costing
+//! more stays a fraction of a percent of the bytes.
 //! A stale or foreign profile thus costs a probe, never a whole transfer; a good one costs
 //! one copy window per check, and checks grow rarer while the verdict keeps being good.
 //!
@@ -43,6 +45,13 @@ pub const CONFIRM: u32 = 2;
 pub const BACKOFF_WINDOWS: u64 = 16;
 /// Cap on the back-off, in windows (16 GiB with the default window).
 pub const MAX_GAP_WINDOWS: u64 = 1024;
+/// Bytes per window when a path found costlier is measured again after its back-off: the
+/// verdict stood once already and a path that cost more keeps costing more, so a short
+/// window suffices to see that it still does — 2 MiB of it on the wanted path against a
+/// back-off of at least 256 MiB is under 0.8 % of the bytes, and half that after each
+/// doubling (a full window, 16 MiB, was 6 %). A short window that finds the path no
+/// dearer is not trusted on its own: full windows measure again before the path is.
+pub const REMEASURE_BYTES: u64 = 2 << 20;
 
 /// Why an operation was routed where it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +117,10 @@ pub struct CostCheck<P> {
     /// Costlier verdicts in a row needed to leave the path, and so far.
     confirm: u32,
     strikes: u32,
+    /// Window bytes of a re-measurement after a costlier verdict.
+    remeasure: u64,
+    /// The last verdict left the path: the next comparison uses `remeasure` windows.
+    suspect: bool,
 }
 
 impl<P: AutoPath> CostCheck<P> {
@@ -122,6 +135,7 @@ impl<P: AutoPath> CostCheck<P> {
             (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
         )
         .confirm(CONFIRM)
+        .remeasure(REMEASURE_BYTES)
     }
 
     /// With a `window` of bytes, a `margin`, and gaps in windows, each (first, cap) and
@@ -151,6 +165,26 @@ impl<P: AutoPath> CostCheck<P> {
             phase: Phase::Trusting { due: 0 },
             confirm: 1,
             strikes: 0,
+            remeasure: window,
+            suspect: false,
+        }
+    }
+
+    /// Measures a path found costlier again, after its back-off, in windows of `bytes`
+    /// (at most the full window; see [`REMEASURE_BYTES`]): dearer again, it backs off
+    /// twice as long at once; not dearer, full windows measure it again before it is
+    /// trusted.
+    pub fn remeasure(mut self, bytes: u64) -> Self {
+        self.remeasure = bytes.clamp(1, self.window);
+        self
+    }
+
+    /// The window of the comparison under way.
+    fn window(&self) -> u64 {
+        if self.suspect {
+            self.remeasure
+        } else {
+            self.window
         }
     }
 
@@ -206,10 +240,11 @@ impl<P: AutoPath> CostCheck<P> {
     /// when this operation completed a comparison.
     pub fn after(&mut self, bytes: u64, clock: impl Fn() -> u64) -> Option<Verdict<P>> {
         self.total = self.total.saturating_add(bytes);
+        let window = self.window();
         match &mut self.phase {
             Phase::Measuring { path, t0, bytes: b } => {
                 *b += bytes;
-                if *b >= self.window {
+                if *b >= window {
                     let cost = clock().saturating_sub(*t0) as f64 / *b as f64;
                     self.phase = Phase::Settling {
                         path: *path,
@@ -225,7 +260,7 @@ impl<P: AutoPath> CostCheck<P> {
                 bytes: b,
             } => {
                 *b += bytes;
-                if *b >= self.window {
+                if *b >= window {
                     self.phase = Phase::Probing {
                         path: *path,
                         cost: *cost,
@@ -242,19 +277,25 @@ impl<P: AutoPath> CostCheck<P> {
                 bytes: b,
             } => {
                 *b += bytes;
-                if *b < self.window {
+                if *b < window {
                     return None;
                 }
                 let copy = clock().saturating_sub(*t0) as f64 / *b as f64;
                 let (path, cost) = (*path, *cost);
                 let dearer = cost > copy * (1.0 + self.margin);
                 self.strikes = if dearer { self.strikes + 1 } else { 0 };
-                let costlier = dearer && self.strikes >= self.confirm;
-                if dearer && !costlier {
+                // A re-measurement needs no confirmation to leave the path again.
+                let costlier = dearer && (self.suspect || self.strikes >= self.confirm);
+                if self.suspect && !dearer {
+                    // A short window found it no dearer: full windows before trusting it.
+                    self.suspect = false;
+                    self.phase = Phase::Trusting { due: self.total };
+                } else if dearer && !costlier {
                     // Not confirmed yet: measure again now.
                     self.phase = Phase::Trusting { due: self.total };
                 } else if costlier {
                     self.strikes = 0;
+                    self.suspect = self.remeasure < self.window;
                     self.phase = Phase::Demoted {
                         path,
                         until: self.total.saturating_add(self.backoff),
@@ -424,6 +465,47 @@ mod tests {
         assert!(measured[10..20].iter().all(|m| !*m));
         assert!(measured[20..30].iter().all(|m| *m));
         assert!(measured[30..].iter().all(|m| !*m));
+    }
+
+    #[test]
+    fn a_costlier_path_is_measured_again_in_short_windows_and_trusted_only_after_full_ones() {
+        // Full windows of 10 ops of 1 KiB, re-measurements of 2 ops, back-off 4 windows.
+        let mut c = check().remeasure(2 << 10);
+        let dear = |p| if p == TxPath::Uring { 2.0 } else { 1.0 };
+        let (routes, v) = drive(&mut c, TxPath::Uring, dear, 1024, 70);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].costlier);
+        assert!(routes[30..70]
+            .iter()
+            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+        // After the back-off: 2 ops on the path, 2 settling, 2 on copy; dearer again, so
+        // it backs off at once for twice as long (8 windows = 80 ops).
+        let (routes, v) = drive(&mut c, TxPath::Uring, dear, 1024, 86);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].costlier);
+        let wanted = routes
+            .iter()
+            .filter(|r| matches!(r, Route::Wanted(_)))
+            .count();
+        assert_eq!(wanted, 2, "a short window on the dear path");
+        assert!(routes[6..86]
+            .iter()
+            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+        // Now the path got cheap: the short window says so, full windows confirm it before
+        // the path is trusted (its gap back to the first recheck).
+        let cheap = |p| if p == TxPath::Uring { 0.5 } else { 1.0 };
+        let (routes, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 60);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(!v[0].dearer && !v[1].dearer, "{v:?}");
+        assert!(routes[..2]
+            .iter()
+            .all(|r| *r == Route::Wanted(TxPath::Uring)));
+        assert!(routes[6..16]
+            .iter()
+            .all(|r| *r == Route::Wanted(TxPath::Uring)));
+        assert!(routes[36..]
+            .iter()
+            .all(|r| *r == Route::Wanted(TxPath::Uring)));
     }
 
     #[test]

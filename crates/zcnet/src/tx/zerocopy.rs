@@ -1,6 +1,7 @@
 //! The `MSG_ZEROCOPY` transmit path.
 //!
-//! Per send: the [`Policy`] decides (size, alignment, demotion); a zero-copy send is
+//! Per send: the [`Policy`] decides (size, alignment, demotion, with a re-probe after the
+//! policy's back-off: every send is counted in the demotion); a zero-copy send is
 //! continued until every byte is queued, each successful call taking the next notification
 //! id; the buffer is lent to the [`Completions`] bookkeeping and comes back when every call
 //! that named it is done. Completions are drained with non-blocking reads after each send,
@@ -18,7 +19,7 @@ use crate::path::FallbackReason;
 use crate::policy::{CopiedDemotion, Policy, TxDecision};
 use crate::stats::Stats;
 use crate::zc::completion::Completions;
-use crate::zc::reap::{poll_errqueue, reap_completions};
+use crate::zc::reap::{count_change, poll_errqueue, reap_completions};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use zcnet_sys::mem::page_size;
@@ -68,8 +69,11 @@ impl ZerocopyTx {
     /// Sends a loan's bytes with `MSG_ZEROCOPY` (or copies them, counted, where the policy
     /// says so) and keeps the loan until every call that named it is complete.
     fn send_lent(&mut self, fd: BorrowedFd<'_>, lent: Lent, stats: &Stats) -> Result<()> {
+        let len = lent.len() as u64;
         if let TxDecision::Copy(reason) = self.decide(&lent) {
-            stats.fallback(reason, lent.len() as u64);
+            stats.fallback(reason, len);
+            let idle = self.completions.is_idle();
+            count_change(self.demotion.sent(len, false, idle, &self.policy), stats);
             return plain::send_all(fd, &lent, stats, self.timeout);
         }
         let first = self.completions.next_id();
@@ -82,6 +86,8 @@ impl ZerocopyTx {
                 drop(back);
             }
         }
+        let idle = self.completions.is_idle();
+        count_change(self.demotion.sent(len, true, idle, &self.policy), stats);
         result?;
         super::Transmit::reap(self, fd, stats)?;
         Ok(())

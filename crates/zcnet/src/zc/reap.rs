@@ -1,8 +1,9 @@
 //! Reading `MSG_ZEROCOPY` notifications off the socket error queue and applying them.
 
 use super::completion::Completions;
+use crate::auto::AutoStats;
 use crate::error::{Error, Result};
-use crate::policy::{CopiedDemotion, Policy};
+use crate::policy::{CopiedDemotion, DemotionChange, Policy};
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -87,13 +88,32 @@ pub fn reap_each<T>(
             if copied {
                 stats.add_tx_zc_copied_bytes(done.bytes);
             }
-            if demotion.observe_bytes(copied, done.bytes, &policy) {
-                stats.add_tx_demotions(1);
-            }
+            count_change(demotion.notified(copied, done.bytes, &policy), stats);
             for item in done.released {
                 release(item, copied);
             }
         }
     }
     Ok(n)
+}
+
+/// Counts what a notification or a send changed in a socket's [`CopiedDemotion`]: every
+/// demotion in `tx_demotions`, the re-probes and their outcomes in `auto_tx` (`reprobes`,
+/// `promotions`, `redemotions`), as `auto`'s own demotion counts them.
+pub fn count_change(change: DemotionChange, stats: &Stats) {
+    let mut delta = AutoStats::default();
+    match change {
+        DemotionChange::None => return,
+        DemotionChange::Demoted => {
+            stats.add_tx_demotions(1);
+            return;
+        }
+        DemotionChange::Reprobe => delta.reprobes = 1,
+        DemotionChange::Promoted => delta.promotions = 1,
+        DemotionChange::Redemoted => {
+            stats.add_tx_demotions(1);
+            delta.redemotions = 1;
+        }
+    }
+    stats.add_auto_tx(&delta);
 }

@@ -367,12 +367,16 @@ def iperf3(mode, lib, d, size, want):
 PROGRAMS = {"nginx+curl": nginx, "http.server+curl": http_server, "socat": socat, "iperf3": iperf3}
 
 
-def median_ci(v, draws=2000):
-    """Half-width of a 95 % bootstrap interval of the median of v (fixed seed: a rerun of the
-    same figures prints the same interval)."""
+def bootstrap_ci(v, stat, draws=2000):
+    """Half-width of a 95 % bootstrap interval of stat(v) (fixed seed: a rerun of the same
+    figures prints the same interval)."""
     rng = random.Random(1)
-    meds = sorted(statistics.median(rng.choices(v, k=len(v))) for _ in range(draws))
-    return (meds[int(draws * 0.975) - 1] - meds[int(draws * 0.025)]) / 2
+    ts = sorted(stat(rng.choices(v, k=len(v))) for _ in range(draws))
+    return (ts[int(draws * 0.975) - 1] - ts[int(draws * 0.025)]) / 2
+
+
+def median_ci(v):
+    return bootstrap_ci(v, statistics.median)
 
 
 # Student's t, 97.5 % quantile, by degrees of freedom (beyond 30: 2.0 is within 2 %).
@@ -398,12 +402,10 @@ def trimmed(v, cut=0.2):
     return statistics.fmean(v[k:len(v) - k])
 
 
-def trimmed_ci(v, draws=2000):
+def trimmed_ci(v):
     """The 20 %-trimmed mean of v, and the half-width of its 95 % bootstrap interval: robust to
     the odd run a burst of load slowed, nearly as efficient as the mean otherwise."""
-    rng = random.Random(1)
-    ts = sorted(trimmed(rng.choices(v, k=len(v))) for _ in range(draws))
-    return trimmed(v), (ts[int(draws * 0.975) - 1] - ts[int(draws * 0.025)]) / 2
+    return trimmed(v), bootstrap_ci(v, trimmed)
 
 
 ESTIMATORS = {

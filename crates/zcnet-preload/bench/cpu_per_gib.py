@@ -9,15 +9,27 @@ from wait4(2)'s rusage, less the server's CPU until it listens (its start-up is 
 GiB; read from /proc/PID/task/*/schedstat, in ns). Every transfer's bytes are checked
 (hash, or both ends' counts for iperf3).
 
-What is reported per mode is the median over rounds of that round's ratio mode/none (runs
-of one round are seconds apart, so a slow stretch of a shared machine hits both ends of the
-ratio), ± the half-width of its 95 % bootstrap interval. `none2/none` is what two identical
-configurations show in the same sitting: a ratio whose distance from 1 is within that
-column's is noise. With --pin (the default) the server runs on CPU 0 and the client on CPU 1
-(taskset(1)): on a 2-CPU machine left to the scheduler, the two ends sometimes share a CPU
-and sometimes not, and their CPU time differs by more than the library's. `softirq` is the
-CPU the ksoftirqd threads took during the run — protocol work done outside both processes
-and so not in their rusage; it is shown, not added (it also holds other programs' work).
+What is reported per mode is an estimate (--estimator: median, geometric mean, or 20 %-trimmed
+mean) over the ratios of mode to its reference `none` CPU, ± the half-width of its 95 %
+interval. With --design rounds the reference is that round's `none` run; with --design
+sandwich every run sits between two `none` runs and its reference is their mean: the runs
+compared are adjacent, and a drift of the machine that is linear over the three runs
+cancels. `none2/none` is what two identical configurations show in the same sitting: a
+ratio whose distance from 1 is within that column's is noise. --target H keeps adding rounds
+after --rounds until every interval (forced `cow` aside) is at most ±H, for at most --budget
+seconds per program and network; the rounds run are printed. --methods prints `none2/none`
+by every accounting of a run's CPU (ACCOUNTS: both processes; with ksoftirqd; with every
+kernel thread; all CPUs' busy time from /proc/stat) and every estimator, with and without
+the ratios whose runs lost more than 1 % of a CPU to the hypervisor (steal, /proc/stat).
+
+With --pin apart (the default) the server runs on CPU 0 and the client on CPU 1 (taskset(1)):
+on a 2-CPU machine left to the scheduler, the two ends sometimes share a CPU and sometimes
+not, and their CPU time differs by more than the library's; --pin same puts both on CPU 0.
+--prio fifo runs both under SCHED_FIFO (chrt(1)), --prio nice at nice -20: other work on a
+shared machine then waits instead of preempting them (its preemptions cost CPU: caches
+refilled). `softirq` is the CPU the ksoftirqd threads took during the run — protocol work
+done outside both processes and so not in their rusage; it is shown, not added (it also
+holds other programs' work).
 
 Networks (--net): `loopback`, or `netns`: the server in one network namespace and the client
 in another, joined by a veth pair this script creates (root; unique names, removed at exit).
@@ -25,9 +37,13 @@ in another, joined by a veth pair this script creates (root; unique names, remov
 
 Usage: cpu_per_gib.py LIBRARY [--size MiB] [--rounds N] [--net loopback|netns|both]
                       [--only NAME...] [--modes MODE...] [--no-pin] [--raw FILE]
+                      [--pin apart|same|none] [--prio none|nice|fifo] [--design rounds|sandwich]
+                      [--account proc|proc+softirq|proc+kthreads|system]
+                      [--estimator median|gmean|trimmed] [--target H] [--budget S]
+                      [--max-steal F] [--iperf3-scale K] [--methods]
 """
 
-import argparse, hashlib, json, os, random, signal, socket, statistics, subprocess, sys, tempfile, time
+import argparse, hashlib, json, math, os, random, signal, socket, statistics, subprocess, sys, tempfile, time
 
 
 class Net:
@@ -61,12 +77,17 @@ class Net:
             subprocess.run(["ip", "netns", "del", n], stderr=subprocess.DEVNULL)
 
     def server(self, cmd):
-        cmd = (["taskset", "-c", "0"] + cmd) if PIN else cmd
-        return ["ip", "netns", "exec", self.ns[1]] + cmd if self.ns else cmd
+        return self._wrap(cmd, "0", self.ns and self.ns[1])
 
     def client(self, cmd):
-        cmd = (["taskset", "-c", "1"] + cmd) if PIN else cmd
-        return ["ip", "netns", "exec", self.ns[0]] + cmd if self.ns else cmd
+        return self._wrap(cmd, "0" if PIN == "same" else "1", self.ns and self.ns[0])
+
+    @staticmethod
+    def _wrap(cmd, cpu, ns):
+        # Every wrapper execs the next, so wait4 still measures the program itself.
+        cmd = PRIO + cmd
+        cmd = (["taskset", "-c", cpu] + cmd) if PIN != "none" else cmd
+        return ["ip", "netns", "exec", ns] + cmd if ns else cmd
 
     def tcp_table(self):
         if not self.ns:
@@ -77,7 +98,8 @@ class Net:
 
 
 NET = None
-PIN = True
+PIN = "apart"
+PRIO = []
 
 MODES = ["none", "none2", "copy", "auto", "cow"]
 
@@ -137,6 +159,11 @@ def start(cmd, env, **kw):
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=default_sigint, **kw)
 
 
+# Voluntary and involuntary context switches of the processes reaped since the last reset:
+# the second counts how often other work preempted the run.
+SWITCHES = [0, 0]
+
+
 def reap(p, sig=None, timeout=60):
     """Stops p (with sig, if given) and returns its CPU seconds."""
     if sig is not None and p.poll() is None:
@@ -146,6 +173,8 @@ def reap(p, sig=None, timeout=60):
         pid, status, ru = os.wait4(p.pid, os.WNOHANG)
         if pid == p.pid:
             p.returncode = os.waitstatus_to_exitcode(status)
+            SWITCHES[0] += ru.ru_nvcsw
+            SWITCHES[1] += ru.ru_nivcsw
             return ru.ru_utime + ru.ru_stime
         if time.time() > deadline:
             threads = []
@@ -197,10 +226,65 @@ def softirqd():
 
 
 SOFTIRQD = []
+KTHREADS = []
 
 
-def softirq_cpu():
-    return sum(task_cpu(p) for p in SOFTIRQD)
+def kthreads():
+    """The pids of all kernel threads (children of kthreadd), taken once: workers that come
+    and go later are missed."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[1] == "2":
+                        pids.append(int(d))
+            except (OSError, IndexError):
+                pass
+    return pids
+
+
+def cpu_of(pids):
+    """pid → CPU seconds so far, of those of pids still alive."""
+    out = {}
+    for p in pids:
+        try:
+            out[p] = task_cpu(p)
+        except OSError:
+            pass
+    return out
+
+
+def grown(a, b):
+    """CPU taken between two cpu_of readings, by the threads alive at both: one that
+    exited in between would otherwise count negative."""
+    return sum(b[p] - a[p] for p in a.keys() & b.keys())
+
+
+def proc_stat():
+    """Busy and steal seconds of all CPUs so far (/proc/stat, first line: USER_HZ ticks, so
+    sampled at the tick — unbiased, but coarse over a short run)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = v
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
+def snapshot():
+    busy, steal = proc_stat()
+    return {"softirq": cpu_of(SOFTIRQD), "kthreads": cpu_of(KTHREADS), "system": busy,
+            "steal": steal, "wall": time.monotonic()}
+
+
+# What a run's CPU is, from its counters: both processes (wait4), plus ksoftirqd, plus every
+# kernel thread, or every CPU's busy time (/proc/stat: holds whatever else the machine ran).
+ACCOUNTS = {
+    "proc": lambda r: r["proc"],
+    "proc+softirq": lambda r: r["proc"] + r["softirq"],
+    "proc+kthreads": lambda r: r["proc"] + r["kthreads"],
+    "system": lambda r: r["system"],
+}
 
 
 def sha(path):
@@ -283,50 +367,167 @@ def iperf3(mode, lib, d, size, want):
 PROGRAMS = {"nginx+curl": nginx, "http.server+curl": http_server, "socat": socat, "iperf3": iperf3}
 
 
-def median_ci(v, draws=2000):
-    """Half-width of a 95 % bootstrap interval of the median of v (fixed seed: a rerun of the
-    same figures prints the same interval)."""
+def bootstrap_ci(v, stat, draws=2000):
+    """Half-width of a 95 % bootstrap interval of stat(v) (fixed seed: a rerun of the same
+    figures prints the same interval)."""
     rng = random.Random(1)
-    meds = sorted(statistics.median(rng.choices(v, k=len(v))) for _ in range(draws))
-    return (meds[int(draws * 0.975) - 1] - meds[int(draws * 0.025)]) / 2
+    ts = sorted(stat(rng.choices(v, k=len(v))) for _ in range(draws))
+    return (ts[int(draws * 0.975) - 1] - ts[int(draws * 0.025)]) / 2
+
+
+def median_ci(v):
+    return bootstrap_ci(v, statistics.median)
+
+
+# Student's t, 97.5 % quantile, by degrees of freedom (beyond 30: 2.0 is within 2 %).
+T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14,
+        2.13, 2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]
+
+
+def gmean_ci(v):
+    """Geometric mean of the ratios v and the half-width of its 95 % t interval (on the logs:
+    a ratio and its inverse are equally far from 1). More efficient than the median when the
+    ratios are near log-normal, as they are without outliers."""
+    logs = [math.log(x) for x in v if x > 0]
+    m = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(m), float("nan")
+    h = T975[min(len(logs) - 2, len(T975) - 1)] * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(m), (math.exp(m + h) - math.exp(m - h)) / 2
+
+
+def trimmed(v, cut=0.2):
+    v = sorted(v)
+    k = int(len(v) * cut)
+    return statistics.fmean(v[k:len(v) - k])
+
+
+def trimmed_ci(v):
+    """The 20 %-trimmed mean of v, and the half-width of its 95 % bootstrap interval: robust to
+    the odd run a burst of load slowed, nearly as efficient as the mean otherwise."""
+    return trimmed(v), bootstrap_ci(v, trimmed)
+
+
+ESTIMATORS = {
+    "median": lambda v: (statistics.median(v), median_ci(v)),
+    "gmean": gmean_ci,
+    "trimmed": trimmed_ci,
+}
+
+
+def schedule(a, r, first):
+    """The modes of round r, in the order they run. `rounds`: every mode once, rotated.
+    `sandwich`: every mode's run sits between two `none` runs (shared with the neighbouring
+    sandwiches; `first` opens the chain), modes rotated round by round — its ratio is to the
+    mean of the two, which cancels a drift of the machine that is linear over three runs."""
+    if a.design == "rounds":
+        rot = r % len(a.modes)
+        return a.modes[rot:] + a.modes[:rot]
+    others = a.modes[1:]
+    rot = r % len(others)
+    order = ["none"] if first else []
+    for m in others[rot:] + others[:rot]:
+        order += [m, "none"]
+    return order
+
+
+def ratios(a, runs, mode, account, max_steal=None):
+    """Per round (rounds) or per sandwich: mode's CPU over its reference `none` CPU; a ratio
+    any of whose runs saw more than max_steal of a CPU stolen by the hypervisor is left out."""
+    acc = ACCOUNTS[account]
+    stolen = lambda r: max_steal is not None and r["steal"] > max_steal * r["wall"]
+    out = []
+    if a.design == "rounds":
+        nones = {r["round"]: r for r in runs if r["mode"] == "none"}
+        for r in runs:
+            if r["mode"] == mode and not (stolen(r) or stolen(nones[r["round"]])):
+                out.append(acc(r) / acc(nones[r["round"]]))
+    else:
+        for i, r in enumerate(runs):
+            if r["mode"] == mode and 0 < i < len(runs) - 1:
+                b, c = runs[i - 1], runs[i + 1]
+                if not (stolen(r) or stolen(b) or stolen(c)):
+                    out.append(acc(r) / ((acc(b) + acc(c)) / 2))
+    return out
 
 
 def measure(name, fn, a, d, size, want):
-    """Per mode: the median CPU s/GiB, and the median over rounds of the ratio to that
-    round's `none` run; for `none2`, also the half-width of its ratio's interquartile range."""
-    per = {m: [] for m in a.modes}
-    soft = []
-    cow = []
+    """Runs --rounds rounds, then more while a mode's interval (forced `cow` aside: it is
+    not held to the 3 % goal) is wider than --target and --budget seconds have not passed;
+    returns the runs, each with its counters (CPU seconds)."""
+    runs = []
     gib = size / (1 << 30)
-    for r in range(a.rounds):
-        for m in a.modes[r % len(a.modes):] + a.modes[: r % len(a.modes)]:
-            s0 = softirq_cpu()
+    t0 = time.monotonic()
+    r = 0
+    while r < a.rounds or (a.target and time.monotonic() - t0 < a.budget and wider(a, runs)):
+        for m in schedule(a, r, not runs):
+            s0 = snapshot()
+            SWITCHES[:] = [0, 0]
             try:
                 cpu, ok = fn(m, a.library, d, size, want)
             except RuntimeError as e:
                 raise SystemExit(f"{name} {m} ({NET.kind}): {e}")
             if not ok:
                 raise SystemExit(f"{name} {m} ({NET.kind}): transfer not verified")
-            soft.append((softirq_cpu() - s0) / gib)
-            per[m].append(cpu / gib)
-            pages, faults, fault_ns = engine_stats()
-            if m == "cow":
-                cow.append((faults / max(pages, 1), fault_ns / max(faults, 1) / 1e3, fault_ns / 1e9 / gib))
+            s1 = snapshot()
+            run = {"program": name, "net": NET.kind, "round": r, "mode": m, "proc": cpu,
+                   "nvcsw": SWITCHES[0], "nivcsw": SWITCHES[1]}
+            run.update({k: grown(s0[k], s1[k]) if isinstance(s0[k], dict) else s1[k] - s0[k]
+                        for k in s0})
+            run["pages"], run["faults"], run["fault_ns"] = engine_stats()
+            run["gib"] = gib
+            runs.append(run)
             if a.raw:
-                print(json.dumps({"program": name, "net": NET.kind, "round": r, "mode": m,
-                                  "cpu": cpu / gib, "softirq": soft[-1], "pages": pages,
-                                  "faults": faults, "fault_ns": fault_ns}), file=a.raw, flush=True)
-    out = {"none": statistics.median(per["none"]), "softirq": statistics.median(soft)}
+                print(json.dumps(run), file=a.raw, flush=True)
+        r += 1
+    return runs
+
+
+def wider(a, runs):
+    """Whether some mode's interval is still wider than the target."""
     for m in a.modes[1:]:
-        ratios = [x / n for x, n in zip(per[m], per["none"])]
-        out[m] = (statistics.median(ratios), median_ci(ratios))
+        if m != "cow":
+            v = ratios(a, runs, m, a.account, a.max_steal)
+            if len(v) < 3 or ESTIMATORS[a.estimator](v)[1] > a.target:
+                return True
+    return False
+
+
+def summary(a, runs):
+    """Per mode: the median CPU s/GiB of `none`, ksoftirqd's, and each mode's ratio with the
+    half-width of its 95 % interval, by the chosen accounting and estimator."""
+    gib = runs[0]["gib"]
+    acc = ACCOUNTS[a.account]
+    out = {"none": statistics.median(acc(r) / gib for r in runs if r["mode"] == "none"),
+           "softirq": statistics.median(r["softirq"] / gib for r in runs)}
+    for m in a.modes[1:]:
+        v = ratios(a, runs, m, a.account, a.max_steal)
+        out[m] = ESTIMATORS[a.estimator](v) if v else (float("nan"), float("nan"))
+    cow = [(r["faults"] / max(r["pages"], 1), r["fault_ns"] / max(r["faults"], 1) / 1e3,
+            r["fault_ns"] / 1e9 / gib) for r in runs if r["mode"] == "cow"]
     if cow:
         out["faulted"], out["us_fault"], out["fault_s"] = (statistics.median(c) for c in zip(*cow))
     return out
 
 
+def methods(a, runs):
+    """What each accounting and estimator makes of the same runs' `none2/none`: the method
+    whose interval is narrowest resolves the smallest difference."""
+    lines = []
+    for steal in (None, 0.01):
+        for acc in ACCOUNTS:
+            v = ratios(a, runs, "none2", acc, steal)
+            if len(v) < 3:
+                continue
+            cells = " ".join("%s %.3f±%.3f" % ((e,) + ESTIMATORS[e](v)) for e in ESTIMATORS)
+            sd = statistics.stdev(math.log(x) for x in v if x > 0)
+            lines.append(f"    none2/none {acc:14} {'steal≤1%' if steal else 'all':8} n={len(v):3} "
+                         f"sd {sd:5.3f}  {cells}")
+    return "\n".join(lines)
+
+
 def main():
-    global NET, PIN, SOFTIRQD, STATS
+    global NET, PIN, PRIO, SOFTIRQD, KTHREADS, STATS
     # Stopped with SIGTERM: still remove the namespaces and the temporary files.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser()
@@ -337,12 +538,35 @@ def main():
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--modes", nargs="*", default=MODES, help="none and none2 are always run")
     ap.add_argument("--raw", type=argparse.FileType("w"), help="write each run as a JSON line")
-    ap.add_argument("--no-pin", dest="pin", action="store_false",
-                    help="let the scheduler place server and client")
+    ap.add_argument("--pin", choices=["apart", "same", "none"], default="apart",
+                    help="server on CPU 0 and client on CPU 1, both on CPU 0, or left to the scheduler")
+    ap.add_argument("--no-pin", dest="pin", action="store_const", const="none",
+                    help="the same as --pin none")
+    ap.add_argument("--prio", choices=["none", "nice", "fifo"], default="none",
+                    help="run both programs at nice -20, or SCHED_FIFO 10: the machine's other "
+                         "work then waits rather than interleaving with theirs")
+    ap.add_argument("--design", choices=["rounds", "sandwich"], default="rounds",
+                    help="rounds: every mode once per round, ratio to the round's none; "
+                         "sandwich: every run between two none runs, ratio to their mean")
+    ap.add_argument("--account", choices=list(ACCOUNTS), default="proc",
+                    help="what a run's CPU is (see ACCOUNTS)")
+    ap.add_argument("--estimator", choices=list(ESTIMATORS), default="median")
+    ap.add_argument("--max-steal", type=float,
+                    help="leave out ratios with a run that lost more than this share of a CPU to steal")
+    ap.add_argument("--target", type=float,
+                    help="after --rounds, add rounds until every interval's half-width is at most this")
+    ap.add_argument("--budget", type=float, default=120,
+                    help="seconds per program and network beyond which --target adds no round")
+    ap.add_argument("--iperf3-scale", type=int, default=1,
+                    help="iperf3 moves this many times --size (it spends 4x less CPU per byte)")
+    ap.add_argument("--methods", action="store_true",
+                    help="also print none2/none by every accounting and estimator")
     a = ap.parse_args()
     a.modes = ["none", "none2"] + [m for m in a.modes if m in MODES and not m.startswith("none")]
     PIN = a.pin
+    PRIO = {"none": [], "nice": ["nice", "-n", "-20"], "fifo": ["chrt", "-f", "10"]}[a.prio]
     SOFTIRQD = softirqd()
+    KTHREADS = kthreads()
     size = a.size << 20
     nets = ["loopback", "netns"] if a.net == "both" else [a.net]
     # tmpfs: no writeback of the received file charged to whichever run comes next.
@@ -354,24 +578,32 @@ def main():
             for i in range(a.size):
                 f.write(hashlib.sha256(i.to_bytes(8, "little")).digest() + block[32:])
         want = sha(os.path.join(d, "data.bin"))
-        print(f"{a.size} MiB per transfer, {a.rounds} rounds, modes rotated, "
-              f"{'server on CPU 0, client on CPU 1' if PIN else 'unpinned'}; CPU s/GiB of both "
-              f"processes less the server's start-up; ratios: medians of per-round ratios to none")
+        place = {"apart": "server on CPU 0, client on CPU 1", "same": "both on CPU 0",
+                 "none": "unpinned"}[PIN]
+        print(f"{a.size} MiB per transfer, {a.rounds} rounds, design {a.design}, {place}, "
+              f"priority {a.prio}; CPU s/GiB ({a.account}) less the server's start-up; "
+              f"ratios: {a.estimator} of per-{'round' if a.design == 'rounds' else 'sandwich'} "
+              f"ratios to none ± 95 % half-width" + (f", steal ≤ {a.max_steal:.0%}" if a.max_steal else ""))
         cow = "cow" in a.modes
         print(f"{'program':18} {'net':8} {'none':>7} {'softirq':>7} "
               + " ".join(f"{m + '/none':>13}" for m in a.modes[1:])
-              + (f" {'faulted':>7} {'µs/flt':>6} {'flt s/GiB':>9}" if cow else ""))
+              + (f" {'faulted':>7} {'µs/flt':>6} {'flt s/GiB':>9}" if cow else ""), flush=True)
         for kind in nets:
             NET = Net(kind)
             try:
                 for name, fn in PROGRAMS.items():
                     if a.only and name not in a.only:
                         continue
-                    med = measure(name, fn, a, d, size, want)
+                    t0 = time.monotonic()
+                    n = size * a.iperf3_scale if name == "iperf3" else size
+                    runs = measure(name, fn, a, d, n, want)
+                    med = summary(a, runs)
                     print(f"{name:18} {kind:8} {med['none']:7.3f} {med['softirq']:7.3f} "
                           + " ".join(f"{'%.3f±%.3f' % med[m]:>13}" for m in a.modes[1:])
-                          + (f" {med['faulted']:7.1%} {med['us_fault']:6.1f} {med['fault_s']:9.3f}" if cow else ""),
-                          flush=True)
+                          + (f" {med['faulted']:7.1%} {med['us_fault']:6.1f} {med['fault_s']:9.3f}" if cow else "")
+                          + f"  ({1 + runs[-1]['round']} rounds, {time.monotonic() - t0:.0f} s)", flush=True)
+                    if a.methods:
+                        print(methods(a, runs), flush=True)
             finally:
                 NET.close()
 

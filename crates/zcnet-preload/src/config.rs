@@ -44,6 +44,10 @@ pub struct Config {
     pub stats: Option<PathBuf>,
     /// `ZCNET_PRELOAD_MIN`: calls smaller than this are copied (default: zcnet's policy).
     pub min_bytes: usize,
+    /// `ZCNET_LOCAL_ZEROCOPY=1`: `auto` decides for a peer on this host as for any other
+    /// (by default it copies there: the kernel copies at local delivery anyway). For tests
+    /// that exercise `auto`'s protection choice over loopback.
+    pub local_zerocopy: bool,
 }
 
 impl Config {
@@ -61,6 +65,7 @@ impl Config {
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(zcnet::Policy::default().min_zerocopy_bytes),
+            local_zerocopy: std::env::var("ZCNET_LOCAL_ZEROCOPY").is_ok_and(|v| v == "1"),
         }
     }
 }

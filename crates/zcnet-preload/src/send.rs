@@ -92,6 +92,12 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
         return Some(Reason::DemotedCopied);
     }
     if cfg.mode == Mode::Auto {
+        // Before the cost check: a program that talks only to this host never pays for
+        // measuring protection (about 40 calls once per process), nor for protecting pages
+        // the kernel will copy at delivery anyway (the same rule as zcnet's own `auto`).
+        if !cfg.local_zerocopy && s.delivery_is_local(call.fd()) {
+            return Some(Reason::LocalDelivery);
+        }
         match cost() {
             None => return Some(Reason::Unsupported),
             // Below one huge page, only the 4 KiB cost can decide.

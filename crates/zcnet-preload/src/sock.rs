@@ -5,7 +5,7 @@
 use crate::lineage::Process;
 use crate::stats::Counters;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use zcnet::cow::Protection;
 use zcnet::policy::CopiedDemotion;
 use zcnet::zc::completion::Completions;
@@ -48,6 +48,8 @@ pub struct Sock {
     /// In a forked child: the process whose completions the error queue carries (`None`:
     /// ours).
     owner: Mutex<Option<Process>>,
+    /// Whether the peer is this host, once both ends' addresses were known.
+    local: OnceLock<bool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -67,6 +69,28 @@ impl Sock {
             zc_ever: AtomicBool::new(false),
             shared: AtomicBool::new(false),
             owner: Mutex::new(None),
+            local: OnceLock::new(),
+        }
+    }
+
+    /// Whether this socket's peer is this host ([`zcnet::policy::delivery_is_local`]):
+    /// asked of the kernel once both addresses are known (a socket still connecting has no
+    /// peer yet, and is asked again at its next send), then kept.
+    pub fn delivery_is_local(&self, fd: i32) -> bool {
+        if let Some(&local) = self.local.get() {
+            return local;
+        }
+        let ends = with_fd(fd, |b| {
+            let r = socket2::SockRef::from(&b);
+            let ip = |a: socket2::SockAddr| a.as_socket().map(|a| a.ip());
+            Some((ip(r.local_addr().ok()?)?, ip(r.peer_addr().ok()?)?))
+        })
+        .flatten();
+        match ends {
+            Some((local, peer)) => *self
+                .local
+                .get_or_init(|| zcnet::policy::delivery_is_local(local, peer)),
+            None => false,
         }
     }
 

@@ -34,10 +34,13 @@ pub enum Reason {
     /// `auto`: the program wrote buffers of this socket while they were in flight, and
     /// each such page cost a write fault and a copy — far more than copying it.
     Rewritten,
+    /// `auto`: the peer is this host (loopback, or the socket's own address), where the
+    /// kernel copies every zero-copy byte at delivery: protection could only add its cost.
+    LocalDelivery,
 }
 
 impl Reason {
-    const ALL: [Reason; 11] = [
+    const ALL: [Reason; 12] = [
         Reason::TooSmall,
         Reason::Unaligned,
         Reason::ProtectCostlier,
@@ -49,6 +52,7 @@ impl Reason {
         Reason::Flags,
         Reason::Enobufs,
         Reason::Rewritten,
+        Reason::LocalDelivery,
     ];
 
     /// The name in the stats file.
@@ -65,6 +69,7 @@ impl Reason {
             Reason::Flags => "flags",
             Reason::Enobufs => "enobufs",
             Reason::Rewritten => "rewritten_in_flight",
+            Reason::LocalDelivery => "local_delivery",
         }
     }
 }
@@ -80,8 +85,8 @@ pub struct Counters {
     faults: AtomicU64,
     pages_protected: AtomicU64,
     detours: AtomicU64,
-    fallback_calls: [AtomicU64; 11],
-    fallback_bytes: [AtomicU64; 11],
+    fallback_calls: [AtomicU64; Reason::ALL.len()],
+    fallback_bytes: [AtomicU64; Reason::ALL.len()],
 }
 
 /// A snapshot of [`Counters`], as written to the stats file.

@@ -32,6 +32,11 @@ fn python() -> Option<&'static str> {
 /// Runs the script (under the library in `mode`, or without it) and returns the stats
 /// lines written.
 fn run(mode: Option<&str>) -> Vec<Value> {
+    run_with(mode, &[])
+}
+
+/// [`run`] with more of the library's settings in the environment.
+fn run_with(mode: Option<&str>, settings: &[(&str, &str)]) -> Vec<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance.py");
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.jsonl");
@@ -41,7 +46,8 @@ fn run(mode: Option<&str>) -> Vec<Value> {
         cmd.env("LD_PRELOAD", library())
             .env("ZCNET_TX", m)
             .env("ZCNET_PRELOAD_MIN", "65536")
-            .env("ZCNET_STATS", &stats);
+            .env("ZCNET_STATS", &stats)
+            .envs(settings.iter().copied());
     }
     let out = cmd.output().expect("running python3");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -119,7 +125,28 @@ fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
         );
     }
 
+    // Over loopback `auto` copies without measuring anything: delivery is local.
     let auto = run(Some("auto"));
+    assert!(
+        auto[0]["total"]["fallback_calls"]["local_delivery"].as_u64() > Some(0),
+        "{:?}",
+        auto[0]["total"]
+    );
+    assert_eq!(total(&auto, "bytes_zerocopy"), 0);
+    assert!(
+        auto[0]["page_cost_ns"].is_null(),
+        "{}",
+        auto[0]["page_cost_ns"]
+    );
+
+    // Told to treat this host as any peer, it chooses by the measured costs.
+    let auto = run_with(Some("auto"), &[("ZCNET_LOCAL_ZEROCOPY", "1")]);
+    assert_eq!(
+        auto[0]["total"]["fallback_calls"]["local_delivery"]
+            .as_u64()
+            .unwrap_or(0),
+        0
+    );
     let cost = &auto[0]["page_cost_ns"];
     if let (Some(p), Some(c)) = (cost["protect_ns"].as_f64(), cost["copy_ns"].as_f64()) {
         let h = auto[0]["huge_page_cost_ns"].as_f64();

@@ -72,6 +72,14 @@ impl ZerocopyTx {
         let len = lent.len() as u64;
         if let TxDecision::Copy(reason) = self.decide(&lent) {
             stats.fallback(reason, len);
+            if self.demotion.counts_sends() && !self.completions.is_idle() {
+                // A re-probe waits until every call before it is notified, and a copying
+                // send reads no completions by itself: a notification that arrived after the
+                // last zero-copy send's reap (a loaded machine) was never read, and the
+                // socket stayed demoted for good. One non-blocking read per copy, only
+                // while calls are outstanding.
+                super::Transmit::reap(self, fd, stats)?;
+            }
             let idle = self.completions.is_idle();
             count_change(self.demotion.sent(len, false, idle, &self.policy), stats);
             return plain::send_all(fd, &lent, stats, self.timeout);

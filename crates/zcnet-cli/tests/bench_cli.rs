@@ -488,6 +488,25 @@ fn netns_topology_leaves_no_namespace_behind() {
     assert_eq!(namespaces_of(pid), Vec::<String>::new());
 }
 
+/// Sends SIGINT to `child` and waits (bounded: a hang guard, not a speed check) for it to exit.
+fn interrupt(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() >= deadline {
+            panic!("hang guard: bench did not exit after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Ctrl-C at the first sign of a namespace: the availability probe's pair is being made or
 /// dropped, or the run's pair is being made, by `ip` child processes still running. Nothing
 /// may be left behind whichever step the signal lands in (a handler that only scanned
@@ -524,21 +543,7 @@ fn ctrl_c_while_namespaces_are_being_made_leaves_none() {
         }
         // Vary where the signal lands across the rounds: 0–25 ms after the first namespace.
         std::thread::sleep(Duration::from_millis(round * 5));
-        let st = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() >= deadline {
-                panic!("hang guard: bench did not exit after SIGINT");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = interrupt(&mut child);
         assert_eq!(status.code(), Some(130), "round {round}");
         // An `ip` started before the signal has ended by now if the handler waited for it.
         assert_eq!(namespaces_of(pid), Vec::<String>::new(), "round {round}");
@@ -581,21 +586,7 @@ fn ctrl_c_removes_the_namespaces() {
     }
     // Let the transfer start, then interrupt it.
     std::thread::sleep(Duration::from_millis(300));
-    let st = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            panic!("bench did not exit after SIGINT"); // a hang guard, not a speed check
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = interrupt(&mut child);
     assert_eq!(status.code(), Some(130));
     let out = child.wait_with_output().unwrap();
     assert!(

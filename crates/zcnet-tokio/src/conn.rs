@@ -32,6 +32,9 @@ pub(crate) struct TxState {
     /// Whether the latest notification said COPIED (for a loan whose calls were all
     /// completed before it was lent).
     last_copied: bool,
+    /// Whether any zero-copy notification was read on this socket (see
+    /// [`FallbackReason::ProbeUnanswered`]).
+    notified_any: bool,
 }
 
 impl Drop for TxState {
@@ -40,6 +43,16 @@ impl Drop for TxState {
         for loan in self.completions.abandon() {
             loan.leak();
         }
+    }
+}
+
+/// Whether a socket that has had no notification read may not send more zero-copy: its
+/// calls not yet notified cover twice what the COPIED demotion needs to decide (a policy
+/// without a byte limit, or without demotion, never caps).
+fn unanswered_probe_is_full<T>(policy: &zcnet::Policy, calls: &Completions<T>) -> bool {
+    match policy.demote_after_copied_bytes {
+        Some(limit) if policy.demotes() => calls.bytes_in_flight() >= limit.saturating_mul(2),
+        _ => false,
     }
 }
 
@@ -147,6 +160,7 @@ impl<S: Socket> Conn<S> {
                 entries: Vec::new(),
                 unsupported: !zerocopy,
                 last_copied: false,
+                notified_any: false,
             }),
             stats,
             closed: AtomicBool::new(false),
@@ -223,6 +237,9 @@ impl<S: Socket> Conn<S> {
         if let Some(policy) = self.lockless {
             return by_policy(policy);
         }
+        if !tx.notified_any && unanswered_probe_is_full(&tx.choice.policy(), &tx.completions) {
+            return Go::Copy(FallbackReason::ProbeUnanswered);
+        }
         let go = tx.choice.decide(len, addr, page, false, || {
             self.cpu_ns.load(Ordering::Relaxed)
         });
@@ -247,8 +264,12 @@ impl<S: Socket> Conn<S> {
         let mut guard = lock(&self.tx);
         let tx = &mut *guard;
         self.count_demotion(tx, len, go == Go::ZeroCopy);
-        if go == Go::Copy(FallbackReason::DemotedCopied) {
-            // Demoted: the cost check measures nothing until zero-copy is asked for again.
+        if matches!(
+            go,
+            Go::Copy(FallbackReason::DemotedCopied | FallbackReason::ProbeUnanswered)
+        ) {
+            // Demoted, or waiting for the probe's answer: the cost check measures nothing
+            // until zero-copy is asked for again.
             self.metering.store(false, Ordering::Relaxed);
             return;
         }
@@ -325,6 +346,7 @@ impl<S: Socket> Conn<S> {
             ErrqueueEntry::Other(_) => None,
         }) {
             tx.last_copied = copied;
+            tx.notified_any = true;
         }
         if !self.local {
             self.mirror(tx);
@@ -519,5 +541,32 @@ impl<S: Socket> Drop for Conn<S> {
     fn drop(&mut self) {
         // A last look: what is complete is released; the rest is leaked by TxState.
         let _ = self.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unanswered_probe_is_full_at_twice_the_demotion_bytes() {
+        let policy = zcnet::Policy::default().with_demotion_bytes(Some(4 << 20));
+        let mut calls: Completions<()> = Completions::new();
+        for _ in 0..7 {
+            calls.record_call(1 << 20);
+        }
+        assert!(!unanswered_probe_is_full(&policy, &calls), "7 MiB < 8 MiB");
+        calls.record_call(1 << 20);
+        assert!(
+            unanswered_probe_is_full(&policy, &calls),
+            "8 MiB unanswered"
+        );
+        // Notified calls no longer count.
+        let done = calls.complete(0, 3).unwrap();
+        drop(done);
+        assert!(!unanswered_probe_is_full(&policy, &calls));
+        // A policy that never demotes never caps.
+        calls.record_call(64 << 20);
+        assert!(!unanswered_probe_is_full(&zcnet::Policy::always(), &calls));
     }
 }

@@ -165,11 +165,16 @@ pub enum FallbackReason {
     /// (docs/measurements/kernel-findings.md §1), so a policy that demotes never asks there
     /// ([`crate::policy::delivery_is_local`]).
     LocalDelivery,
+    /// Transmit: the socket has never had a zero-copy notification read, and its calls not
+    /// yet notified already cover the bytes the COPIED demotion needs to decide: more
+    /// zero-copy would only grow a probe whose answer is still unread (a sender that never
+    /// yields to the task reading its notifications sent 30–170 MiB before the answer).
+    ProbeUnanswered,
 }
 
 impl FallbackReason {
     /// All reasons, in the order of their counters.
-    pub const ALL: [FallbackReason; 16] = [
+    pub const ALL: [FallbackReason; 17] = [
         FallbackReason::TooSmall,
         FallbackReason::Unaligned,
         FallbackReason::Enobufs,
@@ -186,6 +191,7 @@ impl FallbackReason {
         FallbackReason::XskCopyMode,
         FallbackReason::XskUnavailable,
         FallbackReason::LocalDelivery,
+        FallbackReason::ProbeUnanswered,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -211,6 +217,7 @@ impl FallbackReason {
             FallbackReason::XskCopyMode => "xsk_copy_mode",
             FallbackReason::XskUnavailable => "xsk_unavailable",
             FallbackReason::LocalDelivery => "local_delivery",
+            FallbackReason::ProbeUnanswered => "probe_unanswered",
         }
     }
 }

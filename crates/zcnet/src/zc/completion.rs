@@ -96,6 +96,15 @@ impl<T> Completions<T> {
         self.calls.iter().filter(|c| !c.done).count()
     }
 
+    /// Bytes of the calls not yet completed.
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.calls
+            .iter()
+            .filter(|c| !c.done)
+            .map(|c| u64::from(c.bytes))
+            .sum()
+    }
+
     /// Loans still held.
     pub fn loans_in_flight(&self) -> usize {
         self.loans.len()

@@ -488,6 +488,27 @@ fn netns_topology_leaves_no_namespace_behind() {
     assert_eq!(namespaces_of(pid), Vec::<String>::new());
 }
 
+/// A 30-second copy → copy bench over a namespace pair, for the Ctrl-C tests to interrupt;
+/// `piped`: its output is kept for the test to read, else thrown away.
+fn spawn_netns_bench(piped: bool) -> std::process::Child {
+    let out = || if piped { Stdio::piped() } else { Stdio::null() };
+    zcnet()
+        .args([
+            "bench",
+            "--topology",
+            "netns",
+            "--tx",
+            "copy",
+            "--rx",
+            "copy",
+        ])
+        .args(["--size", "64K", "--time", "30", "--repeat", "1"])
+        .stdout(out())
+        .stderr(out())
+        .spawn()
+        .unwrap()
+}
+
 /// Sends SIGINT to `child` and waits (bounded: a hang guard, not a speed check) for it to exit.
 fn interrupt(child: &mut std::process::Child) -> std::process::ExitStatus {
     let st = Command::new("kill")
@@ -517,21 +538,7 @@ fn ctrl_c_while_namespaces_are_being_made_leaves_none() {
         return;
     }
     for round in 0..6u64 {
-        let mut child = zcnet()
-            .args([
-                "bench",
-                "--topology",
-                "netns",
-                "--tx",
-                "copy",
-                "--rx",
-                "copy",
-            ])
-            .args(["--size", "64K", "--time", "30", "--repeat", "1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_netns_bench(false);
         let pid = child.id();
         let deadline = Instant::now() + Duration::from_secs(20);
         while namespaces_of(pid).is_empty() {
@@ -555,26 +562,7 @@ fn ctrl_c_removes_the_namespaces() {
     if !netns_or_skip() {
         return;
     }
-    let mut child = zcnet()
-        .args([
-            "bench",
-            "--topology",
-            "netns",
-            "--tx",
-            "copy",
-            "--rx",
-            "copy",
-            "--size",
-            "64K",
-            "--time",
-            "30",
-            "--repeat",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_netns_bench(true);
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(20);
     while namespaces_of(pid).len() < 2 {

@@ -26,7 +26,7 @@ pub struct ZcConfig {
 
 impl ZcConfig {
     /// zcnet's default policy (16 KiB threshold, demotion after 64 COPIED completions or
-    /// 16 MiB of COPIED bytes in a row), the cost check, and fresh counters.
+    /// 4 MiB of COPIED bytes in a row), the cost check, and fresh counters.
     pub fn new() -> Self {
         Self::default()
     }

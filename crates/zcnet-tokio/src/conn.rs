@@ -70,7 +70,7 @@ pub(crate) trait Socket: AsFd + std::fmt::Debug + Send + Sync + 'static {
 /// Whether a socket with `policy` starts demoted for good: the policy demotes, the caller
 /// did not ask for zero-copy on local routes, and the socket is connected to this host
 /// ([`zcnet::policy::delivery_is_local`]), where the kernel copies every zero-copy byte at
-/// delivery — so the 16 MiB (and more: notifications lag the sends) the COPIED demotion
+/// delivery — so the 4 MiB (and more: notifications lag the sends) the COPIED demotion
 /// would take to learn it are not spent.
 pub(crate) fn starts_local<S: Socket>(sock: &S, policy: &zcnet::Policy, allow_local: bool) -> bool {
     policy.demotes()

@@ -192,10 +192,16 @@ pub(crate) fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: RecvFlags) -> io::
     })
 }
 
-/// Reads the error queue through the seam, rewriting completions as the plan says.
-pub(crate) fn read_errqueue(fd: BorrowedFd<'_>, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+/// Reads the error queue through the seam, rewriting completions as the plan says;
+/// stops early once `enough` says so of the entries read ([`zc::read_errqueue_until`],
+/// judged before the plan's rewriting).
+pub(crate) fn read_errqueue(
+    fd: BorrowedFd<'_>,
+    out: &mut Vec<ErrqueueEntry>,
+    enough: impl FnMut(&[ErrqueueEntry]) -> bool,
+) -> io::Result<usize> {
     let start = out.len();
-    let n = zc::read_errqueue(fd, out)?;
+    let n = zc::read_errqueue_until(fd, out, enough)?;
     let rewritten = with_plan(fd, |p| {
         let fresh: Vec<ErrqueueEntry> = out.drain(start..).collect();
         let got_new = !fresh.is_empty();

@@ -78,8 +78,14 @@ pub fn reap_each<T>(
     mut release: impl FnMut(T, bool),
 ) -> Result<usize> {
     entries.clear();
-    let n = crate::fault::read_errqueue(fd, entries)
-        .map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
+    // Notification ranges never overlap, so once the ranges read cover as many calls as
+    // were outstanding, the queue holds no more completions: stop without the `EAGAIN`
+    // read. Anything else queued (an ICMP error) is read by the next drain.
+    let outstanding = completions.calls_in_flight() as u64;
+    let n = crate::fault::read_errqueue(fd, entries, |read| {
+        outstanding > 0 && notified_calls(read) >= outstanding
+    })
+    .map_err(|e| Error::io("recvmsg(MSG_ERRQUEUE)", e))?;
     for entry in entries.iter() {
         if let zc::ErrqueueEntry::Zerocopy { lo, hi, copied } = *entry {
             stats.add_tx_notifications(1);
@@ -95,6 +101,17 @@ pub fn reap_each<T>(
         }
     }
     Ok(n)
+}
+
+/// How many calls the zero-copy notifications in `entries` cover.
+fn notified_calls(entries: &[zc::ErrqueueEntry]) -> u64 {
+    entries
+        .iter()
+        .map(|e| match *e {
+            zc::ErrqueueEntry::Zerocopy { lo, hi, .. } => u64::from(hi.wrapping_sub(lo)) + 1,
+            zc::ErrqueueEntry::Other(_) => 0,
+        })
+        .sum()
 }
 
 /// Counts what a notification or a send changed in a socket's [`CopiedDemotion`]: every

@@ -329,8 +329,11 @@ impl<S: Socket> Conn<S> {
     /// buffer has been handed back or dropped (releasing wakes a task or frees memory,
     /// neither of which comes back to this stream).
     pub(crate) fn drain(&self) -> io::Result<usize> {
-        let mut guard = lock(&self.tx);
-        let tx = &mut *guard;
+        self.drain_locked(&mut lock(&self.tx))
+    }
+
+    /// [`Conn::drain`] under a hold of the completions' lock the caller already has.
+    fn drain_locked(&self, tx: &mut TxState) -> io::Result<usize> {
         let policy = tx.choice.policy();
         let n = reap_each(
             self.sock.as_fd(),
@@ -355,9 +358,29 @@ impl<S: Socket> Conn<S> {
     }
 
     /// Keeps `loan` until calls `first..=last` are complete (released at once if they are).
-    /// Returns the loans in flight after it (one lock for both).
-    pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) -> usize {
+    pub(crate) fn lend(&self, loan: Loan, first: u64, last: u64) {
+        self.lend_locked(&mut lock(&self.tx), loan, first, last);
+    }
+
+    /// [`Conn::lend`], then — under the same hold of the lock — [`Conn::drain`] if `at` or
+    /// more loans are in flight: a message sender's batched completion read, one lock per
+    /// message instead of two.
+    pub(crate) fn lend_and_drain_at(
+        &self,
+        loan: Loan,
+        first: u64,
+        last: u64,
+        at: usize,
+    ) -> io::Result<()> {
         let mut tx = lock(&self.tx);
+        self.lend_locked(&mut tx, loan, first, last);
+        if tx.completions.loans_in_flight() >= at {
+            self.drain_locked(&mut tx)?;
+        }
+        Ok(())
+    }
+
+    fn lend_locked(&self, tx: &mut TxState, loan: Loan, first: u64, last: u64) {
         let copied = tx.last_copied;
         let idle = tx.completions.loans_in_flight() == 0;
         match tx.completions.lend(loan, first, last) {
@@ -368,7 +391,6 @@ impl<S: Socket> Conn<S> {
             None if idle => self.wake_driver.notify_one(),
             None => {}
         }
-        tx.completions.loans_in_flight()
     }
 
     /// One `send(MSG_ZEROCOPY)` call; the call is numbered under the same lock the

@@ -396,12 +396,11 @@ impl ZcUdpSocket {
         let result = self.send_flight(&mut flight).await;
         let (buf, span) = flight.finish();
         if let Some((first, last)) = span {
-            let lent = self.conn.lend(Loan::Msg(buf), first, last);
             // Completions are read in batches, as the blocking sender does: once half the
             // pool is lent out, one error-queue read covers many messages.
-            if lent * 2 >= self.cfg.pool_buffers.max(1) {
-                self.conn.drain()?;
-            }
+            let half = self.cfg.pool_buffers.max(1).div_ceil(2);
+            self.conn
+                .lend_and_drain_at(Loan::Msg(buf), first, last, half)?;
         }
         result
     }

@@ -53,8 +53,14 @@ fn check_report_json(stdout: &[u8], want_runs: usize) -> Report {
         }
         assert!(finite(r, "bytes_sent") > 0.0);
         assert_eq!(r["bytes_sent"], r["bytes_received"], "bytes differ: {r}");
-        assert!(finite(r, "cpu.sender.user") + finite(r, "cpu.sender.sys") > 0.0);
-        assert!(finite(r, "cpu.receiver.user") + finite(r, "cpu.receiver.sys") > 0.0);
+        assert!(
+            finite(r, "cpu.sender.user") + finite(r, "cpu.sender.sys") > 0.0,
+            "no sender CPU: {r}"
+        );
+        assert!(
+            finite(r, "cpu.receiver.user") + finite(r, "cpu.receiver.sys") > 0.0,
+            "no receiver CPU: {r}"
+        );
         let f = finite(r, "zc_fraction_tx");
         assert!((0.0..=1.0).contains(&f));
     }

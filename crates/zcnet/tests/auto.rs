@@ -86,7 +86,20 @@ fn run(
     rx_cfg: &ReceiverConfig,
     send: impl FnOnce(&mut Sender) -> u64,
 ) -> (StatsSnapshot, StatsSnapshot, RxPath) {
-    let listener = listen(Topo::Loopback, rx_cfg);
+    run_on(Topo::Loopback, cfg, rx_cfg, |tx| {
+        assert_eq!(tx.profile_note(), None, "a given profile is in force");
+        send(tx)
+    })
+}
+
+/// [`run`] on `topo`, whatever profile `cfg` names.
+fn run_on(
+    topo: Topo<'_>,
+    cfg: &SenderConfig,
+    rx_cfg: &ReceiverConfig,
+    send: impl FnOnce(&mut Sender) -> u64,
+) -> (StatsSnapshot, StatsSnapshot, RxPath) {
+    let listener = listen(topo, rx_cfg);
     let port = listener.local_addr().unwrap().port();
     let rx = std::thread::spawn(move || {
         let mut r = listener.accept().unwrap();
@@ -94,10 +107,8 @@ fn run(
         let n = recv_pattern(&mut r, 0);
         (n, r.stats().snapshot(), path)
     });
-    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-    let mut tx = Sender::connect(addr, cfg).unwrap();
+    let mut tx = connect(topo, port, cfg);
     assert_eq!(tx.path(), TxPath::Auto);
-    assert_eq!(tx.profile_note(), None, "a given profile is in force");
     let sent = send(&mut tx);
     let tx_stats = tx.finish().unwrap();
     let (got, rx_stats, path) = rx.join().unwrap();
@@ -554,6 +565,45 @@ fn without_a_profile_the_receiver_tries_uring_then_mmap_over_veth_and_keeps_one(
     } else {
         eprintln!("SKIP the uring half: io_uring is not available here (mmap alone was tried)");
         assert_eq!((path, a.trial_next, a.trial_picks), (RxPath::Mmap, 0, 0));
+    }
+}
+
+/// The receive trial is bounded in bytes: two candidates, two comparisons each, three
+/// windows per comparison — 12 windows (192 MiB with the default 16 MiB window), the
+/// comparisons back to back. Before, a good verdict put the check's own 8-window gap
+/// between a candidate's two comparisons, and the trial took up to 28 windows (448 MiB):
+/// a 1-second bench run over veth at 16 KiB (400-1100 MiB) could end before the pick.
+/// Counted: 13 windows' bytes sent, the pick is made.
+#[test]
+fn without_a_profile_the_receive_trial_picks_within_twelve_windows_over_veth() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
+    rx_cfg.timeout = Some(timeout());
+    rx_cfg.op_size = 16 * KIB as usize;
+    let window = rx_cfg.cost_window;
+    assert_eq!(window, 16 << 20, "the default window");
+    let (path, s) = auto_receive_on(
+        Topo::Netns(&pair),
+        rx_cfg,
+        13 * window,
+        Some(16 * KIB as usize),
+    );
+    let a = s.auto_rx;
+    eprintln!(
+        "trial over veth, 16 MiB windows, 13 windows sent: started on {path}, {} checks \
+         ({} costlier), next {}, picks {}",
+        a.cost_checks, a.cost_costlier, a.trial_next, a.trial_picks
+    );
+    assert_eq!((a.decisions, a.chose_trial), (1, 1));
+    if path == RxPath::Uring {
+        assert_eq!((a.trial_next, a.trial_picks), (1, 1), "{a:?}");
+        assert!(a.cost_checks >= 4, "{a:?}");
+    } else {
+        eprintln!("SKIP the two-candidate trial: io_uring is not available here");
     }
 }
 

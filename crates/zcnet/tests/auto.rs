@@ -298,6 +298,55 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
     assert_eq!(rx.rx_uring_cqes, 0, "{rx:?}");
 }
 
+/// Issue 17's second lead: over veth without a profile, `auto → copy` read 2.680 against
+/// `copy → copy`'s 2.145 CPU-s/GiB at 16 KiB in one sitting, with nothing sent zero-copy.
+/// Counted (docs/measurements/auto.md): the same `sendto` per operation as copy, no
+/// error-queue read per operation, no thread-clock read (`clock_gettime` is a real syscall
+/// for `CLOCK_THREAD_CPUTIME_ID`). This pins it by the counters: without a profile the
+/// transmit `auto` is one plain send per operation, no zero-copy call, no io_uring request,
+/// and no cost check (copy is never checked against itself, so the clock is never read).
+#[test]
+fn without_a_profile_transmit_auto_over_veth_is_one_plain_send_per_operation() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * KIB;
+    let ops = 4096u64;
+    let mut cfg = SenderConfig::new(TxPath::Auto);
+    cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
+    cfg.touch = false;
+    cfg.timeout = Some(timeout());
+    cfg.buf_size = size as usize;
+    cfg.pool_buffers = 64;
+    let (tx, rx, _) = run_on(Topo::Netns(&pair), &cfg, &copy_receiver(), |tx| {
+        assert!(tx.profile_note().is_some(), "no profile is in force");
+        let mut pos = 0;
+        send_ops(tx, &mut pos, size as usize, ops as usize);
+        pos
+    });
+    let a = tx.auto_tx;
+    assert_eq!(
+        (a.decisions, a.chose_default_no_profile),
+        (ops, ops),
+        "{a:?}"
+    );
+    assert_eq!(
+        (tx.tx_calls_copy, tx.tx_bytes_copy),
+        (ops, ops * size),
+        "one plain send per operation: {tx:?}"
+    );
+    assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
+    assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
+    assert_eq!(
+        (a.cost_checks, a.cost_probe_ops, a.switches),
+        (0, 0, 0),
+        "{a:?}"
+    );
+    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+    assert_eq!(rx.rx_bytes_copied, ops * size, "{rx:?}");
+}
+
 #[test]
 fn a_foreign_profile_is_refused_with_a_message_and_copy_is_used() {
     let dir = tempfile::tempdir().unwrap();

@@ -64,8 +64,12 @@ fn tx_profile(other: TxPath, zc: Option<f64>) -> Arc<Profile> {
 }
 
 fn auto_sender_config(p: Arc<Profile>, buf: usize) -> SenderConfig {
+    auto_sender_from(ProfileSource::Given(p), buf)
+}
+
+fn auto_sender_from(profile: ProfileSource, buf: usize) -> SenderConfig {
     let mut c = SenderConfig::new(TxPath::Auto);
-    c.profile = ProfileSource::Given(p);
+    c.profile = profile;
     c.touch = false;
     c.timeout = Some(timeout());
     c.buf_size = buf;
@@ -249,6 +253,26 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
     assert!(tx.tx_bytes_zerocopy >= WINDOW_BYTES, "{tx:?}");
 }
 
+/// What an `auto` sender that stays on copy must show: one plain send per operation, no
+/// zero-copy call, no io_uring request, no cost check (copy is never checked against
+/// itself, so the thread clock is never read), no fallback.
+fn assert_one_plain_send_per_operation(tx: &StatsSnapshot, ops: u64, size: u64) {
+    let a = tx.auto_tx;
+    assert_eq!(
+        (tx.tx_calls_copy, tx.tx_bytes_copy),
+        (ops, ops * size),
+        "one plain send per operation: {tx:?}"
+    );
+    assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
+    assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
+    assert_eq!(
+        (a.cost_checks, a.cost_probe_ops, a.switches),
+        (0, 0, 0),
+        "{a:?}"
+    );
+    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+}
+
 #[test]
 fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_operation() {
     // After `tune`, loopback at 16 KiB is copy/copy: `auto → auto` must then be `copy →
@@ -274,19 +298,7 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
     let a = tx.auto_tx;
     assert_eq!(a.decisions, ops, "{a:?}");
     assert_eq!(a.chose_default_cheapest, ops, "copy, as measured: {a:?}");
-    assert_eq!(
-        (tx.tx_calls_copy, tx.tx_bytes_copy),
-        (ops, ops * size),
-        "one plain send per operation: {tx:?}"
-    );
-    assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
-    assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
-    assert_eq!(
-        (a.cost_checks, a.cost_probe_ops, a.switches),
-        (0, 0, 0),
-        "{a:?}"
-    );
-    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+    assert_one_plain_send_per_operation(&tx, ops, size);
     assert_eq!(rx_path, RxPath::Copy);
     let r = rx.auto_rx;
     assert_eq!(
@@ -313,12 +325,10 @@ fn without_a_profile_transmit_auto_over_veth_is_one_plain_send_per_operation() {
     let dir = tempfile::tempdir().unwrap();
     let size = 16 * KIB;
     let ops = 4096u64;
-    let mut cfg = SenderConfig::new(TxPath::Auto);
-    cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
-    cfg.touch = false;
-    cfg.timeout = Some(timeout());
-    cfg.buf_size = size as usize;
-    cfg.pool_buffers = 64;
+    let cfg = auto_sender_from(
+        ProfileSource::Path(dir.path().join("no-such-profile.json")),
+        size as usize,
+    );
     let (tx, rx, _) = run_on(Topo::Netns(&pair), &cfg, &copy_receiver(), |tx| {
         assert!(tx.profile_note().is_some(), "no profile is in force");
         let mut pos = 0;
@@ -331,19 +341,7 @@ fn without_a_profile_transmit_auto_over_veth_is_one_plain_send_per_operation() {
         (ops, ops),
         "{a:?}"
     );
-    assert_eq!(
-        (tx.tx_calls_copy, tx.tx_bytes_copy),
-        (ops, ops * size),
-        "one plain send per operation: {tx:?}"
-    );
-    assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
-    assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
-    assert_eq!(
-        (a.cost_checks, a.cost_probe_ops, a.switches),
-        (0, 0, 0),
-        "{a:?}"
-    );
-    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+    assert_one_plain_send_per_operation(&tx, ops, size);
     assert_eq!(rx.rx_bytes_copied, ops * size, "{rx:?}");
 }
 
@@ -564,6 +562,15 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
     );
 }
 
+/// An `auto` receiver of `op_size`-byte reads whose profile file (in `dir`) does not exist.
+fn rx_without_profile(dir: &tempfile::TempDir, op_size: usize) -> ReceiverConfig {
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
+    rx_cfg.timeout = Some(timeout());
+    rx_cfg.op_size = op_size;
+    rx_cfg
+}
+
 /// Without a profile, over a veth route (MTU 1500, 16 KiB sends — where the mapping
 /// receiver has read cheaper than copy in some sittings and level in others): the receiver
 /// tries each candidate against copy on the connection, `uring` then `mmap`, and keeps one.
@@ -575,10 +582,7 @@ fn without_a_profile_the_receiver_tries_uring_then_mmap_over_veth_and_keeps_one(
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
-    rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
-    rx_cfg.timeout = Some(timeout());
-    rx_cfg.op_size = 16 * KIB as usize;
+    let mut rx_cfg = rx_without_profile(&dir, 16 * KIB as usize);
     rx_cfg.cost_window = 1 << 20;
     let (path, s) = auto_receive_on(
         Topo::Netns(&pair),
@@ -629,10 +633,7 @@ fn without_a_profile_the_receive_trial_picks_within_twelve_windows_over_veth() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
-    rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
-    rx_cfg.timeout = Some(timeout());
-    rx_cfg.op_size = 16 * KIB as usize;
+    let rx_cfg = rx_without_profile(&dir, 16 * KIB as usize);
     let window = rx_cfg.cost_window;
     assert_eq!(window, 16 << 20, "the default window");
     let (path, s) = auto_receive_on(

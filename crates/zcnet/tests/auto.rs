@@ -64,8 +64,12 @@ fn tx_profile(other: TxPath, zc: Option<f64>) -> Arc<Profile> {
 }
 
 fn auto_sender_config(p: Arc<Profile>, buf: usize) -> SenderConfig {
+    auto_sender_from(ProfileSource::Given(p), buf)
+}
+
+fn auto_sender_from(profile: ProfileSource, buf: usize) -> SenderConfig {
     let mut c = SenderConfig::new(TxPath::Auto);
-    c.profile = ProfileSource::Given(p);
+    c.profile = profile;
     c.touch = false;
     c.timeout = Some(timeout());
     c.buf_size = buf;
@@ -86,7 +90,20 @@ fn run(
     rx_cfg: &ReceiverConfig,
     send: impl FnOnce(&mut Sender) -> u64,
 ) -> (StatsSnapshot, StatsSnapshot, RxPath) {
-    let listener = listen(Topo::Loopback, rx_cfg);
+    run_on(Topo::Loopback, cfg, rx_cfg, |tx| {
+        assert_eq!(tx.profile_note(), None, "a given profile is in force");
+        send(tx)
+    })
+}
+
+/// [`run`] on `topo`, whatever profile `cfg` names.
+fn run_on(
+    topo: Topo<'_>,
+    cfg: &SenderConfig,
+    rx_cfg: &ReceiverConfig,
+    send: impl FnOnce(&mut Sender) -> u64,
+) -> (StatsSnapshot, StatsSnapshot, RxPath) {
+    let listener = listen(topo, rx_cfg);
     let port = listener.local_addr().unwrap().port();
     let rx = std::thread::spawn(move || {
         let mut r = listener.accept().unwrap();
@@ -94,10 +111,8 @@ fn run(
         let n = recv_pattern(&mut r, 0);
         (n, r.stats().snapshot(), path)
     });
-    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-    let mut tx = Sender::connect(addr, cfg).unwrap();
+    let mut tx = connect(topo, port, cfg);
     assert_eq!(tx.path(), TxPath::Auto);
-    assert_eq!(tx.profile_note(), None, "a given profile is in force");
     let sent = send(&mut tx);
     let tx_stats = tx.finish().unwrap();
     let (got, rx_stats, path) = rx.join().unwrap();
@@ -238,6 +253,26 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
     assert!(tx.tx_bytes_zerocopy >= WINDOW_BYTES, "{tx:?}");
 }
 
+/// What an `auto` sender that stays on copy must show: one plain send per operation, no
+/// zero-copy call, no io_uring request, no cost check (copy is never checked against
+/// itself, so the thread clock is never read), no fallback.
+fn assert_one_plain_send_per_operation(tx: &StatsSnapshot, ops: u64, size: u64) {
+    let a = tx.auto_tx;
+    assert_eq!(
+        (tx.tx_calls_copy, tx.tx_bytes_copy),
+        (ops, ops * size),
+        "one plain send per operation: {tx:?}"
+    );
+    assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
+    assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
+    assert_eq!(
+        (a.cost_checks, a.cost_probe_ops, a.switches),
+        (0, 0, 0),
+        "{a:?}"
+    );
+    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+}
+
 #[test]
 fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_operation() {
     // After `tune`, loopback at 16 KiB is copy/copy: `auto → auto` must then be `copy →
@@ -263,19 +298,7 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
     let a = tx.auto_tx;
     assert_eq!(a.decisions, ops, "{a:?}");
     assert_eq!(a.chose_default_cheapest, ops, "copy, as measured: {a:?}");
-    assert_eq!(
-        (tx.tx_calls_copy, tx.tx_bytes_copy),
-        (ops, ops * size),
-        "one plain send per operation: {tx:?}"
-    );
-    assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
-    assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
-    assert_eq!(
-        (a.cost_checks, a.cost_probe_ops, a.switches),
-        (0, 0, 0),
-        "{a:?}"
-    );
-    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+    assert_one_plain_send_per_operation(&tx, ops, size);
     assert_eq!(rx_path, RxPath::Copy);
     let r = rx.auto_rx;
     assert_eq!(
@@ -285,6 +308,41 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
     );
     assert_eq!(rx.rx_bytes_copied, ops * size, "{rx:?}");
     assert_eq!(rx.rx_uring_cqes, 0, "{rx:?}");
+}
+
+/// Issue 17's second lead: over veth without a profile, `auto → copy` read 2.680 against
+/// `copy → copy`'s 2.145 CPU-s/GiB at 16 KiB in one sitting, with nothing sent zero-copy.
+/// Counted (docs/measurements/auto.md): the same `sendto` per operation as copy, no
+/// error-queue read per operation, no thread-clock read (`clock_gettime` is a real syscall
+/// for `CLOCK_THREAD_CPUTIME_ID`). This pins it by the counters: without a profile the
+/// transmit `auto` is one plain send per operation, no zero-copy call, no io_uring request,
+/// and no cost check (copy is never checked against itself, so the clock is never read).
+#[test]
+fn without_a_profile_transmit_auto_over_veth_is_one_plain_send_per_operation() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * KIB;
+    let ops = 4096u64;
+    let cfg = auto_sender_from(
+        ProfileSource::Path(dir.path().join("no-such-profile.json")),
+        size as usize,
+    );
+    let (tx, rx, _) = run_on(Topo::Netns(&pair), &cfg, &copy_receiver(), |tx| {
+        assert!(tx.profile_note().is_some(), "no profile is in force");
+        let mut pos = 0;
+        send_ops(tx, &mut pos, size as usize, ops as usize);
+        pos
+    });
+    let a = tx.auto_tx;
+    assert_eq!(
+        (a.decisions, a.chose_default_no_profile),
+        (ops, ops),
+        "{a:?}"
+    );
+    assert_one_plain_send_per_operation(&tx, ops, size);
+    assert_eq!(rx.rx_bytes_copied, ops * size, "{rx:?}");
 }
 
 #[test]
@@ -504,6 +562,15 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
     );
 }
 
+/// An `auto` receiver of `op_size`-byte reads whose profile file (in `dir`) does not exist.
+fn rx_without_profile(dir: &tempfile::TempDir, op_size: usize) -> ReceiverConfig {
+    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
+    rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
+    rx_cfg.timeout = Some(timeout());
+    rx_cfg.op_size = op_size;
+    rx_cfg
+}
+
 /// Without a profile, over a veth route (MTU 1500, 16 KiB sends — where the mapping
 /// receiver has read cheaper than copy in some sittings and level in others): the receiver
 /// tries each candidate against copy on the connection, `uring` then `mmap`, and keeps one.
@@ -515,10 +582,7 @@ fn without_a_profile_the_receiver_tries_uring_then_mmap_over_veth_and_keeps_one(
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
-    rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
-    rx_cfg.timeout = Some(timeout());
-    rx_cfg.op_size = 16 * KIB as usize;
+    let mut rx_cfg = rx_without_profile(&dir, 16 * KIB as usize);
     rx_cfg.cost_window = 1 << 20;
     let (path, s) = auto_receive_on(
         Topo::Netns(&pair),
@@ -554,6 +618,42 @@ fn without_a_profile_the_receiver_tries_uring_then_mmap_over_veth_and_keeps_one(
     } else {
         eprintln!("SKIP the uring half: io_uring is not available here (mmap alone was tried)");
         assert_eq!((path, a.trial_next, a.trial_picks), (RxPath::Mmap, 0, 0));
+    }
+}
+
+/// The receive trial is bounded in bytes: two candidates, two comparisons each, three
+/// windows per comparison — 12 windows (192 MiB with the default 16 MiB window), the
+/// comparisons back to back. Before, a good verdict put the check's own 8-window gap
+/// between a candidate's two comparisons, and the trial took up to 28 windows (448 MiB):
+/// a 1-second bench run over veth at 16 KiB (400-1100 MiB) could end before the pick.
+/// Counted: 13 windows' bytes sent, the pick is made.
+#[test]
+fn without_a_profile_the_receive_trial_picks_within_twelve_windows_over_veth() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rx_cfg = rx_without_profile(&dir, 16 * KIB as usize);
+    let window = rx_cfg.cost_window;
+    assert_eq!(window, 16 << 20, "the default window");
+    let (path, s) = auto_receive_on(
+        Topo::Netns(&pair),
+        rx_cfg,
+        13 * window,
+        Some(16 * KIB as usize),
+    );
+    let a = s.auto_rx;
+    eprintln!(
+        "trial over veth, 16 MiB windows, 13 windows sent: started on {path}, {} checks \
+         ({} costlier), next {}, picks {}",
+        a.cost_checks, a.cost_costlier, a.trial_next, a.trial_picks
+    );
+    assert_eq!((a.decisions, a.chose_trial), (1, 1));
+    if path == RxPath::Uring {
+        assert_eq!((a.trial_next, a.trial_picks), (1, 1), "{a:?}");
+        assert!(a.cost_checks >= 4, "{a:?}");
+    } else {
+        eprintln!("SKIP the two-candidate trial: io_uring is not available here");
     }
 }
 

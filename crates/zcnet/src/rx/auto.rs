@@ -151,11 +151,26 @@ impl Judge {
 
     /// After an operation that delivered `n` bytes; `costlier`: it was kept on copy because
     /// the wanted path was found costlier.
-    fn after(&mut self, n: usize, costlier: bool, mut delta: AutoStats, stats: &Stats) {
-        if let Some(v) = self
-            .check
-            .after(n as u64, zcnet_sys::raw::cpu::thread_cpu_ns)
-        {
+    fn after(&mut self, n: usize, costlier: bool, delta: AutoStats, stats: &Stats) {
+        self.after_on(
+            n,
+            costlier,
+            delta,
+            stats,
+            zcnet_sys::raw::cpu::thread_cpu_ns,
+        );
+    }
+
+    /// [`Judge::after`] on the CPU clock `clock` (ns).
+    fn after_on(
+        &mut self,
+        n: usize,
+        costlier: bool,
+        mut delta: AutoStats,
+        stats: &Stats,
+        clock: impl Fn() -> u64,
+    ) {
+        if let Some(v) = self.check.after(n as u64, clock) {
             delta.cost_checks += 1;
             if v.costlier {
                 delta.cost_costlier += 1;
@@ -168,9 +183,14 @@ impl Judge {
                     Step::Pick(_) => delta.trial_picks += 1,
                 }
                 self.wanted = t.wanted();
-                if self.wanted != before {
+                if self.wanted != before || t.picked().is_none() {
                     // A fresh check for the next candidate (or an earlier one picked): the
-                    // old one's verdict, or its back-off, was about another path.
+                    // old one's verdict, or its back-off, was about another path. And while
+                    // the trial lasts, a fresh one after every verdict: the check's own
+                    // gap after a good verdict (8 windows) would put 128 MiB between a
+                    // candidate's two comparisons, and a trial bounded at 4 comparisons of
+                    // 3 windows (192 MiB) took up to 28 windows (448 MiB) — half of a
+                    // 1-second run over veth, which then ended before the pick.
                     self.check = cost_check(self.window);
                 }
             }
@@ -449,5 +469,61 @@ impl Receive for AutoRx {
             .recv_lend(fd, scratch, max, stats, sink)?;
         self.judge.after(n, costlier, delta, stats);
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Windows a trial of `uring` then `mmap` takes to pick, on a clock where each
+    /// candidate costs `cand_cost` ns per byte and copy `copy_cost`.
+    fn windows_to_pick(cand_cost: u64, copy_cost: u64) -> u64 {
+        let window = 1 << 20;
+        let trial = Some(Trial::new(&TRIAL, TRIAL_COMPARISONS));
+        let mut judge = Judge {
+            check: cost_check(window),
+            trial,
+            wanted: TRIAL[0],
+            window,
+        };
+        let stats = Stats::default();
+        let clock = Cell::new(0u64);
+        let op = 64 * 1024;
+        let mut total = 0;
+        while judge.trial.as_ref().and_then(Trial::picked).is_none() {
+            assert!(total < 64 * window, "no pick after {total} bytes");
+            let wanted = judge.wanted();
+            let (path, costlier) = match judge.check.route(wanted, || clock.get()) {
+                Route::Wanted(p) => (p, false),
+                Route::ProbeCopy(_) => (RxPath::Copy, false),
+                Route::Costlier(_) => (RxPath::Copy, true),
+            };
+            let cost = if path == RxPath::Copy {
+                copy_cost
+            } else {
+                cand_cost
+            };
+            clock.set(clock.get() + cost * op);
+            judge.after_on(op as usize, costlier, AutoStats::default(), &stats, || {
+                clock.get()
+            });
+            total += op;
+        }
+        let s = stats.snapshot().auto_rx;
+        assert_eq!((s.trial_next, s.trial_picks), (1, 1), "{s:?}");
+        assert_eq!(s.cost_checks, 4, "two comparisons per candidate: {s:?}");
+        total / window
+    }
+
+    #[test]
+    fn the_trial_compares_back_to_back_and_picks_within_twelve_windows() {
+        // Candidates cheaper than copy: every verdict good. The check's own gap after a
+        // good verdict (8 windows) used to sit between a candidate's two comparisons:
+        // 28 windows to the pick.
+        assert_eq!(windows_to_pick(1, 2), 12);
+        // Candidates dearer than copy: a dearer verdict measures again at once anyway.
+        assert_eq!(windows_to_pick(3, 2), 12);
     }
 }

@@ -3,7 +3,9 @@
 //! is done with them.
 
 use crate::lineage::Process;
+use crate::route;
 use crate::stats::Counters;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use zcnet::cow::Protection;
@@ -48,8 +50,8 @@ pub struct Sock {
     /// In a forked child: the process whose completions the error queue carries (`None`:
     /// ours).
     owner: Mutex<Option<Process>>,
-    /// Whether the peer is this host, once both ends' addresses were known.
-    local: OnceLock<bool>,
+    /// Both ends' addresses (local, peer), once known.
+    ends: OnceLock<(IpAddr, IpAddr)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -69,29 +71,36 @@ impl Sock {
             zc_ever: AtomicBool::new(false),
             shared: AtomicBool::new(false),
             owner: Mutex::new(None),
-            local: OnceLock::new(),
+            ends: OnceLock::new(),
         }
     }
 
-    /// Whether this socket's peer is this host ([`zcnet::policy::delivery_is_local`]):
-    /// asked of the kernel once both addresses are known (a socket still connecting has no
-    /// peer yet, and is asked again at its next send), then kept.
-    pub fn delivery_is_local(&self, fd: i32) -> bool {
-        if let Some(&local) = self.local.get() {
-            return local;
+    /// Both ends' addresses (local, peer): asked of the kernel once both are known (a
+    /// socket still connecting has no peer yet, and is asked again at its next send), then
+    /// kept.
+    fn ends(&self, fd: i32) -> Option<(IpAddr, IpAddr)> {
+        if let Some(&e) = self.ends.get() {
+            return Some(e);
         }
         let ends = with_fd(fd, |b| {
             let r = socket2::SockRef::from(&b);
             let ip = |a: socket2::SockAddr| a.as_socket().map(|a| a.ip());
             Some((ip(r.local_addr().ok()?)?, ip(r.peer_addr().ok()?)?))
         })
-        .flatten();
-        match ends {
-            Some((local, peer)) => *self
-                .local
-                .get_or_init(|| zcnet::policy::delivery_is_local(local, peer)),
-            None => false,
-        }
+        .flatten()?;
+        Some(*self.ends.get_or_init(|| ends))
+    }
+
+    /// Whether this socket's peer is this host ([`zcnet::policy::delivery_is_local`]).
+    pub fn delivery_is_local(&self, fd: i32) -> bool {
+        self.ends(fd)
+            .is_some_and(|(local, peer)| zcnet::policy::delivery_is_local(local, peer))
+    }
+
+    /// Whether another socket of this process to the same peer was demoted for COPIED
+    /// completions ([`crate::route`]).
+    pub fn route_copies(&self, fd: i32) -> bool {
+        self.ends(fd).is_some_and(|(_, peer)| route::copies(peer))
     }
 
     /// The zero-copy bookkeeping, locked (briefly: never across a blocking call).
@@ -167,7 +176,19 @@ impl Sock {
                 if copied {
                     self.counters.copied_anyway(done.bytes);
                 }
-                z.demotion.observe(copied, demote_after);
+                // Both of zcnet's limits: 64 notifications, or 4 MiB reported COPIED in a
+                // row — the kernel merges the notifications of consecutive calls, so a
+                // program making 64 KiB calls sent 128 MiB zero-copy over veth before 64
+                // of them came back.
+                let demoted = demote_after.is_some_and(|n| {
+                    let policy = zcnet::Policy::default().with_demotion(Some(n));
+                    z.demotion.observe_bytes(copied, done.bytes, &policy)
+                });
+                if demoted {
+                    if let Some(&(_, peer)) = self.ends.get() {
+                        route::remember_copies(peer);
+                    }
+                }
             }
             Err(_) => {
                 if z.early.len() >= EARLY_MAX {

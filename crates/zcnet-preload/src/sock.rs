@@ -18,6 +18,13 @@ use zcnet_sys::raw::zerocopy::{read_errqueue, set_so_zerocopy, ErrqueueEntry};
 /// can read a completion between a send's return and its recording).
 const EARLY_MAX: usize = 64;
 
+/// Consecutive bytes reported COPIED that demote a socket: an eighth of zcnet's own 4 MiB.
+/// Here every zero-copy send was also protected, which costs more than the copy on 4 KiB
+/// pages unless the copy is slow (`cost.rs`), and a route that copies (veth into another
+/// namespace) answers COPIED from the first notification. http.server over veth (64 KiB
+/// calls) protected 20–70 calls per run (1.2–4.3 MiB) before the 4 MiB limit stopped it.
+pub const DEMOTE_AFTER_COPIED_BYTES: u64 = 512 << 10;
+
 /// Zero-copy bookkeeping of one socket.
 #[derive(Debug, Default)]
 pub struct Zc {
@@ -176,12 +183,13 @@ impl Sock {
                 if copied {
                     self.counters.copied_anyway(done.bytes);
                 }
-                // Both of zcnet's limits: 64 notifications, or 4 MiB reported COPIED in a
-                // row — the kernel merges the notifications of consecutive calls, so a
-                // program making 64 KiB calls sent 128 MiB zero-copy over veth before 64
-                // of them came back.
+                // 64 notifications, or DEMOTE_AFTER_COPIED_BYTES reported COPIED in a row:
+                // one notification may cover many calls (the kernel merges consecutive
+                // ranges) or one large call.
                 let demoted = demote_after.is_some_and(|n| {
-                    let policy = zcnet::Policy::default().with_demotion(Some(n));
+                    let policy = zcnet::Policy::default()
+                        .with_demotion(Some(n))
+                        .with_demotion_bytes(Some(DEMOTE_AFTER_COPIED_BYTES));
                     z.demotion.observe_bytes(copied, done.bytes, &policy)
                 });
                 if demoted {

@@ -6,8 +6,15 @@ same, a second time: the sitting's own noise), `copy`, `auto`, `cow` (ZCNET_TX=z
 every eligible span zero-copy under write protection) — runs one transfer of SIZE bytes,
 modes in a rotated order each round. A transfer's CPU is (user + system) of both processes
 from wait4(2)'s rusage, less the server's CPU until it listens (its start-up is not per
-GiB; read from /proc/PID/task/*/schedstat, in ns). Every transfer's bytes are checked
-(hash, or both ends' counts for iperf3).
+GiB; read from /proc/PID/task/*/schedstat, in ns); --raw lines hold each end's share too.
+Every transfer's bytes are checked (hash; both ends' counts for iperf3; for redis the
+stored value's length, redis-benchmark checking nothing).
+
+Programs (--only): nginx+curl, http.server+curl (python3 -m http.server), socat, iperf3
+(-c and -s), redis (redis-server and redis-benchmark, 1 MiB values, SIZE/2 SETs and as many
+GETs: SIZE each way), rsync (a plain `rsync --daemon` on its own port, config in the
+temporary directory, sending to an rsync client). All of them run under the library, in
+both processes.
 
 What is reported per mode is an estimate (--estimator: median, geometric mean, or 20 %-trimmed
 mean) over the ratios of mode to its reference `none` CPU, ± the half-width of its 95 %
@@ -189,6 +196,17 @@ def reap(p, sig=None, timeout=60):
         time.sleep(0.01)
 
 
+# The server's and the client's CPU seconds in the last run (in the raw lines: which end
+# a difference is in).
+ENDS = [0.0, 0.0]
+
+
+def ends(server, client):
+    """Records the last run's CPU by end; returns their sum."""
+    ENDS[:] = [server, client]
+    return server + client
+
+
 def task_cpu(pid):
     """CPU seconds the live threads of pid have run so far (schedstat: ns, not ticks)."""
     total = 0
@@ -312,8 +330,8 @@ def nginx(mode, lib, d, size, want):
     boot = wait_port(port, s)
     out = os.path.join(d, "got.bin")
     c = start(NET.client(["curl", "-sS", "--fail", "-o", out, f"http://{NET.ip}:{port}/data.bin"]), env)
-    cpu = reap(c)
-    cpu += reap(s, signal.SIGQUIT) - boot
+    client = reap(c)
+    cpu = ends(reap(s, signal.SIGQUIT) - boot, client)
     ok = c.returncode == 0 and sha(out) == want
     os.unlink(out)
     return cpu, ok
@@ -327,8 +345,8 @@ def http_server(mode, lib, d, size, want):
     boot = wait_port(port, s)
     out = os.path.join(d, "got.bin")
     c = start(NET.client(["curl", "-sS", "--fail", "-o", out, f"http://{NET.ip}:{port}/data.bin"]), env)
-    cpu = reap(c)
-    cpu += reap(s, signal.SIGINT) - boot
+    client = reap(c)
+    cpu = ends(reap(s, signal.SIGINT) - boot, client)
     ok = c.returncode == 0 and sha(out) == want
     os.unlink(out)
     return cpu, ok
@@ -341,7 +359,8 @@ def socat(mode, lib, d, size, want):
     r = start(NET.server(["socat", "-b", "1048576", "-u", f"TCP-LISTEN:{port},bind={NET.ip},reuseaddr", f"CREATE:{out}"]), env)
     boot = wait_port(port, r)
     s = start(NET.client(["socat", "-b", "1048576", "-u", f"OPEN:{d}/data.bin", f"TCP:{NET.ip}:{port}"]), env)
-    cpu = reap(s) + reap(r) - boot
+    client = reap(s)
+    cpu = ends(reap(r) - boot, client)
     ok = s.returncode == 0 and sha(out) == want
     os.unlink(out)
     return cpu, ok
@@ -357,14 +376,77 @@ def iperf3(mode, lib, d, size, want):
                          env=env, stdout=subprocess.PIPE)
     cout = c.stdout.read()
     sout = s.stdout.read()
-    cpu = reap(c) + reap(s) - boot
+    client = reap(c)
+    cpu = ends(reap(s) - boot, client)
     sent = json.loads(cout)["end"]["sum_sent"]["bytes"]
     got = json.loads(sout)["end"]["sum_received"]["bytes"]
     # iperf3's server stops counting at the end of the test, a little before the last bytes.
     return cpu, sent >= size and size // 2 <= got <= sent
 
 
-PROGRAMS = {"nginx+curl": nginx, "http.server+curl": http_server, "socat": socat, "iperf3": iperf3}
+def redis(mode, lib, d, size, want):
+    """redis-server and redis-benchmark, 1 MiB values: SIZE/2 SETs then SIZE/2 GETs (size
+    MiB each way in all), four connections. redis-benchmark checks no value, so the stored
+    value's length is checked afterwards (STRLEN: a few bytes, in the server's CPU)."""
+    port = str(free_port())
+    env = env_for(mode, lib)
+    s = start(NET.server(["redis-server", "--port", port, "--bind", NET.ip, "--save", "",
+                          "--appendonly", "no", "--protected-mode", "no", "--dir", d]), env)
+    boot = wait_port(int(port), s)
+    n = str(max(size >> 21, 1))
+    c = subprocess.Popen(NET.client(["redis-benchmark", "-h", NET.ip, "-p", port, "-d", "1048576",
+                                     "-n", n, "-c", "4", "-t", "set,get", "-q"]),
+                         env=env, stdout=subprocess.PIPE, preexec_fn=default_sigint)
+    out = c.stdout.read().decode(errors="replace")
+    client = reap(c)
+    length = subprocess.run(NET.client(["redis-cli", "-h", NET.ip, "-p", port, "STRLEN",
+                                        "key:__rand_int__"]), capture_output=True, text=True).stdout
+    cpu = ends(reap(s, signal.SIGTERM) - boot, client)
+    ok = c.returncode == 0 and "SET:" in out and "GET:" in out and length.strip() == "1048576"
+    return cpu, ok
+
+
+def children(pid):
+    """The pids of pid's children (every thread's)."""
+    out = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += f.read().split()
+        except OSError:
+            pass
+    return out
+
+
+def rsync(mode, lib, d, size, want):
+    """A plain rsync daemon (`rsync --daemon`, config in the temporary directory) sends the
+    file to an rsync client. The daemon forks a sender per connection; its CPU is in the
+    daemon's rusage once the daemon has reaped it, which this waits for before stopping it."""
+    port = str(free_port())
+    env = env_for(mode, lib)
+    conf = os.path.join(d, "rsyncd.conf")
+    with open(conf, "w") as f:
+        f.write(f"use chroot = no\nuid = 0\ngid = 0\npid file = {d}/rsyncd.pid\n"
+                f"[src]\npath = {d}\nread only = yes\n")
+    s = start(NET.server(["rsync", "--daemon", "--no-detach", "--address", NET.ip, "--port", port,
+                          f"--config={conf}"]), env)
+    boot = wait_port(int(port), s)
+    dest = os.path.join(d, "dest")
+    os.makedirs(dest, exist_ok=True)
+    c = start(NET.client(["rsync", "-a", "--whole-file", f"rsync://{NET.ip}:{port}/src/data.bin", dest]), env)
+    client = reap(c)
+    t = time.time()
+    while children(s.pid) and time.time() - t < 20:
+        time.sleep(0.01)
+    cpu = ends(reap(s, signal.SIGTERM) - boot, client)
+    out = os.path.join(dest, "data.bin")
+    ok = c.returncode == 0 and sha(out) == want
+    os.unlink(out)
+    return cpu, ok
+
+
+PROGRAMS = {"nginx+curl": nginx, "http.server+curl": http_server, "socat": socat, "iperf3": iperf3,
+            "redis": redis, "rsync": rsync}
 
 
 def bootstrap_ci(v, stat, draws=2000):
@@ -471,6 +553,7 @@ def measure(name, fn, a, d, size, want):
                 raise SystemExit(f"{name} {m} ({NET.kind}): transfer not verified")
             s1 = snapshot()
             run = {"program": name, "net": NET.kind, "round": r, "mode": m, "proc": cpu,
+                   "server": ENDS[0], "client": ENDS[1],
                    "nvcsw": SWITCHES[0], "nivcsw": SWITCHES[1]}
             run.update({k: grown(s0[k], s1[k]) if isinstance(s0[k], dict) else s1[k] - s0[k]
                         for k in s0})

@@ -43,6 +43,7 @@ mod lineage;
 mod mmsg;
 pub mod plan;
 mod reaper;
+mod route;
 mod send;
 mod sock;
 pub mod stats;

@@ -91,6 +91,9 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     if cfg.mode != Mode::Zerocopy && s.demoted() {
         return Some(Reason::DemotedCopied);
     }
+    if cfg.mode != Mode::Zerocopy && s.route_copies(call.fd()) {
+        return Some(Reason::RouteCopies);
+    }
     if cfg.mode == Mode::Auto {
         // Before the cost check: a program that talks only to this host never pays for
         // measuring protection (about 40 calls once per process), nor for protecting pages

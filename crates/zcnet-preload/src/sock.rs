@@ -3,7 +3,9 @@
 //! is done with them.
 
 use crate::lineage::Process;
+use crate::route;
 use crate::stats::Counters;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use zcnet::cow::Protection;
@@ -15,6 +17,13 @@ use zcnet_sys::raw::zerocopy::{read_errqueue, set_so_zerocopy, ErrqueueEntry};
 /// Completion ranges kept while their calls are not recorded yet (a drain on another thread
 /// can read a completion between a send's return and its recording).
 const EARLY_MAX: usize = 64;
+
+/// Consecutive bytes reported COPIED that demote a socket: an eighth of zcnet's own 4 MiB.
+/// Here every zero-copy send was also protected, which costs more than the copy on 4 KiB
+/// pages unless the copy is slow (`cost.rs`), and a route that copies (veth into another
+/// namespace) answers COPIED from the first notification. http.server over veth (64 KiB
+/// calls) protected 20–70 calls per run (1.2–4.3 MiB) before the 4 MiB limit stopped it.
+pub const DEMOTE_AFTER_COPIED_BYTES: u64 = 512 << 10;
 
 /// Zero-copy bookkeeping of one socket.
 #[derive(Debug, Default)]
@@ -48,8 +57,8 @@ pub struct Sock {
     /// In a forked child: the process whose completions the error queue carries (`None`:
     /// ours).
     owner: Mutex<Option<Process>>,
-    /// Whether the peer is this host, once both ends' addresses were known.
-    local: OnceLock<bool>,
+    /// Both ends' addresses (local, peer), once known.
+    ends: OnceLock<(IpAddr, IpAddr)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -69,29 +78,36 @@ impl Sock {
             zc_ever: AtomicBool::new(false),
             shared: AtomicBool::new(false),
             owner: Mutex::new(None),
-            local: OnceLock::new(),
+            ends: OnceLock::new(),
         }
     }
 
-    /// Whether this socket's peer is this host ([`zcnet::policy::delivery_is_local`]):
-    /// asked of the kernel once both addresses are known (a socket still connecting has no
-    /// peer yet, and is asked again at its next send), then kept.
-    pub fn delivery_is_local(&self, fd: i32) -> bool {
-        if let Some(&local) = self.local.get() {
-            return local;
+    /// Both ends' addresses (local, peer): asked of the kernel once both are known (a
+    /// socket still connecting has no peer yet, and is asked again at its next send), then
+    /// kept.
+    fn ends(&self, fd: i32) -> Option<(IpAddr, IpAddr)> {
+        if let Some(&e) = self.ends.get() {
+            return Some(e);
         }
         let ends = with_fd(fd, |b| {
             let r = socket2::SockRef::from(&b);
             let ip = |a: socket2::SockAddr| a.as_socket().map(|a| a.ip());
             Some((ip(r.local_addr().ok()?)?, ip(r.peer_addr().ok()?)?))
         })
-        .flatten();
-        match ends {
-            Some((local, peer)) => *self
-                .local
-                .get_or_init(|| zcnet::policy::delivery_is_local(local, peer)),
-            None => false,
-        }
+        .flatten()?;
+        Some(*self.ends.get_or_init(|| ends))
+    }
+
+    /// Whether this socket's peer is this host ([`zcnet::policy::delivery_is_local`]).
+    pub fn delivery_is_local(&self, fd: i32) -> bool {
+        self.ends(fd)
+            .is_some_and(|(local, peer)| zcnet::policy::delivery_is_local(local, peer))
+    }
+
+    /// Whether another socket of this process to the same peer was demoted for COPIED
+    /// completions ([`crate::route`]).
+    pub fn route_copies(&self, fd: i32) -> bool {
+        self.ends(fd).is_some_and(|(_, peer)| route::copies(peer))
     }
 
     /// The zero-copy bookkeeping, locked (briefly: never across a blocking call).
@@ -167,7 +183,20 @@ impl Sock {
                 if copied {
                     self.counters.copied_anyway(done.bytes);
                 }
-                z.demotion.observe(copied, demote_after);
+                // 64 notifications, or DEMOTE_AFTER_COPIED_BYTES reported COPIED in a row:
+                // one notification may cover many calls (the kernel merges consecutive
+                // ranges) or one large call.
+                let demoted = demote_after.is_some_and(|n| {
+                    let policy = zcnet::Policy::default()
+                        .with_demotion(Some(n))
+                        .with_demotion_bytes(Some(DEMOTE_AFTER_COPIED_BYTES));
+                    z.demotion.observe_bytes(copied, done.bytes, &policy)
+                });
+                if demoted {
+                    if let Some(&(_, peer)) = self.ends.get() {
+                        route::remember_copies(peer);
+                    }
+                }
             }
             Err(_) => {
                 if z.early.len() >= EARLY_MAX {

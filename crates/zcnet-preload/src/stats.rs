@@ -37,10 +37,13 @@ pub enum Reason {
     /// `auto`: the peer is this host (loopback, or the socket's own address), where the
     /// kernel copies every zero-copy byte at delivery: protection could only add its cost.
     LocalDelivery,
+    /// Another socket of this process to the same peer was demoted for COPIED completions
+    /// ([`crate::route`]): this one copies from its first send.
+    RouteCopies,
 }
 
 impl Reason {
-    const ALL: [Reason; 12] = [
+    const ALL: [Reason; 13] = [
         Reason::TooSmall,
         Reason::Unaligned,
         Reason::ProtectCostlier,
@@ -53,6 +56,7 @@ impl Reason {
         Reason::Enobufs,
         Reason::Rewritten,
         Reason::LocalDelivery,
+        Reason::RouteCopies,
     ];
 
     /// The name in the stats file.
@@ -70,6 +74,7 @@ impl Reason {
             Reason::Enobufs => "enobufs",
             Reason::Rewritten => "rewritten_in_flight",
             Reason::LocalDelivery => "local_delivery",
+            Reason::RouteCopies => "route_copies",
         }
     }
 }

@@ -134,8 +134,7 @@ impl<B: Lend> Drop for Flight<B> {
 pub(crate) async fn copy_all(conn: &Conn, data: &[u8], sent: &mut Sent) -> io::Result<()> {
     let mut off = 0;
     while off < data.len() {
-        let n = poll_fn(|cx| conn.poll_io(cx, Direction::Write, || conn.send_copy(&data[off..])))
-            .await?;
+        let n = poll_fn(|cx| conn.poll_send_copy(cx, &data[off..])).await?;
         off += n;
         sent.len += n;
         sent.copied += n;

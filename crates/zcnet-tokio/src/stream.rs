@@ -194,8 +194,7 @@ impl ZcStream {
     ) -> Poll<io::Result<usize>> {
         let conn = &self.conn;
         if go != Go::ZeroCopy {
-            let n =
-                std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_copy(&bytes)))?;
+            let n = std::task::ready!(conn.poll_send_copy(cx, &bytes))?;
             return Poll::Ready(Ok(n));
         }
         match std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(&bytes))) {
@@ -208,9 +207,7 @@ impl ZcStream {
                 // completions there are and copy this write (counted).
                 conn.stats.add_tx_enobufs(1);
                 conn.drain()?;
-                let n = std::task::ready!(
-                    conn.poll_io(cx, Direction::Write, || conn.send_copy(&bytes))
-                )?;
+                let n = std::task::ready!(conn.poll_send_copy(cx, &bytes))?;
                 conn.stats
                     .fallback(zcnet::FallbackReason::Enobufs, n as u64);
                 Poll::Ready(Ok(n))
@@ -299,7 +296,7 @@ impl AsyncWrite for ZcStream {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let conn = &self.conn;
-        conn.poll_io(cx, Direction::Write, || conn.send_copy(data))
+        conn.poll_send_copy(cx, data)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -199,7 +199,7 @@ mod tests {
     fn read_errqueue_until_stops_where_told_and_leaves_the_rest() {
         use std::net::UdpSocket;
         use std::os::fd::AsFd;
-        use std::time::{Duration, Instant};
+        use std::time::Duration;
         let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
         let to = closed.local_addr().unwrap();
         drop(closed);
@@ -210,18 +210,18 @@ mod tests {
         for _ in 0..2 {
             // Port unreachable: the send succeeds, its ICMP error lands in the queue.
             let _ = tx.send(b"x");
-            let deadline = Instant::now() + Duration::from_secs(2);
-            // Wait until this send's error is queued (read nothing meanwhile).
-            while crate::raw::socket::poll(
+            // Wait until this send's error is queued (read nothing meanwhile); the bound
+            // only keeps a broken kernel from hanging the test.
+            let ev = crate::raw::socket::poll(
                 tx.as_fd(),
                 crate::raw::socket::PollFlags::empty(),
-                Some(Duration::from_millis(10)),
+                Some(Duration::from_secs(10)),
             )
-            .map(|ev| !ev.contains(crate::raw::socket::PollFlags::ERR))
-            .unwrap()
-            {
-                assert!(Instant::now() < deadline, "no ICMP error queued");
-            }
+            .unwrap();
+            assert!(
+                ev.contains(crate::raw::socket::PollFlags::ERR),
+                "no ICMP error queued"
+            );
             // A connected UDP socket also records the error as its pending `SO_ERROR`,
             // which a later send would report: clear it, the queued message stays.
             let _ = tx.take_error();

@@ -372,10 +372,22 @@ impl<S: Socket> Conn<S> {
         last: u64,
         at: usize,
     ) -> io::Result<()> {
-        let mut tx = lock(&self.tx);
-        self.lend_locked(&mut tx, loan, first, last);
+        self.lend_and_drain_locked(&mut lock(&self.tx), loan, first, last, at)
+    }
+
+    /// [`Conn::lend_and_drain_at`] under a hold of the completions' lock the caller already
+    /// has ([`Conn::calls`]).
+    pub(crate) fn lend_and_drain_locked(
+        &self,
+        tx: &mut TxState,
+        loan: Loan,
+        first: u64,
+        last: u64,
+        at: usize,
+    ) -> io::Result<()> {
+        self.lend_locked(tx, loan, first, last);
         if tx.completions.loans_in_flight() >= at {
-            self.drain_locked(&mut tx)?;
+            self.drain_locked(tx)?;
         }
         Ok(())
     }

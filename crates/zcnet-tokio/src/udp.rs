@@ -339,9 +339,11 @@ impl ZcUdpSocket {
             conn: &self.conn,
             buf: Some(msg),
             span: None,
+            lend_at: None,
         };
         let result = self.send_flight(&mut flight).await;
         let (buf, span) = flight.finish();
+        let buf = buf.expect("send_zc's flight keeps its buffer");
         let Some((first, last)) = span else {
             return (
                 result.map(|mut s| {
@@ -388,17 +390,19 @@ impl ZcUdpSocket {
     /// back to its pool, where [`ZcUdpSocket::buffer`] finds it). The fast way to stream
     /// messages: no wait per message, completions read in batches by the socket's driver.
     pub async fn send_lent(&self, msg: MsgBuf) -> io::Result<MsgSent> {
+        // Completions are read in batches, as the blocking sender does: once half the pool
+        // is lent out, one error-queue read covers many messages.
+        let half = self.cfg.pool_buffers.max(1).div_ceil(2);
         let mut flight = UdpFlight {
             conn: &self.conn,
             buf: Some(msg),
             span: None,
+            lend_at: Some(half),
         };
         let result = self.send_flight(&mut flight).await;
         let (buf, span) = flight.finish();
-        if let Some((first, last)) = span {
-            // Completions are read in batches, as the blocking sender does: once half the
-            // pool is lent out, one error-queue read covers many messages.
-            let half = self.cfg.pool_buffers.max(1).div_ceil(2);
+        // Lent already unless the message went out copied, or not whole.
+        if let (Some(buf), Some((first, last))) = (buf, span) {
             self.conn
                 .lend_and_drain_at(Loan::Msg(buf), first, last, half)?;
         }
@@ -431,7 +435,7 @@ impl ZcUdpSocket {
         let mut enobufs = 0;
         let mut finished = false;
         while !out.as_ref().is_some_and(Outgoing::is_done) {
-            let (buf, span) = (&mut flight.buf, &mut flight.span);
+            let (buf, span, lend_at) = (&mut flight.buf, &mut flight.span, flight.lend_at);
             let r = poll_fn(|cx| {
                 self.conn.poll_io(cx, Direction::Write, || {
                     // Every batch the socket takes now, under one hold of the framer's
@@ -477,6 +481,16 @@ impl ZcUdpSocket {
                             f.finish(out, span.is_some());
                             finished = true;
                         }
+                    }
+                    // `send_lent`: the whole message is queued, so its buffer is lent under
+                    // the hold of the completions' lock its batches took — one lock per
+                    // message for sending and lending, as the blocking sender has none.
+                    if let (true, Some(at), Some((first, last)), Some(tx)) =
+                        (out.is_done(), lend_at, *span, calls.as_deref_mut())
+                    {
+                        let msg = buf.take().expect("held");
+                        self.conn
+                            .lend_and_drain_locked(tx, Loan::Msg(msg), first, last, at)?;
                     }
                     Ok(())
                 })
@@ -578,17 +592,17 @@ impl Drop for ZcUdpSocket {
 /// lends the buffer to the socket's bookkeeping if any zero-copy call named it.
 struct UdpFlight<'a> {
     conn: &'a Conn<UdpSocket>,
+    /// `None` once lent ([`UdpFlight::lend_at`]).
     buf: Option<MsgBuf>,
     span: Option<(u64, u64)>,
+    /// `send_lent`: lend the buffer as soon as its last batch is queued, reading the
+    /// completions if this many loans are then out.
+    lend_at: Option<usize>,
 }
 
 impl UdpFlight<'_> {
-    fn finish(mut self) -> (MsgBuf, Option<(u64, u64)>) {
-        let buf = self
-            .buf
-            .take()
-            .expect("a flight holds its buffer until finished");
-        (buf, self.span.take())
+    fn finish(mut self) -> (Option<MsgBuf>, Option<(u64, u64)>) {
+        (self.buf.take(), self.span.take())
     }
 }
 

@@ -526,6 +526,11 @@ impl<S: Socket> Conn<S> {
 
     /// [`Conn::poll_io`], clearing the write readiness after a result `buffer_full` says
     /// left the send buffer full.
+    ///
+    /// Each operation that completes spends one unit of tokio's cooperative budget, as
+    /// tokio's own sockets do: a task sending on a socket that never fills (UDP, or a TCP
+    /// peer that keeps up) would otherwise never return `Pending` and starve every other
+    /// task on its worker. With the budget spent, the poll yields once and goes on.
     fn poll_io_then<R>(
         &self,
         cx: &mut Context<'_>,
@@ -533,6 +538,7 @@ impl<S: Socket> Conn<S> {
         mut op: impl FnMut() -> io::Result<R>,
         buffer_full: impl Fn(&R) -> bool,
     ) -> Poll<io::Result<R>> {
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
         loop {
             let seen = ready!(self.readiness.poll_ready(cx, dir, self.sock.as_fd()))?;
             let mut attempt = seen.flags.intersects(dir.mask());
@@ -559,9 +565,13 @@ impl<S: Socket> Conn<S> {
                     if buffer_full(&v) {
                         self.readiness.clear(EventFlags::OUT, seen);
                     }
+                    coop.made_progress();
                     return Poll::Ready(Ok(v));
                 }
-                r => return Poll::Ready(r),
+                r => {
+                    coop.made_progress();
+                    return Poll::Ready(r);
+                }
             }
         }
     }

@@ -279,6 +279,7 @@ macro_rules! adders {
     ($($name:ident => $field:ident),* $(,)?) => {
         $(
             #[doc = concat!("Adds to `", stringify!($field), "`.")]
+            #[inline]
             pub fn $name(&self, n: u64) {
                 self.$field.fetch_add(n, Relaxed);
             }
@@ -305,18 +306,21 @@ impl Stats {
     }
 
     /// Adds to `tx_bytes_copy` (bytes the kernel copied from user memory).
+    #[inline]
     pub fn add_tx_copy_bytes(&self, n: u64) {
         self.tx_bytes_copy.fetch_add(n, Relaxed);
         TX_HANDED.with(|c| c.set(c.get() + n));
     }
 
     /// Adds to `tx_bytes_zerocopy` (bytes lent to the kernel).
+    #[inline]
     pub fn add_tx_zerocopy_bytes(&self, n: u64) {
         self.tx_bytes_zerocopy.fetch_add(n, Relaxed);
         TX_HANDED.with(|c| c.set(c.get() + n));
     }
 
     /// Adds to `tx_bytes_file` (bytes sent from the page cache).
+    #[inline]
     pub fn add_tx_file_bytes(&self, n: u64) {
         self.tx_bytes_file.fetch_add(n, Relaxed);
         TX_HANDED.with(|c| c.set(c.get() + n));

@@ -159,6 +159,7 @@ impl Framer {
 
     /// Numbers a message of `len` bytes. Once begun the id is used: a message interrupted
     /// by an error is reported lost by the receiver.
+    #[inline]
     pub fn begin(&mut self, len: usize) -> Result<Outgoing, MsgError> {
         self.check_len(len)?;
         let id = self.next_id;
@@ -229,6 +230,7 @@ impl Framer {
     }
 
     /// The next `sendmsg` of `out`, or `None` when every fragment is out.
+    #[inline]
     pub fn next_batch(&self, out: &Outgoing) -> Option<Batch> {
         if out.is_done() {
             return None;
@@ -249,6 +251,7 @@ impl Framer {
     /// `EINVAL`/`EMSGSIZE`/`EIO` — and the batch size is now halved for good, counted;
     /// at one datagram GSO is off, as quinn-udp lowers its `max_gso_segments`). `Err`: any
     /// other error, `out` unchanged, for the caller to act on (`EAGAIN`, `ENOBUFS`, ...).
+    #[inline]
     pub fn after(
         &mut self,
         out: &mut Outgoing,
@@ -283,6 +286,7 @@ impl Framer {
     }
 
     /// Counts a message whose every fragment is out.
+    #[inline]
     pub fn finish(&self, out: &Outgoing, zerocopy: bool) {
         if zerocopy {
             self.stats.zerocopy_messages(1);

@@ -284,7 +284,7 @@ impl ZcUdpSocket {
             None => {
                 let size = layout.wire_len(self.cfg.max_message);
                 // Two tasks may both make one; the loser's is unmapped at once.
-                let _ = self.pool.set(Pool::new(self.cfg.pool_buffers, size)?);
+                let _ = self.pool.set(Pool::new_huge(self.cfg.pool_buffers, size)?);
                 self.pool.get().expect("set above")
             }
         };

@@ -15,7 +15,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use zcnet_sys::mem::{page_size, PageBuf};
 
+/// Pools of at least this many bytes are carved from huge pages ([`Pool::new_huge`]): a
+/// quarter of a 2 MiB huge page, so rounding up at most quadruples a small pool's memory.
+pub const HUGE_POOL_FROM: usize = 512 << 10;
+
 struct PoolInner {
+    /// Carved from one mapping advised for huge pages ([`Pool::new_huge`]).
+    huge: bool,
     free: Mutex<Vec<PageBuf>>,
     returned: Condvar,
     /// Threads in [`Pool::take_timeout`]'s wait, changed and read only under `free`'s lock:
@@ -54,6 +60,31 @@ impl Pool {
         let bufs = (0..count)
             .map(|_| PageBuf::new(buf_size))
             .collect::<std::io::Result<Vec<_>>>()?;
+        Self::from_bufs(bufs, buf_size, count, false)
+    }
+
+    /// [`Pool::new`], but a pool of [`HUGE_POOL_FROM`] bytes or more is carved from one
+    /// mapping in 2 MiB huge pages where the kernel offers them
+    /// ([`zcnet_sys::mem::PageBuf::carve_huge`]): a `MSG_ZEROCOPY` send pins its pages one
+    /// reference per page, and a huge page is one page. For `sendmsg` senders only: on
+    /// Linux 6.18, io_uring `SEND_ZC` from such a pool registered as fixed buffers stalled
+    /// in two of our tests (a short send never continued; a 1 MiB send stopped at 20 KiB),
+    /// so the io_uring paths keep [`Pool::new`].
+    pub fn new_huge(count: usize, buf_size: usize) -> std::io::Result<Pool> {
+        let each = zcnet_sys::mem::round_to_pages(buf_size);
+        if count.saturating_mul(each) < HUGE_POOL_FROM || !zcnet_sys::mem::thp_available() {
+            return Self::new(count, buf_size);
+        }
+        let bufs = PageBuf::carve_huge(count, each)?;
+        Self::from_bufs(bufs, buf_size, count, true)
+    }
+
+    fn from_bufs(
+        bufs: Vec<PageBuf>,
+        buf_size: usize,
+        count: usize,
+        huge: bool,
+    ) -> std::io::Result<Pool> {
         let buf_size = bufs.first().map_or(buf_size, PageBuf::len);
         let regions: Vec<(usize, usize)> = bufs
             .iter()
@@ -64,6 +95,7 @@ impl Pool {
         by_addr.sort_unstable();
         Ok(Pool {
             inner: Arc::new(PoolInner {
+                huge,
                 free: Mutex::new(bufs),
                 returned: Condvar::new(),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
@@ -94,7 +126,13 @@ impl Pool {
         self.inner.count
     }
 
-    /// Buffers unmapped because their socket was abandoned with sends in flight.
+    /// Whether the buffers were carved from one mapping advised `MADV_HUGEPAGE` (whether
+    /// the kernel then gave huge pages is `AnonHugePages` in /proc/self/smaps).
+    pub fn huge_pages(&self) -> bool {
+        self.inner.huge
+    }
+
+    /// Buffers taken out of use because their socket was abandoned with sends in flight.
     pub fn retired(&self) -> usize {
         self.inner
             .retired
@@ -213,9 +251,11 @@ impl TxBuf {
         (self.mem().as_ptr() as usize + self.range.start).is_multiple_of(page_size())
     }
 
-    /// Unmaps the storage instead of returning it to the pool: for a buffer the kernel may
+    /// Drops the storage instead of returning it to the pool: for a buffer the kernel may
     /// still read (its socket was abandoned with sends in flight), so no later send can
-    /// overwrite bytes still on their way. The pool is one buffer smaller afterwards.
+    /// overwrite bytes still on their way. The pool is one buffer smaller afterwards. (Its
+    /// own mapping is unmapped now; a buffer carved from the pool's shared mapping goes
+    /// with the pool's last buffer.)
     pub(crate) fn retire(mut self) {
         drop(self.mem.take());
         self.pool
@@ -293,6 +333,39 @@ mod tests {
         assert_eq!(regions[a.index()].1, 8192);
         let other = Pool::new(1, 10).unwrap();
         assert!(!other.owns(&a));
+    }
+
+    #[test]
+    fn a_huge_pool_hands_out_distinct_buffers_it_can_index() {
+        let pool = Pool::new_huge(8, 68 << 10).unwrap();
+        assert!(!Pool::new(8, 68 << 10).unwrap().huge_pages());
+        if zcnet_sys::mem::thp_available() {
+            assert!(pool.huge_pages(), "8 x 68 KiB is past HUGE_POOL_FROM");
+        } else {
+            println!("SKIP (huge pages): transparent huge pages are off here");
+        }
+        assert!(
+            !Pool::new_huge(2, 4096).unwrap().huge_pages(),
+            "too small to carve"
+        );
+        let mut held: Vec<TxBuf> = (0..8).map(|_| pool.try_take().unwrap()).collect();
+        assert!(pool.try_take().is_none());
+        for (k, b) in held.iter_mut().enumerate() {
+            assert_eq!(b.capacity(), pool.buf_size());
+            b.fill_at(0, &vec![k as u8; b.capacity()]);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (k, b) in held.iter().enumerate() {
+            assert!(b.iter().all(|&x| x == k as u8), "buffer {k} kept its bytes");
+            assert!(b.is_page_aligned());
+            assert!(seen.insert(b.index()), "indices are distinct");
+            assert_eq!(pool.regions()[b.index()].0, b.data_addr());
+        }
+        // A retired buffer leaves the pool; the others come back and stay intact.
+        held.pop().unwrap().retire();
+        drop(held);
+        assert_eq!(pool.available(), 7);
+        assert_eq!(pool.retired(), 1);
     }
 
     #[test]

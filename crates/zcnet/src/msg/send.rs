@@ -249,7 +249,7 @@ impl MsgSender {
         self.check_len(len)?;
         if self.pool.is_none() {
             let size = self.layout.wire_len(self.cfg.max_message);
-            let pool = Pool::new(self.cfg.pool_buffers, size)
+            let pool = Pool::new_huge(self.cfg.pool_buffers, size)
                 .map_err(|e| Error::io("mmap(message pool)", e))?;
             self.pool = Some(pool);
         }

@@ -48,9 +48,9 @@ pub struct Config {
     /// (by default it copies there: the kernel copies at local delivery anyway). For tests
     /// that exercise `auto`'s protection choice over loopback.
     pub local_zerocopy: bool,
-    /// Where this host's page costs are kept between processes ([`crate::cost::cache_path`]:
-    /// `$ZCNET_PROFILE_DIR`, else beside the default `auto` profiles).
-    pub cost_cache: Option<PathBuf>,
+    /// Where this boot's page costs and copying routes are kept between processes
+    /// ([`crate::cache::dir`]: `$ZCNET_PROFILE_DIR`, else beside the default `auto` profiles).
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -69,7 +69,7 @@ impl Config {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(zcnet::Policy::default().min_zerocopy_bytes),
             local_zerocopy: std::env::var("ZCNET_LOCAL_ZEROCOPY").is_ok_and(|v| v == "1"),
-            cost_cache: crate::cost::cache_path(
+            cache_dir: crate::cache::dir(
                 std::env::var_os("ZCNET_PROFILE_DIR").as_deref(),
                 std::env::var_os("XDG_CONFIG_HOME").as_deref(),
                 std::env::var_os("HOME").as_deref(),

@@ -3,9 +3,8 @@
 //! zero-copy, on 64 heap pages: about 40 `ioctl`s, two fresh 256 KiB buffers and 9 rounds
 //! of both, 1–2 ms of the process's CPU on this VM — which a program started per transfer
 //! (a server per test, `http.server` per run of the bench) would pay every time. So the
-//! answer is kept for the rest of this boot in `page-cost.json` beside the `auto` profiles
-//! ([`cache_path`]), and a later process reads it instead ([`load_or_measure`]); a missing,
-//! unreadable or other boot's file means measuring again, as before.
+//! answer is kept for the rest of this boot in `page-cost.json` ([`crate::cache`]), and a
+//! later process reads it instead ([`load_or_measure`]).
 //!
 //! And, the first time a program sends from a buffer in transparent huge pages, the same on
 //! one 2 MiB huge page, where the protection is one PMD entry instead of 512 PTEs: on this
@@ -15,10 +14,10 @@
 //! Solaris's page-remapping transmit had the same trade (Chu, "Zero-Copy TCP in Solaris",
 //! §4.4.1, table 6).
 
+use crate::cache;
 use serde::{Deserialize, Serialize};
-use std::ffi::OsStr;
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 /// Nanoseconds per 4 KiB-page for each way of keeping copy semantics.
@@ -87,76 +86,31 @@ pub enum Source {
     Cache,
 }
 
-/// The cache file's name, in the directory of the `auto` profiles.
+/// The cache file's name, in [`crate::cache::dir`].
 pub const CACHE_FILE: &str = "page-cost.json";
 
-/// The cache file: `$ZCNET_PROFILE_DIR`, else the directory the `auto` profiles live in by
-/// default (`$XDG_CONFIG_HOME/zcnet`, else `$HOME/.config/zcnet`), + [`CACHE_FILE`].
-/// Pure: the environment's values are parameters (empty counts as unset).
-pub fn cache_path(
-    profile_dir: Option<&OsStr>,
-    xdg_config_home: Option<&OsStr>,
-    home: Option<&OsStr>,
-) -> Option<PathBuf> {
-    if let Some(d) = profile_dir.filter(|d| !d.is_empty()) {
-        return Some(Path::new(d).join(CACHE_FILE));
-    }
-    let any = zcnet::auto::Profile::default_path("lo", 0, None, xdg_config_home, home).ok()?;
-    Some(any.parent()?.join(CACHE_FILE))
-}
-
-/// What the cache file holds: the costs, and the boot they were measured in (a new boot
-/// may be a new kernel, or the VM on another host).
-#[derive(Debug, Serialize, Deserialize)]
-struct Cached {
-    boot_id: String,
-    #[serde(flatten)]
-    cost: PageCost,
-}
-
-/// The costs in `text` if it was written in boot `boot` and holds sane values.
+/// The costs in a cache file's `text` if it was written in boot `boot` and holds sane
+/// values.
 pub fn parse_cache(text: &str, boot: &str) -> Option<PageCost> {
-    let c: Cached = serde_json::from_str(text).ok()?;
-    let sane = |v: f64| v.is_finite() && v > 0.0;
-    (c.boot_id == boot && sane(c.cost.protect_ns) && sane(c.cost.copy_ns)).then_some(c.cost)
+    sane(cache::parse(text, boot)?)
 }
 
-fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    Some(id.trim().to_owned()).filter(|id| !id.is_empty())
+fn sane(c: PageCost) -> Option<PageCost> {
+    let ok = |v: f64| v.is_finite() && v > 0.0;
+    (ok(c.protect_ns) && ok(c.copy_ns)).then_some(c)
 }
 
-/// Writes the cache whole or not at all (a reader never sees half a file): to a file of
-/// this process's own, renamed over the old one.
-fn write_cache(path: &Path, boot: &str, cost: PageCost) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let text = serde_json::to_string(&Cached {
-        boot_id: boot.to_owned(),
-        cost,
-    })
-    .map_err(std::io::Error::other)?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// This boot's costs from the cache at `cache`, else measured (and cached for the next
+/// This boot's costs from the cache in `dir`, else measured (and cached for the next
 /// process); `None` when no protection engine runs here (nothing is cached then: the
 /// engine may be allowed to a later process).
-pub fn load_or_measure(cache: Option<&Path>) -> Option<(PageCost, Source)> {
-    let boot = cache.and_then(|_| boot_id());
-    let known = cache.zip(boot.as_deref());
-    if let Some(c) = known.and_then(|(p, b)| parse_cache(&std::fs::read_to_string(p).ok()?, b)) {
+pub fn load_or_measure(dir: Option<&Path>) -> Option<(PageCost, Source)> {
+    let path = dir.map(|d| d.join(CACHE_FILE));
+    if let Some(c) = path.as_deref().and_then(cache::read).and_then(sane) {
         return Some((c, Source::Cache));
     }
     let c = measure()?;
-    if let Some((path, boot)) = known {
-        // A cache that cannot be written (read-only home) only means measuring next time.
-        let _ = write_cache(path, boot, c);
+    if let Some(p) = &path {
+        let _ = cache::write(p, &c);
     }
     Some((c, Source::Measured))
 }
@@ -187,43 +141,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cache_is_beside_the_profiles() {
-        let p = |d: Option<&str>, x: Option<&str>, h: Option<&str>| {
-            cache_path(d.map(OsStr::new), x.map(OsStr::new), h.map(OsStr::new))
-        };
-        assert_eq!(
-            p(Some("/d"), Some("/x"), Some("/h")),
-            Some(PathBuf::from("/d/page-cost.json"))
-        );
-        assert_eq!(
-            p(Some(""), Some("/x"), Some("/h")),
-            Some(PathBuf::from("/x/zcnet/page-cost.json"))
-        );
-        assert_eq!(
-            p(None, None, Some("/h")),
-            Some(PathBuf::from("/h/.config/zcnet/page-cost.json"))
-        );
-        assert_eq!(p(None, None, None), None);
-    }
-
-    #[test]
     fn a_cache_of_another_boot_or_with_bad_values_is_not_used() {
         let c = PageCost {
             protect_ns: 810.0,
             copy_ns: 2411.5,
         };
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub").join(CACHE_FILE);
-        write_cache(&path, "boot-a", c).unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(parse_cache(&text, "boot-a"), Some(c));
-        assert_eq!(parse_cache(&text, "boot-b"), None);
-        assert_eq!(parse_cache("{", "boot-a"), None);
-        let bad = r#"{"boot_id":"boot-a","protect_ns":-1.0,"copy_ns":2.0}"#;
-        assert_eq!(parse_cache(bad, "boot-a"), None);
-        assert_eq!(
-            std::fs::read_dir(dir.path().join("sub")).unwrap().count(),
-            1
-        );
+        cache::write(&dir.path().join(CACHE_FILE), &c).unwrap();
+        assert_eq!(load_or_measure(Some(dir.path())), Some((c, Source::Cache)));
+        let text = std::fs::read_to_string(dir.path().join(CACHE_FILE)).unwrap();
+        assert_eq!(parse_cache(&text, "another boot"), None);
+        let bad = r#"{"boot_id":"b","protect_ns":-1.0,"copy_ns":2.0}"#;
+        assert_eq!(parse_cache(bad, "b"), None);
     }
 }

@@ -36,7 +36,7 @@ pub fn config() -> &'static Config {
 }
 
 fn cost_and_source() -> Option<(PageCost, Source)> {
-    *COST.get_or_init(|| load_or_measure(config().cost_cache.as_deref()))
+    *COST.get_or_init(|| load_or_measure(config().cache_dir.as_deref()))
 }
 
 /// This host's page costs (`None`: no protection engine here).

@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 mod birth;
+mod cache;
 pub mod config;
 pub mod cost;
 mod detour;

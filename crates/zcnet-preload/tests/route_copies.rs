@@ -9,33 +9,11 @@
 //! (whose fault-handling thread would be its one extra thread) nor need the page costs —
 //! pinned by the stats' counts, not by time.
 
+mod common;
+
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
 
 const SENT: u64 = 64 << 20;
-
-/// Runs the script under the library with `dir` as its cache directory; its stats line.
-fn run(lib: &Path, dir: &Path, stats: &Path) -> Value {
-    let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/route_copies.py"))
-        .env("LD_PRELOAD", lib)
-        .env("ZCNET_TX", "auto")
-        .env("ZCNET_LOCAL_ZEROCOPY", "1")
-        .env("ZCNET_PROFILE_DIR", dir)
-        .env("ZCNET_STATS", stats)
-        .output()
-        .expect("running python3");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("ok both connections verified"),
-        "{}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let all = std::fs::read_to_string(stats).unwrap();
-    serde_json::from_str(all.lines().last().expect("a stats line")).unwrap()
-}
 
 /// The sockets of a stats line that sent the script's 64 MiB.
 fn senders(line: &Value) -> Vec<&Value> {
@@ -56,22 +34,18 @@ fn fallback(s: &Value, r: &str) -> u64 {
 
 #[test]
 fn a_second_connection_to_a_peer_found_copying_copies_from_its_first_send() {
-    if Command::new("python3")
-        .arg("-c")
-        .arg("import mmap")
-        .status()
-        .map_or(true, |s| !s.success())
-    {
-        eprintln!("SKIP: python3 is not installed");
+    if !common::python3() {
         return;
     }
-    let lib = std::env::current_exe()
-        .unwrap()
-        .with_file_name("libzcnet_preload.so");
-    assert!(lib.is_file(), "{} not built", lib.display());
     let dir = tempfile::tempdir().unwrap();
-    let stats = dir.path().join("stats.jsonl");
-    let line = run(&lib, dir.path(), &stats);
+    let run = || {
+        common::run_auto(
+            "route_copies.py",
+            dir.path(),
+            "ok both connections verified",
+        )
+    };
+    let line = run();
     if line["engine"].is_null() {
         eprintln!("SKIP: no write-protection engine in this process");
         return;
@@ -99,7 +73,7 @@ fn a_second_connection_to_a_peer_found_copying_copies_from_its_first_send() {
     assert_eq!(second["bytes_zerocopy"].as_u64(), Some(0), "{second}");
     assert_eq!(fallback(second, "route_copies"), sent, "{second}");
 
-    let later = run(&lib, dir.path(), &stats);
+    let later = run();
     let senders2 = senders(&later);
     assert_eq!(
         senders2.len(),

@@ -48,6 +48,9 @@ pub struct Config {
     /// (by default it copies there: the kernel copies at local delivery anyway). For tests
     /// that exercise `auto`'s protection choice over loopback.
     pub local_zerocopy: bool,
+    /// Where this boot's page costs and copying routes are kept between processes
+    /// ([`crate::cache::dir`]: `$ZCNET_PROFILE_DIR`, else beside the default `auto` profiles).
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -66,6 +69,11 @@ impl Config {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(zcnet::Policy::default().min_zerocopy_bytes),
             local_zerocopy: std::env::var("ZCNET_LOCAL_ZEROCOPY").is_ok_and(|v| v == "1"),
+            cache_dir: crate::cache::dir(
+                std::env::var_os("ZCNET_PROFILE_DIR").as_deref(),
+                std::env::var_os("XDG_CONFIG_HOME").as_deref(),
+                std::env::var_os("HOME").as_deref(),
+            ),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! sent on a TCP socket nor called `sendmmsg` on a UDP one (a shell, a helper the program
 //! starts) writes nothing.
 
-use crate::globals::{config, cost_if_measured, detours, huge_cost_if_measured, udp};
+use crate::globals::{config, cost_if_measured, cost_source, detours, huge_cost_if_measured, udp};
 use crate::stats::Counters;
 use crate::table::{reap_closing, reports, SockReport};
 use std::io::Write;
@@ -44,6 +44,7 @@ pub fn line() -> serde_json::Value {
         "bad_tx": cfg.bad_mode,
         "engine": zcnet::cow::engine_stats(),
         "page_cost_ns": cost_if_measured(),
+        "page_cost_from": cost_source(),
         "huge_page_cost_ns": huge_cost_if_measured(),
         "total": total.report(),
         "kernel_write_detours": detours(),

@@ -1,14 +1,15 @@
 //! The process-wide facts every call consults: the configuration, this host's page costs
-//! (measured on first need), whether any zero-copy send happened, and receive detours.
+//! (on first need: from this boot's cache, else measured), whether any zero-copy send
+//! happened, and receive detours.
 
 use crate::config::Config;
-use crate::cost::{measure, measure_huge, PageCost};
+use crate::cost::{load_or_measure, measure_huge, PageCost, Source};
 use crate::stats::UdpCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
-static COST: OnceLock<Option<PageCost>> = OnceLock::new();
+static COST: OnceLock<Option<(PageCost, Source)>> = OnceLock::new();
 static HUGE_COST: OnceLock<Option<f64>> = OnceLock::new();
 static ZC_EVER: AtomicBool = AtomicBool::new(false);
 static DETOURS: AtomicU64 = AtomicU64::new(0);
@@ -34,9 +35,13 @@ pub fn config() -> &'static Config {
     CONFIG.get_or_init(Config::from_env)
 }
 
+fn cost_and_source() -> Option<(PageCost, Source)> {
+    *COST.get_or_init(|| load_or_measure(config().cache_dir.as_deref()))
+}
+
 /// This host's page costs (`None`: no protection engine here).
 pub fn cost() -> Option<PageCost> {
-    *COST.get_or_init(measure)
+    cost_and_source().map(|(c, _)| c)
 }
 
 /// Protect + unprotect per 4 KiB page of a huge page (measured on first need).
@@ -49,9 +54,14 @@ pub fn huge_cost_if_measured() -> Option<f64> {
     HUGE_COST.get().copied().flatten()
 }
 
-/// The costs if they were measured.
+/// The costs if this process needed them.
 pub fn cost_if_measured() -> Option<PageCost> {
-    COST.get().copied().flatten()
+    COST.get().copied().flatten().map(|(c, _)| c)
+}
+
+/// Where the costs came from, if this process needed them.
+pub fn cost_source() -> Option<Source> {
+    COST.get().copied().flatten().map(|(_, s)| s)
 }
 
 /// Some socket of this process has sent zero-copy: there may be completions to hide.

@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 mod birth;
+mod cache;
 pub mod config;
 pub mod cost;
 mod detour;
@@ -93,6 +94,13 @@ impl Hook for Preload {
         detour::recv(call)
     }
 
+    /// Only completions of this process's zero-copy sends (or, in a forked child, of its
+    /// parent's: the child inherits the flag) are hidden; until there were any, `poll` and
+    /// `epoll_wait` are the C library's, with no clock read per call.
+    fn hides_readiness(&self) -> bool {
+        globals::zc_ever()
+    }
+
     fn after_poll(&self, fds: &mut [libc::pollfd], ready: usize) -> usize {
         if !globals::zc_ever() {
             return ready;
@@ -108,7 +116,10 @@ impl Hook for Preload {
     }
 
     fn epoll_ctl(&self, epfd: i32, op: i32, fd: i32, ev: Option<(u32, u64)>) {
-        table::epoll_ctl(epfd, op, fd, ev);
+        // Registrations matter only to hide completions, which `copy` never causes.
+        if globals::config().mode != config::Mode::Copy {
+            table::epoll_ctl(epfd, op, fd, ev);
+        }
     }
 
     fn after_select(

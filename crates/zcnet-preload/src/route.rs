@@ -3,13 +3,22 @@
 //! container, any route the kernel delivers on this host), a new socket to the same peer
 //! copies from its first send instead of paying the protections and the demotion again.
 //! A server that takes a connection per request (python's http.server, a `curl` per file)
-//! would otherwise protect each connection's first 4 MiB (or 64 notifications) anew.
+//! would otherwise protect each connection's first 512 KiB (or 64 notifications) anew.
 //!
-//! Kept per process, for its life: the route to a peer rarely changes while a program runs,
-//! and a wrong "copies" costs only what `copy` costs — the mode every byte may take.
+//! Kept for the process's life, and for the later processes of this boot in the same
+//! network namespace in `routes-copying.json` ([`crate::cache`]): a program started per
+//! transfer (a server per test) would otherwise start the protection engine and its thread,
+//! protect, take write faults and demote in every process. The route to a peer rarely
+//! changes within a boot, and a wrong "copies" costs only what `copy` costs — the mode
+//! every byte may take. Peers are keyed by network namespace: one address names different
+//! hosts in two of them.
 
+use crate::cache;
+use crate::globals::config;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
-use std::sync::{Mutex, PoisonError};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Peers remembered at most: a server facing many peers keeps the first ones.
 pub const REMEMBERED_MAX: usize = 64;
@@ -35,24 +44,88 @@ impl Routes {
     }
 }
 
-static ROUTES: Mutex<Routes> = Mutex::new(Routes {
-    copying: Vec::new(),
-});
+/// The cache file's name, in [`crate::cache::dir`].
+pub const CACHE_FILE: &str = "routes-copying.json";
 
-/// Records, for this process, that sockets to `peer` are copied at delivery.
-pub fn remember_copies(peer: IpAddr) {
-    ROUTES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .copies(peer);
+/// Peers the cache file holds at most (over all namespaces).
+const CACHE_MAX: usize = 256;
+
+/// The cache file's facts.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Known {
+    copying: Vec<Entry>,
 }
 
-/// Whether a socket of this process to `peer` was demoted for COPIED completions.
+/// A peer found copying, from a network namespace (`/proc/self/ns/net`'s link text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Entry {
+    netns: String,
+    peer: IpAddr,
+}
+
+/// The process's memory, filled from the cache file on first use.
+struct State {
+    routes: Routes,
+    /// The cache file and this process's network namespace, once looked up (`None` inside:
+    /// no file to use).
+    file: Option<Option<(PathBuf, String)>>,
+}
+
+static ROUTES: Mutex<State> = Mutex::new(State {
+    routes: Routes {
+        copying: Vec::new(),
+    },
+    file: None,
+});
+
+fn state() -> MutexGuard<'static, State> {
+    let mut g = ROUTES.lock().unwrap_or_else(PoisonError::into_inner);
+    if g.file.is_none() {
+        let file = config().cache_dir.as_ref().and_then(|d| {
+            let ns = std::fs::read_link("/proc/self/ns/net").ok()?;
+            Some((d.join(CACHE_FILE), ns.to_str()?.to_owned()))
+        });
+        if let Some((path, ns)) = &file {
+            for e in cache::read::<Known>(path).unwrap_or_default().copying {
+                if &e.netns == ns {
+                    g.routes.copies(e.peer);
+                }
+            }
+        }
+        g.file = Some(file);
+    }
+    g
+}
+
+/// Records, for this process and the later ones of this boot in its network namespace,
+/// that sockets to `peer` are copied at delivery.
+pub fn remember_copies(peer: IpAddr) {
+    let file = {
+        let mut g = state();
+        if g.routes.copied(peer) {
+            return;
+        }
+        g.routes.copies(peer);
+        g.file.clone().flatten()
+    };
+    if let Some((path, netns)) = file {
+        // Read again: other processes may have added theirs since this one started.
+        let mut known = cache::read::<Known>(&path).unwrap_or_default();
+        let e = Entry {
+            netns,
+            peer: peer.to_canonical(),
+        };
+        if !known.copying.contains(&e) && known.copying.len() < CACHE_MAX {
+            known.copying.push(e);
+            let _ = cache::write(&path, &known);
+        }
+    }
+}
+
+/// Whether a socket to `peer` was demoted for COPIED completions, in this process or an
+/// earlier one of this boot in its network namespace.
 pub fn copies(peer: IpAddr) -> bool {
-    ROUTES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .copied(peer)
+    state().routes.copied(peer)
 }
 
 #[cfg(test)]

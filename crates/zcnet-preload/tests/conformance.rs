@@ -47,6 +47,8 @@ fn run_with(mode: Option<&str>, settings: &[(&str, &str)]) -> Vec<Value> {
             .env("ZCNET_TX", m)
             .env("ZCNET_PRELOAD_MIN", "65536")
             .env("ZCNET_STATS", &stats)
+            // This run's own page costs and routes, not those earlier runs of this boot kept.
+            .env("ZCNET_PROFILE_DIR", dir.path())
             .envs(settings.iter().copied());
     }
     let out = cmd.output().expect("running python3");

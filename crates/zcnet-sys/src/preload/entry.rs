@@ -559,9 +559,22 @@ pub unsafe fn recvmsg<H: Hook>(h: &H, fd: c_int, msg: *mut msghdr, flags: c_int)
     unsafe { real::recvmsg_fn()(fd, msg, flags) }
 }
 
-/// What is left of a timeout that started at `start`; `None` for "forever".
-fn remaining(start: Instant, total: Option<Duration>) -> Option<Duration> {
-    total.map(|t| t.saturating_sub(start.elapsed()))
+/// What is left of a timeout that started at `start` (not started yet: all of it); `None`
+/// for "forever".
+fn remaining(start: Option<Instant>, total: Option<Duration>) -> Option<Duration> {
+    total.map(|t| t.saturating_sub(start.map_or(Duration::ZERO, |s| s.elapsed())))
+}
+
+/// When a readiness call started, if the hook may hide what it returns
+/// ([`Hook::hides_readiness`]): the clock is read only then, since only then may the call
+/// be made again for the rest of its timeout. A hook that starts hiding while the call
+/// waits (another thread's first zero-copy send) gets a start from the moment it returned:
+/// the call then waits at most its timeout again, once.
+fn started<H: Hook>(h: &H, start: &mut Option<Instant>) -> bool {
+    if start.is_none() && h.hides_readiness() {
+        *start = Some(Instant::now());
+    }
+    start.is_some()
 }
 
 fn ms(d: Option<Duration>) -> c_int {
@@ -577,13 +590,14 @@ unsafe fn poll_filtered<H: Hook>(
     timeout: Option<Duration>,
     mut call: impl FnMut(Option<Duration>) -> c_int,
 ) -> c_int {
-    let start = Instant::now();
     let Some(_g) = Guard::enter() else {
         return call(timeout);
     };
+    let mut start = None;
+    started(h, &mut start);
     loop {
         let r = call(remaining(start, timeout));
-        if r <= 0 || fds.is_null() {
+        if r <= 0 || fds.is_null() || !started(h, &mut start) {
             return r;
         }
         // SAFETY: the C contract: fds points at n pollfds.
@@ -675,13 +689,14 @@ unsafe fn epoll_filtered<H: Hook>(
     mut call: impl FnMut(c_int) -> c_int,
 ) -> c_int {
     let total = (timeout >= 0).then(|| Duration::from_millis(timeout as u64));
-    let start = Instant::now();
     let Some(_g) = Guard::enter() else {
         return call(timeout);
     };
+    let mut start = None;
+    started(h, &mut start);
     loop {
         let r = call(ms(remaining(start, total)));
-        if r <= 0 {
+        if r <= 0 || !started(h, &mut start) {
             return r;
         }
         // SAFETY: the kernel filled the first r entries of the application's array.
@@ -764,15 +779,16 @@ unsafe fn select_filtered<H: Hook>(
     timeout: Option<Duration>,
     mut call: impl FnMut(Option<Duration>) -> c_int,
 ) -> c_int {
-    let start = Instant::now();
     let Some(_g) = Guard::enter() else {
         return call(timeout);
     };
+    let mut start = None;
+    started(h, &mut start);
     // SAFETY: the C contract: each non-null set is a readable fd_set.
     let saved: [Option<libc::fd_set>; 3] = sets.map(|s| (!s.is_null()).then(|| unsafe { *s }));
     loop {
         let r = call(remaining(start, timeout));
-        if r <= 0 {
+        if r <= 0 || !started(h, &mut start) {
             return r;
         }
         // SAFETY: the C contract: each non-null set is a writable fd_set, distinct or not
@@ -1019,4 +1035,92 @@ pub unsafe fn fork<H: Hook>(h: &H) -> libc::pid_t {
         }
     }
     pid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    /// Hides nothing, but counts: how often it was asked whether it may hide, and how often
+    /// a result was handed to it. It may hide from its `from`-th question on.
+    struct Counting {
+        from: usize,
+        asked: AtomicUsize,
+        filtered: AtomicUsize,
+    }
+
+    impl Counting {
+        fn new(from: usize) -> Counting {
+            Counting {
+                from,
+                asked: AtomicUsize::new(0),
+                filtered: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    impl Hook for Counting {
+        fn hides_readiness(&self) -> bool {
+            self.asked.fetch_add(1, SeqCst) >= self.from
+        }
+        fn after_poll(&self, _fds: &mut [pollfd], ready: usize) -> usize {
+            self.filtered.fetch_add(1, SeqCst);
+            ready
+        }
+        fn after_epoll(&self, _epfd: c_int, events: &mut [libc::epoll_event]) -> usize {
+            self.filtered.fetch_add(1, SeqCst);
+            events.len()
+        }
+    }
+
+    /// A pipe with one byte in it: its read end is readable at once.
+    fn readable() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        assert_eq!(rustix::io::write(&w, b"x").unwrap(), 1);
+        (r, w)
+    }
+
+    #[test]
+    fn results_reach_the_hook_only_while_it_may_hide_or_once_it_began_to() {
+        use std::os::fd::AsRawFd;
+        let (r, _w) = readable();
+        let ep = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC).unwrap();
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 7,
+        };
+        // SAFETY: both descriptors are open; ev is a valid event.
+        let added =
+            unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, r.as_raw_fd(), &mut ev) };
+        assert_eq!(added, 0);
+        // Never, from the question after the call (hiding began while it waited), always.
+        for (from, filtered) in [(usize::MAX, 0), (1, 1), (0, 1)] {
+            let h = Counting::new(from);
+            let mut p = [pollfd {
+                fd: r.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            // SAFETY: p is one valid pollfd.
+            assert_eq!(unsafe { poll(&h, p.as_mut_ptr(), 1, 5000) }, 1);
+            assert_ne!(p[0].revents & libc::POLLIN, 0);
+            assert_eq!(
+                h.filtered.load(SeqCst),
+                filtered,
+                "poll, hiding from {from}"
+            );
+            let h = Counting::new(from);
+            let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+            // SAFETY: out holds 4 valid events.
+            let n = unsafe { epoll_wait(&h, ep.as_raw_fd(), out.as_mut_ptr(), 4, 5000) };
+            assert_eq!(n, 1);
+            assert_eq!({ out[0].u64 }, 7);
+            assert_eq!(
+                h.filtered.load(SeqCst),
+                filtered,
+                "epoll, hiding from {from}"
+            );
+        }
+    }
 }

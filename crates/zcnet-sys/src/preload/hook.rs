@@ -312,6 +312,14 @@ pub trait Hook: Sync {
         call.forward()
     }
 
+    /// Whether `after_poll`, `after_epoll` or `after_select` may hide anything right now.
+    /// While false, the interposed `poll`, `epoll_wait` and `select` families make the
+    /// program's call as it is, without reading the clock (which only a call made again for
+    /// the rest of its timeout needs); asked again when the call returns. Default: true.
+    fn hides_readiness(&self) -> bool {
+        true
+    }
+
     /// `poll`/`ppoll` returned `ready` (> 0): return how many entries remain ready after
     /// clearing what the application must not see. Zero makes the call wait again for
     /// the rest of its timeout.

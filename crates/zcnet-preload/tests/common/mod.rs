@@ -1,0 +1,56 @@
+//! What the tests that run a python script under the library in `auto` share.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Whether python3 (with `mmap`) is here; prints the SKIP line if not.
+pub fn python3() -> bool {
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("import mmap")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIP: python3 is not installed");
+    }
+    ok
+}
+
+/// The library cargo built beside this test.
+pub fn library() -> PathBuf {
+    let lib = std::env::current_exe()
+        .unwrap()
+        .with_file_name("libzcnet_preload.so");
+    assert!(lib.is_file(), "{} not built", lib.display());
+    lib
+}
+
+/// Runs `tests/<script>` under the library in `auto`, loopback treated as any peer
+/// (`ZCNET_LOCAL_ZEROCOPY=1`), with `dir` as its cache directory and its stats appended to
+/// `dir/stats.jsonl`; asserts it succeeded and printed `ok`, and returns its stats line.
+pub fn run_auto(script: &str, dir: &Path, ok: &str) -> Value {
+    let stats = dir.join("stats.jsonl");
+    let out = Command::new("python3")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests")
+                .join(script),
+        )
+        .env("LD_PRELOAD", library())
+        .env("ZCNET_TX", "auto")
+        .env("ZCNET_LOCAL_ZEROCOPY", "1")
+        .env("ZCNET_PROFILE_DIR", dir)
+        .env("ZCNET_STATS", &stats)
+        .output()
+        .expect("running python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(ok),
+        "{}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = std::fs::read_to_string(stats).unwrap();
+    serde_json::from_str(all.lines().last().expect("a stats line")).unwrap()
+}

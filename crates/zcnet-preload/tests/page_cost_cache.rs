@@ -1,0 +1,26 @@
+//! `auto`'s page costs are measured once per boot, not once per process: two processes run
+//! `page_cost_cache.py` (beside this file: 4 MiB from a page-aligned buffer over loopback,
+//! every byte checked) one after the other under `auto`, with loopback treated as any peer
+//! (`ZCNET_LOCAL_ZEROCOPY=1`, so the send is eligible and the costs are needed) and one
+//! cache directory. The first measures and writes `page-cost.json`; the second reads it —
+//! pinned by each stats line's `page_cost_from`, not by time.
+
+mod common;
+
+#[test]
+fn a_second_process_reads_the_page_costs_the_first_measured() {
+    if !common::python3() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let first = common::run_auto("page_cost_cache.py", dir.path(), "ok 4 MiB verified");
+    if first["page_cost_ns"].is_null() {
+        eprintln!("SKIP: no write-protection engine here: {}", first["engine"]);
+        return;
+    }
+    assert_eq!(first["page_cost_from"], "measured", "{first}");
+    assert!(dir.path().join("page-cost.json").is_file());
+    let second = common::run_auto("page_cost_cache.py", dir.path(), "ok 4 MiB verified");
+    assert_eq!(second["page_cost_from"], "cache", "{second}");
+    assert_eq!(second["page_cost_ns"], first["page_cost_ns"]);
+}

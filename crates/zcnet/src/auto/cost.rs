@@ -179,6 +179,15 @@ impl<P: AutoPath> CostCheck<P> {
         self
     }
 
+    /// Starts trusting the wanted path for its first `bytes` (by default the first check
+    /// starts with the connection's first bytes): for a path already measured against copy
+    /// on this connection — a receive trial's pick ([`super::trial`]) — checking it again at
+    /// once would only repeat that measurement.
+    pub fn first_check_after(mut self, bytes: u64) -> Self {
+        self.phase = Phase::Trusting { due: bytes };
+        self
+    }
+
     /// The window of the comparison under way.
     fn window(&self) -> u64 {
         if self.suspect {

@@ -101,6 +101,24 @@ impl AutoPath for RxPath {
     }
 }
 
+/// The median of `values` (the mean of the middle two for an even count), or `None` when
+/// there is nothing (or something not finite) to take it of: the statistic both the
+/// receive trial and the bench's reports rest on, robust to the one window or run that met
+/// a noisy neighbour.
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
 /// Every decision, switch, demotion and promotion of one connection's `auto` path, with its
 /// reason. Plain counters, so they can be merged into `Stats` snapshots and bench reports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

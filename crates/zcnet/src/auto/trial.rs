@@ -31,7 +31,7 @@
 //! arms × (window + settle) bytes, once per connection ([`Trial::bytes_bound`]); what it
 //! did is counted by the caller.
 
-use super::AutoPath;
+use super::{median, AutoPath};
 
 /// Share of a window each arm runs unmeasured after a switch, before its window (1/N).
 const SETTLE_DIVISOR: u64 = 4;
@@ -195,13 +195,13 @@ impl<P: AutoPath> Trial<P> {
     pub fn ratios(&self) -> Vec<(P, Option<f64>)> {
         (1..self.arms.len())
             .map(|a| {
-                let mut r: Vec<f64> = (0..self.rounds)
+                let r: Vec<f64> = (0..self.rounds)
                     .filter_map(|i| match (self.costs[a][i], self.costs[0][i]) {
                         (Some(c), Some(copy)) if copy > 0.0 => Some(c / copy),
                         _ => None,
                     })
                     .collect();
-                (self.arms[a], median(&mut r))
+                (self.arms[a], median(&r))
             })
             .collect()
     }
@@ -222,20 +222,6 @@ impl<P: AutoPath> Trial<P> {
             _ => P::DEFAULT,
         }
     }
-}
-
-/// The median of `v` (the mean of the middle two for an even count); `None` when empty.
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 #[cfg(test)]

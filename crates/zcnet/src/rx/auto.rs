@@ -587,15 +587,20 @@ mod tests {
         assert_eq!((a.cost_checks, a.cost_probe_ops), (0, 0), "{a:?}");
     }
 
-    #[test]
-    fn a_trial_pick_survives_two_dear_windows_and_is_left_after_three() {
-        // uring 30 % under copy through the trial and beyond.
+    /// A judge whose trial kept `uring` (30 % under copy through the trial).
+    fn judge_that_kept_uring() -> Judge {
         let mut j = judge();
         let (_, a) = drive(&mut j, TRIAL_BYTES, |p, _| match p {
             RxPath::Uring => 7,
             _ => 10,
         });
         assert_eq!(a.trial_picked_uring, 1, "{a:?}");
+        j
+    }
+
+    #[test]
+    fn a_trial_pick_survives_two_dear_windows_and_is_left_after_three() {
+        let mut j = judge_that_kept_uring();
         // Past the first gap, two checks find uring's window dear (a load spike on it):
         // the third finds it cheap again, and it is kept.
         let gap = 8 * WINDOW;
@@ -608,11 +613,7 @@ mod tests {
         assert_eq!((a.cost_checks, a.cost_costlier), (3, 0), "{a:?}");
         assert_eq!(a.fallback_costlier, 0, "{a:?}");
         // Really dearer from now on: left after three dear verdicts in a row.
-        let mut j2 = judge();
-        drive(&mut j2, TRIAL_BYTES, |p, _| match p {
-            RxPath::Uring => 7,
-            _ => 10,
-        });
+        let mut j2 = judge_that_kept_uring();
         let (paths, a) = drive(&mut j2, gap + 12 * WINDOW, |p, _| match p {
             RxPath::Uring => 20,
             _ => 10,

@@ -538,14 +538,16 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
     rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
     rx_cfg.timeout = Some(timeout());
     rx_cfg.cost_window = 1 << 20;
-    let (path, s) = auto_receive(rx_cfg, 64 << 20);
+    // The trial (15 MiB with 1 MiB windows), then a kept candidate's two checks: the first
+    // as after four good verdicts (64 windows on), the next 64 after it.
+    let (path, s) = auto_receive(rx_cfg, 160 << 20);
     assert_eq!((s.auto_rx.decisions, s.auto_rx.chose_trial), (1, 1));
     if path == RxPath::Copy {
         eprintln!("SKIP the uring trial: io_uring is not available here (copy was used)");
         return;
     }
     assert_eq!(path, RxPath::Uring);
-    // Copy, uring and mmap in four interleaved rounds (1 MiB windows: 15 MiB of 64), one
+    // Copy, uring and mmap in four interleaved rounds (1 MiB windows: 15 MiB of 160), one
     // kept; uring read in its windows and was parked for the others'.
     assert_trial_accounted(&s, 3, true);
     assert!(s.rx_uring_cqes > 0, "{s:?}");
@@ -617,7 +619,7 @@ fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_
     let (path, s) = auto_receive_on(
         Topo::Netns(&pair),
         rx_cfg,
-        64 << 20,
+        160 << 20,
         Some(16 * KIB as usize),
     );
     let a = s.auto_rx;
@@ -633,7 +635,8 @@ fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_
     // maps nothing over veth, kernel-findings §2, but its calls are made).
     assert!(s.rx_zc_calls > 0, "mmap was tried: {s:?}");
     if path == RxPath::Uring {
-        // Four rounds of three 1 MiB windows (and a quarter each to settle): 15 MiB of 64.
+        // Four rounds of three 1 MiB windows (and a quarter each to settle): 15 MiB of 160,
+        // then room for a kept candidate's two checks.
         assert!(s.rx_uring_cqes > 0, "uring was tried: {s:?}");
         assert_trial_accounted(&s, 3, true);
     } else {
@@ -664,7 +667,7 @@ fn without_a_profile_the_receive_trial_picks_within_fifteen_windows_over_veth() 
     );
     let a = s.auto_rx;
     assert_eq!((a.decisions, a.chose_trial), (1, 1));
-    // The pick comes 15 windows in; the check's first look at a kept candidate 8 windows
+    // The pick comes 15 windows in; the check's first look at a kept candidate 64 windows
     // after it, so nothing is checked in these 16.
     assert_eq!(a.cost_checks, 0, "{a:?}");
     if path == RxPath::Uring {

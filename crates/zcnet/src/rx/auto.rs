@@ -198,12 +198,13 @@ impl Judge {
                         _ => delta.trial_kept_copy += 1,
                     }
                     self.wanted = p;
-                    // The pick was just measured against copy, in every round: its first
-                    // check comes after the usual gap, and leaving it takes more dear
-                    // verdicts in a row than leaving a profile's choice.
+                    // The pick was just measured against copy, in every round: the check
+                    // goes on as after that many good verdicts (its first look 64 windows
+                    // on), and leaving the pick takes more dear verdicts in a row than
+                    // leaving a profile's choice.
                     self.check = cost_check(self.window)
                         .confirm(TRIAL_PICK_CONFIRM)
-                        .first_check_after(crate::auto::cost::RECHECK_WINDOWS * self.window);
+                        .as_if_good(TRIAL_ROUNDS as u32);
                 }
             }
         } else if let Some(v) = self.check.after(n as u64, clock) {
@@ -567,8 +568,9 @@ mod tests {
                 assert!(round.contains(&arm), "{runs:?}");
             }
         }
-        // Then mmap, trusted for the check's first gap (8 windows) before it is measured.
-        let (paths, a) = drive(&mut j, 8 * WINDOW, cost);
+        // Then mmap, trusted as after four good verdicts (the gap 8, 16, 32, 64 windows)
+        // before it is measured.
+        let (paths, a) = drive(&mut j, 64 * WINDOW, cost);
         assert!(paths.iter().all(|p| *p == RxPath::Mmap), "{paths:?}");
         assert_eq!(a.cost_checks, 0, "{a:?}");
     }
@@ -603,7 +605,7 @@ mod tests {
         let mut j = judge_that_kept_uring();
         // Past the first gap, two checks find uring's window dear (a load spike on it):
         // the third finds it cheap again, and it is kept.
-        let gap = 8 * WINDOW;
+        let gap = 64 * WINDOW;
         let spike = |p: RxPath, at: u64| match p {
             RxPath::Uring if at >= gap && at < gap + 6 * WINDOW => 20,
             RxPath::Uring => 7,

@@ -532,16 +532,11 @@ mod tests {
         let cheap = |p| if p == TxPath::Uring { 0.5 } else { 1.0 };
         let mut c = check().as_if_good(3);
         let (routes, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 80 + 30 + 160 + 1);
-        assert!(routes[..80]
-            .iter()
-            .all(|r| *r == Route::Wanted(TxPath::Uring)));
-        assert!(routes[90..110]
-            .iter()
-            .all(|r| *r == Route::ProbeCopy(TxPath::Uring)));
+        let all = |r: &[Route<TxPath>], want| r.iter().all(|r| *r == want);
+        assert!(all(&routes[..80], Route::Wanted(TxPath::Uring)));
+        assert!(all(&routes[90..110], Route::ProbeCopy(TxPath::Uring)));
         assert_eq!(v.len(), 1, "{v:?}");
-        assert!(routes[110..270]
-            .iter()
-            .all(|r| *r == Route::Wanted(TxPath::Uring)));
+        assert!(all(&routes[110..270], Route::Wanted(TxPath::Uring)));
         let mut c = check().as_if_good(10);
         let (_, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 640);
         assert!(v.is_empty(), "{v:?}");

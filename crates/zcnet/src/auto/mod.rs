@@ -27,8 +27,9 @@
 //!
 //! * `zcnet_bench::measure`: profile tables from bench runs, and `auto`'s gap to the best single path.
 //! * [`load`]: the connection's profile from the default location ([`ProfileSource`]).
-//! * [`trial`]: without a profile, a receiver's candidate paths each measured against copy
-//!   on the connection itself, and the cheapest kept.
+//! * [`trial`]: without a profile, a receiver's candidate paths and copy measured in
+//!   interleaved rounds on the connection itself; a candidate replaces copy only if the
+//!   median of its paired comparisons beats copy by the margin.
 //!
 //! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]
 //! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]
@@ -38,7 +39,7 @@
 //! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
 //! measured the path not copying) and the bytes to `cost.after`. A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
 //! operation size (its half of the cheapest [`pair`] where the profile has pairs; without a
-//! profile it tries `uring` and `mmap` in turn, [`trial`]), then runs the same cost check on its own thread, reading with
+//! profile it measures `uring`, `mmap` and copy in interleaved rounds, [`trial`]), then runs the same cost check on its own thread, reading with
 //! plain `recv` while the check says copy (`crate::rx::auto`), and, on `mmap`, demotes to
 //! plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
@@ -100,6 +101,24 @@ impl AutoPath for RxPath {
     }
 }
 
+/// The median of `values` (the mean of the middle two for an even count), or `None` when
+/// there is nothing (or something not finite) to take it of: the statistic both the
+/// receive trial and the bench's reports rest on, robust to the one window or run that met
+/// a noisy neighbour.
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
 /// Every decision, switch, demotion and promotion of one connection's `auto` path, with its
 /// reason. Plain counters, so they can be merged into `Stats` snapshots and bench reports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -144,19 +163,27 @@ pub struct AutoStats {
     pub cost_probe_ops: u64,
     /// Operations sent to copy because the wanted path was found costlier.
     pub fallback_costlier: u64,
-    /// Decisions for paths tried without a profile: a receiver with no profile tries its
-    /// candidate receive paths (`uring`, `mmap`) against copy on the connection and keeps
-    /// the cheapest, only while the run-time check finds it no dearer than copy ([`trial`]).
+    /// Decisions for paths tried without a profile: a receiver with no profile measures its
+    /// candidate receive paths (`uring`, `mmap`) and copy, interleaved, on the connection
+    /// and keeps the cheapest candidate if it beats copy by the margin, then only while the
+    /// run-time check finds it no dearer than copy ([`trial`]).
     pub chose_trial: u64,
-    /// A receive trial moved on to its next candidate ([`trial::Step::Next`]).
+    /// Windows a receive trial measured and moved on from to its next arm
+    /// ([`trial::Step::Next`]; with `trial_picks`, the windows measured).
     pub trial_next: u64,
-    /// Receive trials finished: every candidate measured, the cheapest kept.
+    /// Receive trials finished: every round measured, and copy or a candidate kept.
     pub trial_picks: u64,
+    /// Trials that kept copy: no candidate's median was cheaper than copy's by the margin.
+    pub trial_kept_copy: u64,
+    /// Trials that kept `uring`.
+    pub trial_picked_uring: u64,
+    /// Trials that kept `mmap`.
+    pub trial_picked_mmap: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 21;
+    pub const LEN: usize = 24;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -182,6 +209,9 @@ impl AutoStats {
             self.chose_trial,
             self.trial_next,
             self.trial_picks,
+            self.trial_kept_copy,
+            self.trial_picked_uring,
+            self.trial_picked_mmap,
         ]
     }
 
@@ -209,6 +239,9 @@ impl AutoStats {
             chose_trial: a[18],
             trial_next: a[19],
             trial_picks: a[20],
+            trial_kept_copy: a[21],
+            trial_picked_uring: a[22],
+            trial_picked_mmap: a[23],
         }
     }
 
@@ -244,7 +277,10 @@ mod tests {
         let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
-        assert_eq!((s.decisions, s.trial_picks), (1, AutoStats::LEN as u64));
+        assert_eq!(
+            (s.decisions, s.trial_picked_mmap),
+            (1, AutoStats::LEN as u64)
+        );
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));

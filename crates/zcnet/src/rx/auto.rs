@@ -6,12 +6,12 @@
 //! before the handshake, and an io_uring multishot `recv` cannot share the socket with a
 //! plain `recv` while it is armed. Where the profile has a pair table (both ends measured
 //! together on this host), the receiver takes its half of the cheapest pair
-//! ([`crate::auto::pair`]); else the single-end table. Without a profile it *tries* its
-//! candidates in turn ([`TRIAL`]: `uring`, multishot `recv` into provided buffers, still a
-//! copy with one syscall for many reads; then `mmap`, whose receive loop costs less than
-//! `recv`'s on some routes even where it maps nothing), each against copy by the check below
-//! ([`crate::auto::trial`]), keeps the cheapest, and keeps it only while the check finds it
-//! no dearer than copy.
+//! ([`crate::auto::pair`]); else the single-end table. Without a profile it *measures* its
+//! candidates ([`TRIAL`]: `uring`, multishot `recv` into provided buffers, still a copy with
+//! one syscall for many reads; `mmap`, whose receive loop costs less than `recv`'s on some
+//! routes even where it maps nothing) and copy in interleaved rounds
+//! ([`crate::auto::trial`]), keeps the candidate whose paired median beats copy by the
+//! margin (else copy), and keeps it only while the check below finds it no dearer than copy.
 //!
 //! At run time [`AutoRx`] measures its own cost, as the transmit side does
 //! ([`crate::auto::cost`]): a window of bytes on the chosen path, one settling window and one
@@ -42,9 +42,15 @@ use std::os::fd::BorrowedFd;
 /// still a copy, one syscall for many reads) and `mmap` (`TCP_ZEROCOPY_RECEIVE`, whose
 /// receive loop costs less than `recv`'s on some routes even where it maps nothing).
 pub(crate) const TRIAL: [RxPath; 2] = [RxPath::Uring, RxPath::Mmap];
-/// Comparisons with copy per candidate of a trial: two, as the cost check confirms a
-/// costlier verdict with a second one (one window's clock on a shared machine is noisy).
-const TRIAL_COMPARISONS: usize = 2;
+/// Rounds of a trial: each measures one window of copy and of each candidate. Four, so a
+/// candidate's median survives one disturbed round either way; with two candidates and
+/// the default window (16 MiB, a quarter more to settle each) 240 MiB.
+const TRIAL_ROUNDS: usize = 4;
+/// Dearer verdicts in a row before the check leaves a trial's pick: one more than for a
+/// profile's choice ([`crate::auto::cost::CONFIRM`]), as the pick already beat copy by the
+/// margin in the median of [`TRIAL_ROUNDS`] paired windows — one or two dear windows are
+/// weaker evidence than that.
+const TRIAL_PICK_CONFIRM: u32 = 3;
 
 /// The decision for one listener or connection.
 #[derive(Debug, Clone)]
@@ -122,11 +128,11 @@ enum Use {
     Copy,
 }
 
-/// The cost check, and the trial of candidates (without a profile) that steers it.
+/// The trial of candidates (without a profile) while it lasts, then the cost check.
 struct Judge {
     check: CostCheck<RxPath>,
     trial: Option<Trial<RxPath>>,
-    /// The path the choice wants (with a trial: what the trial wants).
+    /// The path the choice wants (with a trial: its pick, once made).
     wanted: RxPath,
     window: u64,
 }
@@ -145,8 +151,18 @@ fn cost_check(window: u64) -> CostCheck<RxPath> {
 }
 
 impl Judge {
-    fn wanted(&self) -> RxPath {
-        self.trial.as_ref().map_or(self.wanted, Trial::wanted)
+    /// The trial, while it lasts.
+    fn trying(&mut self) -> Option<&mut Trial<RxPath>> {
+        self.trial.as_mut().filter(|t| t.picked().is_none())
+    }
+
+    /// Where the next operation goes: the trial's arm while it lasts, else the cost check's
+    /// route for the wanted path. `clock` is read only when a window starts.
+    fn route(&mut self, clock: impl Fn() -> u64) -> Route<RxPath> {
+        if let Some(t) = self.trying() {
+            return Route::Wanted(t.route(clock));
+        }
+        self.check.route(self.wanted, clock)
     }
 
     /// After an operation that delivered `n` bytes; `costlier`: it was kept on copy because
@@ -170,29 +186,31 @@ impl Judge {
         stats: &Stats,
         clock: impl Fn() -> u64,
     ) {
-        if let Some(v) = self.check.after(n as u64, clock) {
+        if let Some(t) = self.trying() {
+            match t.after(n as u64, clock) {
+                Step::Stay => {}
+                Step::Next(_) => delta.trial_next += 1,
+                Step::Pick(p) => {
+                    delta.trial_picks += 1;
+                    match p {
+                        RxPath::Uring => delta.trial_picked_uring += 1,
+                        RxPath::Mmap => delta.trial_picked_mmap += 1,
+                        _ => delta.trial_kept_copy += 1,
+                    }
+                    self.wanted = p;
+                    // The pick was just measured against copy, in every round: the check
+                    // goes on as after that many good verdicts (its first look 64 windows
+                    // on), and leaving the pick takes more dear verdicts in a row than
+                    // leaving a profile's choice.
+                    self.check = cost_check(self.window)
+                        .confirm(TRIAL_PICK_CONFIRM)
+                        .as_if_good(TRIAL_ROUNDS as u32);
+                }
+            }
+        } else if let Some(v) = self.check.after(n as u64, clock) {
             delta.cost_checks += 1;
             if v.costlier {
                 delta.cost_costlier += 1;
-            }
-            if let Some(t) = self.trial.as_mut() {
-                let before = t.wanted();
-                match t.record(v.path, v.path_ns_per_byte, v.copy_ns_per_byte) {
-                    Step::Stay => {}
-                    Step::Next(_) => delta.trial_next += 1,
-                    Step::Pick(_) => delta.trial_picks += 1,
-                }
-                self.wanted = t.wanted();
-                if self.wanted != before || t.picked().is_none() {
-                    // A fresh check for the next candidate (or an earlier one picked): the
-                    // old one's verdict, or its back-off, was about another path. And while
-                    // the trial lasts, a fresh one after every verdict: the check's own
-                    // gap after a good verdict (8 windows) would put 128 MiB between a
-                    // candidate's two comparisons, and a trial bounded at 4 comparisons of
-                    // 3 windows (192 MiB) took up to 28 windows (448 MiB) — half of a
-                    // 1-second run over veth, which then ended before the pick.
-                    self.check = cost_check(self.window);
-                }
             }
         }
         if costlier && n > 0 {
@@ -241,8 +259,12 @@ impl AutoRx {
                 _ => false,
             })
             .collect();
-        let trial = (!choice.trial.is_empty()).then(|| Trial::new(&here, TRIAL_COMPARISONS));
-        let wanted = trial.as_ref().map_or(choice.path, Trial::wanted);
+        let trial = (!choice.trial.is_empty())
+            .then(|| Trial::new(&here, TRIAL_ROUNDS, window, crate::auto::cost::MARGIN));
+        let wanted = match &trial {
+            Some(t) => t.picked().unwrap_or(RxPath::Copy),
+            None => choice.path,
+        };
         AutoRx {
             copy,
             mmap,
@@ -266,12 +288,7 @@ impl AutoRx {
         stats: &Stats,
         delta: &mut AutoStats,
     ) -> Result<(Use, bool)> {
-        let wanted = self.judge.wanted();
-        let (target, costlier) = match self
-            .judge
-            .check
-            .route(wanted, zcnet_sys::raw::cpu::thread_cpu_ns)
-        {
+        let (target, costlier) = match self.judge.route(zcnet_sys::raw::cpu::thread_cpu_ns) {
             Route::Wanted(p) => (p, false),
             Route::ProbeCopy(_) => {
                 delta.cost_probe_ops += 1;
@@ -477,53 +494,134 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
-    /// Windows a trial of `uring` then `mmap` takes to pick, on a clock where each
-    /// candidate costs `cand_cost` ns per byte and copy `copy_cost`.
-    fn windows_to_pick(cand_cost: u64, copy_cost: u64) -> u64 {
-        let window = 1 << 20;
-        let trial = Some(Trial::new(&TRIAL, TRIAL_COMPARISONS));
-        let mut judge = Judge {
-            check: cost_check(window),
-            trial,
-            wanted: TRIAL[0],
-            window,
-        };
+    const WINDOW: u64 = 1 << 20;
+    const OP: u64 = 64 * 1024;
+
+    /// A judge of a trial of `uring` and `mmap`, as [`AutoRx::new`] makes it.
+    fn judge() -> Judge {
+        Judge {
+            check: cost_check(WINDOW),
+            trial: Some(Trial::new(
+                &TRIAL,
+                TRIAL_ROUNDS,
+                WINDOW,
+                crate::auto::cost::MARGIN,
+            )),
+            wanted: RxPath::Copy,
+            window: WINDOW,
+        }
+    }
+
+    /// Drives `judge` over `bytes` in 64 KiB operations on a scripted clock: an operation
+    /// on `path` starting at byte `at` costs `cost(path, at)` ns per byte. Returns the
+    /// path each operation read with, and the counters.
+    fn drive(
+        judge: &mut Judge,
+        bytes: u64,
+        cost: impl Fn(RxPath, u64) -> u64,
+    ) -> (Vec<RxPath>, AutoStats) {
         let stats = Stats::default();
         let clock = Cell::new(0u64);
-        let op = 64 * 1024;
-        let mut total = 0;
-        while judge.trial.as_ref().and_then(Trial::picked).is_none() {
-            assert!(total < 64 * window, "no pick after {total} bytes");
-            let wanted = judge.wanted();
-            let (path, costlier) = match judge.check.route(wanted, || clock.get()) {
+        let mut paths = Vec::new();
+        for i in 0..bytes / OP {
+            let (path, costlier) = match judge.route(|| clock.get()) {
                 Route::Wanted(p) => (p, false),
                 Route::ProbeCopy(_) => (RxPath::Copy, false),
                 Route::Costlier(_) => (RxPath::Copy, true),
             };
-            let cost = if path == RxPath::Copy {
-                copy_cost
-            } else {
-                cand_cost
-            };
-            clock.set(clock.get() + cost * op);
-            judge.after_on(op as usize, costlier, AutoStats::default(), &stats, || {
+            paths.push(path);
+            clock.set(clock.get() + cost(path, i * OP) * OP);
+            judge.after_on(OP as usize, costlier, AutoStats::default(), &stats, || {
                 clock.get()
             });
-            total += op;
         }
-        let s = stats.snapshot().auto_rx;
-        assert_eq!((s.trial_next, s.trial_picks), (1, 1), "{s:?}");
-        assert_eq!(s.cost_checks, 4, "two comparisons per candidate: {s:?}");
-        total / window
+        (paths, stats.snapshot().auto_rx)
+    }
+
+    /// The trial's bytes with the default rounds: three arms, each a window and a quarter
+    /// per round.
+    const TRIAL_BYTES: u64 = TRIAL_ROUNDS as u64 * 3 * (WINDOW + WINDOW / 4);
+
+    #[test]
+    fn the_trial_interleaves_copy_and_both_candidates_and_picks_within_its_bound() {
+        // mmap 20 % under copy, uring level with it: mmap kept, counted.
+        let mut j = judge();
+        let cost = |p: RxPath, _| match p {
+            RxPath::Mmap => 4,
+            _ => 5,
+        };
+        let (paths, a) = drive(&mut j, TRIAL_BYTES, cost);
+        assert_eq!(
+            (a.trial_next, a.trial_picks, a.trial_picked_mmap),
+            (11, 1, 1),
+            "{a:?}"
+        );
+        assert_eq!((a.trial_kept_copy, a.trial_picked_uring), (0, 0), "{a:?}");
+        assert_eq!(a.cost_checks, 0, "the trial is not the cost check: {a:?}");
+        // 12 stretches of 20 operations (4 settling, 16 measured), every arm in every
+        // round, beginning with the first candidate.
+        let runs: Vec<RxPath> = paths.chunks(20).map(|c| c[0]).collect();
+        assert!(paths.chunks(20).all(|c| c.iter().all(|p| *p == c[0])));
+        assert_eq!(runs[0], RxPath::Uring);
+        for round in runs.chunks(3) {
+            for arm in [RxPath::Copy, RxPath::Uring, RxPath::Mmap] {
+                assert!(round.contains(&arm), "{runs:?}");
+            }
+        }
+        // Then mmap, trusted as after four good verdicts (the gap 8, 16, 32, 64 windows)
+        // before it is measured.
+        let (paths, a) = drive(&mut j, 64 * WINDOW, cost);
+        assert!(paths.iter().all(|p| *p == RxPath::Mmap), "{paths:?}");
+        assert_eq!(a.cost_checks, 0, "{a:?}");
     }
 
     #[test]
-    fn the_trial_compares_back_to_back_and_picks_within_twelve_windows() {
-        // Candidates cheaper than copy: every verdict good. The check's own gap after a
-        // good verdict (8 windows) used to sit between a candidate's two comparisons:
-        // 28 windows to the pick.
-        assert_eq!(windows_to_pick(1, 2), 12);
-        // Candidates dearer than copy: a dearer verdict measures again at once anyway.
-        assert_eq!(windows_to_pick(3, 2), 12);
+    fn candidates_level_with_copy_leave_copy_and_nothing_is_checked_after() {
+        let mut j = judge();
+        // Both candidates 3 % under copy: within the margin.
+        let (_, a) = drive(&mut j, TRIAL_BYTES, |p, _| match p {
+            RxPath::Copy => 100,
+            _ => 97,
+        });
+        assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
+        let (paths, a) = drive(&mut j, 64 * WINDOW, |_, _| 1);
+        assert!(paths.iter().all(|p| *p == RxPath::Copy));
+        assert_eq!((a.cost_checks, a.cost_probe_ops), (0, 0), "{a:?}");
+    }
+
+    /// A judge whose trial kept `uring` (30 % under copy through the trial).
+    fn judge_that_kept_uring() -> Judge {
+        let mut j = judge();
+        let (_, a) = drive(&mut j, TRIAL_BYTES, |p, _| match p {
+            RxPath::Uring => 7,
+            _ => 10,
+        });
+        assert_eq!(a.trial_picked_uring, 1, "{a:?}");
+        j
+    }
+
+    #[test]
+    fn a_trial_pick_survives_two_dear_windows_and_is_left_after_three() {
+        let mut j = judge_that_kept_uring();
+        // Past the first gap, two checks find uring's window dear (a load spike on it):
+        // the third finds it cheap again, and it is kept.
+        let gap = 64 * WINDOW;
+        let spike = |p: RxPath, at: u64| match p {
+            RxPath::Uring if at >= gap && at < gap + 6 * WINDOW => 20,
+            RxPath::Uring => 7,
+            _ => 10,
+        };
+        let (_, a) = drive(&mut j, gap + 9 * WINDOW, spike);
+        assert_eq!((a.cost_checks, a.cost_costlier), (3, 0), "{a:?}");
+        assert_eq!(a.fallback_costlier, 0, "{a:?}");
+        // Really dearer from now on: left after three dear verdicts in a row.
+        let mut j2 = judge_that_kept_uring();
+        let (paths, a) = drive(&mut j2, gap + 12 * WINDOW, |p, _| match p {
+            RxPath::Uring => 20,
+            _ => 10,
+        });
+        assert_eq!((a.cost_checks, a.cost_costlier), (3, 1), "{a:?}");
+        assert!(a.fallback_costlier > 0, "{a:?}");
+        assert_eq!(*paths.last().unwrap(), RxPath::Copy);
     }
 }

@@ -124,8 +124,14 @@ impl Net {
     }
 
     /// `zcnet run --tx tx --stats stats --` on the server side (`server`) or the client's.
+    /// The library's per-boot cache (page costs, copying routes) goes beside the stats file,
+    /// in the test's own directory, never into the user's `~/.config/zcnet`.
     fn run(&self, server: bool, tx: &str, stats: &Path) -> Command {
         let mut c = Net::in_ns(self.ns(server), ZCNET);
+        let cache = stats.parent().map(|d| d.join("zcnet-cache"));
+        if let Some(cache) = cache {
+            c.env("ZCNET_PROFILE_DIR", cache);
+        }
         c.env("ZCNET_PRELOAD", library())
             .args(["run", "--tx", tx, "--stats"])
             .arg(stats)

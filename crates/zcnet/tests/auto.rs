@@ -10,8 +10,7 @@ mod common;
 use common::{connect, listen, recv_pattern, send_pattern, timeout, veth_or_skip, Topo};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use zcnet::auto::profile::Created;
-use zcnet::auto::{Measurement, Profile, ProfileSource, Spread, Topology};
+use zcnet::auto::{Measurement, Profile, ProfileSource, Spread};
 use zcnet::{
     FallbackReason, Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath,
 };
@@ -33,19 +32,7 @@ fn row<P>(path: P, size: u64, median: f64, zc: Option<f64>) -> Measurement<P> {
 }
 
 fn profile(tx: Vec<Measurement<TxPath>>, rx: Vec<Measurement<RxPath>>) -> Arc<Profile> {
-    Arc::new(Profile {
-        schema: zcnet::auto::profile::SCHEMA,
-        zcnet: "test".into(),
-        kernel: "test".into(),
-        interface: "lo".into(),
-        mtu: 65536,
-        topology: Topology::Loopback,
-        created: Created::Unix(0),
-        tx,
-        rx,
-        pairs: Vec::new(),
-        file: Vec::new(),
-    })
+    Arc::new(Profile::scripted(tx, rx))
 }
 
 /// copy flat at 1.0; `other` at 2.0 below 64 KiB, 0.5 from 64 KiB up (crossover in between).

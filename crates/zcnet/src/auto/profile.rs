@@ -400,6 +400,24 @@ struct RawRow {
 }
 
 impl Profile {
+    /// A loopback profile holding just these rows, scripted rather than measured: for tests
+    /// (and tools) that need a profile saying something particular.
+    pub fn scripted(tx: Vec<Measurement<TxPath>>, rx: Vec<Measurement<RxPath>>) -> Profile {
+        Profile {
+            schema: SCHEMA,
+            zcnet: "test".into(),
+            kernel: "test".into(),
+            interface: "lo".into(),
+            mtu: 65536,
+            topology: Topology::Loopback,
+            created: Created::Unix(0),
+            tx,
+            rx,
+            pairs: Vec::new(),
+            file: Vec::new(),
+        }
+    }
+
     /// Parses and validates `json`, refusing a profile of another schema or another host.
     ///
     /// The schema is checked before the layout so an old or newer profile gets a message

@@ -510,8 +510,7 @@ mod tests {
     /// A profile whose only rows are receive rows at 16 KiB and 1 MiB: copy at 1.0 and
     /// `mmap` at `mmap` CPU-s/GiB, each with a ±`spread` range.
     fn rx_profile(mmap: f64, spread: f64) -> ProfileSource {
-        use crate::auto::profile::{Created, SCHEMA};
-        use crate::auto::{Measurement, Profile, Spread, Topology};
+        use crate::auto::{Measurement, Profile, Spread};
         let row = |path, size, median: f64| Measurement {
             path,
             size,
@@ -527,19 +526,7 @@ mod tests {
             .into_iter()
             .flat_map(|s| [row(RxPath::Copy, s, 1.0), row(RxPath::Mmap, s, mmap)])
             .collect();
-        ProfileSource::Given(std::sync::Arc::new(Profile {
-            schema: SCHEMA,
-            zcnet: "test".into(),
-            kernel: "test".into(),
-            interface: "lo".into(),
-            mtu: 65536,
-            topology: Topology::Loopback,
-            created: Created::Unix(0),
-            tx: Vec::new(),
-            rx,
-            pairs: Vec::new(),
-            file: Vec::new(),
-        }))
+        ProfileSource::Given(std::sync::Arc::new(Profile::scripted(Vec::new(), rx)))
     }
 
     #[test]

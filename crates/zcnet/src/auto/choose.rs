@@ -180,6 +180,35 @@ impl<P: AutoPath> Chooser<P> {
             .is_none_or(|&(_, f)| f >= 0.5)
     }
 
+    /// Where [`Chooser::choose`] says [`ChoiceReason::SpreadOverlap`] at `size`: the path with
+    /// the lowest median, cheaper than copy's median but inside the spreads. For a caller
+    /// that lets the connection's own cost check decide instead of keeping copy blind.
+    pub fn cheapest_median(&self, size: u64) -> Option<P> {
+        let size = size.max(1);
+        let base = self.estimate(P::DEFAULT, size)?;
+        self.curves
+            .iter()
+            .filter(|c| c.path != P::DEFAULT)
+            .map(|c| (c.path, c.at(size).median))
+            .filter(|&(_, m)| m < base.median)
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(p, _)| p)
+    }
+
+    /// [`Chooser::can_choose`], or the cheapest median at a measured size where the profile
+    /// cannot tell ([`Chooser::cheapest_median`]).
+    pub fn may_want(&self, path: P) -> bool {
+        self.can_choose(path)
+            || self
+                .curves
+                .iter()
+                .flat_map(|c| c.points.iter().map(|p| p.0))
+                .any(|s| {
+                    self.choose(s, true).reason == ChoiceReason::SpreadOverlap
+                        && self.cheapest_median(s) == Some(path)
+                })
+    }
+
     /// The path for one operation of `size` bytes; `aligned` says whether the buffer starts on
     /// a page boundary.
     pub fn choose(&self, size: u64, aligned: bool) -> Choice<P> {
@@ -391,6 +420,21 @@ mod tests {
             assert_eq!(choice.reason, ChoiceReason::SpreadOverlap, "{size}");
         }
         assert!(c.crossovers().is_empty());
+        // What a caller that lets its cost check decide may want there, and set up for.
+        for size in [4 * KIB, 64 * KIB, 1024 * KIB] {
+            assert_eq!(c.cheapest_median(size), Some(TxPath::Zerocopy), "{size}");
+        }
+        assert!(!c.can_choose(TxPath::Zerocopy));
+        assert!(c.may_want(TxPath::Zerocopy));
+        assert!(!c.may_want(TxPath::Uring), "not measured");
+        // Dearer at the median: nothing to want.
+        let rows = vec![
+            row(TxPath::Copy, 4 * KIB, 1.0, 0.8, 1.2),
+            row(TxPath::Uring, 4 * KIB, 1.1, 0.9, 1.3),
+        ];
+        let c = Chooser::from_measurements(&rows, false);
+        assert_eq!(c.cheapest_median(4 * KIB), None);
+        assert!(!c.may_want(TxPath::Uring));
     }
 
     #[test]

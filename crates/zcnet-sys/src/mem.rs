@@ -79,20 +79,17 @@ pub fn thp_available() -> bool {
     })
 }
 
-/// `len` bytes rounded up to whole 2 MiB blocks, aligned to 2 MiB, advised `MADV_HUGEPAGE`
-/// and touched page by page (see [`PageBuf::new_huge`]).
-fn map_huge(len: usize) -> io::Result<(NonNull<u8>, usize)> {
-    const HUGE: usize = 2 << 20;
-    let len = len.max(1).next_multiple_of(HUGE);
-    let whole = len + HUGE;
+/// A private anonymous read-write mapping of `len` bytes (`extra` added to its flags), owned
+/// by the caller, who unmaps it.
+fn map_anon(len: usize, extra: libc::c_int) -> io::Result<NonNull<u8>> {
     // SAFETY: an anonymous private mapping with a null hint has no preconditions; the
     // result is checked against MAP_FAILED before use.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            whole,
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra,
             -1,
             0,
         )
@@ -100,6 +97,16 @@ fn map_huge(len: usize) -> io::Result<(NonNull<u8>, usize)> {
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))
+}
+
+/// `len` bytes rounded up to whole 2 MiB blocks, aligned to 2 MiB, advised `MADV_HUGEPAGE`
+/// and touched page by page (see [`PageBuf::new_huge`]).
+fn map_huge(len: usize) -> io::Result<(NonNull<u8>, usize)> {
+    const HUGE: usize = 2 << 20;
+    let len = len.max(1).next_multiple_of(HUGE);
+    let whole = len + HUGE;
+    let p: *mut libc::c_void = map_anon(whole, 0)?.as_ptr().cast();
     let base = p as usize;
     let start = base.next_multiple_of(HUGE);
     // SAFETY: the head and tail trimmed lie inside the mapping just made, which nothing
@@ -137,23 +144,7 @@ impl PageBuf {
     /// Maps `len` bytes rounded up to whole pages, zero-filled and pre-faulted.
     pub fn new(len: usize) -> io::Result<PageBuf> {
         let len = round_to_pages(len);
-        // SAFETY: an anonymous private mapping with a null hint has no preconditions; the
-        // result is checked against MAP_FAILED before use.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr =
-            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let ptr = map_anon(len, libc::MAP_POPULATE)?;
         Ok(PageBuf {
             ptr,
             len,

@@ -1086,14 +1086,13 @@ mod tests {
         use std::os::fd::AsRawFd;
         let (r, _w) = readable();
         let ep = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC).unwrap();
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: 7,
-        };
-        // SAFETY: both descriptors are open; ev is a valid event.
-        let added =
-            unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, r.as_raw_fd(), &mut ev) };
-        assert_eq!(added, 0);
+        rustix::event::epoll::add(
+            &ep,
+            &r,
+            rustix::event::epoll::EventData::new_u64(7),
+            rustix::event::epoll::EventFlags::IN,
+        )
+        .unwrap();
         // Never, from the question after the call (hiding began while it waited), always.
         for (from, filtered) in [(usize::MAX, 0), (1, 1), (0, 1)] {
             let h = Counting::new(from);

@@ -224,7 +224,7 @@ fn main() {
     let mut messages = 4000u64;
     let mut runs = 5usize;
     let mut ring = 64usize;
-    let mut only: Option<usize> = None;
+    let mut only: Option<Vec<usize>> = None;
     let mut pin: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -233,13 +233,27 @@ fn main() {
             "--messages" => messages = val().expect("--messages N"),
             "--runs" => runs = val().expect("--runs N") as usize,
             "--ring" => ring = val().expect("--ring N") as usize,
-            // One row only (its index in the table, from 0): for a profiler.
-            "--only" => only = Some(val().expect("--only ROW") as usize),
+            // Some rows only (their indexes in the table, from 0, comma-separated): for a
+            // profiler, or to compare two rows with more runs in the same time.
+            "--only" => {
+                let rows = args.next().unwrap_or_default();
+                let rows: Result<Vec<usize>, _> = rows.split(',').map(str::parse).collect();
+                match rows {
+                    Ok(r) if !r.is_empty() && r.iter().all(|&i| i < MODES.len()) => only = Some(r),
+                    _ => {
+                        eprintln!(
+                            "--only ROW[,ROW...]: row indexes from 0 to {}",
+                            MODES.len() - 1
+                        );
+                        std::process::exit(2);
+                    }
+                }
+            }
             // The sending thread on this CPU (`sched_setaffinity`).
             "--pin" => pin = Some(val().expect("--pin CPU") as usize),
             _ => {
                 eprintln!(
-                    "usage: bench_udp [--messages N] [--runs N] [--ring N] [--only ROW] [--pin CPU]"
+                    "usage: bench_udp [--messages N] [--runs N] [--ring N] [--only ROW[,ROW...]] [--pin CPU]"
                 );
                 std::process::exit(2);
             }
@@ -256,7 +270,7 @@ fn main() {
     let mut results: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
         for (i, &m) in MODES.iter().enumerate() {
-            if only.is_none_or(|o| o == i) {
+            if only.as_ref().is_none_or(|o| o.contains(&i)) {
                 results[i].push(run(m, &pair, messages, ring, pin));
             }
         }

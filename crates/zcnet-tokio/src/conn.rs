@@ -311,6 +311,7 @@ impl<S: Socket> Conn<S> {
 
     /// Runs `f`, adding the thread CPU time it took to the cost check's clock while a window
     /// is measured. One poll runs on one thread, so the difference is meaningful.
+    #[inline]
     fn metered<R>(&self, f: impl FnOnce() -> R) -> R {
         if !self.metering.load(Ordering::Relaxed) {
             return f();
@@ -479,6 +480,7 @@ impl<S: Socket> Conn<S> {
     /// Runs `op` once `dir` is ready, until it does not say `WouldBlock`. Completions that
     /// raised `EPOLLERR` on the way are drained here and never reach `op`'s caller; an
     /// `EPOLLERR` with an empty error queue is the socket's own error, which `op` reports.
+    #[inline]
     pub(crate) fn poll_io<R>(
         &self,
         cx: &mut Context<'_>,
@@ -491,6 +493,7 @@ impl<S: Socket> Conn<S> {
         self.metered(|| self.poll_io_unmetered(cx, dir, op))
     }
 
+    #[inline]
     fn poll_io_unmetered<R>(
         &self,
         cx: &mut Context<'_>,

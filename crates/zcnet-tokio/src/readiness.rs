@@ -151,10 +151,12 @@ impl Wake for Waiters {
     }
 }
 
+#[inline]
 fn pack(flags: EventFlags, gen: u32) -> u64 {
     (u64::from(gen) << 32) | u64::from(flags.bits())
 }
 
+#[inline]
 fn unpack(v: u64) -> Seen {
     Seen {
         flags: EventFlags::from_bits_retain(v as u32),
@@ -214,7 +216,24 @@ impl Readiness {
     /// caller must act on `EPOLLERR` (drain the error queue, then [`Readiness::clear`] it).
     /// `sock` is the socket watched (added to the epoll instance here under
     /// [`Watch::WhileWaited`]).
+    #[inline]
     pub(crate) fn poll_ready(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
+        sock: BorrowedFd<'_>,
+    ) -> Poll<io::Result<Seen>> {
+        // The ready case, nearly every call: one atomic load, inlined into the caller.
+        let seen = unpack(self.fast.load(Ordering::Acquire));
+        if seen.flags.intersects(dir.mask() | EventFlags::ERR) {
+            return Poll::Ready(Ok(seen));
+        }
+        self.poll_ready_slow(cx, dir, sock)
+    }
+
+    /// [`Readiness::poll_ready`] when the bits it looked at say not ready.
+    #[inline(never)]
+    fn poll_ready_slow(
         &self,
         cx: &mut Context<'_>,
         dir: Direction,

@@ -601,12 +601,14 @@ struct UdpFlight<'a> {
 }
 
 impl UdpFlight<'_> {
+    #[inline]
     fn finish(mut self) -> (Option<MsgBuf>, Option<(u64, u64)>) {
         (self.buf.take(), self.span.take())
     }
 }
 
 impl Drop for UdpFlight<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let (Some(buf), Some((first, last))) = (self.buf.take(), self.span) {
             self.conn.lend(Loan::Msg(buf), first, last);

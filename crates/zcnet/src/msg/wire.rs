@@ -213,16 +213,19 @@ impl Layout {
     }
 
     /// Datagram size, header included (the GSO segment size).
+    #[inline]
     pub fn segment(&self) -> usize {
         self.segment
     }
 
     /// Payload bytes in a full datagram.
+    #[inline]
     pub fn payload_per_datagram(&self) -> usize {
         self.segment - HEADER_LEN
     }
 
     /// Fragments of a message of `len` bytes (an empty message is one header-only datagram).
+    #[inline]
     pub fn fragments(&self, len: usize) -> usize {
         len.div_ceil(self.payload_per_datagram()).max(1)
     }
@@ -233,6 +236,7 @@ impl Layout {
     }
 
     /// Fragment `i` of a message of `len` bytes: its payload's range in the message.
+    #[inline]
     pub fn fragment(&self, len: usize, i: usize) -> Range<usize> {
         let p = self.payload_per_datagram();
         let start = (i * p).min(len);
@@ -240,6 +244,7 @@ impl Layout {
     }
 
     /// Fragment `i`'s range in the wire layout (header and payload).
+    #[inline]
     pub fn wire_range(&self, len: usize, i: usize) -> Range<usize> {
         let start = i * self.segment;
         start..start + HEADER_LEN + self.fragment(len, i).len()

@@ -22,7 +22,7 @@
 use super::choose::Chooser;
 use super::profile::Measurement;
 pub use super::profile::{PairMeasurement, PathPair};
-use super::AutoPath;
+use super::{AutoPath, ChoiceReason};
 use crate::path::{RxPath, TxPath};
 
 /// A [`Chooser`] over the pairs of one touch variant: the cheapest pair that clears
@@ -61,14 +61,33 @@ fn sizes(pairs: &[PairMeasurement], touch: bool) -> Vec<u64> {
     s
 }
 
+/// The pair both ends of an `auto → auto` connection aim at, at `size`: the chosen pair, or,
+/// where the pairs cannot tell it from `copy → copy` ([`ChoiceReason::SpreadOverlap`]), the
+/// pair with the cheapest median. Each end's table is projected onto this one pair, so that
+/// where an end then starts on its cheaper-median path and lets its cost check decide, both
+/// ends work toward the same pair. Projected onto `copy → copy` instead, each end found its
+/// own cheaper median against a copy peer, and the two halves could meet in a pair no one
+/// had measured as cheap: over veth at 256 KiB the sender went to `uring` (cheaper into a
+/// copy receiver), the receiver's trial to `mmap` or `uring`, and `uring → mmap` cost 1.4×
+/// `copy → mmap`, the pair whose median was lowest.
+fn aimed(c: &Chooser<PathPair>, size: u64) -> PathPair {
+    let choice = c.choose(size, true);
+    if choice.reason == ChoiceReason::SpreadOverlap {
+        c.cheapest_median(size).unwrap_or(choice.path)
+    } else {
+        choice.path
+    }
+}
+
 /// The transmit table an `auto` sender uses when its peer is `auto` on the same profile: at
-/// each measured size, each transmit path into the receive path of the pair chosen there.
-/// Sizes where that receiver has no `copy` sender measured are left out (no baseline).
+/// each measured size, each transmit path into the receive path of the pair aimed at there
+/// ([`aimed`]). Sizes where that receiver has no `copy` sender measured are left out (no
+/// baseline).
 pub fn tx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<TxPath>> {
     let c = chooser(pairs, touch);
     let mut out = Vec::new();
     for size in sizes(pairs, touch) {
-        let rx = c.choose(size, true).path.rx;
+        let rx = aimed(&c, size).rx;
         let at: Vec<&PairMeasurement> = pairs
             .iter()
             .filter(|p| p.touch == touch && p.size == size && p.rx == rx)
@@ -88,12 +107,13 @@ pub fn tx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<TxPath
 }
 
 /// The receive table an `auto` receiver uses when its peer is `auto` on the same profile: at
-/// each measured size, each receive path from the transmit path of the pair chosen there.
+/// each measured size, each receive path from the transmit path of the pair aimed at there
+/// ([`aimed`]).
 pub fn rx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<RxPath>> {
     let c = chooser(pairs, touch);
     let mut out = Vec::new();
     for size in sizes(pairs, touch) {
-        let tx = c.choose(size, true).path.tx;
+        let tx = aimed(&c, size).tx;
         let at: Vec<&PairMeasurement> = pairs
             .iter()
             .filter(|p| p.touch == touch && p.size == size && p.tx == tx)
@@ -218,6 +238,59 @@ mod tests {
             .collect();
         let single = Chooser::from_measurements(&single, false);
         assert_eq!(single.choose(64 * KIB, true).path, TxPath::Copy);
+    }
+
+    #[test]
+    fn where_the_pairs_cannot_tell_both_ends_aim_at_the_cheapest_median_pair() {
+        use RxPath as R;
+        use TxPath as T;
+        // The veth shape at 256 KiB: every pair inside copy → copy's spread; into a copy
+        // receiver uring looks the cheaper sender, but uring → mmap is dear, and copy → mmap
+        // has the lowest median.
+        let spread = |median: f64, w: f64| Spread {
+            median,
+            lo: median * (1.0 - w),
+            hi: median * (1.0 + w),
+        };
+        let mut t = Vec::new();
+        for (tx, rx, m) in [
+            (T::Copy, R::Copy, 0.73),
+            (T::Copy, R::Mmap, 0.63),
+            (T::Copy, R::Uring, 0.67),
+            (T::Uring, R::Copy, 0.66),
+            (T::Uring, R::Mmap, 0.89),
+            (T::Uring, R::Uring, 0.83),
+        ] {
+            let mut p = pm(tx, rx, 256 * KIB, m);
+            p.cpu_s_per_gib = spread(m, 0.25);
+            t.push(p);
+        }
+        let c = chooser(&t, false);
+        let choice = c.choose(256 * KIB, true);
+        assert_eq!(choice.reason, ChoiceReason::SpreadOverlap);
+        assert_eq!(choice.path, PathPair::DEFAULT);
+        assert_eq!(aimed(&c, 256 * KIB), PathPair { tx: T::Copy, rx: R::Mmap });
+        // The sender's rows are into mmap: copy is its cheapest there, nothing to try.
+        let tx = Chooser::from_measurements(&tx_rows(&t, false), false);
+        assert_eq!(tx.choose(256 * KIB, true).path, T::Copy);
+        assert_eq!(tx.cheapest_median(256 * KIB), None);
+        // Projected onto copy → copy, as before, the sender would have started on uring.
+        let into_copy: Vec<Measurement<TxPath>> = t
+            .iter()
+            .filter(|p| p.rx == R::Copy)
+            .map(|p| Measurement {
+                path: p.tx,
+                size: p.size,
+                touch: false,
+                cpu_s_per_gib: p.cpu_s_per_gib,
+                zc_fraction: None,
+            })
+            .collect();
+        let into_copy = Chooser::from_measurements(&into_copy, false);
+        assert_eq!(into_copy.cheapest_median(256 * KIB), Some(T::Uring));
+        // The receiver's rows are from the copy sender, where mmap has the cheaper median.
+        let rx = Chooser::from_measurements(&rx_rows(&t, false), false);
+        assert_eq!(rx.cheapest_median(256 * KIB), Some(R::Mmap));
     }
 
     #[test]

@@ -269,7 +269,13 @@ mod tests {
         let choice = c.choose(256 * KIB, true);
         assert_eq!(choice.reason, ChoiceReason::SpreadOverlap);
         assert_eq!(choice.path, PathPair::DEFAULT);
-        assert_eq!(aimed(&c, 256 * KIB), PathPair { tx: T::Copy, rx: R::Mmap });
+        assert_eq!(
+            aimed(&c, 256 * KIB),
+            PathPair {
+                tx: T::Copy,
+                rx: R::Mmap
+            }
+        );
         // The sender's rows are into mmap: copy is its cheapest there, nothing to try.
         let tx = Chooser::from_measurements(&tx_rows(&t, false), false);
         assert_eq!(tx.choose(256 * KIB, true).path, T::Copy);

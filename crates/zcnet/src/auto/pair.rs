@@ -191,6 +191,22 @@ mod tests {
         v
     }
 
+    /// The single-end transmit table: each sender into a copy receiver.
+    fn into_copy_receiver(t: &[PairMeasurement]) -> Chooser<TxPath> {
+        let rows: Vec<Measurement<TxPath>> = t
+            .iter()
+            .filter(|p| p.rx == RxPath::Copy)
+            .map(|p| Measurement {
+                path: p.tx,
+                size: p.size,
+                touch: false,
+                cpu_s_per_gib: p.cpu_s_per_gib,
+                zc_fraction: None,
+            })
+            .collect();
+        Chooser::from_measurements(&rows, false)
+    }
+
     #[test]
     fn names_round_trip_and_auto_is_not_a_half() {
         let p = PathPair {
@@ -225,18 +241,7 @@ mod tests {
         assert_eq!(tx.choose(256 * KIB, true).path, TxPath::Copy);
         assert_eq!(rx.choose(256 * KIB, true).path, RxPath::Copy);
         // The single-end table (each against copy) would never have found uring at 64 KiB.
-        let single: Vec<Measurement<TxPath>> = table()
-            .iter()
-            .filter(|p| p.rx == RxPath::Copy)
-            .map(|p| Measurement {
-                path: p.tx,
-                size: p.size,
-                touch: false,
-                cpu_s_per_gib: p.cpu_s_per_gib,
-                zc_fraction: None,
-            })
-            .collect();
-        let single = Chooser::from_measurements(&single, false);
+        let single = into_copy_receiver(&table());
         assert_eq!(single.choose(64 * KIB, true).path, TxPath::Copy);
     }
 
@@ -281,18 +286,7 @@ mod tests {
         assert_eq!(tx.choose(256 * KIB, true).path, T::Copy);
         assert_eq!(tx.cheapest_median(256 * KIB), None);
         // Projected onto copy → copy, as before, the sender would have started on uring.
-        let into_copy: Vec<Measurement<TxPath>> = t
-            .iter()
-            .filter(|p| p.rx == R::Copy)
-            .map(|p| Measurement {
-                path: p.tx,
-                size: p.size,
-                touch: false,
-                cpu_s_per_gib: p.cpu_s_per_gib,
-                zc_fraction: None,
-            })
-            .collect();
-        let into_copy = Chooser::from_measurements(&into_copy, false);
+        let into_copy = into_copy_receiver(&t);
         assert_eq!(into_copy.cheapest_median(256 * KIB), Some(T::Uring));
         // The receiver's rows are from the copy sender, where mmap has the cheaper median.
         let rx = Chooser::from_measurements(&rx_rows(&t, false), false);

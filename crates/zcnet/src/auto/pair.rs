@@ -18,6 +18,9 @@
 //! chooser sees at 64 KiB are "each sender into the `uring` receiver" when `uring → uring`
 //! won there. So everything downstream — hysteresis, demotion after `COPIED`, the run-time
 //! cost check — works unchanged, and each row keeps the zero-copy share of its own end.
+//! Where no pair clears `copy → copy`'s spread, both ends are projected onto the pair with
+//! the cheapest median ([`aimed`]), so that an end that then tries its cheaper-median path
+//! works toward the same pair as its peer.
 
 use super::choose::Chooser;
 use super::profile::Measurement;
@@ -70,7 +73,7 @@ fn sizes(pairs: &[PairMeasurement], touch: bool) -> Vec<u64> {
 /// had measured as cheap: over veth at 256 KiB the sender went to `uring` (cheaper into a
 /// copy receiver), the receiver's trial to `mmap` or `uring`, and `uring → mmap` cost 1.4×
 /// `copy → mmap`, the pair whose median was lowest.
-fn aimed(c: &Chooser<PathPair>, size: u64) -> PathPair {
+pub fn aimed(c: &Chooser<PathPair>, size: u64) -> PathPair {
     let choice = c.choose(size, true);
     if choice.reason == ChoiceReason::SpreadOverlap {
         c.cheapest_median(size).unwrap_or(choice.path)

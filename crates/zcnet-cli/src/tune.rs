@@ -363,7 +363,8 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             Some(p) => p.clone(),
             None => profile_dir(args)?.join(Profile::file_name(&key.interface, key.mtu)),
         };
-        write_atomically(&path, &profile.to_json())?;
+        zcnet::auto::profile::write_atomically(&path, &profile.to_json())
+            .map_err(|e| BenchError::io_owned(format!("writing {}", path.display()), e))?;
         written.push(path);
     }
     print!("{}", summary(&tx, &rx, args.no_touch));
@@ -463,20 +464,6 @@ fn pair_summary(
         );
     }
     out
-}
-
-/// Writes `text` to `path` by a temporary file and rename, so a reader never sees half.
-fn write_atomically(path: &Path, text: &str) -> Result<(), BenchError> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    if let Some(d) = dir {
-        std::fs::create_dir_all(d)
-            .map_err(|e| BenchError::io_owned(format!("creating {}", d.display()), e))?;
-    }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text)
-        .map_err(|e| BenchError::io_owned(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| BenchError::io_owned(format!("renaming to {}", path.display()), e))
 }
 
 /// Per direction and touch variant: each path's median (and range) by size, the path `auto`

@@ -55,15 +55,8 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> Option<T> {
 /// means the next process finds out again.
 pub fn write<T: Serialize>(path: &Path, facts: &T) -> std::io::Result<()> {
     let boot_id = boot_id().ok_or_else(|| std::io::Error::other("no boot id"))?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
     let text = serde_json::to_string(&Stamped { boot_id, facts }).map_err(std::io::Error::other)?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    zcnet::auto::profile::write_atomically(path, &text)
 }
 
 #[cfg(test)]

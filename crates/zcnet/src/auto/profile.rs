@@ -546,6 +546,22 @@ impl Profile {
     }
 }
 
+/// Writes `text` to `path` whole or not at all, for the files in the profiles' directory
+/// (`zcnet tune`'s profiles, the preload library's per-boot facts): to a temporary file of
+/// this process's own beside it, then renamed over `path`, so a reader — another process
+/// reading the same file — never sees half of it, and two writers never share a temporary.
+/// Makes the directory if needed.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileError> {
     let direction = P::DIRECTION;
     if raw.is_empty() {
@@ -676,6 +692,24 @@ fn pair_rows(raw: Vec<RawPairRow>) -> Result<Vec<PairMeasurement>, ProfileError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_atomic_write_makes_the_directory_replaces_whole_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a").join("f.json");
+        write_atomically(&path, "first").unwrap();
+        write_atomically(&path, "second").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "second");
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("f.json")]);
+        // Into a path that is a directory: the error comes back, and the temporary goes.
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        assert!(write_atomically(&dir.path().join("d"), "x").is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
 
     fn host() -> HostKey {
         HostKey {

@@ -143,16 +143,17 @@ mod tests {
     const KIB: u64 = 1024;
 
     fn pm(tx: TxPath, rx: RxPath, size: u64, median: f64) -> PairMeasurement {
+        pm_within(tx, rx, size, median, 0.03)
+    }
+
+    /// A pair measured at `median` ± `w` (a fraction of it).
+    fn pm_within(tx: TxPath, rx: RxPath, size: u64, median: f64, w: f64) -> PairMeasurement {
         PairMeasurement {
             tx,
             rx,
             size,
             touch: false,
-            cpu_s_per_gib: Spread {
-                median,
-                lo: median * 0.97,
-                hi: median * 1.03,
-            },
+            cpu_s_per_gib: Spread::around(median, w),
             zc_fraction_tx: Some(0.0),
             zc_fraction_rx: Some(if rx == RxPath::Mmap { 0.9 } else { 0.0 }),
         }
@@ -255,24 +256,17 @@ mod tests {
         // The veth shape at 256 KiB: every pair inside copy → copy's spread; into a copy
         // receiver uring looks the cheaper sender, but uring → mmap is dear, and copy → mmap
         // has the lowest median.
-        let spread = |median: f64, w: f64| Spread {
-            median,
-            lo: median * (1.0 - w),
-            hi: median * (1.0 + w),
-        };
-        let mut t = Vec::new();
-        for (tx, rx, m) in [
+        let t: Vec<PairMeasurement> = [
             (T::Copy, R::Copy, 0.73),
             (T::Copy, R::Mmap, 0.63),
             (T::Copy, R::Uring, 0.67),
             (T::Uring, R::Copy, 0.66),
             (T::Uring, R::Mmap, 0.89),
             (T::Uring, R::Uring, 0.83),
-        ] {
-            let mut p = pm(tx, rx, 256 * KIB, m);
-            p.cpu_s_per_gib = spread(m, 0.25);
-            t.push(p);
-        }
+        ]
+        .into_iter()
+        .map(|(tx, rx, m)| pm_within(tx, rx, 256 * KIB, m, 0.25))
+        .collect();
         let c = chooser(&t, false);
         let choice = c.choose(256 * KIB, true);
         assert_eq!(choice.reason, ChoiceReason::SpreadOverlap);

@@ -85,6 +85,18 @@ pub struct Spread {
     pub hi: f64,
 }
 
+#[cfg(test)]
+impl Spread {
+    /// `median` ± `w` (a fraction of it): a scripted measurement for tests.
+    pub(crate) fn around(median: f64, w: f64) -> Spread {
+        Spread {
+            median,
+            lo: median * (1.0 - w),
+            hi: median * (1.0 + w),
+        }
+    }
+}
+
 /// One row of a direction's table: a path's cost at one operation size.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Measurement<P> {

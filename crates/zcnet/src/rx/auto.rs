@@ -515,11 +515,7 @@ mod tests {
             path,
             size,
             touch: false,
-            cpu_s_per_gib: Spread {
-                median,
-                lo: median * (1.0 - spread),
-                hi: median * (1.0 + spread),
-            },
+            cpu_s_per_gib: Spread::around(median, spread),
             zc_fraction: None,
         };
         let rx = [16u64 << 10, 1 << 20]

@@ -8,26 +8,12 @@
 //! under it in every mode, forced zero-copy included. The stats each run writes must say
 //! which path the bytes took.
 
+mod common;
+
+use common::library;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// `target/<profile>/deps/libzcnet_preload.so`: cargo builds the library (cdylib and rlib
-/// in one go) before this test, beside the test binary.
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.with_file_name("libzcnet_preload.so")
-}
-
-fn python() -> Option<&'static str> {
-    Command::new("python3")
-        .arg("-c")
-        .arg("import ctypes, select")
-        .status()
-        .ok()
-        .filter(|s| s.success())
-        .map(|_| "python3")
-}
 
 /// Runs the script (under the library in `mode`, or without it) and returns the stats
 /// lines written.
@@ -81,11 +67,9 @@ fn total(lines: &[Value], key: &str) -> u64 {
 
 #[test]
 fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
-    if python().is_none() {
-        eprintln!("SKIP: python3 with ctypes is not installed");
+    if !common::python3("ctypes, select") {
         return;
     }
-    assert!(library().is_file(), "{} not built", library().display());
     run(None);
 
     let gso = |lines: &[Value]| {

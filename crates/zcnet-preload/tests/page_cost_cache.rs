@@ -9,7 +9,7 @@ mod common;
 
 #[test]
 fn a_second_process_reads_the_page_costs_the_first_measured() {
-    if !common::python3() {
+    if !common::python3("mmap") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

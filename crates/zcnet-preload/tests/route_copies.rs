@@ -34,7 +34,7 @@ fn fallback(s: &Value, r: &str) -> u64 {
 
 #[test]
 fn a_second_connection_to_a_peer_found_copying_copies_from_its_first_send() {
-    if !common::python3() {
+    if !common::python3("mmap") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1,23 +1,28 @@
-//! What the tests that run a python script under the library in `auto` share.
+//! What the tests that run a python script under the library share.
+
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Whether python3 (with `mmap`) is here; prints the SKIP line if not.
-pub fn python3() -> bool {
+/// Whether python3 with `modules` (as an `import` line names them) is here; prints the
+/// SKIP line if not.
+pub fn python3(modules: &str) -> bool {
     let ok = Command::new("python3")
         .arg("-c")
-        .arg("import mmap")
+        .arg(format!("import {modules}"))
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIP: python3 is not installed");
+        eprintln!("SKIP: python3 with {modules} is not installed");
     }
     ok
 }
 
-/// The library cargo built beside this test.
+/// `target/<profile>/deps/libzcnet_preload.so`: cargo builds the library (cdylib and rlib
+/// in one go) before the tests, beside the test binary.
 pub fn library() -> PathBuf {
     let lib = std::env::current_exe()
         .unwrap()

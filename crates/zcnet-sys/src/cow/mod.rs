@@ -67,6 +67,7 @@
 //! this only by unmapping and re-mapping the memory *while* a fault on it is being handled,
 //! which safe Rust cannot do (the faulting writer holds the borrow).
 
+pub mod refused;
 pub mod registry;
 pub mod uffd;
 pub mod vma;
@@ -76,6 +77,7 @@ use self::vma::{
     PAGEMAP_SCAN, PAGE_IS_FILE, PAGE_IS_PRESENT, PAGE_IS_WRITTEN,
 };
 
+use self::refused::Refused;
 use self::registry::{PageState, Registry, Released};
 use self::uffd::{RegisterMode, UffdEvent, Userfaultfd, EVENT_BATCH, UFFD_PAGEFAULT_FLAG_WP};
 use crate::mem::{page_size, PageBuf};
@@ -86,7 +88,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -244,6 +246,10 @@ pub struct CowSpace {
     /// Serialises protect and lift for the mprotect backend, whose lift reads
     /// /proc/self/maps (allocates) and so must not run under `inner`.
     lift_lock: Mutex<()>,
+    /// Mappings found unprotectable ([`refused`]): their spans are refused without asking.
+    refused: Mutex<Refused>,
+    /// Whether `refused` holds anything: the common case never takes its lock.
+    any_refused: AtomicBool,
     pagemap: File,
     scan: bool,
     pid: u32,
@@ -302,6 +308,8 @@ impl CowSpace {
                 remaps: Vec::with_capacity(REMAP_QUEUE),
             }),
             lift_lock: Mutex::new(()),
+            refused: Mutex::new(Refused::new()),
+            any_refused: AtomicBool::new(false),
             pagemap,
             scan: false,
             pid: std::process::id(),
@@ -384,7 +392,8 @@ impl CowSpace {
     /// (`PAGEMAP_SCAN`: present and not `PAGE_IS_FILE`, so shmem, `MAP_SHARED` and
     /// unwritten pages of private file mappings are refused). Without `PAGEMAP_SCAN`
     /// (kernels before 6.7), and always for the mprotect backend, the mapping is looked up
-    /// in /proc/self/maps instead.
+    /// in /proc/self/maps instead. A span overlapping a mapping found unprotectable before
+    /// (by the maps, or by `UFFDIO_REGISTER` refusing it) is refused at once ([`refused`]).
     pub fn check(&self, span: &[u8], stack: Option<(usize, usize)>) -> Result<(), Ineligible> {
         if self.forked() {
             return Err(Ineligible::Forked);
@@ -397,6 +406,9 @@ impl CowSpace {
             if start < hi && lo < start + len {
                 return Err(Ineligible::Stack);
             }
+        }
+        if self.known_refused(start, start + len) {
+            return Err(Ineligible::NotAnonymous);
         }
         let mprotect = matches!(self.backend, Backend::Mprotect);
         if self.scan && !mprotect {
@@ -418,7 +430,11 @@ impl CowSpace {
         }
         match maps_covering(start, start + len) {
             Ok(vmas) if vmas_private_anon(&vmas, start, start + len, mprotect) => {}
-            _ => return Err(Ineligible::NotAnonymous),
+            Ok(vmas) => {
+                self.remember_refused(&vmas);
+                return Err(Ineligible::NotAnonymous);
+            }
+            Err(_) => return Err(Ineligible::NotAnonymous),
         }
         if !mprotect {
             // No PAGEMAP_SCAN to see residency: populate (maps the zero page where nothing
@@ -519,7 +535,34 @@ impl CowSpace {
         };
         drop(g);
         drop(garbage);
+        if out == Err(Ineligible::Refused(libc::EINVAL)) {
+            // Not a mapping userfaultfd covers (a private file mapping whose written pages
+            // passed the page scan as anonymous): remember it, outside the table lock.
+            if let Ok(vmas) = maps_covering(start, start + len) {
+                self.remember_refused(&vmas);
+            }
+        }
         out
+    }
+
+    /// Whether `start..end` overlaps a mapping found unprotectable (one use of its entry).
+    fn known_refused(&self, start: usize, end: usize) -> bool {
+        if !self.any_refused.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut r = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let covered = r.covers(start, end);
+        self.any_refused.store(!r.is_empty(), Ordering::Relaxed);
+        covered
+    }
+
+    /// Remembers those of `vmas` that are not private anonymous memory.
+    fn remember_refused(&self, vmas: &[vma::Vma]) {
+        let mut r = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        for v in vmas.iter().filter(|v| !(v.private && v.anonymous)) {
+            r.add(v.start, v.end);
+        }
+        self.any_refused.store(!r.is_empty(), Ordering::Relaxed);
     }
 
     fn lift_uffd_unheld(&self, g: &Inner, u: &Userfaultfd, first: usize, pages: usize) {
@@ -1225,5 +1268,70 @@ mod tests {
         assert_eq!(space.check(s, None), Err(Ineligible::NotAnonymous));
         // SAFETY: (test) unmapping our own mapping; `s` is not used after.
         unsafe { libc::munmap(shared, page) };
+    }
+
+    /// iperf3's buffer: a private mapping of a file, written (so its pages are anonymous
+    /// copies and the page scan passes them) — userfaultfd refuses it, and the refusal is
+    /// remembered so the next sends are refused without the scan, the holds and the ioctl.
+    #[test]
+    fn a_private_file_mapping_refused_once_is_refused_at_once_after() {
+        let space = CowSpace::open(BackendKind::Userfaultfd).expect("userfaultfd backend");
+        let page = page_size();
+        let len = 4 * page;
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(len as u64).unwrap();
+        // SAFETY: (test) a private mapping of our own temporary file, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        // SAFETY: (test) the mapping is live, writable, `len` bytes.
+        let s = unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) };
+        s.fill(7);
+        let first = space.check(s, None).and_then(|()| space.protect(s));
+        assert!(
+            matches!(
+                first,
+                Err(Ineligible::Refused(libc::EINVAL)) | Err(Ineligible::NotAnonymous)
+            ),
+            "{first:?}"
+        );
+        assert!(space.any_refused.load(Ordering::Relaxed), "remembered");
+        for _ in 0..refused::USES {
+            assert_eq!(
+                space.check(&s[page..2 * page], None),
+                Err(Ineligible::NotAnonymous)
+            );
+        }
+        // The entry has answered its uses: the mapping is looked at afresh, and refused
+        // again by whichever check sees it.
+        assert!(
+            !space.any_refused.load(Ordering::Relaxed),
+            "forgotten after its uses"
+        );
+        let again = space.check(s, None).and_then(|()| space.protect(s));
+        assert!(again.is_err(), "{again:?}");
+        assert!(
+            space.any_refused.load(Ordering::Relaxed),
+            "remembered again"
+        );
+        // Anonymous memory elsewhere is untouched by the refusal.
+        let mut anon = PageBuf::new(2 * page).unwrap();
+        anon.as_mut_slice().fill(1);
+        assert_eq!(space.check(anon.as_slice(), None), Ok(()));
+        assert_eq!(
+            s.iter().filter(|&&b| b != 7).count(),
+            0,
+            "the bytes are unchanged"
+        );
+        // SAFETY: (test) unmapping our own mapping; `s` is not used after.
+        unsafe { libc::munmap(at, len) };
     }
 }

@@ -155,6 +155,10 @@ pub struct Params {
     pub touch: bool,
     /// When the run ends.
     pub limit: Limit,
+    /// Bytes the receiver asks for per receive call (netperf's `-M`); `None`: as many as
+    /// the sender writes, at least 256 KiB. Stream runs over TCP only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<u64>,
 }
 
 impl Params {
@@ -208,6 +212,16 @@ impl Params {
                 "streams × ring × size = {memory} bytes of buffers exceeds {MAX_RUN_MEMORY}"
             ));
         }
+        if let Some(r) = self.read {
+            if r == 0 || r > MAX_SIZE {
+                return Err(format!(
+                    "read size {r} out of range (1 ..= {MAX_SIZE} bytes)"
+                ));
+            }
+            if self.mode == Mode::Rr {
+                return Err("a read size applies to stream runs (rr reads whole responses)".into());
+            }
+        }
         match self.limit {
             Limit::Bytes(0) => return Err("byte count must be at least 1".into()),
             Limit::Seconds(s) if !(s > 0.0 && s <= MAX_SECONDS) => {
@@ -230,6 +244,9 @@ impl Params {
                 "a UDP message run has one sender (streams 1), not {}",
                 self.streams
             ));
+        }
+        if self.read.is_some() {
+            return Err("a read size applies to TCP streams (UDP reads whole messages)".into());
         }
         if self.size > MAX_UDP_MESSAGE {
             return Err(format!(
@@ -653,6 +670,7 @@ mod tests {
             ring: 16,
             touch: true,
             limit: Limit::Bytes(1 << 30),
+            read: None,
         }
     }
 
@@ -666,6 +684,7 @@ mod tests {
             ring: 16,
             touch: false,
             limit: Limit::Bytes(1 << 24),
+            read: None,
         }
     }
 
@@ -768,6 +787,14 @@ mod tests {
                 "size 0",
             ),
             (udp_params(Mode::Rr), &udp, "reply port"),
+            (
+                Params {
+                    read: Some(65536),
+                    ..udp_params(Mode::Stream)
+                },
+                &udp,
+                "TCP streams",
+            ),
         ];
         for (p, u, want) in cases {
             let e = hello(p.clone(), u).expect_err(&format!("{p:?} should be rejected"));
@@ -797,6 +824,12 @@ mod tests {
     fn every_message_round_trips() {
         let msgs = [
             Message::Hello { params: params() },
+            Message::Hello {
+                params: Params {
+                    read: Some(65536),
+                    ..params()
+                },
+            },
             Message::Accept { data_port: 4242 },
             Message::Reject {
                 reason: "no".into(),
@@ -978,6 +1011,29 @@ mod tests {
                     ..params()
                 },
                 "byte count",
+            ),
+            (
+                Params {
+                    read: Some(0),
+                    ..params()
+                },
+                "read size 0 out of range",
+            ),
+            (
+                Params {
+                    read: Some(MAX_SIZE + 1),
+                    ..params()
+                },
+                "read size",
+            ),
+            (
+                Params {
+                    mode: Mode::Rr,
+                    tx: "copy".into(),
+                    read: Some(65536),
+                    ..params()
+                },
+                "stream runs",
             ),
             (
                 Params {

@@ -379,6 +379,9 @@ pub struct Run {
     pub ring: u32,
     /// Sender wrote and receiver read every word of the data.
     pub touch: bool,
+    /// Bytes the receiver asked for per receive call (`--read-size`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_size: Option<u64>,
     /// Index of this run among the repeats of its configuration (0-based).
     pub repeat: u32,
     /// Payload bytes the client sent.
@@ -772,6 +775,7 @@ pub(crate) mod tests {
             streams: 1,
             ring: 8,
             touch: false,
+            read_size: None,
             repeat: 0,
             bytes_sent: 1 << 30,
             bytes_received: 1 << 30,

@@ -23,6 +23,7 @@ fn params() -> Params {
         ring: 8,
         touch: true,
         limit: Limit::Bytes(1 << 20),
+        read: Some(65536),
     }
 }
 

@@ -141,6 +141,7 @@ fn spec(
             ring: bench::default_ring(size, Mode::Stream),
             touch,
             limit: Limit::Seconds(time),
+            read: None,
         },
         label: String::new(),
         repeat,

@@ -197,6 +197,62 @@ fn auto_against_the_best_pair_measures_one_pair_twice_beside_it() {
     }
 }
 
+/// `--read-size` (netperf's `-M`) bounds every receive call: 8 MiB read 4 KiB at a time is
+/// at least 2048 timed `recv` calls, every byte still counted at both ends, and the size is
+/// in the report. Zero and UDP runs are refused before anything runs.
+#[test]
+fn the_read_size_bounds_every_receive_call() {
+    let out = run_bounded(
+        zcnet().args([
+            "bench",
+            "--tx",
+            "copy",
+            "--rx",
+            "copy",
+            "--size",
+            "64K",
+            "--read-size",
+            "4K",
+            "--bytes",
+            "8M",
+            "--repeat",
+            "1",
+            "--json",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report = check_report_json(&out.stdout, 1);
+    let r = &report.runs[0];
+    assert_eq!(r.read_size, Some(4096));
+    assert_eq!(r.bytes_received, 8 << 20);
+    let calls = r.latency.recv.as_ref().expect("receive calls timed").count;
+    assert!(
+        calls >= (8 << 20) / 4096,
+        "{calls} receive calls for 8 MiB at 4 KiB"
+    );
+    for (args, want) in [
+        (
+            &["--read-size", "0"][..],
+            "invalid value '0' for '--read-size",
+        ),
+        (&["--proto", "udp", "--read-size", "4K"][..], "TCP streams"),
+    ] {
+        let out = run_bounded(
+            zcnet()
+                .args(["bench", "--bytes", "1M", "--repeat", "1"])
+                .args(args),
+            Duration::from_secs(10),
+        );
+        assert!(!out.status.success(), "{args:?} ran");
+        assert!(
+            text(&out.stderr).contains(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn request_response_counts_both_directions() {
     let out = run_bounded(
@@ -270,6 +326,7 @@ fn a_peer_of_another_version_is_told_and_says_so() {
         ring: 8,
         touch: false,
         limit: protocol::Limit::Bytes(4096),
+        read: None,
     };
     c.write_all(&protocol::encode_with_version(
         &Message::Hello { params },

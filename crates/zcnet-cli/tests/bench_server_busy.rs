@@ -21,6 +21,7 @@ fn params() -> protocol::Params {
         ring: 8,
         touch: false,
         limit: protocol::Limit::Bytes(1 << 20),
+        read: None,
     }
 }
 

@@ -510,6 +510,7 @@ fn params(mode: Mode, size: u64, messages: u64) -> Params {
         ring: 2,
         touch: false,
         limit: Limit::Bytes(size * messages),
+        read: None,
     }
 }
 

@@ -169,6 +169,11 @@ pub struct Args {
     /// Sender writes every word before sending, receiver reads every word after receiving.
     #[arg(long)]
     touch: bool,
+    /// Bytes the receiver asks for per receive call, as netperf's `-M` (TCP streams): the
+    /// copy path's buffer, the mapping path's scratch, the uring path's provided buffers.
+    /// Default: as many as the sender writes, at least 256 KiB.
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    read_size: Option<u64>,
     /// Request/response ping-pong (NetPIPE): round-trip latency and bandwidth by size.
     #[arg(long)]
     rr: bool,
@@ -242,6 +247,7 @@ fn bench_only(args: &Args) -> Option<&'static str> {
         (args.mtu.is_some(), "--mtu"),
         (args.ring.is_some(), "--ring"),
         (args.touch, "--touch"),
+        (args.read_size.is_some(), "--read-size"),
         (args.plot.is_some(), "--plot"),
         (args.suite.is_some(), "--suite"),
         (args.server, "--server"),
@@ -664,6 +670,7 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
                         ring: args.ring.unwrap_or_else(|| default_ring(size, mode)),
                         touch: args.touch,
                         limit,
+                        read: args.read_size,
                     };
                     let known_rx: Vec<&str> = if env.is_sink() {
                         vec!["none"]
@@ -784,6 +791,12 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
     }
     if args.touch {
         s += ", data touched";
+    }
+    if let Some(r) = args.read_size {
+        s += &format!(
+            ", receivers read at most {} per call",
+            zcnet_bench::sizes::ByteSize(r)
+        );
     }
     match (args.time, args.bytes) {
         (Some(t), _) => s += &format!(", {t} s per run"),

@@ -84,6 +84,7 @@ impl Cx {
                 ring: default_ring(size, Mode::Stream),
                 touch: false,
                 limit: Limit::Seconds(self.budget.seconds),
+                read: None,
             },
             label: label.into(),
             repeat: 0,

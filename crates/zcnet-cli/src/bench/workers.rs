@@ -78,7 +78,11 @@ pub(crate) fn receiver_config(p: &Params) -> Result<ReceiverConfig, BenchError> 
     // and as many wake-ups of the sender — per write where iperf3 takes one. The mapping
     // (and the uring path's ring of provided buffers) grows with it: 16 reads' worth, up to
     // 1 MiB reads.
-    cfg.buf_bytes = cfg.buf_bytes.max(p.size as usize);
+    // `--read-size` (netperf's `-M`) sets it outright.
+    cfg.buf_bytes = match p.read {
+        Some(r) => r as usize,
+        None => cfg.buf_bytes.max(p.size as usize),
+    };
     cfg.map_bytes = cfg.map_bytes.max(16 * cfg.buf_bytes.min(1 << 20));
     Ok(cfg)
 }

@@ -93,6 +93,17 @@ impl Mapping {
     /// hands out. That is why this takes the contents rather than a caller's `&File`: a
     /// mapping of a file others can write cannot safely be viewed as `&[u8]`.
     pub fn file_copy(contents: &[u8]) -> io::Result<Mapping> {
+        Self::file(contents, false)
+    }
+
+    /// [`Mapping::file_copy`], writable: a write gives the writing page a private anonymous
+    /// copy (copy-on-write of a `MAP_PRIVATE` file page), as a program that fills a buffer it
+    /// mapped from a temporary file does (iperf3's send buffer). The file never changes.
+    pub fn file_copy_writable(contents: &[u8]) -> io::Result<Mapping> {
+        Self::file(contents, true)
+    }
+
+    fn file(contents: &[u8], writable: bool) -> io::Result<Mapping> {
         let len = round_to_pages(contents.len());
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -102,20 +113,26 @@ impl Mapping {
             .open(std::env::temp_dir())?;
         file.write_all(contents)?;
         file.set_len(len as u64)?;
-        // SAFETY: a private read-only mapping of a file only we hold, with a null hint (it
-        // replaces nothing); the result is checked against MAP_FAILED before use. The
-        // mapping keeps its own reference to the file after `file` is closed.
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a private mapping of a file only we hold, with a null hint (it replaces
+        // nothing); the result is checked against MAP_FAILED before use. The mapping keeps
+        // its own reference to the file after `file` is closed. Being private, writes to it
+        // never reach the file.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ,
+                prot,
                 libc::MAP_PRIVATE,
                 file.as_raw_fd(),
                 0,
             )
         };
-        Self::from_mmap(p, len, false)
+        Self::from_mmap(p, len, writable)
     }
 
     fn from_mmap(p: *mut c_void, len: usize, writable: bool) -> io::Result<Mapping> {

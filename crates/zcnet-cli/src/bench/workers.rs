@@ -77,8 +77,7 @@ pub(crate) fn receiver_config(p: &Params) -> Result<ReceiverConfig, BenchError> 
     // `-l` sets both ends' block): at 1 MiB a 256 KiB read buffer took four `recv` calls —
     // and as many wake-ups of the sender — per write where iperf3 takes one. The mapping
     // (and the uring path's ring of provided buffers) grows with it: 16 reads' worth, up to
-    // 1 MiB reads.
-    // `--read-size` (netperf's `-M`) sets it outright.
+    // 1 MiB reads. `--read-size` (netperf's `-M`) sets it outright.
     cfg.buf_bytes = match p.read {
         Some(r) => r as usize,
         None => cfg.buf_bytes.max(p.size as usize),

@@ -535,7 +535,7 @@ impl CowSpace {
         };
         drop(g);
         drop(garbage);
-        if out == Err(Ineligible::Refused(libc::EINVAL)) {
+        if matches!(out, Err(Ineligible::Refused(libc::EINVAL))) {
             // Not a mapping userfaultfd covers (a private file mapping whose written pages
             // passed the page scan as anonymous): remember it, outside the table lock.
             if let Ok(vmas) = maps_covering(start, start + len) {
@@ -1277,23 +1277,8 @@ mod tests {
     fn a_private_file_mapping_refused_once_is_refused_at_once_after() {
         let space = CowSpace::open(BackendKind::Userfaultfd).expect("userfaultfd backend");
         let page = page_size();
-        let len = 4 * page;
-        let file = tempfile::tempfile().unwrap();
-        file.set_len(len as u64).unwrap();
-        // SAFETY: (test) a private mapping of our own temporary file, unmapped below.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(at, libc::MAP_FAILED);
-        // SAFETY: (test) the mapping is live, writable, `len` bytes.
-        let s = unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) };
+        let mut file = crate::testing::Mapping::file_copy_writable(&vec![0; 4 * page]).unwrap();
+        let s = file.as_mut_slice();
         s.fill(7);
         let first = space.check(s, None).and_then(|()| space.protect(s));
         assert!(
@@ -1331,7 +1316,6 @@ mod tests {
             0,
             "the bytes are unchanged"
         );
-        // SAFETY: (test) unmapping our own mapping; `s` is not used after.
-        unsafe { libc::munmap(at, len) };
+        file.unmap().unwrap();
     }
 }

@@ -13,16 +13,24 @@
 //! GiB of both ends ([`zcnet_bench::measure`]).
 //!
 //! Then a second pass re-checks the choices a noisy run could have made: at every size where
-//! the cheapest pair is not `copy → copy`, and on both sides of every crossover, the chosen
-//! pair, the runner-up and `copy → copy` run `--repeat` more times; the profile is written
-//! from all runs, and a choice the re-check changed is printed. A pair is chosen only if all
-//! its runs beat all of `copy → copy`'s (its range lies below), so one noisy run can keep
-//! `copy` but cannot make another pair win.
+//! the cheapest pair is not `copy → copy`, on both sides of every crossover, and wherever
+//! the cheapest other pair's range overlaps `copy → copy`'s (the first pass could not tell
+//! them apart, whichever median came out lower), the chosen pair, the runner-up and
+//! `copy → copy` run `--repeat` more times, each for `--recheck-time` (1 s by default): over
+//! veth at 16 KiB, 0.25-s runs of `copy → copy` and `copy → mmap` spread ±12–24 %, 1-s runs
+//! ±3–10 %, and a first pass of 0.25-s runs put `copy → copy` first where fifteen 1-s runs
+//! put `copy → mmap` first in four sittings running (`docs/measurements/auto.md`). The
+//! profile is written from all runs, and a choice the re-check changed is printed. A pair
+//! is chosen outright only if all its runs beat all of `copy → copy`'s (its range lies
+//! below), so one noisy run can keep `copy` but cannot make another pair win; where the
+//! ranges overlap, `auto` aims both ends at the pair with the cheapest median and the
+//! receiver tries it on the connection (`zcnet::auto::trial`).
 //!
 //! Wall time, bounded by the plan: 17 configurations × sizes × touch variants × repeats ×
-//! `--time`, plus at most 3 × sizes × touch variants × repeats re-check runs, plus about
-//! 0.1 s of set-up per run. The defaults (6 sizes, both touch variants, 3 repeats, 0.25 s)
-//! plan 612 runs + at most 108: about four minutes of measuring, five or six in all.
+//! `--time`, plus at most 3 × sizes × touch variants × repeats re-check runs of
+//! `--recheck-time`, plus about 0.1 s of set-up per run. The defaults (6 sizes, both touch
+//! variants, 3 repeats, 0.25 s, 1 s) plan 612 runs + at most 108: about four minutes of
+//! measuring and at most two more of re-checking, seven or eight in all.
 //!
 //! One profile per interface measured, keyed by kernel release, interface and MTU, in the
 //! directory `auto` looks in.
@@ -73,6 +81,10 @@ pub struct Args {
     /// Seconds per run.
     #[arg(long, default_value_t = 0.25, value_name = "S")]
     time: f64,
+    /// Seconds per re-check run (at least --time): the choices re-checked are the close
+    /// ones, which short runs cannot order.
+    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    recheck_time: f64,
     /// Measure only untouched data (halves the time; `auto` then has no touch variant and
     /// falls back to its defaults for applications that touch their data).
     #[arg(long)]
@@ -156,6 +168,11 @@ fn check_args(args: &Args) -> Result<Vec<u64>, BenchError> {
     if !(args.time.is_finite() && args.time >= 0.05) {
         return Err(BenchError::Usage("--time must be at least 0.05 s".into()));
     }
+    if !(args.recheck_time.is_finite() && args.recheck_time >= 0.05) {
+        return Err(BenchError::Usage(
+            "--recheck-time must be at least 0.05 s".into(),
+        ));
+    }
     parse_sizes(&args.size).map_err(|e| BenchError::Usage(e.to_string()))
 }
 
@@ -203,8 +220,8 @@ fn contenders(pairs: &[PairMeasurement], size: u64, touch: bool) -> Vec<(TxPath,
 }
 
 /// The (size, touch) points to measure again before writing: every size where the chosen
-/// pair is not `copy → copy`, and both sides of every crossover — the choices a noisy run
-/// could have made.
+/// pair is not `copy → copy`, both sides of every crossover, and every size whose order the
+/// first pass could not tell ([`undecided`]) — the choices a noisy run could have made.
 fn recheck_points(pairs: &[PairMeasurement], sizes: &[u64], touches: &[bool]) -> Vec<(u64, bool)> {
     let mut out = Vec::new();
     for &touch in touches {
@@ -213,7 +230,7 @@ fn recheck_points(pairs: &[PairMeasurement], sizes: &[u64], touches: &[bool]) ->
         for (i, &size) in sizes.iter().enumerate() {
             let crossover = (i > 0 && chosen[i - 1] != chosen[i])
                 || (i + 1 < sizes.len() && chosen[i + 1] != chosen[i]);
-            if chosen[i] != PathPair::DEFAULT || crossover {
+            if chosen[i] != PathPair::DEFAULT || crossover || undecided(pairs, size, touch) {
                 out.push((size, touch));
             }
         }
@@ -221,8 +238,29 @@ fn recheck_points(pairs: &[PairMeasurement], sizes: &[u64], touches: &[bool]) ->
     out
 }
 
-/// The second pass: the contenders at each re-check point, `repeat` more runs each,
-/// interleaved.
+/// Whether the cheapest pair other than `copy → copy` (by median) has a range that overlaps
+/// `copy → copy`'s at this point: the runs cannot order the two, whichever median is lower.
+fn undecided(pairs: &[PairMeasurement], size: u64, touch: bool) -> bool {
+    let at = |p: &&PairMeasurement| p.size == size && p.touch == touch;
+    let Some(base) = pairs
+        .iter()
+        .filter(at)
+        .find(|p| p.pair() == PathPair::DEFAULT)
+    else {
+        return false;
+    };
+    let runner = pairs
+        .iter()
+        .filter(at)
+        .filter(|p| p.pair() != PathPair::DEFAULT)
+        .min_by(|a, b| a.cpu_s_per_gib.median.total_cmp(&b.cpu_s_per_gib.median));
+    runner.is_some_and(|r| {
+        r.cpu_s_per_gib.lo <= base.cpu_s_per_gib.hi && base.cpu_s_per_gib.lo <= r.cpu_s_per_gib.hi
+    })
+}
+
+/// The second pass: the contenders at each re-check point, `repeat` more runs each of
+/// `--recheck-time` (never shorter than `--time`), interleaved.
 fn recheck_plan(
     args: &Args,
     env: &Env,
@@ -239,7 +277,7 @@ fn recheck_plan(
                     names,
                     size,
                     touch,
-                    args.time,
+                    args.recheck_time.max(args.time),
                     args.repeat + repeat,
                 ));
             }
@@ -327,9 +365,10 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
     let again = recheck_plan(args, &env, &first, &points);
     if !again.is_empty() {
         eprintln!(
-            "zcnet tune: re-checking {} choices ({} runs)",
+            "zcnet tune: re-checking {} choices ({} runs, {:.2} s each)",
             points.len(),
-            again.len()
+            again.len(),
+            args.recheck_time.max(args.time)
         );
         runs.extend(bench::execute(&env, &again, true)?);
     }
@@ -526,4 +565,102 @@ fn table<P: AutoPath>(what: &str, rows: &[Measurement<P>], touch: bool) -> Strin
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcnet::auto::Spread;
+
+    const KIB: u64 = 1024;
+
+    fn pm(tx: TxPath, rx: RxPath, size: u64, median: f64, w: f64) -> PairMeasurement {
+        PairMeasurement {
+            tx,
+            rx,
+            size,
+            touch: false,
+            cpu_s_per_gib: Spread {
+                median,
+                lo: median * (1.0 - w),
+                hi: median * (1.0 + w),
+            },
+            zc_fraction_tx: Some(0.0),
+            zc_fraction_rx: Some(0.0),
+        }
+    }
+
+    /// Four sizes, `copy → copy` cheapest by median at each (no crossover, nothing chosen
+    /// but copy): at 16K `copy → mmap` 4 % dearer with overlapping ranges, elsewhere the
+    /// runner-up clear of copy's range.
+    fn table() -> Vec<PairMeasurement> {
+        use RxPath as R;
+        use TxPath as T;
+        let mut v = Vec::new();
+        for (size, mmap, w) in [
+            (4 * KIB, 1.5, 0.05),
+            (16 * KIB, 1.04, 0.15),
+            (64 * KIB, 1.5, 0.05),
+            (256 * KIB, 1.6, 0.05),
+        ] {
+            v.push(pm(T::Copy, R::Copy, size, 1.0, w));
+            v.push(pm(T::Copy, R::Mmap, size, mmap, w));
+            v.push(pm(T::Uring, R::Copy, size, 1.8, w));
+        }
+        v
+    }
+
+    #[test]
+    fn a_point_the_first_pass_could_not_order_is_rechecked_though_copy_won_it() {
+        let t = table();
+        let sizes = [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB];
+        let c = pair::chooser(&t, false);
+        assert!(sizes
+            .iter()
+            .all(|&s| c.choose(s, true).path == PathPair::DEFAULT));
+        assert!(undecided(&t, 16 * KIB, false));
+        assert!(!undecided(&t, 4 * KIB, false));
+        assert_eq!(
+            recheck_points(&t, &sizes, &[false]),
+            vec![(16 * KIB, false)]
+        );
+        // Its contenders: copy → copy and the runner-up.
+        assert_eq!(
+            contenders(&t, 16 * KIB, false),
+            vec![(TxPath::Copy, RxPath::Copy), (TxPath::Copy, RxPath::Mmap)]
+        );
+        // No measurement at a point: nothing to tell.
+        assert!(!undecided(&t, 1 << 20, false));
+        assert!(!undecided(&t, 16 * KIB, true));
+    }
+
+    #[test]
+    fn rechecks_run_for_the_recheck_time_never_shorter_than_the_first_pass() {
+        // A remote environment starts nothing: the plan needs only its description.
+        let env = Env::open(Topology::Loopback, None, Some("127.0.0.1:9")).expect("an address");
+        let mut args = Args {
+            topology: TuneTopology::Loopback,
+            mtu: None,
+            out: None,
+            dir: None,
+            size: "16K".into(),
+            repeat: 2,
+            time: 0.25,
+            recheck_time: 1.0,
+            no_touch: true,
+            plot: None,
+        };
+        let t = table();
+        let specs = recheck_plan(&args, &env, &t, &[(16 * KIB, false)]);
+        // Two contenders, two repeats, numbered after the first pass's.
+        assert_eq!(specs.len(), 4);
+        assert!(specs
+            .iter()
+            .all(|s| s.params.limit == Limit::Seconds(1.0) && s.repeat >= 2));
+        args.time = 2.0;
+        let specs = recheck_plan(&args, &env, &t, &[(16 * KIB, false)]);
+        assert!(specs.iter().all(|s| s.params.limit == Limit::Seconds(2.0)));
+        args.recheck_time = f64::NAN;
+        assert!(check_args(&args).is_err());
+    }
 }

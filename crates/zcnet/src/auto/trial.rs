@@ -23,6 +23,20 @@
 //! maps nothing (every byte read as `unmappable`, as from a copying sender over veth) but
 //! costs less is kept.
 //!
+//! One exception to "a tie keeps copy" ([`Trial::favouring`]): a candidate that a pairs
+//! table — both ends measured together on this host — put in the cheapest pair by median,
+//! though within its spread. The trial sees only the receiving thread's clock, and a
+//! receive path's saving can lie on the *sender*: over veth at 16 KiB, a copy sender into
+//! the mapping receiver cost 1.19 s/GiB against 1.44–1.54 into copy, the receivers level
+//! (0.79–0.83), in four sittings running (`docs/measurements/auto.md`). A trial that keeps
+//! copy on a tie there throws away what the pairs measured. So the favoured candidate is
+//! kept unless its median is dearer than copy by more than a tolerance: the margin, or the
+//! share `f` of `copy → copy`'s cost its pair saved in the table if larger. That bound is
+//! safe whatever the receiver's part of a pair's cost: the receiver costs at most the
+//! pair's sum, so an excess of at most `f` of its own copy cost is at most the pair's
+//! saving `f × (copy → copy)`. A candidate cheaper than the favoured one by the margin
+//! still wins, and the run-time check still leaves it if it turns dearer.
+//!
 //! Each window is preceded by a settling stretch of a quarter window on its arm, unmeasured:
 //! the switch itself (a parked `uring` handing out what it had received, the mapping
 //! receiver's held bytes) lands there, not in the window.
@@ -73,6 +87,9 @@ pub struct Trial<P> {
     slot: usize,
     phase: Phase,
     pick: Option<P>,
+    /// A candidate kept on a tie with copy, and the ratio to copy up to which it is kept
+    /// ([`Trial::favouring`]).
+    favoured: Option<(P, f64)>,
 }
 
 impl<P: AutoPath> Trial<P> {
@@ -101,7 +118,21 @@ impl<P: AutoPath> Trial<P> {
             round: 0,
             slot: 0,
             phase: Self::start_phase(settle),
+            favoured: None,
         }
+    }
+
+    /// Keeps `path` (one of the candidates; ignored otherwise) unless the trial finds it
+    /// dearer than copy by more than `saving` or the margin, whichever is larger, or another
+    /// candidate cheaper than it by the margin: for the receive half of the cheapest pair a
+    /// pairs table measured, `saving` being the share of `copy → copy`'s cost that pair
+    /// saved there — an advantage the receiving thread's clock may not see (module docs).
+    pub fn favouring(mut self, path: P, saving: f64) -> Self {
+        if path != P::DEFAULT && self.arms.contains(&path) {
+            let saving = if saving.is_finite() { saving } else { 0.0 };
+            self.favoured = Some((path, 1.0 + saving.clamp(self.margin, 1.0)));
+        }
+        self
     }
 
     fn start_phase(settle: u64) -> Phase {
@@ -207,18 +238,30 @@ impl<P: AutoPath> Trial<P> {
     }
 
     /// The candidate with the lowest median ratio if it beats copy by the margin, else copy;
-    /// ties go to the earlier candidate.
+    /// ties go to the earlier candidate. With a favoured candidate
+    /// ([`Trial::favouring`]) the bar is that one instead of copy, as long as it is not
+    /// dearer than copy by more than its tolerance.
     fn decide(&self) -> P {
-        let best = self
-            .ratios()
-            .into_iter()
-            .filter_map(|(p, r)| r.map(|r| (p, r)))
-            .fold(None::<(P, f64)>, |best, (p, r)| match best {
+        let ratios = self.ratios();
+        let best = ratios.iter().filter_map(|&(p, r)| r.map(|r| (p, r))).fold(
+            None::<(P, f64)>,
+            |best, (p, r)| match best {
                 Some((_, b)) if b <= r => best,
                 _ => Some((p, r)),
-            });
-        match best {
-            Some((p, r)) if r * (1.0 + self.margin) < 1.0 => p,
+            },
+        );
+        let favoured = self.favoured.and_then(|(f, within)| {
+            ratios
+                .iter()
+                .find(|(p, _)| *p == f)
+                .and_then(|&(_, r)| r)
+                .filter(|&r| r <= within)
+                .map(|r| (f, r))
+        });
+        let bar = favoured.map_or(1.0, |(_, r)| r);
+        match (best, favoured) {
+            (Some((p, r)), _) if r * (1.0 + self.margin) < bar => p,
+            (_, Some((f, _))) => f,
             _ => P::DEFAULT,
         }
     }
@@ -343,6 +386,94 @@ mod tests {
         // One candidate is still measured against copy.
         let t = Trial::new(&[RxPath::Mmap], 4, W, 0.05);
         assert_eq!((t.picked(), t.wanted()), (None, RxPath::Mmap));
+    }
+
+    /// [`drive`] with `mmap` favoured, its pair having saved `saving` of copy's cost.
+    fn drive_favouring_mmap_saving(
+        saving: f64,
+        cost: impl Fn(RxPath, usize) -> f64,
+    ) -> (RxPath, Trial<RxPath>) {
+        let mut t =
+            Trial::new(&[RxPath::Uring, RxPath::Mmap], 4, W, 0.05).favouring(RxPath::Mmap, saving);
+        let clock = Cell::new(0u64);
+        for i in 0..10_000 {
+            if let Some(p) = t.picked() {
+                return (p, t);
+            }
+            let p = t.route(|| clock.get());
+            clock.set(clock.get() + (cost(p, i / ROUND_OPS) * OP as f64) as u64);
+            t.after(OP, || clock.get());
+        }
+        panic!("no pick");
+    }
+
+    /// [`drive_favouring_mmap_saving`] with a pair that saved less than the margin.
+    fn drive_favouring_mmap(cost: impl Fn(RxPath, usize) -> f64) -> (RxPath, Trial<RxPath>) {
+        drive_favouring_mmap_saving(0.01, cost)
+    }
+
+    #[test]
+    fn a_favoured_candidate_wins_a_tie_with_copy_but_not_a_clear_loss() {
+        // Level with copy, or dearer within the margin: the pairs' choice stands.
+        for m in [1.0, 0.98, 1.04] {
+            let (p, t) = drive_favouring_mmap(|p, _| if p == RxPath::Mmap { m } else { 1.0 });
+            assert_eq!(p, RxPath::Mmap, "mmap at {m}: {:?}", t.ratios());
+        }
+        // Dearer than copy by more than the margin: copy.
+        let (p, t) = drive_favouring_mmap(|p, _| if p == RxPath::Mmap { 1.08 } else { 1.0 });
+        assert_eq!(p, RxPath::Copy, "{:?}", t.ratios());
+        // Without the favour the same tie keeps copy.
+        let (p, ..) = drive(|_, _| 1.0);
+        assert_eq!(p, RxPath::Copy);
+    }
+
+    #[test]
+    fn a_candidate_clearly_cheaper_than_the_favoured_one_still_wins() {
+        // uring beats the favoured mmap by more than the margin: uring.
+        let (p, t) = drive_favouring_mmap(|p, _| match p {
+            RxPath::Uring => 0.8,
+            RxPath::Mmap => 0.95,
+            _ => 1.0,
+        });
+        assert_eq!(p, RxPath::Uring, "{:?}", t.ratios());
+        // Within the margin of it: the favoured one.
+        let (p, t) = drive_favouring_mmap(|p, _| match p {
+            RxPath::Uring => 0.93,
+            RxPath::Mmap => 0.95,
+            _ => 1.0,
+        });
+        assert_eq!(p, RxPath::Mmap, "{:?}", t.ratios());
+        // Favouring copy, or a path not among the candidates, changes nothing.
+        let t = Trial::new(&[RxPath::Uring], 4, W, 0.05).favouring(RxPath::Mmap, 0.1);
+        assert_eq!(t.favoured, None);
+        let t = Trial::new(&[RxPath::Uring], 4, W, 0.05).favouring(RxPath::Copy, 0.1);
+        assert_eq!(t.favoured, None);
+    }
+
+    #[test]
+    fn the_tolerance_is_the_pairs_saving_when_it_exceeds_the_margin() {
+        // The pair saved 12 %: mmap 10 % dearer on the receiver alone is kept, 20 % is not
+        // (uring, dearer still, is no rival).
+        let (p, t) = drive_favouring_mmap_saving(0.12, |p, _| match p {
+            RxPath::Mmap => 1.10,
+            RxPath::Uring => 1.3,
+            _ => 1.0,
+        });
+        assert_eq!(p, RxPath::Mmap, "{:?}", t.ratios());
+        let (p, t) = drive_favouring_mmap_saving(0.12, |p, _| match p {
+            RxPath::Mmap => 1.2,
+            RxPath::Uring => 1.3,
+            _ => 1.0,
+        });
+        assert_eq!(p, RxPath::Copy, "{:?}", t.ratios());
+        // A saving below the margin, negative or not a number: the margin.
+        for saving in [0.01, -0.3, f64::NAN] {
+            let t = Trial::new(&[RxPath::Mmap], 4, W, 0.05).favouring(RxPath::Mmap, saving);
+            assert_eq!(t.favoured, Some((RxPath::Mmap, 1.05)), "{saving}");
+        }
+        // Never more than double.
+        let t = Trial::new(&[RxPath::Mmap], 4, W, 0.05).favouring(RxPath::Mmap, 5.0);
+        assert_eq!(t.favoured, Some((RxPath::Mmap, 2.0)));
     }
 
     #[test]

@@ -62,6 +62,11 @@ pub(crate) struct AutoRxChoice {
     /// No profile, or one whose measurements could not tell (`SpreadOverlap`): the
     /// candidates tried ([`TRIAL`]); empty when a profile chose.
     pub trial: Vec<RxPath>,
+    /// With a pairs table that could not tell: the receive half of its cheapest pair by
+    /// median, and the share of `copy → copy`'s cost that pair saved there; the trial keeps
+    /// it unless it measures it dearer than copy by more than that share (or the margin)
+    /// ([`Trial::favouring`]).
+    pub favoured: Option<(RxPath, f64)>,
     /// Why no profile is in force, if none is.
     pub note: Option<String>,
     /// The decision, for `Stats`.
@@ -77,12 +82,14 @@ pub(crate) fn choose(
     local: IpAddr,
 ) -> AutoRxChoice {
     let loaded = load::load(profile, local);
+    let paired = loaded
+        .profile
+        .as_deref()
+        .is_some_and(|p| pair::has_pairs(&p.pairs, touch));
     let chooser = match loaded.profile.as_deref() {
         // Both ends measured together on this host: the receiver's half of the cheapest
         // pair (the sender, if `auto` on the same profile, takes the other half).
-        Some(p) if pair::has_pairs(&p.pairs, touch) => {
-            Chooser::from_measurements(&pair::rx_rows(&p.pairs, touch), touch)
-        }
+        Some(p) if paired => Chooser::from_measurements(&pair::rx_rows(&p.pairs, touch), touch),
         Some(p) => Chooser::from_measurements(&p.rx, touch),
         None => Chooser::defaults(),
     };
@@ -92,7 +99,8 @@ pub(crate) fn choose(
     // Nothing measured here, and not told to stay on the built-in default: try the
     // candidates. Likewise where the profile measured a path cheaper than copy but within
     // the spread of its repeats (`SpreadOverlap`): the profile cannot tell, so the
-    // connection measures it itself, and a tie still keeps copy. Over veth at 16 KiB `tune`
+    // connection measures it itself, and a tie keeps copy — unless the table is a pairs
+    // table, whose cheapest pair the trial then favours (below). Over veth at 16 KiB `tune`
     // kept copy so (2.382 [1.98–2.99] against mmap's 2.353 [1.95–2.93] CPU-s/GiB) while the
     // bench's medians put copy → mmap 10 % under copy → copy.
     use crate::auto::ChoiceReason;
@@ -101,6 +109,17 @@ pub(crate) fn choose(
         ChoiceReason::SpreadOverlap => true,
         _ => false,
     };
+    // The pairs' rows are the sums of both ends: where they put a candidate's pair cheapest
+    // by median, the trial — which sees the receiver alone — keeps it on a tie.
+    let favoured = (trial && paired && choice.reason == ChoiceReason::SpreadOverlap)
+        .then(|| chooser.cheapest_median(size))
+        .flatten()
+        .filter(|p| TRIAL.contains(p))
+        .and_then(|p| {
+            let copy = chooser.estimate(RxPath::Copy, size)?.median;
+            let it = chooser.estimate(p, size)?.median;
+            (copy > 0.0).then(|| (p, 1.0 - it / copy))
+        });
     let (path, trial) = if trial {
         if choice.reason == ChoiceReason::NoProfile {
             delta.decisions += 1;
@@ -108,13 +127,22 @@ pub(crate) fn choose(
             delta.record_choice(&choice);
         }
         delta.chose_trial += 1;
-        (TRIAL[0], TRIAL.to_vec())
+        // A favoured candidate is tried alone against copy: the pairs measured the others'
+        // pairs dearer, and each arm the trial adds spends a third of its bytes elsewhere
+        // (over veth at 16 KiB a 240 MiB trial is 0.4 s of a 1-s transfer, and `copy →
+        // uring` read 22 % over `copy → mmap` there).
+        let order = match favoured {
+            Some((f, _)) => vec![f],
+            None => TRIAL.to_vec(),
+        };
+        (order[0], order)
     } else {
         delta.record_choice(&choice);
         (choice.path, Vec::new())
     };
     AutoRxChoice {
         path,
+        favoured,
         // A trial's `mmap` is judged by its cost against copy, not by whether it maps: from a
         // copying sender it maps nothing over loopback or veth (kernel-findings §2) and can
         // still cost less, so mapping nothing is no reason to demote it mid-trial.
@@ -272,8 +300,13 @@ impl AutoRx {
                 _ => false,
             })
             .collect();
-        let trial = (!choice.trial.is_empty())
-            .then(|| Trial::new(&here, TRIAL_ROUNDS, window, crate::auto::cost::MARGIN));
+        let trial = (!choice.trial.is_empty()).then(|| {
+            let t = Trial::new(&here, TRIAL_ROUNDS, window, crate::auto::cost::MARGIN);
+            match choice.favoured {
+                Some((f, saving)) => t.favouring(f, saving),
+                None => t,
+            }
+        });
         let wanted = match &trial {
             Some(t) => t.picked().unwrap_or(RxPath::Copy),
             None => choice.path,
@@ -552,6 +585,64 @@ mod tests {
         assert!(c.trial.is_empty());
         assert_eq!(c.path, RxPath::Copy);
         assert_eq!(c.delta.chose_trial, 0);
+    }
+
+    /// A profile with a pairs table at 16 KiB and 1 MiB: `copy → copy` at 1.0 and
+    /// `copy → mmap` at `mmap` CPU-s/GiB (both ends), `copy → uring` at 1.02, each ±`spread`.
+    fn pairs_profile(mmap: f64, spread: f64) -> ProfileSource {
+        use crate::auto::{PairMeasurement, Profile, Spread};
+        use crate::path::TxPath;
+        let row = |rx, size, median: f64| PairMeasurement {
+            tx: TxPath::Copy,
+            rx,
+            size,
+            touch: false,
+            cpu_s_per_gib: Spread::around(median, spread),
+            zc_fraction_tx: Some(0.0),
+            zc_fraction_rx: Some(0.0),
+        };
+        let mut p = Profile::scripted(Vec::new(), Vec::new());
+        p.pairs = [16u64 << 10, 1 << 20]
+            .into_iter()
+            .flat_map(|s| {
+                [
+                    row(RxPath::Copy, s, 1.0),
+                    row(RxPath::Mmap, s, mmap),
+                    row(RxPath::Uring, s, 1.02),
+                ]
+            })
+            .collect();
+        ProfileSource::Given(std::sync::Arc::new(p))
+    }
+
+    #[test]
+    fn where_the_pairs_cannot_tell_the_trial_favours_their_cheapest_receive_half() {
+        let here = IpAddr::from([127, 0, 0, 1]);
+        // copy → mmap 8 % under copy → copy by median, inside its ±15 %: the pairs cannot
+        // tell, so the connection tries mmap alone against copy, starting on it and keeping
+        // it on a tie (copy → uring, 2 % over copy → copy, is not tried).
+        let c = choose(&pairs_profile(0.92, 0.15), false, 16 << 10, here);
+        let (f, saving) = c.favoured.expect("mmap favoured");
+        assert_eq!(f, RxPath::Mmap);
+        assert!((saving - 0.08).abs() < 1e-9, "the pair saved 8 %: {saving}");
+        assert_eq!(c.trial, vec![RxPath::Mmap]);
+        assert_eq!(c.path, RxPath::Mmap);
+        assert_eq!(c.delta.chose_trial, 1);
+        // A single-end table that cannot tell (no pairs) favours nothing: its rows are each
+        // path against a copy peer, blind to the sender the pairs see.
+        let c = choose(&rx_profile(0.92, 0.15), false, 16 << 10, here);
+        assert_eq!(c.favoured, None);
+        assert_eq!(c.trial, TRIAL.to_vec());
+        // Pairs clear about it: chosen outright, no trial, nothing favoured.
+        let c = choose(&pairs_profile(0.5, 0.05), false, 16 << 10, here);
+        assert_eq!(c.path, RxPath::Mmap);
+        assert!(c.favoured.is_none());
+        assert!(c.trial.is_empty());
+        // copy → copy cheapest: no trial.
+        let c = choose(&pairs_profile(1.2, 0.15), false, 16 << 10, here);
+        assert_eq!(c.path, RxPath::Copy);
+        assert!(c.favoured.is_none());
+        assert!(c.trial.is_empty());
     }
 
     const WINDOW: u64 = 1 << 20;

@@ -27,6 +27,8 @@ fn tune_writes_a_profile_that_auto_then_uses() {
                 "2",
                 "--time",
                 "0.05",
+                "--recheck-time",
+                "0.05",
                 "--no-touch",
                 "--dir",
             ])

@@ -135,6 +135,16 @@ impl<P: AutoPath> Trial<P> {
         self
     }
 
+    /// How much dearer than copy `path` may be and still be kept: its tolerance if it is
+    /// the favoured candidate ([`Trial::favouring`]), else the margin — for the run-time
+    /// check that follows the trial, so that it judges the pick as the trial did.
+    pub fn margin_for(&self, path: P) -> f64 {
+        match self.favoured {
+            Some((f, within)) if f == path => within - 1.0,
+            _ => self.margin,
+        }
+    }
+
     fn start_phase(settle: u64) -> Phase {
         if settle == 0 {
             Phase::Measuring { t0: None, bytes: 0 }
@@ -474,6 +484,12 @@ mod tests {
         // Never more than double.
         let t = Trial::new(&[RxPath::Mmap], 4, W, 0.05).favouring(RxPath::Mmap, 5.0);
         assert_eq!(t.favoured, Some((RxPath::Mmap, 2.0)));
+        // The check after the trial judges the favoured pick by the same tolerance, any
+        // other path by the margin.
+        let t = Trial::new(&[RxPath::Mmap, RxPath::Uring], 4, W, 0.05).favouring(RxPath::Mmap, 0.3);
+        assert!((t.margin_for(RxPath::Mmap) - 0.3).abs() < 1e-12);
+        assert_eq!(t.margin_for(RxPath::Uring), 0.05);
+        assert_eq!(t.margin_for(RxPath::Copy), 0.05);
     }
 
     #[test]

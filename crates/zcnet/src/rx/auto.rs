@@ -179,12 +179,18 @@ struct Judge {
 }
 
 fn cost_check(window: u64) -> CostCheck<RxPath> {
-    use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MARGIN, MAX_GAP_WINDOWS};
+    cost_check_within(window, crate::auto::cost::MARGIN)
+}
+
+/// [`cost_check`] that finds the wanted path costlier only beyond `margin` (a trial's
+/// favoured pick: [`Trial::margin_for`]).
+fn cost_check_within(window: u64, margin: f64) -> CostCheck<RxPath> {
+    use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MAX_GAP_WINDOWS};
     use crate::auto::cost::{MAX_RECHECK_WINDOWS, RECHECK_WINDOWS};
     CostCheck::with(
         RxPath::Copy,
         window,
-        MARGIN,
+        margin,
         (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
         (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
     )
@@ -232,6 +238,7 @@ impl Judge {
                 Step::Stay => {}
                 Step::Next(_) => delta.trial_next += 1,
                 Step::Pick(p) => {
+                    let margin = t.margin_for(p);
                     delta.trial_picks += 1;
                     match p {
                         RxPath::Uring => delta.trial_picked_uring += 1,
@@ -242,8 +249,11 @@ impl Judge {
                     // The pick was just measured against copy, in every round: the check
                     // goes on as after that many good verdicts (its first look 64 windows
                     // on), and leaving the pick takes more dear verdicts in a row than
-                    // leaving a profile's choice.
-                    self.check = cost_check(self.window)
+                    // leaving a profile's choice. A favoured pick is judged by the
+                    // tolerance the trial kept it by: with the margin alone the check
+                    // undid it — over veth at 256K, picked in 7 of 7 runs, it was left
+                    // for copy in 2 (about 250 MiB each) on the receiver's clock alone.
+                    self.check = cost_check_within(self.window, margin)
                         .confirm(TRIAL_PICK_CONFIRM)
                         .as_if_good(TRIAL_ROUNDS as u32);
                 }
@@ -738,6 +748,57 @@ mod tests {
         let (paths, a) = drive(&mut j, 64 * WINDOW, |_, _| 1);
         assert!(paths.iter().all(|p| *p == RxPath::Copy));
         assert_eq!((a.cost_checks, a.cost_probe_ops), (0, 0), "{a:?}");
+    }
+
+    /// A judge whose trial tries `mmap` alone, favoured with a pair that saved `saving`.
+    fn judge_favouring_mmap(saving: f64) -> Judge {
+        Judge {
+            check: cost_check(WINDOW),
+            trial: Some(
+                Trial::new(
+                    &[RxPath::Mmap],
+                    TRIAL_ROUNDS,
+                    WINDOW,
+                    crate::auto::cost::MARGIN,
+                )
+                .favouring(RxPath::Mmap, saving),
+            ),
+            wanted: RxPath::Mmap,
+            window: WINDOW,
+        }
+    }
+
+    #[test]
+    fn a_favoured_pick_is_checked_by_the_tolerance_it_was_kept_by() {
+        const TRIAL_OF_ONE: u64 = TRIAL_ROUNDS as u64 * 2 * (WINDOW + WINDOW / 4);
+        // The pair saved 30 %; on the receiver's clock mmap is 10 % dearer than copy:
+        // picked, and the checks after keep it (no costlier verdict, nothing on copy but
+        // their probes).
+        let dear = |p: RxPath, _| if p == RxPath::Mmap { 11 } else { 10 };
+        let mut j = judge_favouring_mmap(0.3);
+        let (_, a) = drive(&mut j, TRIAL_OF_ONE, dear);
+        assert_eq!(a.trial_picked_mmap, 1, "{a:?}");
+        let (paths, a) = drive(&mut j, 400 * WINDOW, dear);
+        assert!(a.cost_checks >= 2, "{a:?}");
+        assert_eq!((a.cost_costlier, a.fallback_costlier), (0, 0), "{a:?}");
+        let on_mmap = paths.iter().filter(|p| **p == RxPath::Mmap).count();
+        assert!(
+            on_mmap * 10 > paths.len() * 9,
+            "{on_mmap} of {}",
+            paths.len()
+        );
+        // Dearer than the tolerance after the pick (a change on the connection): left.
+        let mut j = judge_favouring_mmap(0.3);
+        drive(&mut j, TRIAL_OF_ONE, dear);
+        let (paths, a) = drive(&mut j, 400 * WINDOW, |p, _| {
+            if p == RxPath::Mmap {
+                15
+            } else {
+                10
+            }
+        });
+        assert!(a.cost_costlier >= 1 && a.fallback_costlier > 0, "{a:?}");
+        assert_eq!(*paths.last().unwrap(), RxPath::Copy);
     }
 
     /// A judge whose trial kept `uring` (30 % under copy through the trial).

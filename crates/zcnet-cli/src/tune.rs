@@ -176,6 +176,11 @@ fn check_args(args: &Args) -> Result<Vec<u64>, BenchError> {
     parse_sizes(&args.size).map_err(|e| BenchError::Usage(e.to_string()))
 }
 
+/// Seconds per re-check run: `--recheck-time`, never shorter than `--time`.
+fn recheck_seconds(args: &Args) -> f64 {
+    args.recheck_time.max(args.time)
+}
+
 fn touches(args: &Args) -> &'static [bool] {
     if args.no_touch {
         &[false]
@@ -254,9 +259,7 @@ fn undecided(pairs: &[PairMeasurement], size: u64, touch: bool) -> bool {
         .filter(at)
         .filter(|p| p.pair() != PathPair::DEFAULT)
         .min_by(|a, b| a.cpu_s_per_gib.median.total_cmp(&b.cpu_s_per_gib.median));
-    runner.is_some_and(|r| {
-        r.cpu_s_per_gib.lo <= base.cpu_s_per_gib.hi && base.cpu_s_per_gib.lo <= r.cpu_s_per_gib.hi
-    })
+    runner.is_some_and(|r| r.cpu_s_per_gib.overlaps(&base.cpu_s_per_gib))
 }
 
 /// The second pass: the contenders at each re-check point, `repeat` more runs each of
@@ -277,7 +280,7 @@ fn recheck_plan(
                     names,
                     size,
                     touch,
-                    args.recheck_time.max(args.time),
+                    recheck_seconds(args),
                     args.repeat + repeat,
                 ));
             }
@@ -368,7 +371,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             "zcnet tune: re-checking {} choices ({} runs, {:.2} s each)",
             points.len(),
             again.len(),
-            args.recheck_time.max(args.time)
+            recheck_seconds(args)
         );
         runs.extend(bench::execute(&env, &again, true)?);
     }

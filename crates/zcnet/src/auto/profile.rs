@@ -85,6 +85,14 @@ pub struct Spread {
     pub hi: f64,
 }
 
+impl Spread {
+    /// Whether the two spreads overlap: if they do, the runs behind them cannot order the
+    /// two medians (as the bench's `Summary::overlaps` says of its runs).
+    pub fn overlaps(&self, other: &Spread) -> bool {
+        self.lo <= other.hi && other.lo <= self.hi
+    }
+}
+
 #[cfg(test)]
 impl Spread {
     /// `median` ± `w` (a fraction of it): a scripted measurement for tests.

@@ -111,7 +111,7 @@ pub(crate) fn choose(
     };
     // The pairs' rows are the sums of both ends: where they put a candidate's pair cheapest
     // by median, the trial — which sees the receiver alone — keeps it on a tie.
-    let favoured = (trial && paired && choice.reason == ChoiceReason::SpreadOverlap)
+    let favoured = (paired && choice.reason == ChoiceReason::SpreadOverlap)
         .then(|| chooser.cheapest_median(size))
         .flatten()
         .filter(|p| TRIAL.contains(p))

@@ -156,7 +156,7 @@ pub(crate) fn choose(
 /// A path besides copy that an [`AutoRx`] may take.
 pub(crate) enum Alt {
     /// `TCP_ZEROCOPY_RECEIVE`; it reads with plain `recv` itself when told to.
-    Mmap(MmapRx),
+    Mmap(Box<MmapRx>),
     /// Multishot `recv` into provided buffers; parked while another reader takes the socket.
     Uring(Box<UringRx>),
 }
@@ -286,6 +286,10 @@ pub(crate) struct AutoRx {
     /// ([`Receive::release_socket`]), and how much of it is handed out.
     held: Vec<u8>,
     held_off: usize,
+    /// Bytes the last operation took from the socket, and through which receiver: told to
+    /// the others before the next one, so their reads stay placed by the stream offset
+    /// ([`super::place`]) whichever path read in between.
+    taken: Option<(Use, u64)>,
 }
 
 impl AutoRx {
@@ -295,7 +299,7 @@ impl AutoRx {
         let (mut mmap, mut uring) = (None, None);
         for a in alts {
             match a {
-                Alt::Mmap(m) => mmap = Some(m),
+                Alt::Mmap(m) => mmap = Some(*m),
                 Alt::Uring(u) => uring = Some(u),
             }
         }
@@ -334,6 +338,7 @@ impl AutoRx {
             },
             held: Vec::new(),
             held_off: 0,
+            taken: None,
         }
     }
 
@@ -344,6 +349,7 @@ impl AutoRx {
         stats: &Stats,
         delta: &mut AutoStats,
     ) -> Result<(Use, bool)> {
+        self.tell_others();
         let (target, costlier) = match self.judge.route(zcnet_sys::raw::cpu::thread_cpu_ns) {
             Route::Wanted(p) => (p, false),
             Route::ProbeCopy(_) => {
@@ -386,7 +392,32 @@ impl AutoRx {
         })
     }
 
-    /// Hands up to `max` bytes of `held` to `sink`.
+    /// Tells the receivers that did not take the last operation's bytes that the stream moved
+    /// past them (a parked `uring`'s bytes count as `uring`'s when handed out).
+    fn tell_others(&mut self) {
+        let Some((by, n)) = self.taken.take() else {
+            return;
+        };
+        if by != Use::Copy {
+            self.copy.socket_bytes_taken(n);
+        }
+        if let (false, Some(m)) = (by == Use::Mmap, self.mmap.as_mut()) {
+            m.socket_bytes_taken(n);
+        }
+    }
+
+    /// Records that `by` handed out `n` bytes of the stream.
+    fn took(&mut self, by: Use, n: usize) {
+        match &mut self.taken {
+            Some((u, m)) if *u == by => *m += n as u64,
+            _ => {
+                self.tell_others();
+                self.taken = Some((by, n as u64));
+            }
+        }
+    }
+
+    /// Hands up to `max` bytes of `held` (a parked `uring`'s) to `sink`.
     fn take_held(
         &mut self,
         max: usize,
@@ -399,6 +430,7 @@ impl AutoRx {
         }
         sink(&rest[..n])?;
         self.held_off += n;
+        self.took(Use::Uring, n);
         Ok(n)
     }
 }
@@ -426,6 +458,7 @@ impl Receive for AutoRx {
         if !self.held.is_empty() {
             let start = self.held_off;
             self.held_off = self.held.len();
+            self.took(Use::Uring, self.held.len() - start);
             return Ok(Some(RxChunk::new(&self.held[start..], false)));
         }
         let mut delta = AutoStats::default();
@@ -435,10 +468,14 @@ impl Receive for AutoRx {
             mmap,
             uring,
             judge,
+            taken,
             ..
         } = self;
         let r = receiver(use_, copy, mmap, uring).recv(fd, stats)?;
-        judge.after(r.as_ref().map_or(0, |c| c.len()), costlier, delta, stats);
+        let n = r.as_ref().map_or(0, |c| c.len());
+        // `prepare` told the others what the last operation took, so this starts afresh.
+        *taken = Some((use_, n as u64));
+        judge.after(n, costlier, delta, stats);
         Ok(r)
     }
 
@@ -454,6 +491,7 @@ impl Receive for AutoRx {
         let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_into(fd, buf, stats)?;
+        self.took(use_, n);
         self.judge.after(n, costlier, delta, stats);
         Ok(n)
     }
@@ -471,13 +509,16 @@ impl Receive for AutoRx {
         if let Some(m) = self.mmap.as_mut() {
             let n = m.take_buffered(max, sink)?;
             if n > 0 {
+                self.took(Use::Mmap, n);
                 return Ok(n);
             }
         }
-        match self.uring.as_mut() {
-            Some(u) if self.uring_on => u.take_buffered(max, sink),
-            _ => Ok(0),
-        }
+        let n = match self.uring.as_mut() {
+            Some(u) if self.uring_on => u.take_buffered(max, sink)?,
+            _ => 0,
+        };
+        self.took(Use::Uring, n);
+        Ok(n)
     }
 
     /// Parks `uring` and moves what it had received here, so the socket is plain reads'
@@ -519,6 +560,8 @@ impl Receive for AutoRx {
     }
 
     fn socket_bytes_taken(&mut self, n: u64) {
+        self.tell_others();
+        self.copy.socket_bytes_taken(n);
         if let Some(m) = self.mmap.as_mut() {
             m.socket_bytes_taken(n);
         }
@@ -540,6 +583,7 @@ impl Receive for AutoRx {
         let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_lend(fd, scratch, max, stats, sink)?;
+        self.took(use_, n);
         self.judge.after(n, costlier, delta, stats);
         Ok(n)
     }

@@ -12,6 +12,7 @@
 //! (we always pass a length of at least one page, so that is the only way to get it); a
 //! reset arrives as `zc.err`. See docs/measurements/kernel-findings.md §2.
 
+use super::place::PlacedBuf;
 use super::{copy::recv_some, Receive, RxChunk};
 use crate::auto::{AutoStats, Demotion, DemotionReason, Report};
 use crate::error::{Error, Result};
@@ -42,6 +43,13 @@ enum Loc {
 }
 
 impl Loc {
+    fn scratch(r: std::ops::Range<usize>) -> Loc {
+        Loc::Scratch {
+            start: r.start,
+            end: r.end,
+        }
+    }
+
     fn len(self) -> usize {
         match self {
             Loc::Mapped { len, .. } => len,
@@ -74,7 +82,9 @@ pub struct MmapRx {
     map: SocketMap,
     copybuf: Vec<u8>,
     copybuf_pending: (usize, usize),
-    scratch: Vec<u8>,
+    /// Where plain `recv`s land (unmappable bytes, forced or demoted copy), placed by the
+    /// stream offset ([`super::place`]).
+    scratch: PlacedBuf,
     skip: usize,
     leftover: Option<Loc>,
     eof: bool,
@@ -115,7 +125,7 @@ impl MmapRx {
             map,
             copybuf: vec![0; COPYBUF],
             copybuf_pending: (0, 0),
-            scratch: vec![0; scratch_bytes.max(4096)],
+            scratch: PlacedBuf::new(scratch_bytes.max(4096)),
             skip: 0,
             leftover: None,
             eof: false,
@@ -181,8 +191,20 @@ impl MmapRx {
         match loc {
             Loc::Mapped { off, len } => self.map.slice(off, len),
             Loc::Copybuf { start, end } => &self.copybuf[start..end],
-            Loc::Scratch { start, end } => &self.scratch[start..end],
+            Loc::Scratch { start, end } => self.scratch.bytes(start..end),
         }
+    }
+
+    /// One plain `recv` into the scratch, placed by the stream offset; returns where the
+    /// bytes are (empty at end of stream).
+    fn read_scratch(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        stats: &Stats,
+    ) -> Result<std::ops::Range<usize>> {
+        let timeout = self.timeout;
+        self.scratch
+            .read(usize::MAX, |s| recv_some(fd, s, stats, timeout))
     }
 
     /// Advances the stream by one step.
@@ -199,15 +221,18 @@ impl MmapRx {
                 return Ok(Some(Loc::Copybuf { start: s, end: e }));
             }
             if self.skip > 0 {
-                let want = self.skip.min(self.scratch.len());
-                let n = recv_some(fd, &mut self.scratch[..want], stats, self.timeout)?;
+                let timeout = self.timeout;
+                let r = self
+                    .scratch
+                    .read(self.skip, |s| recv_some(fd, s, stats, timeout))?;
+                let n = r.len();
                 if n == 0 {
                     self.eof = true;
                     return Ok(None);
                 }
                 self.skip -= n;
                 stats.fallback(FallbackReason::Unmappable, n as u64);
-                return Ok(Some(Loc::Scratch { start: 0, end: n }));
+                return Ok(Some(Loc::scratch(r)));
             }
             if self.map.remaining() < MIN_WINDOW {
                 let n = self
@@ -219,22 +244,22 @@ impl MmapRx {
             }
             if self.forced_copy {
                 // `auto`'s cost check sent this step to copy: plain recv, counted there.
-                let n = recv_some(fd, &mut self.scratch, stats, self.timeout)?;
-                if n == 0 {
+                let r = self.read_scratch(fd, stats)?;
+                if r.is_empty() {
                     self.eof = true;
                     return Ok(None);
                 }
-                return Ok(Some(Loc::Scratch { start: 0, end: n }));
+                return Ok(Some(Loc::scratch(r)));
             }
             if !self.admit(stats) {
                 // Demoted: plain recv (blocking up to the timeout) until the re-probe.
-                let n = recv_some(fd, &mut self.scratch, stats, self.timeout)?;
-                if n == 0 {
+                let r = self.read_scratch(fd, stats)?;
+                if r.is_empty() {
                     self.eof = true;
                     return Ok(None);
                 }
-                stats.fallback(FallbackReason::DemotedUnmapped, n as u64);
-                return Ok(Some(Loc::Scratch { start: 0, end: n }));
+                stats.fallback(FallbackReason::DemotedUnmapped, r.len() as u64);
+                return Ok(Some(Loc::scratch(r)));
             }
             let want = self.map.remaining();
             let out = match self.map.receive(fd, want, &mut self.copybuf) {
@@ -257,6 +282,9 @@ impl MmapRx {
                     std::io::Error::from_raw_os_error(out.err.abs()),
                 ));
             }
+            // Mapped and copybuf bytes leave the socket too: later plain reads are placed
+            // by the stream offset after them.
+            self.scratch.advance((out.mapped + out.copied) as u64);
             if out.copied > 0 {
                 self.copybuf_pending = (0, out.copied);
                 stats.add_rx_copied_bytes(out.copied as u64);
@@ -279,13 +307,13 @@ impl MmapRx {
             if hup {
                 // The peer is gone but the kernel neither mapped nor reported EOF (a reset
                 // whose error was already consumed): let recv give the definitive answer.
-                let n = recv_some(fd, &mut self.scratch, stats, self.timeout)?;
-                if n == 0 {
+                let r = self.read_scratch(fd, stats)?;
+                if r.is_empty() {
                     self.eof = true;
                     return Ok(None);
                 }
-                stats.fallback(FallbackReason::Unmappable, n as u64);
-                return Ok(Some(Loc::Scratch { start: 0, end: n }));
+                stats.fallback(FallbackReason::Unmappable, r.len() as u64);
+                return Ok(Some(Loc::scratch(r)));
             }
             // Nothing queued: wait for data.
             let now = Instant::now();
@@ -337,6 +365,7 @@ impl Receive for MmapRx {
         {
             // Nothing held: straight into the caller's buffer, as the copy path reads.
             let n = recv_some(fd, buf, stats, self.timeout)?;
+            self.scratch.advance(n as u64);
             self.eof = n == 0;
             return Ok(n);
         }
@@ -387,6 +416,7 @@ impl Receive for MmapRx {
     }
 
     fn socket_bytes_taken(&mut self, n: u64) {
+        self.scratch.advance(n);
         self.skip = self
             .skip
             .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));

@@ -175,10 +175,10 @@ fn auto_rx(
     for path in wanted {
         match path {
             RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
-                Ok(map) => alts.push(Alt::Mmap(
+                Ok(map) => alts.push(Alt::Mmap(Box::new(
                     MmapRx::new(map, cfg.buf_bytes, timeout)
                         .with_auto(AutoDemotion::new(choice.expect_mapping)),
-                )),
+                ))),
                 // A kernel without TCP mmap: a path the profile chose is a counted
                 // fallback (every receive copies); a trial simply leaves it out.
                 Err(_) if !trial => stats.fallback(FallbackReason::Unsupported, 0),

@@ -552,8 +552,9 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
 
 /// What every receive trial must show, whichever arm its clock favoured (speed is not
 /// asserted): every one of its `arms` (copy and the candidates set up) measured in each of
-/// four rounds, one pick counted by what it kept; kept copy is never checked (nothing to
-/// compare it with). With `then_checked`, enough bytes followed for a kept candidate to be
+/// the first two rounds, at most four rounds in all (a candidate dearer than copy in both
+/// of the first two leaves the trial, and with none left it ends), one pick counted by
+/// what it kept; kept copy is never checked (nothing to compare it with). With `then_checked`, enough bytes followed for a kept candidate to be
 /// under the cost check.
 fn assert_trial_accounted(s: &StatsSnapshot, arms: u64, then_checked: bool) {
     let a = s.auto_rx;
@@ -568,7 +569,11 @@ fn assert_trial_accounted(s: &StatsSnapshot, arms: u64, then_checked: bool) {
         a.cost_costlier,
         a.fallback_costlier
     );
-    assert_eq!((a.trial_next, a.trial_picks), (4 * arms - 1, 1), "{a:?}");
+    let windows = a.trial_next + a.trial_picks;
+    assert!(
+        (2 * arms..=4 * arms).contains(&windows) && a.trial_picks == 1,
+        "{a:?}"
+    );
     assert_eq!(
         a.trial_kept_copy + a.trial_picked_uring + a.trial_picked_mmap,
         1,

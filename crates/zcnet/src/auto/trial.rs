@@ -41,6 +41,11 @@
 //! the switch itself (a parked `uring` handing out what it had received, the mapping
 //! receiver's held bytes) lands there, not in the window.
 //!
+//! A candidate dearer than copy by more than a quarter in each of the first two rounds
+//! leaves the trial ([`DROP_AFTER_ROUNDS`]): two paired comparisons that far apart are a
+//! verdict, and its later windows would each cost the connection that excess; with every
+//! candidate gone, copy is kept at once. A favoured candidate is measured to the end.
+//!
 //! Pure: bytes and a caller-supplied clock in, the wanted path out. Bounded: `rounds` ×
 //! arms × (window + settle) bytes, once per connection ([`Trial::bytes_bound`]); what it
 //! did is counted by the caller.
@@ -49,6 +54,16 @@ use super::{median, AutoPath};
 
 /// Share of a window each arm runs unmeasured after a switch, before its window (1/N).
 const SETTLE_DIVISOR: u64 = 4;
+
+/// Rounds after which a candidate dearer than copy in every one of them by more than
+/// [`DROP_ABOVE`] leaves the trial: its later windows could only confirm what two paired
+/// comparisons already say, and each costs the connection that excess. On loopback at
+/// 16 KiB the mapping receiver ran 2.4× copy (it maps nothing from a copying sender), so
+/// its four windows alone put a 1-second transfer about 5 % over `copy → copy`.
+const DROP_AFTER_ROUNDS: usize = 2;
+/// How much dearer than copy, in every round so far, drops a candidate (well past the
+/// margin and past the spread of single windows, so noise does not drop a good one).
+const DROP_ABOVE: f64 = 0.25;
 
 /// What recorded bytes changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,8 +98,11 @@ pub struct Trial<P> {
     /// Per arm, per round: ns per byte (`None` where the clock did not move).
     costs: Vec<Vec<Option<f64>>>,
     round: usize,
-    /// Position within the round (the arm is `(round + slot + 1) % arms`).
+    /// Position within the round (the arm is `live[(round + slot + 1) % live.len()]`).
     slot: usize,
+    /// Indexes of the arms still measured: copy and the candidates not dropped
+    /// ([`DROP_AFTER_ROUNDS`]).
+    live: Vec<usize>,
     phase: Phase,
     pick: Option<P>,
     /// A candidate kept on a tie with copy, and the ratio to copy up to which it is kept
@@ -110,6 +128,7 @@ impl<P: AutoPath> Trial<P> {
         Trial {
             pick: (arms.len() == 1).then_some(P::DEFAULT),
             costs: vec![vec![None; rounds]; arms.len()],
+            live: (0..arms.len()).collect(),
             arms,
             rounds,
             window,
@@ -161,7 +180,29 @@ impl<P: AutoPath> Trial<P> {
     fn arm(&self) -> usize {
         // Round 0 starts on the first candidate, copy last: the connection begins on the
         // path the trial is about, as with a profile's choice.
-        (self.round + self.slot + 1) % self.arms.len()
+        self.live[(self.round + self.slot + 1) % self.live.len()]
+    }
+
+    /// After a whole round: drops the candidates dearer than copy by more than
+    /// [`DROP_ABOVE`] in each of at least [`DROP_AFTER_ROUNDS`] rounds and in no round less
+    /// so (a favoured candidate is kept to the end: its tolerance is the point).
+    fn drop_dear(&mut self) {
+        if self.round < DROP_AFTER_ROUNDS {
+            return;
+        }
+        let (costs, arms, favoured, round) = (&self.costs, &self.arms, self.favoured, self.round);
+        self.live.retain(|&a| {
+            if a == 0 || favoured.is_some_and(|(f, _)| f == arms[a]) {
+                return true;
+            }
+            let ratios: Vec<f64> = (0..round)
+                .filter_map(|i| match (costs[a][i], costs[0][i]) {
+                    (Some(c), Some(copy)) if copy > 0.0 => Some(c / copy),
+                    _ => None,
+                })
+                .collect();
+            ratios.len() < DROP_AFTER_ROUNDS || ratios.iter().any(|&r| r <= 1.0 + DROP_ABOVE)
+        });
     }
 
     /// The path the connection should want now: the arm under measurement, or the pick.
@@ -216,11 +257,13 @@ impl<P: AutoPath> Trial<P> {
                 let arm = self.arm();
                 self.costs[arm][self.round] = (ns > 0).then(|| ns as f64 / b as f64);
                 self.slot += 1;
-                if self.slot == self.arms.len() {
+                if self.slot == self.live.len() {
                     self.slot = 0;
                     self.round += 1;
+                    self.drop_dear();
                 }
-                if self.round == self.rounds {
+                // Over after the last round, or once copy is the only arm left.
+                if self.round == self.rounds || self.live.len() == 1 {
                     let p = self.decide();
                     self.pick = Some(p);
                     return Step::Pick(p);
@@ -379,6 +422,65 @@ mod tests {
             load * if p == RxPath::Mmap { 0.9 } else { 1.0 }
         });
         assert_eq!(p, RxPath::Mmap, "{:?}", t.ratios());
+    }
+
+    #[test]
+    fn a_candidate_dear_in_the_first_two_rounds_leaves_the_trial() {
+        // mmap at 2.4× copy (loopback at 16 KiB, mapping nothing): measured twice, then no
+        // more; uring, cheaper, is still measured in every round and wins.
+        let (p, arms, _, t) = drive(|p, _| match p {
+            RxPath::Mmap => 2.4,
+            RxPath::Uring => 0.7,
+            _ => 1.0,
+        });
+        assert_eq!(p, RxPath::Uring, "{:?}", t.ratios());
+        let windows: Vec<RxPath> = arms.chunks(SLOT_OPS).map(|c| c[0]).collect();
+        let count = |x| windows.iter().filter(|&&w| w == x).count();
+        assert_eq!(
+            (
+                count(RxPath::Mmap),
+                count(RxPath::Uring),
+                count(RxPath::Copy)
+            ),
+            (2, 4, 4),
+            "{windows:?}"
+        );
+        assert!((arms.len() as u64 * OP) < t.bytes_bound());
+    }
+
+    #[test]
+    fn every_candidate_dear_ends_the_trial_on_copy_after_two_rounds() {
+        let (p, arms, steps, _) = drive(|p, _| if p == RxPath::Copy { 1.0 } else { 1.6 });
+        assert_eq!(p, RxPath::Copy);
+        assert_eq!(arms.len(), 2 * ROUND_OPS, "two rounds of three arms");
+        assert_eq!(steps.last(), Some(&Step::Pick(RxPath::Copy)));
+    }
+
+    #[test]
+    fn a_candidate_dear_in_one_round_only_or_favoured_stays_to_the_end() {
+        // mmap 2× in round 0 only (a disturbed window), 0.8 after: kept in, and picked.
+        let mut t = Trial::new(&[RxPath::Uring, RxPath::Mmap], 4, W, 0.05);
+        let clock = Cell::new(0u64);
+        let mut mmap_windows = 0;
+        while t.picked().is_none() {
+            let p = t.route(|| clock.get());
+            let c = match (p, t.round) {
+                (RxPath::Mmap, 0) => 2.0,
+                (RxPath::Mmap, _) => 0.8,
+                _ => 1.0,
+            };
+            clock.set(clock.get() + (c * OP as f64) as u64);
+            if let Step::Next(_) | Step::Pick(_) = t.after(OP, || clock.get()) {
+                mmap_windows += usize::from(p == RxPath::Mmap);
+            }
+        }
+        assert_eq!((t.picked(), mmap_windows), (Some(RxPath::Mmap), 4));
+        // Favoured (its pair saved 30 %), at 1.5× copy in every round: measured to the
+        // end, then left for copy (dearer than its tolerance).
+        let (p, t) =
+            drive_favouring_mmap_saving(0.3, |p, _| if p == RxPath::Mmap { 1.5 } else { 1.0 });
+        assert_eq!(p, RxPath::Copy);
+        assert_eq!(t.costs[2].iter().filter(|c| c.is_some()).count(), 4);
     }
 
     #[test]

@@ -210,13 +210,17 @@ fn a_reprobe_that_is_not_copied_gives_zero_copy_back() {
         (1, 1, 1),
         "{st} {a:?}"
     );
+    // How much went by copy before the re-probe depends on when the kernel's notifications
+    // are read (8.25 MiB of 16 on a loaded machine, under half on an idle one), so no share
+    // is asserted. What must hold: the copy was all the demotion's and at least its
+    // back-off — nothing sent after the promotion was copied — and the re-probe's window
+    // at least went zero-copy without a COPIED report.
+    let demoted = st.fallback_bytes(FallbackReason::DemotedCopied);
+    assert!(demoted >= 1 << 20, "{st}");
+    assert_eq!(st.tx_bytes_copy, demoted, "only the demotion copied: {st}");
     assert!(
-        st.tx_bytes_zerocopy >= SIZE / 2,
-        "zero-copy after the promotion: {st}"
-    );
-    assert!(
-        st.fallback_bytes(FallbackReason::DemotedCopied) >= 1 << 20,
-        "{st}"
+        st.tx_bytes_zerocopy - st.tx_bytes_zc_copied >= 64 << 10,
+        "zero-copy after the re-probe: {st}"
     );
 }
 

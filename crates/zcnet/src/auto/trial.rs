@@ -190,19 +190,30 @@ impl<P: AutoPath> Trial<P> {
         if self.round < DROP_AFTER_ROUNDS {
             return;
         }
-        let (costs, arms, favoured, round) = (&self.costs, &self.arms, self.favoured, self.round);
-        self.live.retain(|&a| {
-            if a == 0 || favoured.is_some_and(|(f, _)| f == arms[a]) {
-                return true;
-            }
-            let ratios: Vec<f64> = (0..round)
-                .filter_map(|i| match (costs[a][i], costs[0][i]) {
-                    (Some(c), Some(copy)) if copy > 0.0 => Some(c / copy),
-                    _ => None,
-                })
-                .collect();
-            ratios.len() < DROP_AFTER_ROUNDS || ratios.iter().any(|&r| r <= 1.0 + DROP_ABOVE)
-        });
+        let keep: Vec<usize> = self
+            .live
+            .iter()
+            .copied()
+            .filter(|&a| {
+                if a == 0 || self.favoured.is_some_and(|(f, _)| f == self.arms[a]) {
+                    return true;
+                }
+                let ratios = self.paired(a);
+                ratios.len() < DROP_AFTER_ROUNDS || ratios.iter().any(|&r| r <= 1.0 + DROP_ABOVE)
+            })
+            .collect();
+        self.live = keep;
+    }
+
+    /// Arm `a`'s cost over copy's in each round where both clocks moved (rounds not yet
+    /// measured have no costs).
+    fn paired(&self, a: usize) -> Vec<f64> {
+        (0..self.rounds)
+            .filter_map(|i| match (self.costs[a][i], self.costs[0][i]) {
+                (Some(c), Some(copy)) if copy > 0.0 => Some(c / copy),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The path the connection should want now: the arm under measurement, or the pick.
@@ -278,15 +289,7 @@ impl<P: AutoPath> Trial<P> {
     /// the same round; `None` for one with no round where both clocks moved.
     pub fn ratios(&self) -> Vec<(P, Option<f64>)> {
         (1..self.arms.len())
-            .map(|a| {
-                let r: Vec<f64> = (0..self.rounds)
-                    .filter_map(|i| match (self.costs[a][i], self.costs[0][i]) {
-                        (Some(c), Some(copy)) if copy > 0.0 => Some(c / copy),
-                        _ => None,
-                    })
-                    .collect();
-                (self.arms[a], median(&r))
-            })
+            .map(|a| (self.arms[a], median(&self.paired(a))))
             .collect()
     }
 

@@ -195,16 +195,16 @@ impl MmapRx {
         }
     }
 
-    /// One plain `recv` into the scratch, placed by the stream offset; returns where the
-    /// bytes are (empty at end of stream).
+    /// One plain `recv` of up to `max` bytes into the scratch, placed by the stream offset;
+    /// returns where the bytes are (empty at end of stream).
     fn read_scratch(
         &mut self,
         fd: BorrowedFd<'_>,
+        max: usize,
         stats: &Stats,
     ) -> Result<std::ops::Range<usize>> {
         let timeout = self.timeout;
-        self.scratch
-            .read(usize::MAX, |s| recv_some(fd, s, stats, timeout))
+        self.scratch.read(max, |s| recv_some(fd, s, stats, timeout))
     }
 
     /// Advances the stream by one step.
@@ -221,10 +221,7 @@ impl MmapRx {
                 return Ok(Some(Loc::Copybuf { start: s, end: e }));
             }
             if self.skip > 0 {
-                let timeout = self.timeout;
-                let r = self
-                    .scratch
-                    .read(self.skip, |s| recv_some(fd, s, stats, timeout))?;
+                let r = self.read_scratch(fd, self.skip, stats)?;
                 let n = r.len();
                 if n == 0 {
                     self.eof = true;
@@ -244,7 +241,7 @@ impl MmapRx {
             }
             if self.forced_copy {
                 // `auto`'s cost check sent this step to copy: plain recv, counted there.
-                let r = self.read_scratch(fd, stats)?;
+                let r = self.read_scratch(fd, usize::MAX, stats)?;
                 if r.is_empty() {
                     self.eof = true;
                     return Ok(None);
@@ -253,7 +250,7 @@ impl MmapRx {
             }
             if !self.admit(stats) {
                 // Demoted: plain recv (blocking up to the timeout) until the re-probe.
-                let r = self.read_scratch(fd, stats)?;
+                let r = self.read_scratch(fd, usize::MAX, stats)?;
                 if r.is_empty() {
                     self.eof = true;
                     return Ok(None);
@@ -307,7 +304,7 @@ impl MmapRx {
             if hup {
                 // The peer is gone but the kernel neither mapped nor reported EOF (a reset
                 // whose error was already consumed): let recv give the definitive answer.
-                let r = self.read_scratch(fd, stats)?;
+                let r = self.read_scratch(fd, usize::MAX, stats)?;
                 if r.is_empty() {
                     self.eof = true;
                     return Ok(None);

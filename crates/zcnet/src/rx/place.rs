@@ -34,12 +34,9 @@ pub(crate) const SKEW: usize = 1024;
 /// A receive buffer of `len` usable bytes whose reads are placed by the stream offset.
 #[derive(Debug)]
 pub(crate) struct PlacedBuf {
-    /// `len` plus two pages: up to a page to the first boundary, up to a page of placement,
-    /// and still `len` bytes.
+    /// The usable length plus two pages: up to a page to the first boundary, up to a page
+    /// of placement, and still the usable length.
     mem: Vec<u8>,
-    /// Index in `mem` of its first page boundary.
-    aligned: usize,
-    len: usize,
     /// Stream bytes consumed from the socket so far (by this buffer's reads or, told by
     /// [`PlacedBuf::advance`], by anyone else's).
     stream: u64,
@@ -48,22 +45,23 @@ pub(crate) struct PlacedBuf {
 impl PlacedBuf {
     /// A buffer for reads of up to `len` bytes (at least 1).
     pub(crate) fn new(len: usize) -> Self {
-        let len = len.max(1);
-        let page = page_size();
-        let mem = vec![0u8; len + 2 * page];
-        let aligned = (page - (mem.as_ptr() as usize) % page) % page;
         PlacedBuf {
-            mem,
-            aligned,
-            len,
+            mem: vec![0u8; len.max(1) + 2 * page_size()],
             stream: 0,
         }
     }
 
-    /// Index in the buffer where the next read goes.
+    /// Usable bytes per read.
+    fn len(&self) -> usize {
+        self.mem.len() - 2 * page_size()
+    }
+
+    /// Index in the buffer where the next read goes: its first page boundary, then the
+    /// stream offset plus [`SKEW`] within a page.
     fn start(&self) -> usize {
-        let page = page_size() as u64;
-        self.aligned + ((self.stream + SKEW as u64) % page) as usize
+        let page = page_size();
+        let aligned = (page - (self.mem.as_ptr() as usize) % page) % page;
+        aligned + ((self.stream + SKEW as u64) % page as u64) as usize
     }
 
     /// Reads with `read` into up to `max` bytes placed for the stream, counts what it read
@@ -73,8 +71,8 @@ impl PlacedBuf {
         max: usize,
         read: impl FnOnce(&mut [u8]) -> Result<usize, E>,
     ) -> Result<std::ops::Range<usize>, E> {
-        let start = self.start();
-        let n = read(&mut self.mem[start..start + max.min(self.len)])?;
+        let (start, len) = (self.start(), self.len());
+        let n = read(&mut self.mem[start..start + max.min(len)])?;
         self.advance(n as u64);
         Ok(start..start + n)
     }

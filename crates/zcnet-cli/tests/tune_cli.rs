@@ -98,6 +98,22 @@ fn tune_writes_a_profile_that_auto_then_uses() {
     // zcrx is refused here (no header split): a refused path is never a row.
     assert!(p.rx.iter().all(|m| m.path != RxPath::Zcrx));
     assert!(p.tx.iter().chain(p.tx.iter()).all(|m| !m.touch));
+    // Every point re-checked was raced, and the race says what it found there.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rechecked: usize = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("zcnet tune: re-checking "))
+        .and_then(|l| l.split_whitespace().next())
+        .map_or(0, |n| n.parse().expect("a count"));
+    assert_eq!(
+        stdout.matches("re-check race at ").count(),
+        rechecked,
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout
+        .lines()
+        .filter(|l| l.starts_with("re-check race at "))
+        .all(|l| l.contains(" rounds, leader ")));
 
     // bench with `auto` on both ends, the profile given by $ZCNET_PROFILE.
     let out = run_bounded(

@@ -15,25 +15,28 @@
 //! Then a second pass re-checks the choices a noisy run could have made: at every size where
 //! the cheapest pair is not `copy → copy`, on both sides of every crossover, and wherever
 //! the cheapest other pair's range overlaps `copy → copy`'s (the first pass could not tell
-//! them apart, whichever median came out lower), the chosen pair, the runner-up and
-//! `copy → copy` run `--repeat` more times, each for `--recheck-time` (1 s by default): over
-//! veth at 16 KiB, 0.25-s runs of `copy → copy` and `copy → mmap` spread ±12–24 %, 1-s runs
-//! ±3–10 %, and a first pass of 0.25-s runs put `copy → copy` first where fifteen 1-s runs
-//! put `copy → mmap` first in four sittings running (`docs/measurements/auto.md`). The
-//! profile is written from all runs, and a choice the re-check changed is printed. A pair
-//! is chosen outright only if all its runs beat all of `copy → copy`'s (its range lies
-//! below), so one noisy run can keep `copy` but cannot make another pair win; where the
-//! ranges overlap, `auto` aims both ends at the pair with the cheapest median and the
-//! receiver tries it on the connection (`zcnet::auto::trial`).
+//! them apart, whichever median came out lower). There the chosen pair, `copy → copy` and
+//! the four cheapest others by median run a *race* ([`race`]): rounds of one run each of
+//! `--recheck-time` (1 s by default), interleaved, a pair more than 10 % over the leader,
+//! paired round by round, leaving from the third round on, up to `--recheck-rounds` (5).
+//! Over veth at 16 KiB, 0.25-s runs of `copy → copy` and `copy → mmap` spread ±12–24 %,
+//! 1-s runs ±3–10 % (`docs/measurements/auto.md`). The raced pairs' rows at a point are made
+//! from the race's runs alone, and a choice the race changed is printed with what left the
+//! race and why. A pair is chosen outright only if all its runs beat all of
+//! `copy → copy`'s (its range lies below), so one noisy run can keep `copy` but cannot make
+//! another pair win; where the ranges overlap, `auto` aims both ends at the pair with the
+//! cheapest median and the receiver tries it on the connection (`zcnet::auto::trial`).
 //!
 //! Wall time, bounded by the plan: 17 configurations × sizes × touch variants × repeats ×
-//! `--time`, plus at most 3 × sizes × touch variants × repeats re-check runs of
+//! `--time`, plus at most 6 × sizes × touch variants × `--recheck-rounds` race runs of
 //! `--recheck-time`, plus about 0.1 s of set-up per run. The defaults (6 sizes, both touch
-//! variants, 3 repeats, 0.25 s, 1 s) plan 612 runs + at most 108: about four minutes of
-//! measuring and at most two more of re-checking, seven or eight in all.
+//! variants, 3 repeats, 0.25 s, 5 rounds of 1 s) plan 612 runs + at most 360: about four
+//! minutes of measuring and at most seven more of racing (about two: pairs leave).
 //!
 //! One profile per interface measured, keyed by kernel release, interface and MTU, in the
 //! directory `auto` looks in.
+
+mod race;
 
 use crate::bench::{self, BenchError, Env, RunSpec, Topology};
 use std::path::{Path, PathBuf};
@@ -85,6 +88,11 @@ pub struct Args {
     /// ones, which short runs cannot order.
     #[arg(long, default_value_t = 1.0, value_name = "S")]
     recheck_time: f64,
+    /// Rounds of the re-check race (0: no re-check). Each round runs every pair still in
+    /// the race once; from the third on, a pair over 10 % dearer than the leader, paired
+    /// round by round, leaves.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    recheck_rounds: u32,
     /// Measure only untouched data (halves the time; `auto` then has no touch variant and
     /// falls back to its defaults for applications that touch their data).
     #[arg(long)]
@@ -204,26 +212,6 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
     Ok(specs)
 }
 
-/// The pairs whose order decides the choice at one size: the chosen pair, the cheapest
-/// other pair by median, and `copy → copy` (the bar every other pair must clear).
-fn contenders(pairs: &[PairMeasurement], size: u64, touch: bool) -> Vec<(TxPath, RxPath)> {
-    let chosen = pair::chooser(pairs, touch).choose(size, true).path;
-    let mut at: Vec<&PairMeasurement> = pairs
-        .iter()
-        .filter(|p| p.size == size && p.touch == touch)
-        .collect();
-    at.sort_by(|a, b| a.cpu_s_per_gib.median.total_cmp(&b.cpu_s_per_gib.median));
-    let mut out = vec![(chosen.tx, chosen.rx)];
-    if let Some(p) = at.iter().find(|p| p.pair() != chosen) {
-        out.push((p.tx, p.rx));
-    }
-    out.push((TxPath::Copy, RxPath::Copy));
-    out.dedup();
-    out.sort_by_key(|&(t, r)| (t.name(), r.name()));
-    out.dedup();
-    out
-}
-
 /// The (size, touch) points to measure again before writing: every size where the chosen
 /// pair is not `copy → copy`, both sides of every crossover, and every size whose order the
 /// first pass could not tell ([`undecided`]) — the choices a noisy run could have made.
@@ -262,31 +250,17 @@ fn undecided(pairs: &[PairMeasurement], size: u64, touch: bool) -> bool {
     runner.is_some_and(|r| r.cpu_s_per_gib.overlaps(&base.cpu_s_per_gib))
 }
 
-/// The second pass: the contenders at each re-check point, `repeat` more runs each of
-/// `--recheck-time` (never shorter than `--time`), interleaved.
-fn recheck_plan(
-    args: &Args,
-    env: &Env,
-    pairs: &[PairMeasurement],
-    points: &[(u64, bool)],
-) -> Vec<RunSpec> {
-    let mut specs = Vec::new();
-    for repeat in 0..args.repeat {
-        for &(size, touch) in points {
-            for c in contenders(pairs, size, touch) {
-                let names = (c.0.name(), c.1.name());
-                specs.push(spec(
-                    env,
-                    names,
-                    size,
-                    touch,
-                    recheck_seconds(args),
-                    args.repeat + repeat,
-                ));
-            }
-        }
-    }
-    specs
+/// The bench runs of the race's next round: each of `--recheck-time` (never shorter than
+/// `--time`), numbered after the first pass's repeats.
+fn race_specs(args: &Args, env: &Env, race: &race::Race) -> Vec<RunSpec> {
+    let repeat = args.repeat + race.rounds() as u32;
+    race.round()
+        .into_iter()
+        .map(|(p, size, touch)| {
+            let names = (p.tx.name(), p.rx.name());
+            spec(env, names, size, touch, recheck_seconds(args), repeat)
+        })
+        .collect()
 }
 
 /// The interfaces whose connections the measurements describe, with their keys.
@@ -365,15 +339,23 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
     let mut runs = bench::execute(&env, &specs, true)?;
     let first = pair_rows(&runs);
     let points = recheck_points(&first, &sizes, touches(args));
-    let again = recheck_plan(args, &env, &first, &points);
-    if !again.is_empty() {
+    let mut race = race::Race::new(&first, &points);
+    if !points.is_empty() && args.recheck_rounds > 0 {
         eprintln!(
-            "zcnet tune: re-checking {} choices ({} runs, {:.2} s each)",
+            "zcnet tune: re-checking {} points (size, touch): a race of up to {} rounds ({:.2} s per run)",
             points.len(),
-            again.len(),
+            args.recheck_rounds,
             recheck_seconds(args)
         );
-        runs.extend(bench::execute(&env, &again, true)?);
+        let mut raced = Vec::new();
+        while race.running() && race.rounds() < args.recheck_rounds as usize {
+            let got = bench::execute(&env, &race_specs(args, &env, &race), true)?;
+            race.record(&race::results(&got));
+            raced.extend(got);
+        }
+        // The raced pairs' rows come from the race alone: runs of one length, side by side.
+        runs.retain(|r| !race::key(r).is_some_and(|k| race.superseded(k)));
+        runs.extend(raced);
     }
     drop(env);
     let pairs = pair_rows(&runs);
@@ -412,6 +394,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
     }
     print!("{}", summary(&tx, &rx, args.no_touch));
     print!("{}", pair_summary(&pairs, touches(args), &flipped));
+    print!("{}", race.report());
     print!("{}", file_summary(&file, &pairs, touches(args), &sizes));
     let plot = args
         .plot
@@ -627,10 +610,15 @@ mod tests {
             recheck_points(&t, &sizes, &[false]),
             vec![(16 * KIB, false)]
         );
-        // Its contenders: copy → copy and the runner-up.
+        // Its race: copy → copy and the two others measured there.
+        let pp = |tx, rx| PathPair { tx, rx };
         assert_eq!(
-            contenders(&t, 16 * KIB, false),
-            vec![(TxPath::Copy, RxPath::Copy), (TxPath::Copy, RxPath::Mmap)]
+            race::contenders(&t, 16 * KIB, false),
+            vec![
+                pp(TxPath::Copy, RxPath::Copy),
+                pp(TxPath::Copy, RxPath::Mmap),
+                pp(TxPath::Uring, RxPath::Copy)
+            ]
         );
         // No measurement at a point: nothing to tell.
         assert!(!undecided(&t, 1 << 20, false));
@@ -650,18 +638,20 @@ mod tests {
             repeat: 2,
             time: 0.25,
             recheck_time: 1.0,
+            recheck_rounds: 5,
             no_touch: true,
             plot: None,
         };
         let t = table();
-        let specs = recheck_plan(&args, &env, &t, &[(16 * KIB, false)]);
-        // Two contenders, two repeats, numbered after the first pass's.
-        assert_eq!(specs.len(), 4);
+        let race = race::Race::new(&t, &[(16 * KIB, false)]);
+        let specs = race_specs(&args, &env, &race);
+        // Three contenders, one run each, numbered after the first pass's two repeats.
+        assert_eq!(specs.len(), 3);
         assert!(specs
             .iter()
-            .all(|s| s.params.limit == Limit::Seconds(1.0) && s.repeat >= 2));
+            .all(|s| s.params.limit == Limit::Seconds(1.0) && s.repeat == 2));
         args.time = 2.0;
-        let specs = recheck_plan(&args, &env, &t, &[(16 * KIB, false)]);
+        let specs = race_specs(&args, &env, &race);
         assert!(specs.iter().all(|s| s.params.limit == Limit::Seconds(2.0)));
         args.recheck_time = f64::NAN;
         assert!(check_args(&args).is_err());

@@ -81,8 +81,9 @@ pub fn profile_rows(runs: &[Run]) -> (Vec<Measurement<TxPath>>, Vec<Measurement<
     (rows(runs, true), rows(runs, false))
 }
 
-/// `(tx, rx, size, touch)` → (costs, tx shares, rx shares) over the repeats.
-type PairGroups = BTreeMap<(String, String, u64, bool), (Vec<f64>, Vec<f64>, Vec<f64>)>;
+/// `(tx, rx, size, touch)` → (costs, tx shares, rx shares, the receiver's shares of the
+/// cost) over the repeats.
+type PairGroups = BTreeMap<(String, String, u64, bool), (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)>;
 
 fn pair_groups(runs: &[Run]) -> PairGroups {
     let mut g = PairGroups::new();
@@ -90,9 +91,13 @@ fn pair_groups(runs: &[Run]) -> PairGroups {
         let e = g
             .entry((r.tx.clone(), r.rx.clone(), r.size, r.touch))
             .or_default();
-        e.0.push(run_cost(r));
+        let cost = run_cost(r);
+        e.0.push(cost);
         e.1.push(r.zc_fraction_tx);
         e.2.push(r.zc_fraction_rx);
+        if cost > 0.0 {
+            e.3.push(r.receiver_cpu_s_per_gib / cost);
+        }
     }
     g
 }
@@ -109,7 +114,7 @@ fn spread(costs: &[f64]) -> Option<Spread> {
 pub fn pair_rows(runs: &[Run]) -> Vec<PairMeasurement> {
     pair_groups(runs)
         .into_iter()
-        .filter_map(|((tx, rx, size, touch), (costs, ztx, zrx))| {
+        .filter_map(|((tx, rx, size, touch), (costs, ztx, zrx, rxs))| {
             let pair = PathPair::from_name(&format!("{tx}/{rx}"))?;
             Some(PairMeasurement {
                 tx: pair.tx,
@@ -119,6 +124,7 @@ pub fn pair_rows(runs: &[Run]) -> Vec<PairMeasurement> {
                 cpu_s_per_gib: spread(&costs)?,
                 zc_fraction_tx: median(&ztx).map(|f| f.clamp(0.0, 1.0)),
                 zc_fraction_rx: median(&zrx).map(|f| f.clamp(0.0, 1.0)),
+                rx_share: median(&rxs).map(|f| f.clamp(0.0, 1.0)),
             })
         })
         .collect()
@@ -130,7 +136,7 @@ pub fn pair_rows(runs: &[Run]) -> Vec<PairMeasurement> {
 pub fn file_rows(runs: &[Run]) -> Vec<Measurement<FilePair>> {
     pair_groups(runs)
         .into_iter()
-        .filter_map(|((tx, rx, size, touch), (costs, ztx, _))| {
+        .filter_map(|((tx, rx, size, touch), (costs, ztx, _, _))| {
             let mode = match tx.as_str() {
                 "file" => "sendfile",
                 "read_send" => "read_send",
@@ -249,7 +255,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
     }
     type Point = (Option<(Spread, usize)>, Option<(String, Spread)>);
     let mut by_point: BTreeMap<(u64, bool), Point> = BTreeMap::new();
-    for ((tx, rx, size, touch), (costs, _, _)) in &g {
+    for ((tx, rx, size, touch), (costs, _, _, _)) in &g {
         let Some(s) = spread(costs) else { continue };
         let e = by_point.entry((*size, *touch)).or_default();
         if tx == "auto" && rx == "auto" {
@@ -412,7 +418,7 @@ mod tests {
         let runs = vec![
             run_with("copy", "copy", 65536, 0.25, 0.25, 0.0, 0.0),
             run_with("copy", "copy", 65536, 0.3, 0.3, 0.0, 0.0),
-            run_with("uring", "uring", 65536, 0.2, 0.2, 0.1, 0.0),
+            run_with("uring", "uring", 65536, 0.3, 0.1, 0.1, 0.0),
             run_with("uring", "mmap", 65536, 0.4, 0.4, 0.0, 0.9),
             run_with("auto", "auto", 65536, 0.21, 0.21, 0.0, 0.0),
             run_with("auto", "auto", 65536, 0.22, 0.22, 0.0, 0.0),
@@ -430,6 +436,10 @@ mod tests {
             .unwrap();
         assert!((cc.cpu_s_per_gib.median - 0.55).abs() < 1e-9);
         assert!((cc.cpu_s_per_gib.lo - 0.5).abs() < 1e-9);
+        // The receiver's share of each run's cost, median over the runs.
+        assert!((cc.rx_share.unwrap() - 0.5).abs() < 1e-9, "{cc:?}");
+        let uu = pairs.iter().find(|p| p.rx == RxPath::Uring).unwrap();
+        assert!((uu.rx_share.unwrap() - 0.25).abs() < 1e-9, "{uu:?}");
         let um = pairs.iter().find(|p| p.rx == RxPath::Mmap).unwrap();
         assert_eq!(
             (um.zc_fraction_tx, um.zc_fraction_rx),

@@ -319,6 +319,7 @@ mod tests {
             },
             zc_fraction_tx: Some(0.0),
             zc_fraction_rx: Some(0.0),
+            rx_share: None,
         }
     }
 

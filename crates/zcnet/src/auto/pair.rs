@@ -82,6 +82,36 @@ pub fn aimed(c: &Chooser<PathPair>, size: u64) -> PathPair {
     }
 }
 
+/// How much dearer than `copy`, on its own clock, an `auto` receiver may find receive path
+/// `rx` at about `size` and still be in a pair no dearer than the aimed sender into `copy`:
+/// `(C − S) / R − 1`, where `C` is that sender into `copy` (both ends), `R` the receiver's
+/// part of it, and `S` the sender's part of the pair with `rx` — the pair stays under `C`
+/// while the receiver's excess `e·R` stays under `C − S − R`. Where a receive path's saving
+/// lies on the *sender*, that is more than the pair's saving: over veth at 16 KiB `copy →
+/// mmap` cost 2.10 against `copy → copy`'s 2.35 (10 % less), the senders 1.25 and 1.60, the
+/// receivers 0.89 and 0.85, so the mapping receiver may run 37 % over copy on its own clock
+/// before the pair loses what it saved. Where the saving lies on the receiver, less: none
+/// at all if the senders cost the same. Read at the table's measured size nearest `size`
+/// (in `log2`); `None` without the receivers' shares ([`PairMeasurement::rx_share`]).
+pub fn rx_tolerance(pairs: &[PairMeasurement], touch: bool, size: u64, rx: RxPath) -> Option<f64> {
+    let l = (size.max(1) as f64).log2();
+    let dist = |s: u64| ((s as f64).log2() - l).abs();
+    let at = sizes(pairs, touch)
+        .into_iter()
+        .min_by(|a, b| dist(*a).total_cmp(&dist(*b)))?;
+    let tx = aimed(&chooser(pairs, touch), at).tx;
+    let row = |r: RxPath| {
+        pairs
+            .iter()
+            .find(|p| p.touch == touch && p.size == at && p.tx == tx && p.rx == r)
+    };
+    let (copy, it) = (row(RxPath::Copy)?, row(rx)?);
+    let c = copy.cpu_s_per_gib.median;
+    let r = c * copy.rx_share?;
+    let s = it.cpu_s_per_gib.median * (1.0 - it.rx_share?);
+    Some((c - s) / r - 1.0).filter(|t| r > 0.0 && t.is_finite())
+}
+
 /// The transmit table an `auto` sender uses when its peer is `auto` on the same profile: at
 /// each measured size, each transmit path into the receive path of the pair aimed at there
 /// ([`aimed`]). Sizes where that receiver has no `copy` sender measured are left out (no
@@ -141,6 +171,7 @@ mod tests {
     use crate::auto::profile::Spread;
 
     const KIB: u64 = 1024;
+    const MIB: u64 = 1 << 20;
 
     fn pm(tx: TxPath, rx: RxPath, size: u64, median: f64) -> PairMeasurement {
         pm_within(tx, rx, size, median, 0.03)
@@ -156,6 +187,7 @@ mod tests {
             cpu_s_per_gib: Spread::around(median, w),
             zc_fraction_tx: Some(0.0),
             zc_fraction_rx: Some(if rx == RxPath::Mmap { 0.9 } else { 0.0 }),
+            rx_share: None,
         }
     }
 
@@ -333,5 +365,43 @@ mod tests {
             chooser(&t, false).choose(64 * KIB, true).reason,
             super::super::ChoiceReason::NoProfile
         );
+    }
+
+    #[test]
+    fn the_receivers_allowance_is_the_pairs_saving_in_its_own_terms() {
+        use RxPath as R;
+        use TxPath as T;
+        let shared = |tx, rx, size, median, share| PairMeasurement {
+            rx_share: Some(share),
+            ..pm_within(tx, rx, size, median, 0.15)
+        };
+        // Over veth at 16 KiB: copy → mmap 2.10 (sender 1.218) against copy → copy 2.35
+        // (receiver 0.8225), ranges overlapping, so both ends aim at copy → mmap.
+        let t = vec![
+            shared(T::Copy, R::Copy, 16 * KIB, 2.35, 0.35),
+            shared(T::Copy, R::Mmap, 16 * KIB, 2.10, 0.42),
+            shared(T::Copy, R::Copy, MIB, 0.60, 0.35),
+            shared(T::Copy, R::Mmap, MIB, 0.90, 0.40),
+        ];
+        let want = (2.35 - 2.10 * 0.58) / (2.35 * 0.35) - 1.0;
+        let got = rx_tolerance(&t, false, 16 * KIB, R::Mmap).expect("shares recorded");
+        assert!((got - want).abs() < 1e-9, "{got} against {want}");
+        assert!(got > 0.3, "well over the pair's own 10.6 % saving: {got}");
+        // Read at the nearest measured size: 20 KiB is 16 KiB's.
+        assert_eq!(rx_tolerance(&t, false, 20 * KIB, R::Mmap), Some(got));
+        // Where mapping is dearer outright (1 MiB) the allowance is negative: copy's sender
+        // costs what mmap's does, so any receiver excess loses.
+        assert!(rx_tolerance(&t, false, MIB, R::Mmap).unwrap() < 0.0);
+        // Without the shares (an older profile), or without the row: nothing to say.
+        let old: Vec<PairMeasurement> = t
+            .iter()
+            .map(|p| PairMeasurement {
+                rx_share: None,
+                ..*p
+            })
+            .collect();
+        assert_eq!(rx_tolerance(&old, false, 16 * KIB, R::Mmap), None);
+        assert_eq!(rx_tolerance(&t, false, 16 * KIB, R::Uring), None);
+        assert_eq!(rx_tolerance(&t, true, 16 * KIB, R::Mmap), None);
     }
 }

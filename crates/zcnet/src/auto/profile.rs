@@ -175,6 +175,11 @@ pub struct PairMeasurement {
     /// Share of the bytes the receiver really mapped while this was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zc_fraction_rx: Option<f64>,
+    /// The receiver's share of the pair's cost (median over the runs of its CPU over both
+    /// ends'): what lets a receiver, which sees only its own clock, tell how much dearer it
+    /// may run on a path whose saving lies on the sender ([`crate::auto::pair::rx_tolerance`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_share: Option<f64>,
 }
 
 impl PairMeasurement {
@@ -407,6 +412,8 @@ struct RawPairRow {
     zc_fraction_tx: Option<f64>,
     #[serde(default)]
     zc_fraction_rx: Option<f64>,
+    #[serde(default)]
+    rx_share: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -686,13 +693,17 @@ fn pair_rows(raw: Vec<RawPairRow>) -> Result<Vec<PairMeasurement>, ProfileError>
     let checked = rows::<PathPair>(named)?;
     let mut out = Vec::with_capacity(raw.len());
     for (m, r) in checked.into_iter().zip(raw) {
-        for f in [r.zc_fraction_tx, r.zc_fraction_rx].into_iter().flatten() {
-            if !(f.is_finite() && (0.0..=1.0).contains(&f)) {
+        for (f, what) in [
+            (r.zc_fraction_tx, "zc_fraction not within 0..=1"),
+            (r.zc_fraction_rx, "zc_fraction not within 0..=1"),
+            (r.rx_share, "rx_share not within 0..=1"),
+        ] {
+            if f.is_some_and(|f| !(f.is_finite() && (0.0..=1.0).contains(&f))) {
                 return Err(ProfileError::BadCost {
                     direction: PathPair::DIRECTION,
                     path: m.path.to_string(),
                     size: m.size,
-                    what: "zc_fraction not within 0..=1",
+                    what,
                 });
             }
         }
@@ -704,6 +715,7 @@ fn pair_rows(raw: Vec<RawPairRow>) -> Result<Vec<PairMeasurement>, ProfileError>
             cpu_s_per_gib: m.cpu_s_per_gib,
             zc_fraction_tx: r.zc_fraction_tx,
             zc_fraction_rx: r.zc_fraction_rx,
+            rx_share: r.rx_share,
         });
     }
     Ok(out)
@@ -932,7 +944,7 @@ mod tests {
     const PAIRS: &str = r#"[{"tx": "copy", "rx": "copy", "size": 4096, "touch": false,
                              "cpu_s_per_gib": {"median": 0.5, "lo": 0.45, "hi": 0.55}},
                             {"tx": "uring", "rx": "uring", "size": 4096, "touch": false,
-                             "zc_fraction_tx": 0.0, "zc_fraction_rx": 0.0,
+                             "zc_fraction_tx": 0.0, "zc_fraction_rx": 0.0, "rx_share": 0.4,
                              "cpu_s_per_gib": {"median": 0.3, "lo": 0.28, "hi": 0.33}}]"#;
 
     fn with_pairs(pairs: &str) -> String {
@@ -948,6 +960,11 @@ mod tests {
         assert_eq!(
             (p.pairs[1].tx, p.pairs[1].rx, p.pairs[1].zc_fraction_rx),
             (TxPath::Uring, RxPath::Uring, Some(0.0))
+        );
+        // The receiver's share of the cost, where recorded (a profile before it: none).
+        assert_eq!(
+            (p.pairs[0].rx_share, p.pairs[1].rx_share),
+            (None, Some(0.4))
         );
         let again = Profile::parse(&p.to_json(), &host()).unwrap();
         assert_eq!(again, p);
@@ -992,6 +1009,10 @@ mod tests {
             (
                 PAIRS.replace("\"zc_fraction_rx\": 0.0", "\"zc_fraction_rx\": 2.0"),
                 "zc_fraction",
+            ),
+            (
+                PAIRS.replace("\"rx_share\": 0.4", "\"rx_share\": -0.1"),
+                "rx_share not within 0..=1",
             ),
             (
                 PAIRS.replace("\"lo\": 0.28", "\"lo\": 0.31"),

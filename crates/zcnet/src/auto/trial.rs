@@ -30,11 +30,13 @@
 //! the mapping receiver cost 1.19 s/GiB against 1.44–1.54 into copy, the receivers level
 //! (0.79–0.83), in four sittings running (`docs/measurements/auto.md`). A trial that keeps
 //! copy on a tie there throws away what the pairs measured. So the favoured candidate is
-//! kept unless its median is dearer than copy by more than a tolerance: the margin, or the
-//! share `f` of `copy → copy`'s cost its pair saved in the table if larger. That bound is
-//! safe whatever the receiver's part of a pair's cost: the receiver costs at most the
-//! pair's sum, so an excess of at most `f` of its own copy cost is at most the pair's
-//! saving `f × (copy → copy)`. A candidate cheaper than the favoured one by the margin
+//! kept unless its median is dearer than copy by more than a tolerance, at least the
+//! margin: the excess on the receiver's clock at which its pair would lose all it saved,
+//! the table's pair saving restated in the receiver's own cost (`pair::rx_tolerance`,
+//! from the ends' shares of each pair's cost: over veth at 16 KiB 37 % where the pair
+//! saved 10 %, since the saving is the sender's). A profile without the shares gives the
+//! share `f` of `copy → copy`'s cost the pair saved, which is that bound only where the
+//! saving lies on the sender. A candidate cheaper than the favoured one by the margin
 //! still wins, and the run-time check still leaves it if it turns dearer.
 //!
 //! Each window is preceded by a settling stretch of a quarter window on its arm, unmeasured:

@@ -63,9 +63,10 @@ pub(crate) struct AutoRxChoice {
     /// candidates tried ([`TRIAL`]); empty when a profile chose.
     pub trial: Vec<RxPath>,
     /// With a pairs table that could not tell: the receive half of its cheapest pair by
-    /// median, and the share of `copy → copy`'s cost that pair saved there; the trial keeps
-    /// it unless it measures it dearer than copy by more than that share (or the margin)
-    /// ([`Trial::favouring`]).
+    /// median, and how much dearer than copy the receiver may find it
+    /// ([`pair::rx_tolerance`]; from an older profile, the share of `copy → copy`'s cost the
+    /// pair saved); the trial keeps it unless it measures it dearer than copy by more than
+    /// that (or the margin) ([`Trial::favouring`]).
     pub favoured: Option<(RxPath, f64)>,
     /// Why no profile is in force, if none is.
     pub note: Option<String>,
@@ -116,9 +117,16 @@ pub(crate) fn choose(
         .flatten()
         .filter(|p| TRIAL.contains(p))
         .and_then(|p| {
+            // How much dearer the receiver may find it: exact with the ends' shares of the
+            // pairs' costs; from a profile without them, the pair's saving (exact only
+            // where the saving lies on the sender).
+            let shares = loaded
+                .profile
+                .as_deref()
+                .and_then(|pr| pair::rx_tolerance(&pr.pairs, touch, size, p));
             let copy = chooser.estimate(RxPath::Copy, size)?.median;
             let it = chooser.estimate(p, size)?.median;
-            (copy > 0.0).then(|| (p, 1.0 - it / copy))
+            (copy > 0.0).then(|| (p, shares.unwrap_or(1.0 - it / copy)))
         });
     let (path, trial) = if trial {
         if choice.reason == ChoiceReason::NoProfile {
@@ -644,6 +652,12 @@ mod tests {
     /// A profile with a pairs table at 16 KiB and 1 MiB: `copy → copy` at 1.0 and
     /// `copy → mmap` at `mmap` CPU-s/GiB (both ends), `copy → uring` at 1.02, each ±`spread`.
     fn pairs_profile(mmap: f64, spread: f64) -> ProfileSource {
+        pairs_profile_shared(mmap, spread, None)
+    }
+
+    /// [`pairs_profile`], with the receivers' shares of `copy → copy`'s and
+    /// `copy → mmap`'s costs (`copy → uring`'s as copy's).
+    fn pairs_profile_shared(mmap: f64, spread: f64, shares: Option<(f64, f64)>) -> ProfileSource {
         use crate::auto::{PairMeasurement, Profile, Spread};
         use crate::path::TxPath;
         let row = |rx, size, median: f64| PairMeasurement {
@@ -654,6 +668,7 @@ mod tests {
             cpu_s_per_gib: Spread::around(median, spread),
             zc_fraction_tx: Some(0.0),
             zc_fraction_rx: Some(0.0),
+            rx_share: shares.map(|(c, m)| if rx == RxPath::Mmap { m } else { c }),
         };
         let mut p = Profile::scripted(Vec::new(), Vec::new());
         p.pairs = [16u64 << 10, 1 << 20]
@@ -682,6 +697,32 @@ mod tests {
         assert_eq!(c.trial, vec![RxPath::Mmap]);
         assert_eq!(c.path, RxPath::Mmap);
         assert_eq!(c.delta.chose_trial, 1);
+        // With the ends' shares the receiver's allowance is the pair's, in its own terms.
+        // Senders 0.65 and 0.534 (the saving on the sender): the receiver may run
+        // (1 − 0.534) / 0.35 − 1 = 33 % over copy.
+        let c = choose(
+            &pairs_profile_shared(0.92, 0.15, Some((0.35, 0.42))),
+            false,
+            16 << 10,
+            here,
+        );
+        let (f, tolerance) = c.favoured.expect("mmap favoured");
+        assert_eq!(f, RxPath::Mmap);
+        let want = (1.0 - 0.92 * 0.58) / 0.35 - 1.0;
+        assert!(
+            (tolerance - want).abs() < 1e-9,
+            "{tolerance} against {want}"
+        );
+        // Senders alike (the saving all on the receiver): no allowance.
+        let share = 1.0 - 0.65 / 0.92;
+        let c = choose(
+            &pairs_profile_shared(0.92, 0.15, Some((0.35, share))),
+            false,
+            16 << 10,
+            here,
+        );
+        let (_, tolerance) = c.favoured.expect("mmap favoured");
+        assert!(tolerance.abs() < 1e-9, "{tolerance}");
         // A single-end table that cannot tell (no pairs) favours nothing: its rows are each
         // path against a copy peer, blind to the sender the pairs see.
         let c = choose(&rx_profile(0.92, 0.15), false, 16 << 10, here);

@@ -250,6 +250,11 @@ fn undecided(pairs: &[PairMeasurement], size: u64, touch: bool) -> bool {
     runner.is_some_and(|r| r.cpu_s_per_gib.overlaps(&base.cpu_s_per_gib))
 }
 
+/// The race at the re-check points, or none (`--recheck-rounds 0`: no re-check).
+fn race_at(args: &Args, first: &[PairMeasurement], points: &[(u64, bool)]) -> race::Race {
+    race::Race::new(first, if args.recheck_rounds > 0 { points } else { &[] })
+}
+
 /// The bench runs of the race's next round: each of `--recheck-time` (never shorter than
 /// `--time`), numbered after the first pass's repeats.
 fn race_specs(args: &Args, env: &Env, race: &race::Race) -> Vec<RunSpec> {
@@ -339,8 +344,8 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
     let mut runs = bench::execute(&env, &specs, true)?;
     let first = pair_rows(&runs);
     let points = recheck_points(&first, &sizes, touches(args));
-    let mut race = race::Race::new(&first, &points);
-    if !points.is_empty() && args.recheck_rounds > 0 {
+    let mut race = race_at(args, &first, &points);
+    if race.running() {
         eprintln!(
             "zcnet tune: re-checking {} points (size, touch): a race of up to {} rounds ({:.2} s per run)",
             points.len(),
@@ -651,6 +656,12 @@ mod tests {
         assert!(specs
             .iter()
             .all(|s| s.params.limit == Limit::Seconds(1.0) && s.repeat == 2));
+        // No rounds asked for: no race, nothing reported.
+        args.recheck_rounds = 0;
+        let none = race_at(&args, &t, &[(16 * KIB, false)]);
+        assert!(!none.running() && none.report().is_empty());
+        args.recheck_rounds = 5;
+        assert!(race_at(&args, &t, &[(16 * KIB, false)]).running());
         args.time = 2.0;
         let specs = race_specs(&args, &env, &race);
         assert!(specs.iter().all(|s| s.params.limit == Limit::Seconds(2.0)));

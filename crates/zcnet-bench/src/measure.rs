@@ -31,6 +31,12 @@ pub fn measured(r: &Run) -> bool {
     !r.unsupported() && r.bytes_received > 0
 }
 
+/// Whether a run belongs in a profile's tables: [`measured`], and not a [`TWIN`] (which
+/// only says how far identical configurations read apart).
+pub fn tabled(r: &Run) -> bool {
+    measured(r) && r.label != TWIN
+}
+
 /// The cost `auto` minimises: worker CPU-seconds per GiB of both ends.
 pub fn run_cost(r: &Run) -> f64 {
     r.sender_cpu_s_per_gib + r.receiver_cpu_s_per_gib
@@ -41,7 +47,7 @@ type Groups = BTreeMap<(String, u64, bool), (Vec<f64>, Vec<f64>)>;
 
 fn groups(runs: &[Run], tx: bool) -> Groups {
     let mut g = Groups::new();
-    for r in runs.iter().filter(|r| measured(r) && r.label != TWIN) {
+    for r in runs.iter().filter(|r| tabled(r)) {
         let (this, other, zc) = if tx {
             (&r.tx, &r.rx, r.zc_fraction_tx)
         } else {
@@ -81,22 +87,34 @@ pub fn profile_rows(runs: &[Run]) -> (Vec<Measurement<TxPath>>, Vec<Measurement<
     (rows(runs, true), rows(runs, false))
 }
 
-/// `(tx, rx, size, touch)` → (costs, tx shares, rx shares, the receiver's shares of the
-/// cost) over the repeats.
-type PairGroups = BTreeMap<(String, String, u64, bool), (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)>;
+/// One configuration's repeats, as the pair and file tables read them.
+#[derive(Default)]
+struct PairRuns {
+    /// Worker CPU-s/GiB of both ends.
+    costs: Vec<f64>,
+    /// The sender's zero-copy shares.
+    zc_tx: Vec<f64>,
+    /// The receiver's zero-copy shares.
+    zc_rx: Vec<f64>,
+    /// The receiver's shares of the cost (runs that cost something).
+    rx_shares: Vec<f64>,
+}
+
+/// `(tx, rx, size, touch)` → its repeats.
+type PairGroups = BTreeMap<(String, String, u64, bool), PairRuns>;
 
 fn pair_groups(runs: &[Run]) -> PairGroups {
     let mut g = PairGroups::new();
-    for r in runs.iter().filter(|r| measured(r) && r.label != TWIN) {
+    for r in runs.iter().filter(|r| tabled(r)) {
         let e = g
             .entry((r.tx.clone(), r.rx.clone(), r.size, r.touch))
             .or_default();
         let cost = run_cost(r);
-        e.0.push(cost);
-        e.1.push(r.zc_fraction_tx);
-        e.2.push(r.zc_fraction_rx);
+        e.costs.push(cost);
+        e.zc_tx.push(r.zc_fraction_tx);
+        e.zc_rx.push(r.zc_fraction_rx);
         if cost > 0.0 {
-            e.3.push(r.receiver_cpu_s_per_gib / cost);
+            e.rx_shares.push(r.receiver_cpu_s_per_gib / cost);
         }
     }
     g
@@ -114,17 +132,17 @@ fn spread(costs: &[f64]) -> Option<Spread> {
 pub fn pair_rows(runs: &[Run]) -> Vec<PairMeasurement> {
     pair_groups(runs)
         .into_iter()
-        .filter_map(|((tx, rx, size, touch), (costs, ztx, zrx, rxs))| {
+        .filter_map(|((tx, rx, size, touch), g)| {
             let pair = PathPair::from_name(&format!("{tx}/{rx}"))?;
             Some(PairMeasurement {
                 tx: pair.tx,
                 rx: pair.rx,
                 size,
                 touch,
-                cpu_s_per_gib: spread(&costs)?,
-                zc_fraction_tx: median(&ztx).map(|f| f.clamp(0.0, 1.0)),
-                zc_fraction_rx: median(&zrx).map(|f| f.clamp(0.0, 1.0)),
-                rx_share: median(&rxs).map(|f| f.clamp(0.0, 1.0)),
+                cpu_s_per_gib: spread(&g.costs)?,
+                zc_fraction_tx: median(&g.zc_tx).map(|f| f.clamp(0.0, 1.0)),
+                zc_fraction_rx: median(&g.zc_rx).map(|f| f.clamp(0.0, 1.0)),
+                rx_share: median(&g.rx_shares).map(|f| f.clamp(0.0, 1.0)),
             })
         })
         .collect()
@@ -136,7 +154,7 @@ pub fn pair_rows(runs: &[Run]) -> Vec<PairMeasurement> {
 pub fn file_rows(runs: &[Run]) -> Vec<Measurement<FilePair>> {
     pair_groups(runs)
         .into_iter()
-        .filter_map(|((tx, rx, size, touch), (costs, ztx, _, _))| {
+        .filter_map(|((tx, rx, size, touch), g)| {
             let mode = match tx.as_str() {
                 "file" => "sendfile",
                 "read_send" => "read_send",
@@ -146,8 +164,8 @@ pub fn file_rows(runs: &[Run]) -> Vec<Measurement<FilePair>> {
                 path: FilePair::from_name(&format!("{mode}/{rx}"))?,
                 size,
                 touch,
-                cpu_s_per_gib: spread(&costs)?,
-                zc_fraction: median(&ztx).map(|f| f.clamp(0.0, 1.0)),
+                cpu_s_per_gib: spread(&g.costs)?,
+                zc_fraction: median(&g.zc_tx).map(|f| f.clamp(0.0, 1.0)),
             })
         })
         .collect()
@@ -234,7 +252,8 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
     }
     for ((tx, rx, size, touch), costs) in tg {
         let key = (tx.to_string(), rx.to_string(), size, touch);
-        let (Some(first), Some(second)) = (g.get(&key).and_then(|e| spread(&e.0)), spread(&costs))
+        let (Some(first), Some(second)) =
+            (g.get(&key).and_then(|e| spread(&e.costs)), spread(&costs))
         else {
             continue;
         };
@@ -255,7 +274,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
     }
     type Point = (Option<(Spread, usize)>, Option<(String, Spread)>);
     let mut by_point: BTreeMap<(u64, bool), Point> = BTreeMap::new();
-    for ((tx, rx, size, touch), (costs, _, _, _)) in &g {
+    for ((tx, rx, size, touch), PairRuns { costs, .. }) in &g {
         let Some(s) = spread(costs) else { continue };
         let e = by_point.entry((*size, *touch)).or_default();
         if tx == "auto" && rx == "auto" {

@@ -24,7 +24,7 @@
 
 use zcnet::auto::pair::{self, PairMeasurement, PathPair};
 use zcnet::auto::{median, AutoPath};
-use zcnet_bench::measure::{measured, run_cost, TWIN};
+use zcnet_bench::measure::{run_cost, tabled};
 use zcnet_bench::report::Run;
 use zcnet_bench::sizes::ByteSize;
 
@@ -65,13 +65,13 @@ pub fn contenders(pairs: &[PairMeasurement], size: u64, touch: bool) -> Vec<Path
 pub type Sample = (PathPair, u64, bool, f64);
 
 /// The runs that measured a pair `auto` can take, as the race reads them (a run that moved
-/// nothing or ran as another path is no result; [`measured`]).
+/// nothing or ran as another path is no result; [`tabled`]).
 pub fn results(runs: &[Run]) -> Vec<Sample> {
     runs.iter()
-        .filter(|r| measured(r) && r.label != TWIN)
+        .filter(|r| tabled(r))
         .filter_map(|r| {
-            let pair = key(r)?.0;
-            Some((pair, r.size, r.touch, run_cost(r)))
+            let (pair, size, touch) = key(r)?;
+            Some((pair, size, touch, run_cost(r)))
         })
         .collect()
 }
@@ -258,7 +258,7 @@ impl Race {
         s
     }
 
-    /// The pairs each point raced, with those still running: for tests and reports.
+    /// The pairs still running at a point.
     #[cfg(test)]
     fn alive(&self, size: u64, touch: bool) -> Vec<PathPair> {
         self.points

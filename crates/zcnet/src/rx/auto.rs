@@ -120,13 +120,13 @@ pub(crate) fn choose(
             // How much dearer the receiver may find it: exact with the ends' shares of the
             // pairs' costs; from a profile without them, the pair's saving (exact only
             // where the saving lies on the sender).
-            let shares = loaded
+            let allowance = loaded
                 .profile
                 .as_deref()
                 .and_then(|pr| pair::rx_tolerance(&pr.pairs, touch, size, p));
             let copy = chooser.estimate(RxPath::Copy, size)?.median;
             let it = chooser.estimate(p, size)?.median;
-            (copy > 0.0).then(|| (p, shares.unwrap_or(1.0 - it / copy)))
+            (copy > 0.0).then(|| (p, allowance.unwrap_or(1.0 - it / copy)))
         });
     let (path, trial) = if trial {
         if choice.reason == ChoiceReason::NoProfile {

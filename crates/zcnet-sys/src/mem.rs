@@ -7,6 +7,7 @@
 
 use std::io;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// The page size of this machine, read once (`sysconf(_SC_PAGESIZE)`).
@@ -252,6 +253,79 @@ pub fn map_sealed(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }
 }
 
+/// The first page of a file, mapped shared and read-write, used as 64-bit atomic words: how
+/// one process publishes counters another reads with `pread` — a zcnet sender's thread id
+/// and bytes sent for a receiver on the same host (`zcnet::auto::peer`) — at the cost of an
+/// atomic add, where rewriting a file would cost system calls per send.
+///
+/// Any process that may write the file may also change the words under us (harmless: they
+/// are only ever accessed atomically) or truncate it, which makes the next access raise
+/// `SIGBUS`. Map only a file in a directory that no other user can write.
+pub struct SharedWords {
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed only through `AtomicU64`s; it is owned by
+// this value and unmapped once, in `drop`.
+unsafe impl Send for SharedWords {}
+// SAFETY: as above: every access is atomic, so shared references from threads are fine.
+unsafe impl Sync for SharedWords {}
+
+impl SharedWords {
+    /// Grows `file` to a page (it must be open for reading and writing) and maps it: `words`
+    /// 64-bit words (at most a page's worth), all zero in a new file.
+    pub fn map(file: &std::fs::File, words: usize) -> io::Result<SharedWords> {
+        let len = page_size();
+        if words == 0 || words * 8 > len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{words} words do not fit a page"),
+            ));
+        }
+        if file.metadata()?.len() < len as u64 {
+            file.set_len(len as u64)?;
+        }
+        // SAFETY: a fresh mapping (null hint) of `len` bytes of an open file that is at
+        // least that long; the kernel checks the descriptor and the protection against its
+        // open mode. Nothing else in this process refers to the new range.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                file,
+                0,
+            )
+        }?;
+        let ptr = NonNull::new(p.cast::<AtomicU64>())
+            .ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(SharedWords { ptr, words, len })
+    }
+
+    /// Word `i` (panics past the words mapped).
+    pub fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.words, "word {i} of {}", self.words);
+        // SAFETY: the mapping is page-aligned, at least `words` × 8 bytes long and lives as
+        // long as `self`; `AtomicU64` has the alignment and size of `u64`, and every access
+        // to the page goes through atomics (other processes' included, by this type's
+        // contract), so no non-atomic access races with it.
+        unsafe { &*self.ptr.as_ptr().add(i) }
+    }
+}
+
+impl Drop for SharedWords {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len describe exactly the mapping made in `map`, unmapped once here;
+        // no reference from `word` outlives `self`.
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
 impl Drop for PageBuf {
     fn drop(&mut self) {
         if self.region.is_some() {
@@ -292,6 +366,35 @@ mod tests {
             }
         }
         None
+    }
+
+    /// Words written through one mapping are in the file for a plain read, and in another
+    /// mapping of it; a file too small is grown; too many words are refused.
+    #[test]
+    fn shared_words_reach_the_file_and_other_mappings() {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::Ordering;
+        let f = tempfile::tempfile().unwrap();
+        let w = SharedWords::map(&f, 4).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), page_size() as u64);
+        w.word(0).store(0x0102_0304_0506_0708, Ordering::Release);
+        w.word(3).fetch_add(5, Ordering::Relaxed);
+        w.word(3).fetch_add(7, Ordering::Relaxed);
+        let mut b = [0u8; 32];
+        f.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(
+            u64::from_le_bytes(b[0..8].try_into().unwrap()),
+            0x0102_0304_0506_0708
+        );
+        assert_eq!(u64::from_le_bytes(b[24..32].try_into().unwrap()), 12);
+        let again = SharedWords::map(&f, 4).unwrap();
+        assert_eq!(again.word(3).load(Ordering::Acquire), 12);
+        again.word(1).store(9, Ordering::Release);
+        assert_eq!(w.word(1).load(Ordering::Acquire), 9);
+        assert!(SharedWords::map(&f, 0).is_err());
+        assert!(SharedWords::map(&f, page_size() / 8 + 1).is_err());
+        // (Word 4 would panic; not tried here: a panic's backtrace holds locks that a test
+        // forking in parallel, `testing::fork_and_run`, would then deadlock on in its child.)
     }
 
     #[test]

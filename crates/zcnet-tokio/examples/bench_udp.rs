@@ -24,8 +24,8 @@
 //! "× blocking" is the median of per-run ratios to the first blocking row. `--pin CPU` runs
 //! every sender on that CPU.
 //!
-//! The rows are interleaved (row 1..5, row 1..5, ...) `--runs` times, and the median of each
-//! row is printed: the machine is shared, so compare rows of one table only. No row writes
+//! The rows are interleaved `--runs` times, each round starting one row later than the last
+//! (1..5, 2..5 1, 3..5 1 2, ...), and the median of each row is printed: the machine is shared, so compare rows of one table only. No row writes
 //! its payload per message (each sends the bytes already in its buffer): this measures the
 //! transport, not the application filling buffers. The copying rows cycle through `--ring`
 //! distinct 64 KiB buffers (64 = 4 MiB by default), so their copies do not all read one
@@ -268,11 +268,16 @@ fn main() {
     pair.set_link_up(Side::B, false)
         .expect("setting the peer down");
     let mut results: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
-    for _ in 0..runs {
-        for (i, &m) in MODES.iter().enumerate() {
-            if only.as_ref().is_none_or(|o| o.contains(&i)) {
-                results[i].push(run(m, &pair, messages, ring, pin));
-            }
+    let rows: Vec<usize> = (0..MODES.len())
+        .filter(|i| only.as_ref().is_none_or(|o| o.contains(i)))
+        .collect();
+    for round in 0..runs {
+        // Each round starts one row later than the last, so no row always runs first (right
+        // after the previous round's last run, whose socket is still being torn down) or
+        // always follows the same row.
+        for k in 0..rows.len() {
+            let i = rows[(round + k) % rows.len()];
+            results[i].push(run(MODES[i], &pair, messages, ring, pin));
         }
     }
     let pinned = pin.map_or(String::new(), |c| format!(", sender on CPU {c}"));

@@ -550,6 +550,77 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
     );
 }
 
+/// A receiver without a profile adds its sender's CPU clock to its own when the sender is a
+/// zcnet `Sender` on this host (it left its card, `zcnet::auto::peer`), and judges on its
+/// own clock when the sender is anything else; with a profile it never looks. Which arm
+/// wins is not asserted (speed), only that the trial ran whole on every byte and the clock
+/// was found exactly where it should be.
+#[test]
+fn a_receiver_without_a_profile_reads_its_zcnet_senders_clock_and_no_one_elses() {
+    if !std::path::Path::new("/dev/shm").is_dir() {
+        eprintln!("SKIP: no /dev/shm here, so no sender can leave its card");
+        return;
+    }
+    if std::env::var("ZCNET_PEER_CLOCK").is_ok() {
+        eprintln!("SKIP: ZCNET_PEER_CLOCK is set in this environment");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || {
+        let mut c = rx_without_profile(&dir, 64 << 10);
+        c.cost_window = 1 << 20;
+        c
+    };
+    // A zcnet sender (copy): the card is found, once.
+    let (_, s) = auto_receive(cfg(), 32 << 20);
+    assert_eq!(s.auto_rx.chose_trial, 1, "{:?}", s.auto_rx);
+    assert_eq!(s.auto_rx.peer_clock, 1, "{:?}", s.auto_rx);
+    let a = s.auto_rx;
+    assert_eq!(a.trial_picks, 1, "{a:?}");
+    assert_eq!(
+        a.trial_kept_copy + a.trial_picked_uring + a.trial_picked_mmap,
+        1,
+        "{a:?}"
+    );
+
+    // A plain socket writing the same stream: no card, the trial on the receiver's clock.
+    let listener = listen(Topo::Loopback, &cfg());
+    let port = listener.local_addr().unwrap().port();
+    let size: u64 = 32 << 20;
+    let rx = std::thread::spawn(move || {
+        let mut r: Receiver = listener.accept().unwrap();
+        let mut v = zcnet_testbed::pattern::Verifier::default();
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let n = r.recv_into(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            v.check(&buf[..n]);
+        }
+        (v.pos, r.stats().snapshot())
+    });
+    let mut plain = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut pos = 0u64;
+    while pos < size {
+        let n = (size - pos).min(1 << 20) as usize;
+        std::io::Write::write_all(&mut plain, zcnet_testbed::pattern::pattern(pos, n)).unwrap();
+        pos += n as u64;
+    }
+    drop(plain);
+    let (n, s) = rx.join().unwrap();
+    assert_eq!(n, size, "every byte arrived, in order");
+    assert_eq!(s.auto_rx.chose_trial, 1, "{:?}", s.auto_rx);
+    assert_eq!(s.auto_rx.peer_clock, 0, "a plain sender leaves no card");
+    assert_eq!(s.auto_rx.trial_picks, 1, "{:?}", s.auto_rx);
+
+    // The built-in default: no trial, so no clock looked for.
+    let mut c = cfg();
+    c.profile = ProfileSource::BuiltIn;
+    let (_, s) = auto_receive(c, 4 << 20);
+    assert_eq!((s.auto_rx.chose_trial, s.auto_rx.peer_clock), (0, 0));
+}
+
 /// What every receive trial must show, whichever arm its clock favoured (speed is not
 /// asserted): every one of its `arms` (copy and the candidates set up) measured in each of
 /// the first two rounds, at most four rounds in all (a candidate dearer than copy in both

@@ -59,6 +59,37 @@ pub fn process() -> io::Result<Rusage> {
     getrusage(libc::RUSAGE_SELF)
 }
 
+/// The calling thread's kernel id (`gettid(2)`), read once per thread and cached: a sender
+/// asks on every send whether it still runs on the thread it announced
+/// (`zcnet::auto::peer`), which must cost a thread-local read, not a system call.
+pub fn thread_id() -> i32 {
+    thread_local! {
+        static TID: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+    }
+    TID.with(|t| {
+        if t.get() == 0 {
+            t.set(rustix::thread::gettid().as_raw_nonzero().get());
+        }
+        t.get()
+    })
+}
+
+/// The effective user id (`geteuid(2)`).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Run time in nanoseconds of thread `tid` of process `pid`, from
+/// `/proc/PID/task/TID/schedstat` (its first field: the scheduler's `sum_exec_runtime`, the
+/// count `CLOCK_THREAD_CPUTIME_ID` reads for the thread itself). How a receiver reads the
+/// CPU clock of a sending thread in another process, where POSIX thread clocks reach only
+/// threads of one's own. `None` if the thread is gone or the kernel keeps no schedstat.
+pub fn thread_cpu_ns_of(pid: u32, tid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    s.split_ascii_whitespace().next()?.parse().ok()
+}
+
 /// Clock ticks per second for /proc/stat (`sysconf(_SC_CLK_TCK)`).
 pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -96,6 +127,51 @@ mod tests {
     /// read as 0 up to their cost (CONFIG_TICK_CPU_ACCOUNTING, HZ=250). With it, the second
     /// reading holds every nanosecond the thread CPU clock saw of that work. Both sides are
     /// the thread's own CPU clocks; no wall clock is read.
+    /// The schedstat reading of a thread is the same clock as its own thread CPU clock: read
+    /// between two readings of the latter, it lies between them; and it grows with work.
+    #[test]
+    fn another_threads_clock_reads_as_its_own_does() {
+        let pid = std::process::id();
+        let tid = thread_id();
+        assert_eq!(tid, thread_id(), "cached");
+        assert!(tid > 0);
+        let a = thread_cpu_ns();
+        let s = thread_cpu_ns_of(pid, tid).expect("schedstat of this thread");
+        let mut x = 0u64;
+        for i in 0..4_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        let b = thread_cpu_ns();
+        let s2 = thread_cpu_ns_of(pid, tid).expect("schedstat again");
+        // schedstat is brought up to date only at scheduler events, so it may lag the
+        // thread's own clock by the running slice, never lead it.
+        assert!(s <= b, "schedstat {s} ahead of the clock read after it {b}");
+        assert!(s2 >= s, "a thread's run time went back: {s} then {s2}");
+        assert!(a <= b);
+        // Another thread's: it ran work, so its run time is more than zero.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            let mut y = 0u64;
+            for i in 0..4_000_000u64 {
+                y = std::hint::black_box(y.wrapping_mul(31).wrapping_add(i));
+            }
+            tx.send(thread_id()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            y
+        });
+        let other = rx.recv().unwrap();
+        assert_ne!(other, tid);
+        let ns = thread_cpu_ns_of(pid, other).expect("schedstat of a live thread");
+        assert!(ns > 0, "a thread that ran reads {ns} ns");
+        h.join().unwrap();
+        assert_eq!(
+            thread_cpu_ns_of(pid, other),
+            None,
+            "a thread gone reads as gone"
+        );
+        assert_eq!(thread_cpu_ns_of(pid, -1), None);
+    }
+
     #[test]
     fn thread_time_includes_the_slice_running_now() {
         for _ in 0..20 {

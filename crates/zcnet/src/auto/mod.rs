@@ -7,7 +7,8 @@
 //! alignment; zcnet chooses per operation from what `zcnet tune` measured on this host.
 //!
 //! This module is pure code in the quinn-proto manner — no sockets, no clocks, no environment
-//! reads — except [`load`], which finds a connection's profile. The parts:
+//! reads — except [`load`], which finds a connection's profile, and [`peer`], which shows a
+//! sender's CPU clock to a receiver on the same host. The parts:
 //!
 //! * [`profile`]: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
 //!   interface and MTU so a profile from another host or NIC is refused, not applied.
@@ -30,6 +31,8 @@
 //! * [`trial`]: without a profile, a receiver's candidate paths and copy measured in
 //!   interleaved rounds on the connection itself; a candidate replaces copy only if the
 //!   median of its paired comparisons beats copy by the margin.
+//! * [`peer`]: a sender's card naming its sending thread, so that a receiver on the same host
+//!   adds that thread's CPU clock to its own and its trial judges the pair.
 //!
 //! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]
 //! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]
@@ -51,6 +54,7 @@ pub mod file;
 pub mod hysteresis;
 pub mod load;
 pub mod pair;
+pub(crate) mod peer;
 pub mod profile;
 pub mod trial;
 
@@ -179,11 +183,14 @@ pub struct AutoStats {
     pub trial_picked_uring: u64,
     /// Trials that kept `mmap`.
     pub trial_picked_mmap: u64,
+    /// Receivers whose trial and check read their sender's CPU clock with their own: the
+    /// sender is zcnet's, on this host, and left its card ([`peer`]).
+    pub peer_clock: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 24;
+    pub const LEN: usize = 25;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -212,6 +219,7 @@ impl AutoStats {
             self.trial_kept_copy,
             self.trial_picked_uring,
             self.trial_picked_mmap,
+            self.peer_clock,
         ]
     }
 
@@ -242,6 +250,7 @@ impl AutoStats {
             trial_kept_copy: a[21],
             trial_picked_uring: a[22],
             trial_picked_mmap: a[23],
+            peer_clock: a[24],
         }
     }
 
@@ -277,10 +286,7 @@ mod tests {
         let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
-        assert_eq!(
-            (s.decisions, s.trial_picked_mmap),
-            (1, AutoStats::LEN as u64)
-        );
+        assert_eq!((s.decisions, s.peer_clock), (1, AutoStats::LEN as u64));
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));

@@ -6,7 +6,10 @@
 //! the answer differs by route and by sitting (over veth at 16 KiB the mapping receiver,
 //! mapping nothing from a copying sender, has read 20 % under copy in one sitting and level
 //! with it in another; on loopback `uring` was the one within noise of the best). So the
-//! connection measures, in the receiving thread's CPU clock per byte.
+//! connection measures, in CPU time per byte: the receiving thread's, plus the sending
+//! thread's where the sender is zcnet's on this host and said which thread it is
+//! ([`super::peer`]) — a receive path's saving can lie on the sender. The clock is the
+//! caller's; this module only compares what it reads.
 //!
 //! How, and why this way: one window's thread clock on a shared machine is noisy (single
 //! 1-second bench runs of the same pair spread ±11–43 %), and load comes and goes over a

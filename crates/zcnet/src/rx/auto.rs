@@ -220,19 +220,9 @@ impl Judge {
         self.check.route(self.wanted, clock)
     }
 
-    /// After an operation that delivered `n` bytes; `costlier`: it was kept on copy because
-    /// the wanted path was found costlier.
-    fn after(&mut self, n: usize, costlier: bool, delta: AutoStats, stats: &Stats) {
-        self.after_on(
-            n,
-            costlier,
-            delta,
-            stats,
-            zcnet_sys::raw::cpu::thread_cpu_ns,
-        );
-    }
-
-    /// [`Judge::after`] on the CPU clock `clock` (ns).
+    /// After an operation that delivered `n` bytes, on the CPU clock `clock` (ns: the
+    /// receiver's [`RxClock`]); `costlier`: it was kept on copy because the wanted path was
+    /// found costlier.
     fn after_on(
         &mut self,
         n: usize,
@@ -298,6 +288,74 @@ pub(crate) struct AutoRx {
     /// the others before the next one, so their reads stay placed by the stream offset
     /// ([`super::place`]) whichever path read in between.
     taken: Option<(Use, u64)>,
+    /// The clock the trial and the check read.
+    clock: RxClock,
+}
+
+/// Whether, and how, a receiver reads its sender's CPU clock ([`crate::auto::peer`]).
+#[derive(Debug)]
+enum Peer {
+    /// Not wanted: a profile chose, or `ZCNET_PEER_CLOCK=off`.
+    Off,
+    /// Wanted (a trial without a profile), not looked for yet.
+    Wanted,
+    /// Found: the sender's clock.
+    Found(crate::auto::peer::PeerClock),
+    /// Looked for; no card, or its thread could not be read.
+    Absent,
+}
+
+/// The receiving thread's CPU clock, plus the sending thread's where its card was found:
+/// counted from when it was found, so that the sum never jumps, and restated per byte this
+/// receiver took ([`crate::auto::peer::PeerClock::now`]).
+#[derive(Debug)]
+struct RxClock {
+    peer: Peer,
+    /// Bytes delivered so far (once some have, a zcnet sender has written its card: it
+    /// does before its first send).
+    received: u64,
+}
+
+impl RxClock {
+    fn now(&self) -> u64 {
+        let own = zcnet_sys::raw::cpu::thread_cpu_ns();
+        match &self.peer {
+            Peer::Found(p) => own + p.now(self.received),
+            _ => own,
+        }
+    }
+
+    /// Counts `n` bytes delivered.
+    fn delivered(&mut self, n: usize) {
+        self.received += n as u64;
+    }
+
+    /// Looks for the card of the sender of `fd`'s connection, once bytes have arrived.
+    fn look(&mut self, fd: BorrowedFd<'_>, delta: &mut AutoStats) {
+        use crate::auto::peer::{default_dir, PeerClock};
+        if !matches!(self.peer, Peer::Wanted) || self.received == 0 {
+            return;
+        }
+        let sock = socket2::SockRef::from(&fd);
+        let addr = |a: std::io::Result<socket2::SockAddr>| a.ok().and_then(|a| a.as_socket());
+        let found = match (
+            addr(sock.peer_addr()),
+            addr(sock.local_addr()),
+            default_dir(),
+        ) {
+            (Some(sender), Some(receiver), Some(dir)) => {
+                PeerClock::find(&dir, sender, receiver, self.received)
+            }
+            _ => None,
+        };
+        self.peer = match found {
+            Some(p) => {
+                delta.peer_clock += 1;
+                Peer::Found(p)
+            }
+            None => Peer::Absent,
+        };
+    }
 }
 
 impl AutoRx {
@@ -347,6 +405,19 @@ impl AutoRx {
             held: Vec::new(),
             held_off: 0,
             taken: None,
+            clock: RxClock {
+                // A profile's choice is judged on the receiver's own clock, as its tolerance
+                // was computed ([`crate::auto::pair::rx_tolerance`]).
+                peer: if !choice.trial.is_empty()
+                    && choice.favoured.is_none()
+                    && crate::auto::peer::enabled()
+                {
+                    Peer::Wanted
+                } else {
+                    Peer::Off
+                },
+                received: 0,
+            },
         }
     }
 
@@ -358,7 +429,9 @@ impl AutoRx {
         delta: &mut AutoStats,
     ) -> Result<(Use, bool)> {
         self.tell_others();
-        let (target, costlier) = match self.judge.route(zcnet_sys::raw::cpu::thread_cpu_ns) {
+        self.clock.look(fd, delta);
+        let clock = &self.clock;
+        let (target, costlier) = match self.judge.route(|| clock.now()) {
             Route::Wanted(p) => (p, false),
             Route::ProbeCopy(_) => {
                 delta.cost_probe_ops += 1;
@@ -477,13 +550,15 @@ impl Receive for AutoRx {
             uring,
             judge,
             taken,
+            clock,
             ..
         } = self;
         let r = receiver(use_, copy, mmap, uring).recv(fd, stats)?;
         let n = r.as_ref().map_or(0, |c| c.len());
         // `prepare` told the others what the last operation took, so this starts afresh.
         *taken = Some((use_, n as u64));
-        judge.after(n, costlier, delta, stats);
+        clock.delivered(n);
+        judge.after_on(n, costlier, delta, stats, || clock.now());
         Ok(r)
     }
 
@@ -500,7 +575,10 @@ impl Receive for AutoRx {
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_into(fd, buf, stats)?;
         self.took(use_, n);
-        self.judge.after(n, costlier, delta, stats);
+        self.clock.delivered(n);
+        let clock = &self.clock;
+        self.judge
+            .after_on(n, costlier, delta, stats, || clock.now());
         Ok(n)
     }
 
@@ -592,7 +670,10 @@ impl Receive for AutoRx {
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_lend(fd, scratch, max, stats, sink)?;
         self.took(use_, n);
-        self.judge.after(n, costlier, delta, stats);
+        self.clock.delivered(n);
+        let clock = &self.clock;
+        self.judge
+            .after_on(n, costlier, delta, stats, || clock.now());
         Ok(n)
     }
 }

@@ -146,6 +146,9 @@ pub struct Sender {
     /// [`Sender::send_file`] takes at each size ([`crate::auto::file`]).
     file_auto: Option<crate::auto::Chooser<FileTxMode>>,
     profile_note: Option<String>,
+    /// The card naming the sending thread, for an `auto` receiver on this host to read its
+    /// CPU clock ([`crate::auto::peer`]); `None` where it could not be written.
+    card: Option<crate::auto::peer::ClockCard>,
 }
 
 impl std::fmt::Debug for Sender {
@@ -246,7 +249,9 @@ impl Sender {
                 !zc_ok,
             )),
         };
+        let card = Self::publish_card(&sock);
         Ok(Sender {
+            card,
             sock,
             tx,
             path: cfg.path,
@@ -258,6 +263,32 @@ impl Sender {
             file_auto,
             profile_note,
         })
+    }
+
+    /// The sending thread's card ([`crate::auto::peer`]): best effort, for every path (the
+    /// receiver's trial needs the sender's clock whatever the sender does).
+    fn publish_card(sock: &Socket) -> Option<crate::auto::peer::ClockCard> {
+        use crate::auto::peer;
+        if !peer::enabled() {
+            return None;
+        }
+        let local = sock.local_addr().ok()?.as_socket()?;
+        let remote = sock.peer_addr().ok()?.as_socket()?;
+        peer::ClockCard::publish(&peer::default_dir()?, local, remote)
+    }
+
+    /// Keeps the card naming the thread that sends (a thread-local read when it does).
+    fn follow(&mut self) {
+        if let Some(c) = self.card.as_mut() {
+            c.follow();
+        }
+    }
+
+    /// Counts `n` bytes sent on the card (an atomic add).
+    fn sent(&self, n: u64) {
+        if let Some(c) = &self.card {
+            c.sent(n);
+        }
     }
 
     /// On the `auto` path: why no profile is in force (none written yet, or one refused as
@@ -329,10 +360,14 @@ impl Sender {
     /// # Ok(()) }
     /// ```
     pub fn send(&mut self, buf: TxBuf) -> Result<()> {
+        self.follow();
+        let n = buf.len() as u64;
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
             .send_buf(self.sock.as_fd(), buf, &self.stats)
-            .map_err(|e| Self::queued_since(before, e))
+            .map_err(|e| Self::queued_since(before, e))?;
+        self.sent(n);
+        Ok(())
     }
 
     /// `e` saying how many bytes of the failed call went out before it failed.
@@ -349,10 +384,13 @@ impl Sender {
     /// copies them; `uring` and `cow`, which send from memory of their own, copy them and
     /// count [`FallbackReason::Unsupported`](crate::FallbackReason::Unsupported).
     pub fn send_owned<B: Lend>(&mut self, buf: B) -> Result<()> {
+        self.follow();
+        let n = buf.bytes().len() as u64;
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
             .send_owned(self.sock.as_fd(), Box::new(buf), &self.stats, self.timeout)
             .map_err(|e| Self::queued_since(before, e))?;
+        self.sent(n);
         Ok(())
     }
 
@@ -360,10 +398,12 @@ impl Sender {
     /// the `cow` path its page-aligned middle goes zero-copy while write-protected
     /// ([`crate::cow`]); elsewhere it is copied.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
+        self.follow();
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
             .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)
             .map_err(|e| Self::queued_since(before, e))?;
+        self.sent(data.len() as u64);
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(())
     }
@@ -404,6 +444,7 @@ impl Sender {
         len: u64,
         mode: FileTxMode,
     ) -> Result<u64> {
+        self.follow();
         let before = crate::stats::tx_handed_by_this_thread();
         let n = self
             .file
@@ -417,6 +458,7 @@ impl Sender {
                 self.timeout,
             )
             .map_err(|e| Self::queued_since(before, e))?;
+        self.sent(n);
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(n)
     }

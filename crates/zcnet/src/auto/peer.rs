@@ -29,7 +29,8 @@
 //! translation between the ends, another user's sender, a sender that is not zcnet's. A card
 //! is best effort: no step of it can fail a connection. The sender removes its card when it
 //! is dropped; a card left by a process that died names a thread that no longer exists,
-//! which reads as no clock. `ZCNET_PEER_CLOCK=off` turns both halves off (to measure a
+//! which reads as no clock, and is removed by the next sender to publish one (each process
+//! sweeps the directory at most once a minute). `ZCNET_PEER_CLOCK=off` turns both halves off (to measure a
 //! trial on the receiver's clock alone).
 //!
 //! What the receiver reads is the sending *thread*: work the sender hands to other threads
@@ -139,6 +140,7 @@ impl ClockCard {
     /// if it could not be written. Made aside and renamed into place complete, so a reader
     /// never meets half a card.
     pub(crate) fn publish(dir: &Path, sender: SocketAddr, receiver: SocketAddr) -> Option<Self> {
+        sweep_now_and_then(dir);
         let path = dir.join(card_name(sender, receiver));
         let tid = cpu::thread_id();
         let mut tmp = path.clone().into_os_string();
@@ -257,6 +259,57 @@ fn scaled(ns: u64, sent: u64, received: u64) -> u64 {
     }
     let r = (received as f64 / sent as f64).clamp(1.0 / MAX_SCALE, MAX_SCALE);
     (ns as f64 * r).round() as u64
+}
+
+/// Seconds between sweeps of the card directory by one process.
+const SWEEP_EVERY_S: u64 = 60;
+
+/// [`sweep`], at most once every [`SWEEP_EVERY_S`] per process: a process that ended
+/// without dropping its senders (killed, or exiting with sender threads still running)
+/// leaves its cards behind, a page of tmpfs each, which nobody else would remove.
+fn sweep_now_and_then(dir: &Path) {
+    use std::sync::atomic::AtomicU64;
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if (last != 0 && now < last + SWEEP_EVERY_S)
+        || LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    sweep(dir);
+}
+
+/// Removes from `dir` the cards whose process is gone, and what is not a card (a
+/// half-made one, or anything else under a card's name) once it is a minute old.
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let old = |e: &std::fs::DirEntry| {
+        e.metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() >= SWEEP_EVERY_S)
+    };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with("tcp-") {
+            continue;
+        }
+        let card = File::open(e.path()).ok().as_ref().and_then(read_card);
+        let stale = match card {
+            Some(c) => !Path::new(&format!("/proc/{}", c.pid)).exists(),
+            None => old(&e),
+        };
+        if stale {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// The card in `file`, read with one `pread` (`None` if it is short or not a card).
@@ -426,6 +479,33 @@ mod tests {
         assert!(PeerClock::find(dir.path(), s, r, 0).is_none());
         std::fs::write(&name, [0u8; 4096]).unwrap();
         assert!(PeerClock::find(dir.path(), s, r, 0).is_none());
+    }
+
+    /// A card whose process is gone is swept; a live process's card and a fresh half-made
+    /// one stay, and so does anything not named as a card.
+    #[test]
+    fn cards_of_processes_gone_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, r) = addrs();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        assert!(!Path::new(&format!("/proc/{dead}")).exists());
+        let live = ClockCard::publish(dir.path(), s, r).unwrap();
+        // A copy of a card with the dead process's pid.
+        let mut page = std::fs::read(&live.path).unwrap();
+        page[8..16].copy_from_slice(&u64::from(dead).to_ne_bytes());
+        let gone = dir.path().join("tcp-10.7.0.9_1-10.7.0.2_5201");
+        std::fs::write(&gone, &page).unwrap();
+        let half = dir.path().join("tcp-10.7.0.9_2-10.7.0.2_5201.1.2.tmp");
+        std::fs::write(&half, [0u8; 64]).unwrap();
+        let other = dir.path().join("notes");
+        std::fs::write(&other, &page).unwrap();
+        sweep(dir.path());
+        assert!(!gone.exists(), "the dead process's card is swept");
+        assert!(live.path.exists(), "a live card stays");
+        assert!(half.exists(), "a half-made card is left its minute");
+        assert!(other.exists(), "not a card's name: not ours to remove");
     }
 
     #[test]

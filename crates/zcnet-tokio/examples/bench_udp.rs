@@ -25,11 +25,12 @@
 //! every sender on that CPU.
 //!
 //! The rows are interleaved `--runs` times, each round starting one row later than the last
-//! (1..5, 2..5 1, 3..5 1 2, ...), and the median of each row is printed: the machine is shared, so compare rows of one table only. No row writes
-//! its payload per message (each sends the bytes already in its buffer): this measures the
-//! transport, not the application filling buffers. The copying rows cycle through `--ring`
-//! distinct 64 KiB buffers (64 = 4 MiB by default), so their copies do not all read one
-//! cache-hot buffer; `--ring 1` shows the hot case.
+//! (1..5, 2..5 1, 3..5 1 2, ...), and the median of each row is printed: the machine is
+//! shared, so compare rows of one table only. No row writes its payload per message (each
+//! sends the bytes already in its buffer): this measures the transport, not the application
+//! filling buffers. The copying rows cycle through `--ring` distinct 64 KiB buffers (64 = 4
+//! MiB by default), so their copies do not all read one cache-hot buffer; `--ring 1` shows
+//! the hot case.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;

@@ -219,10 +219,15 @@ pub fn memlock_limit() -> io::Result<(Option<u64>, Option<u64>)> {
     Ok((f(rl.rlim_cur), f(rl.rlim_max)))
 }
 
+/// The effective user id (`geteuid(2)`).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
 /// True when the effective uid is 0.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail and has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    euid() == 0
 }
 
 /// Name of the first interface with an address for which `wanted` is true, in the calling

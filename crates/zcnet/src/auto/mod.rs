@@ -31,8 +31,9 @@
 //! * [`trial`]: without a profile, a receiver's candidate paths and copy measured in
 //!   interleaved rounds on the connection itself; a candidate replaces copy only if the
 //!   median of its paired comparisons beats copy by the margin.
-//! * [`peer`]: a sender's card naming its sending thread, so that a receiver on the same host
-//!   adds that thread's CPU clock to its own and its trial judges the pair.
+//! * [`peer`]: a sender's card naming its sending thread and counting its bytes, so that a
+//!   receiver on the same host adds that thread's CPU time per byte to its own and its trial
+//!   judges the pair.
 //!
 //! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]
 //! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]

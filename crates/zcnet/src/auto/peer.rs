@@ -30,8 +30,8 @@
 //! is best effort: no step of it can fail a connection. The sender removes its card when it
 //! is dropped; a card left by a process that died names a thread that no longer exists,
 //! which reads as no clock, and is removed by the next sender to publish one (each process
-//! sweeps the directory at most once a minute). `ZCNET_PEER_CLOCK=off` turns both halves off (to measure a
-//! trial on the receiver's clock alone).
+//! sweeps the directory at most once a minute). `ZCNET_PEER_CLOCK=off` turns both halves
+//! off (to measure a trial on the receiver's clock alone).
 //!
 //! What the receiver reads is the sending *thread*: work the sender hands to other threads
 //! (softirq run on another core, `ksoftirqd`) is in neither clock, as it is in neither
@@ -44,7 +44,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use zcnet_sys::mem::SharedWords;
-use zcnet_sys::raw::cpu;
+use zcnet_sys::raw::{cpu, socket};
 
 /// Where cards live when nothing else is said: a tmpfs every process on the host shares.
 const SHARED: &str = "/dev/shm";
@@ -76,7 +76,7 @@ pub(crate) fn enabled() -> bool {
 /// card there could point a receiver at any thread, or be truncated under a sender's
 /// mapping).
 pub(crate) fn default_dir() -> Option<PathBuf> {
-    let euid = cpu::euid();
+    let euid = socket::euid();
     let dir = Path::new(SHARED).join(format!("zcnet-{euid}"));
     if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         if e.kind() != std::io::ErrorKind::AlreadyExists {
@@ -198,9 +198,19 @@ impl Drop for ClockCard {
 #[derive(Debug)]
 pub(crate) struct PeerClock {
     file: File,
-    /// The card and the sending thread's run time at the last reading, the receiver's
-    /// bytes then, and the scaled sum so far.
-    last: Cell<(Card, u64, u64, u64)>,
+    last: Cell<Reading>,
+}
+
+/// A [`PeerClock`]'s last reading.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    card: Card,
+    /// The sending thread's run time (ns).
+    ns: u64,
+    /// The receiver's bytes taken.
+    received: u64,
+    /// The scaled sender time so far (ns).
+    sum: u64,
 }
 
 impl PeerClock {
@@ -218,7 +228,12 @@ impl PeerClock {
         let ns = cpu::thread_cpu_ns_of(card.pid, card.tid)?;
         Some(PeerClock {
             file,
-            last: Cell::new((card, ns, received, 0)),
+            last: Cell::new(Reading {
+                card,
+                ns,
+                received,
+                sum: 0,
+            }),
         })
     }
 
@@ -227,25 +242,30 @@ impl PeerClock {
     /// count) over those the sender sent. Read only at the ends of windows. A sender that
     /// moved to another thread is followed; one gone reads as no more time.
     pub(crate) fn now(&self, received: u64) -> u64 {
-        let (card0, ns0, rx0, sum) = self.last.get();
+        let last = self.last.get();
         let Some((card, ns)) = read_card(&self.file)
             .and_then(|c| cpu::thread_cpu_ns_of(c.pid, c.tid).map(|ns| (c, ns)))
         else {
-            return sum;
+            return last.sum;
         };
         // Another thread since the last reading: its run time is not a continuation.
-        let ran = if card.tid == card0.tid {
-            ns.saturating_sub(ns0)
+        let ran = if card.tid == last.card.tid {
+            ns.saturating_sub(last.ns)
         } else {
             0
         };
-        let sum = sum
+        let sum = last.sum
             + scaled(
                 ran,
-                card.bytes.saturating_sub(card0.bytes),
-                received.saturating_sub(rx0),
+                card.bytes.saturating_sub(last.card.bytes),
+                received.saturating_sub(last.received),
             );
-        self.last.set((card, ns, received, sum));
+        self.last.set(Reading {
+            card,
+            ns,
+            received,
+            sum,
+        });
         sum
     }
 }
@@ -381,6 +401,10 @@ mod tests {
     /// nothing once the sender is dropped — nor for the other direction's addresses.
     #[test]
     fn a_receiver_reads_the_sending_threads_clock_and_follows_it() {
+        if !Path::new("/proc/thread-self/schedstat").exists() {
+            eprintln!("SKIP: this kernel keeps no per-thread schedstat (CONFIG_SCHED_INFO)");
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let (s, r) = addrs();
         let (go, wait) = mpsc::channel::<u64>();
@@ -515,7 +539,7 @@ mod tests {
             return;
         };
         let m = std::fs::metadata(&dir).unwrap();
-        assert_eq!(m.uid(), cpu::euid());
+        assert_eq!(m.uid(), socket::euid());
         assert_eq!(m.mode() & 0o077, 0, "{:o}", m.mode());
     }
 }

@@ -223,7 +223,7 @@ impl Judge {
     /// After an operation that delivered `n` bytes, on the CPU clock `clock` (ns: the
     /// receiver's [`RxClock`]); `costlier`: it was kept on copy because the wanted path was
     /// found costlier.
-    fn after_on(
+    fn after(
         &mut self,
         n: usize,
         costlier: bool,
@@ -516,6 +516,21 @@ impl AutoRx {
     }
 }
 
+/// After an operation that delivered `n` bytes: counts them on `clock` and has `judge`
+/// judge it on that clock ([`Judge::after`]).
+fn judged(
+    judge: &mut Judge,
+    clock: &mut RxClock,
+    n: usize,
+    costlier: bool,
+    delta: AutoStats,
+    stats: &Stats,
+) {
+    clock.delivered(n);
+    let clock = &*clock;
+    judge.after(n, costlier, delta, stats, || clock.now());
+}
+
 /// The receiver an operation goes to (fields apart, so the judge stays free to borrow).
 fn receiver<'a>(
     use_: Use,
@@ -557,8 +572,7 @@ impl Receive for AutoRx {
         let n = r.as_ref().map_or(0, |c| c.len());
         // `prepare` told the others what the last operation took, so this starts afresh.
         *taken = Some((use_, n as u64));
-        clock.delivered(n);
-        judge.after_on(n, costlier, delta, stats, || clock.now());
+        judged(judge, clock, n, costlier, delta, stats);
         Ok(r)
     }
 
@@ -575,10 +589,7 @@ impl Receive for AutoRx {
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_into(fd, buf, stats)?;
         self.took(use_, n);
-        self.clock.delivered(n);
-        let clock = &self.clock;
-        self.judge
-            .after_on(n, costlier, delta, stats, || clock.now());
+        judged(&mut self.judge, &mut self.clock, n, costlier, delta, stats);
         Ok(n)
     }
 
@@ -670,10 +681,7 @@ impl Receive for AutoRx {
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_lend(fd, scratch, max, stats, sink)?;
         self.took(use_, n);
-        self.clock.delivered(n);
-        let clock = &self.clock;
-        self.judge
-            .after_on(n, costlier, delta, stats, || clock.now());
+        judged(&mut self.judge, &mut self.clock, n, costlier, delta, stats);
         Ok(n)
     }
 }
@@ -858,7 +866,7 @@ mod tests {
             };
             paths.push(path);
             clock.set(clock.get() + cost(path, i * OP) * OP);
-            judge.after_on(OP as usize, costlier, AutoStats::default(), &stats, || {
+            judge.after(OP as usize, costlier, AutoStats::default(), &stats, || {
                 clock.get()
             });
         }

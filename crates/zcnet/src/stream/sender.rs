@@ -277,16 +277,11 @@ impl Sender {
         peer::ClockCard::publish(&peer::default_dir()?, local, remote)
     }
 
-    /// Keeps the card naming the thread that sends (a thread-local read when it does).
-    fn follow(&mut self) {
+    /// Counts `n` bytes sent on the card (an atomic add), the card naming the thread that
+    /// sent them (a thread-local read when it already does).
+    fn sent(&mut self, n: u64) {
         if let Some(c) = self.card.as_mut() {
             c.follow();
-        }
-    }
-
-    /// Counts `n` bytes sent on the card (an atomic add).
-    fn sent(&self, n: u64) {
-        if let Some(c) = &self.card {
             c.sent(n);
         }
     }
@@ -360,7 +355,6 @@ impl Sender {
     /// # Ok(()) }
     /// ```
     pub fn send(&mut self, buf: TxBuf) -> Result<()> {
-        self.follow();
         let n = buf.len() as u64;
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
@@ -384,7 +378,6 @@ impl Sender {
     /// copies them; `uring` and `cow`, which send from memory of their own, copy them and
     /// count [`FallbackReason::Unsupported`](crate::FallbackReason::Unsupported).
     pub fn send_owned<B: Lend>(&mut self, buf: B) -> Result<()> {
-        self.follow();
         let n = buf.bytes().len() as u64;
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
@@ -398,7 +391,6 @@ impl Sender {
     /// the `cow` path its page-aligned middle goes zero-copy while write-protected
     /// ([`crate::cow`]); elsewhere it is copied.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
-        self.follow();
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
             .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)
@@ -444,7 +436,6 @@ impl Sender {
         len: u64,
         mode: FileTxMode,
     ) -> Result<u64> {
-        self.follow();
         let before = crate::stats::tx_handed_by_this_thread();
         let n = self
             .file

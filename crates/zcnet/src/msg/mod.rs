@@ -30,6 +30,7 @@ pub mod reassembly;
 pub mod recv;
 pub mod send;
 pub mod stats;
+pub mod uring;
 pub mod wire;
 
 pub use framer::{Batch, Framer, Outgoing};
@@ -38,6 +39,7 @@ pub use reassembly::{InFlight, Reassembly};
 pub use recv::MsgReceiver;
 pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
+pub use uring::{MsgRing, RingSend};
 
 use crate::policy::Policy;
 use std::net::SocketAddr;
@@ -57,6 +59,18 @@ pub enum MsgTx {
     Copy,
     /// `MSG_ZEROCOPY`: the kernel references the buffer's pages; the completion returns it.
     Zerocopy,
+    /// io_uring `IORING_OP_SEND_ZC` from the pool registered as fixed buffers ([`MsgRing`]):
+    /// zero-copy without pinning each page per send or reading an error queue. Where
+    /// io_uring or `SEND_ZC` is missing, `MSG_ZEROCOPY` instead (counted as
+    /// [`crate::FallbackReason::Unsupported`]).
+    Uring,
+}
+
+impl MsgTx {
+    /// Whether messages go out zero-copy (by either engine).
+    pub fn is_zerocopy(self) -> bool {
+        matches!(self, MsgTx::Zerocopy | MsgTx::Uring)
+    }
 }
 
 /// Bounds of the receiver's reassembly state, in memory and in time.

@@ -26,6 +26,7 @@
 use super::framer::Framer;
 use super::msgbuf::MsgBuf;
 use super::stats::MsgStats;
+use super::uring::{MsgRing, RingSend};
 use super::wire::Layout;
 use super::{MsgConfig, MsgError, MsgTx};
 use crate::buf::{Pool, TxBuf};
@@ -64,6 +65,9 @@ pub struct MsgSender {
     demotion: CopiedDemotion,
     entries: Vec<zc::ErrqueueEntry>,
     pool: Option<Pool>,
+    /// [`MsgTx::Uring`]'s ring, made with the pool; `None` without one (then
+    /// `MSG_ZEROCOPY`).
+    ring: Option<MsgRing>,
     headers: Vec<u8>,
     stats: Arc<Stats>,
 }
@@ -79,7 +83,7 @@ impl MsgSender {
             SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let sock = UdpSocket::bind(local).map_err(|e| Error::io("bind(UDP)", e))?;
-        let zerocopy_ok = cfg.tx == MsgTx::Zerocopy && zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        let zerocopy_ok = cfg.tx.is_zerocopy() && zc::set_so_zerocopy(sock.as_fd()).is_ok();
         sock.connect(peer)
             .map_err(|e| Error::io("connect(UDP)", e))?;
         Self::build(sock, cfg, zerocopy_ok)
@@ -88,7 +92,7 @@ impl MsgSender {
     /// Takes over a UDP socket that is already connected.
     pub fn from_socket(sock: UdpSocket, cfg: &MsgConfig) -> Result<MsgSender, MsgError> {
         cfg.validate()?;
-        let zerocopy_ok = cfg.tx == MsgTx::Zerocopy
+        let zerocopy_ok = cfg.tx.is_zerocopy()
             && (zc::so_zerocopy(sock.as_fd()).unwrap_or(false)
                 || zc::set_so_zerocopy(sock.as_fd()).is_ok());
         Self::build(sock, cfg, zerocopy_ok)
@@ -119,7 +123,7 @@ impl MsgSender {
         getrandom::fill(&mut session)
             .map_err(|e| Error::io("getrandom", io::Error::other(e.to_string())))?;
         let stats = Arc::new(Stats::new());
-        if cfg.tx == MsgTx::Zerocopy && !zerocopy_ok {
+        if cfg.tx.is_zerocopy() && !zerocopy_ok {
             // Counted once here; every loan is then copied and counted as Unsupported too.
             stats.fallback(FallbackReason::Unsupported, 0);
         }
@@ -141,6 +145,7 @@ impl MsgSender {
             demotion: CopiedDemotion::default(),
             entries: Vec::new(),
             pool: None,
+            ring: None,
             headers: Vec::new(),
             stats,
         })
@@ -186,7 +191,14 @@ impl MsgSender {
         self.max_gso_bytes
     }
 
-    /// Whether `SO_ZEROCOPY` is on (only asked for with [`MsgTx::Zerocopy`]).
+    /// Whether loans go through io_uring `SEND_ZC` ([`MsgTx::Uring`]): false before the
+    /// first [`MsgSender::buffer`] made the pool, and where io_uring cannot send (then
+    /// `MSG_ZEROCOPY`, counted as [`FallbackReason::Unsupported`]).
+    pub fn uring_enabled(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Whether `SO_ZEROCOPY` is on (asked for with [`MsgTx::Zerocopy`] and [`MsgTx::Uring`]).
     pub fn zerocopy_enabled(&self) -> bool {
         self.zerocopy_ok
     }
@@ -251,6 +263,15 @@ impl MsgSender {
             let size = self.layout.wire_len(self.cfg.max_message);
             let pool = Pool::new_huge(self.cfg.pool_buffers, size)
                 .map_err(|e| Error::io("mmap(message pool)", e))?;
+            if self.cfg.tx == MsgTx::Uring && self.zerocopy_ok {
+                let gso =
+                    (self.framer.datagrams_per_call() > 1).then_some(self.layout.segment() as u16);
+                match MsgRing::new(self.sock.as_fd(), &pool, gso, false, &self.stats) {
+                    Ok(r) => self.ring = Some(r),
+                    // MSG_ZEROCOPY instead, counted.
+                    Err(_) => self.stats.fallback(FallbackReason::Unsupported, 0),
+                }
+            }
             self.pool = Some(pool);
         }
         let pool = self.pool.clone().expect("pool made above");
@@ -274,7 +295,16 @@ impl MsgSender {
                 self.stats.add_pool_timeouts(1);
                 return Err(Error::PoolExhausted(self.cfg.timeout).into());
             }
-            self.wait_completions((deadline - now).min(Duration::from_millis(10)))?;
+            let pause = (deadline - now).min(Duration::from_millis(10));
+            match self.ring.as_mut() {
+                Some(ring) if ring.held() > 0 => {
+                    ring.wait(pause, &self.stats)
+                        .map_err(|e| Error::io("io_uring_enter", e))?;
+                }
+                _ => {
+                    self.wait_completions(pause)?;
+                }
+            }
         }
     }
 
@@ -290,7 +320,7 @@ impl MsgSender {
         let mut out = self.framer.begin(msg.len)?;
         self.framer.stamp(&out, &mut msg)?;
         let wire_len = msg.wire_len();
-        let mut zerocopy = self.cfg.tx == MsgTx::Zerocopy
+        let mut zerocopy = self.cfg.tx.is_zerocopy()
             && match self.decide(&msg) {
                 TxDecision::ZeroCopy => true,
                 TxDecision::Copy(reason) => {
@@ -298,6 +328,32 @@ impl MsgSender {
                     false
                 }
             };
+        if let (true, Some(ring)) = (zerocopy, self.ring.as_mut()) {
+            if let Some(e) = ring.take_failure() {
+                return Err(Error::io("io_uring SEND_ZC (an earlier message)", e).into());
+            }
+            match ring.send(
+                self.sock.as_fd(),
+                &mut self.framer,
+                &mut out,
+                msg,
+                &self.stats,
+            ) {
+                RingSend::Queued(_) => {
+                    if let Some(e) = ring.take_failure() {
+                        return Err(Error::io("io_uring SEND_ZC", e).into());
+                    }
+                    self.framer.finish(&out, true);
+                    // Completions in batches, as below.
+                    if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
+                        ring.reap(&self.stats);
+                    }
+                    return Ok(out.id());
+                }
+                // Nothing queued: this message goes by `MSG_ZEROCOPY`.
+                RingSend::Refused(m, _) => msg = m,
+            }
+        }
         let first_call = self.completions.next_id();
         let mut enobufs = 0;
         let mut result = Ok(());
@@ -416,6 +472,14 @@ impl MsgSender {
     /// has.
     pub fn flush(&mut self, timeout: Duration) -> Result<bool, MsgError> {
         let deadline = Instant::now() + timeout;
+        while let Some(ring) = self.ring.as_mut().filter(|r| r.held() > 0) {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            ring.wait((deadline - now).min(Duration::from_millis(10)), &self.stats)
+                .map_err(|e| Error::io("io_uring_enter", e))?;
+        }
         while !self.completions.is_idle() {
             let now = Instant::now();
             if now >= deadline {

@@ -53,15 +53,21 @@ enum Mode {
     Blocking,
     /// The blocking sender again: the spread of two identical configurations in one run.
     BlockingAgain,
+    /// `ZcLent` with `MsgTx::Uring`: io_uring `SEND_ZC` from the registered pool.
+    ZcLentUring,
+    /// `Blocking` with `MsgTx::Uring`.
+    BlockingUring,
 }
 
-const MODES: [Mode; 6] = [
+const MODES: [Mode; 8] = [
     Mode::TokioDatagram,
     Mode::TokioGso,
     Mode::ZcSlice,
     Mode::ZcLent,
     Mode::Blocking,
     Mode::BlockingAgain,
+    Mode::ZcLentUring,
+    Mode::BlockingUring,
 ];
 /// The row the "× blocking" column divides by.
 const BLOCKING: usize = 4;
@@ -75,19 +81,41 @@ impl Mode {
             Mode::ZcLent => "ZcUdpSocket send_lent (zero-copy)",
             Mode::Blocking => "blocking MsgSender send (zero-copy)",
             Mode::BlockingAgain => "blocking MsgSender send again (spread)",
+            Mode::ZcLentUring => "ZcUdpSocket send_lent (io_uring SEND_ZC)",
+            Mode::BlockingUring => "blocking MsgSender send (io_uring SEND_ZC)",
         }
     }
 }
 
 struct Run {
     cpu: Duration,
+    /// The user share of `cpu` (getrusage's split, sampled at the tick).
+    user: Duration,
+    /// An io_uring row (checked to have sent from registered buffers).
+    uring: bool,
     wall: Duration,
     zc_share: f64,
     copied_anyway: f64,
 }
 
-fn cpu_now() -> Duration {
-    cpu::thread().map(|r| r.user + r.sys).unwrap_or_default()
+/// The thread's (user + system, user) CPU time.
+fn cpu_now() -> (Duration, Duration) {
+    cpu::thread()
+        .map(|r| (r.user + r.sys, r.user))
+        .unwrap_or_default()
+}
+
+/// The run measured from `c0` (taken by [`cpu_now`]) and `t0` to now.
+fn since(c0: (Duration, Duration), t0: Instant) -> Run {
+    let c1 = cpu_now();
+    Run {
+        cpu: c1.0 - c0.0,
+        user: c1.1 - c0.1,
+        uring: false,
+        wall: t0.elapsed(),
+        zc_share: 0.0,
+        copied_anyway: 0.0,
+    }
 }
 
 fn current_thread() -> tokio::runtime::Runtime {
@@ -97,8 +125,8 @@ fn current_thread() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-fn msg_config() -> MsgConfig {
-    let mut c = MsgConfig::new(MsgTx::Zerocopy);
+fn msg_config(tx: MsgTx) -> MsgConfig {
+    let mut c = MsgConfig::new(tx);
     c.pool_buffers = 8;
     c
 }
@@ -149,15 +177,15 @@ fn run_on_this_thread(mode: Mode, sock: UdpSocket, messages: u64, ring: usize) -
                     sock.send(part).await.expect("send");
                 }
             }
-            Run {
-                cpu: cpu_now() - c0,
-                wall: t0.elapsed(),
-                zc_share: 0.0,
-                copied_anyway: 0.0,
-            }
+            since(c0, t0)
         }),
-        Mode::ZcSlice | Mode::ZcLent => current_thread().block_on(async move {
-            let tx = ZcUdpSocket::from_std(sock, &msg_config()).unwrap();
+        Mode::ZcSlice | Mode::ZcLent | Mode::ZcLentUring => current_thread().block_on(async move {
+            let engine = if mode == Mode::ZcLentUring {
+                MsgTx::Uring
+            } else {
+                MsgTx::Zerocopy
+            };
+            let tx = ZcUdpSocket::from_std(sock, &msg_config(engine)).unwrap();
             let ring = buffers(ring);
             // The pool is made (and its pages faulted in) before the clock starts.
             drop(tx.buffer(MSG).await.unwrap());
@@ -172,16 +200,17 @@ fn run_on_this_thread(mode: Mode, sock: UdpSocket, messages: u64, ring: usize) -
                 }
             }
             tx.flush_loans().await.expect("flush");
-            let r = Run {
-                cpu: cpu_now() - c0,
-                wall: t0.elapsed(),
-                zc_share: 0.0,
-                copied_anyway: 0.0,
-            };
+            let mut r = since(c0, t0);
+            r.uring = engine == MsgTx::Uring;
             with_stats(r, &tx.stats().snapshot())
         }),
-        Mode::Blocking | Mode::BlockingAgain => {
-            let mut tx = MsgSender::from_socket(sock, &msg_config()).unwrap();
+        Mode::Blocking | Mode::BlockingAgain | Mode::BlockingUring => {
+            let engine = if mode == Mode::BlockingUring {
+                MsgTx::Uring
+            } else {
+                MsgTx::Zerocopy
+            };
+            let mut tx = MsgSender::from_socket(sock, &msg_config(engine)).unwrap();
             drop(tx.buffer(MSG).unwrap());
             let (c0, t0) = (cpu_now(), Instant::now());
             for _ in 0..messages {
@@ -189,12 +218,8 @@ fn run_on_this_thread(mode: Mode, sock: UdpSocket, messages: u64, ring: usize) -
                 tx.send(b).expect("send");
             }
             tx.flush(Duration::from_secs(10)).expect("flush");
-            let r = Run {
-                cpu: cpu_now() - c0,
-                wall: t0.elapsed(),
-                zc_share: 0.0,
-                copied_anyway: 0.0,
-            };
+            let mut r = since(c0, t0);
+            r.uring = engine == MsgTx::Uring;
             with_stats(r, &tx.io_stats().snapshot())
         }
     }
@@ -207,6 +232,9 @@ fn buffers(n: usize) -> Vec<Vec<u8>> {
 }
 
 fn with_stats(mut r: Run, s: &zcnet::StatsSnapshot) -> Run {
+    if r.uring && s.tx_uring_fixed_calls == 0 {
+        eprintln!("warning: an io_uring row sent nothing from registered buffers: {s:?}");
+    }
     let total = (s.tx_bytes_zerocopy + s.tx_bytes_copy).max(1) as f64;
     r.zc_share = s.tx_bytes_zerocopy as f64 / total;
     r.copied_anyway = s.tx_bytes_zc_copied as f64 / s.tx_bytes_zerocopy.max(1) as f64;
@@ -286,9 +314,9 @@ fn main() {
         "UDP sink (veth, peer down, MTU 1500), {messages} messages of 64 KiB per run, copy rows cycling through {ring} buffers, median of {runs} interleaved runs{pinned}\n(shared, noisy machine: compare rows of this table only; \"× blocking\" is the median of per-run ratios, and the last row is the spread of identical runs)\n"
     );
     println!(
-        "| sender | msgs per sender CPU-s | × plain tokio | × blocking | sender CPU-s/GiB | wall msgs/s | zero-copy share | copied anyway |"
+        "| sender | msgs per sender CPU-s | × plain tokio | × blocking | sender CPU-s/GiB | user µs/msg | system µs/msg | wall msgs/s | zero-copy share | copied anyway |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let gib = (messages * MSG as u64) as f64 / (1u64 << 30) as f64;
     let rate = |r: &Run| messages as f64 / r.cpu.as_secs_f64().max(1e-9);
     let base = median(results[0].iter().map(rate).collect());
@@ -304,6 +332,10 @@ fn main() {
                 .map(|r| messages as f64 / r.wall.as_secs_f64().max(1e-9))
                 .collect(),
         );
+        // getrusage's split is sampled at the tick: a median over runs, not a per-run figure.
+        let per_msg = |d: Duration| d.as_secs_f64() * 1e6 / messages as f64;
+        let user = median(rs.iter().map(|r| per_msg(r.user)).collect());
+        let system = median(rs.iter().map(|r| per_msg(r.cpu - r.user)).collect());
         let zc = median(rs.iter().map(|r| r.zc_share).collect());
         let copied = median(rs.iter().map(|r| r.copied_anyway).collect());
         let ratio = if base.is_nan() {
@@ -318,12 +350,14 @@ fn main() {
                 .collect(),
         );
         println!(
-            "| {} | {:.0} | {} | {:.3} | {:.3} | {:.0} | {:.0} % | {:.0} % |",
+            "| {} | {:.0} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.0} | {:.0} % | {:.0} % |",
             m.name(),
             per_cpu,
             ratio,
             per_run,
             cpu_gib,
+            user,
+            system,
             wall,
             zc * 100.0,
             copied * 100.0

@@ -16,14 +16,17 @@ use crate::readiness::Direction;
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::oneshot;
 use zcnet::msg::recv::{feed, prepare_socket};
 use zcnet::msg::wire::Layout;
 use zcnet::msg::{
-    Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgStats, MsgTx, Outgoing, Reassembly,
+    Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgRing, MsgStats, MsgTx, Outgoing, Reassembly,
+    RingSend,
 };
 use zcnet::{Error, FallbackReason, Pool, Stats};
 use zcnet_sys::raw::socket::RecvFlags;
@@ -40,7 +43,8 @@ const ENOBUFS_RETRIES: u32 = 3;
 pub struct MsgSent {
     /// The message's id (what a receiver's [`zcnet::msg::Lost`] names).
     pub id: u64,
-    /// Wire bytes (headers included) sent with `MSG_ZEROCOPY`.
+    /// Wire bytes (headers included) sent zero-copy (`MSG_ZEROCOPY`, or `SEND_ZC` with
+    /// [`MsgTx::Uring`]).
     pub zerocopy: usize,
     /// Wire bytes sent by copy (the policy's choice or a fallback).
     pub copied: usize,
@@ -60,6 +64,87 @@ fn msg_err(e: MsgError) -> io::Error {
     match e {
         MsgError::Io(e) => e.into(),
         e => io::Error::new(io::ErrorKind::InvalidInput, e),
+    }
+}
+
+/// [`MsgTx::Uring`]'s ring and tokio's watch on it: the ring's eventfd, signalled only
+/// while a task waits for completions ([`MsgRing::arm`]), so a busy sender's completions
+/// wake nobody. Made with the pool.
+#[derive(Debug)]
+struct UdpRing {
+    state: Mutex<RingState>,
+    ready: AsyncFd<OwnedFd>,
+}
+
+#[derive(Debug)]
+struct RingState {
+    ring: MsgRing,
+    /// Tasks in [`UdpRing::reap_until`]: the eventfd is armed while there are any.
+    waiters: usize,
+}
+
+impl UdpRing {
+    fn new(sock: &UdpSocket, pool: &Pool, gso: Option<u16>, stats: &Stats) -> io::Result<Self> {
+        let mut ring = MsgRing::new(sock.as_fd(), pool, gso, true, stats)?;
+        let watch = ring
+            .take_watch()
+            .ok_or_else(|| io::Error::other("a polled ring without its eventfd"))?;
+        Ok(UdpRing {
+            ready: zcnet_sys::reactor::register_owned(watch, Interest::READABLE)?,
+            state: Mutex::new(RingState { ring, waiters: 0 }),
+        })
+    }
+
+    fn ring(&self) -> MutexGuard<'_, RingState> {
+        lock(&self.state)
+    }
+
+    /// Reaps until `done` says so, waiting on tokio's reactor for the eventfd in between.
+    /// Cancel-safe: dropping the future disarms what it armed.
+    async fn reap_until(
+        &self,
+        stats: &Stats,
+        mut done: impl FnMut(&MsgRing) -> bool,
+    ) -> io::Result<()> {
+        {
+            let mut st = self.ring();
+            st.ring.reap(stats);
+            if done(&st.ring) {
+                return Ok(());
+            }
+            st.waiters += 1;
+            st.ring.arm(true);
+        }
+        let _armed = Armed(self);
+        loop {
+            {
+                // Armed now: a completion posted before arming signalled nothing, so look
+                // again before waiting.
+                let mut st = self.ring();
+                st.ring.reap(stats);
+                if done(&st.ring) {
+                    return Ok(());
+                }
+            }
+            let mut ready = self.ready.readable().await?;
+            self.ring().ring.clear_watch();
+            // tokio keeps the readiness if the eventfd signalled again after this guard
+            // was made.
+            ready.clear_ready();
+        }
+    }
+}
+
+/// One waiter of [`UdpRing::reap_until`]; the last one out disarms the eventfd.
+struct Armed<'a>(&'a UdpRing);
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.ring();
+        st.waiters -= 1;
+        if st.waiters == 0 {
+            st.ring.arm(false);
+        }
     }
 }
 
@@ -84,7 +169,9 @@ pub struct ZcUdpSocket {
     cfg: MsgConfig,
     zerocopy: bool,
     /// Made on first use.
-    pool: std::sync::OnceLock<Pool>,
+    pool: OnceLock<Pool>,
+    /// [`MsgTx::Uring`]: made with the pool; `None` inside when io_uring cannot send here.
+    uring: OnceLock<Option<UdpRing>>,
     rx: tokio::sync::Mutex<RxState>,
     gro: bool,
 }
@@ -108,7 +195,7 @@ impl ZcUdpSocket {
             SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let sock = UdpSocket::bind(local)?;
-        let zerocopy = cfg.tx == MsgTx::Zerocopy && zc::set_so_zerocopy(sock.as_fd()).is_ok();
+        let zerocopy = cfg.tx.is_zerocopy() && zc::set_so_zerocopy(sock.as_fd()).is_ok();
         sock.connect(peer)?;
         Self::wrap(sock, cfg, zerocopy)
     }
@@ -117,7 +204,7 @@ impl ZcUdpSocket {
     /// namespace, say. `SO_ZEROCOPY` is turned on when [`MsgConfig::tx`] asks for it.
     pub fn from_std(sock: UdpSocket, cfg: &MsgConfig) -> io::Result<ZcUdpSocket> {
         cfg.validate().map_err(msg_err)?;
-        let zerocopy = cfg.tx == MsgTx::Zerocopy
+        let zerocopy = cfg.tx.is_zerocopy()
             && (zc::so_zerocopy(sock.as_fd()).unwrap_or(false)
                 || zc::set_so_zerocopy(sock.as_fd()).is_ok());
         Self::wrap(sock, cfg, zerocopy)
@@ -154,7 +241,7 @@ impl ZcUdpSocket {
         );
         let (gro, _) = prepare_socket(sock.as_fd(), cfg, framer.stats()).map_err(msg_err)?;
         let stats = Arc::new(Stats::new());
-        if cfg.tx == MsgTx::Zerocopy && !zerocopy && peer.is_some() {
+        if cfg.tx.is_zerocopy() && !zerocopy && peer.is_some() {
             stats.fallback(FallbackReason::Unsupported, 0);
         }
         // No cost check: a message socket's sends are the Framer's batches, and the
@@ -171,7 +258,8 @@ impl ZcUdpSocket {
             framer: Mutex::new(framer),
             cfg: cfg.clone(),
             zerocopy,
-            pool: std::sync::OnceLock::new(),
+            pool: OnceLock::new(),
+            uring: OnceLock::new(),
             rx: tokio::sync::Mutex::new(RxState {
                 buf: vec![0; cfg.datagram_buffer],
                 table: Reassembly::new(cfg.reassembly, cfg.max_message),
@@ -235,7 +323,42 @@ impl ZcUdpSocket {
 
     /// Buffers the kernel may still read.
     pub fn loans_in_flight(&self) -> usize {
-        self.conn.loans_in_flight()
+        self.conn.loans_in_flight() + self.made_ring().map_or(0, |r| r.ring().ring.held())
+    }
+
+    /// Whether messages lent with [`ZcUdpSocket::send_lent`] go through io_uring
+    /// (`SEND_ZC`, [`MsgTx::Uring`]): false before the first [`ZcUdpSocket::buffer`] made
+    /// the pool, and where io_uring cannot send (then `MSG_ZEROCOPY`, counted as
+    /// [`FallbackReason::Unsupported`]).
+    pub fn uring_enabled(&self) -> bool {
+        self.made_ring().is_some()
+    }
+
+    fn made_ring(&self) -> Option<&UdpRing> {
+        self.uring.get().and_then(Option::as_ref)
+    }
+
+    /// [`MsgTx::Uring`]'s ring, made once the pool exists (its buffers are what it
+    /// registers); `None` for the other engines, before the pool, or where io_uring cannot
+    /// send here (counted once).
+    fn ring(&self) -> Option<&UdpRing> {
+        if self.cfg.tx != MsgTx::Uring || !self.zerocopy {
+            return None;
+        }
+        let pool = self.pool.get()?;
+        self.uring
+            .get_or_init(|| {
+                let gso = (lock(&self.framer).datagrams_per_call() > 1)
+                    .then_some(self.layout.segment() as u16);
+                match UdpRing::new(self.conn.socket(), pool, gso, &self.conn.stats) {
+                    Ok(r) => Some(r),
+                    Err(_) => {
+                        self.conn.stats.fallback(FallbackReason::Unsupported, 0);
+                        None
+                    }
+                }
+            })
+            .as_ref()
     }
 
     /// Sends `data` as one message by copying (the slice may be reused at once): an iovec
@@ -288,11 +411,19 @@ impl ZcUdpSocket {
                 self.pool.get().expect("set above")
             }
         };
+        let ring = self.ring();
         // Read only once the pool turns out empty: most calls never look at the clock.
         let mut deadline = None;
         let mut waited = false;
         loop {
             let mut got = pool.try_take();
+            if let (None, Some(r)) = (&got, ring) {
+                // Notifications may be in the completion queue already: shared memory, no
+                // system call.
+                if r.ring().ring.reap(&self.conn.stats) > 0 {
+                    got = pool.try_take();
+                }
+            }
             if got.is_none() && self.conn.loans_in_flight() > 0 {
                 // Completions may be queued already: one non-blocking read, no wait.
                 self.conn.drain()?;
@@ -311,7 +442,14 @@ impl ZcUdpSocket {
                 self.conn.stats.add_pool_timeouts(1);
                 return Err(Error::PoolExhausted(self.cfg.timeout).into());
             }
-            if self.conn.loans_in_flight() > 0 {
+            if let Some(r) = ring.filter(|r| r.ring().ring.held() > 0) {
+                // The pool refills when the ring's notifications release a buffer.
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(10),
+                    r.reap_until(&self.conn.stats, |_| pool.available() > 0),
+                )
+                .await;
+            } else if self.conn.loans_in_flight() > 0 {
                 // The pool refills when a completion releases a loan.
                 let _ = tokio::time::timeout(
                     Duration::from_millis(10),
@@ -389,7 +527,19 @@ impl ZcUdpSocket {
     /// socket keeps the buffer until the completion and then drops it (a pool buffer goes
     /// back to its pool, where [`ZcUdpSocket::buffer`] finds it). The fast way to stream
     /// messages: no wait per message, completions read in batches by the socket's driver.
+    ///
+    /// With [`MsgTx::Uring`] (once the pool exists) the message's batches are queued as
+    /// io_uring `SEND_ZC` requests from the registered pool and submitted in one system
+    /// call; their completions are read by later calls. A request the kernel fails after
+    /// that (`ECONNREFUSED` from an ICMP error, say) is returned — its errno kept — by the
+    /// next `send_lent`, which then sends nothing, as a socket's pending error is; the
+    /// failed message is one the receiver reports lost.
     pub async fn send_lent(&self, msg: MsgBuf) -> io::Result<MsgSent> {
+        if let Some(r) = self.ring() {
+            if matches!(self.conn.decide(msg.wire()), Go::ZeroCopy) && r.ring().ring.can_take() {
+                return self.send_ring(r, msg);
+            }
+        }
         // Completions are read in batches, as the blocking sender does: once half the pool
         // is lent out, one error-queue read covers many messages.
         let half = self.cfg.pool_buffers.max(1).div_ceil(2);
@@ -409,6 +559,46 @@ impl ZcUdpSocket {
         result
     }
 
+    /// [`ZcUdpSocket::send_lent`] through the ring: numbered, stamped and queued under one
+    /// hold of the framer's lock, every batch submitted in one `io_uring_enter`. Nothing to
+    /// wait for: the kernel itself retries a request that finds the socket buffer full.
+    fn send_ring(&self, r: &UdpRing, mut msg: MsgBuf) -> io::Result<MsgSent> {
+        let wire_len = msg.wire_len();
+        let mut f = lock(&self.framer);
+        let mut st = r.ring();
+        let ring = &mut st.ring;
+        if let Some(e) = ring.take_failure() {
+            return Err(e);
+        }
+        let mut out = f.begin(msg.len()).map_err(msg_err)?;
+        f.stamp(&out, &mut msg).map_err(msg_err)?;
+        let sock = self.conn.socket().as_fd();
+        let zerocopy = match ring.send(sock, &mut f, &mut out, msg, &self.conn.stats) {
+            RingSend::Queued(n) => n,
+            // The ring could not queue it (its submission failed): the message's id is
+            // used, the receiver reports it lost, the caller gets the error.
+            RingSend::Refused(_, e) => return Err(e),
+        };
+        if let Some(e) = ring.take_failure() {
+            return Err(e);
+        }
+        f.finish(&out, true);
+        // Notifications are read in batches, as for `MSG_ZEROCOPY`: once half the pool is
+        // with the kernel (and whenever `buffer` finds it empty).
+        if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
+            ring.reap(&self.conn.stats);
+        }
+        drop((st, f));
+        self.conn.count_send(wire_len, true);
+        Ok(MsgSent {
+            id: out.id(),
+            zerocopy,
+            copied: 0,
+            copied_anyway: None,
+            fallback: None,
+        })
+    }
+
     async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {
         let msg = flight.buf.as_ref().expect("a flight holds its buffer");
         let wire_len = msg.wire_len();
@@ -421,7 +611,7 @@ impl ZcUdpSocket {
             copied_anyway: None,
             fallback: None,
         };
-        let mut zerocopy = self.cfg.tx == MsgTx::Zerocopy
+        let mut zerocopy = self.cfg.tx.is_zerocopy()
             && match self.conn.decide(msg.wire()) {
                 Go::ZeroCopy => true,
                 // Without a cost check there is no probe; copied, not a fallback.
@@ -531,6 +721,10 @@ impl ZcUdpSocket {
 
     /// Waits until the kernel has returned every loaned buffer.
     pub async fn flush_loans(&self) -> io::Result<()> {
+        if let Some(r) = self.made_ring() {
+            r.reap_until(&self.conn.stats, |ring| ring.held() == 0)
+                .await?;
+        }
         poll_fn(|cx| self.conn.poll_completions(cx)).await
     }
 

@@ -123,7 +123,7 @@ async fn send(tx: &ZcUdpSocket, how: How, seed: u64, len: usize) -> u64 {
 }
 
 async fn every_size(topo: Topo<'_>) {
-    for tx_mode in [MsgTx::Copy, MsgTx::Zerocopy] {
+    for tx_mode in [MsgTx::Copy, MsgTx::Zerocopy, MsgTx::Uring] {
         let cfg = config(tx_mode);
         let (rx, tx) = sockets(topo, &cfg);
         assert!(rx.gro_enabled());
@@ -142,10 +142,29 @@ async fn every_size(topo: Topo<'_>) {
         let s = tx.stats().snapshot();
         let ms = tx.msg_stats().snapshot();
         assert_eq!(ms.messages_sent, seed);
-        if tx_mode == MsgTx::Zerocopy && tx.zerocopy_enabled() {
+        if tx_mode.is_zerocopy() && tx.zerocopy_enabled() {
             // The loaned sends went zero-copy; the slices were copied.
             assert!(s.tx_bytes_zerocopy > 2 * MIB as u64, "{s:?}");
             assert!(ms.zerocopy_messages >= 8, "{ms:?}");
+            if tx_mode == MsgTx::Uring {
+                if tx.uring_enabled() {
+                    // `send_lent` went through the ring, from the registered pool unless
+                    // the registration was refused (counted).
+                    assert!(
+                        s.tx_uring_fixed_calls > 0 || s.tx_uring_register_failures == 1,
+                        "{s:?}"
+                    );
+                    assert!(s.tx_notifications > 0, "{s:?}");
+                } else {
+                    eprintln!("note: io_uring SEND_ZC unavailable here; MSG_ZEROCOPY instead");
+                    assert!(
+                        s.fallback_ops(zcnet::FallbackReason::Unsupported) > 0,
+                        "{s:?}"
+                    );
+                }
+            } else {
+                assert_eq!(s.tx_uring_fixed_calls, 0, "{s:?}");
+            }
         } else {
             assert_eq!(s.tx_bytes_zerocopy, 0);
         }
@@ -569,4 +588,139 @@ async fn lent_buffers_come_home_after_the_sender_goes_quiet() {
     }
     assert_eq!(tx.buffers_available(), cfg.pool_buffers);
     assert_eq!(tx.stats().snapshot().tx_bytes_copy, 0, "every message lent");
+}
+
+/// A request the kernel fails after `send_lent` returned is not lost silently: a connected
+/// socket whose peer port is closed gets ICMP "port unreachable", the ring's next request
+/// fails with `ECONNREFUSED`, and a later `send_lent` returns that errno.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_request_that_fails_is_reported_by_a_later_send() {
+    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = closed.local_addr().unwrap();
+    drop(closed);
+    let tx = ZcUdpSocket::connect(to, &config(MsgTx::Uring)).unwrap();
+    let mut refused = None;
+    for seed in 0..200u64 {
+        let mut b = tx.buffer(4096).await.unwrap();
+        b.copy_from(&body(seed, 4096));
+        if !tx.uring_enabled() {
+            eprintln!("SKIPPED: io_uring SEND_ZC unavailable here");
+            return;
+        }
+        match tx.send_lent(b).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("200 messages to a closed port, and no error reported");
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED), "{e}");
+    // The buffers the ring held come back all the same.
+    tokio::time::timeout(Duration::from_secs(5), tx.flush_loans())
+        .await
+        .expect("flush within 5 s")
+        .unwrap();
+    assert_eq!(tx.loans_in_flight(), 0);
+}
+
+/// A ring sender's buffers come back through tokio's reactor alone: a pool of two buffers
+/// and 64 messages means `buffer` waits on the ring's eventfd again and again (on a
+/// current-thread runtime, where nothing else would wake the thread), and every message
+/// arrives whole.
+#[tokio::test(flavor = "current_thread")]
+async fn a_small_pool_recycles_through_the_rings_eventfd() {
+    let mut cfg = config(MsgTx::Uring);
+    cfg.pool_buffers = 2;
+    let (rx, tx) = sockets(Topo::Loopback, &cfg);
+    let len = 200_000;
+    for seed in 0..64u64 {
+        let mut b = tokio::time::timeout(Duration::from_secs(5), tx.buffer(len))
+            .await
+            .expect("a pool buffer back within 5 s")
+            .unwrap();
+        b.copy_from(&body(seed, len));
+        let id = tx.send_lent(b).await.unwrap().id;
+        let m = expect_message(&rx, &format!("message {seed}")).await;
+        assert_eq!(m.id, id);
+        check(seed, &m, len);
+        rx.recycle(m).await;
+    }
+    if !tx.uring_enabled() {
+        eprintln!("SKIPPED (checked MSG_ZEROCOPY only): io_uring SEND_ZC unavailable here");
+        return;
+    }
+    tx.flush_loans().await.unwrap();
+    assert_eq!(tx.loans_in_flight(), 0);
+    assert_eq!(tx.buffers_available(), 2);
+    let s = tx.stats().snapshot();
+    assert!(s.tx_notifications >= 64, "{s:?}");
+}
+
+/// The ring's notifications arrive while the runtime sleeps, and wake it: a token-bucket
+/// qdisc on the sender's veth holds two 64 KiB messages for about half a second, so their
+/// notifications are posted from the qdisc's timer long after `send_lent` returned, while
+/// this current-thread runtime waits in `epoll_wait` with no timer of its own (the ring is
+/// built without cooperative task running, and its eventfd is armed while `flush_loans`
+/// waits). Until then the ring holds both buffers: none is back in the pool.
+#[tokio::test(flavor = "current_thread")]
+async fn ring_notifications_wake_a_sleeping_runtime() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    if !tc(
+        pair.name_a(),
+        &[
+            "qdisc",
+            "add",
+            "dev",
+            pair.ifname_a(),
+            "root",
+            "tbf",
+            "rate",
+            "2mbit",
+            "burst",
+            "16kb",
+            "latency",
+            "5s",
+        ],
+    ) {
+        return;
+    }
+    let mut cfg = config(MsgTx::Uring);
+    cfg.pool_buffers = 2;
+    cfg.reassembly.timeout = Duration::from_millis(1500);
+    let (rx, tx) = sockets(Topo::Netns(&pair), &cfg);
+    let len = 64 << 10;
+    let mut ids = Vec::new();
+    for seed in 0..2u64 {
+        let mut b = tx.buffer(len).await.unwrap();
+        b.copy_from(&body(seed, len));
+        ids.push(tx.send_lent(b).await.unwrap().id);
+    }
+    if !tx.uring_enabled() {
+        eprintln!("SKIPPED: io_uring SEND_ZC unavailable here");
+        return;
+    }
+    assert_eq!(tx.loans_in_flight(), 2, "the ring holds both buffers");
+    assert_eq!(
+        tx.buffers_available(),
+        0,
+        "none back before its notification"
+    );
+    tokio::time::timeout(Duration::from_secs(10), tx.flush_loans())
+        .await
+        .expect("the notifications woke the runtime within 10 s")
+        .unwrap();
+    assert_eq!(
+        tx.buffers_available(),
+        2,
+        "both back after their notifications"
+    );
+    for (seed, id) in ids.into_iter().enumerate() {
+        let m = expect_message(&rx, &format!("message {seed}")).await;
+        assert_eq!(m.id, id);
+        check(seed as u64, &m, len);
+    }
 }

@@ -59,9 +59,10 @@ pub const MAX_SECONDS: f64 = 24.0 * 3600.0;
 pub const MAX_UDP_MESSAGE: u64 = 16 << 20;
 /// Transmit paths of a UDP message run: how `zcnet::msg::MsgSender` sends a loaned buffer
 /// — `plain` one datagram per `sendmsg`, copied (the baseline: GSO off); `copy` GSO batches,
-/// copied; `zerocopy` GSO batches with `MSG_ZEROCOPY` — or `lm`: Lightweight Messages over
+/// copied; `zerocopy` GSO batches with `MSG_ZEROCOPY`; `uring` GSO batches by io_uring
+/// `SEND_ZC` from the registered pool (`MsgTx::Uring`) — or `lm`: Lightweight Messages over
 /// AF_XDP (`zcnet::lm`), which pairs only with receive path `lm`.
-pub const UDP_TX: [&str; 4] = ["plain", "copy", "zerocopy", "lm"];
+pub const UDP_TX: [&str; 5] = ["plain", "copy", "zerocopy", "uring", "lm"];
 /// Receive paths of a UDP message run: `gro` is `MsgReceiver` with `UDP_GRO` (up to 64 KiB
 /// of datagrams per read), `copy` the same with GRO off (one datagram per read), `lm` an
 /// `LmSocket` assembling in place in its UMEM (with transmit path `lm` only).
@@ -748,11 +749,11 @@ mod tests {
         let cases: Vec<(Params, &UdpParams, &str)> = vec![
             (
                 Params {
-                    tx: "uring".into(),
+                    tx: "file".into(),
                     ..udp_params(Mode::Stream)
                 },
                 &udp,
-                "transmit path \"uring\" is not a UDP message path",
+                "transmit path \"file\" is not a UDP message path",
             ),
             (
                 Params {

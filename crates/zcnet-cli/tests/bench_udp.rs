@@ -92,7 +92,7 @@ fn check_stream(runs: &[serde_json::Value]) {
         );
         let tx = &r["sender_stats"]["msg"];
         assert_eq!(count(tx, "messages_sent"), count(r, "messages_sent"), "{r}");
-        if r["tx"] == "zerocopy" {
+        if r["tx"] == "zerocopy" || r["tx"] == "uring" {
             assert_eq!(
                 count(tx, "zerocopy_messages"),
                 count(r, "messages_sent"),
@@ -412,7 +412,7 @@ fn udp_into_the_sink_runs_the_message_sender() {
         "--proto",
         "udp",
         "--tx",
-        "copy,zerocopy",
+        "copy,zerocopy,uring",
         "--size",
         "64K",
         "--bytes",
@@ -424,7 +424,7 @@ fn udp_into_the_sink_runs_the_message_sender() {
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2);
+    assert_eq!(runs.len(), 3);
     for r in runs {
         assert_eq!(r["rx"], "none");
         assert_eq!(count(r, "messages_sent"), 64);
@@ -433,7 +433,7 @@ fn udp_into_the_sink_runs_the_message_sender() {
         // The message layer's GSO batches: 1472-byte datagrams, 44 to a call.
         assert!(count(tx, "gso_calls") > 0, "{r}");
         let zc = finite(r, "zc_fraction_tx");
-        if r["tx"] == "zerocopy" {
+        if r["tx"] == "zerocopy" || r["tx"] == "uring" {
             // Nothing is delivered locally: the kernel does not copy the loaned pages.
             assert!(zc > 0.0, "{r}");
         } else {
@@ -446,8 +446,8 @@ fn udp_into_the_sink_runs_the_message_sender() {
 fn paths_of_the_other_protocol_are_refused() {
     let cases: &[(&[&str], &str)] = &[
         (
-            &["--proto", "udp", "--tx", "uring", "--rx", "gro"],
-            "transmit path \"uring\" is not a UDP message path",
+            &["--proto", "udp", "--tx", "file", "--rx", "gro"],
+            "transmit path \"file\" is not a UDP message path",
         ),
         (
             &["--proto", "udp", "--tx", "copy", "--rx", "mmap"],

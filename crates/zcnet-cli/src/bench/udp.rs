@@ -92,6 +92,7 @@ pub(crate) fn msg_config(p: &Params) -> Result<MsgConfig, BenchError> {
     let tx = match p.tx.as_str() {
         "copy" | "plain" => MsgTx::Copy,
         "zerocopy" => MsgTx::Zerocopy,
+        "uring" => MsgTx::Uring,
         other => {
             return Err(BenchError::Usage(format!(
                 "transmit path {other:?} is not a UDP message path (UDP knows: {})",

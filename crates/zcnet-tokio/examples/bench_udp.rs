@@ -21,7 +21,9 @@
 //! * `blocking MsgSender send` — the same from `zcnet::msg` on a plain thread, twice (the
 //!   second row is the spread of two identical configurations in the same sitting).
 //!
-//! "× blocking" is the median of per-run ratios to the first blocking row. `--pin CPU` runs
+//! "× blocking" is the median of per-run ratios to the first blocking row, "× same engine"
+//! to the blocking row of the same zero-copy engine (the io_uring rows to the blocking
+//! io_uring row). `--pin CPU` runs
 //! every sender on that CPU.
 //!
 //! The rows are interleaved `--runs` times, each round starting one row later than the last
@@ -71,6 +73,8 @@ const MODES: [Mode; 8] = [
 ];
 /// The row the "× blocking" column divides by.
 const BLOCKING: usize = 4;
+/// The blocking row on io_uring: what "× same engine" divides the io_uring rows by.
+const BLOCKING_URING: usize = 7;
 
 impl Mode {
     fn name(self) -> &'static str {
@@ -314,9 +318,9 @@ fn main() {
         "UDP sink (veth, peer down, MTU 1500), {messages} messages of 64 KiB per run, copy rows cycling through {ring} buffers, median of {runs} interleaved runs{pinned}\n(shared, noisy machine: compare rows of this table only; \"× blocking\" is the median of per-run ratios, and the last row is the spread of identical runs)\n"
     );
     println!(
-        "| sender | msgs per sender CPU-s | × plain tokio | × blocking | sender CPU-s/GiB | user µs/msg | system µs/msg | wall msgs/s | zero-copy share | copied anyway |"
+        "| sender | msgs per sender CPU-s | × plain tokio | × blocking | × same engine | sender CPU-s/GiB | user µs/msg | system µs/msg | wall msgs/s | zero-copy share | copied anyway |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let gib = (messages * MSG as u64) as f64 / (1u64 << 30) as f64;
     let rate = |r: &Run| messages as f64 / r.cpu.as_secs_f64().max(1e-9);
     let base = median(results[0].iter().map(rate).collect());
@@ -343,18 +347,26 @@ fn main() {
         } else {
             format!("{:.2}", per_cpu / base)
         };
-        let per_run = median(
-            rs.iter()
-                .zip(&results[BLOCKING])
-                .map(|(r, b)| rate(r) / rate(b))
-                .collect(),
-        );
+        let paired = |base: usize| {
+            median(
+                rs.iter()
+                    .zip(&results[base])
+                    .map(|(r, b)| rate(r) / rate(b))
+                    .collect(),
+            )
+        };
+        let engine = if matches!(m, Mode::ZcLentUring | Mode::BlockingUring) {
+            BLOCKING_URING
+        } else {
+            BLOCKING
+        };
         println!(
-            "| {} | {:.0} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.0} | {:.0} % | {:.0} % |",
+            "| {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {:.0} | {:.0} % | {:.0} % |",
             m.name(),
             per_cpu,
             ratio,
-            per_run,
+            paired(BLOCKING),
+            paired(engine),
             cpu_gib,
             user,
             system,

@@ -535,11 +535,16 @@ impl ZcUdpSocket {
     /// next `send_lent`, which then sends nothing, as a socket's pending error is; the
     /// failed message is one the receiver reports lost.
     pub async fn send_lent(&self, msg: MsgBuf) -> io::Result<MsgSent> {
-        if let Some(r) = self.ring() {
-            if matches!(self.conn.decide(msg.wire()), Go::ZeroCopy) && r.ring().ring.can_take() {
-                return self.send_ring(r, msg);
+        let msg = match self.ring() {
+            Some(r) if matches!(self.conn.decide(msg.wire()), Go::ZeroCopy) => {
+                match self.send_ring(r, msg) {
+                    Ok(sent) => return sent,
+                    // Every slot held (buffers from outside the pool): by `MSG_ZEROCOPY`.
+                    Err(msg) => msg,
+                }
             }
-        }
+            _ => msg,
+        };
         // Completions are read in batches, as the blocking sender does: once half the pool
         // is lent out, one error-queue read covers many messages.
         let half = self.cfg.pool_buffers.max(1).div_ceil(2);
@@ -562,25 +567,34 @@ impl ZcUdpSocket {
     /// [`ZcUdpSocket::send_lent`] through the ring: numbered, stamped and queued under one
     /// hold of the framer's lock, every batch submitted in one `io_uring_enter`. Nothing to
     /// wait for: the kernel itself retries a request that finds the socket buffer full.
-    fn send_ring(&self, r: &UdpRing, mut msg: MsgBuf) -> io::Result<MsgSent> {
+    /// `Err` gives the message back untouched (no id used) when the ring has no free slot.
+    fn send_ring(&self, r: &UdpRing, mut msg: MsgBuf) -> Result<io::Result<MsgSent>, MsgBuf> {
         let wire_len = msg.wire_len();
         let mut f = lock(&self.framer);
         let mut st = r.ring();
         let ring = &mut st.ring;
-        if let Some(e) = ring.take_failure() {
-            return Err(e);
+        if !ring.can_take() {
+            return Err(msg);
         }
-        let mut out = f.begin(msg.len()).map_err(msg_err)?;
-        f.stamp(&out, &mut msg).map_err(msg_err)?;
+        if let Some(e) = ring.take_failure() {
+            return Ok(Err(e));
+        }
+        let mut out = match f.begin(msg.len()) {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(msg_err(e))),
+        };
+        if let Err(e) = f.stamp(&out, &mut msg) {
+            return Ok(Err(msg_err(e)));
+        }
         let sock = self.conn.socket().as_fd();
         let zerocopy = match ring.send(sock, &mut f, &mut out, msg, &self.conn.stats) {
             RingSend::Queued(n) => n,
             // The ring could not queue it (its submission failed): the message's id is
             // used, the receiver reports it lost, the caller gets the error.
-            RingSend::Refused(_, e) => return Err(e),
+            RingSend::Refused(_, e) => return Ok(Err(e)),
         };
         if let Some(e) = ring.take_failure() {
-            return Err(e);
+            return Ok(Err(e));
         }
         f.finish(&out, true);
         // Notifications are read in batches, as for `MSG_ZEROCOPY`: once half the pool is
@@ -590,13 +604,13 @@ impl ZcUdpSocket {
         }
         drop((st, f));
         self.conn.count_send(wire_len, true);
-        Ok(MsgSent {
+        Ok(Ok(MsgSent {
             id: out.id(),
             zerocopy,
             copied: 0,
             copied_anyway: None,
             fallback: None,
-        })
+        }))
     }
 
     async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {

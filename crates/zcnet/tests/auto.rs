@@ -525,6 +525,7 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
     rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
     rx_cfg.timeout = Some(timeout());
     rx_cfg.cost_window = 1 << 20;
+    rx_cfg.trial_memory = false;
     // The trial (15 MiB with 1 MiB windows), then a kept candidate's two checks: the first
     // as after four good verdicts (64 windows on), the next 64 after it.
     let (path, s) = auto_receive(rx_cfg, 160 << 20);
@@ -625,6 +626,61 @@ fn a_receiver_without_a_profile_reads_its_zcnet_senders_clock_and_no_one_elses()
     assert_eq!((s.auto_rx.chose_trial, s.auto_rx.peer_clock), (0, 0));
 }
 
+/// A process remembers what its receive trials dropped as clear losers, per route and
+/// sender op size (`zcnet::auto::memory`): the next connection from the same zcnet sender
+/// does not measure them again. Which candidates lose is the clock's business (speed is
+/// not asserted); that the second trial skipped exactly as many as the first dropped — read
+/// off the first's window count: 12 with none dropped, 10 with one, 6 with both — is
+/// not. Every byte of both connections is verified.
+#[test]
+fn a_second_connection_skips_what_the_first_trial_dropped() {
+    if tempfile::tempdir_in("/dev/shm").is_err()
+        || !std::path::Path::new("/proc/thread-self/schedstat").exists()
+        || std::env::var("ZCNET_PEER_CLOCK").is_ok()
+        || std::env::var("ZCNET_TRIAL_MEMORY").is_ok()
+    {
+        eprintln!(
+            "SKIP: the memory is keyed by the sender's card (needs a writable /dev/shm and \
+             per-thread schedstat), and ZCNET_PEER_CLOCK / ZCNET_TRIAL_MEMORY must be unset"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || {
+        let mut c = rx_without_profile(&dir, 48 << 10);
+        c.trial_memory = true;
+        c.cost_window = 1 << 20;
+        c
+    };
+    // 48 KiB sends: a size class no other test in this process sends on loopback.
+    let (_, s1) = auto_receive_on(Topo::Loopback, cfg(), 48 << 20, Some(48 << 10));
+    let a1 = s1.auto_rx;
+    assert_eq!((a1.peer_clock, a1.trial_picks), (1, 1), "{a1:?}");
+    let windows = a1.trial_next + a1.trial_picks;
+    let dropped = match windows {
+        12 => 0,
+        10 => 1,
+        6 => 2,
+        w => panic!("a trial of copy, uring and mmap in four rounds took {w} windows: {a1:?}"),
+    };
+    assert_eq!(a1.trial_skipped_remembered, 0, "{a1:?}");
+    let (_, s2) = auto_receive_on(Topo::Loopback, cfg(), 48 << 20, Some(48 << 10));
+    let a2 = s2.auto_rx;
+    eprintln!(
+        "first trial dropped {dropped}; the second skipped {}",
+        a2.trial_skipped_remembered
+    );
+    assert_eq!(a2.trial_skipped_remembered, dropped, "{a1:?} then {a2:?}");
+    assert_eq!((a2.peer_clock, a2.trial_picks), (1, 1), "{a2:?}");
+    if dropped == 2 {
+        assert_eq!(
+            (a2.trial_next, a2.trial_kept_copy),
+            (0, 1),
+            "nothing left to try: {a2:?}"
+        );
+    }
+}
+
 /// What every receive trial must show, whichever arm its clock favoured (speed is not
 /// asserted): every one of its `arms` (copy and the candidates set up) measured in each of
 /// the first two rounds, at most four rounds in all (a candidate dearer than copy in both
@@ -662,11 +718,14 @@ fn assert_trial_accounted(s: &StatsSnapshot, arms: u64, then_checked: bool) {
 }
 
 /// An `auto` receiver of `op_size`-byte reads whose profile file (in `dir`) does not exist.
+/// These tests assert the shape of one trial, so the process's memory of clear losers
+/// (which another test's trial on the same route would feed) is off: it has its own test.
 fn rx_without_profile(dir: &tempfile::TempDir, op_size: usize) -> ReceiverConfig {
     let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
     rx_cfg.profile = ProfileSource::Path(dir.path().join("no-such-profile.json"));
     rx_cfg.timeout = Some(timeout());
     rx_cfg.op_size = op_size;
+    rx_cfg.trial_memory = false;
     rx_cfg
 }
 

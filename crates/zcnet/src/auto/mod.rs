@@ -54,6 +54,7 @@ pub mod demotion;
 pub mod file;
 pub mod hysteresis;
 pub mod load;
+pub(crate) mod memory;
 pub mod pair;
 pub(crate) mod peer;
 pub mod profile;
@@ -187,11 +188,14 @@ pub struct AutoStats {
     /// Receivers whose trial and check read their sender's CPU clock with their own: the
     /// sender is zcnet's, on this host, and left its card ([`peer`]).
     pub peer_clock: u64,
+    /// Trial candidates not measured because an earlier trial in this process dropped them
+    /// on the same route and sender op size ([`memory`]).
+    pub trial_skipped_remembered: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 25;
+    pub const LEN: usize = 26;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -221,6 +225,7 @@ impl AutoStats {
             self.trial_picked_uring,
             self.trial_picked_mmap,
             self.peer_clock,
+            self.trial_skipped_remembered,
         ]
     }
 
@@ -252,6 +257,7 @@ impl AutoStats {
             trial_picked_uring: a[22],
             trial_picked_mmap: a[23],
             peer_clock: a[24],
+            trial_skipped_remembered: a[25],
         }
     }
 
@@ -287,7 +293,10 @@ mod tests {
         let a: [u64; AutoStats::LEN] = std::array::from_fn(|i| i as u64 + 1);
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
-        assert_eq!((s.decisions, s.peer_clock), (1, AutoStats::LEN as u64));
+        assert_eq!(
+            (s.decisions, s.trial_skipped_remembered),
+            (1, AutoStats::LEN as u64)
+        );
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));

@@ -50,13 +50,14 @@ use zcnet_sys::raw::{cpu, socket};
 const SHARED: &str = "/dev/shm";
 
 /// A card's words: a tag written last (a card without it is not yet, or not, a card), the
-/// process id, the sending thread's id, the bytes sent.
-const MAGIC: u64 = u64::from_le_bytes(*b"zcnclk01");
+/// process id, the sending thread's id, the bytes sent, the send calls that sent them.
+const MAGIC: u64 = u64::from_le_bytes(*b"zcnclk02");
 const W_MAGIC: usize = 0;
 const W_PID: usize = 1;
 const W_TID: usize = 2;
 const W_BYTES: usize = 3;
-const WORDS: usize = 4;
+const W_SENDS: usize = 4;
+const WORDS: usize = 5;
 
 /// How far the scaling of an interval's sender time to the receiver's bytes may go either
 /// way: the buffers between two ends hold a few MiB, a window 16, so a ratio past this is an
@@ -105,6 +106,7 @@ struct Card {
     pid: u32,
     tid: i32,
     bytes: u64,
+    sends: u64,
 }
 
 /// A card's words as a reader sees them (`None` without the tag, or with ids out of range).
@@ -115,6 +117,7 @@ fn parse_card(w: [u64; WORDS]) -> Option<Card> {
         pid,
         tid,
         bytes: w[W_BYTES],
+        sends: w[W_SENDS],
     })
 }
 
@@ -181,9 +184,10 @@ impl ClockCard {
         }
     }
 
-    /// Counts `n` bytes handed to the kernel.
+    /// Counts `n` bytes handed to the kernel by one send call.
     pub(crate) fn sent(&self, n: u64) {
         self.words.word(W_BYTES).fetch_add(n, Ordering::Relaxed);
+        self.words.word(W_SENDS).fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -235,6 +239,15 @@ impl PeerClock {
                 sum: 0,
             }),
         })
+    }
+
+    /// The sender's bytes per send call so far, read from its card now (`None` before its
+    /// first send has been counted — a receiver may see the bytes a moment before the
+    /// sender counts them): what a receiver's trial memory is keyed by
+    /// ([`crate::auto::memory`]), since which receive path pays depends on it.
+    pub(crate) fn op_size(&self) -> Option<u64> {
+        let c = read_card(&self.file)?;
+        (c.sends > 0).then(|| c.bytes / c.sends)
     }
 
     /// The sending thread's CPU time (ns) since the card was found, each interval between
@@ -363,20 +376,23 @@ mod tests {
 
     #[test]
     fn cards_parse_strictly_and_name_both_addresses() {
-        let ok = [MAGIC, 12, 34, 56];
+        let ok = [MAGIC, 12, 34, 56, 7];
         assert_eq!(
             parse_card(ok),
             Some(Card {
                 pid: 12,
                 tid: 34,
-                bytes: 56
+                bytes: 56,
+                sends: 7
             })
         );
-        assert_eq!(parse_card([0, 12, 34, 56]), None, "not tagged (yet)");
-        assert_eq!(parse_card([MAGIC, 0, 34, 0]), None);
-        assert_eq!(parse_card([MAGIC, 12, 0, 0]), None);
-        assert_eq!(parse_card([MAGIC, 1 << 40, 34, 0]), None);
-        assert_eq!(parse_card([MAGIC, 12, u64::MAX, 0]), None);
+        assert_eq!(parse_card([0, 12, 34, 56, 7]), None, "not tagged (yet)");
+        let old = u64::from_le_bytes(*b"zcnclk01");
+        assert_eq!(parse_card([old, 12, 34, 56, 7]), None, "another layout");
+        assert_eq!(parse_card([MAGIC, 0, 34, 0, 0]), None);
+        assert_eq!(parse_card([MAGIC, 12, 0, 0, 0]), None);
+        assert_eq!(parse_card([MAGIC, 1 << 40, 34, 0, 0]), None);
+        assert_eq!(parse_card([MAGIC, 12, u64::MAX, 0, 0]), None);
         let (s, r) = addrs();
         assert_eq!(card_name(s, r), "tcp-10.7.0.1_40000-10.7.0.2_5201");
         let v6: SocketAddr = "[::1]:9".parse().unwrap();

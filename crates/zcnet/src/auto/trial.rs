@@ -226,6 +226,15 @@ impl<P: AutoPath> Trial<P> {
         self.pick.unwrap_or(self.arms[self.arm()])
     }
 
+    /// The candidates dropped as clear losers so far ([`DROP_AFTER_ROUNDS`],
+    /// [`DROP_ABOVE`]), in trial order.
+    pub fn dropped(&self) -> Vec<P> {
+        (1..self.arms.len())
+            .filter(|a| !self.live.contains(a))
+            .map(|a| self.arms[a])
+            .collect()
+    }
+
     /// The kept path, once the trial is over.
     pub fn picked(&self) -> Option<P> {
         self.pick
@@ -415,6 +424,7 @@ mod tests {
             _ => 1.0,
         });
         assert_eq!(p, RxPath::Mmap, "{:?}", t.ratios());
+        assert!(t.dropped().is_empty(), "one dear window drops nothing");
         let r = t.ratios();
         assert!((r[1].1.unwrap() - 0.8).abs() < 1e-9, "{r:?}");
         assert!((r[0].1.unwrap() - 1.0).abs() < 1e-9, "uring: {r:?}");
@@ -454,6 +464,8 @@ mod tests {
             "{windows:?}"
         );
         assert!((arms.len() as u64 * OP) < t.bytes_bound());
+        // What a later connection on the route need not measure again (`auto::memory`).
+        assert_eq!(t.dropped(), vec![RxPath::Mmap]);
     }
 
     #[test]

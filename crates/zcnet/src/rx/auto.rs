@@ -46,6 +46,9 @@ pub(crate) const TRIAL: [RxPath; 2] = [RxPath::Uring, RxPath::Mmap];
 /// candidate's median survives one disturbed round either way; with two candidates and
 /// the default window (16 MiB, a quarter more to settle each) 240 MiB.
 const TRIAL_ROUNDS: usize = 4;
+/// Bytes a trial waits, on copy, for its sender's card to count a send (its key in the
+/// trial memory) before it starts without it.
+const PENDING_MAX_BYTES: u64 = 1 << 20;
 /// Dearer verdicts in a row before the check leaves a trial's pick: one more than for a
 /// profile's choice ([`crate::auto::cost::CONFIRM`]), as the pick already beat copy by the
 /// margin in the median of [`TRIAL_ROUNDS`] paired windows — one or two dear windows are
@@ -181,6 +184,15 @@ enum Use {
 struct Judge {
     check: CostCheck<RxPath>,
     trial: Option<Trial<RxPath>>,
+    /// A trial waiting for the receiver to look for its sender's card (after the first
+    /// bytes; copy until then): its candidates. It then starts without those this process
+    /// remembers as clear losers on that route and sender op size
+    /// ([`crate::auto::memory`]).
+    pending: Option<Vec<RxPath>>,
+    /// Where the trial's clear losers are remembered (a zcnet sender's card was found).
+    key: Option<crate::auto::memory::Key>,
+    /// The process's memory of clear losers, unless turned off.
+    memory: Option<&'static crate::auto::memory::Memory>,
     /// The path the choice wants (with a trial: its pick, once made).
     wanted: RxPath,
     window: u64,
@@ -206,6 +218,33 @@ fn cost_check_within(window: u64, margin: f64) -> CostCheck<RxPath> {
 }
 
 impl Judge {
+    /// Starts the pending trial, without the candidates remembered as clear losers on `key`
+    /// (counted); with none left, copy is kept at once.
+    fn start_trial(&mut self, key: Option<crate::auto::memory::Key>, delta: &mut AutoStats) {
+        let Some(candidates) = self.pending.take() else {
+            return;
+        };
+        let skip = match (key, self.memory) {
+            (Some(k), Some(m)) => m.losers(k, std::time::Instant::now()),
+            _ => Vec::new(),
+        };
+        let here: Vec<RxPath> = candidates
+            .iter()
+            .copied()
+            .filter(|p| !skip.contains(p))
+            .collect();
+        delta.trial_skipped_remembered += (candidates.len() - here.len()) as u64;
+        let t = Trial::new(&here, TRIAL_ROUNDS, self.window, crate::auto::cost::MARGIN);
+        if let Some(p) = t.picked() {
+            // Nothing left to measure: the verdict is copy's, as after a trial.
+            delta.trial_picks += 1;
+            delta.trial_kept_copy += 1;
+            self.wanted = p;
+        }
+        self.key = key;
+        self.trial = Some(t);
+    }
+
     /// The trial, while it lasts.
     fn trying(&mut self) -> Option<&mut Trial<RxPath>> {
         self.trial.as_mut().filter(|t| t.picked().is_none())
@@ -214,6 +253,9 @@ impl Judge {
     /// Where the next operation goes: the trial's arm while it lasts, else the cost check's
     /// route for the wanted path. `clock` is read only when a window starts.
     fn route(&mut self, clock: impl Fn() -> u64) -> Route<RxPath> {
+        if self.pending.is_some() {
+            return Route::Wanted(RxPath::Copy);
+        }
         if let Some(t) = self.trying() {
             return Route::Wanted(t.route(clock));
         }
@@ -231,12 +273,18 @@ impl Judge {
         stats: &Stats,
         clock: impl Fn() -> u64,
     ) {
-        if let Some(t) = self.trying() {
+        let (key, memory) = (self.key, self.memory);
+        if self.pending.is_some() {
+            // Copy, unmeasured, until the trial starts.
+        } else if let Some(t) = self.trying() {
             match t.after(n as u64, clock) {
                 Step::Stay => {}
                 Step::Next(_) => delta.trial_next += 1,
                 Step::Pick(p) => {
                     let margin = t.margin_for(p);
+                    if let (Some(k), Some(m)) = (key, memory) {
+                        m.remember(k, &t.dropped(), std::time::Instant::now());
+                    }
                     delta.trial_picks += 1;
                     match p {
                         RxPath::Uring => delta.trial_picked_uring += 1,
@@ -314,9 +362,22 @@ struct RxClock {
     /// Bytes delivered so far (once some have, a zcnet sender has written its card: it
     /// does before its first send).
     received: u64,
+    /// Both ends' addresses, once the sender's card was found.
+    route: Option<(std::net::IpAddr, std::net::IpAddr)>,
 }
 
 impl RxClock {
+    /// The trial memory's key: the route and the sender's op size, where its card was
+    /// found and has counted a send.
+    fn key(&self) -> Option<crate::auto::memory::Key> {
+        match (&self.peer, self.route) {
+            (Peer::Found(p), Some((sender, receiver))) => p
+                .op_size()
+                .map(|op| crate::auto::memory::Key::new(sender, receiver, op)),
+            _ => None,
+        }
+    }
+
     fn now(&self) -> u64 {
         let own = zcnet_sys::raw::cpu::thread_cpu_ns();
         match &self.peer {
@@ -345,12 +406,14 @@ impl RxClock {
         ) {
             (Some(sender), Some(receiver), Some(dir)) => {
                 PeerClock::find(&dir, sender, receiver, self.received)
+                    .map(|p| (p, sender, receiver))
             }
             _ => None,
         };
         self.peer = match found {
-            Some(p) => {
+            Some((p, sender, receiver)) => {
                 delta.peer_clock += 1;
+                self.route = Some((sender.ip(), receiver.ip()));
                 Peer::Found(p)
             }
             None => Peer::Absent,
@@ -360,8 +423,16 @@ impl RxClock {
 
 impl AutoRx {
     /// `alts` are the paths `choice` may take besides copy (the chosen one, or a trial's
-    /// candidates that could be set up); the check measures windows of `window` bytes.
-    pub(crate) fn new(copy: CopyRx, alts: Vec<Alt>, choice: &AutoRxChoice, window: u64) -> Self {
+    /// candidates that could be set up); the check measures windows of `window` bytes;
+    /// `memory`: a trial uses the process's memory of clear losers
+    /// ([`crate::auto::memory`]).
+    pub(crate) fn new(
+        copy: CopyRx,
+        alts: Vec<Alt>,
+        choice: &AutoRxChoice,
+        window: u64,
+        memory: bool,
+    ) -> Self {
         let (mut mmap, mut uring) = (None, None);
         for a in alts {
             match a {
@@ -380,7 +451,15 @@ impl AutoRx {
                 _ => false,
             })
             .collect();
-        let trial = (!choice.trial.is_empty()).then(|| {
+        // A profile's choice is judged on the receiver's own clock, as its tolerance was
+        // computed ([`crate::auto::pair::rx_tolerance`]).
+        let peer_wanted =
+            !choice.trial.is_empty() && choice.favoured.is_none() && crate::auto::peer::enabled();
+        // Such a trial waits for the sender's card: with it, what earlier trials on the
+        // same route and sender op size dropped is skipped.
+        let memory = crate::auto::memory::global().filter(|_| memory && peer_wanted);
+        let pending = memory.is_some().then(|| here.clone());
+        let trial = (!choice.trial.is_empty() && pending.is_none()).then(|| {
             let t = Trial::new(&here, TRIAL_ROUNDS, window, crate::auto::cost::MARGIN);
             match choice.favoured {
                 Some((f, saving)) => t.favouring(f, saving),
@@ -399,6 +478,9 @@ impl AutoRx {
             judge: Judge {
                 check: cost_check(window),
                 trial,
+                pending,
+                key: None,
+                memory,
                 wanted,
                 window,
             },
@@ -406,17 +488,9 @@ impl AutoRx {
             held_off: 0,
             taken: None,
             clock: RxClock {
-                // A profile's choice is judged on the receiver's own clock, as its tolerance
-                // was computed ([`crate::auto::pair::rx_tolerance`]).
-                peer: if !choice.trial.is_empty()
-                    && choice.favoured.is_none()
-                    && crate::auto::peer::enabled()
-                {
-                    Peer::Wanted
-                } else {
-                    Peer::Off
-                },
+                peer: if peer_wanted { Peer::Wanted } else { Peer::Off },
                 received: 0,
+                route: None,
             },
         }
     }
@@ -430,6 +504,15 @@ impl AutoRx {
     ) -> Result<(Use, bool)> {
         self.tell_others();
         self.clock.look(fd, delta);
+        if self.judge.pending.is_some() && !matches!(self.clock.peer, Peer::Wanted) {
+            // The sender counts a send just after it returns: a receiver can be a step
+            // ahead of the count. Wait for it a little, then go without the memory.
+            let key = self.clock.key();
+            let found = matches!(self.clock.peer, Peer::Found(_));
+            if key.is_some() || !found || self.clock.received >= PENDING_MAX_BYTES {
+                self.judge.start_trial(key, delta);
+            }
+        }
         let clock = &self.clock;
         let (target, costlier) = match self.judge.route(|| clock.now()) {
             Route::Wanted(p) => (p, false),
@@ -842,6 +925,9 @@ mod tests {
                 WINDOW,
                 crate::auto::cost::MARGIN,
             )),
+            pending: None,
+            key: None,
+            memory: None,
             wanted: RxPath::Copy,
             window: WINDOW,
         }
@@ -937,6 +1023,9 @@ mod tests {
                 )
                 .favouring(RxPath::Mmap, saving),
             ),
+            pending: None,
+            key: None,
+            memory: None,
             wanted: RxPath::Mmap,
             window: WINDOW,
         }
@@ -976,6 +1065,88 @@ mod tests {
     }
 
     /// A judge whose trial kept `uring` (30 % under copy through the trial).
+    /// A judge whose trial of `uring` and `mmap` waits for the sender's card (no profile,
+    /// a zcnet sender expected), with `memory` for its clear losers.
+    fn pending_judge(memory: &'static crate::auto::memory::Memory) -> Judge {
+        Judge {
+            check: cost_check(WINDOW),
+            trial: None,
+            pending: Some(TRIAL.to_vec()),
+            key: None,
+            memory: Some(memory),
+            wanted: RxPath::Copy,
+            window: WINDOW,
+        }
+    }
+
+    #[test]
+    fn a_trials_clear_loser_is_not_measured_again_on_its_route_and_size() {
+        use crate::auto::memory::{Key, Memory};
+        use std::time::Instant;
+        let memory: &'static Memory = Box::leak(Box::default());
+        let lo = |op: u64| Key::new([127, 0, 0, 1].into(), [127, 0, 0, 1].into(), op);
+        // Loopback at 16 KiB as measured: mmap 2.4× copy, uring level with it.
+        let cost = |p: RxPath, _| if p == RxPath::Mmap { 24 } else { 10 };
+        let windows = |paths: &[RxPath], arm| {
+            paths
+                .chunks(20)
+                .filter(|c| c[0] == arm && c.iter().all(|p| *p == arm))
+                .count()
+        };
+        // Copy, unmeasured, until the receiver has looked for the card.
+        let mut j = pending_judge(memory);
+        let (paths, a) = drive(&mut j, 3 * OP, cost);
+        assert!(paths.iter().all(|p| *p == RxPath::Copy), "{paths:?}");
+        assert_eq!(a.trial_next + a.trial_picks, 0, "{a:?}");
+        let mut d = AutoStats::default();
+        j.start_trial(Some(lo(16 << 10)), &mut d);
+        assert_eq!(d.trial_skipped_remembered, 0);
+        let (paths, a) = drive(&mut j, TRIAL_BYTES, cost);
+        assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
+        assert_eq!(windows(&paths, RxPath::Mmap), 2, "dropped after two rounds");
+        assert_eq!(
+            memory.losers(lo(16 << 10), Instant::now()),
+            vec![RxPath::Mmap]
+        );
+
+        // The next connection on the route, sender writing the same size: mmap skipped.
+        let mut j = pending_judge(memory);
+        let mut d = AutoStats::default();
+        j.start_trial(Some(lo(16 << 10)), &mut d);
+        assert_eq!(d.trial_skipped_remembered, 1);
+        let (paths, a) = drive(&mut j, TRIAL_BYTES, cost);
+        assert!(!paths.contains(&RxPath::Mmap), "{paths:?}");
+        assert_eq!(
+            windows(&paths, RxPath::Uring),
+            TRIAL_ROUNDS,
+            "uring still measured"
+        );
+        assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
+
+        // Another op size, or no card (no key): every candidate measured.
+        for key in [Some(lo(256 << 10)), None] {
+            let mut j = pending_judge(memory);
+            let mut d = AutoStats::default();
+            j.start_trial(key, &mut d);
+            assert_eq!(d.trial_skipped_remembered, 0, "{key:?}");
+            let (paths, _) = drive(&mut j, TRIAL_BYTES, cost);
+            assert_eq!(windows(&paths, RxPath::Mmap), 2, "{key:?}");
+        }
+
+        // Both candidates remembered: copy is kept at once, counted as the trial's verdict.
+        memory.remember(lo(16 << 10), &[RxPath::Uring], Instant::now());
+        let mut j = pending_judge(memory);
+        let mut d = AutoStats::default();
+        j.start_trial(Some(lo(16 << 10)), &mut d);
+        assert_eq!(
+            (d.trial_skipped_remembered, d.trial_picks, d.trial_kept_copy),
+            (2, 1, 1)
+        );
+        let (paths, a) = drive(&mut j, 4 * WINDOW, cost);
+        assert!(paths.iter().all(|p| *p == RxPath::Copy));
+        assert_eq!(a.trial_next + a.trial_picks, 0, "{a:?}");
+    }
+
     fn judge_that_kept_uring() -> Judge {
         let mut j = judge();
         let (_, a) = drive(&mut j, TRIAL_BYTES, |p, _| match p {

@@ -63,6 +63,11 @@ pub struct ReceiverConfig {
     /// [`crate::auto::cost::WINDOW_BYTES`]): smaller windows react sooner and measure
     /// noisier.
     pub cost_window: u64,
+    /// Whether an `auto` receive trial (without a profile) skips the candidates earlier
+    /// trials in this process dropped as clear losers on the same route and sender op size,
+    /// and adds its own ([`crate::auto::memory`]; on by default, also off with
+    /// `ZCNET_TRIAL_MEMORY=off`). Off, every connection measures every candidate.
+    pub trial_memory: bool,
 }
 
 impl Default for ReceiverConfig {
@@ -83,6 +88,7 @@ impl Default for ReceiverConfig {
             touch: true,
             op_size: 256 * 1024,
             cost_window: crate::auto::cost::WINDOW_BYTES,
+            trial_memory: true,
         }
     }
 }
@@ -121,6 +127,8 @@ impl ReceiverConfig {
         op_size: usize,
         /// Sets [`ReceiverConfig::cost_window`].
         cost_window: u64,
+        /// Sets [`ReceiverConfig::trial_memory`].
+        trial_memory: bool,
     }
     crate::builder::option_setters! {
         /// Sets `SO_RCVLOWAT` ([`ReceiverConfig::rcvlowat`]).
@@ -205,7 +213,13 @@ fn auto_rx(
         None => return (Box::new(copy), RxPath::Copy),
     };
     (
-        Box::new(AutoRx::new(copy, alts, choice, cfg.cost_window)),
+        Box::new(AutoRx::new(
+            copy,
+            alts,
+            choice,
+            cfg.cost_window,
+            cfg.trial_memory,
+        )),
         first,
     )
 }

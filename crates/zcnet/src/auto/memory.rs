@@ -1,0 +1,153 @@
+//! What this process's receive trials found not worth measuring again: the candidates a
+//! trial dropped as clear losers ([`super::trial`]: dearer than copy by more than a quarter
+//! in each of its first two rounds) on a route and a sender op size, remembered for
+//! [`TTL`], so that the next connection on that route does not pay their windows again.
+//!
+//! Why: without a profile every connection runs a trial, and on loopback at 16 KiB the
+//! mapping receiver, mapping nothing from a copying sender, ran 2.4× copy in its windows —
+//! about 3–6 % of a 1-second transfer before it was dropped, on every connection
+//! (`docs/measurements/auto.md`). A server taking connection after connection from the same
+//! peer learns that once. Only the clear losers are kept: a candidate the trial kept, or
+//! judged within noise of copy, is measured again by the next connection, since which one
+//! wins changes from sitting to sitting; and a loser is measured again once [`TTL`] has
+//! passed, as the kernel's TCP metrics forget a route's figures.
+//!
+//! Keyed by both ends' addresses (not ports) and the sender's bytes per send call, rounded
+//! to a power of two: which receive path pays depends on how the sender writes (over veth
+//! the mapping receiver was among the best at 16 KiB and no loser at 256 KiB). The op size
+//! comes from the sender's card ([`super::peer`]), so only connections from a zcnet sender
+//! on this host are remembered. `ZCNET_TRIAL_MEMORY=off` (or `0`, `no`) turns it off.
+
+use crate::path::RxPath;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a clear loser is skipped before a trial measures it again.
+pub(crate) const TTL: Duration = Duration::from_secs(600);
+/// Remembered (route, size, path) entries at most; the oldest goes first.
+const CAPACITY: usize = 256;
+
+/// A route and the sender's op size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    sender: IpAddr,
+    receiver: IpAddr,
+    /// Bit length of the sender's bytes per send call (16 KiB → 15).
+    size_class: u32,
+}
+
+impl Key {
+    pub(crate) fn new(sender: IpAddr, receiver: IpAddr, op_size: u64) -> Self {
+        Key {
+            sender,
+            receiver,
+            size_class: u64::BITS - op_size.leading_zeros(),
+        }
+    }
+}
+
+/// A process's memory (one static instance; tests make their own).
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
+    losers: Mutex<Vec<(Key, RxPath, Instant)>>,
+}
+
+static MEMORY: Memory = Memory {
+    losers: Mutex::new(Vec::new()),
+};
+
+/// This process's memory, unless `ZCNET_TRIAL_MEMORY` turns it off.
+pub(crate) fn global() -> Option<&'static Memory> {
+    let off =
+        std::env::var("ZCNET_TRIAL_MEMORY").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "no"));
+    (!off).then_some(&MEMORY)
+}
+
+impl Memory {
+    /// The candidates to skip on `key` at `now`.
+    pub(crate) fn losers(&self, key: Key, now: Instant) -> Vec<RxPath> {
+        let mut m = self.losers.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|&(_, _, at)| now.saturating_duration_since(at) < TTL);
+        m.iter()
+            .filter(|&&(k, _, _)| k == key)
+            .map(|&(_, p, _)| p)
+            .collect()
+    }
+
+    /// Remembers `dropped` (a trial's clear losers) on `key` from `now`.
+    pub(crate) fn remember(&self, key: Key, dropped: &[RxPath], now: Instant) {
+        if dropped.is_empty() {
+            return;
+        }
+        let mut m = self.losers.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|&(k, p, _)| !(k == key && dropped.contains(&p)));
+        m.extend(dropped.iter().map(|&p| (key, p, now)));
+        if m.len() > CAPACITY {
+            m.sort_by_key(|&(_, _, at)| std::cmp::Reverse(at));
+            m.truncate(CAPACITY);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn losers_are_kept_per_route_and_size_class_until_they_expire() {
+        let m = Memory::default();
+        let t0 = Instant::now();
+        let lo = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 16 << 10);
+        m.remember(lo, &[RxPath::Mmap], t0);
+        assert_eq!(m.losers(lo, t0), vec![RxPath::Mmap]);
+        // 16 KiB and 20 KiB are one class; 256 KiB, another route or another sender not.
+        let lo20 = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 20 << 10);
+        assert_eq!(m.losers(lo20, t0), vec![RxPath::Mmap]);
+        let lo256 = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 256 << 10);
+        assert!(m.losers(lo256, t0).is_empty());
+        assert!(m
+            .losers(Key::new(ip("10.0.0.1"), ip("127.0.0.1"), 16 << 10), t0)
+            .is_empty());
+        assert!(m
+            .losers(Key::new(ip("127.0.0.1"), ip("10.0.0.2"), 16 << 10), t0)
+            .is_empty());
+        // Remembered again later: counted from then, not twice.
+        let t1 = t0 + Duration::from_secs(300);
+        m.remember(lo, &[RxPath::Mmap, RxPath::Uring], t1);
+        assert_eq!(m.losers(lo, t1).len(), 2);
+        assert_eq!(m.losers(lo, t1 + TTL - Duration::from_secs(1)).len(), 2);
+        // Gone once the TTL has passed: the next trial measures them again.
+        assert!(m.losers(lo, t1 + TTL).is_empty());
+    }
+
+    #[test]
+    fn the_memory_is_bounded_newest_kept() {
+        let m = Memory::default();
+        let t0 = Instant::now();
+        for i in 0..(CAPACITY as u64 + 10) {
+            let k = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 1 << (i % 40));
+            let k = Key {
+                size_class: i as u32,
+                ..k
+            };
+            m.remember(k, &[RxPath::Mmap], t0 + Duration::from_millis(i));
+        }
+        let n = m.losers.lock().unwrap().len();
+        assert_eq!(n, CAPACITY);
+        let newest = Key {
+            size_class: CAPACITY as u32 + 9,
+            ..Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 1)
+        };
+        assert_eq!(m.losers(newest, t0).len(), 1);
+        let oldest = Key {
+            size_class: 0,
+            ..newest
+        };
+        assert!(m.losers(oldest, t0).is_empty());
+    }
+}

@@ -416,18 +416,11 @@ fn tc(ns: &str, args: &[&str]) -> bool {
     }
 }
 
-/// A send cancelled while it waits — for room in the send buffer, and for its completion —
-/// leaves its buffer with the socket until the kernel lets go: the pool (where a dropped
-/// buffer goes, observably) does not get it back before the completion. A token-bucket
-/// qdisc on the sender's veth holds the datagrams, so the kernel holds the pages for a
-/// while after `sendmsg` returned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
-    // 64 KiB takes about a quarter second at 2 Mbit/s.
-    if !tc(
+/// A token-bucket qdisc of 2 Mbit/s on the sender's veth (a 64 KiB message takes about a
+/// quarter second): the kernel holds sent pages a while after the send returned. False
+/// (and a visible skip) where `tc` cannot add it.
+fn slow_qdisc(pair: &zcnet_testbed::netns::VethPair) -> bool {
+    tc(
         pair.name_a(),
         &[
             "qdisc",
@@ -443,7 +436,20 @@ async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
             "latency",
             "5s",
         ],
-    ) {
+    )
+}
+
+/// A send cancelled while it waits — for room in the send buffer, and for its completion —
+/// leaves its buffer with the socket until the kernel lets go: the pool (where a dropped
+/// buffer goes, observably) does not get it back before the completion. A token-bucket
+/// qdisc on the sender's veth holds the datagrams, so the kernel holds the pages for a
+/// while after `sendmsg` returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
+    let Some(pair) = veth_or_skip(1500) else {
+        return;
+    };
+    if !slow_qdisc(&pair) {
         return;
     }
     let mut cfg = config(MsgTx::Zerocopy);
@@ -669,23 +675,7 @@ async fn ring_notifications_wake_a_sleeping_runtime() {
     let Some(pair) = veth_or_skip(1500) else {
         return;
     };
-    if !tc(
-        pair.name_a(),
-        &[
-            "qdisc",
-            "add",
-            "dev",
-            pair.ifname_a(),
-            "root",
-            "tbf",
-            "rate",
-            "2mbit",
-            "burst",
-            "16kb",
-            "latency",
-            "5s",
-        ],
-    ) {
+    if !slow_qdisc(&pair) {
         return;
     }
     let mut cfg = config(MsgTx::Uring);

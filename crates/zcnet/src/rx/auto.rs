@@ -245,6 +245,14 @@ impl Judge {
         self.trial = Some(t);
     }
 
+    /// Whether `path` can no longer be wanted: no trial to come or under way, and the
+    /// choice (the cost check moves only between it and copy) is another path.
+    fn settled_without(&self, path: RxPath) -> bool {
+        self.pending.is_none()
+            && self.trial.as_ref().is_none_or(|t| t.picked().is_some())
+            && self.wanted != path
+    }
+
     /// The trial, while it lasts.
     fn trying(&mut self) -> Option<&mut Trial<RxPath>> {
         self.trial.as_mut().filter(|t| t.picked().is_none())
@@ -535,6 +543,17 @@ impl AutoRx {
                 }
             }
             self.uring_on = false;
+        }
+        // A receiver that can no longer be wanted goes once it holds nothing: copy then
+        // reads straight from the socket, not through the mapping receiver's copy mode, and
+        // the mapping window, the scratch and the ring's buffers are freed.
+        if self.judge.settled_without(RxPath::Mmap)
+            && self.mmap.as_ref().is_some_and(|m| !m.holds())
+        {
+            self.mmap = None;
+        }
+        if self.judge.settled_without(RxPath::Uring) && !self.uring_on {
+            self.uring = None;
         }
         if let Some(m) = self.mmap.as_mut() {
             // Copy reads through the mapping receiver (plain `recv`, its held bytes first);
@@ -1145,6 +1164,21 @@ mod tests {
         let (paths, a) = drive(&mut j, 4 * WINDOW, cost);
         assert!(paths.iter().all(|p| *p == RxPath::Copy));
         assert_eq!(a.trial_next + a.trial_picks, 0, "{a:?}");
+    }
+
+    #[test]
+    fn a_receiver_is_let_go_only_once_it_can_no_longer_be_wanted() {
+        let memory: &'static crate::auto::memory::Memory = Box::leak(Box::default());
+        // Waiting for the card, or trying: every candidate may still be wanted.
+        let j = pending_judge(memory);
+        assert!(!j.settled_without(RxPath::Mmap) && !j.settled_without(RxPath::Uring));
+        let mut j = judge();
+        let (_, _) = drive(&mut j, 3 * WINDOW, |_, _| 10);
+        assert!(!j.settled_without(RxPath::Mmap), "mid-trial");
+        // Picked uring: mmap can go, uring (the pick, checked against copy) stays.
+        let j = judge_that_kept_uring();
+        assert!(j.settled_without(RxPath::Mmap));
+        assert!(!j.settled_without(RxPath::Uring));
     }
 
     fn judge_that_kept_uring() -> Judge {

@@ -16,7 +16,15 @@
 //! to a power of two: which receive path pays depends on how the sender writes (over veth
 //! the mapping receiver was among the best at 16 KiB and no loser at 256 KiB). The op size
 //! comes from the sender's card ([`super::peer`]), so only connections from a zcnet sender
-//! on this host are remembered. `ZCNET_TRIAL_MEMORY=off` (or `0`, `no`) turns it off.
+//! on this host are remembered.
+//!
+//! Off by default ([`crate::ReceiverConfig::trial_memory`], `ZCNET_TRIAL_MEMORY=on`): one
+//! trial's drop is evidence enough on loopback, where every trial dropped both candidates
+//! at 16 KiB, but over veth at 16 KiB a noisy trial once dropped the mapping receiver — the
+//! receive half of the cheapest pair there — and the connections after it kept copy for the
+//! rest of the sitting: `auto → auto` 15.8 % over `copy → mmap` (2026-11-28 14:35,
+//! `docs/measurements/auto.md`). Until a drop must be confirmed before it is remembered,
+//! a server that takes many connections on one route turns it on knowingly.
 
 use crate::path::RxPath;
 use std::net::IpAddr;
@@ -59,11 +67,18 @@ static MEMORY: Memory = Memory {
     losers: Mutex::new(Vec::new()),
 };
 
-/// This process's memory, unless `ZCNET_TRIAL_MEMORY` turns it off.
-pub(crate) fn global() -> Option<&'static Memory> {
-    let off =
-        std::env::var("ZCNET_TRIAL_MEMORY").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "no"));
-    (!off).then_some(&MEMORY)
+/// This process's memory, for a receiver that asked for it (`asked`:
+/// [`crate::ReceiverConfig::trial_memory`]) or when `ZCNET_TRIAL_MEMORY=on` (or `1`,
+/// `yes`) asks for every receiver; `ZCNET_TRIAL_MEMORY=off` (`0`, `no`) refuses it to all.
+pub(crate) fn global(asked: bool) -> Option<&'static Memory> {
+    let env = std::env::var("ZCNET_TRIAL_MEMORY").ok();
+    let env = env.as_deref().map(str::trim);
+    let on = match env {
+        Some("off" | "0" | "no") => false,
+        Some("on" | "1" | "yes") => true,
+        _ => asked,
+    };
+    on.then_some(&MEMORY)
 }
 
 impl Memory {

@@ -465,7 +465,7 @@ impl AutoRx {
             !choice.trial.is_empty() && choice.favoured.is_none() && crate::auto::peer::enabled();
         // Such a trial waits for the sender's card: with it, what earlier trials on the
         // same route and sender op size dropped is skipped.
-        let memory = crate::auto::memory::global().filter(|_| memory && peer_wanted);
+        let memory = crate::auto::memory::global(memory).filter(|_| peer_wanted);
         let pending = memory.is_some().then(|| here.clone());
         let trial = (!choice.trial.is_empty() && pending.is_none()).then(|| {
             let t = Trial::new(&here, TRIAL_ROUNDS, window, crate::auto::cost::MARGIN);

@@ -951,3 +951,33 @@ fn datagrams_dropped_by_nftables_are_reported_lost() {
     assert_eq!(s.messages_received, 8);
     assert_eq!((s.lost_timeout, s.lost_gap), (2, 1));
 }
+
+/// Under the default (demoting) policy a local route stops sending zero-copy once the
+/// notifications keep saying the kernel copied (local delivery always does): by
+/// `MSG_ZEROCOPY` and by io_uring `SEND_ZC` alike, the demotion counted and the rest of
+/// the messages copied, every byte of every message delivered.
+#[test]
+fn a_local_route_is_demoted_to_copy_by_either_zero_copy_engine() {
+    for tx_mode in [MsgTx::Zerocopy, MsgTx::Uring] {
+        let mut cfg = config(tx_mode);
+        cfg.policy = Policy::default();
+        let rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+        let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+        let sizes = vec![64 << 10; 400];
+        let what = format!("lo {tx_mode:?} default policy");
+        let out = transfer(tx_mode, &mut tx, rx, &sizes, Api::Loan, &what);
+        assert_eq!(out.rx.messages_received, 400, "{what}");
+        assert_eq!(out.rx.messages_lost, 0, "{what}");
+        if tx_mode == MsgTx::Uring && !tx.uring_enabled() {
+            eprintln!("note: {what}: io_uring SEND_ZC unavailable, MSG_ZEROCOPY checked");
+        }
+        assert!(out.tx_io.tx_demotions >= 1, "{what}: {:?}", out.tx_io);
+        assert!(out.tx.zerocopy_messages > 0, "{what}: zero-copy first");
+        assert!(out.tx.copied_messages > 0, "{what}: copied once demoted");
+        assert_eq!(
+            out.tx.zerocopy_messages + out.tx.copied_messages,
+            400,
+            "{what}"
+        );
+    }
+}

@@ -35,7 +35,7 @@ use crate::path::FallbackReason;
 use crate::policy::{CopiedDemotion, TxDecision};
 use crate::stats::Stats;
 use crate::zc::completion::Completions;
-use crate::zc::reap::reap_completions;
+use crate::zc::reap::{count_change, reap_completions};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -299,10 +299,13 @@ impl MsgSender {
                 return Err(Error::PoolExhausted(self.cfg.timeout).into());
             }
             let pause = (deadline - now).min(Duration::from_millis(10));
+            let (demotion, policy, stats) = (&mut self.demotion, self.cfg.policy, &self.stats);
             match self.ring.as_mut() {
                 Some(ring) if ring.held() > 0 => {
-                    ring.wait(pause, &self.stats)
-                        .map_err(|e| Error::io("io_uring_enter", e))?;
+                    ring.wait_observing(pause, stats, |copied, bytes| {
+                        count_change(demotion.notified(copied, bytes, &policy), stats)
+                    })
+                    .map_err(|e| Error::io("io_uring_enter", e))?;
                 }
                 _ => {
                     self.wait_completions(pause)?;
@@ -347,9 +350,14 @@ impl MsgSender {
                         return Err(Error::io("io_uring SEND_ZC", e).into());
                     }
                     self.framer.finish(&out, true);
-                    // Completions in batches, as below.
+                    // Completions in batches, as below; each notification tells the COPIED
+                    // demotion whether the kernel copied after all (a local route).
                     if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
-                        ring.reap(&self.stats);
+                        let (demotion, policy, stats) =
+                            (&mut self.demotion, self.cfg.policy, &self.stats);
+                        ring.reap_observing(stats, |copied, bytes| {
+                            count_change(demotion.notified(copied, bytes, &policy), stats)
+                        });
                     }
                     return Ok(out.id());
                 }
@@ -480,8 +488,13 @@ impl MsgSender {
             if now >= deadline {
                 return Ok(false);
             }
-            ring.wait((deadline - now).min(Duration::from_millis(10)), &self.stats)
-                .map_err(|e| Error::io("io_uring_enter", e))?;
+            let (demotion, policy, stats) = (&mut self.demotion, self.cfg.policy, &self.stats);
+            ring.wait_observing(
+                (deadline - now).min(Duration::from_millis(10)),
+                stats,
+                |copied, bytes| count_change(demotion.notified(copied, bytes, &policy), stats),
+            )
+            .map_err(|e| Error::io("io_uring_enter", e))?;
         }
         while !self.completions.is_idle() {
             let now = Instant::now();

@@ -208,6 +208,12 @@ impl MsgRing {
     /// all) in `stats`, drops released buffers back to their pool, keeps the first failed
     /// request's error. Returns how many buffers came back.
     pub fn reap(&mut self, stats: &Stats) -> usize {
+        self.reap_observing(stats, |_, _| {})
+    }
+
+    /// [`MsgRing::reap`], telling `observe` each notification's (copied, bytes): what a
+    /// sender's COPIED demotion reads ([`crate::policy::CopiedDemotion::notified`]).
+    pub fn reap_observing(&mut self, stats: &Stats, mut observe: impl FnMut(bool, u64)) -> usize {
         self.ring.complete(&mut self.events);
         let mut released = 0;
         for e in self.events.drain(..) {
@@ -223,6 +229,7 @@ impl MsgRing {
                     if copied {
                         stats.add_tx_zc_copied_bytes(u64::from(bytes));
                     }
+                    observe(copied, u64::from(bytes));
                 }
                 SendEvent::Released { buf, .. } => {
                     drop(buf); // back to the pool: every request on it is done
@@ -241,7 +248,17 @@ impl MsgRing {
     /// Waits (blocking) up to `timeout` for a completion, then reaps; how many buffers came
     /// back.
     pub fn wait(&mut self, timeout: std::time::Duration, stats: &Stats) -> io::Result<usize> {
+        self.wait_observing(timeout, stats, |_, _| {})
+    }
+
+    /// [`MsgRing::wait`] with [`MsgRing::reap_observing`]'s `observe`.
+    pub fn wait_observing(
+        &mut self,
+        timeout: std::time::Duration,
+        stats: &Stats,
+        observe: impl FnMut(bool, u64),
+    ) -> io::Result<usize> {
         self.ring.wait(timeout)?;
-        Ok(self.reap(stats))
+        Ok(self.reap_observing(stats, observe))
     }
 }

@@ -108,18 +108,14 @@ impl UdpRing {
     ) -> io::Result<()> {
         {
             let mut st = self.ring();
-            st.ring.reap(stats);
-            if done(&st.ring) {
-                return Ok(());
-            }
             st.waiters += 1;
             st.ring.arm(true);
         }
         let _armed = Armed(self);
         loop {
             {
-                // Armed now: a completion posted before arming signalled nothing, so look
-                // again before waiting.
+                // Armed before the first look: a completion posted after it signals the
+                // eventfd, one posted before it is found here.
                 let mut st = self.ring();
                 st.ring.reap(stats);
                 if done(&st.ring) {
@@ -539,8 +535,12 @@ impl ZcUdpSocket {
             Some(r) if matches!(self.conn.decide(msg.wire()), Go::ZeroCopy) => {
                 match self.send_ring(r, msg) {
                     Ok(sent) => return sent,
-                    // Every slot held (buffers from outside the pool): by `MSG_ZEROCOPY`.
-                    Err(msg) => msg,
+                    // Every slot held (buffers from outside the pool): by `MSG_ZEROCOPY`,
+                    // counted.
+                    Err(msg) => {
+                        self.conn.stats.add_tx_uring_refused(1);
+                        msg
+                    }
                 }
             }
             _ => msg,

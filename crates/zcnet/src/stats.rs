@@ -36,6 +36,7 @@ pub struct Stats {
     rx_calls_file: AtomicU64,
     tx_uring_fixed_calls: AtomicU64,
     tx_uring_register_failures: AtomicU64,
+    tx_uring_refused: AtomicU64,
     tx_short_sends: AtomicU64,
     rx_uring_cqes: AtomicU64,
     rx_uring_rearms: AtomicU64,
@@ -122,6 +123,9 @@ pub struct StatsSnapshot {
     /// Pools an io_uring sender could not register as fixed buffers (`RLIMIT_MEMLOCK`, too
     /// many buffers): it then sent with plain `SEND_ZC`, pinning per request.
     pub tx_uring_register_failures: u64,
+    /// Messages an io_uring sender (`zcnet::msg::MsgTx::Uring`) could not queue — every slot
+    /// held, or the ring refused the request — and sent by `MSG_ZEROCOPY` instead.
+    pub tx_uring_refused: u64,
     /// Zero-copy sends the kernel took only in part (io_uring `SEND_ZC` result short of the
     /// request); the rest went in a further request, never lost.
     pub tx_short_sends: u64,
@@ -347,6 +351,7 @@ impl Stats {
         add_rx_file_calls => rx_calls_file,
         add_tx_uring_fixed_calls => tx_uring_fixed_calls,
         add_tx_uring_register_failures => tx_uring_register_failures,
+        add_tx_uring_refused => tx_uring_refused,
         add_tx_short_sends => tx_short_sends,
         add_rx_uring_cqes => rx_uring_cqes,
         add_rx_uring_rearms => rx_uring_rearms,
@@ -417,6 +422,7 @@ impl Stats {
             rx_calls_file: g(&self.rx_calls_file),
             tx_uring_fixed_calls: g(&self.tx_uring_fixed_calls),
             tx_uring_register_failures: g(&self.tx_uring_register_failures),
+            tx_uring_refused: g(&self.tx_uring_refused),
             tx_short_sends: g(&self.tx_short_sends),
             rx_uring_cqes: g(&self.rx_uring_cqes),
             rx_uring_rearms: g(&self.rx_uring_rearms),

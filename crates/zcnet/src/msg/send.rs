@@ -361,8 +361,11 @@ impl MsgSender {
                     }
                     return Ok(out.id());
                 }
-                // Nothing queued: this message goes by `MSG_ZEROCOPY`.
-                RingSend::Refused(m, _) => msg = m,
+                // Nothing queued: this message goes by `MSG_ZEROCOPY`, counted.
+                RingSend::Refused(m, _) => {
+                    self.stats.add_tx_uring_refused(1);
+                    msg = m;
+                }
             }
         }
         let first_call = self.completions.next_id();

@@ -3,7 +3,7 @@
 
 use crate::choice::{Go, SendChoice};
 use crate::loan::Loan;
-use crate::readiness::{Direction, Readiness, Watch};
+use crate::readiness::{Direction, Readiness, Seen, Watch};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
@@ -336,6 +336,7 @@ impl<S: Socket> Conn<S> {
     /// [`Conn::drain`] under a hold of the completions' lock the caller already has.
     fn drain_locked(&self, tx: &mut TxState) -> io::Result<usize> {
         let policy = tx.choice.policy();
+        let mut released = 0usize;
         let n = reap_each(
             self.sock.as_fd(),
             &mut tx.entries,
@@ -343,8 +344,18 @@ impl<S: Socket> Conn<S> {
             &mut tx.demotion,
             policy,
             &self.stats,
-            |loan, copied| loan.release(copied),
+            |loan, copied| {
+                released += 1;
+                loan.release(copied)
+            },
         )?;
+        if released > 0 && tx.completions.loans_in_flight() == 0 {
+            // Whoever waits for the last loan (`flush_loans`, the driver) may have looked
+            // before this drain and be asleep on the error queue — whose event this drain's
+            // caller took, so no event is coming to wake it. Wake it here; a waiter that
+            // looks after this sees no loan ([`Conn::poll_completions`]).
+            self.readiness.wake_waiters();
+        }
         if let Some(copied) = tx.entries.iter().rev().find_map(|e| match e {
             ErrqueueEntry::Zerocopy { copied, .. } => Some(*copied),
             ErrqueueEntry::Other(_) => None,
@@ -589,11 +600,10 @@ impl<S: Socket> Conn<S> {
         if self.loans_in_flight() == 0 {
             return Poll::Ready(Ok(()));
         }
-        let seen = ready!(self
-            .readiness
-            .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
-        self.readiness.clear(EventFlags::ERR, seen);
-        self.drain_after_err()?;
+        if let Some(seen) = ready!(self.poll_errqueue_or_no_loan(cx))? {
+            self.readiness.clear(EventFlags::ERR, seen);
+            self.drain_after_err()?;
+        }
         Poll::Ready(Ok(()))
     }
 
@@ -616,12 +626,28 @@ impl<S: Socket> Conn<S> {
             if self.loans_in_flight() == 0 {
                 return Poll::Ready(Ok(()));
             }
-            let seen =
-                ready!(self
-                    .readiness
-                    .poll_ready(cx, Direction::Errqueue, self.sock.as_fd()))?;
+            let Some(seen) = ready!(self.poll_errqueue_or_no_loan(cx))? else {
+                return Poll::Ready(Ok(()));
+            };
             self.readiness.clear(EventFlags::ERR, seen);
             self.drain_after_err()?;
+        }
+    }
+
+    /// The error queue's readiness for a task waiting on loans (`None`: no loan is left);
+    /// `Pending` only if a loan is still out once the task is listed as a waiter. Another task's drain may release the
+    /// last loan between the caller's look and its listing — after taking the very event
+    /// this task would have woken on — and that drain wakes only tasks already listed
+    /// ([`Conn::drain`]), so the look is repeated once listed. (A waiter that goes to sleep
+    /// with no loan left sleeps for ever: every byte acknowledged, every call complete.)
+    fn poll_errqueue_or_no_loan(&self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Seen>>> {
+        match self
+            .readiness
+            .poll_ready(cx, Direction::Errqueue, self.sock.as_fd())
+        {
+            Poll::Pending if self.loans_in_flight() == 0 => Poll::Ready(Ok(None)),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => Poll::Ready(r.map(Some)),
         }
     }
 }

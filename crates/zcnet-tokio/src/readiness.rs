@@ -337,6 +337,12 @@ impl Readiness {
         }
     }
 
+    /// Wakes every task listed as waiting, whatever it waits for: for a state change that
+    /// is not an event (the last loan released by another task's drain). Each looks again.
+    pub(crate) fn wake_waiters(&self) {
+        self.waiters.wake_except(None);
+    }
+
     /// Clears `flags` unless an event arrived after `seen` was taken.
     pub(crate) fn clear(&self, flags: EventFlags, seen: Seen) {
         let mut b = lock(&self.bits);

@@ -8,7 +8,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{pattern_vec, read_verified, stalled_pair, Watched};
+use common::{bounded, pattern_vec, read_verified, stalled_pair, Watched};
 use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::task::Poll;
@@ -68,15 +68,20 @@ async fn a_send_zc_future_dropped_at_any_await_point_keeps_its_buffer_until_comp
             }
         }
         let calls_made = stats.snapshot().tx_calls_zerocopy;
-        s.flush_loans().await.unwrap();
+        let what = format!(
+            "k={k}: flush_loans, {} loans, {}",
+            s.loans_in_flight(),
+            stats.snapshot()
+        );
+        bounded(what, s.flush_loans()).await.unwrap();
         let at_drop = log.lock().unwrap().expect("released once complete");
         assert_eq!(
             at_drop, calls_made,
             "k={k}: dropped with {at_drop} of {calls_made} calls complete"
         );
-        s.shutdown().await.unwrap();
+        bounded("shutdown", s.shutdown()).await.unwrap();
         drop(s);
-        let got = reader.await.unwrap().unwrap();
+        let got = bounded("the reader", reader).await.unwrap().unwrap();
         assert_eq!(
             got,
             stats.snapshot().tx_bytes(),
@@ -110,11 +115,17 @@ async fn a_send_zc_cancelled_while_waiting_for_its_completion_keeps_the_buffer()
     assert_eq!(s.loans_in_flight(), 1);
     let calls_made = st.tx_calls_zerocopy;
     let reader = tokio::spawn(async move { read_verified(&mut r).await });
-    s.flush_loans().await.unwrap();
+    let what = format!(
+        "flush_loans, {} loans, {}",
+        s.loans_in_flight(),
+        stats.snapshot()
+    );
+    bounded(what, s.flush_loans()).await.unwrap();
     assert_eq!(log.lock().unwrap().unwrap(), calls_made);
-    s.shutdown().await.unwrap();
+    bounded("shutdown", s.shutdown()).await.unwrap();
     drop(s);
-    assert_eq!(reader.await.unwrap().unwrap(), stats.snapshot().tx_bytes());
+    let got = bounded("the reader", reader).await.unwrap().unwrap();
+    assert_eq!(got, stats.snapshot().tx_bytes());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,7 +142,7 @@ async fn a_dropped_stream_keeps_its_loans_until_completion_then_closes() {
     assert!(log.lock().unwrap().is_none(), "freed under the kernel");
     let calls_made = stats.snapshot().tx_calls_zerocopy;
     // Reading lets the data go; the driver then releases the buffer and closes (EOF).
-    let got = read_verified(&mut r).await.unwrap();
+    let got = bounded("the reader", read_verified(&mut r)).await.unwrap();
     assert_eq!(got, stats.snapshot().tx_bytes());
     for _ in 0..200 {
         if log.lock().unwrap().is_some() {

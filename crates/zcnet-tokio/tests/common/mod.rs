@@ -115,3 +115,17 @@ pub async fn stalled_pair(config: ZcConfig) -> (ZcStream, TcpStream) {
         r.unwrap().0,
     )
 }
+
+/// Awaits `fut`, failing the test if it takes more than 20 s: a wait that would never end
+/// (a lost wake-up, a completion that never comes) fails where it hangs, with `what` and
+/// the host's TCP sockets (`ss -tnie`: queues, windows, timers) printed, instead of
+/// stalling the whole run.
+pub async fn bounded<F: std::future::Future>(what: impl std::fmt::Display, fut: F) -> F::Output {
+    match tokio::time::timeout(std::time::Duration::from_secs(20), fut).await {
+        Ok(v) => v,
+        Err(_) => {
+            let _ = std::process::Command::new("ss").arg("-tnie").status();
+            panic!("hung for 20 s: {what}");
+        }
+    }
+}

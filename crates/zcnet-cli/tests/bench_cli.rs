@@ -157,7 +157,20 @@ fn auto_against_the_best_pair_measures_one_pair_twice_beside_it() {
         "auto/auto",
         "copy/copy²",
     ];
-    assert_eq!(order, [one, one].concat(), "interleaved, the twin last");
+    // The second repeat turns the pairs between the twins one place: no pair keeps its
+    // place in the round.
+    let two = [
+        "copy/copy",
+        "auto/copy",
+        "auto/auto",
+        "copy/auto",
+        "copy/copy²",
+    ];
+    assert_eq!(
+        order,
+        [one, two].concat(),
+        "interleaved, turned, the twin last"
+    );
     assert!(report
         .runs
         .iter()

@@ -18,21 +18,27 @@
 //! comes from the sender's card ([`super::peer`]), so only connections from a zcnet sender
 //! on this host are remembered.
 //!
-//! Off by default ([`crate::ReceiverConfig::trial_memory`], `ZCNET_TRIAL_MEMORY=on`): one
-//! trial's drop is evidence enough on loopback, where every trial dropped both candidates
-//! at 16 KiB, but over veth at 16 KiB a noisy trial once dropped the mapping receiver — the
-//! receive half of the cheapest pair there — and the connections after it kept copy for the
-//! rest of the sitting: `auto → auto` 15.8 % over `copy → mmap` (2026-11-28 14:35,
-//! `docs/measurements/auto.md`). Until a drop must be confirmed before it is remembered,
-//! a server that takes many connections on one route turns it on knowingly.
+//! A drop is remembered only once confirmed: skipped after [`CONFIRM`] trials in a row on the
+//! key dropped it, and forgotten as soon as a trial measures it to the end. Over veth at
+//! 16 KiB one noisy trial once dropped the mapping receiver — the receive half of the
+//! cheapest pair there — and with one drop enough the connections after it kept copy for
+//! the rest of the sitting: `auto → auto` 15.8 % over `copy → mmap` (2026-11-28 14:35,
+//! `docs/measurements/auto.md`). On loopback at 16 KiB, where every trial drops both
+//! candidates, the second connection confirms and the third skips them.
+//!
+//! Off by default still ([`crate::ReceiverConfig::trial_memory`], `ZCNET_TRIAL_MEMORY=on`):
+//! see `docs/measurements/auto.md` for the sittings that decide it.
 
 use crate::path::RxPath;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long a clear loser is skipped before a trial measures it again.
+/// How long a clear loser is skipped before a trial measures it again (and how long an
+/// unconfirmed drop waits for its confirmation).
 pub(crate) const TTL: Duration = Duration::from_secs(600);
+/// Trials in a row on a key that must drop a candidate before the next ones skip it.
+pub(crate) const CONFIRM: u32 = 2;
 /// Remembered (route, size, path) entries at most; the oldest goes first.
 const CAPACITY: usize = 256;
 
@@ -57,10 +63,19 @@ impl Key {
     }
 }
 
+/// One candidate dropped on one key: how many trials in a row dropped it, the last when.
+#[derive(Debug, Clone, Copy)]
+struct Dropped {
+    key: Key,
+    path: RxPath,
+    drops: u32,
+    at: Instant,
+}
+
 /// A process's memory (one static instance; tests make their own).
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
-    losers: Mutex<Vec<(Key, RxPath, Instant)>>,
+    losers: Mutex<Vec<Dropped>>,
 }
 
 static MEMORY: Memory = Memory {
@@ -82,26 +97,48 @@ pub(crate) fn global(asked: bool) -> Option<&'static Memory> {
 }
 
 impl Memory {
-    /// The candidates to skip on `key` at `now`.
+    /// The candidates to skip on `key` at `now`: dropped by [`CONFIRM`] trials in a row.
     pub(crate) fn losers(&self, key: Key, now: Instant) -> Vec<RxPath> {
         let mut m = self.losers.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|&(_, _, at)| now.saturating_duration_since(at) < TTL);
+        m.retain(|d| now.saturating_duration_since(d.at) < TTL);
         m.iter()
-            .filter(|&&(k, _, _)| k == key)
-            .map(|&(_, p, _)| p)
+            .filter(|d| d.key == key && d.drops >= CONFIRM)
+            .map(|d| d.path)
             .collect()
     }
 
-    /// Remembers `dropped` (a trial's clear losers) on `key` from `now`.
-    pub(crate) fn remember(&self, key: Key, dropped: &[RxPath], now: Instant) {
-        if dropped.is_empty() {
-            return;
-        }
+    /// A trial on `key` ended at `now`: of its `candidates`, it dropped `dropped` (clear
+    /// losers) and measured the others to the end. A drop counts towards the confirmation
+    /// (one more trial in a row); a candidate measured to the end is forgotten — the drop
+    /// before it was noise.
+    pub(crate) fn remember(
+        &self,
+        key: Key,
+        candidates: &[RxPath],
+        dropped: &[RxPath],
+        now: Instant,
+    ) {
         let mut m = self.losers.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|&(k, p, _)| !(k == key && dropped.contains(&p)));
-        m.extend(dropped.iter().map(|&p| (key, p, now)));
+        m.retain(|d| {
+            now.saturating_duration_since(d.at) < TTL
+                && !(d.key == key && candidates.contains(&d.path) && !dropped.contains(&d.path))
+        });
+        for &path in dropped {
+            match m.iter_mut().find(|d| d.key == key && d.path == path) {
+                Some(d) => {
+                    d.drops = d.drops.saturating_add(1);
+                    d.at = now;
+                }
+                None => m.push(Dropped {
+                    key,
+                    path,
+                    drops: 1,
+                    at: now,
+                }),
+            }
+        }
         if m.len() > CAPACITY {
-            m.sort_by_key(|&(_, _, at)| std::cmp::Reverse(at));
+            m.sort_by_key(|d| std::cmp::Reverse(d.at));
             m.truncate(CAPACITY);
         }
     }
@@ -115,12 +152,21 @@ mod tests {
         s.parse().unwrap()
     }
 
+    const BOTH: [RxPath; 2] = [RxPath::Uring, RxPath::Mmap];
+
+    /// `CONFIRM` trials in a row on `key` that dropped `dropped`, at `at`.
+    fn confirm(m: &Memory, key: Key, dropped: &[RxPath], at: Instant) {
+        for _ in 0..CONFIRM {
+            m.remember(key, &BOTH, dropped, at);
+        }
+    }
+
     #[test]
     fn losers_are_kept_per_route_and_size_class_until_they_expire() {
         let m = Memory::default();
         let t0 = Instant::now();
         let lo = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 16 << 10);
-        m.remember(lo, &[RxPath::Mmap], t0);
+        confirm(&m, lo, &[RxPath::Mmap], t0);
         assert_eq!(m.losers(lo, t0), vec![RxPath::Mmap]);
         // 12, 16 and 20 KiB are one class (a power of two in the middle of its own); 256
         // KiB, 8 KiB, another route or another sender not.
@@ -138,13 +184,39 @@ mod tests {
         assert!(m
             .losers(Key::new(ip("127.0.0.1"), ip("10.0.0.2"), 16 << 10), t0)
             .is_empty());
-        // Remembered again later: counted from then, not twice.
+        // Dropped again later: counted from then.
         let t1 = t0 + Duration::from_secs(300);
-        m.remember(lo, &[RxPath::Mmap, RxPath::Uring], t1);
+        confirm(&m, lo, &[RxPath::Mmap, RxPath::Uring], t1);
         assert_eq!(m.losers(lo, t1).len(), 2);
         assert_eq!(m.losers(lo, t1 + TTL - Duration::from_secs(1)).len(), 2);
         // Gone once the TTL has passed: the next trial measures them again.
         assert!(m.losers(lo, t1 + TTL).is_empty());
+    }
+
+    #[test]
+    fn a_drop_is_skipped_only_once_confirmed_and_forgotten_when_measured_to_the_end() {
+        let m = Memory::default();
+        let t0 = Instant::now();
+        let veth = Key::new(ip("10.0.0.1"), ip("10.0.0.2"), 16 << 10);
+        // One noisy trial drops mmap: the next trial still measures it.
+        m.remember(veth, &BOTH, &[RxPath::Mmap], t0);
+        assert!(m.losers(veth, t0).is_empty());
+        // That trial measures mmap to the end (drops nothing): the first drop is forgotten,
+        // so a later single drop is again only one.
+        m.remember(veth, &BOTH, &[], t0);
+        m.remember(veth, &BOTH, &[RxPath::Mmap], t0);
+        assert!(m.losers(veth, t0).is_empty(), "not two in a row");
+        // A trial that did not measure mmap (it was not a candidate) says nothing of it.
+        m.remember(veth, &[RxPath::Uring], &[], t0);
+        m.remember(veth, &BOTH, &[RxPath::Mmap], t0);
+        assert_eq!(m.losers(veth, t0), vec![RxPath::Mmap], "two in a row");
+        // Confirmed, then measured to the end (after its TTL, say): forgotten at once.
+        m.remember(veth, &BOTH, &[RxPath::Uring], t0);
+        assert!(m.losers(veth, t0).is_empty());
+        // An unconfirmed drop waits for its confirmation no longer than the TTL.
+        let t1 = t0 + TTL;
+        m.remember(veth, &BOTH, &[RxPath::Mmap], t1);
+        assert_eq!(m.losers(veth, t1), vec![], "the old drop expired: one only");
     }
 
     #[test]
@@ -157,7 +229,7 @@ mod tests {
                 size_class: i as u32,
                 ..k
             };
-            m.remember(k, &[RxPath::Mmap], t0 + Duration::from_millis(i));
+            confirm(&m, k, &[RxPath::Mmap], t0 + Duration::from_millis(i));
         }
         let n = m.losers.lock().unwrap().len();
         assert_eq!(n, CAPACITY);

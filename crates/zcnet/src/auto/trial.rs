@@ -226,6 +226,11 @@ impl<P: AutoPath> Trial<P> {
         self.pick.unwrap_or(self.arms[self.arm()])
     }
 
+    /// The candidates this trial started with (copy, the incumbent, is not one).
+    pub fn candidates(&self) -> &[P] {
+        &self.arms[1..]
+    }
+
     /// The candidates dropped as clear losers so far ([`DROP_AFTER_ROUNDS`],
     /// [`DROP_ABOVE`]), in trial order.
     pub fn dropped(&self) -> Vec<P> {

@@ -291,7 +291,7 @@ impl Judge {
                 Step::Pick(p) => {
                     let margin = t.margin_for(p);
                     if let (Some(k), Some(m)) = (key, memory) {
-                        m.remember(k, &t.dropped(), std::time::Instant::now());
+                        m.remember(k, t.candidates(), &t.dropped(), std::time::Instant::now());
                     }
                     delta.trial_picks += 1;
                     match p {
@@ -1123,12 +1123,24 @@ mod tests {
         let (paths, a) = drive(&mut j, TRIAL_BYTES, cost);
         assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
         assert_eq!(windows(&paths, RxPath::Mmap), 2, "dropped after two rounds");
+        assert!(
+            memory.losers(lo(16 << 10), Instant::now()).is_empty(),
+            "one trial's drop is not enough"
+        );
+
+        // The next connection measures it again, drops it again: confirmed.
+        let mut j = pending_judge(memory);
+        let mut d = AutoStats::default();
+        j.start_trial(Some(lo(16 << 10)), &mut d);
+        assert_eq!(d.trial_skipped_remembered, 0);
+        let (paths, _) = drive(&mut j, TRIAL_BYTES, cost);
+        assert_eq!(windows(&paths, RxPath::Mmap), 2, "measured again");
         assert_eq!(
             memory.losers(lo(16 << 10), Instant::now()),
             vec![RxPath::Mmap]
         );
 
-        // The next connection on the route, sender writing the same size: mmap skipped.
+        // The third connection on the route, sender writing the same size: mmap skipped.
         let mut j = pending_judge(memory);
         let mut d = AutoStats::default();
         j.start_trial(Some(lo(16 << 10)), &mut d);
@@ -1152,8 +1164,16 @@ mod tests {
             assert_eq!(windows(&paths, RxPath::Mmap), 2, "{key:?}");
         }
 
-        // Both candidates remembered: copy is kept at once, counted as the trial's verdict.
-        memory.remember(lo(16 << 10), &[RxPath::Uring], Instant::now());
+        // Both candidates remembered (trials of uring alone, mmap skipped, dropping it):
+        // copy is kept at once, counted as the trial's verdict.
+        for _ in 0..crate::auto::memory::CONFIRM {
+            memory.remember(
+                lo(16 << 10),
+                &[RxPath::Uring],
+                &[RxPath::Uring],
+                Instant::now(),
+            );
+        }
         let mut j = pending_judge(memory);
         let mut d = AutoStats::default();
         j.start_trial(Some(lo(16 << 10)), &mut d);

@@ -65,9 +65,9 @@ pub struct ReceiverConfig {
     pub cost_window: u64,
     /// Whether an `auto` receive trial (without a profile) skips the candidates earlier
     /// trials in this process dropped as clear losers on the same route and sender op size,
-    /// and adds its own ([`crate::auto::memory`]). Off by default — one noisy trial's drop
-    /// would be kept for ten minutes — so every connection measures every candidate;
-    /// `ZCNET_TRIAL_MEMORY=on` / `off` overrides it for every receiver.
+    /// and adds its own ([`crate::auto::memory`]): a candidate two trials in a row dropped
+    /// is skipped for ten minutes. On by default; `ZCNET_TRIAL_MEMORY=on` / `off` overrides
+    /// it for every receiver.
     pub trial_memory: bool,
 }
 
@@ -89,7 +89,7 @@ impl Default for ReceiverConfig {
             touch: true,
             op_size: 256 * 1024,
             cost_window: crate::auto::cost::WINDOW_BYTES,
-            trial_memory: false,
+            trial_memory: true,
         }
     }
 }

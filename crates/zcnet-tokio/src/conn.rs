@@ -635,11 +635,12 @@ impl<S: Socket> Conn<S> {
     }
 
     /// The error queue's readiness for a task waiting on loans (`None`: no loan is left);
-    /// `Pending` only if a loan is still out once the task is listed as a waiter. Another task's drain may release the
-    /// last loan between the caller's look and its listing — after taking the very event
-    /// this task would have woken on — and that drain wakes only tasks already listed
-    /// ([`Conn::drain`]), so the look is repeated once listed. (A waiter that goes to sleep
-    /// with no loan left sleeps for ever: every byte acknowledged, every call complete.)
+    /// `Pending` only if a loan is still out once the task is listed as a waiter. Another
+    /// task's drain may release the last loan between the caller's look and its listing —
+    /// after taking the very event this task would have woken on — and that drain wakes
+    /// only tasks already listed ([`Conn::drain`]), so the look is repeated once listed.
+    /// (A waiter that goes to sleep with no loan left sleeps for ever: every byte
+    /// acknowledged, every call complete.)
     fn poll_errqueue_or_no_loan(&self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Seen>>> {
         match self
             .readiness

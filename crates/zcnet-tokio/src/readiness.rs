@@ -340,7 +340,8 @@ impl Readiness {
     /// Wakes every task listed as waiting, whatever it waits for: for a state change that
     /// is not an event (the last loan released by another task's drain). Each looks again.
     pub(crate) fn wake_waiters(&self) {
-        self.waiters.wake_except(None);
+        // The waker tokio is given does exactly this when an event comes.
+        self.fanout.wake_by_ref();
     }
 
     /// Clears `flags` unless an event arrived after `seen` was taken.

@@ -17,11 +17,12 @@ use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 use zcnet::msg::recv::{feed, prepare_socket};
 use zcnet::msg::wire::Layout;
 use zcnet::msg::{
@@ -36,6 +37,11 @@ use zcnet_sys::raw::zerocopy as zc;
 /// Zero-copy attempts after `ENOBUFS` (each after draining completions and yielding)
 /// before the rest of the message is copied.
 const ENOBUFS_RETRIES: u32 = 3;
+
+/// `SEND_ZC` requests [`ZcUdpSocket::send_lent`] leaves in the ring's submission queue
+/// before it submits them itself (eight 64 KiB messages); fewer wait for the sending task
+/// to yield, when the ring's flusher submits them ([`UdpRing`]).
+const SUBMIT_AT: usize = 16;
 
 /// How one message went out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,10 +76,24 @@ fn msg_err(e: MsgError) -> io::Error {
 /// [`MsgTx::Uring`]'s ring and tokio's watch on it: the ring's eventfd, signalled only
 /// while a task waits for completions ([`MsgRing::arm`]), so a busy sender's completions
 /// wake nobody. Made with the pool.
+///
+/// Submissions are batched: [`ZcUdpSocket::send_lent`] queues a message's requests and
+/// returns; they are submitted, several messages in one `io_uring_enter`, when
+/// [`SUBMIT_AT`] requests wait or half the pool is in the ring, before anything waits for a
+/// completion or sends by another path, and otherwise by the flusher task ([`flusher`]),
+/// which the first queued request wakes and tokio runs as soon as the sending task yields.
+/// Into the sink bench's veth, `io_uring_enter` per message was a fifth of the sender's
+/// CPU (`docs/measurements/tokio.md`). The price is latency while a task keeps the
+/// thread: a message queued by a task that then computes for a millisecond without an
+/// `.await` leaves a millisecond later — as tokio's own rules for tasks already expect.
 #[derive(Debug)]
 struct UdpRing {
     state: Mutex<RingState>,
     ready: AsyncFd<OwnedFd>,
+    /// Wakes the flusher.
+    flush: Notify,
+    /// The socket is gone: the flusher submits what is left and ends.
+    closed: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -81,6 +101,8 @@ struct RingState {
     ring: MsgRing,
     /// Tasks in [`UdpRing::reap_until`]: the eventfd is armed while there are any.
     waiters: usize,
+    /// The flusher was woken and has not run since: no need to wake it again.
+    flush_asked: bool,
 }
 
 impl UdpRing {
@@ -91,12 +113,23 @@ impl UdpRing {
             .ok_or_else(|| io::Error::other("a polled ring without its eventfd"))?;
         Ok(UdpRing {
             ready: zcnet_sys::reactor::register_owned(watch, Interest::READABLE)?,
-            state: Mutex::new(RingState { ring, waiters: 0 }),
+            state: Mutex::new(RingState {
+                ring,
+                waiters: 0,
+                flush_asked: false,
+            }),
+            flush: Notify::new(),
+            closed: AtomicBool::new(false),
         })
     }
 
     fn ring(&self) -> MutexGuard<'_, RingState> {
         lock(&self.state)
+    }
+
+    /// Submits what waits in the submission queue (no system call when nothing does).
+    fn submit(&self, stats: &Stats) {
+        self.ring().ring.submit(stats);
     }
 
     /// Reaps until `done` says so, waiting on tokio's reactor for the eventfd in between.
@@ -110,6 +143,8 @@ impl UdpRing {
             let mut st = self.ring();
             st.waiters += 1;
             st.ring.arm(true);
+            // Nothing queued can complete before it is submitted.
+            st.ring.submit(stats);
         }
         let _armed = Armed(self);
         loop {
@@ -127,6 +162,25 @@ impl UdpRing {
             // tokio keeps the readiness if the eventfd signalled again after this guard
             // was made.
             ready.clear_ready();
+        }
+    }
+}
+
+/// The ring's flusher: one task per ring, woken when `send_lent` leaves requests queued,
+/// submits them. It holds the connection, so the socket the requests name stays open until
+/// it has submitted the last of them (the kernel resolves the descriptor at submission);
+/// it ends once the socket is dropped.
+async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
+    loop {
+        ring.flush.notified().await;
+        {
+            let mut st = ring.ring();
+            st.flush_asked = false;
+            st.ring.submit(&conn.stats);
+        }
+        if ring.closed.load(Ordering::Acquire) {
+            drop(conn);
+            return;
         }
     }
 }
@@ -167,7 +221,9 @@ pub struct ZcUdpSocket {
     /// Made on first use.
     pool: OnceLock<Pool>,
     /// [`MsgTx::Uring`]: made with the pool; `None` inside when io_uring cannot send here.
-    uring: OnceLock<Option<UdpRing>>,
+    uring: OnceLock<Option<Arc<UdpRing>>>,
+    /// Where the ring's flusher is spawned.
+    runtime: tokio::runtime::Handle,
     rx: tokio::sync::Mutex<RxState>,
     gro: bool,
 }
@@ -248,6 +304,7 @@ impl ZcUdpSocket {
         let local = crate::conn::starts_local(&sock, &cfg.policy, false);
         let conn = Arc::new(Conn::new(sock, zerocopy, local, choice, stats)?);
         runtime.spawn(driver::drive(conn.clone()));
+        let runtime = runtime.clone();
         Ok(ZcUdpSocket {
             conn,
             layout: framer.layout(),
@@ -256,6 +313,7 @@ impl ZcUdpSocket {
             zerocopy,
             pool: OnceLock::new(),
             uring: OnceLock::new(),
+            runtime,
             rx: tokio::sync::Mutex::new(RxState {
                 buf: vec![0; cfg.datagram_buffer],
                 table: Reassembly::new(cfg.reassembly, cfg.max_message),
@@ -331,7 +389,15 @@ impl ZcUdpSocket {
     }
 
     fn made_ring(&self) -> Option<&UdpRing> {
-        self.uring.get().and_then(Option::as_ref)
+        self.uring.get().and_then(Option::as_deref)
+    }
+
+    /// Submits the ring's queued requests before a message leaves by another path, so that
+    /// messages leave in the order they were sent.
+    fn submit_queued(&self) {
+        if let Some(r) = self.made_ring() {
+            r.submit(&self.conn.stats);
+        }
     }
 
     /// [`MsgTx::Uring`]'s ring, made once the pool exists (its buffers are what it
@@ -347,14 +413,18 @@ impl ZcUdpSocket {
                 let gso = (lock(&self.framer).datagrams_per_call() > 1)
                     .then_some(self.layout.segment() as u16);
                 match UdpRing::new(self.conn.socket(), pool, gso, &self.conn.stats) {
-                    Ok(r) => Some(r),
+                    Ok(r) => {
+                        let r = Arc::new(r);
+                        self.runtime.spawn(flusher(r.clone(), self.conn.clone()));
+                        Some(r)
+                    }
                     Err(_) => {
                         self.conn.stats.fallback(FallbackReason::Unsupported, 0);
                         None
                     }
                 }
             })
-            .as_ref()
+            .as_deref()
     }
 
     /// Sends `data` as one message by copying (the slice may be reused at once): an iovec
@@ -362,6 +432,7 @@ impl ZcUdpSocket {
     /// Returns the message's id. A message interrupted by an error (or a cancelled future)
     /// has used its id: the receiver reports it lost.
     pub async fn send_slice(&self, data: &[u8]) -> io::Result<u64> {
+        self.submit_queued();
         let mut out = lock(&self.framer).begin(data.len()).map_err(msg_err)?;
         let mut headers = Vec::new();
         lock(&self.framer).headers(&out, &mut headers);
@@ -416,7 +487,10 @@ impl ZcUdpSocket {
             if let (None, Some(r)) = (&got, ring) {
                 // Notifications may be in the completion queue already: shared memory, no
                 // system call.
-                if r.ring().ring.reap(&self.conn.stats) > 0 {
+                // Requests still queued hold buffers too: submitted first.
+                let mut st = r.ring();
+                st.ring.submit(&self.conn.stats);
+                if st.ring.reap(&self.conn.stats) > 0 {
                     got = pool.try_take();
                 }
             }
@@ -587,7 +661,7 @@ impl ZcUdpSocket {
             return Ok(Err(msg_err(e)));
         }
         let sock = self.conn.socket().as_fd();
-        let zerocopy = match ring.send(sock, &mut f, &mut out, msg, &self.conn.stats) {
+        let zerocopy = match ring.queue(sock, &mut f, &mut out, msg, &self.conn.stats) {
             RingSend::Queued(n) => n,
             // The ring could not queue it (its submission failed): the message's id is
             // used, the receiver reports it lost, the caller gets the error.
@@ -598,11 +672,22 @@ impl ZcUdpSocket {
         }
         f.finish(&out, true);
         // Notifications are read in batches, as for `MSG_ZEROCOPY`: once half the pool is
-        // with the kernel (and whenever `buffer` finds it empty).
+        // with the kernel (and whenever `buffer` finds it empty). Submissions too (see
+        // `UdpRing`).
+        let mut ask_flusher = false;
         if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
+            ring.submit(&self.conn.stats);
             ring.reap(&self.conn.stats);
+        } else if ring.unsubmitted() >= SUBMIT_AT {
+            ring.submit(&self.conn.stats);
+        } else if !st.flush_asked {
+            st.flush_asked = true;
+            ask_flusher = true;
         }
         drop((st, f));
+        if ask_flusher {
+            r.flush.notify_one();
+        }
         self.conn.count_send(wire_len, true);
         Ok(Ok(MsgSent {
             id: out.id(),
@@ -614,6 +699,7 @@ impl ZcUdpSocket {
     }
 
     async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {
+        self.submit_queued();
         let msg = flight.buf.as_ref().expect("a flight holds its buffer");
         let wire_len = msg.wire_len();
         // Numbered and stamped by the first batch's hold of the framer's lock.
@@ -792,6 +878,12 @@ impl AsFd for ZcUdpSocket {
 
 impl Drop for ZcUdpSocket {
     fn drop(&mut self) {
+        if let Some(r) = self.made_ring() {
+            // What is queued leaves now, while the socket is surely open; the flusher ends.
+            r.submit(&self.conn.stats);
+            r.closed.store(true, Ordering::Release);
+            r.flush.notify_one();
+        }
         self.conn.close();
     }
 }

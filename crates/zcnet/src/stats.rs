@@ -37,6 +37,7 @@ pub struct Stats {
     tx_uring_fixed_calls: AtomicU64,
     tx_uring_register_failures: AtomicU64,
     tx_uring_refused: AtomicU64,
+    tx_uring_submits: AtomicU64,
     tx_short_sends: AtomicU64,
     rx_uring_cqes: AtomicU64,
     rx_uring_rearms: AtomicU64,
@@ -126,6 +127,10 @@ pub struct StatsSnapshot {
     /// Messages an io_uring sender (`zcnet::msg::MsgTx::Uring`) could not queue — every slot
     /// held, or the ring refused the request — and sent by `MSG_ZEROCOPY` instead.
     pub tx_uring_refused: u64,
+    /// `io_uring_enter` calls a message sender's ring made to submit `SEND_ZC` requests:
+    /// `tx_calls_zerocopy / tx_uring_submits` is the requests per system call
+    /// (`zcnet-tokio`'s `ZcUdpSocket` submits several messages' requests in one).
+    pub tx_uring_submits: u64,
     /// Zero-copy sends the kernel took only in part (io_uring `SEND_ZC` result short of the
     /// request); the rest went in a further request, never lost.
     pub tx_short_sends: u64,
@@ -352,6 +357,7 @@ impl Stats {
         add_tx_uring_fixed_calls => tx_uring_fixed_calls,
         add_tx_uring_register_failures => tx_uring_register_failures,
         add_tx_uring_refused => tx_uring_refused,
+        add_tx_uring_submits => tx_uring_submits,
         add_tx_short_sends => tx_short_sends,
         add_rx_uring_cqes => rx_uring_cqes,
         add_rx_uring_rearms => rx_uring_rearms,
@@ -423,6 +429,7 @@ impl Stats {
             tx_uring_fixed_calls: g(&self.tx_uring_fixed_calls),
             tx_uring_register_failures: g(&self.tx_uring_register_failures),
             tx_uring_refused: g(&self.tx_uring_refused),
+            tx_uring_submits: g(&self.tx_uring_submits),
             tx_short_sends: g(&self.tx_short_sends),
             rx_uring_cqes: g(&self.rx_uring_cqes),
             rx_uring_rearms: g(&self.rx_uring_rearms),

@@ -358,6 +358,11 @@ impl<B: SendBuf> SendZcRing<B> {
         self.requests_in_flight
     }
 
+    /// Requests pushed and not yet submitted (waiting in the submission queue).
+    pub fn unsubmitted(&mut self) -> usize {
+        self.ring.submission().len()
+    }
+
     fn slot(&self, t: SendToken) -> Option<&SendSlot<B>> {
         self.slots
             .get(t.slot as usize)

@@ -155,6 +155,26 @@ impl MsgRing {
         msg: MsgBuf,
         stats: &Stats,
     ) -> RingSend {
+        let sent = self.queue(sock, framer, out, msg, stats);
+        if matches!(sent, RingSend::Queued(_)) {
+            self.submit(stats);
+        }
+        sent
+    }
+
+    /// [`MsgRing::send`] without the system call: the requests wait in the submission
+    /// queue for [`MsgRing::submit`] (or for a later message's `send`, or for the queue to
+    /// fill). For an event loop that can promise the submission — `zcnet-tokio`'s
+    /// `ZcUdpSocket` submits several messages' batches in one `io_uring_enter`. `sock` must
+    /// stay open until they are submitted: the kernel looks the descriptor up then.
+    pub fn queue(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        framer: &mut Framer,
+        out: &mut Outgoing,
+        msg: MsgBuf,
+        stats: &Stats,
+    ) -> RingSend {
         let Some(first) = framer.next_batch(out) else {
             return RingSend::Queued(0);
         };
@@ -193,15 +213,30 @@ impl MsgRing {
             batch = framer.next_batch(out);
         }
         self.ring.seal(token);
-        if let Err(e) = self.ring.submit() {
-            error.get_or_insert(e);
-        }
         if let Some(e) = error {
             // Some batches are queued (their bytes stay with the ring until notified); the
             // rest of the message is not: a failure the caller sees now.
             self.failure.get_or_insert(e);
         }
         RingSend::Queued(queued)
+    }
+
+    /// Requests queued by [`MsgRing::queue`] and not submitted yet.
+    pub fn unsubmitted(&mut self) -> usize {
+        self.ring.unsubmitted()
+    }
+
+    /// Submits what [`MsgRing::queue`] left queued, in one `io_uring_enter` (none if
+    /// nothing is), counted in `stats` (`tx_uring_submits`). A failed submission is kept for
+    /// [`MsgRing::take_failure`].
+    pub fn submit(&mut self, stats: &Stats) {
+        if self.ring.unsubmitted() == 0 {
+            return;
+        }
+        stats.add_tx_uring_submits(1);
+        if let Err(e) = self.ring.submit() {
+            self.failure.get_or_insert(e);
+        }
     }
 
     /// Reads the completion queue: counts notifications (and bytes the kernel copied after

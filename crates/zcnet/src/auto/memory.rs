@@ -12,11 +12,13 @@
 //! wins changes from sitting to sitting; and a loser is measured again once [`TTL`] has
 //! passed, as the kernel's TCP metrics forget a route's figures.
 //!
-//! Keyed by both ends' addresses (not ports) and the sender's bytes per send call, rounded
-//! to a power of two: which receive path pays depends on how the sender writes (over veth
-//! the mapping receiver was among the best at 16 KiB and no loser at 256 KiB). The op size
-//! comes from the sender's card ([`super::peer`]), so only connections from a zcnet sender
-//! on this host are remembered.
+//! Keyed by both ends' addresses (not ports), the sender's bytes per send call, rounded
+//! to a power of two, and the sender's transmit path: which receive path pays depends on
+//! how the sender writes (over veth the mapping receiver was among the best at 16 KiB and no
+//! loser at 256 KiB), and on loopback a copy sender's trial and a `uring` sender's drew
+//! different verdicts on one candidate, so under one key each undid the other's drop and
+//! nothing was ever confirmed. Op size and path come from the sender's card
+//! ([`super::peer`]), so only connections from a zcnet sender on this host are remembered.
 //!
 //! A drop is remembered only once confirmed: skipped after [`CONFIRM`] trials in a row on the
 //! key dropped it, and forgotten as soon as a trial measures it to the end. Over veth at
@@ -45,11 +47,15 @@ pub(crate) const CONFIRM: u32 = 2;
 /// Remembered (route, size, path) entries at most; the oldest goes first.
 const CAPACITY: usize = 256;
 
-/// A route and the sender's op size class.
+/// A route, the sender's op size class and its transmit path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     sender: IpAddr,
     receiver: IpAddr,
+    /// The sender's transmit path ([`super::peer::path_code`]): on loopback a copy sender
+    /// and a `uring` one drew different verdicts on the same receive candidate, and under
+    /// one key each trial undid the other's drop, so no drop was ever confirmed.
+    sender_path: u64,
     /// The sender's bytes per send call to the nearest power of two, as the bit length of
     /// 1.5 × it (16 KiB → 15: 10 923 … 21 845 bytes), so that a sender writing exactly a
     /// power of two sits in the middle of its class, not at an edge one short write crosses.
@@ -57,10 +63,11 @@ pub(crate) struct Key {
 }
 
 impl Key {
-    pub(crate) fn new(sender: IpAddr, receiver: IpAddr, op_size: u64) -> Self {
+    pub(crate) fn new(sender: IpAddr, receiver: IpAddr, op_size: u64, sender_path: u64) -> Self {
         Key {
             sender,
             receiver,
+            sender_path,
             size_class: u64::BITS - op_size.saturating_add(op_size / 2).leading_zeros(),
         }
     }
@@ -156,6 +163,8 @@ mod tests {
     }
 
     const BOTH: [RxPath; 2] = [RxPath::Uring, RxPath::Mmap];
+    const COPY: u64 = 1;
+    const URING: u64 = 3;
 
     /// `CONFIRM` trials in a row on `key` that dropped `dropped`, at `at`.
     fn confirm(m: &Memory, key: Key, dropped: &[RxPath], at: Instant) {
@@ -168,24 +177,30 @@ mod tests {
     fn losers_are_kept_per_route_and_size_class_until_they_expire() {
         let m = Memory::default();
         let t0 = Instant::now();
-        let lo = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 16 << 10);
+        let lo = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 16 << 10, COPY);
         confirm(&m, lo, &[RxPath::Mmap], t0);
         assert_eq!(m.losers(lo, t0), vec![RxPath::Mmap]);
         // 12, 16 and 20 KiB are one class (a power of two in the middle of its own); 256
         // KiB, 8 KiB, another route or another sender not.
         for kib in [12, 16, 20] {
-            let k = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), kib << 10);
+            let k = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), kib << 10, COPY);
             assert_eq!(m.losers(k, t0), vec![RxPath::Mmap], "{kib} KiB");
         }
-        let lo8 = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 8 << 10);
+        let lo8 = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 8 << 10, COPY);
         assert!(m.losers(lo8, t0).is_empty());
-        let lo256 = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 256 << 10);
+        let lo256 = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 256 << 10, COPY);
         assert!(m.losers(lo256, t0).is_empty());
         assert!(m
-            .losers(Key::new(ip("10.0.0.1"), ip("127.0.0.1"), 16 << 10), t0)
+            .losers(
+                Key::new(ip("10.0.0.1"), ip("127.0.0.1"), 16 << 10, COPY),
+                t0
+            )
             .is_empty());
         assert!(m
-            .losers(Key::new(ip("127.0.0.1"), ip("10.0.0.2"), 16 << 10), t0)
+            .losers(
+                Key::new(ip("127.0.0.1"), ip("10.0.0.2"), 16 << 10, COPY),
+                t0
+            )
             .is_empty());
         // Dropped again later: counted from then.
         let t1 = t0 + Duration::from_secs(300);
@@ -200,7 +215,7 @@ mod tests {
     fn a_drop_is_skipped_only_once_confirmed_and_forgotten_when_measured_to_the_end() {
         let m = Memory::default();
         let t0 = Instant::now();
-        let veth = Key::new(ip("10.0.0.1"), ip("10.0.0.2"), 16 << 10);
+        let veth = Key::new(ip("10.0.0.1"), ip("10.0.0.2"), 16 << 10, COPY);
         // One noisy trial drops mmap: the next trial still measures it.
         m.remember(veth, &BOTH, &[RxPath::Mmap], t0);
         assert!(m.losers(veth, t0).is_empty());
@@ -227,7 +242,7 @@ mod tests {
         let m = Memory::default();
         let t0 = Instant::now();
         for i in 0..(CAPACITY as u64 + 10) {
-            let k = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 1 << (i % 40));
+            let k = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 1 << (i % 40), COPY);
             let k = Key {
                 size_class: i as u32,
                 ..k
@@ -238,7 +253,7 @@ mod tests {
         assert_eq!(n, CAPACITY);
         let newest = Key {
             size_class: CAPACITY as u32 + 9,
-            ..Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 1)
+            ..Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 1, COPY)
         };
         assert_eq!(m.losers(newest, t0).len(), 1);
         let oldest = Key {
@@ -246,5 +261,26 @@ mod tests {
             ..newest
         };
         assert!(m.losers(oldest, t0).is_empty());
+    }
+
+    /// Senders on different transmit paths keep separate memories on one route: a copy
+    /// sender's confirmed loser is measured again for a `uring` sender, and trials
+    /// alternating between the two no longer undo each other's drops — each sender's own
+    /// two drops in a row confirm them.
+    #[test]
+    fn senders_on_different_paths_are_remembered_apart() {
+        let m = Memory::default();
+        let t0 = Instant::now();
+        let copy = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 256 << 10, COPY);
+        let uring = Key::new(ip("127.0.0.1"), ip("127.0.0.1"), 256 << 10, URING);
+        assert_ne!(copy, uring);
+        for _ in 0..CONFIRM {
+            // The copy sender's trial drops the mapping receiver; the `uring` sender's
+            // measures it to the end.
+            m.remember(copy, &BOTH, &[RxPath::Mmap], t0);
+            m.remember(uring, &BOTH, &[], t0);
+        }
+        assert_eq!(m.losers(copy, t0), vec![RxPath::Mmap]);
+        assert!(m.losers(uring, t0).is_empty());
     }
 }

@@ -50,14 +50,29 @@ use zcnet_sys::raw::{cpu, socket};
 const SHARED: &str = "/dev/shm";
 
 /// A card's words: a tag written last (a card without it is not yet, or not, a card), the
-/// process id, the sending thread's id, the bytes sent, the send calls that sent them.
-const MAGIC: u64 = u64::from_le_bytes(*b"zcnclk02");
+/// process id, the sending thread's id, the bytes sent, the send calls that sent them, and
+/// the sender's transmit path ([`path_code`]).
+const MAGIC: u64 = u64::from_le_bytes(*b"zcnclk03");
 const W_MAGIC: usize = 0;
 const W_PID: usize = 1;
 const W_TID: usize = 2;
 const W_BYTES: usize = 3;
 const W_SENDS: usize = 4;
-const WORDS: usize = 5;
+const W_PATH: usize = 5;
+const WORDS: usize = 6;
+
+/// The number a card gives a sender's transmit path (0: not said): what a receiver's
+/// trial memory tells senders apart by ([`crate::auto::memory`]).
+pub(crate) fn path_code(path: crate::TxPath) -> u64 {
+    use crate::TxPath;
+    match path {
+        TxPath::Copy => 1,
+        TxPath::Zerocopy => 2,
+        TxPath::Uring => 3,
+        TxPath::Cow => 4,
+        TxPath::Auto => 5,
+    }
+}
 
 /// How far the scaling of an interval's sender time to the receiver's bytes may go either
 /// way: the buffers between two ends hold a few MiB, a window 16, so a ratio past this is an
@@ -107,6 +122,7 @@ struct Card {
     tid: i32,
     bytes: u64,
     sends: u64,
+    path: u64,
 }
 
 /// A card's words as a reader sees them (`None` without the tag, or with ids out of range).
@@ -118,6 +134,7 @@ fn parse_card(w: [u64; WORDS]) -> Option<Card> {
         tid,
         bytes: w[W_BYTES],
         sends: w[W_SENDS],
+        path: w[W_PATH],
     })
 }
 
@@ -139,10 +156,15 @@ impl std::fmt::Debug for ClockCard {
 }
 
 impl ClockCard {
-    /// Writes the card for `sender → receiver` in `dir`, naming the calling thread; `None`
-    /// if it could not be written. Made aside and renamed into place complete, so a reader
-    /// never meets half a card.
-    pub(crate) fn publish(dir: &Path, sender: SocketAddr, receiver: SocketAddr) -> Option<Self> {
+    /// Writes the card for `sender → receiver` in `dir`, naming the calling thread and the
+    /// sender's transmit path (`tx_path`: [`path_code`]); `None` if it could not be written.
+    /// Made aside and renamed into place complete, so a reader never meets half a card.
+    pub(crate) fn publish(
+        dir: &Path,
+        sender: SocketAddr,
+        receiver: SocketAddr,
+        tx_path: u64,
+    ) -> Option<Self> {
         sweep_now_and_then(dir);
         let path = dir.join(card_name(sender, receiver));
         let tid = cpu::thread_id();
@@ -161,6 +183,7 @@ impl ClockCard {
                 .word(W_PID)
                 .store(u64::from(std::process::id()), Ordering::Relaxed);
             words.word(W_TID).store(tid as u64, Ordering::Relaxed);
+            words.word(W_PATH).store(tx_path, Ordering::Relaxed);
             words.word(W_MAGIC).store(MAGIC, Ordering::Release);
             std::fs::rename(&tmp, &path).ok()?;
             Some(words)
@@ -248,6 +271,11 @@ impl PeerClock {
     pub(crate) fn op_size(&self) -> Option<u64> {
         let c = read_card(&self.file)?;
         (c.sends > 0).then(|| c.bytes / c.sends)
+    }
+
+    /// The sender's transmit path as its card says ([`path_code`]; 0 if it does not).
+    pub(crate) fn sender_path(&self) -> u64 {
+        read_card(&self.file).map_or(0, |c| c.path)
     }
 
     /// The sending thread's CPU time (ns) since the card was found, each interval between
@@ -357,6 +385,7 @@ fn read_card(file: &File) -> Option<Card> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::TxPath;
     use std::sync::mpsc;
 
     fn addrs() -> (SocketAddr, SocketAddr) {
@@ -376,23 +405,38 @@ mod tests {
 
     #[test]
     fn cards_parse_strictly_and_name_both_addresses() {
-        let ok = [MAGIC, 12, 34, 56, 7];
+        let ok = [MAGIC, 12, 34, 56, 7, 3];
         assert_eq!(
             parse_card(ok),
             Some(Card {
                 pid: 12,
                 tid: 34,
                 bytes: 56,
-                sends: 7
+                sends: 7,
+                path: 3,
             })
         );
-        assert_eq!(parse_card([0, 12, 34, 56, 7]), None, "not tagged (yet)");
-        let old = u64::from_le_bytes(*b"zcnclk01");
-        assert_eq!(parse_card([old, 12, 34, 56, 7]), None, "another layout");
-        assert_eq!(parse_card([MAGIC, 0, 34, 0, 0]), None);
-        assert_eq!(parse_card([MAGIC, 12, 0, 0, 0]), None);
-        assert_eq!(parse_card([MAGIC, 1 << 40, 34, 0, 0]), None);
-        assert_eq!(parse_card([MAGIC, 12, u64::MAX, 0, 0]), None);
+        assert_eq!(parse_card([0, 12, 34, 56, 7, 3]), None, "not tagged (yet)");
+        for old in [*b"zcnclk01", *b"zcnclk02"] {
+            let old = u64::from_le_bytes(old);
+            assert_eq!(parse_card([old, 12, 34, 56, 7, 3]), None, "another layout");
+        }
+        assert_eq!(parse_card([MAGIC, 0, 34, 0, 0, 0]), None);
+        assert_eq!(parse_card([MAGIC, 12, 0, 0, 0, 0]), None);
+        assert_eq!(parse_card([MAGIC, 1 << 40, 34, 0, 0, 0]), None);
+        assert_eq!(parse_card([MAGIC, 12, u64::MAX, 0, 0, 0]), None);
+        assert_eq!(
+            [
+                TxPath::Copy,
+                TxPath::Zerocopy,
+                TxPath::Uring,
+                TxPath::Cow,
+                TxPath::Auto
+            ]
+            .map(path_code),
+            [1, 2, 3, 4, 5],
+            "distinct, and none is 0 (not said)"
+        );
         let (s, r) = addrs();
         assert_eq!(card_name(s, r), "tcp-10.7.0.1_40000-10.7.0.2_5201");
         let v6: SocketAddr = "[::1]:9".parse().unwrap();
@@ -428,7 +472,8 @@ mod tests {
         let (tid_tx, tid_rx) = mpsc::channel();
         let path = dir.path().to_path_buf();
         let worker = std::thread::spawn(move || {
-            let card = ClockCard::publish(&path, s, r).expect("card written");
+            let card =
+                ClockCard::publish(&path, s, r, path_code(TxPath::Uring)).expect("card written");
             tid_tx.send(cpu::thread_id()).unwrap();
             card_tx.send(card).unwrap();
             // Work and "send" 1 MiB per step, as told.
@@ -451,6 +496,11 @@ mod tests {
         );
         let clock = PeerClock::find(dir.path(), s, r, 0).expect("the card is found");
         assert_eq!(clock.now(0), 0, "counted from when it was found");
+        assert_eq!(
+            clock.sender_path(),
+            path_code(TxPath::Uring),
+            "the sender's path"
+        );
         // The worker runs 20M multiply-adds; 1 MiB went each way.
         go.send(20_000_000).unwrap();
         tid_rx.recv().unwrap();
@@ -501,7 +551,7 @@ mod tests {
         let (s, r) = addrs();
         let h = std::thread::spawn(move || {
             let dir = tempfile::tempdir().unwrap();
-            let c = ClockCard::publish(dir.path(), s, r).unwrap();
+            let c = ClockCard::publish(dir.path(), s, r, 1).unwrap();
             // Keep the file: copy it out before the card is dropped.
             let bytes = std::fs::read(&c.path).unwrap();
             (bytes, cpu::thread_id())
@@ -531,7 +581,7 @@ mod tests {
         let dead = child.id();
         child.wait().unwrap();
         assert!(!Path::new(&format!("/proc/{dead}")).exists());
-        let live = ClockCard::publish(dir.path(), s, r).unwrap();
+        let live = ClockCard::publish(dir.path(), s, r, 1).unwrap();
         // A copy of a card with the dead process's pid.
         let mut page = std::fs::read(&live.path).unwrap();
         page[8..16].copy_from_slice(&u64::from(dead).to_ne_bytes());

@@ -381,7 +381,7 @@ impl RxClock {
         match (&self.peer, self.route) {
             (Peer::Found(p), Some((sender, receiver))) => p
                 .op_size()
-                .map(|op| crate::auto::memory::Key::new(sender, receiver, op)),
+                .map(|op| crate::auto::memory::Key::new(sender, receiver, op, p.sender_path())),
             _ => None,
         }
     }
@@ -1103,7 +1103,7 @@ mod tests {
         use crate::auto::memory::{Key, Memory};
         use std::time::Instant;
         let memory: &'static Memory = Box::leak(Box::default());
-        let lo = |op: u64| Key::new([127, 0, 0, 1].into(), [127, 0, 0, 1].into(), op);
+        let lo = |op: u64| Key::new([127, 0, 0, 1].into(), [127, 0, 0, 1].into(), op, 1);
         // Loopback at 16 KiB as measured: mmap 2.4× copy, uring level with it.
         let cost = |p: RxPath, _| if p == RxPath::Mmap { 24 } else { 10 };
         let windows = |paths: &[RxPath], arm| {

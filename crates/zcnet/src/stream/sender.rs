@@ -249,7 +249,7 @@ impl Sender {
                 !zc_ok,
             )),
         };
-        let card = Self::publish_card(&sock);
+        let card = Self::publish_card(&sock, cfg.path);
         Ok(Sender {
             card,
             sock,
@@ -267,14 +267,14 @@ impl Sender {
 
     /// The sending thread's card ([`crate::auto::peer`]): best effort, for every path (the
     /// receiver's trial needs the sender's clock whatever the sender does).
-    fn publish_card(sock: &Socket) -> Option<crate::auto::peer::ClockCard> {
+    fn publish_card(sock: &Socket, path: TxPath) -> Option<crate::auto::peer::ClockCard> {
         use crate::auto::peer;
         if !peer::enabled() {
             return None;
         }
         let local = sock.local_addr().ok()?.as_socket()?;
         let remote = sock.peer_addr().ok()?.as_socket()?;
-        peer::ClockCard::publish(&peer::default_dir()?, local, remote)
+        peer::ClockCard::publish(&peer::default_dir()?, local, remote, peer::path_code(path))
     }
 
     /// Counts `n` bytes sent on the card (an atomic add), the card naming the thread that

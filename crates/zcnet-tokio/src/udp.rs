@@ -17,7 +17,6 @@ use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
@@ -92,8 +91,6 @@ struct UdpRing {
     ready: AsyncFd<OwnedFd>,
     /// Wakes the flusher.
     flush: Notify,
-    /// The socket is gone: the flusher submits what is left and ends.
-    closed: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -119,7 +116,6 @@ impl UdpRing {
                 flush_asked: false,
             }),
             flush: Notify::new(),
-            closed: AtomicBool::new(false),
         })
     }
 
@@ -169,7 +165,7 @@ impl UdpRing {
 /// The ring's flusher: one task per ring, woken when `send_lent` leaves requests queued,
 /// submits them. It holds the connection, so the socket the requests name stays open until
 /// it has submitted the last of them (the kernel resolves the descriptor at submission);
-/// it ends once the socket is dropped.
+/// it ends once the socket is dropped (the connection closed).
 async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
     loop {
         ring.flush.notified().await;
@@ -178,8 +174,7 @@ async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
             st.flush_asked = false;
             st.ring.submit(&conn.stats);
         }
-        if ring.closed.load(Ordering::Acquire) {
-            drop(conn);
+        if conn.is_closed() {
             return;
         }
     }
@@ -485,9 +480,9 @@ impl ZcUdpSocket {
         loop {
             let mut got = pool.try_take();
             if let (None, Some(r)) = (&got, ring) {
-                // Notifications may be in the completion queue already: shared memory, no
-                // system call.
-                // Requests still queued hold buffers too: submitted first.
+                // Requests still queued hold buffers too: submitted first (one system call,
+                // none if nothing is queued). Then the notifications may be in the
+                // completion queue already: shared memory, no system call.
                 let mut st = r.ring();
                 st.ring.submit(&self.conn.stats);
                 if st.ring.reap(&self.conn.stats) > 0 {
@@ -878,13 +873,13 @@ impl AsFd for ZcUdpSocket {
 
 impl Drop for ZcUdpSocket {
     fn drop(&mut self) {
+        // What is queued leaves now, while the socket is surely open.
+        self.submit_queued();
+        self.conn.close();
         if let Some(r) = self.made_ring() {
-            // What is queued leaves now, while the socket is surely open; the flusher ends.
-            r.submit(&self.conn.stats);
-            r.closed.store(true, Ordering::Release);
+            // It sees the connection closed and ends.
             r.flush.notify_one();
         }
-        self.conn.close();
     }
 }
 

@@ -720,11 +720,7 @@ async fn ring_notifications_wake_a_sleeping_runtime() {
         2,
         "both back after their notifications"
     );
-    for (seed, id) in ids.into_iter().enumerate() {
-        let m = expect_message(&rx, &format!("message {seed}")).await;
-        assert_eq!(m.id, id);
-        check(seed as u64, &m, len);
-    }
+    expect_in_order(&rx, ids, len, "message").await;
 }
 
 /// A ring sender and its receiver on loopback, `pool_buffers` buffers in the sender's pool;
@@ -739,6 +735,22 @@ async fn ring_pair(pool_buffers: usize) -> Option<(ZcUdpSocket, ZcUdpSocket)> {
         return None;
     }
     Some((rx, tx))
+}
+
+/// Messages 0, 1, … of `len` bytes, sent with `ids`, received in that order, every byte
+/// checked.
+async fn expect_in_order(
+    rx: &ZcUdpSocket,
+    ids: impl IntoIterator<Item = u64>,
+    len: usize,
+    what: &str,
+) {
+    for (seed, id) in ids.into_iter().enumerate() {
+        let m = expect_message(rx, &format!("{what} {seed}")).await;
+        assert_eq!(seed_of(&m), seed as u64, "arrival order");
+        assert_eq!(m.id, id);
+        check(seed as u64, &m, len);
+    }
 }
 
 async fn lend(tx: &ZcUdpSocket, seed: u64, len: usize) -> u64 {
@@ -765,11 +777,7 @@ async fn queued_ring_messages_leave_in_one_submission_when_the_task_yields() {
         0,
         "three small messages stay queued while the task runs"
     );
-    for (seed, id) in ids.into_iter().enumerate() {
-        let m = expect_message(&rx, &format!("queued message {seed}")).await;
-        assert_eq!(m.id, id);
-        check(seed as u64, &m, len);
-    }
+    expect_in_order(&rx, ids, len, "queued message").await;
     let s = tx.stats().snapshot();
     assert_eq!(s.tx_uring_submits, 1, "all three in one submission: {s:?}");
     assert_eq!(s.tx_calls_zerocopy, 3, "{s:?}");
@@ -834,12 +842,7 @@ async fn a_message_sent_another_way_leaves_after_the_queued_ones() {
     ids.push(tx.send_slice(&body(2, len)).await.unwrap());
     ids.push(lend(&tx, 3, len).await);
     ids.push(send(&tx, How::Zc, 4, len).await);
-    for (seed, id) in ids.into_iter().enumerate() {
-        let m = expect_message(&rx, &format!("message {seed}")).await;
-        assert_eq!(seed_of(&m), seed as u64, "arrival order");
-        assert_eq!(m.id, id);
-        check(seed as u64, &m, len);
-    }
+    expect_in_order(&rx, ids, len, "message").await;
 }
 
 /// Dropping the socket right after `send_lent`, with its messages still queued in the
@@ -853,9 +856,5 @@ async fn messages_queued_when_the_socket_is_dropped_still_leave() {
     let ids = [lend(&tx, 0, len).await, lend(&tx, 1, len).await];
     assert_eq!(tx.stats().snapshot().tx_uring_submits, 0, "still queued");
     drop(tx);
-    for (seed, id) in ids.into_iter().enumerate() {
-        let m = expect_message(&rx, &format!("message {seed}")).await;
-        assert_eq!(m.id, id);
-        check(seed as u64, &m, len);
-    }
+    expect_in_order(&rx, ids, len, "message").await;
 }

@@ -61,17 +61,14 @@ const W_SENDS: usize = 4;
 const W_PATH: usize = 5;
 const WORDS: usize = 6;
 
-/// The number a card gives a sender's transmit path (0: not said): what a receiver's
-/// trial memory tells senders apart by ([`crate::auto::memory`]).
+/// The number a card gives a sender's transmit path (0: not said): its place in
+/// [`crate::TxPath::ALL`], from 1 — what a receiver's trial memory tells senders apart by
+/// ([`crate::auto::memory`]).
 pub(crate) fn path_code(path: crate::TxPath) -> u64 {
-    use crate::TxPath;
-    match path {
-        TxPath::Copy => 1,
-        TxPath::Zerocopy => 2,
-        TxPath::Uring => 3,
-        TxPath::Cow => 4,
-        TxPath::Auto => 5,
-    }
+    crate::TxPath::ALL
+        .iter()
+        .position(|&p| p == path)
+        .map_or(0, |i| i as u64 + 1)
 }
 
 /// How far the scaling of an interval's sender time to the receiver's bytes may go either

@@ -191,11 +191,22 @@ pub struct AutoStats {
     /// Trial candidates not measured because an earlier trial in this process dropped them
     /// on the same route and sender op size ([`memory`]).
     pub trial_skipped_remembered: u64,
+    /// Finished trials that measured `uring` against copy in at least one round.
+    pub trial_rated_uring: u64,
+    /// The sum over those trials of `uring`'s verdict — the median of its per-round cost
+    /// over copy's — in thousandths: divided by `trial_rated_uring`, what the trials saw
+    /// (1000 = level with copy). Why a trial picked what it did, so a pick can be checked
+    /// against what the whole transfer then cost.
+    pub trial_ratio_uring_permille: u64,
+    /// Finished trials that measured `mmap` against copy in at least one round.
+    pub trial_rated_mmap: u64,
+    /// As `trial_ratio_uring_permille`, for `mmap`.
+    pub trial_ratio_mmap_permille: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 26;
+    pub const LEN: usize = 30;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -226,6 +237,10 @@ impl AutoStats {
             self.trial_picked_mmap,
             self.peer_clock,
             self.trial_skipped_remembered,
+            self.trial_rated_uring,
+            self.trial_ratio_uring_permille,
+            self.trial_rated_mmap,
+            self.trial_ratio_mmap_permille,
         ]
     }
 
@@ -258,6 +273,10 @@ impl AutoStats {
             trial_picked_mmap: a[23],
             peer_clock: a[24],
             trial_skipped_remembered: a[25],
+            trial_rated_uring: a[26],
+            trial_ratio_uring_permille: a[27],
+            trial_rated_mmap: a[28],
+            trial_ratio_mmap_permille: a[29],
         }
     }
 
@@ -282,6 +301,28 @@ impl AutoStats {
         };
         *counter += 1;
     }
+
+    /// Counts a finished receive trial's verdicts ([`trial::Trial::ratios`]): each
+    /// candidate's median cost over copy's, in thousandths, where it was measured.
+    pub fn rate_trial(&mut self, ratios: &[(RxPath, Option<f64>)]) {
+        for &(path, ratio) in ratios {
+            let Some(r) = ratio.filter(|r| r.is_finite() && *r >= 0.0) else {
+                continue;
+            };
+            let permille = (r * 1000.0).round() as u64;
+            match path {
+                RxPath::Uring => {
+                    self.trial_rated_uring += 1;
+                    self.trial_ratio_uring_permille += permille;
+                }
+                RxPath::Mmap => {
+                    self.trial_rated_mmap += 1;
+                    self.trial_ratio_mmap_permille += permille;
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -294,11 +335,24 @@ mod tests {
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
         assert_eq!(
-            (s.decisions, s.trial_skipped_remembered),
+            (s.decisions, s.trial_ratio_mmap_permille),
             (1, AutoStats::LEN as u64)
         );
         let mut t = s;
         t.add(&s);
         assert_eq!(t.to_array(), a.map(|v| 2 * v));
+    }
+
+    #[test]
+    fn a_trials_verdicts_are_counted_per_candidate_in_thousandths() {
+        use crate::path::RxPath;
+        let mut s = AutoStats::default();
+        s.rate_trial(&[(RxPath::Uring, Some(1.2345)), (RxPath::Mmap, None)]);
+        s.rate_trial(&[(RxPath::Uring, Some(0.9)), (RxPath::Mmap, Some(0.8766))]);
+        assert_eq!(
+            (s.trial_rated_uring, s.trial_ratio_uring_permille),
+            (2, 1235 + 900)
+        );
+        assert_eq!((s.trial_rated_mmap, s.trial_ratio_mmap_permille), (1, 877));
     }
 }

@@ -294,6 +294,7 @@ impl Judge {
                         m.remember(k, t.candidates(), &t.dropped(), std::time::Instant::now());
                     }
                     delta.trial_picks += 1;
+                    delta.rate_trial(&t.ratios());
                     match p {
                         RxPath::Uring => delta.trial_picked_uring += 1,
                         RxPath::Mmap => delta.trial_picked_mmap += 1,
@@ -997,6 +998,17 @@ mod tests {
             "{a:?}"
         );
         assert_eq!((a.trial_kept_copy, a.trial_picked_uring), (0, 0), "{a:?}");
+        // What it saw, counted with the pick: mmap at 4/5 of copy, uring level.
+        assert_eq!(
+            (a.trial_rated_mmap, a.trial_ratio_mmap_permille),
+            (1, 800),
+            "{a:?}"
+        );
+        assert_eq!(
+            (a.trial_rated_uring, a.trial_ratio_uring_permille),
+            (1, 1000),
+            "{a:?}"
+        );
         assert_eq!(a.cost_checks, 0, "the trial is not the cost check: {a:?}");
         // 12 stretches of 20 operations (4 settling, 16 measured), every arm in every
         // round, beginning with the first candidate.

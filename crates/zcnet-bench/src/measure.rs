@@ -192,6 +192,10 @@ pub struct PairGap {
     /// repeats are interleaved, so a load that comes and goes over the sitting moves both
     /// sides of each ratio alike and drops out of it.
     pub paired_excess: Option<f64>,
+    /// The 90 % interval of `excess` over bootstrap resamples of both rows' runs
+    /// ([`ratio_interval`]): an interval that straddles a threshold says this sitting's
+    /// runs cannot tell which side of it `auto` is on.
+    pub excess_interval: Option<(f64, f64)>,
     /// The same pair measured twice in this sitting, if it was ([`TWIN`]).
     pub twin: Option<Twin>,
 }
@@ -210,6 +214,58 @@ pub struct Twin {
     pub gap: f64,
     /// `second / first − 1` within each repeat, median over the repeats.
     pub paired_gap: Option<f64>,
+    /// The 90 % interval of `gap` over bootstrap resamples ([`ratio_interval`]): the
+    /// sitting's resolution, measured on a configuration against itself.
+    pub gap_interval: Option<(f64, f64)>,
+}
+
+/// Fewest runs in each row for a [`ratio_interval`]: with fewer, a resampled median is
+/// little more than one run.
+pub const INTERVAL_MIN_RUNS: usize = 5;
+
+/// Bootstrap resamples per [`ratio_interval`].
+const RESAMPLES: usize = 2000;
+
+/// The 90 % bootstrap interval of `median(a) / median(b) − 1`: each resample draws every
+/// row's runs again with replacement. Why: a bench sitting on a shared machine has runs
+/// that spread by tens of per cent, and the same pair measured twice in one sitting of 15
+/// runs each has read up to 18 % apart by medians (`docs/measurements/auto.md`), so a
+/// ratio of medians alone cannot say whether a 5 % gap is there. The generator is seeded
+/// the same every time, so one set of runs always gives one interval. `None` with fewer
+/// than [`INTERVAL_MIN_RUNS`] runs in either row, or a zero-cost resample.
+pub fn ratio_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    if a.len() < INTERVAL_MIN_RUNS || b.len() < INTERVAL_MIN_RUNS {
+        return None;
+    }
+    // splitmix64: a fixed, well-mixed sequence; statistical quality, not secrecy.
+    let mut state: u64 = 0x5eed_0017_2026_1128;
+    let mut next = move |n: usize| -> usize {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z % n as u64) as usize
+    };
+    let mut draw = |v: &[f64], buf: &mut Vec<f64>| {
+        buf.clear();
+        buf.extend((0..v.len()).map(|_| v[next(v.len())]));
+        median(buf)
+    };
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    let mut ratios = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        let (ma, mb) = (draw(a, &mut ra)?, draw(b, &mut rb)?);
+        if mb <= 0.0 {
+            return None;
+        }
+        ratios.push(ma / mb - 1.0);
+    }
+    ratios.sort_by(f64::total_cmp);
+    Some((
+        ratios[RESAMPLES / 20],
+        ratios[RESAMPLES - 1 - RESAMPLES / 20],
+    ))
 }
 
 /// The median over repeats of `cost(a) / cost(b) − 1`, each ratio within one repeat; runs
@@ -269,6 +325,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                     0.0
                 },
                 paired_gap: paired(runs, (tx, rx, TWIN), (tx, rx, ""), (size, touch)),
+                gap_interval: g.get(&key).and_then(|e| ratio_interval(&costs, &e.costs)),
             },
         );
     }
@@ -291,6 +348,11 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
             let ((auto, auto_runs), (best_pair, best)) = (auto?, best?);
             let (btx, brx) = best_pair.split_once('/')?;
             let paired_excess = paired(runs, ("auto", "auto", ""), (btx, brx, ""), (size, touch));
+            let costs = |tx: &str, rx: &str| {
+                g.get(&(tx.to_string(), rx.to_string(), size, touch))
+                    .map(|e| e.costs.as_slice())
+            };
+            let excess_interval = ratio_interval(costs("auto", "auto")?, costs(btx, brx)?);
             Some(PairGap {
                 size,
                 touch,
@@ -304,6 +366,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                     0.0
                 },
                 paired_excess,
+                excess_interval,
                 twin: twins.remove(&(size, touch)),
             })
         })
@@ -522,6 +585,50 @@ mod tests {
         }
         let g = &pair_gaps(&runs)[0];
         assert!((g.paired_excess.unwrap() - 0.1).abs() < 1e-9, "{g:?}");
+    }
+
+    #[test]
+    fn the_interval_holds_the_true_gap_and_narrows_only_with_a_clear_one() {
+        // Twelve runs spread ±10 % around 1.0, and the same runs 20 % dearer: the interval
+        // of the second over the first lies around +20 % and well past +5 %.
+        let base: Vec<f64> = (0..12).map(|i| 0.9 + 0.2 * i as f64 / 11.0).collect();
+        let dear: Vec<f64> = base.iter().map(|c| c * 1.2).collect();
+        let (lo, hi) = ratio_interval(&dear, &base).unwrap();
+        assert!(0.05 < lo && lo < 0.2 && 0.2 < hi && hi < 0.4, "{lo} {hi}");
+        // A row against itself: the interval straddles zero, and is the same every time.
+        let (lo, hi) = ratio_interval(&base, &base).unwrap();
+        assert!(lo < 0.0 && 0.0 < hi, "{lo} {hi}");
+        assert_eq!(ratio_interval(&base, &base), Some((lo, hi)));
+        // Too few runs to say anything.
+        assert_eq!(ratio_interval(&base[..4], &base), None);
+        assert_eq!(ratio_interval(&base, &[0.0; 6]), None);
+    }
+
+    #[test]
+    fn the_pair_gap_carries_its_interval_and_the_twin_its_resolution() {
+        let mut runs = Vec::new();
+        for rep in 0..7u32 {
+            let k = 1.0 + 0.05 * f64::from(rep % 3);
+            for (tx, rx, c, label) in [
+                ("copy", "copy", 0.5, ""),
+                ("auto", "auto", 0.51, ""),
+                ("copy", "copy", 0.5, TWIN),
+            ] {
+                let mut r = run_with(tx, rx, 16384, c * k / 2.0, c * k / 2.0, 0.0, 0.0);
+                r.repeat = rep;
+                r.label = label.into();
+                runs.push(r);
+            }
+        }
+        let g = &pair_gaps(&runs)[0];
+        let (lo, hi) = g.excess_interval.expect("seven runs a row");
+        assert!(lo <= 0.02 && (0.02..0.15).contains(&hi), "{g:?}");
+        let t = g.twin.as_ref().unwrap();
+        let (lo, hi) = t.gap_interval.expect("seven runs a row");
+        assert!(lo <= 0.0 && 0.0 <= hi, "{t:?}");
+        // Three runs a row: no interval.
+        runs.retain(|r| r.repeat < 3);
+        assert_eq!(pair_gaps(&runs)[0].excess_interval, None);
     }
 
     #[test]

@@ -348,23 +348,24 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>8}{:<17}  same pair twice",
-        "size", "touch", "auto → auto", "runs", "best pair", "best", "excess", ""
+        "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>8}{:<17}{:<20}  same pair twice",
+        "size", "touch", "auto → auto", "runs", "best pair", "best", "excess", "", ""
     );
     for g in &gaps {
         let twin = g.twin.as_ref().map_or(String::new(), |t| {
             format!(
-                "{} {:.3} vs {:.3}: {:+.1}%{}",
+                "{} {:.3} vs {:.3}: {:+.1}%{}{}",
                 t.pair,
                 t.first.median,
                 t.second.median,
                 100.0 * t.gap,
-                paired(t.paired_gap)
+                paired(t.paired_gap),
+                interval(t.gap_interval)
             )
         });
         let _ = writeln!(
             s,
-            "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>+7.1}%{:<17}  {twin}",
+            "{:>8} {:>6} {:>22} {:>4} {:>14} {:>22} {:>+7.1}%{:<17}{:<20}  {twin}",
             ByteSize(g.size).to_string(),
             if g.touch { "yes" } else { "no" },
             format!("{:.3} [{:.3}–{:.3}]", g.auto.median, g.auto.lo, g.auto.hi),
@@ -372,7 +373,8 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
             g.best_pair,
             format!("{:.3} [{:.3}–{:.3}]", g.best.median, g.best.lo, g.best.hi),
             100.0 * g.excess,
-            paired(g.paired_excess)
+            paired(g.paired_excess),
+            interval(g.excess_interval)
         );
     }
     let within = gaps.iter().filter(|g| g.excess <= 0.05).count();
@@ -381,6 +383,17 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
         "auto → auto within 5% of the best pair at {within} of {} points",
         gaps.len()
     );
+    let resolved: Vec<(f64, f64)> = gaps.iter().filter_map(|g| g.excess_interval).collect();
+    if !resolved.is_empty() {
+        let inside = resolved.iter().filter(|(_, hi)| *hi <= 0.05).count();
+        let over = resolved.iter().filter(|(lo, _)| *lo > 0.05).count();
+        let _ = write!(
+            s,
+            " by medians; by 90% intervals within at {inside}, over at {over}, \
+             not resolved by these runs at {}",
+            resolved.len() - inside - over
+        );
+    }
     let noise = gaps
         .iter()
         .filter_map(|g| g.twin.as_ref().map(|t| t.gap.abs()))
@@ -402,6 +415,14 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
 /// ` (paired +x%)`: a per-repeat median ratio beside a ratio of medians.
 fn paired(x: Option<f64>) -> String {
     x.map_or(String::new(), |x| format!(" (paired {:+.1}%)", 100.0 * x))
+}
+
+/// ` 90% −a..+b%`: a bootstrap interval beside a ratio of medians
+/// ([`zcnet_bench::measure::ratio_interval`]).
+fn interval(x: Option<(f64, f64)>) -> String {
+    x.map_or(String::new(), |(lo, hi)| {
+        format!(" 90% {:+.1}..{:+.1}%", 100.0 * lo, 100.0 * hi)
+    })
 }
 
 /// `auto` against the cheapest single path at each size, per direction (transmit paths into

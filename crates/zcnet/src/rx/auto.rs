@@ -71,6 +71,11 @@ pub(crate) struct AutoRxChoice {
     /// pair saved); the trial keeps it unless it measures it dearer than copy by more than
     /// that (or the margin) ([`Trial::favouring`]).
     pub favoured: Option<(RxPath, f64)>,
+    /// How much dearer than copy the run-time check lets the chosen path be on the
+    /// receiver's own clock before it leaves it: the margin, or — for the receive half of
+    /// the pair a pairs table chose outright — that pair's tolerance
+    /// ([`pair::rx_tolerance`]), as for a favoured trial pick.
+    pub check_margin: f64,
     /// Why no profile is in force, if none is.
     pub note: Option<String>,
     /// The decision, for `Stats`.
@@ -131,6 +136,21 @@ pub(crate) fn choose(
             let it = chooser.estimate(p, size)?.median;
             (copy > 0.0).then(|| (p, allowance.unwrap_or(1.0 - it / copy)))
         });
+    // A pairs table that chose a receive path outright chose it for the pair: where its
+    // saving lies on the sender (the mapping receiver over veth at 16 KiB), the receiver's
+    // own clock finds it level with copy or dearer, and a check by the margin alone sent
+    // it back to copy — after `tune` over veth, in 16 of 30 `copy → auto` runs, a third to
+    // all of their bytes, those runs 11 % dearer than the ones left alone. So the check
+    // lets it be as much dearer as the pair can afford, no less than the margin.
+    let check_margin = match loaded.profile.as_deref() {
+        Some(p) if paired && choice.reason == ChoiceReason::Profile => {
+            pair::rx_tolerance(&p.pairs, touch, size, choice.path)
+                .map_or(crate::auto::cost::MARGIN, |t| {
+                    t.clamp(crate::auto::cost::MARGIN, 1.0)
+                })
+        }
+        _ => crate::auto::cost::MARGIN,
+    };
     let (path, trial) = if trial {
         if choice.reason == ChoiceReason::NoProfile {
             delta.decisions += 1;
@@ -154,6 +174,7 @@ pub(crate) fn choose(
     AutoRxChoice {
         path,
         favoured,
+        check_margin,
         // A trial's `mmap` is judged by its cost against copy, not by whether it maps: from a
         // copying sender it maps nothing over loopback or veth (kernel-findings §2) and can
         // still cost less, so mapping nothing is no reason to demote it mid-trial.
@@ -198,12 +219,10 @@ struct Judge {
     window: u64,
 }
 
-fn cost_check(window: u64) -> CostCheck<RxPath> {
-    cost_check_within(window, crate::auto::cost::MARGIN)
-}
-
-/// [`cost_check`] that finds the wanted path costlier only beyond `margin` (a trial's
-/// favoured pick: [`Trial::margin_for`]).
+/// The run-time check of the wanted path against copy in windows of `window` bytes, which
+/// finds it costlier only beyond `margin` (the cost module's margin, a trial's favoured
+/// pick's tolerance — [`Trial::margin_for`] — or a pairs table's choice's,
+/// [`AutoRxChoice::check_margin`]).
 fn cost_check_within(window: u64, margin: f64) -> CostCheck<RxPath> {
     use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MAX_GAP_WINDOWS};
     use crate::auto::cost::{MAX_RECHECK_WINDOWS, RECHECK_WINDOWS};
@@ -485,7 +504,7 @@ impl AutoRx {
             uring,
             uring_on: false,
             judge: Judge {
-                check: cost_check(window),
+                check: cost_check_within(window, choice.check_margin),
                 trial,
                 pending,
                 key: None,
@@ -925,11 +944,44 @@ mod tests {
         assert_eq!(c.path, RxPath::Mmap);
         assert!(c.favoured.is_none());
         assert!(c.trial.is_empty());
+        // ... and the check judges it by the pair's tolerance on the receiver's clock:
+        // senders 0.65 and 0.8 × 0.5 = 0.4, so the receiver may run (1 − 0.4) / 0.35 − 1
+        // = 71 % over copy before the pair loses what it saved.
+        let c = choose(
+            &pairs_profile_shared(0.5, 0.05, Some((0.35, 0.2))),
+            false,
+            16 << 10,
+            here,
+        );
+        assert_eq!(c.path, RxPath::Mmap);
+        let want = (1.0 - 0.5 * 0.8) / 0.35 - 1.0;
+        assert!((c.check_margin - want).abs() < 1e-9, "{}", c.check_margin);
+        // Without the shares, or from a single-end table, the margin.
+        assert_eq!(
+            c_margin(&pairs_profile(0.5, 0.05)),
+            crate::auto::cost::MARGIN
+        );
+        assert_eq!(c_margin(&rx_profile(0.3, 0.05)), crate::auto::cost::MARGIN);
+        // The saving mostly the receiver's (senders 0.65 and 0.9 × 0.72 = 0.648): the
+        // pair could afford 0.6 %, and the check keeps the margin.
+        let c = choose(
+            &pairs_profile_shared(0.9, 0.01, Some((0.35, 0.28))),
+            false,
+            16 << 10,
+            here,
+        );
+        assert_eq!((c.path, c.trial.len()), (RxPath::Mmap, 0));
+        assert_eq!(c.check_margin, crate::auto::cost::MARGIN);
         // copy → copy cheapest: no trial.
         let c = choose(&pairs_profile(1.2, 0.15), false, 16 << 10, here);
         assert_eq!(c.path, RxPath::Copy);
         assert!(c.favoured.is_none());
         assert!(c.trial.is_empty());
+    }
+
+    /// The run-time check's margin for a 16 KiB receiver on loopback under `profile`.
+    fn c_margin(profile: &ProfileSource) -> f64 {
+        choose(profile, false, 16 << 10, IpAddr::from([127, 0, 0, 1])).check_margin
     }
 
     const WINDOW: u64 = 1 << 20;
@@ -938,7 +990,7 @@ mod tests {
     /// A judge of a trial of `uring` and `mmap`, as [`AutoRx::new`] makes it.
     fn judge() -> Judge {
         Judge {
-            check: cost_check(WINDOW),
+            check: cost_check_within(WINDOW, crate::auto::cost::MARGIN),
             trial: Some(Trial::new(
                 &TRIAL,
                 TRIAL_ROUNDS,
@@ -1044,7 +1096,7 @@ mod tests {
     /// A judge whose trial tries `mmap` alone, favoured with a pair that saved `saving`.
     fn judge_favouring_mmap(saving: f64) -> Judge {
         Judge {
-            check: cost_check(WINDOW),
+            check: cost_check_within(WINDOW, crate::auto::cost::MARGIN),
             trial: Some(
                 Trial::new(
                     &[RxPath::Mmap],
@@ -1100,7 +1152,7 @@ mod tests {
     /// a zcnet sender expected), with `memory` for its clear losers.
     fn pending_judge(memory: &'static crate::auto::memory::Memory) -> Judge {
         Judge {
-            check: cost_check(WINDOW),
+            check: cost_check_within(WINDOW, crate::auto::cost::MARGIN),
             trial: None,
             pending: Some(TRIAL.to_vec()),
             key: None,

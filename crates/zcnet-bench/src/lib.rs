@@ -21,6 +21,7 @@ pub mod cpu;
 pub mod histogram;
 pub mod iperf3;
 pub mod measure;
+pub mod mix;
 pub mod protocol;
 pub mod refusal;
 pub mod report;

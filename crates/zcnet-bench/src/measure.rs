@@ -237,15 +237,10 @@ pub fn ratio_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
     if a.len() < INTERVAL_MIN_RUNS || b.len() < INTERVAL_MIN_RUNS {
         return None;
     }
-    // splitmix64: a fixed, well-mixed sequence; statistical quality, not secrecy.
     let mut state: u64 = 0x5eed_0017_2026_1128;
     let mut next = move |n: usize| -> usize {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z % n as u64) as usize
+        state = state.wrapping_add(crate::mix::GAMMA);
+        (crate::mix::finalise(state) % n as u64) as usize
     };
     let mut draw = |v: &[f64], buf: &mut Vec<f64>| {
         buf.clear();

@@ -346,12 +346,10 @@ impl MessagePattern {
     /// (the reply bit too) changes every byte of the stamp — a 1-byte reply differs from
     /// its request.
     fn stamp(key: u64, block: usize) -> [u8; STAMP_LEN] {
-        let mut z = key
+        let z = key
             .wrapping_add((block as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F))
-            .wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)).to_le_bytes()
+            .wrapping_add(crate::mix::GAMMA);
+        crate::mix::finalise(z).to_le_bytes()
     }
 
     /// `(offset, length)` of every stamp.

@@ -387,6 +387,17 @@ impl Stats {
         add_auto(&self.auto_tx, delta);
     }
 
+    /// Adds one to each of the transmit-side `auto` counters at `at` (indices of
+    /// [`AutoStats::to_array`]): a routine decision's two counters, found once per stream
+    /// size ([`AutoStats::touched`]) rather than summed over all thirty per operation.
+    pub(crate) fn count_auto_tx(&self, at: &[usize]) {
+        for &i in at {
+            if let Some(a) = self.auto_tx.get(i) {
+                a.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
     /// Adds receive-side `auto` decisions (and any demotion) to the totals.
     pub fn add_auto_rx(&self, delta: &AutoStats) {
         add_auto(&self.auto_rx, delta);

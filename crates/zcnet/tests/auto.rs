@@ -332,6 +332,59 @@ fn without_a_profile_transmit_auto_over_veth_is_one_plain_send_per_operation() {
     assert_eq!(rx.rx_bytes_copied, ops * size, "{rx:?}");
 }
 
+/// Without a profile a transmit `auto` has only copy to take, and takes a short cut that
+/// skips the machinery copy never needs (`AutoTx::count_copy_only`): each of the three ways
+/// to send must still count its decision once, with its reason, whatever the size or
+/// alignment, and send every byte in order.
+#[test]
+fn without_a_profile_every_way_to_send_counts_one_decision_per_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = auto_sender_from(
+        ProfileSource::Path(dir.path().join("no-such-profile.json")),
+        16 * KIB as usize,
+    );
+    let mut ops = 0u64;
+    let (tx, rx, _) = run_on(Topo::Loopback, &cfg, &copy_receiver(), |tx| {
+        assert!(tx.profile_note().is_some(), "no profile is in force");
+        let mut pos = 0u64;
+        for round in 0..60usize {
+            // Loaned buffers, two sizes in turn (the remembered decision changes).
+            let size = if round % 2 == 0 {
+                16 * KIB as usize
+            } else {
+                3000
+            };
+            send_ops(tx, &mut pos, size, 1);
+            // The caller's own memory, off a page boundary.
+            let n = 5000 + round;
+            let mut v = vec![0u8; n + 1];
+            v[1..].copy_from_slice(&common::pattern(pos, n));
+            tx.send_slice(&v[1..]).unwrap();
+            pos += n as u64;
+            // Lent memory.
+            tx.send_owned(common::pattern(pos, 8 * KIB as usize).to_vec())
+                .unwrap();
+            pos += 8 * KIB;
+            ops += 3;
+        }
+        pos
+    });
+    let a = tx.auto_tx;
+    assert_eq!(
+        (a.decisions, a.chose_default_no_profile),
+        (ops, ops),
+        "{a:?}"
+    );
+    assert_eq!(
+        a.to_array().iter().sum::<u64>(),
+        2 * ops,
+        "nothing else counted: {a:?}"
+    );
+    assert_eq!(tx.tx_bytes_copy, rx.rx_bytes_copied, "{tx:?} {rx:?}");
+    assert_eq!(tx.tx_calls_zerocopy + tx.tx_uring_fixed_calls, 0, "{tx:?}");
+    assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
+}
+
 #[test]
 fn a_foreign_profile_is_refused_with_a_message_and_copy_is_used() {
     let dir = tempfile::tempdir().unwrap();

@@ -289,6 +289,17 @@ impl AutoStats {
         *self = Self::from_array(a);
     }
 
+    /// The counters this delta touched (indices of [`AutoStats::to_array`]), for
+    /// [`Stats::count_auto_tx`](crate::stats::Stats) where each was touched once.
+    pub(crate) fn touched(&self) -> Vec<usize> {
+        self.to_array()
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v > 0)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     /// Counts one decision of the [`Chooser`] with its reason.
     pub fn record_choice<P>(&mut self, choice: &Choice<P>) {
         self.decisions += 1;

@@ -595,6 +595,21 @@ impl AutoRx {
         })
     }
 
+    /// Whether the receiver is copy for good: the choice or the trial kept copy (the check
+    /// never moves off copy), the other receivers are gone and nothing is held. Each
+    /// operation then goes straight to copy, skipping the routing a choice still open needs
+    /// (about a third of an `auto` receiver's own user time at 16 KiB on loopback, sampled
+    /// with `perf`, after its trial kept copy).
+    fn copy_for_good(&self) -> bool {
+        self.judge.wanted == RxPath::Copy
+            && self.mmap.is_none()
+            && self.uring.is_none()
+            && !self.uring_on
+            && self.held.is_empty()
+            && self.judge.settled_without(RxPath::Mmap)
+            && self.judge.settled_without(RxPath::Uring)
+    }
+
     /// Tells the receivers that did not take the last operation's bytes that the stream moved
     /// past them (a parked `uring`'s bytes count as `uring`'s when handed out).
     fn tell_others(&mut self) {
@@ -669,6 +684,10 @@ fn receiver<'a>(
 
 impl Receive for AutoRx {
     fn recv<'a>(&'a mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<Option<RxChunk<'a>>> {
+        if self.copy_for_good() {
+            self.tell_others();
+            return self.copy.recv(fd, stats);
+        }
         if self.held_off >= self.held.len() && !self.held.is_empty() {
             self.held = Vec::new();
             self.held_off = 0;
@@ -699,6 +718,10 @@ impl Receive for AutoRx {
     }
 
     fn recv_into(&mut self, fd: BorrowedFd<'_>, buf: &mut [u8], stats: &Stats) -> Result<usize> {
+        if self.copy_for_good() {
+            self.tell_others();
+            return self.copy.recv_into(fd, buf, stats);
+        }
         let held = self.take_held(buf.len(), &mut |b| {
             buf[..b.len()].copy_from_slice(b);
             Ok(())
@@ -794,6 +817,10 @@ impl Receive for AutoRx {
         stats: &Stats,
         sink: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<usize> {
+        if self.copy_for_good() {
+            self.tell_others();
+            return self.copy.recv_lend(fd, scratch, max, stats, sink);
+        }
         let held = self.take_held(max, sink)?;
         if held > 0 {
             return Ok(held);

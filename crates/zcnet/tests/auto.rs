@@ -358,7 +358,7 @@ fn without_a_profile_every_way_to_send_counts_one_decision_per_operation() {
             // The caller's own memory, off a page boundary.
             let n = 5000 + round;
             let mut v = vec![0u8; n + 1];
-            v[1..].copy_from_slice(&common::pattern(pos, n));
+            v[1..].copy_from_slice(common::pattern(pos, n));
             tx.send_slice(&v[1..]).unwrap();
             pos += n as u64;
             // Lent memory.

@@ -172,7 +172,7 @@ pub fn file_rows(runs: &[Run]) -> Vec<Measurement<FilePair>> {
 }
 
 /// How `auto → auto` did against the best single pair at one size.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PairGap {
     /// Operation size.
     pub size: u64,
@@ -190,19 +190,27 @@ pub struct PairGap {
     pub excess: f64,
     /// `auto / best − 1` within each repeat, median over the repeats both ran in: the
     /// repeats are interleaved, so a load that comes and goes over the sitting moves both
-    /// sides of each ratio alike and drops out of it.
+    /// sides of each ratio alike and drops out of it. Where the best pair is also the twin
+    /// ([`TWIN`]), a repeat's `best` is the mean of its two runs there: they bracket the
+    /// repeat (first and last), and one run of a pair against itself in a repeat has read
+    /// up to a fifth apart.
     pub paired_excess: Option<f64>,
     /// The 90 % interval of `excess` over bootstrap resamples of both rows' runs
-    /// ([`ratio_interval`]): an interval that straddles a threshold says this sitting's
-    /// runs cannot tell which side of it `auto` is on.
+    /// ([`ratio_interval`]): each row's runs drawn apart, so a drift over the sitting
+    /// that moves every row of a repeat alike counts as noise here.
     pub excess_interval: Option<(f64, f64)>,
+    /// The 90 % interval of `paired_excess` over bootstrap resamples of the repeats
+    /// ([`paired_interval`]): what the sitting can tell of `auto` against the best pair,
+    /// an interval that straddles one
+    /// says these runs cannot tell which side of it `auto` is on.
+    pub paired_excess_interval: Option<(f64, f64)>,
     /// The same pair measured twice in this sitting, if it was ([`TWIN`]).
     pub twin: Option<Twin>,
 }
 
 /// One pair measured twice, interleaved, in one sitting: how far identical configurations
 /// read apart, beside which an `auto → auto` gap is read.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Twin {
     /// The pair ("tx/rx").
     pub pair: String,
@@ -217,6 +225,9 @@ pub struct Twin {
     /// The 90 % interval of `gap` over bootstrap resamples ([`ratio_interval`]): the
     /// sitting's resolution, measured on a configuration against itself.
     pub gap_interval: Option<(f64, f64)>,
+    /// The 90 % interval of `paired_gap` over bootstrap resamples of the repeats
+    /// ([`paired_interval`]): the resolution of [`PairGap::paired_excess_interval`].
+    pub paired_gap_interval: Option<(f64, f64)>,
 }
 
 /// Fewest runs in each row for a [`ratio_interval`]: with fewer, a resampled median is
@@ -237,56 +248,101 @@ pub fn ratio_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
     if a.len() < INTERVAL_MIN_RUNS || b.len() < INTERVAL_MIN_RUNS {
         return None;
     }
-    let mut state: u64 = 0x5eed_0017_2026_1128;
-    let mut next = move |n: usize| -> usize {
-        state = state.wrapping_add(crate::mix::GAMMA);
-        (crate::mix::finalise(state) % n as u64) as usize
-    };
-    let mut draw = |v: &[f64], buf: &mut Vec<f64>| {
-        buf.clear();
-        buf.extend((0..v.len()).map(|_| v[next(v.len())]));
-        median(buf)
-    };
+    let mut draw = Resampler::new();
     let (mut ra, mut rb) = (Vec::new(), Vec::new());
     let mut ratios = Vec::with_capacity(RESAMPLES);
     for _ in 0..RESAMPLES {
-        let (ma, mb) = (draw(a, &mut ra)?, draw(b, &mut rb)?);
+        let (ma, mb) = (draw.median(a, &mut ra)?, draw.median(b, &mut rb)?);
         if mb <= 0.0 {
             return None;
         }
         ratios.push(ma / mb - 1.0);
     }
-    ratios.sort_by(f64::total_cmp);
-    Some((
-        ratios[RESAMPLES / 20],
-        ratios[RESAMPLES - 1 - RESAMPLES / 20],
-    ))
+    Some(middle_ninety(ratios))
 }
 
-/// The median over repeats of `cost(a) / cost(b) − 1`, each ratio within one repeat; runs
-/// are picked by (tx, rx, label) at one size and touch variant.
-fn paired(
-    runs: &[Run],
-    a: (&str, &str, &str),
-    b: (&str, &str, &str),
-    at: (u64, bool),
-) -> Option<f64> {
-    let by_repeat = |(tx, rx, label): (&str, &str, &str)| -> BTreeMap<u32, f64> {
-        runs.iter()
-            .filter(|r| {
-                measured(r)
-                    && (r.tx.as_str(), r.rx.as_str(), r.label.as_str()) == (tx, rx, label)
-                    && (r.size, r.touch) == at
-            })
-            .map(|r| (r.repeat, run_cost(r)))
-            .collect()
-    };
-    let (a, b) = (by_repeat(a), by_repeat(b));
-    let ratios: Vec<f64> = a
-        .iter()
-        .filter_map(|(k, x)| b.get(k).filter(|y| **y > 0.0).map(|y| x / y - 1.0))
+/// The 90 % bootstrap interval of the median of `ratios` — one `x / y − 1` per repeat, as
+/// [`PairGap::paired_excess`] takes them — resampling the repeats. Why beside
+/// [`ratio_interval`]: a sitting's repeats are interleaved blocks, and over 60 repeats at
+/// 16 KiB on loopback a pair's run in one repeat read as much as a fifth from its run in
+/// the next while every row of the repeat moved alike; drawing each row's runs apart
+/// counts that drift as noise in both rows, drawing whole repeats lets it cancel, as the
+/// paired ratio itself does. Seeded as `ratio_interval` is; `None` with fewer than
+/// [`INTERVAL_MIN_RUNS`] repeats.
+pub fn paired_interval(ratios: &[f64]) -> Option<(f64, f64)> {
+    if ratios.len() < INTERVAL_MIN_RUNS {
+        return None;
+    }
+    let mut draw = Resampler::new();
+    let mut buf = Vec::new();
+    let medians: Option<Vec<f64>> = (0..RESAMPLES)
+        .map(|_| draw.median(ratios, &mut buf))
         .collect();
-    median(&ratios)
+    Some(middle_ninety(medians?))
+}
+
+/// Draws with replacement from a fixed seed: one set of runs, one interval.
+struct Resampler(u64);
+
+impl Resampler {
+    fn new() -> Self {
+        Resampler(0x5eed_0017_2026_1128)
+    }
+
+    fn index(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(crate::mix::GAMMA);
+        (crate::mix::finalise(self.0) % n as u64) as usize
+    }
+
+    /// The median of `v.len()` draws from `v` (`buf` holds them).
+    fn median(&mut self, v: &[f64], buf: &mut Vec<f64>) -> Option<f64> {
+        buf.clear();
+        for _ in 0..v.len() {
+            let i = self.index(v.len());
+            buf.push(v[i]);
+        }
+        median(buf)
+    }
+}
+
+/// The 5th and 95th percentiles of `RESAMPLES` values.
+fn middle_ninety(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 20], v[v.len() - 1 - v.len() / 20])
+}
+
+/// Runs of one pair under any of some labels, at one size and touch variant.
+type Rows<'a> = (&'a str, &'a str, &'a [&'a str]);
+
+/// `cost(a) / cost(b) − 1` within each repeat both ran in, in repeat order; a side with
+/// several runs in a repeat (a pair measured again as the twin) counts their mean.
+fn paired_ratios(runs: &[Run], a: Rows<'_>, b: Rows<'_>, at: (u64, bool)) -> Vec<f64> {
+    let by_repeat = |(tx, rx, labels): Rows<'_>| -> BTreeMap<u32, (f64, u32)> {
+        let mut m: BTreeMap<u32, (f64, u32)> = BTreeMap::new();
+        for r in runs.iter().filter(|r| {
+            measured(r)
+                && (r.tx.as_str(), r.rx.as_str()) == (tx, rx)
+                && labels.contains(&r.label.as_str())
+                && (r.size, r.touch) == at
+        }) {
+            let e = m.entry(r.repeat).or_default();
+            *e = (e.0 + run_cost(r), e.1 + 1);
+        }
+        m
+    };
+    let mean = |(sum, n): (f64, u32)| sum / f64::from(n.max(1));
+    let (a, b) = (by_repeat(a), by_repeat(b));
+    a.iter()
+        .filter_map(|(k, x)| {
+            let y = mean(*b.get(k)?);
+            (y > 0.0).then(|| mean(*x) / y - 1.0)
+        })
+        .collect()
+}
+
+/// The median of [`paired_ratios`].
+fn paired(runs: &[Run], a: Rows<'_>, b: Rows<'_>, at: (u64, bool)) -> Option<f64> {
+    median(&paired_ratios(runs, a, b, at))
 }
 
 /// For each size and touch variant with `auto → auto` runs and at least one pair of single
@@ -319,8 +375,14 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                 } else {
                     0.0
                 },
-                paired_gap: paired(runs, (tx, rx, TWIN), (tx, rx, ""), (size, touch)),
+                paired_gap: paired(runs, (tx, rx, &[TWIN]), (tx, rx, &[""]), (size, touch)),
                 gap_interval: g.get(&key).and_then(|e| ratio_interval(&costs, &e.costs)),
+                paired_gap_interval: paired_interval(&paired_ratios(
+                    runs,
+                    (tx, rx, &[TWIN]),
+                    (tx, rx, &[""]),
+                    (size, touch),
+                )),
             },
         );
     }
@@ -342,7 +404,13 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
         .filter_map(|((size, touch), (auto, best))| {
             let ((auto, auto_runs), (best_pair, best)) = (auto?, best?);
             let (btx, brx) = best_pair.split_once('/')?;
-            let paired_excess = paired(runs, ("auto", "auto", ""), (btx, brx, ""), (size, touch));
+            // The best pair's every run in a repeat: where it is also the twin, both.
+            let ratios = paired_ratios(
+                runs,
+                ("auto", "auto", &[""]),
+                (btx, brx, &["", TWIN]),
+                (size, touch),
+            );
             let costs = |tx: &str, rx: &str| {
                 g.get(&(tx.to_string(), rx.to_string(), size, touch))
                     .map(|e| e.costs.as_slice())
@@ -360,8 +428,9 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                 } else {
                     0.0
                 },
-                paired_excess,
+                paired_excess: median(&ratios),
                 excess_interval,
+                paired_excess_interval: paired_interval(&ratios),
                 twin: twins.remove(&(size, touch)),
             })
         })
@@ -556,10 +625,16 @@ mod tests {
         assert_eq!(t.pair, "copy/copy");
         assert!((t.second.median - 0.21).abs() < 1e-9, "{t:?}");
         assert!((t.gap - (0.21 / 0.45 - 1.0)).abs() < 1e-9, "{t:?}");
-        // Every sample run is repeat 0: one ratio, of the last run of each (0.22 / 0.5).
+        // Every sample run is repeat 0: one ratio, of the mean of each side's runs there.
         assert!(
-            (t.paired_gap.unwrap() - (0.22 / 0.5 - 1.0)).abs() < 1e-9,
+            (t.paired_gap.unwrap() - (0.21 / 0.45 - 1.0)).abs() < 1e-9,
             "{t:?}"
+        );
+        // The best pair's reference in the repeat is every run of it, the twin's too.
+        let reference = (0.4 + 0.5 + 0.2 + 0.22) / 4.0;
+        assert!(
+            (g.paired_excess.unwrap() - (0.44 / reference - 1.0)).abs() < 1e-9,
+            "{g:?}"
         );
         // Without twin runs there is none.
         runs.retain(|r| r.label != TWIN);
@@ -624,6 +699,48 @@ mod tests {
         // Three runs a row: no interval.
         runs.retain(|r| r.repeat < 3);
         assert_eq!(pair_gaps(&runs)[0].excess_interval, None);
+    }
+
+    #[test]
+    fn the_paired_interval_lets_a_drift_over_the_sitting_cancel() {
+        // Twelve repeats whose load swings every row of a repeat alike between 1× and 2×;
+        // within a repeat the best pair reads 2 % under and over its mean in its two runs
+        // (first and twin), and `auto` 3 % over that mean.
+        let mut runs = Vec::new();
+        for rep in 0..12u32 {
+            let k = 1.0 + f64::from((rep * 5) % 12) / 11.0;
+            for (tx, rx, c, label) in [
+                ("copy", "copy", 0.98, ""),
+                ("auto", "auto", 1.03, ""),
+                ("copy", "copy", 1.02, TWIN),
+            ] {
+                let mut r = run_with(tx, rx, 16384, c * k / 2.0, c * k / 2.0, 0.0, 0.0);
+                r.repeat = rep;
+                r.label = label.into();
+                runs.push(r);
+            }
+        }
+        let g = &pair_gaps(&runs)[0];
+        // Each row's runs drawn apart: the drift fills the interval, past 5 % both ways.
+        let (lo, hi) = g.excess_interval.unwrap();
+        assert!(lo < -0.05 && hi > 0.05, "{g:?}");
+        // Whole repeats drawn: every ratio is 1.03 / 1.0, and so is the interval.
+        assert!((g.paired_excess.unwrap() - 0.03).abs() < 1e-9, "{g:?}");
+        let (lo, hi) = g.paired_excess_interval.unwrap();
+        assert!(
+            (lo - 0.03).abs() < 1e-9 && (hi - 0.03).abs() < 1e-9,
+            "{g:?}"
+        );
+        // The twin against its first: 1.02 / 0.98 in every repeat.
+        let t = g.twin.as_ref().unwrap();
+        let (lo, hi) = t.paired_gap_interval.unwrap();
+        assert!((lo - (1.02 / 0.98 - 1.0)).abs() < 1e-9 && (hi - lo).abs() < 1e-9);
+        // Repeats that disagree widen it; too few give none.
+        assert_eq!(paired_interval(&[0.01, 0.02, 0.03, 0.04]), None);
+        let spread: Vec<f64> = (0..15).map(|i| -0.1 + 0.02 * f64::from(i)).collect();
+        let (lo, hi) = paired_interval(&spread).unwrap();
+        assert!(lo < 0.0 && 0.0 < hi && hi - lo < 0.2, "{lo} {hi}");
+        assert_eq!(paired_interval(&spread), Some((lo, hi)), "seeded");
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct Report {
     /// The one-line verdict, when the runs allow one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<String>,
+    /// `auto → auto` against the best pair of single paths at each size, with the same
+    /// pair measured twice beside it, as the text report's last table shows them
+    /// ([`crate::measure::pair_gaps`]); empty where the runs have no `auto → auto`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pair_gaps: Vec<crate::measure::PairGap>,
 }
 
 /// The host a report comes from.

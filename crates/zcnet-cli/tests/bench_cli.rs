@@ -185,6 +185,20 @@ fn auto_against_the_best_pair_measures_one_pair_twice_beside_it() {
             .count()
     };
     assert_eq!((cc(""), cc(zcnet_bench::measure::TWIN)), (1, 1));
+    // The pair table is in the JSON too: auto → auto against copy → copy (the only pair of
+    // single paths), with both repeats paired and the twin beside it; two repeats are
+    // too few for an interval.
+    let gaps = &report.pair_gaps;
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let g = &gaps[0];
+    assert_eq!(
+        (g.size, g.best_pair.as_str(), g.auto_runs),
+        (64 << 10, "copy/copy", 2)
+    );
+    assert!(g.paired_excess.is_some_and(f64::is_finite), "{g:?}");
+    assert_eq!((g.excess_interval, g.paired_excess_interval), (None, None));
+    let t = g.twin.as_ref().expect("the twin beside the gap");
+    assert_eq!(t.pair, "copy/copy");
 
     // The table says how far the twin read from its pair, beside the comparison; with
     // `--pin` (2 CPUs or more) the ends run pinned apart and the heading says so.

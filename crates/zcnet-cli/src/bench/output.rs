@@ -344,7 +344,8 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
     }
     let mut s = String::from(
         "\nauto → auto vs the best pair of single paths (worker CPU-s/GiB of both ends, \
-         medians [min–max])\n",
+         medians [min–max]; paired: within each repeat, against every run of the pair \
+         there; 90%: bootstrap interval of the paired figure, whole repeats resampled)\n",
     );
     let _ = writeln!(
         s,
@@ -360,7 +361,7 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
                 t.second.median,
                 100.0 * t.gap,
                 paired(t.paired_gap),
-                interval(t.gap_interval)
+                interval(t.paired_gap_interval.or(t.gap_interval))
             )
         });
         let _ = writeln!(
@@ -374,7 +375,7 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
             format!("{:.3} [{:.3}–{:.3}]", g.best.median, g.best.lo, g.best.hi),
             100.0 * g.excess,
             paired(g.paired_excess),
-            interval(g.excess_interval)
+            interval(g.paired_excess_interval.or(g.excess_interval))
         );
     }
     let within = gaps.iter().filter(|g| g.excess <= 0.05).count();
@@ -383,7 +384,10 @@ pub(crate) fn pair_table(runs: &[zcnet_bench::report::Run]) -> String {
         "auto → auto within 5% of the best pair at {within} of {} points",
         gaps.len()
     );
-    let resolved: Vec<(f64, f64)> = gaps.iter().filter_map(|g| g.excess_interval).collect();
+    let resolved: Vec<(f64, f64)> = gaps
+        .iter()
+        .filter_map(|g| g.paired_excess_interval.or(g.excess_interval))
+        .collect();
     if !resolved.is_empty() {
         let inside = resolved.iter().filter(|(_, hi)| *hi <= 0.05).count();
         let over = resolved.iter().filter(|(lo, _)| *lo > 0.05).count();
@@ -417,7 +421,8 @@ fn paired(x: Option<f64>) -> String {
     x.map_or(String::new(), |x| format!(" (paired {:+.1}%)", 100.0 * x))
 }
 
-/// ` 90% −a..+b%`: a bootstrap interval beside a ratio of medians
+/// ` 90% −a..+b%`: a bootstrap interval — of the paired figure where the runs were paired
+/// by repeat ([`zcnet_bench::measure::paired_interval`]), else of the ratio of medians
 /// ([`zcnet_bench::measure::ratio_interval`]).
 fn interval(x: Option<(f64, f64)>) -> String {
     x.map_or(String::new(), |(lo, hi)| {

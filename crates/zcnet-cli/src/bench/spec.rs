@@ -186,12 +186,14 @@ pub(crate) fn host() -> Host {
 pub(crate) fn make_report(runs: Vec<Run>) -> Report {
     let summary = summarise(&runs);
     let verdict = verdict::judge(&summary, Metric::Workers).map(|v| v.line());
+    let pair_gaps = zcnet_bench::measure::pair_gaps(&runs);
     Report {
         schema: SCHEMA_VERSION,
         host: host(),
         runs,
         summary,
         verdict,
+        pair_gaps,
     }
 }
 

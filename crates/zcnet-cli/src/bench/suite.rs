@@ -1166,6 +1166,7 @@ pub(crate) fn run(name: SuiteName, args: &SuiteOptions) -> Result<(), BenchError
         schema: SCHEMA_VERSION,
         host: super::spec::host(),
         summary: summarise(&runs),
+        pair_gaps: zcnet_bench::measure::pair_gaps(&runs),
         runs,
         verdict: None,
     };

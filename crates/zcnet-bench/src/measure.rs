@@ -674,22 +674,32 @@ mod tests {
         assert_eq!(ratio_interval(&base, &[0.0; 6]), None);
     }
 
-    #[test]
-    fn the_pair_gap_carries_its_interval_and_the_twin_its_resolution() {
+    /// A sitting of `repeats` rounds of `copy → copy`, `auto → auto` and the twin, costing
+    /// `costs` times the round's load `load(repeat)`.
+    fn twin_sitting(repeats: u32, load: impl Fn(u32) -> f64, costs: [f64; 3]) -> Vec<Run> {
         let mut runs = Vec::new();
-        for rep in 0..7u32 {
-            let k = 1.0 + 0.05 * f64::from(rep % 3);
-            for (tx, rx, c, label) in [
-                ("copy", "copy", 0.5, ""),
-                ("auto", "auto", 0.51, ""),
-                ("copy", "copy", 0.5, TWIN),
-            ] {
+        for rep in 0..repeats {
+            let k = load(rep);
+            for ((tx, rx, label), c) in [
+                ("copy", "copy", ""),
+                ("auto", "auto", ""),
+                ("copy", "copy", TWIN),
+            ]
+            .into_iter()
+            .zip(costs)
+            {
                 let mut r = run_with(tx, rx, 16384, c * k / 2.0, c * k / 2.0, 0.0, 0.0);
                 r.repeat = rep;
                 r.label = label.into();
                 runs.push(r);
             }
         }
+        runs
+    }
+
+    #[test]
+    fn the_pair_gap_carries_its_interval_and_the_twin_its_resolution() {
+        let mut runs = twin_sitting(7, |rep| 1.0 + 0.05 * f64::from(rep % 3), [0.5, 0.51, 0.5]);
         let g = &pair_gaps(&runs)[0];
         let (lo, hi) = g.excess_interval.expect("seven runs a row");
         assert!(lo <= 0.02 && (0.02..0.15).contains(&hi), "{g:?}");
@@ -706,20 +716,11 @@ mod tests {
         // Twelve repeats whose load swings every row of a repeat alike between 1× and 2×;
         // within a repeat the best pair reads 2 % under and over its mean in its two runs
         // (first and twin), and `auto` 3 % over that mean.
-        let mut runs = Vec::new();
-        for rep in 0..12u32 {
-            let k = 1.0 + f64::from((rep * 5) % 12) / 11.0;
-            for (tx, rx, c, label) in [
-                ("copy", "copy", 0.98, ""),
-                ("auto", "auto", 1.03, ""),
-                ("copy", "copy", 1.02, TWIN),
-            ] {
-                let mut r = run_with(tx, rx, 16384, c * k / 2.0, c * k / 2.0, 0.0, 0.0);
-                r.repeat = rep;
-                r.label = label.into();
-                runs.push(r);
-            }
-        }
+        let runs = twin_sitting(
+            12,
+            |rep| 1.0 + f64::from((rep * 5) % 12) / 11.0,
+            [0.98, 1.03, 1.02],
+        );
         let g = &pair_gaps(&runs)[0];
         // Each row's runs drawn apart: the drift fills the interval, past 5 % both ways.
         let (lo, hi) = g.excess_interval.unwrap();

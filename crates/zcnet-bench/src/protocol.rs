@@ -21,7 +21,7 @@
 //!                          ◀─────────────  Result{server's report} | Error{reason}
 //! ```
 //!
-//! A UDP message run (`--proto udp`, [`zcnet::msg`](zcnet::msg)) opens with
+//! A UDP message run (`--proto udp`, [`zcnet::msg`]) opens with
 //! `HelloUdp{params, udp}` instead; the data port is then a UDP port, and while messages flow
 //! the server sends `Ack{resolved}` (messages delivered or reported lost so far) on the
 //! control connection: UDP has no flow control of its own, and the client keeps a window of

@@ -14,6 +14,7 @@ use super::histogram::LatencySummary;
 use super::summary::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use zcnet::auto::profile::Spread;
 use zcnet::stats::StatsSnapshot;
 
 /// Version of the `--json` schema; bump on any incompatible change.
@@ -39,9 +40,9 @@ pub struct Report {
     pub verdict: Option<String>,
     /// `auto → auto` against the best pair of single paths at each size, with the same
     /// pair measured twice beside it, as the text report's last table shows them
-    /// ([`crate::measure::pair_gaps`]); empty where the runs have no `auto → auto`.
+    /// (`measure::pair_gaps`); empty where the runs have no `auto → auto`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pair_gaps: Vec<crate::measure::PairGap>,
+    pub pair_gaps: Vec<PairGap>,
 }
 
 /// The host a report comes from.
@@ -759,6 +760,65 @@ impl Derived {
             0.0
         }
     }
+}
+
+/// How `auto → auto` did against the best single pair at one size.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PairGap {
+    /// Operation size.
+    pub size: u64,
+    /// Touch variant.
+    pub touch: bool,
+    /// `auto → auto`'s median cost and its range.
+    pub auto: Spread,
+    /// How many `auto → auto` runs the median is of.
+    pub auto_runs: usize,
+    /// The cheapest pair of single paths at this size ("tx/rx").
+    pub best_pair: String,
+    /// Its median cost and range.
+    pub best: Spread,
+    /// `auto / best − 1` of the medians.
+    pub excess: f64,
+    /// `auto / best − 1` within each repeat, median over the repeats both ran in: the
+    /// repeats are interleaved, so a load that comes and goes over the sitting moves both
+    /// sides of each ratio alike and drops out of it. Where the best pair is also the twin
+    /// ([`TWIN`](crate::measure::TWIN)), a repeat's `best` is the mean of its two runs there: they bracket the
+    /// repeat (first and last), and one run of a pair against itself in a repeat has read
+    /// up to a fifth apart.
+    pub paired_excess: Option<f64>,
+    /// The 90 % interval of `excess` over bootstrap resamples of both rows' runs
+    /// ([`ratio_interval`](crate::measure::ratio_interval)): each row's runs drawn apart, so a drift over the sitting
+    /// that moves every row of a repeat alike counts as noise here.
+    pub excess_interval: Option<(f64, f64)>,
+    /// The 90 % interval of `paired_excess` over bootstrap resamples of the repeats
+    /// ([`paired_interval`](crate::measure::paired_interval)): what the sitting can tell of `auto` against the best pair,
+    /// an interval that straddles one
+    /// says these runs cannot tell which side of it `auto` is on.
+    pub paired_excess_interval: Option<(f64, f64)>,
+    /// The same pair measured twice in this sitting, if it was ([`TWIN`](crate::measure::TWIN)).
+    pub twin: Option<Twin>,
+}
+
+/// One pair measured twice, interleaved, in one sitting: how far identical configurations
+/// read apart, beside which an `auto → auto` gap is read.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Twin {
+    /// The pair ("tx/rx").
+    pub pair: String,
+    /// Its first measurement (the pair's own runs), median and range.
+    pub first: Spread,
+    /// Its second ([`TWIN`](crate::measure::TWIN)-labelled runs).
+    pub second: Spread,
+    /// `second / first − 1` of the medians.
+    pub gap: f64,
+    /// `second / first − 1` within each repeat, median over the repeats.
+    pub paired_gap: Option<f64>,
+    /// The 90 % interval of `gap` over bootstrap resamples ([`ratio_interval`](crate::measure::ratio_interval)): the
+    /// sitting's resolution, measured on a configuration against itself.
+    pub gap_interval: Option<(f64, f64)>,
+    /// The 90 % interval of `paired_gap` over bootstrap resamples of the repeats
+    /// ([`paired_interval`](crate::measure::paired_interval)): the resolution of [`PairGap::paired_excess_interval`].
+    pub paired_gap_interval: Option<(f64, f64)>,
 }
 
 #[cfg(test)]

@@ -283,11 +283,6 @@ fn paired_ratios(runs: &[Run], a: Rows<'_>, b: Rows<'_>, at: (u64, bool)) -> Vec
         .collect()
 }
 
-/// The median of [`paired_ratios`].
-fn paired(runs: &[Run], a: Rows<'_>, b: Rows<'_>, at: (u64, bool)) -> Option<f64> {
-    median(&paired_ratios(runs, a, b, at))
-}
-
 /// For each size and touch variant with `auto → auto` runs and at least one pair of single
 /// paths: `auto → auto`'s median against the cheapest pair's median — the check that `auto`
 /// lands within a few per cent of the best pair it could have been.
@@ -307,6 +302,7 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
         else {
             continue;
         };
+        let ratios = paired_ratios(runs, (tx, rx, &[TWIN]), (tx, rx, &[""]), (size, touch));
         twins.insert(
             (size, touch),
             Twin {
@@ -318,14 +314,9 @@ pub fn pair_gaps(runs: &[Run]) -> Vec<PairGap> {
                 } else {
                     0.0
                 },
-                paired_gap: paired(runs, (tx, rx, &[TWIN]), (tx, rx, &[""]), (size, touch)),
+                paired_gap: median(&ratios),
                 gap_interval: g.get(&key).and_then(|e| ratio_interval(&costs, &e.costs)),
-                paired_gap_interval: paired_interval(&paired_ratios(
-                    runs,
-                    (tx, rx, &[TWIN]),
-                    (tx, rx, &[""]),
-                    (size, touch),
-                )),
+                paired_gap_interval: paired_interval(&ratios),
             },
         );
     }

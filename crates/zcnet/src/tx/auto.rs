@@ -97,12 +97,7 @@ pub(crate) struct AutoTx {
     /// The run-time cost check per kind (buf, slice): the wanted path against copy, in
     /// this thread's CPU per byte on this connection.
     cost: [CostCheck<TxPath>; 2],
-    /// No path but copy was set up (no profile, or one that measured copy cheapest at every
-    /// size): hysteresis, demotion and the cost check never act on copy, so an operation
-    /// only counts its decision ([`AutoTx::count_copy_only`]). Summing the thirty counters
-    /// per operation and stepping through the rest cost a copying sender without a profile
-    /// about 2 % of its CPU at 16 KiB on loopback (sampled with `perf`).
-    copy_only: bool,
+    /// The remembered decisions of a copy-only stream ([`AutoTx::count_copy_only`]).
     copy_memo: [CopyMemo; 2],
 }
 
@@ -156,7 +151,6 @@ impl AutoTx {
         let uring = buf_chooser
             .may_want(TxPath::Uring)
             .then(|| UringTx::new(s.pool, policy, s.timeout, s.stats));
-        let copy_only = zc.is_none() && uring.is_none();
         AutoTx {
             copy: CopyTx { timeout: s.timeout },
             zc,
@@ -171,16 +165,19 @@ impl AutoTx {
             zc_ok: s.zc_ok,
             memo: [None, None],
             cost: [CostCheck::new(TxPath::Copy), CostCheck::new(TxPath::Copy)],
-            copy_only,
             copy_memo: [None, None],
         }
     }
 
-    /// For a copy-only stream ([`AutoTx::copy_only`]): counts the decision for an
-    /// operation of `len` bytes at `addr` as [`AutoTx::decide`] would, and says whether it
-    /// is copy (else the caller decides in full).
+    /// For a stream with no path but copy set up (no profile, or one that measured copy
+    /// cheapest at every size — neither sub-path exists, and none is made later): counts the
+    /// decision for an operation of `len` bytes at `addr` as [`AutoTx::decide`] would, and
+    /// says whether it is copy (else the caller decides in full). Hysteresis, demotion and
+    /// the cost check never act on copy; summing the thirty counters per operation and
+    /// stepping through the rest cost a copying sender without a profile about 2 % of its
+    /// CPU at 16 KiB on loopback (sampled with `perf`).
     fn count_copy_only(&mut self, len: usize, addr: usize, slice: bool, stats: &Stats) -> bool {
-        if !self.copy_only {
+        if self.zc.is_some() || self.uring.is_some() {
             return false;
         }
         let key = (len, addr.is_multiple_of(page_size()));

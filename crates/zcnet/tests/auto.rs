@@ -680,13 +680,16 @@ fn a_receiver_without_a_profile_reads_its_zcnet_senders_clock_and_no_one_elses()
 }
 
 /// A process remembers what its receive trials dropped as clear losers, per route and
-/// sender op size (`zcnet::auto::memory`) once two trials in a row dropped them: the third
-/// connection from the same zcnet sender does not measure them again. Which candidates
-/// lose is the clock's business (speed is not asserted); that the second trial skipped
-/// nothing and the third what both dropped — read off the window counts: 12 with none
-/// dropped, 10 with one, 6 with both — is not. Every byte of the connections is verified.
+/// sender op size (`zcnet::auto::memory`) once two trials in a row dropped them: the next
+/// connection from the same zcnet sender that runs a trial does not measure them again.
+/// And once two trials have measured the route, the next connections (three) take the
+/// path their pooled rounds found cheapest without a trial. Which candidates lose, and which path is kept, is the clock's business (speed
+/// is not asserted); that the second trial skipped nothing, that the connections
+/// after two trials run none, and that the next trial skipped what both dropped — read
+/// off the window counts: 12 with none dropped, 10 with one, 6 with both — is not. Every
+/// byte of the connections is verified.
 #[test]
-fn a_third_connection_skips_what_two_trials_in_a_row_dropped() {
+fn later_connections_skip_what_two_trials_in_a_row_dropped_or_kept() {
     if tempfile::tempdir_in("/dev/shm").is_err()
         || !std::path::Path::new("/proc/thread-self/schedstat").exists()
         || std::env::var("ZCNET_PEER_CLOCK").is_ok()
@@ -706,11 +709,17 @@ fn a_third_connection_skips_what_two_trials_in_a_row_dropped() {
         c
     };
     // 48 KiB sends: a size class no other test in this process sends on loopback.
-    // What a trial that skipped nothing dropped, from its window count (`None`: it skipped).
-    let trial = || {
+    let connection = || {
         let (_, s) = auto_receive_on(Topo::Loopback, cfg(), 48 << 20, Some(48 << 10));
         let a = s.auto_rx;
-        assert_eq!((a.peer_clock, a.trial_picks), (1, 1), "{a:?}");
+        assert_eq!(a.peer_clock, 1, "{a:?}");
+        a
+    };
+    // What a trial that skipped nothing dropped, from its window count, and what it kept.
+    let trial = || {
+        let a = connection();
+        assert_eq!((a.trial_picks, a.trial_skipped_verdict), (1, 0), "{a:?}");
+        let kept = (a.trial_kept_copy, a.trial_picked_uring, a.trial_picked_mmap);
         let dropped =
             (a.trial_skipped_remembered == 0).then(|| match a.trial_next + a.trial_picks {
                 12 => 0,
@@ -720,19 +729,34 @@ fn a_third_connection_skips_what_two_trials_in_a_row_dropped() {
                     panic!("a trial of copy, uring and mmap in four rounds took {w} windows: {a:?}")
                 }
             });
-        (dropped, a)
+        (dropped, kept, a)
     };
-    // One trial's drop is not enough: the second connection measures every candidate.
-    let (d1, a1) = trial();
-    let (d2, a2) = trial();
+    // One trial's drop, or pick, is not enough: the second connection measures every
+    // candidate.
+    let (d1, k1, a1) = trial();
+    let (d2, k2, a2) = trial();
     let (Some(d1), Some(d2)) = (d1, d2) else {
         panic!("skipped before a second trial confirmed: {a1:?} then {a2:?}");
     };
-    // The third skips what both dropped: as many as the fewer of the two dropped, or (one
-    // each) one or none, as they dropped the same candidate or not.
-    let (_, a3) = trial();
+    // Two trials measured the key: the next three connections take the verdict of their
+    // pooled rounds without a trial of their own.
+    let verdicts = 3;
+    for i in 0..verdicts {
+        let a = connection();
+        assert_eq!(
+            (a.trial_skipped_verdict, a.trial_picks, a.trial_next),
+            (1, 0, 0),
+            "connection {i} after two trials that kept {k1:?} and {k2:?}: {a:?}"
+        );
+    }
+    // The next trial skips what both dropped: as many as the fewer of the two dropped, or
+    // (one each) one or none, as they dropped the same candidate or not.
+    let (_, _, a3) = trial();
     let skipped = a3.trial_skipped_remembered;
-    eprintln!("the trials dropped {d1} and {d2}; the third skipped {skipped}");
+    eprintln!(
+        "the trials dropped {d1} and {d2} and kept {k1:?} and {k2:?}; {verdicts} connections \
+         took the verdict; the next trial skipped {skipped}"
+    );
     let possible = match (d1.min(d2), d1.max(d2)) {
         (1, 1) => vec![0, 1],
         (lo, _) => vec![lo],

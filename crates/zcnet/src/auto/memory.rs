@@ -1,16 +1,15 @@
-//! What this process's receive trials found not worth measuring again: the candidates a
-//! trial dropped as clear losers ([`super::trial`]: dearer than copy by more than a quarter
-//! in each of its first two rounds) on a route and a sender op size, remembered for
-//! [`TTL`], so that the next connection on that route does not pay their windows again.
+//! What this process's receive trials found, remembered so that the next connection on the
+//! same route does not pay for it again: the candidates a trial dropped as clear losers
+//! ([`super::trial`]: dearer than copy by more than a quarter in each of its first two
+//! rounds), and the path trials in a row kept ([`Memory::verdict`]), each on a route and a
+//! sender op size, for [`TTL`].
 //!
 //! Why: without a profile every connection runs a trial, and on loopback at 16 KiB the
 //! mapping receiver, mapping nothing from a copying sender, ran 2.4× copy in its windows —
 //! about 3–6 % of a 1-second transfer before it was dropped, on every connection
 //! (`docs/measurements/auto.md`). A server taking connection after connection from the same
-//! peer learns that once. Only the clear losers are kept: a candidate the trial kept, or
-//! judged within noise of copy, is measured again by the next connection, since which one
-//! wins changes from sitting to sitting; and a loser is measured again once [`TTL`] has
-//! passed, as the kernel's TCP metrics forget a route's figures.
+//! peer learns that once. A loser is measured again once [`TTL`] has passed, as the kernel's
+//! TCP metrics forget a route's figures.
 //!
 //! Keyed by both ends' addresses (not ports), the sender's bytes per send call, rounded
 //! to a power of two, and the sender's transmit path: which receive path pays depends on
@@ -28,6 +27,21 @@
 //! `docs/measurements/auto.md`). On loopback at 16 KiB, where every trial drops both
 //! candidates, the second connection confirms and the third skips them.
 //!
+//! A *verdict* — the path the trials on a key found cheapest — is taken without a trial once
+//! [`CONFIRM`] trials have measured the key, and then stands for at most [`REUSES`]
+//! connections before the next one measures again. It is not the last trial's pick but
+//! its rule ([`super::trial::pick_from`]) over the paired rounds of the last trials pooled
+//! ([`POOL_ROUNDS`] per candidate): one trial's four rounds are a noisy verdict — over veth
+//! at 16 KiB eight trials in one sitting kept `mmap` four times, `uring` three times and
+//! copy once, where the bench put `copy → mmap` 12 % under `copy → copy` and `uring →
+//! uring` 2 % — and a dozen rounds say more than any four. The next trial's rounds join
+//! the pool, so a verdict that went stale (which path wins changes from sitting to sitting)
+//! is outvoted within a few trials. Why at all: a trial is a fixed 240 MiB per connection,
+//! two thirds of it on candidates — over veth at 16 KiB about 40 % of a 1-second transfer —
+//! so each connection that takes a verdict at once spends its bytes on the path the trials
+//! found cheapest. A connection that takes one other than copy still has the run-time
+//! check, on both ends' clocks, against copy.
+//!
 //! On by default ([`crate::ReceiverConfig::trial_memory`], `ZCNET_TRIAL_MEMORY=off` turns
 //! it off) since drops must be confirmed: over veth at 16 KiB the confirmed memory skipped
 //! `uring` (never the mapping receiver) in 9 of 15 connections per sender, and `auto →
@@ -44,7 +58,21 @@ use std::time::{Duration, Instant};
 pub(crate) const TTL: Duration = Duration::from_secs(600);
 /// Trials in a row on a key that must drop a candidate before the next ones skip it.
 pub(crate) const CONFIRM: u32 = 2;
-/// Remembered (route, size, path) entries at most; the oldest goes first.
+/// Connections that take a verdict at once before the next one measures again (once
+/// [`CONFIRM`] trials have measured the key, three in four connections skip their trial).
+pub(crate) const REUSES: u32 = 3;
+/// Paired rounds per candidate a key's verdict is drawn from: the last three trials'.
+pub(crate) const POOL_ROUNDS: usize = 12;
+/// How much cheaper than copy, by the median of the pooled rounds, a candidate must be for
+/// a verdict to take it: less than a trial's own margin ([`super::cost::MARGIN`]), as a
+/// dozen paired rounds are firmer evidence than four, and a verdict that takes a path no
+/// cheaper than copy costs the connection at most this much before the run-time check.
+/// Over veth at 16 KiB single trials' medians for the mapping receiver spread 0.68–1.42
+/// where the bench put `copy → mmap` 8–12 % under `copy → copy`: a 5 % bar on top of that
+/// noise kept copy in pools whose rounds leaned `mmap`'s way.
+pub(crate) const POOL_MARGIN: f64 = 0.02;
+/// Remembered (route, size, path) entries at most, and verdicts at most; the oldest goes
+/// first.
 const CAPACITY: usize = 256;
 
 /// A route, the sender's op size class and its transmit path.
@@ -82,14 +110,28 @@ struct Dropped {
     at: Instant,
 }
 
+/// What the trials on one key measured: each candidate's last [`POOL_ROUNDS`] paired
+/// ratios to copy, how many trials, how many connections have taken the verdict since the
+/// last one, and when that was.
+#[derive(Debug, Clone)]
+struct Pool {
+    key: Key,
+    rounds: Vec<(RxPath, Vec<f64>)>,
+    trials: u32,
+    taken: u32,
+    at: Instant,
+}
+
 /// A process's memory (one static instance; tests make their own).
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     losers: Mutex<Vec<Dropped>>,
+    verdicts: Mutex<Vec<Pool>>,
 }
 
 static MEMORY: Memory = Memory {
     losers: Mutex::new(Vec::new()),
+    verdicts: Mutex::new(Vec::new()),
 };
 
 /// This process's memory, for a receiver that asked for it (`asked`:
@@ -149,6 +191,77 @@ impl Memory {
         }
         if m.len() > CAPACITY {
             m.sort_by_key(|d| std::cmp::Reverse(d.at));
+            m.truncate(CAPACITY);
+        }
+    }
+
+    /// The path a connection on `key` takes at `now` without a trial, if any: once
+    /// [`CONFIRM`] trials have measured the key, and fewer than [`REUSES`] connections took
+    /// a verdict since the last (this one is counted), what [`super::trial::pick_from`]
+    /// keeps over their pooled rounds with `margin`, among `here` — the candidates this
+    /// receiver could set up. `None`: the connection runs its trial.
+    pub(crate) fn verdict(
+        &self,
+        key: Key,
+        here: &[RxPath],
+        margin: f64,
+        now: Instant,
+    ) -> Option<RxPath> {
+        let mut m = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|v| now.saturating_duration_since(v.at) < TTL);
+        let v = m.iter_mut().find(|v| v.key == key)?;
+        if v.trials < CONFIRM || v.taken >= REUSES {
+            return None;
+        }
+        v.taken += 1;
+        let rounds: Vec<(RxPath, Vec<f64>)> = v
+            .rounds
+            .iter()
+            .filter(|(p, _)| here.contains(p))
+            .cloned()
+            .collect();
+        Some(super::trial::pick_from(&rounds, margin))
+    }
+
+    /// A trial on `key` ended at `now` with `rounds` — each candidate's paired ratios to
+    /// copy ([`super::trial::Trial::rounds`]): pooled with the last trials' (each
+    /// candidate's newest [`POOL_ROUNDS`] kept), and the connections taking the verdict
+    /// counted from none again.
+    pub(crate) fn remember_rounds(&self, key: Key, rounds: &[(RxPath, Vec<f64>)], now: Instant) {
+        let mut m = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|v| now.saturating_duration_since(v.at) < TTL);
+        let i = match m.iter().position(|v| v.key == key) {
+            Some(i) => i,
+            None => {
+                m.push(Pool {
+                    key,
+                    rounds: Vec::new(),
+                    trials: 0,
+                    taken: 0,
+                    at: now,
+                });
+                m.len() - 1
+            }
+        };
+        let v = &mut m[i];
+        for (path, new) in rounds {
+            let i = match v.rounds.iter().position(|(p, _)| p == path) {
+                Some(i) => i,
+                None => {
+                    v.rounds.push((*path, Vec::new()));
+                    v.rounds.len() - 1
+                }
+            };
+            let pooled = &mut v.rounds[i].1;
+            pooled.extend_from_slice(new);
+            let extra = pooled.len().saturating_sub(POOL_ROUNDS);
+            pooled.drain(..extra);
+        }
+        v.trials = v.trials.saturating_add(1);
+        v.taken = 0;
+        v.at = now;
+        if m.len() > CAPACITY {
+            m.sort_by_key(|v| std::cmp::Reverse(v.at));
             m.truncate(CAPACITY);
         }
     }
@@ -261,6 +374,64 @@ mod tests {
             ..newest
         };
         assert!(m.losers(oldest, t0).is_empty());
+    }
+
+    #[test]
+    fn a_verdict_is_drawn_from_the_pooled_rounds_of_the_last_trials() {
+        let m = Memory::default();
+        let t0 = Instant::now();
+        let veth = Key::new(ip("10.0.0.1"), ip("10.0.0.2"), 16 << 10, COPY);
+        let here = [RxPath::Mmap, RxPath::Uring];
+        let v = |m: &Memory, here: &[RxPath]| m.verdict(veth, here, 0.05, t0);
+        let trial = |uring: [f64; 4], mmap: [f64; 4]| {
+            [
+                (RxPath::Uring, uring.to_vec()),
+                (RxPath::Mmap, mmap.to_vec()),
+            ]
+        };
+        // Nothing measured yet, then one trial (whose own rounds put uring first): not
+        // enough.
+        assert_eq!(v(&m, &here), None);
+        m.remember_rounds(
+            veth,
+            &trial([0.8, 0.85, 0.9, 0.8], [0.9, 0.88, 0.9, 0.92]),
+            t0,
+        );
+        assert_eq!(v(&m, &here), None, "one trial");
+        // A second trial in which uring is level with copy: pooled, mmap's 10 % holds and
+        // uring's median is past the margin — mmap, where the first trial kept uring.
+        m.remember_rounds(
+            veth,
+            &trial([1.0, 1.02, 0.99, 1.0], [0.89, 0.9, 0.93, 0.9]),
+            t0,
+        );
+        for i in 0..REUSES {
+            assert_eq!(v(&m, &here), Some(RxPath::Mmap), "connection {i}");
+        }
+        assert_eq!(v(&m, &here), None, "the next one measures again");
+        // That trial finds both level with copy; the pool keeps twelve rounds per
+        // candidate, so one such trial does not yet outvote the mmap rounds before...
+        m.remember_rounds(veth, &trial([1.0; 4], [1.0; 4]), t0);
+        assert_eq!(v(&m, &here), Some(RxPath::Mmap));
+        assert_eq!(v(&m, &here), Some(RxPath::Mmap));
+        assert_eq!(v(&m, &here), Some(RxPath::Mmap));
+        m.remember_rounds(veth, &trial([1.0; 4], [1.0; 4]), t0);
+        // ...and two do: the first trial's rounds have left the pool.
+        assert_eq!(v(&m, &here), Some(RxPath::Copy));
+        m.remember_rounds(veth, &trial([1.0; 4], [1.0; 4]), t0);
+        assert_eq!(v(&m, &here), Some(RxPath::Copy));
+        // A receiver that could set up only uring is given copy (uring is no cheaper);
+        // another route, op size or sender path has no verdict; after the TTL it is gone.
+        m.remember_rounds(veth, &trial([1.0; 4], [0.8; 4]), t0);
+        assert_eq!(v(&m, &here), Some(RxPath::Copy), "one trial in three");
+        m.remember_rounds(veth, &trial([1.0; 4], [0.8; 4]), t0);
+        assert_eq!(v(&m, &here), Some(RxPath::Mmap), "two in three");
+        assert_eq!(v(&m, &[RxPath::Uring]), Some(RxPath::Copy));
+        let other = Key::new(ip("10.0.0.1"), ip("10.0.0.2"), 256 << 10, COPY);
+        assert_eq!(m.verdict(other, &here, 0.05, t0), None);
+        let uring = Key::new(ip("10.0.0.1"), ip("10.0.0.2"), 16 << 10, URING);
+        assert_eq!(m.verdict(uring, &here, 0.05, t0), None);
+        assert_eq!(m.verdict(veth, &here, 0.05, t0 + TTL), None, "expired");
     }
 
     /// Senders on different transmit paths keep separate memories on one route: a copy

@@ -202,11 +202,16 @@ pub struct AutoStats {
     pub trial_rated_mmap: u64,
     /// As `trial_ratio_uring_permille`, for `mmap`.
     pub trial_ratio_mmap_permille: u64,
+    /// Receivers that ran no trial: [`memory::CONFIRM`] trials or more had measured the
+    /// same route and sender op size, and the path their pooled rounds found cheapest was
+    /// taken at once ([`memory::Memory::verdict`]; at most [`memory::REUSES`] connections
+    /// per trial).
+    pub trial_skipped_verdict: u64,
 }
 
 impl AutoStats {
     /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 30;
+    pub const LEN: usize = 31;
 
     /// The counters in declaration order, for atomic storage in `Stats`.
     pub fn to_array(&self) -> [u64; Self::LEN] {
@@ -241,6 +246,7 @@ impl AutoStats {
             self.trial_ratio_uring_permille,
             self.trial_rated_mmap,
             self.trial_ratio_mmap_permille,
+            self.trial_skipped_verdict,
         ]
     }
 
@@ -277,6 +283,7 @@ impl AutoStats {
             trial_ratio_uring_permille: a[27],
             trial_rated_mmap: a[28],
             trial_ratio_mmap_permille: a[29],
+            trial_skipped_verdict: a[30],
         }
     }
 
@@ -346,7 +353,7 @@ mod tests {
         let s = AutoStats::from_array(a);
         assert_eq!(s.to_array(), a);
         assert_eq!(
-            (s.decisions, s.trial_ratio_mmap_permille),
+            (s.decisions, s.trial_skipped_verdict),
             (1, AutoStats::LEN as u64)
         );
         let mut t = s;

@@ -312,19 +312,22 @@ impl<P: AutoPath> Trial<P> {
             .collect()
     }
 
+    /// Per candidate (in trial order), its cost over copy's in each round where both clocks
+    /// moved: what [`Trial::ratios`] takes the median of, for a memory that pools the
+    /// rounds of several trials ([`super::memory`]).
+    pub fn rounds(&self) -> Vec<(P, Vec<f64>)> {
+        (1..self.arms.len())
+            .map(|a| (self.arms[a], self.paired(a)))
+            .collect()
+    }
+
     /// The candidate with the lowest median ratio if it beats copy by the margin, else copy;
     /// ties go to the earlier candidate. With a favoured candidate
     /// ([`Trial::favouring`]) the bar is that one instead of copy, as long as it is not
     /// dearer than copy by more than its tolerance.
     fn decide(&self) -> P {
         let ratios = self.ratios();
-        let best = ratios.iter().filter_map(|&(p, r)| r.map(|r| (p, r))).fold(
-            None::<(P, f64)>,
-            |best, (p, r)| match best {
-                Some((_, b)) if b <= r => best,
-                _ => Some((p, r)),
-            },
-        );
+        let best = cheapest(&ratios);
         let favoured = self.favoured.and_then(|(f, within)| {
             ratios
                 .iter()
@@ -339,6 +342,29 @@ impl<P: AutoPath> Trial<P> {
             (_, Some((f, _))) => f,
             _ => P::DEFAULT,
         }
+    }
+}
+
+/// The candidate with the lowest ratio to copy among `ratios` (ties to the earlier one),
+/// and that ratio; `None` where none was measured.
+fn cheapest<P: Copy>(ratios: &[(P, Option<f64>)]) -> Option<(P, f64)> {
+    ratios
+        .iter()
+        .filter_map(|&(p, r)| r.map(|r| (p, r)))
+        .fold(None, |best, (p, r)| match best {
+            Some((_, b)) if b <= r => best,
+            _ => Some((p, r)),
+        })
+}
+
+/// What a trial without a favoured candidate keeps, from each candidate's per-round ratios
+/// to copy (pooled over several trials or not): the one with the lowest median if it beats
+/// copy by `margin`, else copy — [`Trial`]'s own rule.
+pub fn pick_from<P: AutoPath>(rounds: &[(P, Vec<f64>)], margin: f64) -> P {
+    let ratios: Vec<(P, Option<f64>)> = rounds.iter().map(|(p, r)| (*p, median(r))).collect();
+    match cheapest(&ratios) {
+        Some((p, r)) if r * (1.0 + margin) < 1.0 => p,
+        _ => P::DEFAULT,
     }
 }
 
@@ -404,6 +430,38 @@ mod tests {
         assert_eq!(p, RxPath::Mmap);
         let (p, ..) = drive(|p, _| if p == RxPath::Uring { 0.7 } else { 1.0 });
         assert_eq!(p, RxPath::Uring);
+    }
+
+    #[test]
+    fn the_rule_over_a_trials_rounds_is_the_trials_own() {
+        for cost in [
+            [1.0, 0.9, 0.8],
+            [1.0, 0.7, 1.0],
+            [1.0, 0.98, 1.0],
+            [1.0, 1.3, 1.3],
+        ] {
+            let (p, .., t) = drive(|p, r| match p {
+                RxPath::Uring => cost[1] + 0.01 * r as f64,
+                RxPath::Mmap => cost[2],
+                _ => cost[0],
+            });
+            let rounds = t.rounds();
+            assert_eq!(rounds.len(), 2);
+            assert_eq!(pick_from(&rounds, 0.05), p, "{cost:?}: {rounds:?}");
+        }
+        // Pooled rounds: one trial's lucky rounds outvoted by the others'.
+        let pooled = [
+            (
+                RxPath::Uring,
+                vec![0.8, 0.8, 1.0, 1.02, 1.0, 0.99, 1.01, 1.0],
+            ),
+            (
+                RxPath::Mmap,
+                vec![0.9, 0.92, 0.88, 0.9, 0.91, 0.9, 0.87, 0.9],
+            ),
+        ];
+        assert_eq!(pick_from(&pooled, 0.05), RxPath::Mmap);
+        assert_eq!(pick_from::<RxPath>(&[], 0.05), RxPath::Copy);
     }
 
     #[test]

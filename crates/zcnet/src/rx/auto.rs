@@ -238,11 +238,34 @@ fn cost_check_within(window: u64, margin: f64) -> CostCheck<RxPath> {
 
 impl Judge {
     /// Starts the pending trial, without the candidates remembered as clear losers on `key`
-    /// (counted); with none left, copy is kept at once.
+    /// (counted); with none left, copy is kept at once. Where the trials before on `key`
+    /// reached a verdict ([`crate::auto::memory::Memory::verdict`]), no trial: that path
+    /// is taken at once (counted), under the run-time check.
     fn start_trial(&mut self, key: Option<crate::auto::memory::Key>, delta: &mut AutoStats) {
         let Some(candidates) = self.pending.take() else {
             return;
         };
+        self.key = key;
+        if let Some(p) = key.zip(self.memory).and_then(|(k, m)| {
+            m.verdict(
+                k,
+                &candidates,
+                crate::auto::memory::POOL_MARGIN,
+                std::time::Instant::now(),
+            )
+        }) {
+            // The trials before this connection on the route found `p` cheapest, pooled:
+            // taken without one, and judged as a trial's pick would be — the check's first
+            // look as far off (each look runs two windows on copy), leaving it as hard. A
+            // verdict gone stale costs at most that gap: the next trial is never more than
+            // `REUSES` connections away.
+            delta.trial_skipped_verdict += 1;
+            self.wanted = p;
+            self.check = cost_check_within(self.window, crate::auto::cost::MARGIN)
+                .confirm(TRIAL_PICK_CONFIRM)
+                .as_if_good(TRIAL_ROUNDS as u32);
+            return;
+        }
         let skip = match (key, self.memory) {
             (Some(k), Some(m)) => m.losers(k, std::time::Instant::now()),
             _ => Vec::new(),
@@ -260,7 +283,6 @@ impl Judge {
             delta.trial_kept_copy += 1;
             self.wanted = p;
         }
-        self.key = key;
         self.trial = Some(t);
     }
 
@@ -310,7 +332,9 @@ impl Judge {
                 Step::Pick(p) => {
                     let margin = t.margin_for(p);
                     if let (Some(k), Some(m)) = (key, memory) {
-                        m.remember(k, t.candidates(), &t.dropped(), std::time::Instant::now());
+                        let now = std::time::Instant::now();
+                        m.remember(k, t.candidates(), &t.dropped(), now);
+                        m.remember_rounds(k, &t.rounds(), now);
                     }
                     delta.trial_picks += 1;
                     delta.rate_trial(&t.ratios());
@@ -1231,7 +1255,19 @@ mod tests {
             vec![RxPath::Mmap]
         );
 
-        // The third connection on the route, sender writing the same size: mmap skipped.
+        // Both trials kept copy: the connections after take it without a trial.
+        for _ in 0..crate::auto::memory::REUSES {
+            let mut j = pending_judge(memory);
+            let mut d = AutoStats::default();
+            j.start_trial(Some(lo(16 << 10)), &mut d);
+            assert_eq!(
+                (d.trial_skipped_verdict, d.trial_skipped_remembered),
+                (1, 0)
+            );
+        }
+
+        // The next connection on the route that measures again, sender writing the same
+        // size: mmap skipped.
         let mut j = pending_judge(memory);
         let mut d = AutoStats::default();
         j.start_trial(Some(lo(16 << 10)), &mut d);
@@ -1256,18 +1292,17 @@ mod tests {
         }
 
         // Both candidates remembered (trials of uring alone, mmap skipped, dropping it):
-        // copy is kept at once, counted as the trial's verdict.
-        for _ in 0..crate::auto::memory::CONFIRM {
-            memory.remember(
-                lo(16 << 10),
-                &[RxPath::Uring],
-                &[RxPath::Uring],
-                Instant::now(),
-            );
+        // copy is kept at once, counted as the trial's verdict. (A `uring` sender's key:
+        // on the copy sender's, copy is now the verdict that the trials kept.)
+        let lo_uring = Key::new([127, 0, 0, 1].into(), [127, 0, 0, 1].into(), 16 << 10, 3);
+        for dropped in [&[RxPath::Mmap][..], &[RxPath::Uring]] {
+            for _ in 0..crate::auto::memory::CONFIRM {
+                memory.remember(lo_uring, dropped, dropped, Instant::now());
+            }
         }
         let mut j = pending_judge(memory);
         let mut d = AutoStats::default();
-        j.start_trial(Some(lo(16 << 10)), &mut d);
+        j.start_trial(Some(lo_uring), &mut d);
         assert_eq!(
             (d.trial_skipped_remembered, d.trial_picks, d.trial_kept_copy),
             (2, 1, 1)
@@ -1275,6 +1310,52 @@ mod tests {
         let (paths, a) = drive(&mut j, 4 * WINDOW, cost);
         assert!(paths.iter().all(|p| *p == RxPath::Copy));
         assert_eq!(a.trial_next + a.trial_picks, 0, "{a:?}");
+    }
+
+    #[test]
+    fn the_verdict_of_the_trials_before_is_taken_without_a_trial_and_still_checked() {
+        use crate::auto::memory::{Key, Memory, CONFIRM, REUSES};
+        let memory: &'static Memory = Box::leak(Box::default());
+        let veth = Key::new([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 16 << 10, 1);
+        // mmap 20 % under copy, uring level with it.
+        let cost = |p: RxPath, _| if p == RxPath::Mmap { 8 } else { 10 };
+        let connection = |cost: &dyn Fn(RxPath, u64) -> u64, bytes| {
+            let mut j = pending_judge(memory);
+            let mut d = AutoStats::default();
+            j.start_trial(Some(veth), &mut d);
+            let (paths, a) = drive(&mut j, bytes, cost);
+            (d.trial_skipped_verdict, paths, a)
+        };
+        // Trials until the key has a verdict, each measuring every arm.
+        for i in 0..CONFIRM {
+            let (skipped, paths, a) = connection(&cost, TRIAL_BYTES);
+            assert_eq!((skipped, a.trial_picked_mmap), (0, 1), "trial {i}: {a:?}");
+            assert!(paths.contains(&RxPath::Uring), "trial {i}");
+        }
+        // Then REUSES connections take mmap from their first byte, with no trial.
+        for i in 0..REUSES {
+            let (skipped, paths, a) = connection(&cost, TRIAL_BYTES);
+            assert_eq!(skipped, 1, "connection {i}");
+            assert_eq!(a.trial_next + a.trial_picks, 0, "no trial: {a:?}");
+            assert_eq!(paths[0], RxPath::Mmap);
+            assert!(!paths.contains(&RxPath::Uring), "connection {i}");
+            let mmap = paths.iter().filter(|p| **p == RxPath::Mmap).count();
+            assert!(
+                mmap * 10 >= paths.len() * 9,
+                "mostly mmap: {mmap}/{}",
+                paths.len()
+            );
+        }
+        // The next connection measures again (and keeps mmap again).
+        let (skipped, _, a) = connection(&cost, TRIAL_BYTES);
+        assert_eq!((skipped, a.trial_picked_mmap), (0, 1), "{a:?}");
+        // A connection that takes it where mmap has turned dear leaves it for copy: the
+        // check holds for a remembered verdict as for a trial's pick.
+        let dear = |p: RxPath, _| if p == RxPath::Mmap { 20 } else { 10 };
+        let (skipped, paths, a) = connection(&dear, 128 * WINDOW);
+        assert_eq!(skipped, 1);
+        assert!(a.cost_costlier >= 1 && a.fallback_costlier > 0, "{a:?}");
+        assert_eq!(*paths.last().unwrap(), RxPath::Copy);
     }
 
     #[test]

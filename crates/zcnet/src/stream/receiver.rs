@@ -63,11 +63,12 @@ pub struct ReceiverConfig {
     /// [`crate::auto::cost::WINDOW_BYTES`]): smaller windows react sooner and measure
     /// noisier.
     pub cost_window: u64,
-    /// Whether an `auto` receive trial (without a profile) skips the candidates earlier
-    /// trials in this process dropped as clear losers on the same route and sender op size,
-    /// and adds its own ([`crate::auto::memory`]): a candidate two trials in a row dropped
-    /// is skipped for ten minutes. On by default; `ZCNET_TRIAL_MEMORY=on` / `off` overrides
-    /// it for every receiver.
+    /// Whether an `auto` receive trial (without a profile) uses what earlier trials in this
+    /// process measured on the same route and sender op size, and adds its own
+    /// ([`crate::auto::memory`]): a candidate two trials in a row dropped as a clear loser
+    /// is skipped for ten minutes, and once two trials have measured the route, three
+    /// connections in four run no trial and take the path the pooled rounds found cheapest.
+    /// On by default; `ZCNET_TRIAL_MEMORY=on` / `off` overrides it for every receiver.
     pub trial_memory: bool,
 }
 

@@ -532,18 +532,31 @@ fn dropping_a_stalled_sender_aborts_and_unprotects() {
 /// kernel drops it without `UFFD_FEATURE_EVENT_FORK`), so its writes neither block nor
 /// fault to the parent's handler, and — being ordinary copy-on-write after fork — do not
 /// reach the parent's memory or the wire. The parent's own writes are still copied.
+///
+/// The receiver reads nothing until the child has run, so the buffer is in flight for the
+/// whole fork: reading from the start, a loaded machine (two test runs at once) once let
+/// it drain and the completion lift the protection before the first check.
 #[test]
 fn fork_with_a_buffer_in_flight() {
     if !engine_or_skip() {
         return;
     }
     const LEN: usize = 1 << 20;
-    let (sent, s) = run(Topo::Loopback, RxPath::Copy, |tx| {
+    let listener = listen(Topo::Loopback, &slow_receiver_config(RxPath::Copy));
+    let port = listener.local_addr().unwrap().port();
+    let forked = Barrier::new(2);
+    let (sent, s) = std::thread::scope(|sc| {
+        let r = sc.spawn(|| {
+            let mut rx = listener.accept().unwrap();
+            forked.wait(); // do not read until the child has run
+            recv_slowly(&mut rx, 256 << 10)
+        });
+        let mut tx = connect(Topo::Loopback, port, &cow_config());
         let mut store = vec![0u8; LEN + PAGE];
         let b = window(&mut store, 0, LEN);
         b.copy_from_slice(pattern(0, LEN));
         tx.send_slice(b).unwrap();
-        assert!(cow::is_protected(b));
+        let protected = cow::is_protected(b);
         // The child only writes memory (plain copy-on-write after fork), then exits.
         let code = fork_and_run(std::time::Duration::from_secs(20), || {
             b.fill(0xCC);
@@ -552,8 +565,10 @@ fn fork_with_a_buffer_in_flight() {
             } else {
                 1
             }
-        })
-        .expect("the forked child hung or died writing the protected buffer");
+        });
+        forked.wait(); // before any assertion: a failing one must not leave the reader waiting
+        assert!(protected, "in flight: the receiver had not read");
+        let code = code.expect("the forked child hung or died writing the protected buffer");
         assert_eq!(code, 0, "the child could not write its copy of the buffer");
         assert_eq!(
             &b[..16],
@@ -564,7 +579,10 @@ fn fork_with_a_buffer_in_flight() {
         b.copy_from_slice(pattern(LEN as u64, LEN));
         tx.send_slice(b).unwrap();
         b.fill(0xDD);
-        2 * LEN as u64
+        let stats = tx.finish().unwrap();
+        let got = r.join().unwrap();
+        assert_eq!(got, 2 * LEN as u64, "received byte count");
+        (2 * LEN as u64, stats)
     });
     assert_copy_on_write_happened("fork", sent, &s);
 }

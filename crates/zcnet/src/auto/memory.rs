@@ -148,11 +148,24 @@ pub(crate) fn global(asked: bool) -> Option<&'static Memory> {
     on.then_some(&MEMORY)
 }
 
+/// Whether an entry last touched `at` is still remembered at `now` ([`TTL`]).
+fn fresh(at: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(at) < TTL
+}
+
+/// Keeps the [`CAPACITY`] newest of `entries` (by `at`), the oldest going first.
+fn keep_newest<T>(entries: &mut Vec<T>, at: impl Fn(&T) -> Instant) {
+    if entries.len() > CAPACITY {
+        entries.sort_by_key(|e| std::cmp::Reverse(at(e)));
+        entries.truncate(CAPACITY);
+    }
+}
+
 impl Memory {
     /// The candidates to skip on `key` at `now`: dropped by [`CONFIRM`] trials in a row.
     pub(crate) fn losers(&self, key: Key, now: Instant) -> Vec<RxPath> {
         let mut m = self.losers.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|d| now.saturating_duration_since(d.at) < TTL);
+        m.retain(|d| fresh(d.at, now));
         m.iter()
             .filter(|d| d.key == key && d.drops >= CONFIRM)
             .map(|d| d.path)
@@ -172,7 +185,7 @@ impl Memory {
     ) {
         let mut m = self.losers.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|d| {
-            now.saturating_duration_since(d.at) < TTL
+            fresh(d.at, now)
                 && !(d.key == key && candidates.contains(&d.path) && !dropped.contains(&d.path))
         });
         for &path in dropped {
@@ -189,10 +202,7 @@ impl Memory {
                 }),
             }
         }
-        if m.len() > CAPACITY {
-            m.sort_by_key(|d| std::cmp::Reverse(d.at));
-            m.truncate(CAPACITY);
-        }
+        keep_newest(&mut m, |d| d.at);
     }
 
     /// The path a connection on `key` takes at `now` without a trial, if any: once
@@ -208,7 +218,7 @@ impl Memory {
         now: Instant,
     ) -> Option<RxPath> {
         let mut m = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|v| now.saturating_duration_since(v.at) < TTL);
+        m.retain(|v| fresh(v.at, now));
         let v = m.iter_mut().find(|v| v.key == key)?;
         if v.trials < CONFIRM || v.taken >= REUSES {
             return None;
@@ -229,7 +239,7 @@ impl Memory {
     /// counted from none again.
     pub(crate) fn remember_rounds(&self, key: Key, rounds: &[(RxPath, Vec<f64>)], now: Instant) {
         let mut m = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|v| now.saturating_duration_since(v.at) < TTL);
+        m.retain(|v| fresh(v.at, now));
         let i = match m.iter().position(|v| v.key == key) {
             Some(i) => i,
             None => {
@@ -260,10 +270,7 @@ impl Memory {
         v.trials = v.trials.saturating_add(1);
         v.taken = 0;
         v.at = now;
-        if m.len() > CAPACITY {
-            m.sort_by_key(|v| std::cmp::Reverse(v.at));
-            m.truncate(CAPACITY);
-        }
+        keep_newest(&mut m, |v| v.at);
     }
 }
 

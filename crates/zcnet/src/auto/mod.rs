@@ -202,10 +202,9 @@ pub struct AutoStats {
     pub trial_rated_mmap: u64,
     /// As `trial_ratio_uring_permille`, for `mmap`.
     pub trial_ratio_mmap_permille: u64,
-    /// Receivers that ran no trial: [`memory::CONFIRM`] trials or more had measured the
-    /// same route and sender op size, and the path their pooled rounds found cheapest was
-    /// taken at once ([`memory::Memory::verdict`]; at most [`memory::REUSES`] connections
-    /// per trial).
+    /// Receivers that ran no trial: two trials or more had measured the same route and
+    /// sender op size in this process, and the path their pooled rounds found cheapest was
+    /// taken at once (`memory::Memory::verdict`; at most three connections per trial).
     pub trial_skipped_verdict: u64,
 }
 

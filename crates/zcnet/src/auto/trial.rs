@@ -314,7 +314,7 @@ impl<P: AutoPath> Trial<P> {
 
     /// Per candidate (in trial order), its cost over copy's in each round where both clocks
     /// moved: what [`Trial::ratios`] takes the median of, for a memory that pools the
-    /// rounds of several trials ([`super::memory`]).
+    /// rounds of several trials (`auto::memory`).
     pub fn rounds(&self) -> Vec<(P, Vec<f64>)> {
         (1..self.arms.len())
             .map(|a| (self.arms[a], self.paired(a)))

@@ -236,6 +236,16 @@ fn cost_check_within(window: u64, margin: f64) -> CostCheck<RxPath> {
     .confirm(CONFIRM)
 }
 
+/// The run-time check of a path a trial measured against copy in every round (its pick, or
+/// the verdict of the trials before, [`Judge::start_trial`]), by `margin`: it goes on as
+/// after that many good verdicts (its first look 64 windows on), and leaving the path takes
+/// more dear verdicts in a row ([`TRIAL_PICK_CONFIRM`]) than leaving a profile's choice.
+fn pick_check(window: u64, margin: f64) -> CostCheck<RxPath> {
+    cost_check_within(window, margin)
+        .confirm(TRIAL_PICK_CONFIRM)
+        .as_if_good(TRIAL_ROUNDS as u32)
+}
+
 impl Judge {
     /// Starts the pending trial, without the candidates remembered as clear losers on `key`
     /// (counted); with none left, copy is kept at once. Where the trials before on `key`
@@ -261,9 +271,7 @@ impl Judge {
             // `REUSES` connections away.
             delta.trial_skipped_verdict += 1;
             self.wanted = p;
-            self.check = cost_check_within(self.window, crate::auto::cost::MARGIN)
-                .confirm(TRIAL_PICK_CONFIRM)
-                .as_if_good(TRIAL_ROUNDS as u32);
+            self.check = pick_check(self.window, crate::auto::cost::MARGIN);
             return;
         }
         let skip = match (key, self.memory) {
@@ -344,16 +352,11 @@ impl Judge {
                         _ => delta.trial_kept_copy += 1,
                     }
                     self.wanted = p;
-                    // The pick was just measured against copy, in every round: the check
-                    // goes on as after that many good verdicts (its first look 64 windows
-                    // on), and leaving the pick takes more dear verdicts in a row than
-                    // leaving a profile's choice. A favoured pick is judged by the
-                    // tolerance the trial kept it by: with the margin alone the check
-                    // undid it — over veth at 256K, picked in 7 of 7 runs, it was left
-                    // for copy in 2 (about 250 MiB each) on the receiver's clock alone.
-                    self.check = cost_check_within(self.window, margin)
-                        .confirm(TRIAL_PICK_CONFIRM)
-                        .as_if_good(TRIAL_ROUNDS as u32);
+                    // A favoured pick is judged by the tolerance the trial kept it by:
+                    // with the margin alone the check undid it — over veth at 256K, picked
+                    // in 7 of 7 runs, it was left for copy in 2 (about 250 MiB each) on the
+                    // receiver's clock alone.
+                    self.check = pick_check(self.window, margin);
                 }
             }
         } else if let Some(v) = self.check.after(n as u64, clock) {
@@ -1198,7 +1201,6 @@ mod tests {
         assert_eq!(*paths.last().unwrap(), RxPath::Copy);
     }
 
-    /// A judge whose trial kept `uring` (30 % under copy through the trial).
     /// A judge whose trial of `uring` and `mmap` waits for the sender's card (no profile,
     /// a zcnet sender expected), with `memory` for its clear losers.
     fn pending_judge(memory: &'static crate::auto::memory::Memory) -> Judge {

@@ -49,7 +49,7 @@ pub struct Config {
     /// that exercise `auto`'s protection choice over loopback.
     pub local_zerocopy: bool,
     /// Where this boot's page costs and copying routes are kept between processes
-    /// ([`crate::cache::dir`]: `$ZCNET_PROFILE_DIR`, else beside the default `auto` profiles).
+    /// (`crate::cache::dir`: `$ZCNET_PROFILE_DIR`, else beside the default `auto` profiles).
     pub cache_dir: Option<PathBuf>,
 }
 

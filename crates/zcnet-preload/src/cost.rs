@@ -3,7 +3,7 @@
 //! zero-copy, on 64 heap pages: about 40 `ioctl`s, two fresh 256 KiB buffers and 9 rounds
 //! of both, 1–2 ms of the process's CPU on this VM — which a program started per transfer
 //! (a server per test, `http.server` per run of the bench) would pay every time. So the
-//! answer is kept for the rest of this boot in `page-cost.json` ([`crate::cache`]), and a
+//! answer is kept for the rest of this boot in `page-cost.json` (`crate::cache`), and a
 //! later process reads it instead ([`load_or_measure`]).
 //!
 //! And, the first time a program sends from a buffer in transparent huge pages, the same on
@@ -86,7 +86,7 @@ pub enum Source {
     Cache,
 }
 
-/// The cache file's name, in [`crate::cache::dir`].
+/// The cache file's name, in `crate::cache::dir`.
 pub const CACHE_FILE: &str = "page-cost.json";
 
 /// The costs in a cache file's `text` if it was written in boot `boot` and holds sane

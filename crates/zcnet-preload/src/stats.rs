@@ -38,7 +38,7 @@ pub enum Reason {
     /// kernel copies every zero-copy byte at delivery: protection could only add its cost.
     LocalDelivery,
     /// Another socket of this process to the same peer was demoted for COPIED completions
-    /// ([`crate::route`]): this one copies from its first send.
+    /// (`crate::route`): this one copies from its first send.
     RouteCopies,
 }
 

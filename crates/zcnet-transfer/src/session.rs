@@ -45,9 +45,9 @@ pub const DEFAULT_WINDOW: usize = 64;
 
 /// Most outstanding `Put`s a sender may have. The sender reads answers when its window is
 /// full, and whenever the socket will not take more `Put`s it reads those that arrived into
-/// a buffer of its own ([`Answers`]), so the receiver never blocks for long writing answers
+/// a buffer of its own (`Answers`), so the receiver never blocks for long writing answers
 /// while the sender blocks writing files, whatever the socket buffers hold: 128 acks of at
-/// most [`PUT_ACK_MESSAGE`] bytes of text are under 70 KiB, which that buffer always has
+/// most `PUT_ACK_MESSAGE` bytes of text are under 70 KiB, which that buffer always has
 /// room for.
 pub const MAX_WINDOW: usize = 128;
 

@@ -603,7 +603,7 @@ impl Store {
     /// of its own, after checking `data` against the sender's `hash` when it sent one: a
     /// mismatch creates nothing. The bytes written are the bytes hashed, so
     /// [`Incoming::check`] does not read them back. No resume (a `Put` is resent whole, and
-    /// its longer tag keeps [`find_resumable`] away, so no lock either), no space
+    /// its longer tag keeps `find_resumable` away, so no lock either), no space
     /// reservation (the bytes go at once; the quota is charged for them), and without
     /// overwriting no look at the final name beforehand: `RENAME_NOREPLACE` refuses an
     /// existing one.

@@ -32,7 +32,7 @@ const PER_FILE_COST: u64 = 4096;
 /// Splits `sources` over `n` streams (at least one). Directories, symlinks and a stdin
 /// stream go on the first (each is created once, and a `Dir`/`Link` costs no data); files
 /// are placed largest first, each on the stream with the fewest bytes so far
-/// ([`PER_FILE_COST`] added per file), the classic greedy "longest processing time"
+/// (`PER_FILE_COST` added per file), the classic greedy "longest processing time"
 /// schedule, within 4/3 of the best balance (Graham, "Bounds on multiprocessing timing
 /// anomalies", 1969). Each stream keeps the walk's order, so a directory's files stay
 /// together on a stream.

@@ -131,7 +131,7 @@ pub struct Args {
     /// (its sendfile always starts at offset 0 of a one-block file).
     #[arg(long, value_name = "BYTES")]
     file_window: Option<String>,
-    /// Run against a `zcnet bench --server` at HOST[:PORT] (default port 5301).
+    /// Run against a `zcnet bench --server` at HOST or HOST:PORT (default port 5301).
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "suite")]
     client: Option<String>,
     /// Transport: `tcp` byte streams, or `udp` whole messages through zcnet::msg

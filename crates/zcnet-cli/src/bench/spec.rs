@@ -215,7 +215,7 @@ pub(crate) struct TopologyInfo {
     pub name: String,
     /// Link MTU, where the topology set one.
     pub mtu: Option<u32>,
-    /// TCP streams, or UDP messages (`--proto udp`); [`Env::info`] says TCP, and the plan
+    /// TCP streams, or UDP messages (`--proto udp`); `Env::info` says TCP, and the plan
     /// sets what `--proto` asks. On `sink`, TCP means the raw GSO sender of [`super::sink`].
     pub proto: Proto,
 }

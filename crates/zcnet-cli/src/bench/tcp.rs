@@ -1,7 +1,7 @@
 //! The client side of one run: negotiate over the control connection, drive the data
 //! connections, collect the server's measurements, and put both sides into one [`Run`].
 //! Byte counts of the two ends must agree, or the run fails (UDP message runs: every message
-//! received whole or counted lost, [`check_agreement`]).
+//! received whole or counted lost, `check_agreement`).
 
 use super::control::{assemble, check_bytes, server_log};
 use super::control::{

@@ -129,7 +129,7 @@ pub enum Ineligible {
     /// it: `EBUSY`; not anonymous memory: `EINVAL`).
     #[error("the kernel refused to protect the range (errno {0})")]
     Refused(i32),
-    /// No copy-on-write engine runs in this process (see [`crate::cow::backend`]).
+    /// No copy-on-write engine runs in this process (see `zcnet::cow::backend`).
     #[error("no copy-on-write engine in this process")]
     Unavailable,
 }
@@ -388,7 +388,7 @@ impl CowSpace {
     }
 
     /// Whether `span` may be protected: page-aligned, not the calling thread's stack
-    /// (`stack`, from [`thread_stack`]), every page resident anonymous private memory
+    /// (`stack`, from [`vma::thread_stack`]), every page resident anonymous private memory
     /// (`PAGEMAP_SCAN`: present and not `PAGE_IS_FILE`, so shmem, `MAP_SHARED` and
     /// unwritten pages of private file mappings are refused). Without `PAGEMAP_SCAN`
     /// (kernels before 6.7), and always for the mprotect backend, the mapping is looked up

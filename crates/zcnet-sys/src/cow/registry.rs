@@ -1,6 +1,6 @@
 //! Which application pages are write-protected because a zero-copy send may still read them,
 //! and how many sends hold each one. Pure bookkeeping, no syscalls: the syscalls are made by
-//! [`crate::sys::cow`] under the same lock, driven by what this table says.
+//! the engine (`crate::cow`) under the same lock, driven by what this table says.
 //!
 //! A page can be in flight in several sends at once (the application sends the same buffer
 //! twice, or to two sockets), so each page carries a count; its protection is lifted only

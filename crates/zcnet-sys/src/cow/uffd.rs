@@ -381,7 +381,7 @@ impl Userfaultfd {
     /// it cannot change any byte a reader could have seen.
     ///
     /// The exception is a page that a copy-on-write in progress has just zapped (see
-    /// [`crate::sys::cow`]); that code holds its lock across the zap and refill, and its
+    /// [`crate::cow`]); that code holds its lock across the zap and refill, and its
     /// handler serialises missing faults behind the same lock.
     pub fn zeropage(&self, start: usize, len: usize) -> io::Result<()> {
         let mut arg = UffdioZeropage {

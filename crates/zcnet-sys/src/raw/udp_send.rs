@@ -22,7 +22,7 @@ use std::os::fd::BorrowedFd;
 ///
 /// With `zerocopy` the kernel may read `buf`'s pages after this returns, until the
 /// completion covering this call arrives: the caller keeps the bytes unchanged until then
-/// (a loaned [`crate::TxBuf`] guarantees it). Memory safety does not depend on it — the
+/// (a loaned `zcnet::TxBuf` guarantees it). Memory safety does not depend on it — the
 /// kernel holds its own page references — only the bytes on the wire do.
 pub fn send_gso(
     fd: BorrowedFd<'_>,

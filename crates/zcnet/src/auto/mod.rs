@@ -7,7 +7,7 @@
 //! alignment; zcnet chooses per operation from what `zcnet tune` measured on this host.
 //!
 //! This module is pure code in the quinn-proto manner — no sockets, no clocks, no environment
-//! reads — except [`load`], which finds a connection's profile, and [`peer`], which shows a
+//! reads — except [`load`], which finds a connection's profile, and `peer`, which shows a
 //! sender's CPU clock to a receiver on the same host. The parts:
 //!
 //! * [`profile`]: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
@@ -31,7 +31,7 @@
 //! * [`trial`]: without a profile, a receiver's candidate paths and copy measured in
 //!   interleaved rounds on the connection itself; a candidate replaces copy only if the
 //!   median of its paired comparisons beats copy by the margin.
-//! * [`peer`]: a sender's card naming its sending thread and counting its bytes, so that a
+//! * `peer`: a sender's card naming its sending thread and counting its bytes, so that a
 //!   receiver on the same host adds that thread's CPU time per byte to its own and its trial
 //!   judges the pair.
 //!
@@ -186,10 +186,10 @@ pub struct AutoStats {
     /// Trials that kept `mmap`.
     pub trial_picked_mmap: u64,
     /// Receivers whose trial and check read their sender's CPU clock with their own: the
-    /// sender is zcnet's, on this host, and left its card ([`peer`]).
+    /// sender is zcnet's, on this host, and left its card (`peer`).
     pub peer_clock: u64,
     /// Trial candidates not measured because an earlier trial in this process dropped them
-    /// on the same route and sender op size ([`memory`]).
+    /// on the same route and sender op size (`memory`).
     pub trial_skipped_remembered: u64,
     /// Finished trials that measured `uring` against copy in at least one round.
     pub trial_rated_uring: u64,

@@ -8,7 +8,7 @@
 //! with it in another; on loopback `uring` was the one within noise of the best). So the
 //! connection measures, in CPU time per byte: the receiving thread's, plus the sending
 //! thread's where the sender is zcnet's on this host and said which thread it is
-//! ([`super::peer`]) — a receive path's saving can lie on the sender. The clock is the
+//! (`super::peer`) — a receive path's saving can lie on the sender. The clock is the
 //! caller's; this module only compares what it reads.
 //!
 //! How, and why this way: one window's thread clock on a shared machine is noisy (single
@@ -47,7 +47,7 @@
 //! receiver's held bytes) lands there, not in the window.
 //!
 //! A candidate dearer than copy by more than a quarter in each of the first two rounds
-//! leaves the trial ([`DROP_AFTER_ROUNDS`]): two paired comparisons that far apart are a
+//! leaves the trial (`DROP_AFTER_ROUNDS`): two paired comparisons that far apart are a
 //! verdict, and its later windows would each cost the connection that excess; with every
 //! candidate gone, copy is kept at once. A favoured candidate is measured to the end.
 //!
@@ -231,8 +231,8 @@ impl<P: AutoPath> Trial<P> {
         &self.arms[1..]
     }
 
-    /// The candidates dropped as clear losers so far ([`DROP_AFTER_ROUNDS`],
-    /// [`DROP_ABOVE`]), in trial order.
+    /// The candidates dropped as clear losers so far (`DROP_AFTER_ROUNDS`,
+    /// `DROP_ABOVE`), in trial order.
     pub fn dropped(&self) -> Vec<P> {
         (1..self.arms.len())
             .filter(|a| !self.live.contains(a))

@@ -8,7 +8,7 @@ use crate::buf::TxBuf;
 /// A loaned message buffer: pool storage laid out as the message will be on the wire, with a
 /// [`HEADER_LEN`]-byte hole before every `segment − 28` payload bytes. The application writes
 /// the payload into it once ([`MsgBuf::write_at`], [`MsgBuf::payload_mut`]); the headers are
-/// filled in by [`MsgSender::send`].
+/// filled in by `MsgSender::send`.
 #[derive(Debug)]
 pub struct MsgBuf {
     pub(crate) buf: TxBuf,

@@ -7,21 +7,21 @@
 //! plain `recv` while it is armed. Where the profile has a pair table (both ends measured
 //! together on this host), the receiver takes its half of the cheapest pair
 //! ([`crate::auto::pair`]); else the single-end table. Without a profile it *measures* its
-//! candidates ([`TRIAL`]: `uring`, multishot `recv` into provided buffers, still a copy with
+//! candidates (`TRIAL`: `uring`, multishot `recv` into provided buffers, still a copy with
 //! one syscall for many reads; `mmap`, whose receive loop costs less than `recv`'s on some
 //! routes even where it maps nothing) and copy in interleaved rounds
 //! ([`crate::auto::trial`]), keeps the candidate whose paired median beats copy by the
 //! margin (else copy), and keeps it only while the check below finds it no dearer than copy.
 //!
-//! At run time [`AutoRx`] measures its own cost, as the transmit side does
+//! At run time `AutoRx` measures its own cost, as the transmit side does
 //! ([`crate::auto::cost`]): a window of bytes on the chosen path, one settling window and one
 //! measured window on copy, in the receiving thread's CPU clock per byte, on this
 //! connection. A path costlier than copy by more than 5 % in two comparisons in a row is left
 //! for a back-off that doubles while the verdict stands. Switching is safe mid-stream: `mmap`
-//! reads with plain `recv` while told to ([`MmapRx::set_copy`]; `TCP_ZEROCOPY_RECEIVE` and
+//! reads with plain `recv` while told to (`MmapRx::set_copy`; `TCP_ZEROCOPY_RECEIVE` and
 //! `recv` take the same queue in order), and hands out what it holds before `uring` reads;
 //! `uring` is parked — its request cancelled and what it had received handed out first —
-//! before anyone else reads the socket ([`UringRx::park`]). Still demoted online too: `mmap` while the kernel maps nothing
+//! before anyone else reads the socket (`UringRx::park`). Still demoted online too: `mmap` while the kernel maps nothing
 //! ([`super::mmap`]).
 
 use super::copy::CopyRx;

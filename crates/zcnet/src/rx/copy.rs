@@ -39,7 +39,7 @@ pub fn recv_some(
 }
 
 /// The copy path: one owned buffer, refilled by each `recv` at the page offset that follows
-/// the stream ([`super::place`]).
+/// the stream (`super::place`).
 #[derive(Debug)]
 pub struct CopyRx {
     buf: PlacedBuf,

@@ -3,7 +3,7 @@
 //! * [`copy`] — `recv(2)` into a buffer the receiver owns.
 //! * [`mmap`] — `TCP_ZEROCOPY_RECEIVE`: received pages are mapped, not copied, when the
 //!   sender and the MSS let the kernel (see [`zcnet_sys::raw::zcrecv`]).
-//! * [`place`] — where the copying paths put what they read (a page offset that follows
+//! * `place` — where the copying paths put what they read (a page offset that follows
 //!   the stream, away from the band where the kernel's copy runs at half speed).
 //! * [`uring`] — io_uring: multishot `recv` into provided buffers (`uring`), and zero-copy
 //!   receive into a registered area where the NIC allows it (`zcrx`).

@@ -65,7 +65,7 @@ pub struct ReceiverConfig {
     pub cost_window: u64,
     /// Whether an `auto` receive trial (without a profile) uses what earlier trials in this
     /// process measured on the same route and sender op size, and adds its own
-    /// ([`crate::auto::memory`]): a candidate two trials in a row dropped as a clear loser
+    /// (`crate::auto::memory`): a candidate two trials in a row dropped as a clear loser
     /// is skipped for ten minutes, and once two trials have measured the route, three
     /// connections in four run no trial and take the path the pooled rounds found cheapest.
     /// On by default; `ZCNET_TRIAL_MEMORY=on` / `off` overrides it for every receiver.

@@ -61,7 +61,7 @@ pub(crate) fn reap_completions<T>(
     Ok(released)
 }
 
-/// [`reap_completions`] that hands each freed loan to `release` together with whether the
+/// `reap_completions` that hands each freed loan to `release` together with whether the
 /// notification that freed it said the kernel copied the data anyway
 /// (`SO_EE_CODE_ZEROCOPY_COPIED`). Returns the number of error-queue messages read.
 ///

@@ -3,7 +3,7 @@
 //! `iperf3 -s` (or a `zcnet bench -s`). The protocol's pure parts — cookie, states, JSON
 //! framing, parameters, results, the `-J` schema — are [`zcnet_bench::iperf3`]'s.
 //!
-//! Layout, imports pointing down: [`server`] and [`client`] (the two roles); [`start`]
+//! Layout, imports pointing down: [`server`] and [`client`](mod@client) (the two roles); [`start`]
 //! and [`report`] (what a side prints); [`streams`] (data connections through zcnet's
 //! `Sender`/`Receiver`); [`wire`] (blocking control-message I/O) and [`opts`] (what was
 //! asked), leaves.

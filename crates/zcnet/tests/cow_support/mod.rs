@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use crate::common::{connect, listen, pattern, receiver_config, Topo, Verifier};
+use std::sync::Barrier;
 use std::time::Duration;
 use zcnet::cow::CowPolicy;
 use zcnet::{Policy, Receiver, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath};
@@ -57,11 +58,25 @@ pub fn run(
     rx_path: RxPath,
     send: impl FnOnce(&mut Sender) -> u64 + Send,
 ) -> (u64, StatsSnapshot) {
+    run_gated(topo, rx_path, None, send)
+}
+
+/// [`run`], the receiver reading nothing until it has passed `gate` (if any) — which `send`
+/// must pass too, so that what it sent stays in flight until it lets the receiver go.
+pub fn run_gated(
+    topo: Topo<'_>,
+    rx_path: RxPath,
+    gate: Option<&Barrier>,
+    send: impl FnOnce(&mut Sender) -> u64 + Send,
+) -> (u64, StatsSnapshot) {
     let listener = listen(topo, &slow_receiver_config(rx_path));
     let port = listener.local_addr().unwrap().port();
     std::thread::scope(|s| {
         let r = s.spawn(|| {
             let mut rx = listener.accept().unwrap();
+            if let Some(g) = gate {
+                g.wait();
+            }
             recv_slowly(&mut rx, 256 << 10)
         });
         let mut tx = connect(topo, port, &cow_config());

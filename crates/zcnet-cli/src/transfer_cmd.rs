@@ -94,7 +94,8 @@ pub struct RecvArgs {
     /// Sessions at once; more senders are told the receiver is busy.
     #[arg(long, default_value_t = 16)]
     max_sessions: usize,
-    /// Sessions at once from one address.
+    /// Connections past their handshake at once from one address: sessions, and each
+    /// further stream of a session (`send --streams`) counted as one.
     #[arg(long, default_value_t = 4)]
     max_sessions_per_addr: usize,
     /// Connections still in their handshake, all addresses (the oldest goes when full).
@@ -395,9 +396,15 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         if let Some(n) = walk_note {
             eprintln!("{n}");
         }
+        for why in &sent.refused {
+            eprintln!(
+                "zcnet: a further stream was not joined ({why}); {} stream(s) carried every file",
+                sent.streams
+            );
+        }
         if sent.streams > 1 {
             eprintln!("over {} streams, one session", sent.streams);
-        } else if streams > 1 && args.streams.is_some() {
+        } else if streams > 1 && args.streams.is_some() && sent.refused.is_empty() {
             eprintln!(
                 "zcnet: the receiver speaks no protocol version 5: one stream, not {streams}"
             );

@@ -27,11 +27,12 @@
 //! `streams - 1` connections that `Join` it with the id the `Open` was answered with. Each
 //! stream has its own thread and its own [`Store`] over the same directory with the same
 //! rules; `--max-bytes` is one [`Quota`] keyed by the sender (address, and token), so the
-//! cap holds for the streams together. A join counts against [`ServerConfig::max_sessions`]
-//! but not against the per-address cap (the `Open` did, and its stream count is bounded);
-//! it must come from the opener's address and within [`ServerConfig::handshake_timeout`]
-//! of the `Open`, and an unknown, full or expired id is refused (`Refuse{NoSession}`)
-//! before anything is opened. With [`ServerConfig::once`] the receiver serves the one
+//! cap holds for the streams together. A join counts like a session against
+//! [`ServerConfig::max_sessions`] and [`ServerConfig::max_sessions_per_addr`] (checked once
+//! the handshake has said `Open` or `Join`; a refused join uses up its place in the session,
+//! and its sender carries that stream's files on the others); it must come from the
+//! opener's address and within [`ServerConfig::handshake_timeout`] of the `Open`, and an
+//! unknown, full or expired id is refused (`Refuse{NoSession}`) before anything is opened. With [`ServerConfig::once`] the receiver serves the one
 //! session's streams and returns their reports together.
 
 use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamRequest};
@@ -62,8 +63,9 @@ pub struct ServerConfig {
     pub store: StoreOptions,
     /// Sessions at once (past their handshake).
     pub max_sessions: usize,
-    /// Sessions at once from one address, so one sender (without a token, anyone who can
-    /// say `Hello`) cannot take every slot.
+    /// Connections past their handshake at once from one address, a session's further
+    /// streams (`Join`s) included, so one sender (without a token, anyone who can say
+    /// `Hello`) cannot take every slot.
     pub max_sessions_per_addr: usize,
     /// Connections in their handshake at once, all addresses.
     pub max_pending: usize,
@@ -216,8 +218,6 @@ struct Running {
     sock: TcpStream,
     /// The sender's address (sessions per address are capped).
     ip: std::net::IpAddr,
-    /// A further stream of a session (version 5 `Join`): not a session of its address.
-    joined: bool,
     deadline: Instant,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -347,7 +347,7 @@ impl Loop {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .filter(|r| r.ip == ip && !r.joined)
+            .filter(|r| r.ip == ip)
             .count()
     }
 
@@ -497,16 +497,8 @@ impl Loop {
                 &format!("the receiver is busy ({sessions} sessions, its limit); try again later"),
             );
         }
-        let of_addr = self.sessions_of(ip);
-        if of_addr >= cfg.max_sessions_per_addr {
-            return self.refused(
-                peer,
-                &mut s,
-                &format!(
-                    "{ip} already has {of_addr} sessions (the limit per address); try again later"
-                ),
-            );
-        }
+        // The limit per address is checked once the connection has said whether it opens a
+        // session or joins one (`start_session`); until then its handshake slots bound it.
         if self.per_addr.get(ip) >= cfg.max_pending_per_addr {
             return self.refused(
                 peer,
@@ -638,21 +630,18 @@ impl Loop {
             },
             _ => None,
         };
+        if let Some(reason) = self.over_limits(p.peer.ip(), joining.is_some()) {
+            if let Some(gid) = joining {
+                // The sender takes no more streams after a refused one (it carries their
+                // files on those it has): the session is closed to joins, so `once` need
+                // not wait for streams that will not come.
+                if self.groups.remove(&gid).is_some() {
+                    self.group_closed(&gid);
+                }
+            }
+            return self.refused(p.peer, &mut p.stream, &reason);
+        }
         let cfg = &self.shared.cfg;
-        let sessions = self.sessions();
-        if sessions >= cfg.max_sessions || (self.once_started && joining.is_none()) {
-            let reason =
-                format!("the receiver is busy ({sessions} sessions, its limit); try again later");
-            return self.refused(p.peer, &mut p.stream, &reason);
-        }
-        let ip = p.peer.ip();
-        let of_addr = self.sessions_of(ip);
-        if of_addr >= cfg.max_sessions_per_addr && joining.is_none() {
-            let reason = format!(
-                "{ip} already has {of_addr} sessions (the limit per address); try again later"
-            );
-            return self.refused(p.peer, &mut p.stream, &reason);
-        }
         let stream = p.stream;
         if stream.set_nonblocking(false).is_err() {
             return;
@@ -711,7 +700,6 @@ impl Loop {
                 Running {
                     sock: handle,
                     ip: peer.ip(),
-                    joined: joining.is_some(),
                     deadline: Instant::now() + cfg.session_deadline,
                     thread: None,
                 },
@@ -798,6 +786,32 @@ impl Loop {
                 self.trouble(format!("starting a session thread: {e}"));
             }
         }
+    }
+
+    /// Why a connection from `ip` that completed its handshake (a further stream of a session
+    /// when `joining`) may not start now, if it may not: the limit of sessions at once, and
+    /// the limit per address, which counts every connection of the address — a join as much
+    /// as an `Open` (each has its own thread, buffers and files).
+    fn over_limits(&self, ip: std::net::IpAddr, joining: bool) -> Option<String> {
+        let cfg = &self.shared.cfg;
+        let sessions = self.sessions();
+        if sessions >= cfg.max_sessions || (self.once_started && !joining) {
+            return Some(format!(
+                "the receiver is busy ({sessions} sessions, its limit); try again later"
+            ));
+        }
+        let of_addr = self.sessions_of(ip);
+        if of_addr >= cfg.max_sessions_per_addr {
+            let what = if joining {
+                "a further stream"
+            } else {
+                "a session"
+            };
+            return Some(format!(
+                "{ip} already has {of_addr} connections (sessions and their streams; the limit per address), so {what} is refused; try again later"
+            ));
+        }
+        None
     }
 
     /// Takes one place in session `id` for a stream from `ip`, or says why not.

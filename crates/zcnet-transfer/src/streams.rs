@@ -260,8 +260,12 @@ pub struct StreamsReport {
     pub report: SessionReport,
     /// The connections' counters, one per stream that connected.
     pub stats: Vec<StatsSnapshot>,
-    /// Streams used: the number asked for, or 1 with a receiver older than version 5.
+    /// Streams used: the number asked for, or 1 with a receiver older than version 5, less
+    /// those in [`Self::refused`].
     pub streams: usize,
+    /// Why each stream that did not join was left out (the receiver's refusal, say its limit
+    /// of sessions per address); their files went on the other streams.
+    pub refused: Vec<String>,
 }
 
 impl StreamsReport {
@@ -282,9 +286,11 @@ impl StreamsReport {
 }
 
 /// Sends `sources` as one session over `streams` connections made by `connect` (1 to
-/// [`MAX_STREAMS`]; 1 is [`super::session::send_session`]'s session). Each stream ends with
-/// its own `Bye`; a stream whose connection fails ends the whole call with that error once
-/// the others are done (their files are delivered all the same).
+/// [`MAX_STREAMS`]; 1 is [`super::session::send_session`]'s session). A further stream the
+/// receiver refuses (or that cannot connect) is left out before any file is placed, so the
+/// streams that joined carry every file ([`StreamsReport::refused`] says why). Each stream
+/// ends with its own `Bye`; a stream whose connection fails once files flow ends the whole
+/// call with that error once the others are done (their files are delivered all the same).
 pub fn send_streams(
     connect: &(dyn Fn() -> Result<Sender, TransferError> + Sync),
     streams: usize,
@@ -300,6 +306,26 @@ pub fn send_streams(
         // An older receiver: everything on the one connection it understands.
         _ => (1, [0; 16]),
     };
+    // The joins' handshakes first, one after the other (a round trip each, so a receiver's
+    // cap on handshakes at once from one address never turns a stream away), and only then
+    // the plan: a stream the receiver refuses (its limit of sessions per address counts
+    // joins) or that cannot connect gets no files, and the streams it has carry them all.
+    let mut joined = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 1..n {
+        let tx = connect().and_then(|mut tx| {
+            send_handshake(&mut tx, opts, StreamRequest::Join(id)).map(|(v, _)| (tx, v))
+        });
+        match tx {
+            Ok(t) => joined.push(t),
+            Err(e) => {
+                // The next would most likely be turned away for the same reason.
+                refused.push(e.to_string());
+                break;
+            }
+        }
+    }
+    let n = 1 + joined.len();
     // Each file's size once, for the split and the spread (one stream needs neither).
     let sizes = match n > 1 {
         true => sizes(&sources),
@@ -314,23 +340,14 @@ pub fn send_streams(
     let progress = Mutex::new(progress);
     let progress = &progress;
     let emit = move |p: Progress<'_>| (*progress.lock().unwrap_or_else(|e| e.into_inner()))(p);
-    // The joins' handshakes one after the other (a round trip each), so a receiver's cap on
-    // handshakes at once from one address never turns a stream away; then all send at once.
-    let joined: Vec<_> = parts
-        .map(|part| {
-            let tx = connect().and_then(|mut tx| {
-                send_handshake(&mut tx, opts, StreamRequest::Join(id)).map(|(v, _)| (tx, v))
-            });
-            (tx, part)
-        })
-        .collect();
+    let joined: Vec<_> = joined.into_iter().zip(parts).collect();
     let results = std::thread::scope(|s| {
         let handles: Vec<_> = joined
             .into_iter()
             .map(|(tx, part)| {
                 s.spawn(
                     move || -> Result<(SessionReport, StatsSnapshot), TransferError> {
-                        let (mut tx, v) = tx?;
+                        let (mut tx, v) = tx;
                         let r = send_entries(&mut tx, v, part, opts, &mut { emit })?;
                         Ok((r, tx.stats().snapshot()))
                     },
@@ -352,6 +369,7 @@ pub fn send_streams(
     });
     let mut out = StreamsReport {
         streams: n,
+        refused,
         ..Default::default()
     };
     let mut first_err = None;

@@ -141,14 +141,20 @@ fn send(to: SocketAddr, src: &Path, streams: usize) -> Result<StreamsReport, Tra
 
 /// The whole round trip on loopback: what the sender and the receiver report, and the tree.
 fn loopback(streams: usize) {
+    loopback_joined(streams, streams)
+}
+
+/// As [`loopback`], `asked` streams asked for and `joined` expected to carry the files.
+fn loopback_joined(asked: usize, streams: usize) {
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let top = make_tree(src.path(), 150);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = serve_once(listener, dst.path(), once_cfg());
-    let sent = send(addr, &top, streams).unwrap();
-    assert_eq!(sent.streams, streams);
+    let sent = send(addr, &top, asked).unwrap();
+    assert_eq!(sent.streams, streams, "{:?}", sent.refused);
+    assert_eq!(sent.refused.len(), usize::from(asked > streams));
     assert_eq!(
         sent.stats.len(),
         streams,
@@ -178,10 +184,11 @@ fn a_tree_arrives_whole_over_four_streams_as_one_session() {
 }
 
 #[test]
-fn sixteen_streams_fit_the_receivers_default_limits_per_address() {
-    // 4 sessions and 8 handshakes at once per address by default: the joins count as one
-    // session, and their handshakes go one after the other.
-    loopback(16);
+fn sixteen_streams_asked_four_joined_within_the_default_limit_per_address() {
+    // 4 connections and 8 handshakes at once per address by default: every join counts as a
+    // connection of the address, so three join and the fourth is refused; the sender then
+    // carries every file on the four it has.
+    loopback_joined(16, 4);
 }
 
 #[test]

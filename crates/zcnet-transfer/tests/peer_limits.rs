@@ -1,0 +1,232 @@
+//! What one peer can hold at an exposed receiver ([`zcnet_transfer::server`]), tried with raw
+//! frames over loopback from several addresses (127.0.0.x; every test uses its own):
+//! further streams (`Join`) count against the limit of connections per address, so one
+//! address cannot starve another, and a sender whose `Join` is refused carries that
+//! stream's files on the others and delivers every one.
+
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use zcnet::{SenderConfig, TxPath};
+use zcnet_testbed::pattern::pattern;
+use zcnet_transfer::server::{serve, Quiet, ServerConfig};
+use zcnet_transfer::session::{send_session, SendOptions, SessionReport, Source, TransferError};
+use zcnet_transfer::wire::{Code, Frame, VERSION};
+
+mod common;
+use common::{once_cfg, send_as, serve_once};
+
+type Outcome = Option<Result<SessionReport, TransferError>>;
+
+/// A receiver serving on a thread of its own until [`Server::finish`].
+struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Outcome>,
+}
+
+impl Server {
+    fn start(dir: &Path, cfg: ServerConfig) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, d) = (stop.clone(), dir.to_path_buf());
+        let handle =
+            std::thread::spawn(move || serve(listener, &d, cfg, &s, Arc::new(Quiet)).unwrap());
+        Server { addr, stop, handle }
+    }
+
+    fn finish(self) -> Outcome {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.join().unwrap()
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A TCP connection to `to` from the loopback address `from` (any of 127/8).
+fn connect_from(from: IpAddr, to: SocketAddr) -> TcpStream {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&SockAddr::from(SocketAddr::new(from, 0))).unwrap();
+    s.connect(&SockAddr::from(to)).unwrap();
+    let t: TcpStream = s.into();
+    t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    t.set_nodelay(true).unwrap();
+    t
+}
+
+fn read_frame(s: &mut TcpStream) -> Option<Frame> {
+    let mut h = [0u8; 5];
+    s.read_exact(&mut h).ok()?;
+    let (ty, len) = Frame::check_header(h).ok()?;
+    let mut p = vec![0; len];
+    s.read_exact(&mut p).ok()?;
+    Frame::decode(ty, &p).ok()
+}
+
+/// A raw connection from `from` that says `Hello` (this build's version, no token) and
+/// then `what` (`Open` or `Join`); the receiver's answer to it.
+fn raw_stream(from: IpAddr, to: SocketAddr, what: Frame) -> (TcpStream, Option<Frame>) {
+    let mut s = connect_from(from, to);
+    match read_frame(&mut s) {
+        Some(Frame::Hello { .. }) => {}
+        other => return (s, other),
+    }
+    let mut bytes = Frame::Hello {
+        version: VERSION,
+        auth: false,
+        nonce: [7; 32],
+    }
+    .to_bytes();
+    bytes.extend(what.to_bytes());
+    s.write_all(&bytes).unwrap();
+    let answer = read_frame(&mut s);
+    (s, answer)
+}
+
+fn scfg() -> SenderConfig {
+    let mut c = SenderConfig::new(TxPath::Copy);
+    c.timeout = Some(Duration::from_secs(30));
+    c
+}
+
+fn hash(path: &Path) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut File::open(path).unwrap(), &mut h).unwrap();
+    *h.finalize().as_bytes()
+}
+
+/// A file of `len` bytes of `seed`'s pattern at `path`.
+fn make_file(path: &Path, len: usize, seed: u64) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    let mut f = File::create(path).unwrap();
+    let mut pos = 0;
+    while pos < len {
+        let n = (len - pos).min(4 << 20);
+        f.write_all(pattern(seed + pos as u64, n)).unwrap();
+        pos += n;
+    }
+}
+
+/// One verified file from `from` in a session of one connection.
+fn send_file_from(from: IpAddr, to: SocketAddr, path: &Path, name: &str) -> SessionReport {
+    let mut tx = zcnet::Sender::from_stream(connect_from(from, to), &scfg()).unwrap();
+    let mut o = SendOptions::default();
+    o.verify = true;
+    send_session(
+        &mut tx,
+        vec![Source::File {
+            path: path.to_path_buf(),
+            name: name.into(),
+        }],
+        &o,
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
+#[test]
+fn joins_count_per_address_so_one_address_cannot_starve_another() {
+    let dst = tempfile::tempdir().unwrap();
+    let srv = Server::start(dst.path(), ServerConfig::default());
+    let hog = ip("127.0.0.31");
+    // `Open{16}` and fifteen `Join`s from one address: only as many as the limit per address
+    // (4 by default) get in, the `Open` included.
+    let (open, answer) = raw_stream(hog, srv.addr, Frame::Open { streams: 16 });
+    let Some(Frame::Session { id }) = answer else {
+        panic!("the Open was answered {answer:?}")
+    };
+    let mut held = vec![open];
+    let mut refusals = Vec::new();
+    for _ in 0..15 {
+        let (s, answer) = raw_stream(hog, srv.addr, Frame::Join { session: id });
+        match answer {
+            Some(Frame::Session { id: got }) => {
+                assert_eq!(got, id);
+                held.push(s);
+            }
+            Some(Frame::Refuse { code, message }) => refusals.push((code, message)),
+            other => panic!("a join was answered {other:?}"),
+        }
+    }
+    println!(
+        "one address, Open{{16}} + 15 Joins: {} connections held, {} refused",
+        held.len(),
+        refusals.len()
+    );
+    assert_eq!(held.len(), 4, "{refusals:?}");
+    let (code, message) = &refusals[0];
+    assert_eq!(*code, Code::Busy);
+    assert!(message.contains("per address"), "{message}");
+    // Another address still gets a session and its file arrives whole.
+    let src = tempfile::tempdir().unwrap();
+    let f = src.path().join("f");
+    make_file(&f, 300_000, 5);
+    let r = send_file_from(ip("127.0.0.32"), srv.addr, &f, "f");
+    assert_eq!(r.failures(), 0, "{:?}", r.files);
+    assert_eq!(hash(&dst.path().join("f")), hash(&f));
+    drop(held);
+    srv.finish();
+}
+
+/// Every regular file under `src` is under `dst` with the same bytes; returns how many.
+fn assert_same_files(src: &Path, dst: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(src.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(r);
+            } else {
+                assert_eq!(hash(&src.join(&r)), hash(&dst.join(&r)), "{}", r.display());
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn a_sender_whose_join_is_refused_delivers_every_file_on_its_other_stream() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let top = src.path().join("tree");
+    for i in 0..40u64 {
+        let len = match i {
+            0 => 3 << 20,
+            _ if i % 5 == 0 => 400_000 + i as usize,
+            _ => (i as usize * 7919) % 9001,
+        };
+        make_file(&top.join(format!("d{}/f{i}", i % 3)), len, i);
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut cfg = once_cfg();
+    cfg.max_sessions_per_addr = 1;
+    let server = serve_once(listener, dst.path(), cfg);
+    // Two streams asked for; the receiver takes one connection per address, so the `Join`
+    // is refused and the first stream carries all.
+    let sent = send_as(addr, &top, 2, VERSION).unwrap();
+    assert_eq!(sent.streams, 1);
+    assert_eq!(sent.refused.len(), 1, "{:?}", sent.refused);
+    assert!(
+        sent.refused[0].contains("per address"),
+        "{:?}",
+        sent.refused
+    );
+    assert_eq!(sent.report.failures(), 0, "{:?}", sent.report.files);
+    let got = server.join().unwrap().expect("once: a result").unwrap();
+    assert_eq!(got.files.len(), 40);
+    assert_eq!(assert_same_files(&top, &dst.path().join("tree")), 40);
+}

@@ -98,6 +98,14 @@ pub struct RecvArgs {
     /// further stream of a session (`send --streams`) counted as one.
     #[arg(long, default_value_t = 4)]
     max_sessions_per_addr: usize,
+    /// Descriptors one session may hold at the receiver: 8 per connection, and each file
+    /// arriving by ranges 1 (2 with --resume) until its last range; past it a file is
+    /// refused as busy.
+    #[arg(long, default_value_t = zcnet_transfer::server::DEFAULT_FDS_PER_SESSION)]
+    max_fds_per_session: usize,
+    /// Descriptors the sessions of one address may hold together, counted the same way.
+    #[arg(long, default_value_t = zcnet_transfer::server::DEFAULT_FDS_PER_ADDR)]
+    max_fds_per_addr: usize,
     /// Connections still in their handshake, all addresses (the oldest goes when full).
     #[arg(long, default_value_t = 1024)]
     max_pending: usize,
@@ -525,6 +533,10 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     cfg.store.keep_special_bits = args.keep_special_bits;
     cfg.max_sessions = args.max_sessions.max(1);
     cfg.max_sessions_per_addr = args.max_sessions_per_addr.max(1);
+    cfg.max_fds_per_session = args
+        .max_fds_per_session
+        .max(zcnet_transfer::descriptors::PER_CONNECTION);
+    cfg.max_fds_per_addr = args.max_fds_per_addr;
     cfg.max_pending = args.max_pending.max(1);
     cfg.max_pending_per_addr = args.max_pending_per_addr.max(1);
     cfg.handshake_timeout = args.handshake_timeout;

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod descriptors;
 pub mod digest;
 mod finish;
 pub mod handshake;

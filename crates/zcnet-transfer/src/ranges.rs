@@ -23,6 +23,7 @@
 //! there; the sender continues from there only if its own bytes hash the same (a hole in a
 //! partial file is not data: only recorded bytes are offered).
 
+use super::descriptors::{per_ranged_file, Held, SessionDescriptors};
 use super::store::{open_beneath, Incoming, Refusal, Store};
 use super::wire::Code;
 use blake3::hazmat::{
@@ -276,6 +277,9 @@ struct Ranged {
     /// the file began here.
     journal: Option<Arc<Journal>>,
     resumable: Recorded,
+    /// The descriptors of the partial file and its record, charged to the session until
+    /// the file is finished or failed.
+    fds: Option<Held>,
 }
 
 impl Drop for Ranged {
@@ -351,9 +355,16 @@ pub enum Landed {
 /// The files a session receives by ranges, shared by the session's streams (each holds an
 /// `Arc`). Dropped with files unfinished (a stream's connection ended inside a range), their
 /// partial files stay as any interrupted file's do ([`Incoming`]'s drop).
+///
+/// A file that failed stays here, failed, for the rest of the session (holding no
+/// descriptor), so every later range of it is refused with the first failure's code rather
+/// than beginning the file again; it counts against [`MAX_RANGED_FILES`] like an unfinished
+/// one.
 #[derive(Debug, Default)]
 pub struct RangedFiles {
     files: Mutex<HashMap<String, Arc<Mutex<Ranged>>>>,
+    /// What the session's files may hold open ([`SessionDescriptors`]).
+    descriptors: Arc<SessionDescriptors>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -368,6 +379,20 @@ fn protocol(message: String) -> Refusal {
 }
 
 impl RangedFiles {
+    /// The ranged files of a session whose descriptors are charged to `descriptors` (the
+    /// default counts them without a cap).
+    pub fn new(descriptors: Arc<SessionDescriptors>) -> RangedFiles {
+        RangedFiles {
+            files: Mutex::default(),
+            descriptors,
+        }
+    }
+
+    /// The session's account of descriptors (its connections are charged to it too).
+    pub fn descriptors(&self) -> &Arc<SessionDescriptors> {
+        &self.descriptors
+    }
+
     /// Takes range `offset..offset+len` of `name` for a stream: checks it is a node of the
     /// file's tree below the root, agrees with the file's other ranges and overlaps none;
     /// the first range of a file begins its partial file in `store` (the name rules, the
@@ -405,6 +430,12 @@ impl RangedFiles {
                     })
                 }
                 None => {
+                    // Charged before anything is opened: a peer that starts files by ranges
+                    // and finishes none is refused at its cap, not at the process's.
+                    let recorded = store.resumes() && meta.verify;
+                    let fds = self
+                        .descriptors
+                        .take(per_ranged_file(recorded), &format!("{name:?}"))?;
                     let inc = store.begin_ranged(name, meta.size, meta.verify)?;
                     let (journal, resumable) = match store.resumes() && meta.verify {
                         true => {
@@ -423,6 +454,7 @@ impl RangedFiles {
                         failed: None,
                         journal,
                         resumable,
+                        fds: Some(fds),
                     }));
                     files.insert(name.to_string(), e.clone());
                     e
@@ -529,10 +561,14 @@ impl RangedFiles {
         if let Some(j) = &journal {
             j.remove();
         }
-        lock(&self.files).remove(&name);
+        f.fds = None;
         match result {
-            Ok(n) => Landed::Final(n),
+            Ok(n) => {
+                lock(&self.files).remove(&name);
+                Landed::Final(n)
+            }
             Err(refusal) => {
+                // Kept, failed, so the file's later ranges are refused with this reason.
                 if let Some(mut inc) = f.inc.take() {
                     inc.discard();
                 }

@@ -35,6 +35,7 @@
 //! unknown, full or expired id is refused (`Refuse{NoSession}`) before anything is opened. With [`ServerConfig::once`] the receiver serves the one
 //! session's streams and returns their reports together.
 
+use super::descriptors::{DescriptorBudget, PER_CONNECTION};
 use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamRequest};
 use super::limits::{AddrCount, AuthLimiter};
 use super::ranges::RangedFiles;
@@ -67,6 +68,11 @@ pub struct ServerConfig {
     /// streams (`Join`s) included, so one sender (without a token, anyone who can say
     /// `Hello`) cannot take every slot.
     pub max_sessions_per_addr: usize,
+    /// Descriptors one session may hold: [`PER_CONNECTION`] per stream, and each file
+    /// arriving by ranges one (two with `--resume`) until its last range has landed.
+    pub max_fds_per_session: usize,
+    /// Descriptors the sessions of one address may hold together, counted the same way.
+    pub max_fds_per_addr: usize,
     /// Connections in their handshake at once, all addresses.
     pub max_pending: usize,
     /// Connections in their handshake at once from one address.
@@ -85,6 +91,19 @@ pub struct ServerConfig {
     pub once: bool,
 }
 
+/// Default of [`ServerConfig::max_fds_per_session`]: a session of 16 streams (128) with 64
+/// files by ranges unfinished at once and their records (128). A sender splits at most one
+/// file per stream (only a file larger than a stream's share of the tree is split), so 16
+/// at once is the most a `zcnet send` session needs.
+pub const DEFAULT_FDS_PER_SESSION: usize = 256;
+
+/// Default of [`ServerConfig::max_fds_per_addr`]: two full sessions, so the four sessions
+/// an address may have cannot all fill up. In all, what is counted stays under
+/// `max_sessions` × [`DEFAULT_FDS_PER_SESSION`] (4096 with the default 16 sessions), well
+/// below common limits of open files once [`raise_fd_limit`] has raised them; what is not
+/// counted is bounded per connection (its directory cache, its window of small files).
+pub const DEFAULT_FDS_PER_ADDR: usize = 512;
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -92,6 +111,8 @@ impl Default for ServerConfig {
             store: StoreOptions::default(),
             max_sessions: 16,
             max_sessions_per_addr: 4,
+            max_fds_per_session: DEFAULT_FDS_PER_SESSION,
+            max_fds_per_addr: DEFAULT_FDS_PER_ADDR,
             max_pending: 1024,
             max_pending_per_addr: 8,
             handshake_timeout: Duration::from_secs(10),
@@ -230,6 +251,8 @@ struct Shared {
     quota: Option<Arc<Quota>>,
     observer: Arc<dyn Observer>,
     running: Mutex<HashMap<u64, Running>>,
+    /// Descriptors held per session and per address (connections, files arriving by ranges).
+    descriptors: Arc<DescriptorBudget>,
     /// Threads of sessions that have ended, to join.
     finished: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -278,6 +301,7 @@ pub fn serve(
     let shared = Arc::new(Shared {
         dir: dir.to_path_buf(),
         quota: cfg.store.max_bytes.map(Quota::new),
+        descriptors: DescriptorBudget::new(cfg.max_fds_per_session, cfg.max_fds_per_addr),
         cfg,
         observer,
         running: Mutex::new(HashMap::new()),
@@ -603,11 +627,12 @@ impl Loop {
     }
 
     fn start_session(&mut self, mut p: Pending, accepted: Accepted) {
-        let mut ranged = Arc::new(RangedFiles::default());
+        let mut connection_fds = None;
+        let mut ranged = None;
         let joining = match accepted.stream {
             StreamRequest::Join(id) => match self.join(&id, p.peer.ip()) {
                 Ok(shared) => {
-                    ranged = shared;
+                    ranged = Some(shared);
                     Some(id)
                 }
                 Err(reason) => {
@@ -630,7 +655,25 @@ impl Loop {
             },
             _ => None,
         };
-        if let Some(reason) = self.over_limits(p.peer.ip(), joining.is_some()) {
+        let ranged = ranged.unwrap_or_else(|| {
+            Arc::new(RangedFiles::new(
+                self.shared.descriptors.session(p.peer.ip()),
+            ))
+        });
+        let over = self
+            .over_limits(p.peer.ip(), joining.is_some())
+            .or_else(|| {
+                // The connection's own descriptors, charged to its session and address (the
+                // session's ranged files are charged as they begin).
+                match ranged.descriptors().take(PER_CONNECTION, "a connection") {
+                    Ok(held) => {
+                        connection_fds = Some(held);
+                        None
+                    }
+                    Err(r) => Some(r.message),
+                }
+            });
+        if let Some(reason) = over {
             if let Some(gid) = joining {
                 // The sender takes no more streams after a refused one (it carries their
                 // files on those it has): the session is closed to joins, so `once` need
@@ -709,6 +752,7 @@ impl Loop {
             .spawn(move || {
                 let t0 = Instant::now();
                 let (result, stats) = run_session(&shared, stream, peer, &sender, version, &ranged);
+                drop(connection_fds);
                 // The slot is free before anyone hears the session ended.
                 let own = shared
                     .running

@@ -2,7 +2,12 @@
 //! frames over loopback from several addresses (127.0.0.x; every test uses its own):
 //! further streams (`Join`) count against the limit of connections per address, so one
 //! address cannot starve another, and a sender whose `Join` is refused carries that
-//! stream's files on the others and delivers every one.
+//! stream's files on the others and delivers every one; files started by ranges and never
+//! finished are refused at the receiver's caps of descriptors per session and per address,
+//! and its descriptors stay bounded while a legitimate sender gets through.
+//!
+//! The tests count this process's descriptors (`/proc/self/fd`), so they run one at a time
+//! ([`serial`]).
 
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::fs::File;
@@ -22,6 +27,26 @@ mod common;
 use common::{once_cfg, send_as, serve_once};
 
 type Outcome = Option<Result<SessionReport, TransferError>>;
+
+/// One test at a time: they count the process's descriptors.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Descriptors this process has open now.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Waits (up to 20 s, a hang guard) until `f` holds.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// A receiver serving on a thread of its own until [`Server::finish`].
 struct Server {
@@ -136,6 +161,7 @@ fn send_file_from(from: IpAddr, to: SocketAddr, path: &Path, name: &str) -> Sess
 
 #[test]
 fn joins_count_per_address_so_one_address_cannot_starve_another() {
+    let _one = serial();
     let dst = tempfile::tempdir().unwrap();
     let srv = Server::start(dst.path(), ServerConfig::default());
     let hog = ip("127.0.0.31");
@@ -199,6 +225,7 @@ fn assert_same_files(src: &Path, dst: &Path) -> usize {
 
 #[test]
 fn a_sender_whose_join_is_refused_delivers_every_file_on_its_other_stream() {
+    let _one = serial();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let top = src.path().join("tree");
@@ -229,4 +256,179 @@ fn a_sender_whose_join_is_refused_delivers_every_file_on_its_other_stream() {
     let got = server.join().unwrap().expect("once: a result").unwrap();
     assert_eq!(got.files.len(), 40);
     assert_eq!(assert_same_files(&top, &dst.path().join("tree")), 40);
+}
+
+/// The size of the files [`start_unfinished`] starts: two BLAKE3 chunks, so two ranges.
+const RANGED_SIZE: u64 = 2048;
+
+/// Sends range `offset..offset+len` of a `size`-byte file `name` on session `s`, whole,
+/// with its chaining value (spoiled when `lie`). The receiver's answer: the range's `Ack`,
+/// or the `Refuse` of the `Range`.
+fn send_range(
+    s: &mut TcpStream,
+    name: &str,
+    size: u64,
+    (offset, len): (u64, u64),
+    lie: bool,
+) -> Frame {
+    use blake3::hazmat::HasherExt;
+    s.write_all(
+        &Frame::Range {
+            name: name.into(),
+            size,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            verify: true,
+            offset,
+            len,
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    match read_frame(s) {
+        Some(Frame::Ready { offset: o, .. }) => assert_eq!(o, offset),
+        Some(f) => return f,
+        None => panic!("{name}: the receiver closed the session"),
+    }
+    let data = pattern(offset, len as usize);
+    let mut h = zcnet_transfer::ranges::range_hasher(offset);
+    h.update(data);
+    let mut cv = h.finalize_non_root();
+    if lie {
+        cv[0] ^= 1;
+    }
+    let mut bytes = Frame::Start { offset }.to_bytes();
+    bytes.extend_from_slice(data);
+    bytes.extend(Frame::Trailer { hash: Some(cv) }.to_bytes());
+    s.write_all(&bytes).unwrap();
+    read_frame(s).expect("an answer to the range")
+}
+
+/// Starts file `name` by ranges (two BLAKE3 chunks, [`RANGED_SIZE`] bytes) on session `s`
+/// with its last range, sent whole and checked, and never sends the first, so the receiver
+/// holds it unfinished.
+fn start_unfinished(s: &mut TcpStream, name: &str) -> Frame {
+    send_range(
+        s,
+        name,
+        RANGED_SIZE,
+        (RANGED_SIZE / 2, RANGED_SIZE / 2),
+        false,
+    )
+}
+
+/// Sessions that hold files: their connections, the files each started, each one's first
+/// refusal.
+type Holders = (Vec<TcpStream>, Vec<usize>, Vec<Option<(Code, String)>>);
+
+/// Sessions from `from` starting files by ranges and finishing none, as fast as they are
+/// answered, `files` tries each: how many each got started, and the first refusal of each
+/// (of its `Open`, or of a `Range`).
+fn hold_ranged_files(
+    from: IpAddr,
+    to: SocketAddr,
+    sessions: usize,
+    files: usize,
+) -> Holders {
+    let (mut held, mut started, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    for k in 0..sessions {
+        let (mut s, answer) = raw_stream(from, to, Frame::Open { streams: 1 });
+        let mut n = 0;
+        let mut first = match answer {
+            Some(Frame::Session { .. }) => None,
+            Some(Frame::Refuse { code, message }) => Some((code, message)),
+            other => panic!("the Open was answered {other:?}"),
+        };
+        while first.is_none() && n < files {
+            match start_unfinished(&mut s, &format!("{from}/s{k}/f{n}")) {
+                Frame::Ack { code: Code::Ok, .. } => n += 1,
+                Frame::Refuse { code, message } | Frame::Ack { code, message, .. } => {
+                    first = Some((code, message))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        held.push(s);
+        started.push(n);
+        refused.push(first);
+    }
+    (held, started, refused)
+}
+
+#[test]
+fn unfinished_ranged_files_are_refused_at_the_descriptor_caps() {
+    let _one = serial();
+    let dst = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::default();
+    cfg.store.resume = true; // each ranged file holds its record too
+    let (per_session, per_addr) = (cfg.max_fds_per_session, cfg.max_fds_per_addr);
+    let srv = Server::start(dst.path(), cfg);
+    let before = open_fds();
+    // Four sessions from one address (its limit of connections), 400 tries each.
+    let (held, started, refused) = hold_ranged_files(ip("127.0.0.41"), srv.addr, 4, 400);
+    let peak = open_fds();
+    println!(
+        "4 sessions from one address, 400 unfinished ranged files tried each: started {started:?}, process descriptors {before} -> {peak} (caps {per_session} per session, {per_addr} per address); refused: {refused:?}"
+    );
+    for (k, r) in refused.iter().enumerate() {
+        let (code, message) = r
+            .as_ref()
+            .unwrap_or_else(|| panic!("session {k} was never refused"));
+        assert_eq!(*code, Code::Busy, "{message}");
+        assert!(message.contains("descriptors"), "{message}");
+    }
+    // Each file holds its partial file and its record: a session's cap less its
+    // connection's, then the address's.
+    let per_connection = zcnet_transfer::descriptors::PER_CONNECTION;
+    assert_eq!(started[0], (per_session - per_connection) / 2);
+    assert!(started.iter().sum::<usize>() * 2 + 2 * per_connection <= per_addr);
+    // What the address is charged, the two directories each session's files are in (cached
+    // by its connection, bounded by it) and our four sockets.
+    assert!(
+        peak - before <= per_addr + 2 * 2 + 4,
+        "{before} -> {peak} descriptors"
+    );
+    // Another address still gets its file through, whole.
+    let src = tempfile::tempdir().unwrap();
+    let f = src.path().join("f");
+    make_file(&f, 300_000, 9);
+    let r = send_file_from(ip("127.0.0.42"), srv.addr, &f, "f");
+    assert_eq!(r.failures(), 0, "{:?}", r.files);
+    assert_eq!(hash(&dst.path().join("f")), hash(&f));
+    // The sessions gone, their descriptors are given back.
+    drop(held);
+    wait_until("the descriptors given back", || open_fds() <= before + 2);
+    srv.finish();
+}
+
+#[test]
+fn a_ranged_file_that_failed_stays_failed_for_its_session() {
+    let _one = serial();
+    let dst = tempfile::tempdir().unwrap();
+    let srv = Server::start(dst.path(), ServerConfig::default());
+    let (mut s, answer) = raw_stream(ip("127.0.0.51"), srv.addr, Frame::Open { streams: 1 });
+    assert!(matches!(answer, Some(Frame::Session { .. })), "{answer:?}");
+    // A 3 MiB file is two ranges: 0..2 MiB and 2..3 MiB. The second lies about its hash.
+    let size = 3 << 20;
+    match send_range(&mut s, "f", size, (2 << 20, 1 << 20), true) {
+        Frame::Ack { code, .. } => assert_eq!(code, Code::HashMismatch),
+        other => panic!("{other:?}"),
+    }
+    // The first, told truly, is refused with the file's failure, before any data.
+    let later = send_range(&mut s, "f", size, (0, 2 << 20), false);
+    println!("the range after the failed one: {later:?}");
+    match later {
+        Frame::Refuse { code, message } => {
+            assert_eq!(code, Code::HashMismatch, "{message}");
+        }
+        other => panic!("a range of a failed file was answered {other:?}"),
+    }
+    drop(s);
+    srv.finish();
+    let left: Vec<_> = std::fs::read_dir(dst.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

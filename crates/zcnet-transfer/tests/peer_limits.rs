@@ -325,12 +325,7 @@ type Holders = (Vec<TcpStream>, Vec<usize>, Vec<Option<(Code, String)>>);
 /// Sessions from `from` starting files by ranges and finishing none, as fast as they are
 /// answered, `files` tries each: how many each got started, and the first refusal of each
 /// (of its `Open`, or of a `Range`).
-fn hold_ranged_files(
-    from: IpAddr,
-    to: SocketAddr,
-    sessions: usize,
-    files: usize,
-) -> Holders {
+fn hold_ranged_files(from: IpAddr, to: SocketAddr, sessions: usize, files: usize) -> Holders {
     let (mut held, mut started, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     for k in 0..sessions {
         let (mut s, answer) = raw_stream(from, to, Frame::Open { streams: 1 });

@@ -753,6 +753,17 @@ fn create_partial(
     Err(last)
 }
 
+/// Whether `partial` is the name of a `Put`'s partial file (its tag is [`PUT_TAG_BYTES`]
+/// long, a resumable one's shorter).
+fn is_put_partial(partial: &str) -> bool {
+    partial
+        .strip_suffix(PARTIAL_SUFFIX)
+        .and_then(|rest| rest.rsplit_once('.'))
+        .is_some_and(|(_, tag)| {
+            tag.len() == 2 * PUT_TAG_BYTES && tag.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
 /// With `--resume`, removes the partial files an interrupted session of this owner left for
 /// `Put`s in `dir` (their tag is [`PUT_TAG_BYTES`] long): a `Put` is always sent whole again,
 /// so they would only stay behind. One in use is locked (a resuming receiver locks its
@@ -1101,6 +1112,12 @@ impl Incoming {
     /// Returns the bytes kept.
     pub fn release(&mut self) -> u64 {
         if self.settled {
+            return 0;
+        }
+        if is_put_partial(&self.partial) {
+            // A `Put` is always sent whole again: its bytes are worth nothing to a rerun,
+            // and a pipeline reset mid-way would leave its whole window behind.
+            self.discard();
             return 0;
         }
         match release_reservation(&self.file) {

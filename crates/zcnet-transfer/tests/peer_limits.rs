@@ -4,7 +4,8 @@
 //! address cannot starve another, and a sender whose `Join` is refused carries that
 //! stream's files on the others and delivers every one; files started by ranges and never
 //! finished are refused at the receiver's caps of descriptors per session and per address,
-//! and its descriptors stay bounded while a legitimate sender gets through.
+//! and its descriptors stay bounded while a legitimate sender gets through; a ranged file
+//! that failed stays failed; pipelines of `Put`s reset mid-way leave no partial file.
 //!
 //! The tests count this process's descriptors (`/proc/self/fd`), so they run one at a time
 //! ([`serial`]).
@@ -426,4 +427,83 @@ fn a_ranged_file_that_failed_stays_failed_for_its_session() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Names under `dir` (recursively) ending in `.partial`.
+fn partials(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().ends_with(".partial") {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn pipelines_of_puts_reset_midway_leave_no_partial_files() {
+    let _one = serial();
+    let dst = tempfile::tempdir().unwrap();
+    let srv = Server::start(dst.path(), ServerConfig::default());
+    for round in 0..10 {
+        let from = ip(&format!("127.0.0.{}", 61 + round));
+        let (mut s, answer) = raw_stream(from, srv.addr, Frame::Open { streams: 1 });
+        assert!(matches!(answer, Some(Frame::Session { .. })), "{answer:?}");
+        // 300 `Put`s of 4 KiB in one burst, none of their answers read, then half of one
+        // more, and a reset.
+        let mut bytes = Vec::new();
+        for i in 0..301u64 {
+            let data = pattern(i, 4096);
+            bytes.extend(
+                Frame::Put {
+                    name: format!("r{round}/d{}/f{i}", i % 7),
+                    size: 4096,
+                    mode: 0o644,
+                    mtime_s: 0,
+                    mtime_ns: 0,
+                    verify: true,
+                }
+                .to_bytes(),
+            );
+            if i == 300 {
+                bytes.extend_from_slice(&data[..2048]);
+                break;
+            }
+            bytes.extend_from_slice(data);
+            bytes.extend(
+                Frame::Trailer {
+                    hash: Some(*blake3::hash(data).as_bytes()),
+                }
+                .to_bytes(),
+            );
+        }
+        s.write_all(&bytes).unwrap();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+    }
+    // Each session ends at its reset; what it had taken in is final or gone.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) && !partials(dst.path()).is_empty() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    srv.finish();
+    let left = partials(dst.path());
+    println!(
+        "partial files left by 10 reset pipelines of 300 Puts: {}",
+        left.len()
+    );
+    assert!(
+        left.is_empty(),
+        "{} left: {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
 }

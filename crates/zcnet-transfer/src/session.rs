@@ -15,7 +15,7 @@ use super::handshake::{HandshakeError, ReceiverHandshake, StreamRequest};
 use super::landing::{LandingHash, LAND_STEP};
 use super::ranges::{self, FileMeta, Landed, RangedFiles};
 use super::sparse;
-use super::store::{Refusal, Store};
+use super::store::{self, Refusal, Store};
 use super::wire::{
     Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, SESSION_ID_LEN,
     STREAM_SIZE, VERSION,
@@ -1620,6 +1620,7 @@ fn receive_files_in<'scope>(
         let mut got = 0u64;
         let data_result: Result<(), Refusal> = match announced {
             Some(size) => {
+                let sparse_file = extents.is_some();
                 let ranges = match extents {
                     Some(x) => {
                         // Holes stay unwritten: the space reserved for them goes back.
@@ -1648,6 +1649,10 @@ fn receive_files_in<'scope>(
                 // (0.1 CPU-s/GiB at the receiver); on ext4 it sets the size once per range
                 // instead of write by write, which costs less than it saves.
                 rx.set_file_preallocate(!inc.on_tmpfs());
+                // The store reserved a first step of the space; the rest is reserved a step
+                // ahead of the data as it lands (a sparse file's holes are left alone).
+                let dense = !sparse_file;
+                let mut allocated = start.saturating_add(store::RESERVE_STEP).min(size);
                 let mut done = start;
                 for (from, len) in ranges {
                     progress(Progress::Bytes(from - done));
@@ -1667,6 +1672,12 @@ fn receive_files_in<'scope>(
                         };
                         off += n;
                         got += n;
+                        if dense && off + store::RESERVE_STEP / 2 > allocated && allocated < size {
+                            let to = off.saturating_add(store::RESERVE_STEP).min(size);
+                            // Best effort: a full disk shows in the writes themselves.
+                            let _ = inc.allocate(allocated, to - allocated);
+                            allocated = to;
+                        }
                         if let Some(l) = &landing {
                             l.landed(off);
                         }

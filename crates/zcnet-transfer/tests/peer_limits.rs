@@ -5,7 +5,8 @@
 //! stream's files on the others and delivers every one; files started by ranges and never
 //! finished are refused at the receiver's caps of descriptors per session and per address,
 //! and its descriptors stay bounded while a legitimate sender gets through; a ranged file
-//! that failed stays failed; pipelines of `Put`s reset mid-way leave no partial file.
+//! that failed stays failed; pipelines of `Put`s reset mid-way leave no partial file; a
+//! bare `File` header reserves a step of disk, not the size it claims.
 //!
 //! The tests count this process's descriptors (`/proc/self/fd`), so they run one at a time
 //! ([`serial`]).
@@ -506,4 +507,128 @@ fn pipelines_of_puts_reset_midway_leave_no_partial_files() {
         left.len(),
         &left[..left.len().min(5)]
     );
+}
+
+/// CPU seconds this process has used (user and system), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 of stat(5), counted from the state (field 3).
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// The partial files under `dir` with their allocated bytes (`st_blocks` × 512).
+fn allocated_partials(dir: &Path) -> Vec<(PathBuf, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    partials(dir)
+        .into_iter()
+        .map(|p| {
+            let b = std::fs::metadata(&p).unwrap().blocks() * 512;
+            (p, b)
+        })
+        .collect()
+}
+
+/// A session from `from` that announces `name` of `size` bytes; returns it at `Ready`.
+fn announce(from: IpAddr, to: SocketAddr, name: &str, size: u64, verify: bool) -> TcpStream {
+    let (mut s, answer) = raw_stream(from, to, Frame::Open { streams: 1 });
+    assert!(matches!(answer, Some(Frame::Session { .. })), "{answer:?}");
+    s.write_all(
+        &Frame::File {
+            name: name.into(),
+            size,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            verify,
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    match read_frame(&mut s) {
+        Some(Frame::Ready { offset: 0, .. }) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_bare_file_header_reserves_a_step_of_disk_not_its_claimed_size() {
+    let _one = serial();
+    let dst = tempfile::tempdir().unwrap();
+    let srv = Server::start(dst.path(), ServerConfig::default());
+    let claimed = 60 << 20;
+    let s = announce(ip("127.0.0.71"), srv.addr, "claim", claimed, true);
+    let got = allocated_partials(dst.path());
+    println!("a bare File header claiming {claimed} bytes: allocated {got:?}");
+    assert_eq!(got.len(), 1);
+    assert!(
+        got[0].1 <= zcnet_transfer::store::RESERVE_STEP,
+        "{} bytes reserved for a file of which nothing was sent",
+        got[0].1
+    );
+    drop(s);
+    srv.finish();
+}
+
+#[test]
+fn a_sparse_claim_costs_its_extents_and_bytes_in_disk_and_cpu() {
+    let _one = serial();
+    let dst = tempfile::tempdir().unwrap();
+    let srv = Server::start(dst.path(), ServerConfig::default());
+    // A sparse file of this many MiB (256 unless ZCNET_SPARSE_CLAIM_MIB says) whose one
+    // extent is one byte.
+    let mib: u64 = std::env::var("ZCNET_SPARSE_CLAIM_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    let size = mib << 20;
+    // With ZCNET_SPARSE_VERIFY=1 the claim is verified, so the receiver hashes its holes as
+    // zeros (a figure only: the test's own hash of them comes first, outside the count).
+    let verify = std::env::var_os("ZCNET_SPARSE_VERIFY").is_some();
+    let hash = verify.then(|| {
+        let mut h = blake3::Hasher::new();
+        h.update(b"x");
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = size - 1;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            h.update(&zeros[..n]);
+            left -= n as u64;
+        }
+        *h.finalize().as_bytes()
+    });
+    let mut s = announce(ip("127.0.0.72"), srv.addr, "sparse", size, verify);
+    let cpu0 = cpu_seconds();
+    let t0 = std::time::Instant::now();
+    let mut bytes = Frame::StartSparse {
+        offset: 0,
+        extents: vec![(0, 1)],
+    }
+    .to_bytes();
+    bytes.push(b'x');
+    bytes.extend(Frame::Trailer { hash }.to_bytes());
+    bytes.extend(Frame::Bye.to_bytes());
+    s.write_all(&bytes).unwrap();
+    match read_frame(&mut s) {
+        Some(Frame::Ack {
+            code: Code::Ok,
+            bytes,
+            ..
+        }) => assert_eq!(bytes, size),
+        other => panic!("{other:?}"),
+    }
+    let cpu = cpu_seconds() - cpu0;
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dst.path().join("sparse")).unwrap();
+    println!(
+        "a {mib} MiB sparse claim with 1 data byte, verify {verify}: {cpu:.2} CPU-s in {:.2} s, {} bytes allocated",
+        t0.elapsed().as_secs_f64(),
+        m.blocks() * 512
+    );
+    assert_eq!(m.len(), size);
+    assert!(m.blocks() * 512 <= 1 << 20, "the holes stay holes");
+    drop(s);
+    srv.finish();
 }

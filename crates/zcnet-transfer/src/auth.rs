@@ -1,8 +1,11 @@
 //! Pre-shared-token authentication by challenge and response (HMAC-SHA256, RustCrypto's
 //! `hmac` + `sha2`). Each side sends a random 32-byte challenge in its `Hello`; each proves
-//! it knows the token by returning `HMAC(token, label ‖ receiver_nonce ‖ sender_nonce)` with
-//! a label per role, so a reflected answer is useless. The token never crosses the wire,
-//! and answers are compared in constant time.
+//! it knows the token by returning `HMAC(token, label ‖ transcript)` with a label per role,
+//! so a reflected answer is useless, over the handshake's frames as sent ([`transcript`]:
+//! both `Hello`s — so both nonces, the version offered and the version chosen — and the
+//! sender's `Open`/`Join`), so a field changed on the way (a lowered version, say) fails the
+//! proof (protocol version 8; before it the proofs covered the nonces only). The token never
+//! crosses the wire, and answers are compared in constant time.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -21,8 +24,8 @@ pub enum Role {
 impl Role {
     fn label(self) -> &'static [u8] {
         match self {
-            Role::Sender => b"zcnet-v1 sender proof",
-            Role::Receiver => b"zcnet-v1 receiver proof",
+            Role::Sender => b"zcnet-v8 sender proof",
+            Role::Receiver => b"zcnet-v8 receiver proof",
         }
     }
 }
@@ -34,43 +37,31 @@ pub fn nonce() -> std::io::Result<[u8; 32]> {
     Ok(n)
 }
 
-fn keyed(
-    token: &[u8],
-    role: Role,
-    receiver_nonce: &[u8; 32],
-    sender_nonce: &[u8; 32],
-) -> HmacSha256 {
+/// What both proofs cover: the receiver's `Hello`, the sender's `Hello` and the sender's
+/// `Open` or `Join`, each frame whole as encoded (header included), in that order. Every
+/// frame has a fixed length here, so the concatenation is unambiguous.
+pub fn transcript(receiver_hello: &[u8], sender_hello: &[u8], stream: &[u8]) -> Vec<u8> {
+    [receiver_hello, sender_hello, stream].concat()
+}
+
+fn keyed(token: &[u8], role: Role, transcript: &[u8]) -> HmacSha256 {
     let mut m = HmacSha256::new_from_slice(token).expect("HMAC takes keys of any length");
     m.update(role.label());
-    m.update(receiver_nonce);
-    m.update(sender_nonce);
+    m.update(transcript);
     m
 }
 
-/// The proof `role` sends.
-pub fn prove(
-    token: &[u8],
-    role: Role,
-    receiver_nonce: &[u8; 32],
-    sender_nonce: &[u8; 32],
-) -> [u8; 32] {
-    keyed(token, role, receiver_nonce, sender_nonce)
+/// The proof `role` sends over `transcript` ([`transcript`]).
+pub fn prove(token: &[u8], role: Role, transcript: &[u8]) -> [u8; 32] {
+    keyed(token, role, transcript)
         .finalize()
         .into_bytes()
         .into()
 }
 
-/// Checks the proof `role` sent, in constant time.
-pub fn verify(
-    token: &[u8],
-    role: Role,
-    receiver_nonce: &[u8; 32],
-    sender_nonce: &[u8; 32],
-    mac: &[u8; 32],
-) -> bool {
-    keyed(token, role, receiver_nonce, sender_nonce)
-        .verify_slice(mac)
-        .is_ok()
+/// Checks the proof `role` sent over `transcript`, in constant time.
+pub fn verify(token: &[u8], role: Role, transcript: &[u8], mac: &[u8; 32]) -> bool {
+    keyed(token, role, transcript).verify_slice(mac).is_ok()
 }
 
 #[cfg(test)]
@@ -78,19 +69,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proofs_verify_only_with_the_same_token_role_and_nonces() {
+    fn proofs_verify_only_with_the_same_token_role_and_transcript() {
         let (r, s) = (nonce().unwrap(), nonce().unwrap());
         assert_ne!(r, s, "nonces are random");
-        let p = prove(b"secret", Role::Sender, &r, &s);
-        assert!(verify(b"secret", Role::Sender, &r, &s, &p));
-        assert!(!verify(b"Secret", Role::Sender, &r, &s, &p));
+        let t = transcript(&r, &s, b"open");
+        let p = prove(b"secret", Role::Sender, &t);
+        assert!(verify(b"secret", Role::Sender, &t, &p));
+        assert!(!verify(b"Secret", Role::Sender, &t, &p));
         assert!(
-            !verify(b"secret", Role::Receiver, &r, &s, &p),
+            !verify(b"secret", Role::Receiver, &t, &p),
             "a reflected proof fails"
         );
-        assert!(!verify(b"secret", Role::Sender, &s, &r, &p));
+        assert!(!verify(
+            b"secret",
+            Role::Sender,
+            &transcript(&s, &r, b"open"),
+            &p
+        ));
+        // Any byte of the handshake changed on the way fails the proof.
+        for i in 0..t.len() {
+            let mut bent = t.clone();
+            bent[i] ^= 1;
+            assert!(!verify(b"secret", Role::Sender, &bent, &p), "byte {i}");
+        }
         let mut bad = p;
         bad[0] ^= 1;
-        assert!(!verify(b"secret", Role::Sender, &r, &s, &bad));
+        assert!(!verify(b"secret", Role::Sender, &t, &bad));
     }
 }

@@ -2,15 +2,18 @@
 //! blocking session and the server's event loop both drive it, reading exactly the bytes it
 //! asks for, so nothing past the handshake is ever read before the peer has proved itself.
 //!
-//! Before the proof only two frames are accepted, each with its exact length from the
-//! header: `Hello` ([`HELLO_LEN`] bytes) and `Auth` ([`AUTH_LEN`]). Any other header is
-//! refused before its payload is read, so an unauthenticated peer costs at most
-//! `5 + HELLO_LEN` bytes of buffer, however large the frame it announces.
+//! Before the proof only three frames are accepted, each with its exact length from the
+//! header: `Hello` ([`HELLO_LEN`] bytes), `Auth` ([`AUTH_LEN`]) and `Open`/`Join`. Any
+//! other header is refused before its payload is read, so an unauthenticated peer costs at
+//! most `5 + HELLO_LEN` bytes of buffer, however large the frame it announces. With a token
+//! the sender's proof is checked once its `Open`/`Join` is in, since it covers that too
+//! ([`auth::transcript`]), and a sender below [`AUTHENTICATED_FROM`] is refused.
 
 use super::auth::{self, Role};
 use super::wire::{
-    Code, Frame, WireError, AUTH_LEN, HELLO_LEN, MAX_STREAMS, MIN_VERSION, OPEN_LEN,
-    SESSION_ID_LEN, T_AUTH, T_DIR, T_FILE, T_HELLO, T_JOIN, T_LINK, T_OPEN, T_PUT, VERSION,
+    Code, Frame, WireError, AUTHENTICATED_FROM, AUTH_LEN, HELLO_LEN, MAX_STREAMS, MIN_VERSION,
+    OPEN_LEN, SESSION_ID_LEN, T_AUTH, T_DIR, T_FILE, T_HELLO, T_JOIN, T_LINK, T_OPEN, T_PUT,
+    VERSION,
 };
 
 /// Why a handshake failed.
@@ -41,6 +44,10 @@ pub enum HandshakeError {
     /// An `Open` asking for no stream or for more than [`MAX_STREAMS`].
     #[error("a session of {0} streams (1 to {MAX_STREAMS})")]
     Streams(u16),
+    /// A token is required and the sender chose a version whose proofs do not cover the
+    /// handshake (below [`AUTHENTICATED_FROM`]).
+    #[error("the sender chose protocol version {0}; with a token the receiver needs {AUTHENTICATED_FROM} or later")]
+    TokenNeedsVersion(u16),
 }
 
 impl HandshakeError {
@@ -55,6 +62,12 @@ impl HandshakeError {
             HandshakeError::Streams(n) => (
                 Code::Protocol,
                 format!("a session has 1 to {MAX_STREAMS} streams, not {n}"),
+            ),
+            HandshakeError::TokenNeedsVersion(v) => (
+                Code::Version,
+                format!(
+                    "this receiver requires a token, and proves it only in protocol version {AUTHENTICATED_FROM} or later (where the proofs cover the version and every field of the handshake); the sender speaks {v}: upgrade zcnet at the sender"
+                ),
             ),
             _ => return None,
         };
@@ -111,6 +124,10 @@ pub struct ReceiverHandshake {
     phase: Phase,
     /// Our `Auth` reply, kept until the sender's `Open`/`Join` has been read.
     reply: Option<Vec<u8>>,
+    /// The sender's `Hello` as it came (header and payload), for the transcript.
+    sender_hello: Vec<u8>,
+    /// The sender's proof, checked once its `Open`/`Join` is in.
+    sender_mac: Option<[u8; 32]>,
 }
 
 impl ReceiverHandshake {
@@ -126,6 +143,8 @@ impl ReceiverHandshake {
             need: 5,
             phase: Phase::HelloHeader,
             reply: None,
+            sender_hello: Vec::new(),
+            sender_mac: None,
         })
     }
 
@@ -167,8 +186,12 @@ impl ReceiverHandshake {
                             if !(MIN_VERSION..=VERSION).contains(&version) {
                                 return Err(HandshakeError::Version(version));
                             }
+                            if self.token.is_some() && version < AUTHENTICATED_FROM {
+                                return Err(HandshakeError::TokenNeedsVersion(version));
+                            }
                             self.version = version;
                             self.snonce = nonce;
+                            self.sender_hello = self.buf[..self.need].to_vec();
                         }
                         _ => unreachable!("decode(T_HELLO) gives a Hello"),
                     }
@@ -191,13 +214,8 @@ impl ReceiverHandshake {
                     self.phase = Phase::AuthBody;
                 }
                 Phase::AuthBody => {
-                    let mac: [u8; 32] = self.buf[5..5 + AUTH_LEN].try_into().expect("32");
-                    let token = self.token.as_deref().expect("auth phase has a token");
-                    if !auth::verify(token, Role::Sender, &self.rnonce, &self.snonce, &mac) {
-                        return Err(HandshakeError::AuthFailed);
-                    }
-                    let mac = auth::prove(token, Role::Receiver, &self.rnonce, &self.snonce);
-                    self.reply = Some(Frame::Auth { mac }.to_bytes());
+                    // Checked with the `Open`/`Join` that follows (the proof covers it).
+                    self.sender_mac = Some(self.buf[5..5 + AUTH_LEN].try_into().expect("32"));
                     self.have = 0;
                     if let Some(a) = self.proved() {
                         return Ok(Some(a));
@@ -226,6 +244,19 @@ impl ReceiverHandshake {
                         Frame::Join { session } => StreamRequest::Join(session),
                         _ => unreachable!("the header was checked to be open or join"),
                     };
+                    if let Some(token) = self.token.as_deref() {
+                        let t = auth::transcript(
+                            &self.greeting(),
+                            &self.sender_hello,
+                            &self.buf[..self.need],
+                        );
+                        let mac = self.sender_mac.ok_or(HandshakeError::AuthFailed)?;
+                        if !auth::verify(token, Role::Sender, &t, &mac) {
+                            return Err(HandshakeError::AuthFailed);
+                        }
+                        let mac = auth::prove(token, Role::Receiver, &t);
+                        self.reply = Some(Frame::Auth { mac }.to_bytes());
+                    }
                     return Ok(Some(self.finish(stream)));
                 }
                 Phase::Done => return Ok(None),
@@ -309,22 +340,21 @@ mod tests {
     #[test]
     fn a_sender_with_the_token_is_accepted_and_gets_our_proof() {
         let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
-        let rnonce = match Frame::parse(&hs.greeting()).unwrap().unwrap().0 {
-            Frame::Hello { nonce, auth, .. } => {
-                assert!(auth);
-                nonce
-            }
+        match Frame::parse(&hs.greeting()).unwrap().unwrap().0 {
+            Frame::Hello { auth, .. } => assert!(auth),
             f => panic!("{f:?}"),
         };
         let snonce = [5; 32];
+        let open = Frame::Open { streams: 1 }.to_bytes();
+        let t = auth::transcript(&hs.greeting(), &sender_hello(VERSION, snonce), &open);
         let mut bytes = sender_hello(VERSION, snonce);
         bytes.extend(
             Frame::Auth {
-                mac: auth::prove(b"t", Role::Sender, &rnonce, &snonce),
+                mac: auth::prove(b"t", Role::Sender, &t),
             }
             .to_bytes(),
         );
-        bytes.extend(Frame::Open { streams: 1 }.to_bytes());
+        bytes.extend(&open);
         // One byte at a time: the machine never asks for more than is due.
         let mut got = None;
         for b in &bytes {
@@ -338,7 +368,65 @@ mod tests {
         assert!(a.authenticated && hs.is_done());
         let (f, _) = Frame::parse(&a.reply.unwrap()).unwrap().unwrap();
         let Frame::Auth { mac } = f else { panic!() };
-        assert!(auth::verify(b"t", Role::Receiver, &rnonce, &snonce, &mac));
+        assert!(auth::verify(b"t", Role::Receiver, &t, &mac));
+    }
+
+    /// A sender's proof over the handshake as it saw it (`seen`: our `Hello` as it arrived
+    /// there), for `open`.
+    fn proof_bytes(seen: &[u8], snonce: [u8; 32], open: &Frame) -> Vec<u8> {
+        let open = open.to_bytes();
+        let t = auth::transcript(seen, &sender_hello(VERSION, snonce), &open);
+        let mut bytes = sender_hello(VERSION, snonce);
+        bytes.extend(
+            Frame::Auth {
+                mac: auth::prove(b"t", Role::Sender, &t),
+            }
+            .to_bytes(),
+        );
+        bytes.extend(open);
+        bytes
+    }
+
+    #[test]
+    fn a_handshake_changed_on_the_way_fails_the_proof() {
+        let open = Frame::Open { streams: 2 };
+        // Our `Hello` lowered to version 5 on its way to the sender.
+        let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+        let Frame::Hello { auth, nonce, .. } = Frame::parse(&hs.greeting()).unwrap().unwrap().0
+        else {
+            panic!()
+        };
+        let lowered = Frame::Hello {
+            version: 5,
+            auth,
+            nonce,
+        }
+        .to_bytes();
+        let e = feed(&mut hs, &proof_bytes(&lowered, [3; 32], &open)).unwrap_err();
+        assert_eq!(e, HandshakeError::AuthFailed);
+        // The sender's `Open` changed on its way to us.
+        let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+        let mut bytes = proof_bytes(&hs.greeting(), [3; 32], &open);
+        let n = bytes.len();
+        bytes[n - 1] = 16;
+        assert_eq!(feed(&mut hs, &bytes), Err(HandshakeError::AuthFailed));
+        // Unchanged, it passes.
+        let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+        let bytes = proof_bytes(&hs.greeting(), [3; 32], &open);
+        let a = feed(&mut hs, &bytes).unwrap().unwrap();
+        assert_eq!(a.stream, StreamRequest::Open(2));
+        // A sender that chose a version before the proofs covered the handshake is refused
+        // with the reason, before any proof.
+        for v in [1, 4, 7] {
+            let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
+            let e = feed(&mut hs, &sender_hello(v, [3; 32])).unwrap_err();
+            assert_eq!(e, HandshakeError::TokenNeedsVersion(v));
+            let Some(Frame::Refuse { code, message }) = e.refusal() else {
+                panic!()
+            };
+            assert_eq!(code, Code::Version);
+            assert!(message.contains("upgrade zcnet at the sender"), "{message}");
+        }
     }
 
     #[test]
@@ -346,6 +434,7 @@ mod tests {
         let mut hs = ReceiverHandshake::new(Some(b"t".to_vec())).unwrap();
         let mut bytes = sender_hello(VERSION, [1; 32]);
         bytes.extend(Frame::Auth { mac: [0; 32] }.to_bytes());
+        bytes.extend(Frame::Open { streams: 1 }.to_bytes());
         assert_eq!(feed(&mut hs, &bytes), Err(HandshakeError::AuthFailed));
         assert!(HandshakeError::AuthFailed.refusal().is_some());
 

@@ -17,8 +17,8 @@ use super::ranges::{self, FileMeta, Landed, RangedFiles};
 use super::sparse;
 use super::store::{self, Refusal, Store};
 use super::wire::{
-    Code, Frame, WireError, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION, SESSION_ID_LEN,
-    STREAM_SIZE, VERSION,
+    Code, Frame, WireError, AUTHENTICATED_FROM, MAX_CONTROL, MAX_DATA, MAX_PUT, MIN_VERSION,
+    SESSION_ID_LEN, STREAM_SIZE, VERSION,
 };
 use std::collections::VecDeque;
 use std::fs::File;
@@ -453,15 +453,29 @@ pub(crate) fn send_handshake(
     };
     // The newest version both speak: a version-1 receiver is served one file at a time.
     let version = theirs.min(VERSION).min(opts.max_version).max(MIN_VERSION);
-    let snonce = auth::nonce().map_err(io_err("reading random bytes"))?;
-    tx.send_slice(
-        &Frame::Hello {
-            version,
-            auth: opts.token.is_some(),
-            nonce: snonce,
+    if let (true, Some(_)) = (auth_required, &opts.token) {
+        if version < AUTHENTICATED_FROM {
+            // Before version 8 the proofs do not cover the version: a `Hello` lowered on
+            // the way would pass unseen, so the token is not proved in such a session.
+            return Err(TransferError::Auth(format!(
+                "the receiver speaks protocol version {theirs} and this sender {version}; with a token both ends need version {AUTHENTICATED_FROM} or later, where the proofs cover the version and every field of the handshake (upgrade zcnet at the receiver)"
+            )));
         }
-        .to_bytes(),
-    )?;
+    }
+    let snonce = auth::nonce().map_err(io_err("reading random bytes"))?;
+    let receiver_hello = Frame::Hello {
+        version: theirs,
+        auth: auth_required,
+        nonce: rnonce,
+    }
+    .to_bytes();
+    let sender_hello = Frame::Hello {
+        version,
+        auth: opts.token.is_some(),
+        nonce: snonce,
+    }
+    .to_bytes();
+    tx.send_slice(&sender_hello)?;
     if opts.token.is_some() && !auth_required {
         // The receiver must prove the token too: one that does not ask for it cannot, and
         // may be anyone listening on that address.
@@ -469,25 +483,28 @@ pub(crate) fn send_handshake(
             "the receiver did not ask for the token, so it cannot prove it knows it; refusing to send to it".into(),
         ));
     }
-    if auth_required {
-        let token = opts.token.as_deref().ok_or_else(|| {
-            TransferError::Auth("the receiver requires a token (--token or ZCNET_TOKEN)".into())
-        })?;
-        let mac = auth::prove(token, Role::Sender, &rnonce, &snonce);
-        tx.send_slice(&Frame::Auth { mac }.to_bytes())?;
-    }
     let join = match stream {
         _ if version < 5 => None,
         StreamRequest::Open(n) => Some(Frame::Open { streams: n }),
         StreamRequest::Join(session) => Some(Frame::Join { session }),
         StreamRequest::Single => Some(Frame::Open { streams: 1 }),
     };
-    if let Some(f) = &join {
-        tx.send_slice(&f.to_bytes())?;
+    let join_bytes = join.as_ref().map(Frame::to_bytes).unwrap_or_default();
+    // Both proofs cover the handshake as this end saw and sent it (version 8).
+    let transcript = auth::transcript(&receiver_hello, &sender_hello, &join_bytes);
+    if auth_required {
+        let token = opts.token.as_deref().ok_or_else(|| {
+            TransferError::Auth("the receiver requires a token (--token or ZCNET_TOKEN)".into())
+        })?;
+        let mac = auth::prove(token, Role::Sender, &transcript);
+        tx.send_slice(&Frame::Auth { mac }.to_bytes())?;
+    }
+    if !join_bytes.is_empty() {
+        tx.send_slice(&join_bytes)?;
     }
     if let (true, Some(token)) = (auth_required, opts.token.as_deref()) {
         match read_frame_from_sender_side(tx)? {
-            Frame::Auth { mac } if auth::verify(token, Role::Receiver, &rnonce, &snonce, &mac) => {}
+            Frame::Auth { mac } if auth::verify(token, Role::Receiver, &transcript, &mac) => {}
             Frame::Auth { .. } => {
                 return Err(TransferError::Auth(
                     "the receiver could not prove it knows the token".into(),

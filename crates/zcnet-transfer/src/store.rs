@@ -952,9 +952,22 @@ impl Incoming {
             }
         }
         self.reserved += n;
-        // The first step of the space now, so a full disk shows up before the data flows;
-        // the rest as the data arrives ([`Incoming::allocate`]): a peer that announces a
+        // A file larger than the free space is refused at once (nothing reserved); the first
+        // step of the space is reserved now, so a full disk shows up before the data flows,
+        // and the rest as the data arrives ([`Incoming::allocate`]): a peer that announces a
         // large file and sends nothing takes no more of the disk than a step.
+        if let Ok(st) = rustix::fs::fstatvfs(&self.file) {
+            let free = st.f_bavail.saturating_mul(st.f_frsize);
+            if n > free {
+                return Err(Refusal::new(
+                    Code::Io,
+                    format!(
+                        "reserving space for {:?}: {n} bytes announced, {free} bytes of space free",
+                        self.name
+                    ),
+                ));
+            }
+        }
         self.allocate(self.offset, n.min(RESERVE_STEP))
     }
 

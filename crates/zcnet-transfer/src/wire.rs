@@ -15,8 +15,15 @@ pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// so empty directories and symlinks arrive; 4: `StartSparse`, so holes are not sent; 5:
 /// `Open`/`Join`, so one session runs over several connections; 6: `Range`, so one large
 /// file runs over several connections; 7: a `File`'s `Ack` may come after the next files,
-/// so a large file's checks, `fsync` and rename overlap the next file's data).
-pub const VERSION: u16 = 7;
+/// so a large file's checks, `fsync` and rename overlap the next file's data; 8: the token's
+/// proofs cover the whole handshake, version included — [`AUTHENTICATED_FROM`]).
+pub const VERSION: u16 = 8;
+/// Oldest version in which a token is accepted: from 8 the proofs cover both `Hello`s and the
+/// `Open`/`Join` ([`crate::auth::transcript`]), so a version lowered on the way fails them.
+/// Before it they covered the nonces only, and both ends refuse to prove a token in such a
+/// session (a lowered `Hello` would otherwise pass unseen); without a token every version
+/// from [`MIN_VERSION`] is served as before.
+pub const AUTHENTICATED_FROM: u16 = 8;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver

@@ -6,7 +6,8 @@
 //! finished are refused at the receiver's caps of descriptors per session and per address,
 //! and its descriptors stay bounded while a legitimate sender gets through; a ranged file
 //! that failed stays failed; pipelines of `Put`s reset mid-way leave no partial file; a
-//! bare `File` header reserves a step of disk, not the size it claims.
+//! bare `File` header reserves a step of disk, not the size it claims; with a token, a
+//! `Hello` lowered on the way fails the proofs, and an older sender is told why.
 //!
 //! The tests count this process's descriptors (`/proc/self/fd`), so they run one at a time
 //! ([`serial`]).
@@ -630,5 +631,70 @@ fn a_sparse_claim_costs_its_extents_and_bytes_in_disk_and_cpu() {
     assert_eq!(m.len(), size);
     assert!(m.blocks() * 512 <= 1 << 20, "the holes stay holes");
     drop(s);
+    srv.finish();
+}
+
+#[test]
+fn with_a_token_a_lowered_hello_fails_the_proof_and_an_older_sender_is_told_why() {
+    use zcnet_transfer::auth::{prove, transcript, Role};
+    let _one = serial();
+    let dst = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::default();
+    cfg.token = Some(b"right".to_vec());
+    let srv = Server::start(dst.path(), cfg);
+    // What the sender sees of the receiver's `Hello`: as sent, or with its version lowered
+    // to 5 by someone on the way (the sender then speaks 5 or less, believing it the most
+    // the receiver takes).
+    for (seen_version, chosen) in [(VERSION, VERSION), (5, VERSION)] {
+        let mut s = connect_from(ip("127.0.0.81"), srv.addr);
+        let Some(Frame::Hello { auth, nonce, .. }) = read_frame(&mut s) else {
+            panic!()
+        };
+        let seen = Frame::Hello {
+            version: seen_version,
+            auth,
+            nonce,
+        }
+        .to_bytes();
+        let mine = Frame::Hello {
+            version: chosen,
+            auth: true,
+            nonce: [9; 32],
+        }
+        .to_bytes();
+        let open = Frame::Open { streams: 1 }.to_bytes();
+        let mac = prove(b"right", Role::Sender, &transcript(&seen, &mine, &open));
+        let mut bytes = mine.clone();
+        bytes.extend(Frame::Auth { mac }.to_bytes());
+        bytes.extend(&open);
+        s.write_all(&bytes).unwrap();
+        let answer = read_frame(&mut s);
+        println!("receiver's Hello seen as version {seen_version}: {answer:?}");
+        match (seen_version == VERSION, answer) {
+            (true, Some(Frame::Auth { .. })) => {}
+            (false, Some(Frame::Refuse { code, .. })) => assert_eq!(code, Code::AuthFailed),
+            (_, other) => panic!("{other:?}"),
+        }
+    }
+    // A sender of version 7 (whose proofs covered the nonces only) is refused with the
+    // reason, before any proof.
+    let mut s = connect_from(ip("127.0.0.82"), srv.addr);
+    assert!(matches!(read_frame(&mut s), Some(Frame::Hello { .. })));
+    s.write_all(
+        &Frame::Hello {
+            version: 7,
+            auth: true,
+            nonce: [9; 32],
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    match read_frame(&mut s) {
+        Some(Frame::Refuse { code, message }) => {
+            assert_eq!(code, Code::Version);
+            assert!(message.contains("upgrade zcnet at the sender"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
     srv.finish();
 }

@@ -7,7 +7,10 @@
 //! and its descriptors stay bounded while a legitimate sender gets through; a ranged file
 //! that failed stays failed; pipelines of `Put`s reset mid-way leave no partial file; a
 //! bare `File` header reserves a step of disk, not the size it claims; with a token, a
-//! `Hello` lowered on the way fails the proofs, and an older sender is told why.
+//! `Hello` lowered on the way fails the proofs, and an older sender is told why; a few
+//! seconds of 20 sessions from four addresses holding unfinished ranged files leave the
+//! receiver's descriptors bounded while a legitimate send gets through byte-exact
+//! (`examples/hold_fds.rs` runs it for 30 s against a receiver process of its own).
 //!
 //! The tests count this process's descriptors (`/proc/self/fd`), so they run one at a time
 //! ([`serial`]).
@@ -27,6 +30,7 @@ use zcnet_transfer::session::{send_session, SendOptions, SessionReport, Source, 
 use zcnet_transfer::wire::{Code, Frame, VERSION};
 
 mod common;
+mod stress;
 use common::{once_cfg, send_as, serve_once};
 
 type Outcome = Option<Result<SessionReport, TransferError>>;
@@ -696,5 +700,74 @@ fn with_a_token_a_lowered_hello_fails_the_proof_and_an_older_sender_is_told_why(
         }
         other => panic!("{other:?}"),
     }
+    srv.finish();
+}
+
+#[test]
+fn a_short_stress_from_four_addresses_stays_bounded_and_a_legitimate_send_gets_through() {
+    let _one = serial();
+    let dst = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::default();
+    cfg.store.resume = true; // each ranged file holds its record too
+                             // Room for the attackers' 16 connections (4 per address) and the sender's 2: this
+                             // measures descriptors, not the count of sessions.
+    cfg.max_sessions = 24;
+    let per_addr = cfg.max_fds_per_addr;
+    let srv = Server::start(dst.path(), cfg);
+    // A 64 MiB file over two streams goes by ranges.
+    let f = src.path().join("legit");
+    let h = stress::make_file(&f, 64 << 20);
+    let before = open_fds();
+    let (stop, out) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(stress::Attack::default()),
+    );
+    let addrs: Vec<IpAddr> = (2..6).map(|i| ip(&format!("127.0.0.{i}"))).collect();
+    let threads = stress::attack(&addrs, 5, srv.addr, stop.clone(), out.clone());
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while sampling.load(Ordering::Relaxed) {
+                peak = peak.max(open_fds());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let (sent, tries, took) = stress::legit_send(
+        ip("127.0.0.6"),
+        srv.addr,
+        &f,
+        "legit",
+        2,
+        Duration::from_secs(20),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    sampling.store(false, Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    println!(
+        "stress, 20 sessions from 4 addresses: {out:?}; process descriptors {before} -> peak {peak}; the 64 MiB send took {took:?} in {tries} tries"
+    );
+    let sent = sent.unwrap();
+    assert_eq!(sent.report.failures(), 0, "{:?}", sent.report.files);
+    assert_eq!(stress::hash(&dst.path().join("legit")), h);
+    assert!(
+        out.refused_files.load(Ordering::Relaxed) > 0,
+        "the caps were reached"
+    );
+    // Four addresses' worth of charged descriptors; the attackers' 20 sockets and the
+    // sender's 2; each attacking session's directory (cached by its connection).
+    assert!(
+        peak - before <= 4 * per_addr + 22 + 16,
+        "{before} -> {peak} descriptors"
+    );
     srv.finish();
 }

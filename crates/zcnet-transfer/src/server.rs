@@ -990,7 +990,9 @@ impl Loop {
 fn merge(results: Vec<SessionResult>) -> SessionResult {
     let mut all = SessionReport::default();
     for r in results {
-        all.files.extend(r?.files);
+        let r = r?;
+        all.files.extend(r.files);
+        all.unlisted_failures += r.unlisted_failures;
     }
     Ok(all)
 }

@@ -186,9 +186,17 @@ pub struct FileOutcome {
 /// What a session did.
 #[derive(Debug, Clone, Default)]
 pub struct SessionReport {
-    /// Per file, in order.
+    /// Per file, in order (at a receiver, failures past [`MAX_LISTED_FAILURES`] only
+    /// counted in [`Self::unlisted_failures`]).
     pub files: Vec<FileOutcome>,
+    /// Failed files a receiver counted without listing them: a peer can have files refused
+    /// as fast as it can ask (a `Range` past the caps costs it a few dozen bytes), and a
+    /// list of every one would grow without bound (100 MiB in 30 s of issue 40's stress).
+    pub unlisted_failures: usize,
 }
+
+/// Failed files a receiving session lists in its report; the rest are counted.
+pub const MAX_LISTED_FAILURES: usize = 1024;
 
 impl SessionReport {
     /// Data bytes moved.
@@ -198,7 +206,19 @@ impl SessionReport {
 
     /// Files that failed.
     pub fn failures(&self) -> usize {
-        self.files.iter().filter(|f| f.result.is_err()).count()
+        self.files.iter().filter(|f| f.result.is_err()).count() + self.unlisted_failures
+    }
+
+    /// Keeps the first [`MAX_LISTED_FAILURES`] failures listed and counts the others.
+    fn bound_failures(&mut self) {
+        let mut kept = 0;
+        let before = self.files.len();
+        self.files.retain(|f| {
+            let keep = f.result.is_ok() || kept < MAX_LISTED_FAILURES;
+            kept += usize::from(f.result.is_err() && keep);
+            keep
+        });
+        self.unlisted_failures += before - self.files.len();
     }
 }
 
@@ -1447,7 +1467,14 @@ fn receive_files_in<'scope>(
     let mut report = SessionReport::default();
     let mut ahead = ReadAhead::new();
     let mut finisher: Option<Finisher> = None;
+    // The list is bounded whenever it has doubled (so the cost per file stays constant):
+    // failures beyond the first ones are counted, not listed.
+    let mut bound_at = 2 * MAX_LISTED_FAILURES;
     loop {
+        if report.files.len() >= bound_at {
+            report.bound_failures();
+            bound_at = (2 * report.files.len()).max(2 * MAX_LISTED_FAILURES);
+        }
         let frame = match ahead.frame(rx)? {
             Some(f) => f,
             None => {
@@ -2363,4 +2390,35 @@ fn receive_range(
             message,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_lists_the_first_failures_and_counts_the_rest() {
+        let outcome = |i: usize, ok: bool| FileOutcome {
+            entry: Entry::File,
+            name: format!("f{i}"),
+            bytes: 1,
+            result: if ok {
+                Ok(())
+            } else {
+                Err((Code::Busy, "busy".into()))
+            },
+            verified: false,
+        };
+        let mut r = SessionReport::default();
+        for i in 0..3000 {
+            r.files.push(outcome(i, i % 300 == 0));
+        }
+        r.bound_failures();
+        assert_eq!(r.failures(), 2990);
+        assert_eq!(r.files.iter().filter(|f| f.result.is_ok()).count(), 10);
+        assert_eq!(r.files.len(), 10 + MAX_LISTED_FAILURES);
+        assert_eq!(r.unlisted_failures, 2990 - MAX_LISTED_FAILURES);
+        // In their order, the first failures kept.
+        assert_eq!(r.files[1].name, "f1");
+    }
 }

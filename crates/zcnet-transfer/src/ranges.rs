@@ -23,7 +23,8 @@
 //! there; the sender continues from there only if its own bytes hash the same (a hole in a
 //! partial file is not data: only recorded bytes are offered).
 
-use super::store::{open_beneath, Incoming, Refusal, Store};
+use super::open::open_regular;
+use super::store::{Incoming, Refusal, Store};
 use super::wire::Code;
 use blake3::hazmat::{
     left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode,
@@ -85,13 +86,13 @@ impl Journal {
     pub fn open(inc: &Incoming, size: u64) -> io::Result<(Journal, Recorded)> {
         use rustix::fs::OFlags;
         let name = format!("{}{JOURNAL_SUFFIX}", inc.partial_name());
-        let fd = open_beneath(
+        let file = open_regular(
+            inc.resolution(),
             &**inc.parent(),
             &name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW,
+            OFlags::RDWR | OFlags::CREATE,
             0o600,
         )?;
-        let file = File::from(fd);
         let meta = file.metadata()?;
         if !meta.is_file() || std::os::unix::fs::MetadataExt::nlink(&meta) != 1 {
             return Err(io::Error::other(

@@ -3,9 +3,15 @@
 //!
 //! Rules (`docs/transfer-protocol.md`, "Receiver rules"):
 //! * names are checked by [`super::names`]; every directory and file is opened relative to
-//!   the target directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so neither
-//!   `..` nor a symlink already in the tree (nor one planted during the transfer) can lead
-//!   outside it;
+//!   the target directory beneath it, never through a symlink ([`super::resolve`]:
+//!   `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or a component walk where the kernel
+//!   lacks it), so neither `..` nor a symlink already in the tree (nor one planted during the
+//!   transfer) can lead outside it;
+//! * only regular files are opened for data — final names, partial files, `.ranges`
+//!   records — with `O_NOFOLLOW | O_NONBLOCK` and an `fstat` check ([`super::open`]): a FIFO
+//!   planted under a name the receiver opens never blocks a session;
+//! * a symlink is created only if its target resolves inside, as the file system will
+//!   resolve it ([`Store::make_link`]);
 //! * each session writes its own partial file, `NAME.<owner>.<random>.partial`, created with
 //!   `O_CREAT | O_EXCL` — never opened through an existing name, so a planted hard link or
 //!   symlink is never written through — and, when it may be resumed, held under

@@ -158,7 +158,7 @@ fn walk_open(
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
-    if parts.iter().any(|c| *c == "..") {
+    if parts.contains(&"..") {
         // Beneath means no climbing: the names that reach here never have `..`.
         return Err(Errno::XDEV.into());
     }

@@ -90,7 +90,7 @@ pub fn link_target_stays_inside(target: &str, depth: usize) -> Result<(), &'stat
     for c in target.split('/') {
         match c {
             "" | "." => {}
-            ".." if d == 0 => return Err("its target leaves the tree"),
+            ".." if d == 0 => return Err("its target leaves the tree by its '..'s"),
             ".." => d -= 1,
             _ => d += 1,
         }

@@ -23,10 +23,10 @@ use std::os::fd::AsFd;
 #[non_exhaustive]
 pub enum OpenError {
     /// Something other than a regular file is under the name.
-    #[error("it is {0}, not a regular file (only regular files are opened for data)")]
+    #[error("{0}, not a regular file (only regular files are opened for data)")]
     NotRegular(&'static str),
     /// The name is a symlink (never followed).
-    #[error("it is a symlink (never followed)")]
+    #[error("a symlink (never followed)")]
     Symlink,
     /// The open (or its check) failed.
     #[error("{0}")]

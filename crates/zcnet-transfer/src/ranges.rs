@@ -682,6 +682,38 @@ mod tests {
         assert!(!path.exists());
     }
 
+    /// A FIFO planted under the record's name (the partial file's name, computable with
+    /// `--resume` once a resumable partial is there, and `.ranges`) is refused at once with
+    /// the reason, never opened in a way that waits for a writer.
+    #[test]
+    fn a_fifo_under_the_records_name_is_refused_not_waited_on() {
+        use crate::store::StoreOptions;
+        let d = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let mut store = Store::open(d.path(), opts).unwrap();
+        let partial = format!("f.{}.01234567.partial", store.owner());
+        std::fs::write(d.path().join(&partial), b"").unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &d.path().join(format!("{partial}{JOURNAL_SUFFIX}")),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let inc = store.begin_ranged("f", 96 << 20, true).unwrap();
+        assert_eq!(
+            inc.partial_name(),
+            partial,
+            "the planted partial is resumed"
+        );
+        let e = Journal::open(&inc, 96 << 20).unwrap_err();
+        assert!(e.to_string().contains("a FIFO, not a regular file"), "{e}");
+    }
+
     #[test]
     fn a_peers_range_must_be_a_node_below_the_root() {
         let k = blake3::CHUNK_LEN as u64;

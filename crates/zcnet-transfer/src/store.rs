@@ -394,9 +394,7 @@ impl Store {
         let unsafe_link = |why: &dyn std::fmt::Display| {
             Refusal::new(
                 Code::UnsafeName,
-                format!(
-                    "symlink {name:?} -> {target:?}: {why} (the receive directory); not created"
-                ),
+                format!("symlink {name:?} -> {target:?}: {why}; not created"),
             )
         };
         crate::names::link_target_allowed(target, dirs.len()).map_err(|why| unsafe_link(&why))?;
@@ -597,7 +595,7 @@ impl Store {
             Err(e) => {
                 return Err(Refusal::new(
                     Code::Exists,
-                    format!("{name:?} exists and {e}; refused"),
+                    format!("{name:?} exists: {e}; refused"),
                 ))
             }
         };

@@ -1611,6 +1611,53 @@ mod tests {
         );
     }
 
+    /// FIFOs under a final name and under partial-file names of this owner, with
+    /// `--resume`, by the kernel's resolution and by the walk: a `Put` and a `File` of the
+    /// final name are refused naming the FIFO, a file beside the partial-name FIFOs is
+    /// received into a fresh partial file; nothing waits on a FIFO (a hang fails the test by
+    /// never ending).
+    #[test]
+    fn fifos_are_never_opened_for_data_by_either_resolution() {
+        let mut hows = vec![Resolution::Walk];
+        if crate::resolve::kernel_resolution() == Resolution::Kernel {
+            hows.push(Resolution::Kernel);
+        }
+        for how in hows {
+            let (d, mut s) = store(StoreOptions {
+                resume: true,
+                overwrite: true,
+                ..Default::default()
+            });
+            s.resolve_by(how);
+            let o = s.owner().to_string();
+            let fifo = |n: &str| {
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    &d.path().join(n),
+                    rustix::fs::FileType::Fifo,
+                    Mode::from_raw_mode(0o600),
+                    0,
+                )
+                .unwrap()
+            };
+            std::fs::create_dir(d.path().join("sub")).unwrap();
+            fifo("sub/final");
+            fifo(&format!("sub/other.{o}.0123456789abcdef.partial"));
+            fifo(&format!("sub/other.{o}.01234567.partial"));
+            let h = *blake3::hash(b"data").as_bytes();
+            let e = s.put("sub/final", b"data", Some(h)).unwrap_err();
+            assert_eq!(e.code, Code::Exists, "{how:?}: {e}");
+            assert!(e.message.contains("FIFO"), "{how:?}: {e}");
+            let e = s.begin("sub/final", Some(4), true).unwrap_err();
+            assert!(e.message.contains("FIFO"), "{how:?}: {e}");
+            let inc = s.begin("sub/other", Some(4), true).unwrap();
+            assert_eq!(inc.offset(), 0, "{how:?}: the FIFO is not resumed");
+            write(&inc, b"data");
+            inc.finish(Some(h), 0o644, (0, 0)).unwrap();
+            assert_eq!(std::fs::read(d.path().join("sub/other")).unwrap(), b"data");
+        }
+    }
+
     #[test]
     fn special_mode_bits_are_kept_only_when_asked() {
         let (d, mut s) = store(StoreOptions {

@@ -698,7 +698,7 @@ mod tests {
         std::fs::write(d.path().join(&partial), b"").unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &d.path().join(format!("{partial}{JOURNAL_SUFFIX}")),
+            d.path().join(format!("{partial}{JOURNAL_SUFFIX}")),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o600),
             0,

@@ -1633,7 +1633,7 @@ mod tests {
             let fifo = |n: &str| {
                 rustix::fs::mknodat(
                     rustix::fs::CWD,
-                    &d.path().join(n),
+                    d.path().join(n),
                     rustix::fs::FileType::Fifo,
                     Mode::from_raw_mode(0o600),
                     0,

@@ -499,6 +499,9 @@ impl Observer for RecvLog {
                 eprintln!("zcnet: handshake with {peer} failed: {error}");
             }
             Event::Trouble { what } => eprintln!("zcnet: {what} (still serving)"),
+            Event::Abandoned { sessions } => eprintln!(
+                "zcnet: {sessions} session(s) did not end when the grace was over (stuck in a system call); exiting without them, their partial files left partial"
+            ),
             Event::Stopping { sessions } if !self.quiet => {
                 eprintln!(
                     "zcnet: stopping: no new senders; {sessions} session(s) in flight may finish"

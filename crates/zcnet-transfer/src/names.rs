@@ -90,9 +90,40 @@ pub fn link_target_stays_inside(target: &str, depth: usize) -> Result<(), &'stat
     for c in target.split('/') {
         match c {
             "" | "." => {}
-            ".." if d == 0 => return Err("its target leaves the tree"),
+            ".." if d == 0 => return Err("its target leaves the tree by its '..'s"),
             ".." => d -= 1,
             _ => d += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Whether a receiver creates a symlink to `target` at a link `depth` directories below its
+/// root: [`link_target_stays_inside`], and no `..` after a component that names something.
+///
+/// Why the second rule: a target is resolved by the file system, not by its spelling. Once
+/// `q -> .` exists, `p -> q/q/q/../../..` climbs from the directory `q` led back to, not
+/// from the three directories it spells, and lands two levels above the root. Each `..`
+/// of a target that only *leads* it climbs from the link's own directory, which the receiver
+/// reached through real directories (it never creates a link through a symlink): that climb
+/// is physical and the lexical count bounds it. After a name, the name may be a symlink —
+/// already there, or sent later — and `..` would climb from wherever it leads. With no `..`
+/// after a name, following any chain of such links only ever descends from a place inside,
+/// so every link the receiver creates resolves inside, whatever order they come in
+/// (`docs/transfer-protocol.md`, version 3). `.` components are harmless and kept.
+pub fn link_target_allowed(target: &str, depth: usize) -> Result<(), &'static str> {
+    link_target_stays_inside(target, depth)?;
+    let mut named = false;
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." if named => {
+                return Err(
+                    "'..' after a name climbs from wherever that name leads (it may be a symlink)",
+                )
+            }
+            ".." => {}
+            _ => named = true,
         }
     }
     Ok(())
@@ -156,6 +187,22 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("leave the target"));
+    }
+
+    #[test]
+    fn a_climb_after_a_name_is_refused_wherever_it_would_land() {
+        assert!(link_target_allowed("../../lib/x.so", 2).is_ok());
+        assert!(link_target_allowed("./a/./b", 0).is_ok());
+        assert!(link_target_allowed(".", 0).is_ok());
+        assert!(link_target_allowed("..", 1).is_ok());
+        assert!(link_target_allowed("q/q/q/../../..", 0).is_err());
+        assert!(link_target_allowed("up/..", 1).is_err());
+        assert!(link_target_allowed("a/../b", 0).is_err());
+        assert!(link_target_allowed("../a/..", 1).is_err());
+        assert!(
+            link_target_allowed("../x", 0).is_err(),
+            "the lexical rule still holds"
+        );
     }
 
     #[test]

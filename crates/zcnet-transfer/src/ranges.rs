@@ -24,7 +24,8 @@
 //! partial file is not data: only recorded bytes are offered).
 
 use super::descriptors::{per_ranged_file, Held, SessionDescriptors};
-use super::store::{open_beneath, Incoming, Refusal, Store};
+use super::open::open_regular;
+use super::store::{Incoming, Refusal, Store};
 use super::wire::Code;
 use blake3::hazmat::{
     left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode,
@@ -86,13 +87,13 @@ impl Journal {
     pub fn open(inc: &Incoming, size: u64) -> io::Result<(Journal, Recorded)> {
         use rustix::fs::OFlags;
         let name = format!("{}{JOURNAL_SUFFIX}", inc.partial_name());
-        let fd = open_beneath(
+        let file = open_regular(
+            inc.resolution(),
             &**inc.parent(),
             &name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW,
+            OFlags::RDWR | OFlags::CREATE,
             0o600,
         )?;
-        let file = File::from(fd);
         let meta = file.metadata()?;
         if !meta.is_file() || std::os::unix::fs::MetadataExt::nlink(&meta) != 1 {
             return Err(io::Error::other(
@@ -715,6 +716,38 @@ mod tests {
         assert_eq!(had[&a], 48 << 20);
         j2.remove();
         assert!(!path.exists());
+    }
+
+    /// A FIFO planted under the record's name (the partial file's name, computable with
+    /// `--resume` once a resumable partial is there, and `.ranges`) is refused at once with
+    /// the reason, never opened in a way that waits for a writer.
+    #[test]
+    fn a_fifo_under_the_records_name_is_refused_not_waited_on() {
+        use crate::store::StoreOptions;
+        let d = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let mut store = Store::open(d.path(), opts).unwrap();
+        let partial = format!("f.{}.01234567.partial", store.owner());
+        std::fs::write(d.path().join(&partial), b"").unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.path().join(format!("{partial}{JOURNAL_SUFFIX}")),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let inc = store.begin_ranged("f", 96 << 20, true).unwrap();
+        assert_eq!(
+            inc.partial_name(),
+            partial,
+            "the planted partial is resumed"
+        );
+        let e = Journal::open(&inc, 96 << 20).unwrap_err();
+        assert!(e.to_string().contains("a FIFO, not a regular file"), "{e}");
     }
 
     #[test]

@@ -21,7 +21,13 @@
 //!   refuse one peer and the loop goes on: nothing a peer does ends the process;
 //! * `stop` set (SIGTERM/SIGINT in the CLI): no more accepting, handshakes dropped, sessions
 //!   in flight get [`ServerConfig::grace`] to finish, then their sockets are shut down (their
-//!   partial files stay, their reservations released).
+//!   partial files stay, their reservations released);
+//! * a session thread that does not end once its socket is shut down — stuck in a system
+//!   call that does not look at the socket, or hashing a large file — is not waited for:
+//!   [`SETTLE`] after its deadline it no longer counts against its address, and [`SETTLE`]
+//!   after the grace `serve` returns without it ([`Event::Abandoned`]; the CLI then exits,
+//!   and the thread with it). Nothing it left is final: a file gets its name only by the
+//!   rename after its checks, so an abandoned session leaves partial files at most.
 //!
 //! A session of several streams (protocol version 5) is one `Open` connection and up to
 //! `streams - 1` connections that `Join` it with the id the `Open` was answered with. Each
@@ -169,6 +175,12 @@ pub enum Event<'a> {
         /// Sessions in flight.
         sessions: usize,
     },
+    /// The grace is over and `sessions` did not end within [`SETTLE`] of their sockets
+    /// being shut down (stuck in a system call): `serve` returns without them.
+    Abandoned {
+        /// Sessions left running.
+        sessions: usize,
+    },
 }
 
 /// The owner's side: logging, and progress per session.
@@ -241,6 +253,9 @@ struct Running {
     ip: std::net::IpAddr,
     deadline: Instant,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Still running [`SETTLE`] past its deadline, its socket long shut down: its thread is
+    /// stuck, and its address may start others.
+    stuck: bool,
 }
 
 type SessionResult = Result<SessionReport, TransferError>;
@@ -261,6 +276,11 @@ type SessionId = [u8; SESSION_ID_LEN];
 
 const LISTENER: u64 = 0;
 const TICK: Duration = Duration::from_millis(100);
+/// How long a session's thread has to end once its socket is shut down (at its deadline or
+/// at the end of the grace) before it counts as stuck. A thread reading or writing its
+/// socket ends within a few milliseconds; one that does not is in a call that will not
+/// look at the socket.
+pub const SETTLE: Duration = Duration::from_secs(1);
 /// Accepts per wakeup, so a flood cannot keep the loop from handshakes and deadlines.
 const ACCEPT_BURST: usize = 256;
 
@@ -371,7 +391,7 @@ impl Loop {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .filter(|r| r.ip == ip)
+            .filter(|r| r.ip == ip && !r.stuck)
             .count()
     }
 
@@ -745,6 +765,7 @@ impl Loop {
                     ip: peer.ip(),
                     deadline: Instant::now() + cfg.session_deadline,
                     thread: None,
+                    stuck: false,
                 },
             );
         let spawned = std::thread::Builder::new()
@@ -927,15 +948,27 @@ impl Loop {
                 Some(_) => break,
             }
         }
-        let running = self
+        let mut running = self
             .shared
             .running
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        for r in running.values() {
+        let mut stuck = Vec::new();
+        for r in running.values_mut() {
             if r.deadline <= now {
                 let _ = r.sock.shutdown(Shutdown::Both);
             }
+            if !r.stuck && r.deadline + SETTLE <= now {
+                r.stuck = true;
+                stuck.push(r.ip);
+            }
+        }
+        drop(running);
+        for ip in stuck {
+            self.trouble(format!(
+                "a session from {ip} is still running {} ms past its deadline, its socket shut down (stuck in a system call); it no longer counts against {ip}",
+                SETTLE.as_millis()
+            ));
         }
     }
 
@@ -972,16 +1005,34 @@ impl Loop {
         {
             let _ = r.sock.shutdown(Shutdown::Both);
         }
-        while self.sessions() > 0 {
+        // A thread that ignores its shut-down socket (stuck in a system call) is not waited
+        // for: the grace is a promise to whoever stops the receiver.
+        let cut = Instant::now();
+        while self.sessions() > 0 && cut.elapsed() < SETTLE {
             std::thread::sleep(Duration::from_millis(20));
             self.reap();
         }
-        // Every session has left the table; join the last threads (and let them report).
+        let left = self.sessions();
+        if left > 0 {
+            self.shared
+                .observer
+                .event(Event::Abandoned { sessions: left });
+        }
+        // Every other session has left the table; join the last threads (and let them
+        // report).
         self.reap();
         if !self.once_started {
             return None;
         }
         self.once_got.extend(self.once_result.try_iter());
+        if left > 0 {
+            self.once_got.push(Err(TransferError::Io {
+                what: "the session".into(),
+                source: io::Error::other(
+                    "still running when the grace ended (stuck in a system call); abandoned",
+                ),
+            }));
+        }
         (!self.once_got.is_empty()).then(|| merge(std::mem::take(&mut self.once_got)))
     }
 }

@@ -3,9 +3,15 @@
 //!
 //! Rules (`docs/transfer-protocol.md`, "Receiver rules"):
 //! * names are checked by [`super::names`]; every directory and file is opened relative to
-//!   the target directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so neither
-//!   `..` nor a symlink already in the tree (nor one planted during the transfer) can lead
-//!   outside it;
+//!   the target directory beneath it, never through a symlink ([`super::resolve`]:
+//!   `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or a component walk where the kernel
+//!   lacks it), so neither `..` nor a symlink already in the tree (nor one planted during the
+//!   transfer) can lead outside it;
+//! * only regular files are opened for data — final names, partial files, `.ranges`
+//!   records — with `O_NOFOLLOW | O_NONBLOCK` and an `fstat` check ([`super::open`]): a FIFO
+//!   planted under a name the receiver opens never blocks a session;
+//! * a symlink is created only if its target resolves inside, as the file system will
+//!   resolve it ([`Store::make_link`]);
 //! * each session writes its own partial file, `NAME.<owner>.<random>.partial`, created with
 //!   `O_CREAT | O_EXCL` — never opened through an existing name, so a planted hard link or
 //!   symlink is never written through — and, when it may be resumed, held under
@@ -27,13 +33,15 @@
 
 use super::digest::{hash_prefix, prefix_state};
 use super::names::{components, NameError, PARTIAL_SUFFIX};
+use super::open::{kind_of, open_regular, OpenError};
+use super::resolve::{open_beneath_by, Resolution};
 use super::wire::Code;
-use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, RenameFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, RenameFlags};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -201,6 +209,8 @@ pub struct Store {
     dirs: HashMap<String, Arc<OwnedFd>>,
     /// Random bytes for partial-file names, fetched in bulk.
     random: Vec<u8>,
+    /// How paths beneath `dir` are resolved (the kernel's `openat2` where it has it).
+    how: Resolution,
 }
 
 /// Disk space reserved ahead of a file's data: when it begins, and then as its data lands
@@ -215,28 +225,6 @@ const DIR_CACHE: usize = 256;
 /// [`find_resumable`] never picks one up: a `Put` is resent whole, never resumed, and so its
 /// partial file needs no lock.
 const PUT_TAG_BYTES: usize = 8;
-
-const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
-
-pub(crate) fn open_beneath(
-    dir: impl AsFd,
-    name: &str,
-    flags: OFlags,
-    mode: u32,
-) -> io::Result<OwnedFd> {
-    loop {
-        match rustix::fs::openat2(
-            &dir,
-            name,
-            flags | OFlags::CLOEXEC,
-            Mode::from_raw_mode(mode),
-            BENEATH,
-        ) {
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
-            r => return r.map_err(io::Error::from),
-        }
-    }
-}
 
 /// Frees the blocks reserved past the end of the data: growing the file by one byte and
 /// truncating it back makes every file system drop blocks beyond the new end, including
@@ -288,7 +276,15 @@ impl Store {
             owner: sender.owner(),
             dirs: HashMap::new(),
             random: Vec::new(),
+            how: super::resolve::kernel_resolution(),
         })
+    }
+
+    /// Resolves paths beneath the directory by `how` rather than by what the kernel offers
+    /// (tests of the walk that stands in for `openat2` on kernels without it).
+    pub fn resolve_by(&mut self, how: Resolution) {
+        self.how = how;
+        self.dirs.clear();
     }
 
     fn too_large(&self, name: &str, size: u64, used: u64) -> Refusal {
@@ -311,7 +307,7 @@ impl Store {
         }
         let fd = Arc::new(self.open_parent(name, dirs)?);
         if self.opts.resume {
-            sweep_put_partials(&fd, &self.owner);
+            sweep_put_partials(self.how, &fd, &self.owner);
         }
         if self.dirs.len() >= DIR_CACHE {
             self.dirs.clear();
@@ -328,19 +324,17 @@ impl Store {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(Refusal::io("creating directory", d, e.into())),
             }
-            parent =
-                open_beneath(&parent, d, OFlags::DIRECTORY | OFlags::RDONLY, 0).map_err(|e| {
-                    if e.raw_os_error() == Some(libc::ELOOP)
-                        || e.raw_os_error() == Some(libc::EXDEV)
-                    {
-                        Refusal::new(
-                            Code::UnsafeName,
-                            format!("{name:?}: {d:?} is a symlink; refusing to follow it"),
-                        )
-                    } else {
-                        Refusal::io("opening directory", d, e)
-                    }
-                })?;
+            parent = open_beneath_by(self.how, &parent, d, OFlags::DIRECTORY | OFlags::RDONLY, 0)
+                .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::EXDEV) {
+                    Refusal::new(
+                        Code::UnsafeName,
+                        format!("{name:?}: {d:?} is a symlink; refusing to follow it"),
+                    )
+                } else {
+                    Refusal::io("opening directory", d, e)
+                }
+            })?;
         }
         Ok(parent)
     }
@@ -354,8 +348,14 @@ impl Store {
         let parent = self.parent(name, dirs)?;
         match rustix::fs::mkdirat(&parent, *leaf, Mode::from_raw_mode(0o700)) {
             Ok(()) => {
-                let d = open_beneath(&parent, leaf, OFlags::DIRECTORY | OFlags::RDONLY, 0)
-                    .map_err(|e| Refusal::io("opening directory", name, e))?;
+                let d = open_beneath_by(
+                    self.how,
+                    &parent,
+                    leaf,
+                    OFlags::DIRECTORY | OFlags::RDONLY,
+                    0,
+                )
+                .map_err(|e| Refusal::io("opening directory", name, e))?;
                 rustix::fs::fchmod(&d, Mode::from_raw_mode(mode & 0o777))
                     .map_err(|e| Refusal::io("setting the mode of", name, e.into()))?;
                 rustix::fs::fsync(&parent)
@@ -381,23 +381,35 @@ impl Store {
         }
     }
 
-    /// Creates the symlink `name` -> `target` (a symlink of the sender's tree). The target
-    /// must be relative and, resolved from the link's directory, stay inside the receive
-    /// directory (lexically: each `..` climbs one of the link's own directories); anything
-    /// else is refused as an unsafe name. `symlinkat(2)` never follows a link already at
-    /// `name`: any existing entry there is refused as existing.
+    /// Creates the symlink `name` -> `target` (a symlink of the sender's tree), only if it
+    /// will resolve inside the receive directory:
+    /// * by its spelling ([`crate::names::link_target_allowed`]): relative, each leading
+    ///   `..` climbing one of the link's own directories, and no `..` after a name — so no
+    ///   chain of links the receiver creates, in any order, leads outside;
+    /// * by resolution against what is already there: the link's directory joined with the
+    ///   target is resolved from the receive directory as a reader would, following every
+    ///   symlink ([`crate::resolve::check_follows_inside`]); a path through an existing link
+    ///   that leads outside (one planted, or made by an older receiver) is refused.
+    ///
+    /// Anything else is refused as an unsafe name. `symlinkat(2)` never follows a link
+    /// already at `name`: any existing entry there is refused as existing.
     pub fn make_link(&mut self, name: &str, target: &str) -> Result<(), Refusal> {
         let parts = components(name)?;
         let (leaf, dirs) = parts.split_last().expect("components() is never empty");
-        crate::names::link_target_stays_inside(target, dirs.len()).map_err(|why| {
+        let unsafe_link = |why: &dyn std::fmt::Display| {
             Refusal::new(
                 Code::UnsafeName,
-                format!(
-                    "symlink {name:?} -> {target:?}: {why} (the receive directory); not created"
-                ),
+                format!("symlink {name:?} -> {target:?}: {why}; not created"),
             )
-        })?;
+        };
+        crate::names::link_target_allowed(target, dirs.len()).map_err(|why| unsafe_link(&why))?;
         let parent = self.parent(name, dirs)?;
+        let from_root = match dirs.is_empty() {
+            true => target.to_string(),
+            false => format!("{}/{target}", dirs.join("/")),
+        };
+        crate::resolve::check_follows_inside(self.how, &self.dir, &from_root)
+            .map_err(|why| unsafe_link(&why))?;
         match rustix::fs::symlinkat(target, &parent, *leaf) {
             Ok(()) => rustix::fs::fsync(&parent)
                 .map_err(|e| Refusal::io("syncing the parent of", name, e.into())),
@@ -454,8 +466,19 @@ impl Store {
         let parent = self.parent(name, dirs)?;
         match rustix::fs::statat(&*parent, *leaf, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => {
-                let is_reg = rustix::fs::FileType::from_raw_mode(st.st_mode)
-                    == rustix::fs::FileType::RegularFile;
+                let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+                let is_reg = ft == rustix::fs::FileType::RegularFile;
+                if !is_reg {
+                    // A FIFO, socket, device, directory or symlink: never opened, never
+                    // replaced, whatever the options.
+                    return Err(Refusal::new(
+                        Code::Exists,
+                        format!(
+                            "{name:?} exists and is {}, not a regular file; refused",
+                            kind_of(ft)
+                        ),
+                    ));
+                }
                 if let (true, true, Some(size)) =
                     (self.opts.resume, verified && is_reg && whole, size)
                 {
@@ -469,27 +492,28 @@ impl Store {
                         format!("{name:?} exists (use --overwrite to replace it)"),
                     ));
                 }
-                if !is_reg {
-                    return Err(Refusal::new(
-                        Code::Exists,
-                        format!("{name:?} exists and is not a regular file"),
-                    ));
-                }
             }
             Err(rustix::io::Errno::NOENT) => {}
             Err(e) => return Err(Refusal::io("checking", name, e.into())),
         }
         let prefix_of_ours = format!("{leaf}.{}.", self.owner);
         let resumed = if self.opts.resume && verified && size.is_some() {
-            find_resumable(&parent, &prefix_of_ours)
+            find_resumable(self.how, &parent, &prefix_of_ours)
         } else {
             None
         };
         let (file, partial, created) = match resumed {
             Some((f, p)) => (f, p, false),
             None => {
-                let (f, p) = create_partial(&parent, &prefix_of_ours, &mut self.random, 4, true)
-                    .map_err(|e| Refusal::io("creating a partial file for", name, e))?;
+                let (f, p) = create_partial(
+                    self.how,
+                    &parent,
+                    &prefix_of_ours,
+                    &mut self.random,
+                    4,
+                    true,
+                )
+                .map_err(|e| Refusal::io("creating a partial file for", name, e))?;
                 (f, p, true)
             }
         };
@@ -514,6 +538,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            how: self.how,
         };
         if !created && whole {
             let have = inc
@@ -569,16 +594,20 @@ impl Store {
         name: &str,
         size: u64,
     ) -> Result<Option<Incoming>, Refusal> {
-        let Ok(fd) = open_beneath(&**parent, leaf, OFlags::RDONLY, 0) else {
-            return Ok(None);
+        let file = match open_regular(self.how, &**parent, leaf, OFlags::RDONLY, 0) {
+            Ok(f) => f,
+            Err(OpenError::Io(_)) => return Ok(None),
+            Err(e) => {
+                return Err(Refusal::new(
+                    Code::Exists,
+                    format!("{name:?} exists: {e}; refused"),
+                ))
+            }
         };
-        let st = rustix::fs::fstat(&fd).map_err(|e| Refusal::io("checking", name, e.into()))?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
-            || st.st_size as u64 != size
-        {
+        let st = rustix::fs::fstat(&file).map_err(|e| Refusal::io("checking", name, e.into()))?;
+        if st.st_size as u64 != size {
             return Ok(None);
         }
-        let file = File::from(fd);
         let prefix = hash_prefix(&file, size).map_err(|e| Refusal::io("hashing", name, e))?;
         Ok(Some(Incoming {
             parent: parent.clone(),
@@ -601,6 +630,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            how: self.how,
         }))
     }
 
@@ -646,7 +676,10 @@ impl Store {
                 {
                     return Err(Refusal::new(
                         Code::Exists,
-                        format!("{name:?} exists and is not a regular file"),
+                        format!(
+                            "{name:?} exists and is {}, not a regular file; refused",
+                            kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode))
+                        ),
                     ))
                 }
                 Ok(_) | Err(rustix::io::Errno::NOENT) => {}
@@ -659,6 +692,7 @@ impl Store {
         }
         let prefix_of_ours = format!("{leaf}.{}.", self.owner);
         let created = create_partial(
+            self.how,
             &parent,
             &prefix_of_ours,
             &mut self.random,
@@ -696,6 +730,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            how: self.how,
         };
         if let Err(e) = inc.file.write_all_at(data, 0) {
             inc.discard();
@@ -719,6 +754,7 @@ impl Store {
 /// exclusively, and locked when `lock` (resumable ones: locked before anyone resuming could
 /// take it).
 fn create_partial(
+    how: Resolution,
     parent: &OwnedFd,
     prefix: &str,
     random: &mut Vec<u8>,
@@ -728,7 +764,8 @@ fn create_partial(
     let mut last = io::Error::other("no unique name found");
     for _ in 0..16 {
         let name = format!("{prefix}{}{PARTIAL_SUFFIX}", random_hex(random, tag_bytes)?);
-        match open_beneath(
+        match open_regular(
+            how,
             parent,
             &name,
             OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
@@ -749,10 +786,10 @@ fn create_partial(
                     last = io::Error::other("a fresh partial file was swept away before its lock");
                     continue;
                 }
-                return Ok((File::from(fd), name));
+                return Ok((fd, name));
             }
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = e,
-            Err(e) => return Err(e),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = e.into(),
+            Err(e) => return Err(e.into()),
         }
     }
     Err(last)
@@ -773,7 +810,7 @@ fn is_put_partial(partial: &str) -> bool {
 /// `Put`s in `dir` (their tag is [`PUT_TAG_BYTES`] long): a `Put` is always sent whole again,
 /// so they would only stay behind. One in use is locked (a resuming receiver locks its
 /// `Put` partial files) and kept. Best effort: what cannot be checked is left.
-fn sweep_put_partials(dir: &OwnedFd, owner: &str) {
+fn sweep_put_partials(how: Resolution, dir: &OwnedFd, owner: &str) {
     let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
         return;
     };
@@ -793,13 +830,13 @@ fn sweep_put_partials(dir: &OwnedFd, owner: &str) {
             continue;
         }
         let name = name.to_string();
-        let Ok(fd) = open_beneath(dir, &name, OFlags::RDONLY, 0) else {
+        // Not a regular file (a FIFO planted under such a name): left alone, never opened
+        // in a way that could wait on it.
+        let Ok(fd) = open_regular(how, dir, &name, OFlags::RDONLY, 0) else {
             continue;
         };
-        let stale = rustix::fs::fstat(&fd).is_ok_and(|st| {
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
-                && st.st_nlink == 1
-        }) && rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok();
+        let stale = rustix::fs::fstat(&fd).is_ok_and(|st| st.st_nlink == 1)
+            && rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok();
         if stale {
             let _ = rustix::fs::unlinkat(dir, &name, AtFlags::empty());
         }
@@ -808,7 +845,7 @@ fn sweep_put_partials(dir: &OwnedFd, owner: &str) {
 
 /// The first partial file named `PREFIX*.partial` that is a regular file with one link and
 /// not in use by another session (its lock is free), opened and locked.
-fn find_resumable(parent: &OwnedFd, prefix: &str) -> Option<(File, String)> {
+fn find_resumable(how: Resolution, parent: &OwnedFd, prefix: &str) -> Option<(File, String)> {
     let dir = rustix::fs::Dir::read_from(parent).ok()?;
     for entry in dir.flatten() {
         let Ok(name) = entry.file_name().to_str() else {
@@ -825,19 +862,17 @@ fn find_resumable(parent: &OwnedFd, prefix: &str) -> Option<(File, String)> {
             continue;
         }
         let name = name.to_string();
-        let Ok(fd) = open_beneath(parent, &name, OFlags::RDWR, 0) else {
+        let Ok(fd) = open_regular(how, parent, &name, OFlags::RDWR, 0) else {
             continue;
         };
         let Ok(st) = rustix::fs::fstat(&fd) else {
             continue;
         };
-        let regular =
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
-        if !regular || st.st_nlink != 1 {
+        if st.st_nlink != 1 {
             continue;
         }
         if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok() {
-            return Some((File::from(fd), name));
+            return Some((fd, name));
         }
     }
     None
@@ -879,6 +914,8 @@ pub struct Incoming {
     landed: Option<(u64, [u8; 32])>,
     /// The hash state after the kept prefix (`offset` bytes) when resuming.
     prefix_state: Option<blake3::Hasher>,
+    /// How paths beneath the directory are resolved (its [`Store`]'s).
+    how: Resolution,
 }
 
 impl Incoming {
@@ -907,6 +944,11 @@ impl Incoming {
     /// The directory the partial file is in (for a record kept beside it).
     pub fn parent(&self) -> &Arc<OwnedFd> {
         &self.parent
+    }
+
+    /// How paths beneath the directory are resolved (for a record kept beside it).
+    pub(crate) fn resolution(&self) -> Resolution {
+        self.how
     }
 
     /// Announced size (`None`: stream).
@@ -991,7 +1033,7 @@ impl Incoming {
             // own, never the final one truncated.
             let prefix = format!("{}.{}.", self.leaf, self.owner);
             let (file, partial) =
-                create_partial(&self.parent, &prefix, &mut Vec::new(), 4, true)
+                create_partial(self.how, &self.parent, &prefix, &mut Vec::new(), 4, true)
                     .map_err(|e| Refusal::io("creating a partial file for", &self.name, e))?;
             self.file = file;
             self.partial = partial;
@@ -1521,7 +1563,7 @@ mod tests {
                     .unwrap();
                 let mut sweeps = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    sweep_put_partials(&fd, &o);
+                    sweep_put_partials(crate::resolve::kernel_resolution(), &fd, &o);
                     sweeps += 1;
                 }
                 sweeps
@@ -1606,6 +1648,53 @@ mod tests {
             std::fs::metadata(d.path().join("f")).unwrap().mode() & 0o7777,
             0o755
         );
+    }
+
+    /// FIFOs under a final name and under partial-file names of this owner, with
+    /// `--resume`, by the kernel's resolution and by the walk: a `Put` and a `File` of the
+    /// final name are refused naming the FIFO, a file beside the partial-name FIFOs is
+    /// received into a fresh partial file; nothing waits on a FIFO (a hang fails the test by
+    /// never ending).
+    #[test]
+    fn fifos_are_never_opened_for_data_by_either_resolution() {
+        let mut hows = vec![Resolution::Walk];
+        if crate::resolve::kernel_resolution() == Resolution::Kernel {
+            hows.push(Resolution::Kernel);
+        }
+        for how in hows {
+            let (d, mut s) = store(StoreOptions {
+                resume: true,
+                overwrite: true,
+                ..Default::default()
+            });
+            s.resolve_by(how);
+            let o = s.owner().to_string();
+            let fifo = |n: &str| {
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    d.path().join(n),
+                    rustix::fs::FileType::Fifo,
+                    Mode::from_raw_mode(0o600),
+                    0,
+                )
+                .unwrap()
+            };
+            std::fs::create_dir(d.path().join("sub")).unwrap();
+            fifo("sub/final");
+            fifo(&format!("sub/other.{o}.0123456789abcdef.partial"));
+            fifo(&format!("sub/other.{o}.01234567.partial"));
+            let h = *blake3::hash(b"data").as_bytes();
+            let e = s.put("sub/final", b"data", Some(h)).unwrap_err();
+            assert_eq!(e.code, Code::Exists, "{how:?}: {e}");
+            assert!(e.message.contains("FIFO"), "{how:?}: {e}");
+            let e = s.begin("sub/final", Some(4), true).unwrap_err();
+            assert!(e.message.contains("FIFO"), "{how:?}: {e}");
+            let inc = s.begin("sub/other", Some(4), true).unwrap();
+            assert_eq!(inc.offset(), 0, "{how:?}: the FIFO is not resumed");
+            write(&inc, b"data");
+            inc.finish(Some(h), 0o644, (0, 0)).unwrap();
+            assert_eq!(std::fs::read(d.path().join("sub/other")).unwrap(), b"data");
+        }
     }
 
     #[test]

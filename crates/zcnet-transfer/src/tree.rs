@@ -40,7 +40,7 @@ impl SkipKind {
             SkipKind::CharDevice => "a character device, not opened",
             SkipKind::BlockDevice => "a block device, not opened",
             SkipKind::SymlinkOutside => {
-                "a symbolic link whose target leaves the tree (symlinks are never followed)"
+                "a symbolic link whose target leaves the tree, or climbs ('..') after a name, which a receiver refuses (symlinks are never followed)"
             }
             SkipKind::NotUtf8 => "its name (or its symlink target) is not UTF-8",
         }
@@ -161,7 +161,7 @@ impl Walk {
                 self.file(path, rel, &meta);
             } else if ft.is_symlink() {
                 // Sent as a symlink, never followed; only if it points inside the tree, whose
-                // top is `prefix`'s first component.
+                // top is `prefix`'s first component, by the rule a receiver holds it to.
                 let target = std::fs::read_link(&path).map_err(|source| WalkError::Io {
                     path: path.clone(),
                     source,
@@ -169,8 +169,7 @@ impl Walk {
                 match target.to_str() {
                     None => self.skip(path, SkipKind::NotUtf8),
                     Some(t) => {
-                        match crate::names::link_target_stays_inside(t, prefix.matches('/').count())
-                        {
+                        match crate::names::link_target_allowed(t, prefix.matches('/').count()) {
                             Ok(()) => self.sources.push(Source::Link {
                                 name: rel,
                                 target: t.to_string(),

@@ -36,6 +36,7 @@ pub mod auto;
 pub mod buf;
 
 pub(crate) mod builder;
+mod call;
 mod counters;
 pub mod cow;
 pub mod error;

@@ -502,7 +502,7 @@ mod tests {
         let mut rx = match uring_rx(&params) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("SKIPPED: io_uring provided-buffer ring unavailable here: {e}");
+                zcnet_testbed::skip::skip(&format!("io_uring provided-buffer ring unavailable here: {e}"));
                 return;
             }
         };

@@ -11,7 +11,7 @@
 //!   and what the other two fall back to.
 //!
 //! Either zero-copy mode continues short transfers until the whole range is out and retries
-//! `EINTR`, within the call's deadline ([`crate::call`]): before each call the socket's
+//! `EINTR`, within the call's deadline (`crate::call`): before each call the socket's
 //! `SO_SNDTIMEO` is set to what is left of it, so a stalled peer ends the call on time with
 //! [`Error::Timeout`]; on a non-blocking socket `EAGAIN` is [`Error::WouldBlock`], with
 //! the bytes sent so far, as on every other path.

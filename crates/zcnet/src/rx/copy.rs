@@ -9,7 +9,7 @@ use std::time::Duration;
 use zcnet_sys::raw::socket::{PollFlags, RecvFlags};
 
 /// `recv` into `buf`, retrying `EINTR`, within the running call's deadline (`timeout` from
-/// now outside a call; [`crate::call`]): with a bound the `recv` is `MSG_DONTWAIT` and the
+/// now outside a call; `crate::call`): with a bound the `recv` is `MSG_DONTWAIT` and the
 /// wait is ours; a non-blocking socket gives [`Error::WouldBlock`].
 pub fn recv_some(
     fd: BorrowedFd<'_>,

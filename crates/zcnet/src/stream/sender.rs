@@ -336,8 +336,9 @@ impl Sender {
     /// non-blocking socket, at once with [`Error::WouldBlock`].
     ///
     /// The buffer comes with [`TxBuf::capacity`] bytes of room and nothing selected
-    /// (`len() == 0`): fill it with [`TxBuf::fill_at`] or [`TxBuf::set_len`] +
-    /// [`TxBuf::as_mut_slice`], which select what [`Sender::send`] sends.
+    /// (`len() == 0`, like a fresh `Vec`): fill it with [`TxBuf::append`] (or a read into
+    /// [`TxBuf::spare_mut`] and [`TxBuf::commit`]) until [`TxBuf::is_full`], or in place
+    /// with [`TxBuf::fill_at`]; what is selected is what [`Sender::send`] sends.
     pub fn buffer(&mut self) -> Result<TxBuf> {
         if let Some(b) = self.pool.try_take() {
             return Ok(b);
@@ -429,6 +430,42 @@ impl Sender {
         self.sent(data.len() as u64);
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(())
+    }
+
+    /// Sends everything `src` reads, to its end, and returns the byte count: reads fill
+    /// whole pool buffers ([`Sender::buffer`], in place, no intermediate copy) and each goes
+    /// out by [`Sender::send`] — zero-copy where the path and the policy allow. This is the
+    /// way to pour a reader into a sender: `io::copy` writes 8 KiB at a time, each
+    /// [`io::Write::write`] a copied `send_slice` too small for zero-copy. For a file, use
+    /// [`Sender::send_file`] (`sendfile`: no read at all).
+    ///
+    /// An error from `src` is [`Error::Io`] naming the read; one from the socket says, as
+    /// [`Sender::send`]'s do, how much of the buffer in hand went out.
+    pub fn send_reader<R: io::Read + ?Sized>(&mut self, src: &mut R) -> Result<u64> {
+        let mut total = 0u64;
+        loop {
+            let mut buf = self.buffer()?;
+            let mut eof = false;
+            while !buf.is_full() {
+                match src.read(buf.spare_mut()) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => buf.commit(n),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io("read (send_reader's source)", e)),
+                }
+            }
+            let n = buf.len() as u64;
+            if n > 0 {
+                self.send(buf)?;
+                total += n;
+            }
+            if eof {
+                return Ok(total);
+            }
+        }
     }
 
     /// Sends `len` bytes of `file` starting at `offset` (the file position does not move)
@@ -577,7 +614,9 @@ impl AsRawFd for Sender {
 /// Copy semantics, so a `Sender` drops in wherever a writer is expected (`io::copy`,
 /// `BufWriter`, `write!`): `write` sends the whole slice as [`Sender::send_slice`] does
 /// (zero-copy under write protection on the `cow` path) and returns its length; `flush`
-/// waits for every zero-copy completion.
+/// waits for every zero-copy completion. Each `write` is one copied send: `io::copy`'s
+/// 8 KiB pieces never go zero-copy — pour a reader with [`Sender::send_reader`] (whole
+/// pool buffers) and a file with [`Sender::send_file`] (`sendfile`).
 impl io::Write for Sender {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self.send_slice(buf) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use zcnet_sys::raw::socket::{PollFlags, SendFlags};
 
 /// Sends all of `data`, continuing short sends and retrying `EINTR`, within the running
-/// call's deadline (`timeout` from now outside a call; [`crate::call`]): with a bound each
+/// call's deadline (`timeout` from now outside a call; `crate::call`): with a bound each
 /// `send` is `MSG_DONTWAIT` and the waits are ours, so the whole call ends on time; a
 /// non-blocking socket gives [`Error::WouldBlock`] with the bytes queued so far.
 pub fn send_all(fd: BorrowedFd<'_>, data: &[u8], stats: &Stats, timeout: Duration) -> Result<()> {

@@ -5,5 +5,16 @@
 include!("../zcnet-testbed/probe.rs");
 
 fn main() {
-    zcnet_probe(&["curl", "python3", "nginx", "socat", "iperf3", "redis-server", "redis-cli", "redis-benchmark", "rsync", "prlimit"]);
+    zcnet_probe(&[
+        "curl",
+        "python3",
+        "nginx",
+        "socat",
+        "iperf3",
+        "redis-server",
+        "redis-cli",
+        "redis-benchmark",
+        "rsync",
+        "prlimit",
+    ]);
 }

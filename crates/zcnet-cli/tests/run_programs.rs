@@ -45,7 +45,10 @@ fn library() -> PathBuf {
 fn library_built() -> bool {
     let ok = library().is_file();
     if !ok {
-        zcnet_testbed::skip::skip(&format!("{} not built (cargo build -p zcnet-preload)", library().display()));
+        zcnet_testbed::skip::skip(&format!(
+            "{} not built (cargo build -p zcnet-preload)",
+            library().display()
+        ));
     }
     ok
 }
@@ -274,7 +277,10 @@ fn both_nets(test: fn(&Net)) {
     }
 }
 
-#[cfg_attr(not(all(zcnet_has_curl, zcnet_has_python3)), ignore = "needs curl and python3 (apt-get install curl python3)")]
+#[cfg_attr(
+    not(all(zcnet_has_curl, zcnet_has_python3)),
+    ignore = "needs curl and python3 (apt-get install curl python3)"
+)]
 #[test]
 fn curl_fetches_from_python_http_server_byte_for_byte() {
     if !(library_built() && have("curl") && have("python3")) {
@@ -406,7 +412,10 @@ fn curl_hash(
     (child.wait().unwrap(), h.finalize(), n)
 }
 
-#[cfg_attr(not(all(zcnet_has_curl, zcnet_has_nginx)), ignore = "needs curl and nginx (apt-get install curl nginx-light)")]
+#[cfg_attr(
+    not(all(zcnet_has_curl, zcnet_has_nginx)),
+    ignore = "needs curl and nginx (apt-get install curl nginx-light)"
+)]
 #[test]
 fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
     if !(library_built() && have("curl") && have("nginx")) {
@@ -442,7 +451,10 @@ fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
 /// 1 GiB from nginx to curl, with the library on the server, on the client, and on both
 /// (two nginx, one under the library), on loopback and between namespaces: each fetch
 /// hashed as it arrives against the file's hash. The file is generated, never kept.
-#[cfg_attr(not(all(zcnet_has_curl, zcnet_has_nginx)), ignore = "needs curl and nginx (apt-get install curl nginx-light)")]
+#[cfg_attr(
+    not(all(zcnet_has_curl, zcnet_has_nginx)),
+    ignore = "needs curl and nginx (apt-get install curl nginx-light)"
+)]
 #[test]
 fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both() {
     if !(library_built() && have("curl") && have("nginx")) {
@@ -538,7 +550,10 @@ fn socat_pipes_a_file_byte_for_byte() {
     socat_pipes_a_file(&Net::Loopback);
 }
 
-#[cfg_attr(not(all(zcnet_has_socat, zcnet_netns)), ignore = "needs socat (apt-get install socat), root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(all(zcnet_has_socat, zcnet_netns)),
+    ignore = "needs socat (apt-get install socat), root and iproute2 (network namespaces)"
+)]
 #[test]
 fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
     if !(library_built() && have("socat")) {
@@ -552,7 +567,10 @@ fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
 /// iperf3 cannot be checked by hash: with `-F` its server writes what arrives to a file, but
 /// even without the library that file differs from the one sent (its client sends whole
 /// blocks after short reads). Both ends' byte counts are checked instead.
-#[cfg_attr(not(zcnet_has_iperf3), ignore = "needs iperf3 (apt-get install iperf3)")]
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn iperf3_runs_and_both_ends_count_the_transfer() {
     if !(library_built() && have("iperf3")) {
@@ -623,7 +641,10 @@ fn iperf3_runs_and_both_ends_count_the_transfer() {
     });
 }
 
-#[cfg_attr(not(all(zcnet_has_redis_server, zcnet_has_redis_cli, zcnet_has_redis_benchmark)), ignore = "needs redis (apt-get install redis-server redis-tools)")]
+#[cfg_attr(
+    not(all(zcnet_has_redis_server, zcnet_has_redis_cli, zcnet_has_redis_benchmark)),
+    ignore = "needs redis (apt-get install redis-server redis-tools)"
+)]
 #[test]
 fn redis_returns_large_values_byte_for_byte() {
     if !(library_built() && have("redis-server") && have("redis-cli") && have("redis-benchmark")) {
@@ -830,6 +851,8 @@ fn run_names_static_and_setuid_programs() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
     if checked == 0 {
-        zcnet_testbed::skip::skip_allowed("partly: no static ldconfig or setuid program on this host");
+        zcnet_testbed::skip::skip_allowed(
+            "partly: no static ldconfig or setuid program on this host",
+        );
     }
 }

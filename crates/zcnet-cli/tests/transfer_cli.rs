@@ -316,7 +316,10 @@ fn once_is_not_spent_on_a_stranger_that_closes_first() {
 /// With its descriptors used up by stalled peers, `accept` fails with `EMFILE`: the receiver
 /// refuses those peers (or drops the oldest handshakes) and keeps serving, and once the
 /// stalled peers are gone a real sender gets through.
-#[cfg_attr(not(zcnet_has_prlimit), ignore = "needs prlimit (apt-get install util-linux)")]
+#[cfg_attr(
+    not(zcnet_has_prlimit),
+    ignore = "needs prlimit (apt-get install util-linux)"
+)]
 #[test]
 fn out_of_descriptors_refuses_peers_and_keeps_serving() {
     use socket2::{Domain, SockAddr, Socket, Type};

@@ -32,7 +32,10 @@ fn fallback(s: &Value, r: &str) -> u64 {
     s["fallback_bytes"][r].as_u64().unwrap_or(0)
 }
 
-#[cfg_attr(not(zcnet_has_python3), ignore = "needs python3 (apt-get install python3)")]
+#[cfg_attr(
+    not(zcnet_has_python3),
+    ignore = "needs python3 (apt-get install python3)"
+)]
 #[test]
 fn a_second_connection_to_a_peer_found_copying_copies_from_its_first_send() {
     if !common::python3("mmap") {
@@ -60,7 +63,10 @@ fn a_second_connection_to_a_peer_found_copying_copies_from_its_first_send() {
         line["sockets"]
     );
     if fallback(senders1[0], "protect_costlier") == sent {
-        zcnet_testbed::skip::skip_allowed(&format!("protection costs more than the copy here ({}), nothing went zero-copy", line["page_cost_ns"]));
+        zcnet_testbed::skip::skip_allowed(&format!(
+            "protection costs more than the copy here ({}), nothing went zero-copy",
+            line["page_cost_ns"]
+        ));
         return;
     }
     let (first, second) = (senders1[0], senders1[1]);

@@ -717,7 +717,10 @@ mod tests {
         check_mtu(9000);
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn tcp_carries_one_mib_from_a_to_b() {
         if !available_or_skip() {
@@ -752,7 +755,10 @@ mod tests {
         assert!(received == sent, "payload corrupted");
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn addresses_are_local_to_their_own_namespace() {
         if !available_or_skip() {
@@ -768,7 +774,10 @@ mod tests {
         .expect("enter a");
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn drop_deletes_both_namespaces() {
         if !available_or_skip() {
@@ -786,7 +795,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn drop_deletes_namespaces_when_a_test_panics() {
         if !available_or_skip() {
@@ -806,7 +818,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn failed_create_reports_stderr_and_leaks_nothing() {
         if !available_or_skip() {
@@ -838,7 +853,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn sysctl_is_per_namespace() {
         if !available_or_skip() {
@@ -895,7 +913,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn link_down_on_b_takes_carrier_from_a() {
         if !available_or_skip() {
@@ -933,7 +954,10 @@ mod tests {
         assert!(a.iter().any(|f| f == "LOWER_UP"), "{a:?}");
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn entered_thread_stays_in_the_namespace() {
         if !available_or_skip() {
@@ -959,7 +983,10 @@ mod tests {
         assert!(!net_dev.contains("vzb:"), "{net_dev}");
     }
 
-    #[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn parallel_pairs_get_distinct_names() {
         if !available_or_skip() {

@@ -1282,7 +1282,10 @@ mod tests {
         }
         for d in dirs {
             let Some(kind) = mount_type(d.path()) else {
-                zcnet_testbed::skip::skip_allowed(&format!("no /proc/self/mounts entry for {}", d.path().display()));
+                zcnet_testbed::skip::skip_allowed(&format!(
+                    "no /proc/self/mounts entry for {}",
+                    d.path().display()
+                ));
                 continue;
             };
             let mut s = Store::open(d.path(), StoreOptions::default()).unwrap();

@@ -379,19 +379,28 @@ fn between_namespaces(mtu: u32, streams: usize) {
     assert!(partials(dst.path()).is_empty());
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn four_streams_between_namespaces_at_mtu_1500() {
     between_namespaces(1500, 4);
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn four_streams_between_namespaces_at_mtu_9000() {
     between_namespaces(9000, 4);
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn one_stream_between_namespaces_at_mtu_1500() {
     between_namespaces(1500, 1);

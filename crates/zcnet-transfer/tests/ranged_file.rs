@@ -199,13 +199,19 @@ fn between_namespaces(mtu: u32) {
     assert_eq!(got.failures(), 0);
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn a_large_file_in_ranges_over_four_streams_between_namespaces_at_mtu_1500() {
     between_namespaces(1500);
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn a_large_file_in_ranges_over_four_streams_between_namespaces_at_mtu_9000() {
     between_namespaces(9000);

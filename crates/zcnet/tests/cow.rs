@@ -55,7 +55,10 @@ fn overwrite_in_flight_loopback() {
     overwrite_in_flight(Topo::Loopback, "lo");
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn overwrite_in_flight_veth() {
     if !engine_or_skip() {
@@ -159,7 +162,10 @@ fn mixed_unaligned_and_small_loopback() {
     mixed(Topo::Loopback, "lo");
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn mixed_unaligned_and_small_veth() {
     if !engine_or_skip() {
@@ -338,7 +344,10 @@ fn recv_into_buffer_in_flight_loopback() {
     recv_into_buffer_in_flight(Topo::Loopback, "lo");
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn recv_into_buffer_in_flight_veth() {
     if !engine_or_skip() {

@@ -46,7 +46,10 @@ fn overwrite_in_flight_loopback() {
     assert_eq!(cow::engine_stats().unwrap().backend, BackendKind::Mprotect);
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn overwrite_in_flight_veth() {
     if !mprotect_or_skip() {

@@ -131,7 +131,8 @@ fn tx_call(
 /// Reads the peer to end of stream, verifying every byte; returns the count.
 fn drain(mut peer: TcpStream) -> u64 {
     peer.set_nonblocking(false).unwrap();
-    peer.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let mut v = Verifier::default();
     let mut buf = vec![0u8; 256 << 10];
     loop {
@@ -202,7 +203,10 @@ fn tx_case(path: TxPath, call: TxCall, mode: Mode, file: &std::fs::File) {
     // Phase 1: the peer reads nothing. The bytes the calls queued fit the socket buffers,
     // so a call must stall within the file's length.
     while stalls == 0 {
-        assert!(pos < FILE_BYTES / 2, "{what}: never stalled after {pos} bytes");
+        assert!(
+            pos < FILE_BYTES / 2,
+            "{what}: never stalled after {pos} bytes"
+        );
         let (r, took) = tx_call(&mut tx, call, file, pos, chunk);
         match r {
             Ok(n) => pos += n,

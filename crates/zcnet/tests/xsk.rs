@@ -153,7 +153,10 @@ fn small_umem() -> XskConfig {
     c
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn copy_mode_native_xdp_receives_every_size_up_to_the_mtu() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -163,7 +166,10 @@ fn copy_mode_native_xdp_receives_every_size_up_to_the_mtu() {
     stream(&pair, small_umem(), AttachMode::Native, &sizes, 400);
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn copy_mode_generic_xdp_receives_jumbo_frames_into_unaligned_chunks() {
     let Some(pair) = pair_or_skip(9000) else {
@@ -180,7 +186,10 @@ fn copy_mode_generic_xdp_receives_jumbo_frames_into_unaligned_chunks() {
     );
 }
 
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn zero_copy_bind_is_refused_on_veth_and_the_same_socket_then_binds_in_copy_mode() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -247,7 +256,10 @@ fn zero_copy_bind_is_refused_on_veth_and_the_same_socket_then_binds_in_copy_mode
 /// right in front of the next one's; the sender sends fragments last-first, so each
 /// arriving frame's payload overwrites the headers of the one that arrived before it. After
 /// the last frame the whole message is one contiguous region of the UMEM.
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn unaligned_chunks_land_reverse_ordered_fragments_back_to_back() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -310,7 +322,10 @@ fn unaligned_chunks_land_reverse_ordered_fragments_back_to_back() {
 
 /// AF_XDP transmit in copy mode: frames built in the UMEM behind header room, sent from
 /// namespace a, received by an ordinary UDP socket in b; completions give every frame back.
-#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn copy_mode_transmit_reaches_a_udp_socket_and_completes() {
     let Some(pair) = pair_or_skip(1500) else {

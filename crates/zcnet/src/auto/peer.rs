@@ -459,7 +459,9 @@ mod tests {
     #[test]
     fn a_receiver_reads_the_sending_threads_clock_and_follows_it() {
         if !Path::new("/proc/thread-self/schedstat").exists() {
-            zcnet_testbed::skip::skip_allowed("this kernel keeps no per-thread schedstat (CONFIG_SCHED_INFO)");
+            zcnet_testbed::skip::skip_allowed(
+                "this kernel keeps no per-thread schedstat (CONFIG_SCHED_INFO)",
+            );
             return;
         }
         let dir = tempfile::tempdir().unwrap();

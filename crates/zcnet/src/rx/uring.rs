@@ -209,14 +209,16 @@ impl<R: LendingRing> RingRx<R> {
             } else {
                 d.slice(WAIT_SLICE)
             };
-            let step = self
-                .ring
-                .next_step(wait)
-                .map_err(|e| Error::io(R::OP, e))?;
+            let step = self.ring.next_step(wait).map_err(|e| Error::io(R::OP, e))?;
             match step {
                 // The armed multishot request stays armed: what arrives later is the next
                 // call's.
-                None if nb => return Err(Error::WouldBlock { op: R::OP, queued: 0 }),
+                None if nb => {
+                    return Err(Error::WouldBlock {
+                        op: R::OP,
+                        queued: 0,
+                    })
+                }
                 None => {}
                 Some(Step::Data(l)) => {
                     let n = R::lent_len(&l) as u64;
@@ -502,7 +504,9 @@ mod tests {
         let mut rx = match uring_rx(&params) {
             Ok(r) => r,
             Err(e) => {
-                zcnet_testbed::skip::skip(&format!("io_uring provided-buffer ring unavailable here: {e}"));
+                zcnet_testbed::skip::skip(&format!(
+                    "io_uring provided-buffer ring unavailable here: {e}"
+                ));
                 return;
             }
         };

@@ -92,7 +92,8 @@ pub(crate) fn adopt(
     send: bool,
 ) -> Result<Option<std::time::Duration>> {
     let int = |name, what| {
-        socket::get_int(std::os::fd::AsFd::as_fd(sock), libc::SOL_SOCKET, name).map_err(|e| Error::io(what, e))
+        socket::get_int(std::os::fd::AsFd::as_fd(sock), libc::SOL_SOCKET, name)
+            .map_err(|e| Error::io(what, e))
     };
     let domain = int(libc::SO_DOMAIN, "getsockopt(SO_DOMAIN)")?;
     let ty = int(libc::SO_TYPE, "getsockopt(SO_TYPE)")?;

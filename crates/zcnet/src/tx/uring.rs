@@ -360,12 +360,12 @@ impl super::Transmit for UringTx {
             .then(|| u16::try_from(buf.index()).ok())
             .flatten();
         let len = buf.len();
-        self.flags = if crate::call::deadline(self.timeout).dontwait() || crate::call::nonblocking(fd)
-        {
-            libc::MSG_DONTWAIT
-        } else {
-            0
-        };
+        self.flags =
+            if crate::call::deadline(self.timeout).dontwait() || crate::call::nonblocking(fd) {
+                libc::MSG_DONTWAIT
+            } else {
+                0
+            };
         let token = self.push(fd, buf, fixed, stats)?;
         let result = self.drive(fd, token, len, fixed, stats);
         // Sealed even on error: requests that did go out still reference the pages, and the

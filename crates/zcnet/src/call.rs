@@ -112,6 +112,11 @@ impl Deadline {
         self.remaining().map_or(max, |r| r.min(max))
     }
 
+    /// How long the call has run.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
     /// The call ran out: [`Error::Timeout`] with the time it really took.
     pub(crate) fn timed_out(&self, op: &'static str, queued: u64) -> Error {
         Error::Timeout {

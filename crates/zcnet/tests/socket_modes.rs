@@ -66,6 +66,7 @@ fn prepare(s: &TcpStream, mode: Mode) {
 
 /// `err` is the right one for `mode` after a call that ran `took`; returns its `queued`.
 fn check_error(what: &str, mode: Mode, err: &Error, took: Duration) -> u64 {
+    eprintln!("{what}: \"{err}\" after {took:?}");
     match (mode, err) {
         (Mode::NonBlocking, Error::WouldBlock { queued, .. }) => {
             assert!(took < PROMPT, "{what}: WouldBlock after {took:?}");

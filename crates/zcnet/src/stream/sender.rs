@@ -359,7 +359,7 @@ impl Sender {
             }
             if d.expired() {
                 self.stats.add_pool_timeouts(1);
-                return Err(Error::PoolExhausted(self.timeout));
+                return Err(Error::PoolExhausted(d.elapsed()));
             }
             let slice = d.slice(Duration::from_millis(10));
             if self.tx.buffers_in_flight() > 0 {

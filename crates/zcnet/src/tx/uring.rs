@@ -238,7 +238,7 @@ impl UringTx {
                 Err(PushError::Full(b)) => {
                     buf = b;
                     if d.expired() {
-                        return Err(Error::PoolExhausted(self.timeout));
+                        return Err(Error::PoolExhausted(d.elapsed()));
                     }
                     ring.wait(d.slice(Duration::from_millis(10)))
                         .map_err(|e| Error::io("io_uring_enter", e))?;

@@ -220,7 +220,7 @@ fn auto_against_the_best_pair_measures_one_pair_twice_beside_it() {
     if cpus >= 2 {
         assert!(stdout.contains("receivers pinned to CPU"), "{stdout}");
     } else {
-        eprintln!("SKIP --pin: {cpus} CPU");
+        zcnet_testbed::skip::skip_allowed(&format!("--pin: {cpus} CPU"));
     }
 }
 
@@ -528,6 +528,10 @@ fn bench_with_pid(args: &[&str]) -> (u32, Output) {
     (pid, child.wait_with_output().unwrap())
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn netns_topology_leaves_no_namespace_behind() {
     if !netns_or_skip() {
@@ -622,6 +626,10 @@ fn interrupt(child: &mut std::process::Child) -> std::process::ExitStatus {
 /// dropped, or the run's pair is being made, by `ip` child processes still running. Nothing
 /// may be left behind whichever step the signal lands in (a handler that only scanned
 /// `/var/run/netns` missed a namespace whose `ip netns add` was still running).
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn ctrl_c_while_namespaces_are_being_made_leaves_none() {
     if !netns_or_skip() {
@@ -647,6 +655,10 @@ fn ctrl_c_while_namespaces_are_being_made_leaves_none() {
     }
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn ctrl_c_removes_the_namespaces() {
     if !netns_or_skip() {

@@ -196,6 +196,10 @@ fn udp_rr_over_loopback_from_one_byte_to_one_mib() {
     assert!(t.contains("rtt p50 µs") && t.contains("loss%"), "{t}");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn udp_over_two_namespaces() {
     if !netns_or_skip() {
@@ -269,6 +273,10 @@ fn udp_over_two_namespaces() {
     assert!(t.contains("msgs/s") && t.contains("loss%"), "{t}");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn lm_over_two_namespaces_streams_and_ping_pongs_in_place() {
     if !netns_or_skip() {
@@ -401,6 +409,10 @@ fn lm_on_loopback_takes_the_kernel_path_and_says_so() {
     );
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn udp_into_the_sink_runs_the_message_sender() {
     if !netns_or_skip() {

@@ -44,7 +44,7 @@ macro_rules! need_iperf3 {
         match iperf3() {
             Some(p) => p,
             None => {
-                eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+                zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
                 return;
             }
         }
@@ -414,41 +414,73 @@ fn zcnet_client_vs_iperf3_server(mode: Mode, stream_output: bool) {
     assert!(z["remote"].is_null(), "iperf3 sends no zcnet figures");
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn iperf3_client_forward_against_zcnet_server() {
     iperf3_client_vs_zcnet_server(Mode::Forward);
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn iperf3_client_reverse_against_zcnet_server() {
     iperf3_client_vs_zcnet_server(Mode::Reverse);
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn iperf3_client_bidir_against_zcnet_server() {
     iperf3_client_vs_zcnet_server(Mode::Bidir);
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn iperf3_client_four_streams_against_zcnet_server() {
     iperf3_client_vs_zcnet_server(Mode::Parallel4);
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_client_forward_against_iperf3_server() {
     zcnet_client_vs_iperf3_server(Mode::Forward, false);
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_client_reverse_against_iperf3_server() {
     zcnet_client_vs_iperf3_server(Mode::Reverse, false);
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_client_bidir_against_iperf3_server() {
     zcnet_client_vs_iperf3_server(Mode::Bidir, false);
 }
 
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_client_four_streams_against_iperf3_server_json_stream() {
     zcnet_client_vs_iperf3_server(Mode::Parallel4, true);
@@ -456,6 +488,10 @@ fn zcnet_client_four_streams_against_iperf3_server_json_stream() {
 
 /// Two `iperf3 -c` at once against one `zcnet bench -s` (iperf3's own server would tell
 /// the second `ACCESS_DENIED`): both complete, each with its own byte counts.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_server_takes_two_iperf3_clients_at_once() {
     let iperf3 = need_iperf3!();
@@ -517,6 +553,10 @@ fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
 
 /// What zcnet does not run is refused by name on the server and reported to the iperf3
 /// client as an error, not run differently from what was asked.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_server_refuses_udp_by_name() {
     let iperf3 = need_iperf3!();
@@ -537,6 +577,10 @@ fn zcnet_server_refuses_udp_by_name() {
 
 /// `zcnet bench -c -Z` (iperf3's sendfile flag = zcnet's `--tx file`) against `iperf3 -s`:
 /// every byte goes from the page cache by `sendfile`, and the report says so.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_client_sendfile_against_iperf3_server() {
     let iperf3 = need_iperf3!();
@@ -563,6 +607,10 @@ fn zcnet_client_sendfile_against_iperf3_server() {
 /// senders wherever it falls, not on a `-l` boundary (and `-l 100000` is no page multiple),
 /// so the server must count the last, partial piece too: every count agrees across both
 /// reports, and every received byte went into the file.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn iperf3_client_against_zcnet_server_receiving_into_a_file() {
     let iperf3 = need_iperf3!();
@@ -629,6 +677,10 @@ fn iperf3_client_against_zcnet_server_receiving_into_a_file() {
 /// `zcnet bench -c -R --rx file` against an unmodified `iperf3 -s`, time-limited: iperf3's
 /// server stops sending when the client's timer says so, mid-piece; zcnet splices what
 /// arrives into a file and reads to end of stream, so it has every byte iperf3 says it sent.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn zcnet_client_receiving_into_a_file_against_iperf3_server() {
     let iperf3 = need_iperf3!();

@@ -25,7 +25,7 @@ fn have(tool: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !found {
-        eprintln!("SKIP: {tool} is not installed");
+        zcnet_testbed::skip::skip(&format!("{tool} is not installed"));
     }
     found
 }
@@ -45,10 +45,10 @@ fn library() -> PathBuf {
 fn library_built() -> bool {
     let ok = library().is_file();
     if !ok {
-        eprintln!(
-            "SKIP: {} not built (cargo build -p zcnet-preload)",
+        zcnet_testbed::skip::skip(&format!(
+            "{} not built (cargo build -p zcnet-preload)",
             library().display()
-        );
+        ));
     }
     ok
 }
@@ -73,7 +73,7 @@ impl Net {
     /// The veth pair, or `None` (saying why) without the rights to make namespaces.
     fn veth() -> Option<Net> {
         if let Err(why) = zcnet_testbed::netns::available() {
-            eprintln!("SKIP: {why}");
+            zcnet_testbed::skip::skip(&why.to_string());
             return None;
         }
         Some(Net::Veth(VethPair::create(1500).unwrap()))
@@ -277,6 +277,10 @@ fn both_nets(test: fn(&Net)) {
     }
 }
 
+#[cfg_attr(
+    not(all(zcnet_has_curl, zcnet_has_python3)),
+    ignore = "needs curl and python3 (apt-get install curl python3)"
+)]
 #[test]
 fn curl_fetches_from_python_http_server_byte_for_byte() {
     if !(library_built() && have("curl") && have("python3")) {
@@ -408,6 +412,10 @@ fn curl_hash(
     (child.wait().unwrap(), h.finalize(), n)
 }
 
+#[cfg_attr(
+    not(all(zcnet_has_curl, zcnet_has_nginx)),
+    ignore = "needs curl and nginx (apt-get install curl nginx-light)"
+)]
 #[test]
 fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
     if !(library_built() && have("curl") && have("nginx")) {
@@ -443,6 +451,10 @@ fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
 /// 1 GiB from nginx to curl, with the library on the server, on the client, and on both
 /// (two nginx, one under the library), on loopback and between namespaces: each fetch
 /// hashed as it arrives against the file's hash. The file is generated, never kept.
+#[cfg_attr(
+    not(all(zcnet_has_curl, zcnet_has_nginx)),
+    ignore = "needs curl and nginx (apt-get install curl nginx-light)"
+)]
 #[test]
 fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both() {
     if !(library_built() && have("curl") && have("nginx")) {
@@ -529,6 +541,7 @@ fn socat_pipes_a_file(net: &Net) {
     assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
 }
 
+#[cfg_attr(not(zcnet_has_socat), ignore = "needs socat (apt-get install socat)")]
 #[test]
 fn socat_pipes_a_file_byte_for_byte() {
     if !(library_built() && have("socat")) {
@@ -537,6 +550,10 @@ fn socat_pipes_a_file_byte_for_byte() {
     socat_pipes_a_file(&Net::Loopback);
 }
 
+#[cfg_attr(
+    not(all(zcnet_has_socat, zcnet_netns)),
+    ignore = "needs socat (apt-get install socat), root and iproute2 (network namespaces)"
+)]
 #[test]
 fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
     if !(library_built() && have("socat")) {
@@ -550,6 +567,10 @@ fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
 /// iperf3 cannot be checked by hash: with `-F` its server writes what arrives to a file, but
 /// even without the library that file differs from the one sent (its client sends whole
 /// blocks after short reads). Both ends' byte counts are checked instead.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn iperf3_runs_and_both_ends_count_the_transfer() {
     if !(library_built() && have("iperf3")) {
@@ -620,6 +641,10 @@ fn iperf3_runs_and_both_ends_count_the_transfer() {
     });
 }
 
+#[cfg_attr(
+    not(all(zcnet_has_redis_server, zcnet_has_redis_cli, zcnet_has_redis_benchmark)),
+    ignore = "needs redis (apt-get install redis-server redis-tools)"
+)]
 #[test]
 fn redis_returns_large_values_byte_for_byte() {
     if !(library_built() && have("redis-server") && have("redis-cli") && have("redis-benchmark")) {
@@ -701,6 +726,7 @@ fn redis_returns_large_values_byte_for_byte() {
     });
 }
 
+#[cfg_attr(not(zcnet_has_rsync), ignore = "needs rsync (apt-get install rsync)")]
 #[test]
 fn rsync_daemon_transfers_a_file_byte_for_byte() {
     if !(library_built() && have("rsync")) {
@@ -825,6 +851,8 @@ fn run_names_static_and_setuid_programs() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
     if checked == 0 {
-        eprintln!("SKIP (partly): no static ldconfig or setuid program on this host");
+        zcnet_testbed::skip::skip_allowed(
+            "partly: no static ldconfig or setuid program on this host",
+        );
     }
 }

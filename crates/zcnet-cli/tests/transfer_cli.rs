@@ -316,6 +316,10 @@ fn once_is_not_spent_on_a_stranger_that_closes_first() {
 /// With its descriptors used up by stalled peers, `accept` fails with `EMFILE`: the receiver
 /// refuses those peers (or drops the oldest handshakes) and keeps serving, and once the
 /// stalled peers are gone a real sender gets through.
+#[cfg_attr(
+    not(zcnet_has_prlimit),
+    ignore = "needs prlimit (apt-get install util-linux)"
+)]
 #[test]
 fn out_of_descriptors_refuses_peers_and_keeps_serving() {
     use socket2::{Domain, SockAddr, Socket, Type};
@@ -323,7 +327,7 @@ fn out_of_descriptors_refuses_peers_and_keeps_serving() {
     let dst = tempfile::tempdir().unwrap();
     write_data(&src.path().join("x"), 100_000, 1);
     if Command::new("prlimit").arg("--version").output().is_err() {
-        eprintln!("SKIP: prlimit (util-linux) is not installed");
+        zcnet_testbed::skip::skip("prlimit (util-linux) is not installed");
         return;
     }
     let mut child = Command::new("prlimit")
@@ -445,7 +449,7 @@ fn a_failed_thread_spawn_refuses_one_sender_and_keeps_serving() {
     let root = Path::new("/sys/fs/cgroup/pids");
     let cg = root.join(format!("zcnet-test-{}", std::process::id()));
     if !root.join("cgroup.procs").exists() || std::fs::create_dir(&cg).is_err() {
-        eprintln!("SKIP: no writable cgroup-v1 pids hierarchy");
+        zcnet_testbed::skip::skip_allowed("no writable cgroup-v1 pids hierarchy");
         return;
     }
     struct Remove(std::path::PathBuf);

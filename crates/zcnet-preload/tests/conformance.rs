@@ -65,6 +65,10 @@ fn total(lines: &[Value], key: &str) -> u64 {
         .sum()
 }
 
+#[cfg_attr(
+    not(zcnet_has_python3),
+    ignore = "needs python3 (apt-get install python3)"
+)]
 #[test]
 fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
     if !common::python3("ctypes, select") {
@@ -92,7 +96,9 @@ fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
 
     let zc = run(Some("zerocopy"));
     if zc[0]["engine"].is_null() {
-        eprintln!("SKIP zero-copy assertions: no write-protection engine in this process");
+        zcnet_testbed::skip::skip(
+            "zero-copy assertions: no write-protection engine in this process",
+        );
     } else {
         assert!(
             total(&zc, "bytes_zerocopy") > 100 << 20,

@@ -7,6 +7,10 @@
 
 mod common;
 
+#[cfg_attr(
+    not(zcnet_has_python3),
+    ignore = "needs python3 (apt-get install python3)"
+)]
 #[test]
 fn a_second_process_reads_the_page_costs_the_first_measured() {
     if !common::python3("mmap") {
@@ -15,7 +19,10 @@ fn a_second_process_reads_the_page_costs_the_first_measured() {
     let dir = tempfile::tempdir().unwrap();
     let first = common::run_auto("page_cost_cache.py", dir.path(), "ok 4 MiB verified");
     if first["page_cost_ns"].is_null() {
-        eprintln!("SKIP: no write-protection engine here: {}", first["engine"]);
+        zcnet_testbed::skip::skip(&format!(
+            "no write-protection engine here: {}",
+            first["engine"]
+        ));
         return;
     }
     assert_eq!(first["page_cost_from"], "measured", "{first}");

@@ -6,6 +6,7 @@
 //! * [`pattern`] — a prime-period byte pattern and a [`pattern::Verifier`] that names the first
 //!   wrong byte.
 //! * [`topo`] — a test written once runs on loopback and across a veth pair.
+//! * [`skip`] — a test that cannot run here says so, and fails in CI.
 //!
 //! It depends on no other zcnet crate, so any of them can use it in tests.
 #![forbid(unsafe_code)]
@@ -13,4 +14,5 @@
 
 pub mod netns;
 pub mod pattern;
+pub mod skip;
 pub mod topo;

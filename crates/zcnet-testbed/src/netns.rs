@@ -654,8 +654,7 @@ mod tests {
     /// Writes `SKIPPED: reason` straight to stderr: libtest captures `eprintln!` of passing
     /// tests, which would make the skip silent.
     fn skip(reason: &str) {
-        // One write, so parallel tests' lines do not interleave.
-        let _ = io::stderr().write_all(format!("SKIPPED: {reason}\n").as_bytes());
+        crate::skip::skip(reason);
     }
 
     fn namespace_names() -> Vec<String> {
@@ -718,6 +717,10 @@ mod tests {
         check_mtu(9000);
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn tcp_carries_one_mib_from_a_to_b() {
         if !available_or_skip() {
@@ -752,6 +755,10 @@ mod tests {
         assert!(received == sent, "payload corrupted");
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn addresses_are_local_to_their_own_namespace() {
         if !available_or_skip() {
@@ -767,6 +774,10 @@ mod tests {
         .expect("enter a");
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn drop_deletes_both_namespaces() {
         if !available_or_skip() {
@@ -784,6 +795,10 @@ mod tests {
         );
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn drop_deletes_namespaces_when_a_test_panics() {
         if !available_or_skip() {
@@ -803,6 +818,10 @@ mod tests {
         );
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn failed_create_reports_stderr_and_leaks_nothing() {
         if !available_or_skip() {
@@ -834,6 +853,10 @@ mod tests {
         );
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn sysctl_is_per_namespace() {
         if !available_or_skip() {
@@ -890,6 +913,10 @@ mod tests {
         );
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn link_down_on_b_takes_carrier_from_a() {
         if !available_or_skip() {
@@ -927,6 +954,10 @@ mod tests {
         assert!(a.iter().any(|f| f == "LOWER_UP"), "{a:?}");
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn entered_thread_stays_in_the_namespace() {
         if !available_or_skip() {
@@ -952,6 +983,10 @@ mod tests {
         assert!(!net_dev.contains("vzb:"), "{net_dev}");
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn parallel_pairs_get_distinct_names() {
         if !available_or_skip() {

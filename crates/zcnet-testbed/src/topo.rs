@@ -3,7 +3,6 @@
 //! Tests are written once against a [`Topo`] and run on both: the receiving side binds in
 //! namespace `b` (or on 127.0.0.1), the sending side connects from namespace `a`.
 
-use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::netns::{self, VethPair};
@@ -48,10 +47,7 @@ impl Topo<'_> {
 /// here (not root, no `ip`): tests skip visibly, never pass silently.
 pub fn veth_or_skip(mtu: u32) -> Option<VethPair> {
     if let Err(why) = netns::available() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: network namespaces unavailable: {why}"
-        );
+        crate::skip::skip(&format!("network namespaces unavailable: {why}"));
         return None;
     }
     Some(VethPair::create(mtu).expect("creating a veth pair"))

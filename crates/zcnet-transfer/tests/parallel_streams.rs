@@ -361,7 +361,7 @@ fn a_join_naming_no_open_session_is_refused_and_creates_nothing() {
 /// Between two namespaces over a veth pair of the given MTU, over `streams` streams.
 fn between_namespaces(mtu: u32, streams: usize) {
     if let Err(why) = available() {
-        eprintln!("SKIP: {why}");
+        zcnet_testbed::skip::skip(&why.to_string());
         return;
     }
     let pair = VethPair::create(mtu).unwrap();
@@ -386,16 +386,28 @@ fn between_namespaces(mtu: u32, streams: usize) {
     assert!(partials(dst.path()).is_empty());
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn four_streams_between_namespaces_at_mtu_1500() {
     between_namespaces(1500, 4);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn four_streams_between_namespaces_at_mtu_9000() {
     between_namespaces(9000, 4);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn one_stream_between_namespaces_at_mtu_1500() {
     between_namespaces(1500, 1);

@@ -173,7 +173,7 @@ fn a_large_file_arrives_whole_in_ranges_over_four_streams() {
 
 fn between_namespaces(mtu: u32) {
     if let Err(why) = available() {
-        eprintln!("SKIP: {why}");
+        zcnet_testbed::skip::skip(&why.to_string());
         return;
     }
     let pair = VethPair::create(mtu).unwrap();
@@ -199,11 +199,19 @@ fn between_namespaces(mtu: u32) {
     assert_eq!(got.failures(), 0);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn a_large_file_in_ranges_over_four_streams_between_namespaces_at_mtu_1500() {
     between_namespaces(1500);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn a_large_file_in_ranges_over_four_streams_between_namespaces_at_mtu_9000() {
     between_namespaces(9000);

@@ -178,6 +178,10 @@ fn many_files_and_a_gib_round_trip_over_loopback() {
     round_trip(Topo::Loopback, Some(1 << 30));
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn many_files_round_trip_between_namespaces() {
     for mtu in [1500, 9000] {

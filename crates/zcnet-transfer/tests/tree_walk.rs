@@ -61,7 +61,9 @@ fn make_tree(root: &Path) -> (bool, std::os::unix::net::UnixListener) {
         rustix::fs::makedev(1, 3),
     );
     if let Err(e) = &dev {
-        eprintln!("SKIP the character-device part: mknod needs CAP_MKNOD ({e})");
+        zcnet_testbed::skip::skip(&format!(
+            "the character-device part: mknod needs CAP_MKNOD ({e})"
+        ));
     }
     (dev.is_ok(), sock)
 }

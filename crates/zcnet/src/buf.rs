@@ -183,8 +183,34 @@ impl Pool {
 
 /// One loaned transmit buffer: page-aligned storage plus the byte range to send.
 ///
-/// Dereferences to the data range. Dropping it returns the storage to its pool, which is
-/// why the sender holds it until the kernel is done with its pages.
+/// Like a fresh `Vec::with_capacity`, a fresh buffer holds nothing: it dereferences to the
+/// *selected* bytes, so `len() == 0` and [`TxBuf::capacity`] is the room. Fill it either
+/// way:
+///
+/// * append — [`TxBuf::append`] (or `io::Write`), or a read straight into
+///   [`TxBuf::spare_mut`] followed by [`TxBuf::commit`], until [`TxBuf::is_full`];
+/// * in place — [`TxBuf::fill_at`], or write [`TxBuf::storage_mut`] and
+///   [`TxBuf::set_len`]/[`TxBuf::set_range`].
+///
+/// Dropping it returns the storage to its pool, which is why the sender holds it until the
+/// kernel is done with its pages.
+///
+/// ```
+/// # fn main() -> std::io::Result<()> {
+/// use std::io::Read;
+/// let pool = zcnet::Pool::new(1, 64 * 1024)?;
+/// let mut buf = pool.try_take().unwrap();
+/// assert_eq!((buf.len(), buf.capacity()), (0, 64 * 1024));
+/// let mut src: &[u8] = &[7u8; 100_000];
+/// while !buf.is_full() {
+///     let n = src.read(buf.spare_mut())?;
+///     if n == 0 { break; }
+///     buf.commit(n);
+/// }
+/// assert_eq!(buf.len(), 64 * 1024); // full: the loop ends
+/// assert_eq!(buf.append(b"more"), 0); // nothing fits
+/// # Ok(()) }
+/// ```
 pub struct TxBuf {
     mem: Option<PageBuf>,
     range: Range<usize>,
@@ -241,6 +267,33 @@ impl TxBuf {
         self.set_range(offset..end);
     }
 
+    /// The storage after the selected range, for reading into (then [`TxBuf::commit`]).
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        let end = self.range.end;
+        &mut self.storage_mut()[end..]
+    }
+
+    /// Adds the next `n` bytes of storage (written through [`TxBuf::spare_mut`]) to the
+    /// selection. Panics past the capacity.
+    pub fn commit(&mut self, n: usize) {
+        self.set_range(self.range.start..self.range.end + n);
+    }
+
+    /// Copies as much of `data` as fits after the selection and selects it too; returns how
+    /// much that was (0 once [`TxBuf::is_full`]).
+    pub fn append(&mut self, data: &[u8]) -> usize {
+        let spare = self.spare_mut();
+        let n = data.len().min(spare.len());
+        spare[..n].copy_from_slice(&data[..n]);
+        self.commit(n);
+        n
+    }
+
+    /// Whether the selection reaches the end of the storage: nothing more can be appended.
+    pub fn is_full(&self) -> bool {
+        self.range.end == self.capacity()
+    }
+
     /// The selected range.
     pub fn range(&self) -> Range<usize> {
         self.range.clone()
@@ -277,6 +330,18 @@ impl TxBuf {
     /// Address of the first selected byte (for the policy's alignment rule).
     pub fn data_addr(&self) -> usize {
         self.mem().as_ptr() as usize + self.range.start
+    }
+}
+
+/// Appends ([`TxBuf::append`]); a full buffer takes 0 bytes, so `write_all` ends with
+/// `WriteZero` rather than spinning.
+impl std::io::Write for TxBuf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        Ok(self.append(data))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -342,7 +407,7 @@ mod tests {
         if zcnet_sys::mem::thp_available() {
             assert!(pool.huge_pages(), "8 x 68 KiB is past HUGE_POOL_FROM");
         } else {
-            println!("SKIP (huge pages): transparent huge pages are off here");
+            zcnet_testbed::skip::skip_allowed("huge pages: transparent huge pages are off here");
         }
         assert!(
             !Pool::new_huge(2, 4096).unwrap().huge_pages(),

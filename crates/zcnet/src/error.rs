@@ -29,22 +29,25 @@ pub enum Error {
         /// What was being done.
         op: &'static str,
     },
-    /// The socket timeout ran out (`EAGAIN` on a socket with `SO_SNDTIMEO`/`SO_RCVTIMEO`, or
-    /// our own poll deadline). A send says how much of it went out first, so the caller
-    /// resumes from there instead of sending those bytes twice.
+    /// The call's timeout ran out: the config's, or the `SO_SNDTIMEO`/`SO_RCVTIMEO` a
+    /// wrapped socket came with. It bounds the whole call (every syscall and wait in it),
+    /// not each step. A send says how much of it went out first, so the caller resumes
+    /// from there instead of sending those bytes twice.
     #[error("{op}: timed out after {after:?} ({queued} bytes of this call queued)")]
     Timeout {
         /// What was being done.
         op: &'static str,
-        /// The timeout that ran out.
+        /// How long the call ran before it gave up: the timeout, plus the moment it took
+        /// to notice.
         after: Duration,
         /// Bytes of this call the kernel took before time ran out (always 0 for a receive,
         /// an accept or a wait for completions).
         queued: u64,
     },
     /// The socket is non-blocking (`O_NONBLOCK`, set by the caller) and the call would have
-    /// had to wait: `queued` bytes of this call went out first. Try again when the socket is
-    /// ready (poll it through `AsFd`).
+    /// had to wait: `queued` bytes of this call went out first (always 0 for a receive).
+    /// Try again when the socket is ready (poll it through `AsFd`), from byte `queued` on:
+    /// every path, receive and send, stops without losing or repeating a byte.
     #[error("{op}: the non-blocking socket would block ({queued} bytes of this call queued)")]
     WouldBlock {
         /// What was being done.
@@ -84,6 +87,11 @@ pub enum Error {
         /// The file's size.
         file_len: u64,
     },
+    /// The socket cannot carry a zcnet stream: `from_stream` takes a connected TCP socket
+    /// (IPv4 or IPv6) and refuses anything else (a Unix-domain stream, a datagram socket)
+    /// rather than copy through it silently.
+    #[error("unsuitable socket: {0}")]
+    UnsuitableSocket(String),
     /// The file cannot be used as asked (opened `O_APPEND`, where positional writes append;
     /// an offset past the largest `off_t`).
     #[error("unsuitable file: {0}")]
@@ -91,23 +99,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// `EAGAIN` from operation `op` on `fd` after `queued` bytes: [`Error::WouldBlock`] on a
-    /// socket the caller made non-blocking, else the socket timeout `after` ran out.
-    pub(crate) fn eagain(
-        fd: std::os::fd::BorrowedFd<'_>,
-        op: &'static str,
-        queued: u64,
-        after: Duration,
-    ) -> Error {
-        let nonblocking = zcnet_sys::raw::splice::status_flags(fd)
-            .is_ok_and(|f| f.contains(zcnet_sys::raw::splice::OFlags::NONBLOCK));
-        if nonblocking {
-            Error::WouldBlock { op, queued }
-        } else {
-            Error::Timeout { op, after, queued }
-        }
-    }
-
     /// A timed-out operation's error, with nothing of it queued yet.
     pub(crate) fn timeout(op: &'static str, after: Duration) -> Error {
         Error::Timeout {
@@ -166,9 +157,10 @@ impl From<Error> for io::Error {
             Error::WouldBlock { .. } => io::ErrorKind::WouldBlock,
             // Every buffer is still the kernel's: try again once the peer reads.
             Error::PoolExhausted(_) => io::ErrorKind::WouldBlock,
-            Error::ForeignBuffer | Error::RangeBeyondEof { .. } | Error::UnsuitableFile(_) => {
-                io::ErrorKind::InvalidInput
-            }
+            Error::ForeignBuffer
+            | Error::RangeBeyondEof { .. }
+            | Error::UnsuitableFile(_)
+            | Error::UnsuitableSocket(_) => io::ErrorKind::InvalidInput,
             Error::Truncated { .. } => io::ErrorKind::UnexpectedEof,
             Error::Completion(_) => io::ErrorKind::Other,
         };

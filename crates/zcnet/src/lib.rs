@@ -4,6 +4,52 @@
 //! as the kernel allows, and falls back to copying whenever a fast path's conditions fail —
 //! always counting the fallback in [`Stats`], never hiding it.
 //!
+//! ```
+//! use std::io::Read;
+//! use zcnet::{Listener, ReceiverConfig, Sender, SenderConfig};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let listener = Listener::bind("127.0.0.1:0".parse()?, &ReceiverConfig::default())?;
+//! let addr = listener.local_addr()?;
+//! let sending = std::thread::spawn(move || -> Result<_, zcnet::Error> {
+//!     let mut tx = Sender::connect(addr, &SenderConfig::default())?;
+//!     let mut buf = tx.buffer()?;   // a pooled, page-aligned buffer: empty, capacity() of room
+//!     buf.append(b"hello, ");       // fill it (or read into buf.spare_mut(), then commit)
+//!     tx.send(buf)?;                // moved in: back to its pool when the kernel is done
+//!     tx.send_slice(b"world")?;     // copy semantics: the slice is yours again at once
+//!     tx.finish()                   // FIN, wait for completions, return the counters
+//! });
+//! let mut rx = listener.accept()?;  // a Receiver; `Receiver::connect` for a client
+//! let mut got = String::new();
+//! rx.read_to_string(&mut got)?;     // io::Read; `recv()` lends chunks without a copy
+//! assert_eq!(got, "hello, world");
+//! let stats = sending.join().unwrap()?;
+//! println!("{stats}");              // bytes by path, and every fallback with its reason
+//! # Ok(()) }
+//! ```
+//!
+//! # Start here
+//!
+//! * Sending: [`Sender`] (`connect`, or `from_stream` on a socket you have) and
+//!   [`SenderConfig`]; its calls — [`Sender::send`] (a pool [`TxBuf`]),
+//!   [`Sender::send_owned`] (your `Vec`/`Bytes`, lent), [`Sender::send_slice`] and
+//!   `io::Write` (copy semantics), [`Sender::send_reader`] (a reader, in whole buffers),
+//!   [`Sender::send_file`] (`sendfile`).
+//! * Receiving: [`Listener`], [`Receiver`] and [`ReceiverConfig`]: [`Receiver::recv`]
+//!   (lent [`RxChunk`]s), [`Receiver::recv_into`] and `io::Read`,
+//!   [`Receiver::recv_to_file`] (`splice`).
+//! * Time and blocking: a call blocks as a `TcpStream`'s would, up to the config's timeout
+//!   or the socket's `SO_SNDTIMEO`/`SO_RCVTIMEO` for the whole call ([`Error::Timeout`]
+//!   says how long it ran); on a non-blocking socket it returns [`Error::WouldBlock`] with
+//!   the bytes it queued, and the next call goes on from there.
+//! * Which path, and why a byte was copied: [`TxPath`], [`RxPath`], [`Stats`],
+//!   [`FallbackReason`]; [`auto`] picks per operation from `zcnet tune`'s profile.
+//! * UDP messages: [`msg`]. Async (tokio, hyper): the `zcnet-tokio` crate.
+//! * The guides, in this documentation: [`guide::architecture`] (the map of the code and
+//!   the ownership rules), [`guide::msg`] (the message wire format),
+//!   [`guide::lm_afxdp`] (Lightweight Messages over AF_XDP).
+//!
+//! # The paths
+//!
 //! * Transmit ([`Sender`], [`TxPath`]): `copy` (`send(2)`), `zerocopy` (`MSG_ZEROCOPY`,
 //!   completions from the socket error queue), `uring` (io_uring `SEND_ZC` from registered
 //!   buffers) and `cow` (`MSG_ZEROCOPY` behind copy semantics: pages write-protected while
@@ -14,12 +60,12 @@
 //! * Messages ([`msg`]): whole messages up to 1 MiB (configurable) over UDP, many datagrams
 //!   per call with GSO, `MSG_ZEROCOPY` from loaned buffers laid out with header holes
 //!   (Lightweight Messages' application-level fragmentation), GRO on receive, bounded
-//!   reassembly, and every lost message reported with its id (`docs/msg.md`).
+//!   reassembly, and every lost message reported with its id ([`guide::msg`]).
 //! * Files: [`Sender::send_file`] (`sendfile(2)`, or `splice(2)` file → pipe → socket) and
 //!   [`Receiver::recv_to_file`] (`splice(2)` socket → pipe → file), with read+send and
 //!   recv+pwrite as counted fallbacks.
 //!
-//! Ownership is the API (see `docs/ARCHITECTURE.md`): [`Sender::send`] takes a [`TxBuf`] by
+//! Ownership is the API ([`guide::architecture`]): [`Sender::send`] takes a [`TxBuf`] by
 //! value and the buffer goes back to its [`Pool`] only when the kernel's completion covers it;
 //! [`Sender::send_slice`] keeps copy semantics. [`Receiver::recv`] lends an [`RxChunk`] whose
 //! mapped pages are released when it is dropped.
@@ -36,12 +82,14 @@ pub mod auto;
 pub mod buf;
 
 pub(crate) mod builder;
+mod call;
 mod counters;
 pub mod cow;
 pub mod error;
 #[doc(hidden)]
 pub mod fault;
 pub mod file;
+pub mod guide;
 pub mod lend;
 #[cfg(feature = "afxdp")]
 pub mod lm;

@@ -304,6 +304,10 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
 /// for `CLOCK_THREAD_CPUTIME_ID`). This pins it by the counters: without a profile the
 /// transmit `auto` is one plain send per operation, no zero-copy call, no io_uring request,
 /// and no cost check (copy is never checked against itself, so the clock is never read).
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn without_a_profile_transmit_auto_over_veth_is_one_plain_send_per_operation() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -584,7 +588,9 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
     let (path, s) = auto_receive(rx_cfg, 160 << 20);
     assert_eq!((s.auto_rx.decisions, s.auto_rx.chose_trial), (1, 1));
     if path == RxPath::Copy {
-        eprintln!("SKIP the uring trial: io_uring is not available here (copy was used)");
+        zcnet_testbed::skip::skip(
+            "the uring trial: io_uring is not available here (copy was used)",
+        );
         return;
     }
     assert_eq!(path, RxPath::Uring);
@@ -612,15 +618,17 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
 #[test]
 fn a_receiver_without_a_profile_reads_its_zcnet_senders_clock_and_no_one_elses() {
     if tempfile::tempdir_in("/dev/shm").is_err() {
-        eprintln!("SKIP: no writable /dev/shm here, so no sender can leave its card");
+        zcnet_testbed::skip::skip("no writable /dev/shm here, so no sender can leave its card");
         return;
     }
     if !std::path::Path::new("/proc/thread-self/schedstat").exists() {
-        eprintln!("SKIP: this kernel keeps no per-thread schedstat, so no sender's clock reads");
+        zcnet_testbed::skip::skip_allowed(
+            "this kernel keeps no per-thread schedstat, so no sender's clock reads",
+        );
         return;
     }
     if std::env::var("ZCNET_PEER_CLOCK").is_ok() {
-        eprintln!("SKIP: ZCNET_PEER_CLOCK is set in this environment");
+        zcnet_testbed::skip::skip_allowed("ZCNET_PEER_CLOCK is set in this environment");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -695,9 +703,9 @@ fn later_connections_skip_what_two_trials_in_a_row_dropped_or_kept() {
         || std::env::var("ZCNET_PEER_CLOCK").is_ok()
         || std::env::var("ZCNET_TRIAL_MEMORY").is_ok()
     {
-        eprintln!(
-            "SKIP: the memory is keyed by the sender's card (needs a writable /dev/shm and \
-             per-thread schedstat), and ZCNET_PEER_CLOCK / ZCNET_TRIAL_MEMORY must be unset"
+        zcnet_testbed::skip::skip_allowed(
+            "the memory is keyed by the sender's card (needs a writable /dev/shm and \
+             per-thread schedstat), and ZCNET_PEER_CLOCK / ZCNET_TRIAL_MEMORY must be unset",
         );
         return;
     }
@@ -827,6 +835,10 @@ fn rx_without_profile(dir: &tempfile::TempDir, op_size: usize) -> ReceiverConfig
 /// measures copy, `uring` and `mmap` in interleaved rounds on the connection and keeps one.
 /// Which one wins is the clock's business; that each was reached in every round and one
 /// kept is in the counters.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_veth() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -859,7 +871,9 @@ fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_
         assert!(s.rx_uring_cqes > 0, "uring was tried: {s:?}");
         assert_trial_accounted(&s, 3, true);
     } else {
-        eprintln!("SKIP the uring arm: io_uring is not available here (copy and mmap tried)");
+        zcnet_testbed::skip::skip(
+            "the uring arm: io_uring is not available here (copy and mmap tried)",
+        );
         assert_eq!(path, RxPath::Mmap);
         assert_trial_accounted(&s, 2, true);
     }
@@ -869,6 +883,10 @@ fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_
 /// and a quarter each — 15 windows' bytes (240 MiB with the default 16 MiB window), so a
 /// 1-second bench run over veth at 16 KiB (400-1100 MiB) ends after the pick. Counted: 16
 /// windows' bytes sent, the pick is made.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn without_a_profile_the_receive_trial_picks_within_fifteen_windows_over_veth() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -892,7 +910,7 @@ fn without_a_profile_the_receive_trial_picks_within_fifteen_windows_over_veth() 
     if path == RxPath::Uring {
         assert_trial_accounted(&s, 3, false);
     } else {
-        eprintln!("SKIP the three-arm trial: io_uring is not available here");
+        zcnet_testbed::skip::skip("the three-arm trial: io_uring is not available here");
         assert_trial_accounted(&s, 2, false);
     }
 }
@@ -968,7 +986,7 @@ fn a_receiver_trying_uring_hands_the_socket_to_splice_and_back_with_every_byte()
         "every byte, in order, across the three hand-overs"
     );
     if path == RxPath::Copy {
-        eprintln!("SKIP the uring part: io_uring is not available here (copy was used)");
+        zcnet_testbed::skip::skip("the uring part: io_uring is not available here (copy was used)");
         return;
     }
     assert_eq!(path, RxPath::Uring);

@@ -24,7 +24,7 @@ fn engine_or_skip() -> bool {
     match cow::backend() {
         Ok(_) => true,
         Err(why) => {
-            let _ = writeln!(std::io::stderr(), "SKIPPED: no copy-on-write engine: {why}");
+            zcnet_testbed::skip::skip(&format!("no copy-on-write engine: {why}"));
             false
         }
     }
@@ -55,6 +55,10 @@ fn overwrite_in_flight_loopback() {
     overwrite_in_flight(Topo::Loopback, "lo");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn overwrite_in_flight_veth() {
     if !engine_or_skip() {
@@ -158,6 +162,10 @@ fn mixed_unaligned_and_small_loopback() {
     mixed(Topo::Loopback, "lo");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn mixed_unaligned_and_small_veth() {
     if !engine_or_skip() {
@@ -336,6 +344,10 @@ fn recv_into_buffer_in_flight_loopback() {
     recv_into_buffer_in_flight(Topo::Loopback, "lo");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn recv_into_buffer_in_flight_veth() {
     if !engine_or_skip() {

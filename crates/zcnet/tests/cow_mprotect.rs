@@ -25,10 +25,7 @@ fn mprotect_or_skip() -> bool {
     match cow::use_backend(BackendKind::Mprotect) {
         Ok(()) => true,
         Err(why) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: mprotect backend unavailable: {why}"
-            );
+            zcnet_testbed::skip::skip(&format!("mprotect backend unavailable: {why}"));
             false
         }
     }
@@ -49,6 +46,10 @@ fn overwrite_in_flight_loopback() {
     assert_eq!(cow::engine_stats().unwrap().backend, BackendKind::Mprotect);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn overwrite_in_flight_veth() {
     if !mprotect_or_skip() {

@@ -104,19 +104,19 @@ fn short_sends_and_eintr_are_continued_on_both_send_loops() {
     }
 }
 
+/// `EAGAIN` with time left on the call (a spurious wake-up, or `SO_SNDTIMEO` shorter than
+/// the call's bound) is a wait, not the end: the send polls for room and goes on, and every
+/// byte arrives once. Running out of time is tests/socket_modes.rs's.
 #[test]
-fn eagain_is_a_timeout_that_says_how_much_was_queued() {
+fn eagain_with_time_left_is_waited_out() {
     for tx_path in [TxPath::Zerocopy, TxPath::Copy] {
-        let rule = |i: u64| (i == 7).then_some(Fault::Errno(libc::EAGAIN));
+        let rule = |i: u64| (i == 7 || i == 8).then_some(Fault::Errno(libc::EAGAIN));
         let plan = FaultPlan::new()
             .on(Op::SendZerocopy, rule)
             .on(Op::Send, rule);
         let (err, sent, _, got, _) = run(tx_path, Policy::always(), SIZE, plan);
-        let err = err.unwrap_or_else(|| panic!("{tx_path}: no error"));
-        assert!(matches!(err, Error::Timeout { .. }), "{tx_path}: {err}");
-        // Everything before the failed buffer arrived, every byte verified.
-        assert!(got >= sent, "{tx_path}: {got} < {sent}");
-        assert!(got < SIZE, "{tx_path}");
+        assert!(err.is_none(), "{tx_path}: {err:?}");
+        assert_eq!((sent, got), (SIZE, SIZE), "{tx_path}");
     }
 }
 

@@ -96,6 +96,10 @@ fn sender_reset_is_an_error_at_the_receiver_not_an_end_of_stream() {
     }
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn enobufs_from_the_option_memory_limit_falls_back_to_copy_and_is_counted() {
     let Some(pair) = veth_or_skip(1500) else {

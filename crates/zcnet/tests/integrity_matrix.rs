@@ -150,6 +150,10 @@ fn matrix_loopback() {
     run_matrix(Topo::Loopback, "lo");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn matrix_netns_mtu_1500() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -158,6 +162,10 @@ fn matrix_netns_mtu_1500() {
     run_matrix(Topo::Netns(&pair), "veth1500");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn matrix_netns_mtu_9000() {
     let Some(pair) = veth_or_skip(9000) else {

@@ -14,7 +14,6 @@
 mod common;
 
 use common::{pattern, veth_or_skip};
-use std::io::Write as _;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +26,7 @@ const PORT: u16 = 7710;
 const WAIT: Duration = Duration::from_secs(5);
 
 fn skipped(why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+    zcnet_testbed::skip::skip(why);
 }
 
 fn pair_or_skip(mtu: u32) -> Option<VethPair> {
@@ -236,6 +235,10 @@ impl Rogue {
     }
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -306,6 +309,10 @@ fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
     assert_eq!((p.foreign, p.order, p.injected), (0, 0, 0), "{p:?}");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -353,6 +360,10 @@ fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
     assert_eq!(rx.stats().snapshot().messages_lost, 0);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_ring() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -414,6 +425,10 @@ fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_rin
     );
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn reordered_or_partial_messages_are_lost_never_wrong_and_the_next_one_arrives() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -487,6 +502,10 @@ fn reordered_or_partial_messages_are_lost_never_wrong_and_the_next_one_arrives()
     assert_eq!(p.order, 14 + 3, "{p:?}");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn a_second_sender_is_held_off_while_a_message_is_assembled_then_admitted() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -558,6 +577,10 @@ fn a_second_sender_is_held_off_while_a_message_is_assembled_then_admitted() {
     assert_eq!(p.order, 0);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn the_kernel_socket_fallback_works_on_either_end_alone_and_is_counted() {
     for (tx_xsk, rx_xsk) in [(false, true), (true, false), (false, false)] {
@@ -610,6 +633,10 @@ fn the_kernel_socket_fallback_works_on_either_end_alone_and_is_counted() {
     }
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn bad_requests_are_refused_with_a_reason_and_oversized_loans_are_errors() {
     let Some(pair) = pair_or_skip(1500) else {

@@ -294,7 +294,7 @@ fn ipv6_loopback() {
     let cfg = config(MsgTx::Zerocopy);
     let Ok(rx) = MsgReceiver::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0), &cfg)
     else {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: no IPv6 loopback");
+        zcnet_testbed::skip::skip("no IPv6 loopback");
         return;
     };
     let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
@@ -330,6 +330,10 @@ fn netns_case(pair: &VethPair, cfg: &MsgConfig, api: Api, what: &str) -> (Outcom
     (out, sizes)
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn sizes_over_veth_between_namespaces() {
     for mtu in [1500, 9000] {
@@ -358,6 +362,10 @@ fn sizes_over_veth_between_namespaces() {
     }
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn gso_refused_for_a_segment_above_the_mtu_falls_back_counted() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -383,6 +391,10 @@ fn gso_refused_for_a_segment_above_the_mtu_falls_back_counted() {
     assert!([libc::EINVAL, libc::EMSGSIZE].contains(&(out.tx.gso_errno as i32)));
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn enobufs_from_option_memory_retries_then_copies_counted() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -836,7 +848,7 @@ fn nft_or_skip() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: nft not installed");
+        zcnet_testbed::skip::skip("nft not installed");
     }
     found
 }
@@ -869,6 +881,10 @@ fn drop_rule(port: u16, id: u32, offset: Option<u32>) -> String {
     r + " counter drop"
 }
 
+#[cfg_attr(
+    not(all(zcnet_netns, zcnet_has_nft)),
+    ignore = "needs root and iproute2 (network namespaces) and nft (apt-get install nftables)"
+)]
 #[test]
 fn datagrams_dropped_by_nftables_are_reported_lost() {
     if !nft_or_skip() {

@@ -18,7 +18,7 @@ use zcnet::{Error, FallbackReason, Pool, RxPath, StatsSnapshot, TxPath};
 use zcnet_sys::uring::zcrx;
 
 fn skipped(why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+    zcnet_testbed::skip::skip(why);
 }
 
 /// Sends `size` pattern bytes with `tx_path` to a receiver built from `rcfg` that waits
@@ -240,6 +240,10 @@ fn a_pool_the_kernel_will_not_register_is_sent_unregistered_and_counted() {
 
 const MEMLOCK_CHILD: &str = "ZCNET_URING_MEMLOCK_CHILD";
 
+#[cfg_attr(
+    not(all(zcnet_has_prlimit, zcnet_has_setpriv)),
+    ignore = "needs prlimit and setpriv (apt-get install util-linux)"
+)]
 #[test]
 fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_on() {
     if std::env::var_os(MEMLOCK_CHILD).is_some() {
@@ -311,6 +315,10 @@ fn which(name: &str) -> Result<std::path::PathBuf, ()> {
     Err(())
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn zcrx_registration_errors_are_the_kernels() {
     let lo = zcrx::ifindex("lo").unwrap();

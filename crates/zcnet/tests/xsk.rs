@@ -10,7 +10,6 @@
 mod common;
 
 use common::{pattern, veth_or_skip};
-use std::io::Write as _;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
@@ -27,7 +26,7 @@ const WAIT: Duration = Duration::from_secs(5);
 const XDP_HEADROOM: u64 = 256;
 
 fn skipped(why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+    zcnet_testbed::skip::skip(why);
 }
 
 /// A veth pair, or `None` (and a SKIPPED line) where namespaces or the program are missing.
@@ -154,6 +153,10 @@ fn small_umem() -> XskConfig {
     c
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn copy_mode_native_xdp_receives_every_size_up_to_the_mtu() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -163,6 +166,10 @@ fn copy_mode_native_xdp_receives_every_size_up_to_the_mtu() {
     stream(&pair, small_umem(), AttachMode::Native, &sizes, 400);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn copy_mode_generic_xdp_receives_jumbo_frames_into_unaligned_chunks() {
     let Some(pair) = pair_or_skip(9000) else {
@@ -179,6 +186,10 @@ fn copy_mode_generic_xdp_receives_jumbo_frames_into_unaligned_chunks() {
     );
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn zero_copy_bind_is_refused_on_veth_and_the_same_socket_then_binds_in_copy_mode() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -245,6 +256,10 @@ fn zero_copy_bind_is_refused_on_veth_and_the_same_socket_then_binds_in_copy_mode
 /// right in front of the next one's; the sender sends fragments last-first, so each
 /// arriving frame's payload overwrites the headers of the one that arrived before it. After
 /// the last frame the whole message is one contiguous region of the UMEM.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn unaligned_chunks_land_reverse_ordered_fragments_back_to_back() {
     let Some(pair) = pair_or_skip(1500) else {
@@ -307,6 +322,10 @@ fn unaligned_chunks_land_reverse_ordered_fragments_back_to_back() {
 
 /// AF_XDP transmit in copy mode: frames built in the UMEM behind header room, sent from
 /// namespace a, received by an ordinary UDP socket in b; completions give every frame back.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[test]
 fn copy_mode_transmit_reaches_a_udp_socket_and_completes() {
     let Some(pair) = pair_or_skip(1500) else {

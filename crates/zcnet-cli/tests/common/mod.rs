@@ -1,7 +1,7 @@
 //! What the CLI's integration tests share: the built binary, run with a bound.
 #![allow(dead_code)] // each test crate uses its own subset
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,7 @@ pub fn finite(v: &serde_json::Value, path: &str) -> f64 {
 /// a test that needs them returns instead of failing on a machine that cannot.
 pub fn netns_or_skip() -> bool {
     if let Err(why) = zcnet_testbed::netns::available() {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+        zcnet_testbed::skip::skip(&why.to_string());
         return false;
     }
     true

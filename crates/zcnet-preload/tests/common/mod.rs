@@ -16,7 +16,7 @@ pub fn python3(modules: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIP: python3 with {modules} is not installed");
+        zcnet_testbed::skip::skip(&format!("python3 with {modules} is not installed"));
     }
     ok
 }

@@ -459,7 +459,9 @@ mod tests {
     #[test]
     fn a_receiver_reads_the_sending_threads_clock_and_follows_it() {
         if !Path::new("/proc/thread-self/schedstat").exists() {
-            eprintln!("SKIP: this kernel keeps no per-thread schedstat (CONFIG_SCHED_INFO)");
+            zcnet_testbed::skip::skip_allowed(
+                "this kernel keeps no per-thread schedstat (CONFIG_SCHED_INFO)",
+            );
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -598,7 +600,7 @@ mod tests {
     #[test]
     fn the_default_directory_is_this_users_alone() {
         let Some(dir) = default_dir() else {
-            eprintln!("SKIP: {SHARED} is not here or not writable");
+            zcnet_testbed::skip::skip(&format!("{SHARED} is not here or not writable"));
             return;
         };
         let m = std::fs::metadata(&dir).unwrap();

@@ -13,7 +13,7 @@ pub mod recv;
 pub mod send;
 
 use crate::error::{Error, Result};
-use std::time::{Duration, Instant};
+
 use zcnet_sys::raw::splice::{self, Pipe};
 
 /// Largest pipe we ask for; `pipe-max-size` (1 MiB by default) usually caps it first.
@@ -33,37 +33,6 @@ pub(crate) fn sized_pipe() -> Result<(Pipe, usize)> {
     }
     let cap = pipe.size().unwrap_or(PIPE_MIN).max(4096);
     Ok((pipe, cap))
-}
-
-/// Bounds a loop that retries `EINTR`. The socket timeout restarts with every call, so a
-/// steady stream of signals would otherwise keep a stalled transfer alive for ever: after
-/// `limit` without progress, an interrupted call ends the transfer with [`Error::Timeout`].
-#[derive(Debug)]
-pub(crate) struct Stall {
-    since: Instant,
-    limit: Duration,
-}
-
-impl Stall {
-    pub(crate) fn new(limit: Duration) -> Stall {
-        Stall {
-            since: Instant::now(),
-            limit,
-        }
-    }
-
-    /// Bytes moved: the clock starts over.
-    pub(crate) fn progress(&mut self) {
-        self.since = Instant::now();
-    }
-
-    /// A call was interrupted: retry, unless nothing moved for the whole timeout.
-    pub(crate) fn interrupted(&self, op: &'static str) -> Result<()> {
-        if self.since.elapsed() >= self.limit {
-            return Err(Error::timeout(op, self.limit));
-        }
-        Ok(())
-    }
 }
 
 /// `offset + len` as an end offset that fits an `off_t`.

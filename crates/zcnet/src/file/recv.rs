@@ -24,7 +24,7 @@
 //! file we grew is cut back to the bytes actually written — never a silently short (or
 //! zero-padded) file.
 
-use super::{range_end, refused, sized_pipe, Stall};
+use super::{range_end, refused, sized_pipe};
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::path::FileRxMode;
@@ -34,6 +34,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
+use zcnet_sys::raw::socket::PollFlags;
 use zcnet_sys::raw::splice::{self, Pipe, SpliceFlags};
 
 /// The recv+pwrite buffer (made on first use).
@@ -142,7 +143,9 @@ impl FileRx {
                 let _ = file.set_len(before.max(offset + done));
             }
         }
-        r.map(|()| len)
+        // A receive that stopped early (non-blocking, timed out) says how much of the range
+        // is in the file, so the caller goes on from there.
+        r.map(|()| len).map_err(|e| e.with_queued(done))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -228,13 +231,14 @@ impl FileRx {
         if *done < len && self.pipe.is_none() {
             self.pipe = Some(sized_pipe()?);
         }
-        let mut stall = Stall::new(timeout);
+        let d = crate::call::deadline(timeout);
         while *done < len {
             let Some((pipe, cap)) = self.pipe.as_mut() else {
                 unreachable!("pipe made above and only dropped on return");
             };
             // Never more than the range still wants: the bytes after it belong to the caller.
             let want = (len - *done).min(*cap as u64) as usize;
+            d.arm_kernel(sock, false)?;
             let n = match splice::splice(
                 sock,
                 None,
@@ -246,11 +250,14 @@ impl FileRx {
                 Ok(0) => return Err(truncated(len, *done)),
                 Ok(n) => n,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    stall.interrupted("splice (socket → pipe)")?;
+                    if d.expired() {
+                        return Err(d.timed_out("splice (socket → pipe)", 0));
+                    }
                     continue;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                    return Err(Error::timeout("splice (socket → pipe)", timeout))
+                    d.wait_fd(sock, PollFlags::IN, "splice (socket → pipe)", 0)?;
+                    continue;
                 }
                 Err(e) if refused(&e) => {
                     stats.fallback(FallbackReason::FileUnsupported, len - *done);
@@ -260,7 +267,6 @@ impl FileRx {
             };
             rx.socket_bytes_taken(n as u64);
             stats.add_rx_file_calls(1);
-            stall.progress();
             let mut left = n;
             while left > 0 {
                 match splice::splice(

@@ -10,15 +10,18 @@
 //! * [`FileTxMode::ReadSend`] — `pread` into a page-aligned buffer, then `send`: the baseline,
 //!   and what the other two fall back to.
 //!
-//! Either zero-copy mode continues short transfers until the whole range is out, retries
-//! `EINTR`, and turns `EAGAIN` (the socket's `SO_SNDTIMEO` ran out) into [`Error::Timeout`].
+//! Either zero-copy mode continues short transfers until the whole range is out and retries
+//! `EINTR`, within the call's deadline (`crate::call`): before each call the socket's
+//! `SO_SNDTIMEO` is set to what is left of it, so a stalled peer ends the call on time with
+//! [`Error::Timeout`]; on a non-blocking socket `EAGAIN` is [`Error::WouldBlock`], with
+//! the bytes sent so far, as on every other path.
 //! Where the file refuses (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`: no `splice_read`, as for
 //! /proc/self/cmdline and many other /proc files), the rest of the range goes by read+send
 //! and is counted as [`FallbackReason::FileUnsupported`]. A file that ends before the range
 //! does is an [`Error::Truncated`] naming how much went out — never a short transfer that
 //! looks complete.
 
-use super::{range_end, refused, sized_pipe, Stall};
+use super::{range_end, refused, sized_pipe};
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::path::FileTxMode;
@@ -29,6 +32,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 use zcnet_sys::mem::PageBuf;
+use zcnet_sys::raw::socket::PollFlags;
 use zcnet_sys::raw::splice::{self, Pipe, SpliceFlags};
 
 /// Bytes per `sendfile` call: large enough that the call count is noise, small enough that a
@@ -145,12 +149,12 @@ impl FileTx {
             self.pipe = Some(sized_pipe()?);
         }
         let mut done = 0u64;
-        let mut stall = Stall::new(timeout);
+        let d = crate::call::deadline(timeout);
         while done < len {
             let Some((pipe, cap)) = self.pipe.as_mut() else {
                 unreachable!("pipe made above and only dropped on return");
             };
-            let want = (len - done).min(*cap as u64) as usize;
+            let want = bounded_chunk(sock, &d, (len - done).min(*cap as u64) as usize);
             let n = match splice::splice(
                 file.as_fd(),
                 Some(offset + done),
@@ -162,7 +166,9 @@ impl FileTx {
                 Ok(0) => return Err(truncated(len, done)),
                 Ok(n) => n,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    stall.interrupted("splice (file → pipe)")?;
+                    if d.expired() {
+                        return Err(d.timed_out("splice (file → pipe)", done));
+                    }
                     continue;
                 }
                 Err(e) if refused(&e) => return Ok(Progress::Refused { sent: done }),
@@ -175,6 +181,11 @@ impl FileTx {
                 } else {
                     SpliceFlags::empty()
                 };
+                let armed = d.arm_kernel(sock, true);
+                if let Err(e) = armed {
+                    self.pipe = None;
+                    return Err(e);
+                }
                 match splice::splice_to_socket(
                     pipe.read_end(),
                     sock,
@@ -192,18 +203,25 @@ impl FileTx {
                         left -= m;
                         stats.add_tx_file_bytes(m as u64);
                         stats.add_tx_file_calls(1);
-                        stall.progress();
                     }
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                        if let Err(t) = stall.interrupted("splice (pipe → socket)") {
+                        if d.expired() {
                             self.pipe = None;
-                            return Err(t);
+                            let sent = done + (n - left) as u64;
+                            return Err(d.timed_out("splice (pipe → socket)", sent));
                         }
                         continue;
                     }
                     Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                        self.pipe = None;
-                        return Err(Error::timeout("splice (pipe → socket)", timeout));
+                        let sent = done + (n - left) as u64;
+                        if let Err(e) =
+                            d.wait_fd(sock, PollFlags::OUT, "splice (pipe → socket)", sent)
+                        {
+                            // The file's bytes still in the pipe were not sent: drop them;
+                            // the error says where the stream stopped.
+                            self.pipe = None;
+                            return Err(e);
+                        }
                     }
                     Err(e) if refused(&e) => {
                         // The socket refuses splice. The pipe only holds references to the
@@ -226,6 +244,24 @@ impl FileTx {
     }
 }
 
+/// With a bound on the call, what one `sendfile`/`splice` may take: no more than the
+/// socket has room for (at least [`BOUNDED_MIN`]). The kernel's `SO_SNDTIMEO` bounds each
+/// send *inside* such a call afresh, so a call of many megabytes into a socket that drains
+/// slowly could run several timeouts long; one that fits the free space waits at most once.
+/// Without a bound, `want` as it is.
+fn bounded_chunk(sock: BorrowedFd<'_>, d: &crate::call::Deadline, want: usize) -> usize {
+    if !d.dontwait() {
+        return want;
+    }
+    let sndbuf = zcnet_sys::raw::socket::get_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUF)
+        .map_or(0, |b| b.max(0) as usize);
+    let queued = zcnet_sys::raw::socket::outq(sock).unwrap_or(0);
+    want.min(sndbuf.saturating_sub(queued).max(BOUNDED_MIN))
+}
+
+/// The least a bounded file send asks for per call (a few segments).
+const BOUNDED_MIN: usize = 64 << 10;
+
 fn scratch(slot: &mut Option<PageBuf>) -> Result<&mut PageBuf> {
     if slot.is_none() {
         *slot = Some(PageBuf::new(SCRATCH_BYTES).map_err(|e| Error::io("mmap (file buffer)", e))?);
@@ -243,20 +279,24 @@ fn sendfile_range(
     timeout: Duration,
 ) -> Result<Progress> {
     let mut done = 0u64;
-    let mut stall = Stall::new(timeout);
+    let d = crate::call::deadline(timeout);
     while done < len {
-        let want = (len - done).min(SENDFILE_CHUNK as u64) as usize;
+        let want = bounded_chunk(sock, &d, (len - done).min(SENDFILE_CHUNK as u64) as usize);
+        d.arm_kernel(sock, true)?;
         match splice::sendfile(sock, file.as_fd(), offset + done, want) {
             Ok(0) => return Err(truncated(len, done)),
             Ok(n) => {
                 done += n as u64;
                 stats.add_tx_file_bytes(n as u64);
                 stats.add_tx_file_calls(1);
-                stall.progress();
             }
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => stall.interrupted("sendfile")?,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                if d.expired() {
+                    return Err(d.timed_out("sendfile", done));
+                }
+            }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                return Err(Error::timeout("sendfile", timeout))
+                d.wait_fd(sock, PollFlags::OUT, "sendfile", done)?
             }
             Err(e) if refused(&e) => return Ok(Progress::Refused { sent: done }),
             Err(e) => return Err(Error::io("sendfile", e)),

@@ -5,10 +5,12 @@ use super::{Receive, RxChunk};
 use crate::error::{Error, Result};
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use zcnet_sys::raw::socket::{PollFlags, RecvFlags};
 
-/// `recv` into `buf`, retrying `EINTR`; `EAGAIN` means `SO_RCVTIMEO` (`timeout`) ran out.
-/// Signals restart the kernel's timer, so the wait is also bounded here.
+/// `recv` into `buf`, retrying `EINTR`, within the running call's deadline (`timeout` from
+/// now outside a call; `crate::call`): with a bound the `recv` is `MSG_DONTWAIT` and the
+/// wait is ours; a non-blocking socket gives [`Error::WouldBlock`].
 pub fn recv_some(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
@@ -18,20 +20,25 @@ pub fn recv_some(
     if buf.is_empty() {
         return Ok(0);
     }
-    let start = Instant::now();
+    let d = crate::call::deadline(timeout);
+    let flags = if d.dontwait() {
+        RecvFlags::DONTWAIT
+    } else {
+        RecvFlags::empty()
+    };
     loop {
-        match crate::fault::recv(fd, buf, zcnet_sys::raw::socket::RecvFlags::empty()) {
+        match crate::fault::recv(fd, buf, flags) {
             Ok(n) => {
                 stats.add_rx_copied_bytes(n as u64);
                 return Ok(n);
             }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                if start.elapsed() >= timeout {
-                    return Err(Error::timeout("recv", timeout));
+                if d.expired() {
+                    return Err(d.timed_out("recv", 0));
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                return Err(Error::eagain(fd, "recv", 0, timeout))
+                d.wait_fd(fd, PollFlags::IN, "recv", 0)?
             }
             Err(e) => return Err(Error::io("recv", e)),
         }

@@ -20,7 +20,7 @@ use crate::path::FallbackReason;
 use crate::path::RxPath;
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zcnet_sys::raw::socket;
 use zcnet_sys::raw::zcrecv::SocketMap;
 
@@ -209,7 +209,7 @@ impl MmapRx {
 
     /// Advances the stream by one step.
     fn next(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<Option<Loc>> {
-        let deadline = Instant::now() + self.timeout;
+        let d = crate::call::deadline(self.timeout);
         let mut hup = false;
         loop {
             if self.eof {
@@ -312,12 +312,10 @@ impl MmapRx {
                 stats.fallback(FallbackReason::Unmappable, r.len() as u64);
                 return Ok(Some(Loc::scratch(r)));
             }
-            // Nothing queued: wait for data.
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::timeout("recv (TCP_ZEROCOPY_RECEIVE)", self.timeout));
-            }
-            let slice = POLL_SLICE.min(deadline - now);
+            // Nothing queued: wait for data (a non-blocking socket does not: nothing was
+            // taken off it, so the next call goes on from here).
+            d.check(fd, "recv (TCP_ZEROCOPY_RECEIVE)", 0)?;
+            let slice = d.slice(POLL_SLICE);
             match socket::poll(
                 fd,
                 zcnet_sys::raw::socket::PollFlags::IN | zcnet_sys::raw::socket::PollFlags::RDHUP,

@@ -29,7 +29,7 @@ use crate::path::RxPath;
 use crate::stats::Stats;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zcnet_sys::mem::{page_size, round_to_pages};
 use zcnet_sys::uring::zcrx::{self, ZcLent, ZcrxEvent, ZcrxQueue};
 use zcnet_sys::uring::{BufRingRecv, Lent, RecvEvent};
@@ -178,7 +178,10 @@ impl<R: LendingRing> RingRx<R> {
             return Ok(true);
         }
         self.release_spent();
-        let deadline = Instant::now() + self.timeout;
+        let d = crate::call::deadline(self.timeout);
+        // Read once, and only here, where the ring may have nothing: a non-blocking
+        // socket looks at the ring without waiting.
+        let mut nonblocking = None;
         loop {
             if self.eof {
                 return Ok(false);
@@ -197,15 +200,25 @@ impl<R: LendingRing> RingRx<R> {
                 }
                 self.armed_once = true;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::timeout(R::OP, self.timeout));
+            if d.expired() {
+                return Err(d.timed_out(R::OP, 0));
             }
-            let step = self
-                .ring
-                .next_step((deadline - now).min(WAIT_SLICE))
-                .map_err(|e| Error::io(R::OP, e))?;
+            let nb = *nonblocking.get_or_insert_with(|| crate::call::nonblocking(fd));
+            let wait = if nb {
+                Duration::ZERO
+            } else {
+                d.slice(WAIT_SLICE)
+            };
+            let step = self.ring.next_step(wait).map_err(|e| Error::io(R::OP, e))?;
             match step {
+                // The armed multishot request stays armed: what arrives later is the next
+                // call's.
+                None if nb => {
+                    return Err(Error::WouldBlock {
+                        op: R::OP,
+                        queued: 0,
+                    })
+                }
                 None => {}
                 Some(Step::Data(l)) => {
                     let n = R::lent_len(&l) as u64;
@@ -491,7 +504,9 @@ mod tests {
         let mut rx = match uring_rx(&params) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("SKIPPED: io_uring provided-buffer ring unavailable here: {e}");
+                zcnet_testbed::skip::skip(&format!(
+                    "io_uring provided-buffer ring unavailable here: {e}"
+                ));
                 return;
             }
         };

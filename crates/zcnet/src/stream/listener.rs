@@ -74,18 +74,19 @@ impl Listener {
 
     /// Accepts one connection (bounded by the configured timeout).
     pub fn accept(&self) -> Result<Receiver> {
+        let d = crate::call::Deadline::new(super::bound(self.cfg.timeout));
         let ev = loop {
             match socket::poll(
                 self.sock.as_fd(),
                 zcnet_sys::raw::socket::PollFlags::IN,
-                self.cfg.timeout,
+                d.remaining(),
             ) {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 r => break r.map_err(|e| Error::io("poll (accept)", e))?,
             }
         };
         if ev.is_empty() {
-            return Err(Error::timeout("accept", super::bound(self.cfg.timeout)));
+            return Err(d.timed_out("accept", 0));
         }
         let (sock, _) = loop {
             match self.sock.accept() {

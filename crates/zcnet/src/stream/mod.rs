@@ -74,11 +74,54 @@ pub(crate) fn local_route_ip(peer: std::net::SocketAddr) -> std::net::IpAddr {
         .map_or(unspecified, |a| a.ip())
 }
 
-/// The bound the paths use for "no timeout": long enough never to end (a century), short
-/// enough that `Instant::now() + FOREVER` cannot overflow.
-pub(crate) const FOREVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+pub(crate) use crate::call::FOREVER;
 
 /// The configured timeout, or [`FOREVER`] where none was asked for.
 pub(crate) fn bound(timeout: Option<std::time::Duration>) -> std::time::Duration {
     timeout.unwrap_or(FOREVER)
+}
+
+/// What `from_stream` checks and adopts: `sock` must be a TCP socket (IPv4 or IPv6) — a
+/// Unix-domain stream or a datagram socket forced into a `TcpStream` is refused, since no
+/// zero-copy path works on it and copying through it silently would hide that — and the
+/// timeout is the configured one, else the socket's own `SO_SNDTIMEO` (`send`) or
+/// `SO_RCVTIMEO`, which then bounds every call as the configured one would.
+pub(crate) fn adopt(
+    sock: &Socket,
+    configured: Option<std::time::Duration>,
+    send: bool,
+) -> Result<Option<std::time::Duration>> {
+    let int = |name, what| {
+        socket::get_int(std::os::fd::AsFd::as_fd(sock), libc::SOL_SOCKET, name)
+            .map_err(|e| Error::io(what, e))
+    };
+    let domain = int(libc::SO_DOMAIN, "getsockopt(SO_DOMAIN)")?;
+    let ty = int(libc::SO_TYPE, "getsockopt(SO_TYPE)")?;
+    let proto = int(libc::SO_PROTOCOL, "getsockopt(SO_PROTOCOL)")?;
+    let family = match domain {
+        libc::AF_INET | libc::AF_INET6 => None,
+        libc::AF_UNIX => Some("a Unix-domain socket"),
+        _ => Some("not an IPv4 or IPv6 socket"),
+    };
+    let kind = match ty {
+        libc::SOCK_STREAM if proto == libc::IPPROTO_TCP || proto == 0 => None,
+        libc::SOCK_STREAM => Some("a stream socket of a protocol other than TCP"),
+        libc::SOCK_DGRAM => Some("a datagram socket"),
+        _ => Some("not a stream socket"),
+    };
+    if let Some(what) = family.or(kind) {
+        return Err(Error::UnsuitableSocket(format!(
+            "from_stream takes a connected TCP socket; this is {what} \
+             (use it through std's own type: zcnet's paths are TCP's)"
+        )));
+    }
+    if configured.is_some() {
+        return Ok(configured);
+    }
+    let own = if send {
+        sock.write_timeout()
+    } else {
+        sock.read_timeout()
+    };
+    own.map_err(|e| Error::io("getsockopt(SO_SNDTIMEO/SO_RCVTIMEO)", e))
 }

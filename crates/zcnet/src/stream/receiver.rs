@@ -37,9 +37,11 @@ pub struct ReceiverConfig {
     pub page_multiple_mss: bool,
     /// `SO_RCVBUF`, if set.
     pub rcvbuf: Option<usize>,
-    /// Bound on every blocking step. `None` (the default) waits as long as it takes — an
-    /// idle connection is not an error —; with `Some`, `SO_RCVTIMEO` is set and a receive
-    /// that runs out is [`Error::Timeout`].
+    /// Bound on every call — each `recv`/`recv_into`/`read`/`recv_to_file` as a whole, on
+    /// every path. `None` (the default) waits as long as it takes — an idle connection is
+    /// not an error — unless [`Receiver::from_stream`] finds `SO_RCVTIMEO` set on the
+    /// socket, which then serves as this. A call that runs out is [`Error::Timeout`] saying
+    /// how long it ran.
     pub timeout: Option<Duration>,
     /// Counters to share with others.
     pub stats: Option<Arc<Stats>>,
@@ -263,8 +265,23 @@ impl Receiver {
     }
 
     /// Wraps an already connected stream.
+    ///
+    /// The socket is taken as it is: one the caller made non-blocking (`O_NONBLOCK`) gives
+    /// [`Error::WouldBlock`] from any receive that would wait, on every path (the mapped and
+    /// io_uring ones too), and the next call goes on from the next unread byte; one with
+    /// `SO_RCVTIMEO` set, and no [`ReceiverConfig::timeout`], is bounded by that timeout per
+    /// call. Anything but a TCP socket — a `UnixStream` or a UDP socket turned into a
+    /// `TcpStream` through its descriptor — is refused with [`Error::UnsuitableSocket`].
     pub fn from_stream(stream: TcpStream, cfg: &ReceiverConfig) -> Result<Receiver> {
         let sock = Socket::from(OwnedFd::from(stream));
+        let timeout = super::adopt(&sock, cfg.timeout, false)?;
+        let adopted;
+        let cfg = if timeout == cfg.timeout {
+            cfg
+        } else {
+            adopted = cfg.clone().timeout(timeout.unwrap_or(super::FOREVER));
+            &adopted
+        };
         if cfg.path != RxPath::Auto {
             return Self::setup(sock, cfg, None);
         }
@@ -398,11 +415,13 @@ impl Receiver {
     /// The next bytes of the stream, lent until the chunk is dropped; `None` at end of
     /// stream.
     pub fn recv(&mut self) -> Result<Option<RxChunk<'_>>> {
+        let _call = crate::call::begin(self.timeout);
         self.rx.recv(self.sock.as_fd(), &self.stats)
     }
 
     /// Copy semantics: the next bytes into `buf`; 0 at end of stream.
     pub fn recv_into(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let _call = crate::call::begin(self.timeout);
         // A buffer still in flight on a `cow` sender is write-protected, and the kernel's
         // write would fail (EFAULT): receive into scratch and copy instead (crate::cow).
         let (rx, fd, stats) = (&mut self.rx, self.sock.as_fd(), &self.stats);
@@ -432,6 +451,7 @@ impl Receiver {
         len: u64,
         mode: FileRxMode,
     ) -> Result<u64> {
+        let _call = crate::call::begin(self.timeout);
         self.file.recv(
             self.sock.as_fd(),
             self.rx.as_mut(),
@@ -464,6 +484,13 @@ impl Receiver {
             Ok(())
         })? > 0
         {}
+        // `recv_to_file` lowers SO_RCVTIMEO to what is left of a call: give the socket back
+        // with the timeout it had.
+        if self.timeout < super::FOREVER {
+            self.sock
+                .set_read_timeout(Some(self.timeout))
+                .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+        }
         let sock = self.sock.try_clone().map_err(|e| Error::io("dup", e))?;
         drop(self);
         Ok((TcpStream::from(OwnedFd::from(sock)), held))

@@ -36,9 +36,11 @@ pub struct SenderConfig {
     pub pool: Option<Pool>,
     /// Counters to share with others (a fresh set otherwise).
     pub stats: Option<Arc<Stats>>,
-    /// Bound on every blocking step: connect, a send, waiting for a buffer, flushing.
-    /// `None` (the default) blocks as long as it takes, as `std::net::TcpStream` does; with
-    /// `Some`, `SO_SNDTIMEO` is set and a step that runs out is [`Error::Timeout`] (or
+    /// Bound on every call — connect, each `send*`/`write` as a whole (every syscall and
+    /// wait in it), waiting for a buffer, flushing. `None` (the default) blocks as long as
+    /// it takes, as `std::net::TcpStream` does — unless [`Sender::from_stream`] finds
+    /// `SO_SNDTIMEO` set on the socket, which then serves as this. A call that runs out is
+    /// [`Error::Timeout`] saying how long it ran and how many of its bytes went out (or
     /// [`Error::PoolExhausted`] while waiting for a buffer the kernel still holds).
     pub timeout: Option<Duration>,
     /// `SO_SNDBUF`, if set.
@@ -183,8 +185,23 @@ impl Sender {
 
     /// Wraps an already connected stream (for example, an accepted one). `SO_ZEROCOPY` is
     /// set now; Linux 6.x accepts it on established sockets.
+    ///
+    /// The socket is taken as it is: one the caller made non-blocking (`O_NONBLOCK`) gives
+    /// [`Error::WouldBlock`] from any call that would wait, with the bytes it queued first;
+    /// one with `SO_SNDTIMEO` set, and no [`SenderConfig::timeout`], is bounded by that
+    /// timeout per call. Anything but a TCP socket — a `UnixStream` or a UDP socket turned
+    /// into a `TcpStream` through its descriptor — is refused with
+    /// [`Error::UnsuitableSocket`].
     pub fn from_stream(stream: TcpStream, cfg: &SenderConfig) -> Result<Sender> {
         let sock = Socket::from(OwnedFd::from(stream));
+        let timeout = super::adopt(&sock, cfg.timeout, true)?;
+        let adopted;
+        let cfg = if timeout == cfg.timeout {
+            cfg
+        } else {
+            adopted = cfg.clone().timeout(timeout.unwrap_or(super::FOREVER));
+            &adopted
+        };
         let zc_ok = !matches!(cfg.path, TxPath::Zerocopy | TxPath::Cow | TxPath::Auto)
             || zc::set_so_zerocopy(sock.as_fd()).is_ok();
         if let Some(n) = cfg.sndbuf {
@@ -315,24 +332,36 @@ impl Sender {
 
     /// Takes a free buffer from the pool, reaping completions while none is free. Gives up
     /// with [`Error::PoolExhausted`] after the configured timeout — the receiver stopped
-    /// reading, so the kernel still holds every buffer — rather than hang.
+    /// reading, so the kernel still holds every buffer — rather than hang; on a
+    /// non-blocking socket, at once with [`Error::WouldBlock`].
+    ///
+    /// The buffer comes with [`TxBuf::capacity`] bytes of room and nothing selected
+    /// (`len() == 0`, like a fresh `Vec`): fill it with [`TxBuf::append`] (or a read into
+    /// [`TxBuf::spare_mut`] and [`TxBuf::commit`]) until [`TxBuf::is_full`], or in place
+    /// with [`TxBuf::fill_at`]; what is selected is what [`Sender::send`] sends.
     pub fn buffer(&mut self) -> Result<TxBuf> {
         if let Some(b) = self.pool.try_take() {
             return Ok(b);
         }
         self.stats.add_pool_waits(1);
-        let deadline = Instant::now() + self.timeout;
+        let _call = crate::call::begin(self.timeout);
+        let d = crate::call::deadline(self.timeout);
         loop {
             self.tx.reap(self.sock.as_fd(), &self.stats)?;
             if let Some(b) = self.pool.try_take() {
                 return Ok(b);
             }
-            let now = Instant::now();
-            if now >= deadline {
-                self.stats.add_pool_timeouts(1);
-                return Err(Error::PoolExhausted(self.timeout));
+            if crate::call::nonblocking(self.sock.as_fd()) {
+                return Err(Error::WouldBlock {
+                    op: "waiting for a free buffer",
+                    queued: 0,
+                });
             }
-            let slice = (deadline - now).min(Duration::from_millis(10));
+            if d.expired() {
+                self.stats.add_pool_timeouts(1);
+                return Err(Error::PoolExhausted(d.elapsed()));
+            }
+            let slice = d.slice(Duration::from_millis(10));
             if self.tx.buffers_in_flight() > 0 {
                 self.tx.wait(self.sock.as_fd(), &self.stats, slice)?;
             } else if let Some(b) = self.pool.take_timeout(slice) {
@@ -355,6 +384,7 @@ impl Sender {
     /// # Ok(()) }
     /// ```
     pub fn send(&mut self, buf: TxBuf) -> Result<()> {
+        let _call = crate::call::begin(self.timeout);
         let n = buf.len() as u64;
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
@@ -378,6 +408,7 @@ impl Sender {
     /// copies them; `uring` and `cow`, which send from memory of their own, copy them and
     /// count [`FallbackReason::Unsupported`](crate::FallbackReason::Unsupported).
     pub fn send_owned<B: Lend>(&mut self, buf: B) -> Result<()> {
+        let _call = crate::call::begin(self.timeout);
         let n = buf.bytes().len() as u64;
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
@@ -391,6 +422,7 @@ impl Sender {
     /// the `cow` path its page-aligned middle goes zero-copy while write-protected
     /// ([`crate::cow`]); elsewhere it is copied.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<()> {
+        let _call = crate::call::begin(self.timeout);
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
             .send_slice(self.sock.as_fd(), data, &self.stats, self.timeout)
@@ -398,6 +430,42 @@ impl Sender {
         self.sent(data.len() as u64);
         self.tx.reap(self.sock.as_fd(), &self.stats)?;
         Ok(())
+    }
+
+    /// Sends everything `src` reads, to its end, and returns the byte count: reads fill
+    /// whole pool buffers ([`Sender::buffer`], in place, no intermediate copy) and each goes
+    /// out by [`Sender::send`] — zero-copy where the path and the policy allow. This is the
+    /// way to pour a reader into a sender: `io::copy` writes 8 KiB at a time, each
+    /// [`io::Write::write`] a copied `send_slice` too small for zero-copy. For a file, use
+    /// [`Sender::send_file`] (`sendfile`: no read at all).
+    ///
+    /// An error from `src` is [`Error::Io`] naming the read; one from the socket says, as
+    /// [`Sender::send`]'s do, how much of the buffer in hand went out.
+    pub fn send_reader<R: io::Read + ?Sized>(&mut self, src: &mut R) -> Result<u64> {
+        let mut total = 0u64;
+        loop {
+            let mut buf = self.buffer()?;
+            let mut eof = false;
+            while !buf.is_full() {
+                match src.read(buf.spare_mut()) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => buf.commit(n),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io("read (send_reader's source)", e)),
+                }
+            }
+            let n = buf.len() as u64;
+            if n > 0 {
+                self.send(buf)?;
+                total += n;
+            }
+            if eof {
+                return Ok(total);
+            }
+        }
     }
 
     /// Sends `len` bytes of `file` starting at `offset` (the file position does not move)
@@ -436,6 +504,7 @@ impl Sender {
         len: u64,
         mode: FileTxMode,
     ) -> Result<u64> {
+        let _call = crate::call::begin(self.timeout);
         let before = crate::stats::tx_handed_by_this_thread();
         let n = self
             .file
@@ -455,20 +524,19 @@ impl Sender {
     }
 
     /// Waits until the kernel has returned every loaned buffer (bounded by the timeout).
+    /// Waits for completions whatever the socket's `O_NONBLOCK`: they come from the peer's
+    /// acknowledgements, not from room in the socket.
     pub fn flush(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
+        let _call = crate::call::begin(self.timeout);
+        let d = crate::call::deadline(self.timeout);
         while self.tx.buffers_in_flight() > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::timeout(
-                    "waiting for zero-copy completions",
-                    self.timeout,
-                ));
+            if d.expired() {
+                return Err(d.timed_out("waiting for zero-copy completions", 0));
             }
             self.tx.wait(
                 self.sock.as_fd(),
                 &self.stats,
-                (deadline - now).min(Duration::from_millis(50)),
+                d.slice(Duration::from_millis(50)),
             )?;
         }
         Ok(())
@@ -479,6 +547,13 @@ impl Sender {
     /// `SO_ZEROCOPY` stays set on the socket; it does nothing to plain sends.
     pub fn into_inner(mut self) -> Result<TcpStream> {
         self.flush()?;
+        // `send_file` lowers SO_SNDTIMEO to what is left of a call: give the socket back
+        // with the timeout it had.
+        if self.timeout < super::FOREVER {
+            self.sock
+                .set_write_timeout(Some(self.timeout))
+                .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))?;
+        }
         // A second descriptor of the same socket: dropping `self` closes only its own.
         let sock = self.sock.try_clone().map_err(|e| Error::io("dup", e))?;
         drop(self);
@@ -539,7 +614,9 @@ impl AsRawFd for Sender {
 /// Copy semantics, so a `Sender` drops in wherever a writer is expected (`io::copy`,
 /// `BufWriter`, `write!`): `write` sends the whole slice as [`Sender::send_slice`] does
 /// (zero-copy under write protection on the `cow` path) and returns its length; `flush`
-/// waits for every zero-copy completion.
+/// waits for every zero-copy completion. Each `write` is one copied send: `io::copy`'s
+/// 8 KiB pieces never go zero-copy — pour a reader with [`Sender::send_reader`] (whole
+/// pool buffers) and a file with [`Sender::send_file`] (`sendfile`).
 impl io::Write for Sender {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self.send_slice(buf) {

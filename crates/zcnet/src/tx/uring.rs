@@ -70,6 +70,10 @@ pub struct UringTx {
     demotion: CopiedDemotion,
     timeout: Duration,
     events: Vec<SendEvent<TxBuf>>,
+    /// This call's `msg_flags`: `MSG_DONTWAIT` when the call is bounded or the socket
+    /// non-blocking, so a full socket ends the request with `EAGAIN` and the wait is ours
+    /// ([`crate::call`]); 0 lets io_uring wait for room itself.
+    flags: i32,
     /// Results not yet claimed by the send waiting for them: (buffer, request, res).
     results: Vec<(SendToken, u16, i32)>,
 }
@@ -105,6 +109,7 @@ impl UringTx {
             demotion: CopiedDemotion::default(),
             timeout,
             events: Vec::new(),
+            flags: 0,
             results: Vec::new(),
         }
     }
@@ -145,7 +150,7 @@ impl UringTx {
 
     /// Waits (bounded by the send timeout) for the result of request `req` on `token`.
     fn await_result(&mut self, token: SendToken, req: u16, stats: &Stats) -> Result<i32> {
-        let deadline = Instant::now() + self.timeout;
+        let d = crate::call::deadline(self.timeout);
         loop {
             self.absorb(stats);
             if let Some(i) = self
@@ -155,19 +160,24 @@ impl UringTx {
             {
                 return Ok(self.results.swap_remove(i).2);
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(self.cancel_send(token, req, stats));
+            if d.expired() {
+                return Err(self.cancel_send(token, req, stats, &d));
             }
             let ring = self.ring.as_mut().expect("ring present on this path");
-            ring.wait((deadline - now).min(Duration::from_millis(100)))
+            ring.wait(d.slice(Duration::from_millis(100)))
                 .map_err(|e| Error::io("io_uring_enter", e))?;
         }
     }
 
     /// The send did not complete in time: cancel it and wait briefly for its result so the
     /// ring's books stay right. The stream is then cut short, as with a timed-out `send`.
-    fn cancel_send(&mut self, token: SendToken, req: u16, stats: &Stats) -> Error {
+    fn cancel_send(
+        &mut self,
+        token: SendToken,
+        req: u16,
+        stats: &Stats,
+        d: &crate::call::Deadline,
+    ) -> Error {
         if let Some(ring) = self.ring.as_mut() {
             let _ = ring.cancel(token, CANCEL_BOUND);
         }
@@ -190,7 +200,7 @@ impl UringTx {
                 let _ = ring.wait(Duration::from_millis(20));
             }
         }
-        Error::timeout("io_uring SEND_ZC", self.timeout)
+        d.timed_out("io_uring SEND_ZC", 0)
     }
 
     /// Waits up to `timeout` for a buffer to come back (or nothing is in flight).
@@ -218,20 +228,19 @@ impl UringTx {
         fixed: Option<u16>,
         stats: &Stats,
     ) -> Result<SendToken> {
-        let deadline = Instant::now() + self.timeout;
+        let d = crate::call::deadline(self.timeout);
         let range = 0..buf.len();
         loop {
             let ring = self.ring.as_mut().expect("ring present on this path");
-            match ring.push(fd, buf, range.clone(), fixed, 0) {
+            match ring.push(fd, buf, range.clone(), fixed, self.flags) {
                 Ok(t) => return Ok(t),
                 Err(PushError::Io(_, e)) => return Err(Error::io("io_uring SEND_ZC (queue)", e)),
                 Err(PushError::Full(b)) => {
                     buf = b;
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(Error::PoolExhausted(self.timeout));
+                    if d.expired() {
+                        return Err(Error::PoolExhausted(d.elapsed()));
                     }
-                    ring.wait((deadline - now).min(Duration::from_millis(10)))
+                    ring.wait(d.slice(Duration::from_millis(10)))
                         .map_err(|e| Error::io("io_uring_enter", e))?;
                     self.absorb(stats);
                 }
@@ -265,7 +274,7 @@ impl UringTx {
                     pin_retries += 1;
                     self.await_release(Duration::from_millis(1 << pin_retries), stats)?;
                     let ring = self.ring.as_mut().expect("ring present on this path");
-                    ring.push_more(fd, token, off..len, fixed, 0)
+                    ring.push_more(fd, token, off..len, fixed, self.flags)
                         .map_err(|e| Error::io("io_uring SEND_ZC (queue)", e))?;
                     req += 1;
                     continue;
@@ -281,6 +290,21 @@ impl UringTx {
                 return plain::send_all(fd, &bytes[off..len], stats, self.timeout);
             }
             pin_retries = 0;
+            if res == -libc::EAGAIN {
+                // MSG_DONTWAIT on a full socket: nothing of this request went out. Wait
+                // for room within the call's bound (not at all on a non-blocking socket).
+                crate::call::deadline(self.timeout).wait_fd(
+                    fd,
+                    zcnet_sys::raw::socket::PollFlags::OUT,
+                    "io_uring SEND_ZC",
+                    off as u64,
+                )?;
+                let ring = self.ring.as_mut().expect("ring present on this path");
+                ring.push_more(fd, token, off..len, fixed, self.flags)
+                    .map_err(|e| Error::io("io_uring SEND_ZC (queue)", e))?;
+                req += 1;
+                continue;
+            }
             if res < 0 {
                 return Err(Error::io(
                     "io_uring SEND_ZC",
@@ -305,7 +329,7 @@ impl UringTx {
             }
             stats.add_tx_short_sends(1);
             let ring = self.ring.as_mut().expect("ring present on this path");
-            ring.push_more(fd, token, off..len, fixed, 0)
+            ring.push_more(fd, token, off..len, fixed, self.flags)
                 .map_err(|e| Error::io("io_uring SEND_ZC (queue)", e))?;
             req += 1;
         }
@@ -336,6 +360,12 @@ impl super::Transmit for UringTx {
             .then(|| u16::try_from(buf.index()).ok())
             .flatten();
         let len = buf.len();
+        self.flags =
+            if crate::call::deadline(self.timeout).dontwait() || crate::call::nonblocking(fd) {
+                libc::MSG_DONTWAIT
+            } else {
+                0
+            };
         let token = self.push(fd, buf, fixed, stats)?;
         let result = self.drive(fd, token, len, fixed, stats);
         // Sealed even on error: requests that did go out still reference the pages, and the

@@ -23,6 +23,7 @@ use crate::zc::reap::{count_change, poll_errqueue, reap_completions};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use zcnet_sys::mem::page_size;
+use zcnet_sys::raw::socket::{PollFlags, SendFlags};
 use zcnet_sys::raw::zerocopy as zc;
 
 /// Attempts at a zero-copy send after `ENOBUFS` (each after reaping) before copying.
@@ -190,14 +191,16 @@ pub(crate) fn send_all_zerocopy(
     stats: &Stats,
     timeout: Duration,
 ) -> Result<()> {
+    let d = crate::call::deadline(timeout);
+    let flags = if d.dontwait() {
+        SendFlags::DONTWAIT
+    } else {
+        SendFlags::empty()
+    };
     let mut off = 0;
     let mut enobufs = 0;
     while off < data.len() {
-        match crate::fault::send_zerocopy(
-            fd,
-            &data[off..],
-            zcnet_sys::raw::socket::SendFlags::empty(),
-        ) {
+        match crate::fault::send_zerocopy(fd, &data[off..], flags) {
             Ok(n) => {
                 path.record_call(n);
                 stats.add_tx_zerocopy_bytes(n as u64);
@@ -206,6 +209,9 @@ pub(crate) fn send_all_zerocopy(
                 enobufs = 0;
             }
             Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) if d.expired() => {
+                    return Err(d.timed_out("send(MSG_ZEROCOPY)", off as u64))
+                }
                 Some(libc::EINTR) => continue,
                 Some(libc::ENOBUFS) => {
                     stats.add_tx_enobufs(1);
@@ -218,7 +224,7 @@ pub(crate) fn send_all_zerocopy(
                     }
                 }
                 Some(libc::EAGAIN) => {
-                    return Err(Error::eagain(fd, "send(MSG_ZEROCOPY)", off as u64, timeout))
+                    d.wait_fd(fd, PollFlags::OUT, "send(MSG_ZEROCOPY)", off as u64)?
                 }
                 _ => return Err(Error::io("send(MSG_ZEROCOPY)", e)),
             },

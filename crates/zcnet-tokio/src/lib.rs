@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cancel;
 mod choice;
 mod config;
 mod conn;
@@ -39,15 +40,18 @@ mod loan;
 mod readiness;
 mod rx;
 mod send;
+mod split;
 mod stream;
 mod udp;
 
+pub use cancel::{Cancelled, StreamError};
 pub use config::ZcConfig;
 #[cfg(feature = "hyper")]
 pub use hyper_io::{Lender, ZcBody, ZcIo};
 pub use loan::leaked_loans;
 pub use rx::RxChunk;
 pub use send::Sent;
+pub use split::{OwnedReadHalf, OwnedWriteHalf, ReuniteError};
 pub use stream::{ZcListener, ZcStream};
 pub use udp::{MsgSent, ZcUdpSocket};
 pub use zcnet::{Lend, Policy, Stats, StatsSnapshot};

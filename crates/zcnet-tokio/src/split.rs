@@ -68,6 +68,8 @@ pub struct ReuniteError(pub OwnedReadHalf, pub OwnedWriteHalf);
 impl OwnedReadHalf {
     /// Puts the stream back together (without shutting its write side down), or gives
     /// both halves back if they are not of one stream.
+    // tokio's shape: the halves come back by value in the error, as tokio's `reunite` does.
+    #[allow(clippy::result_large_err)]
     pub fn reunite(self, mut write: OwnedWriteHalf) -> Result<ZcStream, ReuniteError> {
         if !Arc::ptr_eq(&self.conn, &write.conn) {
             return Err(ReuniteError(self, write));

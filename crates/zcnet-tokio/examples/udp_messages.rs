@@ -101,7 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 assert!(!std::mem::replace(&mut seen[m.id as usize], true));
                 delivered += 1;
                 rx.recycle(m).await;
-                if slow && delivered % 500 == 0 {
+                if slow && delivered.is_multiple_of(500) {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }

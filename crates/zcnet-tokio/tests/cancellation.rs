@@ -325,7 +325,7 @@ async fn sends_cancelled_at_random_points_continue_byte_exact_over_200_connectio
             let via = [Via::Bytes, Via::Zc, Via::Copy][n % 3];
             // Zero-copy asked for on half the streams (loopback copies it at delivery, but
             // the calls, loans and completions are the real ones).
-            let policy = if n % 2 == 0 {
+            let policy = if n.is_multiple_of(2) {
                 Policy::always()
             } else {
                 Policy::default()

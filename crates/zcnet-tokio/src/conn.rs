@@ -1,13 +1,14 @@
 //! The state one stream shares with its in-flight sends and its completion driver: the
 //! socket, its readiness, and the `MSG_ZEROCOPY` bookkeeping (zcnet's `zc::completion`).
 
+use crate::cancel::Record;
 use crate::choice::{Go, SendChoice};
 use crate::loan::Loan;
 use crate::readiness::{Direction, Readiness, Seen, Watch};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use tokio::sync::Notify;
@@ -127,6 +128,10 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     local: bool,
     /// `SO_ZEROCOPY` is off (fixed at creation).
     unsupported: bool,
+    /// The last cancelled send of a stream (`cancel.rs`): a cut-short one refuses writes.
+    pub(crate) cancel: Record,
+    /// Handles on the socket (a stream, or its two halves): the last one gone closes it.
+    handles: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -172,7 +177,21 @@ impl<S: Socket> Conn<S> {
             demoted: AtomicBool::new(local),
             local,
             unsupported: !zerocopy,
+            cancel: Record::default(),
+            handles: AtomicUsize::new(1),
         })
+    }
+
+    /// One more handle on the socket (a stream split into halves).
+    pub(crate) fn acquire(&self) {
+        self.handles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A handle is gone; the last one closes the socket ([`Conn::close`]).
+    pub(crate) fn release(&self) {
+        if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.close();
+        }
     }
 
     pub(crate) fn socket(&self) -> &S {
@@ -586,6 +605,99 @@ impl<S: Socket> Conn<S> {
                     coop.made_progress();
                     return Poll::Ready(r);
                 }
+            }
+        }
+    }
+
+    /// One attempt at `op` if `dir` was last seen ready (`WouldBlock` if not, as tokio's
+    /// `try_read`/`try_write`); a `WouldBlock` from `op` clears that readiness, so the next
+    /// [`Conn::poll_ready_interest`] waits for a new edge.
+    pub(crate) fn try_io<R>(
+        &self,
+        dir: Direction,
+        op: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        let seen = self.readiness.snapshot();
+        if seen.flags.contains(EventFlags::ERR) {
+            self.readiness.clear(EventFlags::ERR, seen);
+            if self.drain()? == 0 {
+                // The socket's own error: `op` reports it.
+                return op();
+            }
+        }
+        if !seen.flags.intersects(dir.mask()) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let r = op();
+        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            let edge = match dir {
+                Direction::Read => EventFlags::IN,
+                Direction::Write => EventFlags::OUT,
+                Direction::Errqueue => EventFlags::ERR,
+            };
+            self.readiness.clear(edge, seen);
+        }
+        r
+    }
+
+    /// Ready once the socket is readable or writable as `interest` asks (tokio's
+    /// `TcpStream::ready`); completions that raise `EPOLLERR` on the way are drained, never
+    /// reported. The socket's own error is reported as `ERROR` with the directions asked
+    /// for, so the next operation returns it.
+    pub(crate) fn poll_ready_interest(
+        &self,
+        cx: &mut Context<'_>,
+        interest: tokio::io::Interest,
+    ) -> Poll<io::Result<tokio::io::Ready>> {
+        use tokio::io::Ready;
+        let dirs = [
+            (interest.is_readable(), Direction::Read),
+            (interest.is_writable(), Direction::Write),
+        ];
+        loop {
+            let mut seen = None;
+            for (_, dir) in dirs.iter().filter(|(on, _)| *on) {
+                if let Poll::Ready(r) = self.readiness.poll_ready(cx, *dir, self.sock.as_fd()) {
+                    seen = Some(r?);
+                    break;
+                }
+            }
+            let Some(seen) = seen else {
+                return Poll::Pending;
+            };
+            let f = seen.flags;
+            if f.contains(EventFlags::ERR) {
+                self.readiness.clear(EventFlags::ERR, seen);
+                if self.drain()? == 0 {
+                    let mut r = Ready::ERROR;
+                    if interest.is_readable() {
+                        r |= Ready::READABLE;
+                    }
+                    if interest.is_writable() {
+                        r |= Ready::WRITABLE;
+                    }
+                    return Poll::Ready(Ok(r));
+                }
+            }
+            let mut r = Ready::EMPTY;
+            if interest.is_readable() {
+                if f.intersects(Direction::Read.mask()) {
+                    r |= Ready::READABLE;
+                }
+                if f.intersects(EventFlags::RDHUP | EventFlags::HUP) {
+                    r |= Ready::READ_CLOSED;
+                }
+            }
+            if interest.is_writable() {
+                if f.intersects(Direction::Write.mask()) {
+                    r |= Ready::WRITABLE;
+                }
+                if f.contains(EventFlags::HUP) {
+                    r |= Ready::WRITE_CLOSED;
+                }
+            }
+            if !r.is_empty() {
+                return Poll::Ready(Ok(r));
             }
         }
     }

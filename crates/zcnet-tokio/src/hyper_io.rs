@@ -147,6 +147,18 @@ impl ZcIo {
     pub fn stream(&self) -> &ZcStream {
         &self.stream
     }
+
+    /// The lender this connection sends zero-copy from: wrap a response body in
+    /// [`ZcBody::new`]`(body, io.lender().clone())` (or serve through
+    /// [`crate::axum::ZcBodyLayer`]) so its large frames go out without a copy.
+    pub fn lender(&self) -> &Lender {
+        &self.lender
+    }
+
+    /// The stream back.
+    pub fn into_inner(self) -> ZcStream {
+        self.stream
+    }
 }
 
 impl AsyncRead for ZcIo {

@@ -212,6 +212,11 @@ impl Readiness {
         })
     }
 
+    /// The bits as last seen, without waiting (for a `try_` operation).
+    pub(crate) fn snapshot(&self) -> Seen {
+        unpack(self.fast.load(Ordering::Acquire))
+    }
+
     /// Ready when any of `dir`'s bits, or `EPOLLERR`, is set; returns what was seen. The
     /// caller must act on `EPOLLERR` (drain the error queue, then [`Readiness::clear`] it).
     /// `sock` is the socket watched (added to the epoll instance here under

@@ -19,6 +19,7 @@ use crate::readiness::Direction;
 use std::io;
 use std::ops::Deref;
 use std::task::{ready, Context, Poll};
+use tokio::io::ReadBuf;
 use zcnet::FallbackReason;
 use zcnet_sys::raw::zcrecv::SocketMap;
 
@@ -119,6 +120,11 @@ impl ZcRx {
         n
     }
 
+    /// Copybuf bytes taken from the socket and not yet handed out.
+    pub(crate) fn pending_len(&self) -> usize {
+        self.pending.1 - self.pending.0
+    }
+
     /// Advances the stream by one step; `None` at its end.
     pub(crate) fn poll_step(
         &mut self,
@@ -214,4 +220,51 @@ impl ZcRx {
         // the copybuf or skip branch above, so this recursion is one level deep).
         self.poll_step(conn, cx)
     }
+}
+
+/// [`crate::ZcStream::recv_zc`], for the stream and its read half: `rx` is made on first use.
+pub(crate) async fn recv_zc<'a>(
+    conn: &Conn,
+    rx: &'a mut Option<ZcRx>,
+) -> io::Result<Option<RxChunk<'a>>> {
+    let rx = match rx {
+        Some(rx) => rx,
+        None => rx.insert(ZcRx::new(conn)?),
+    };
+    let loc = std::future::poll_fn(|cx| rx.poll_step(conn, cx)).await?;
+    let rx: &ZcRx = rx;
+    Ok(loc.map(move |l| rx.chunk(l)))
+}
+
+/// `AsyncRead::poll_read` of the stream and its read half: copybuf bytes a `recv_zc` step
+/// left come first (they precede the socket's), then one `recv`.
+pub(crate) fn poll_read(
+    conn: &Conn,
+    rx: &mut Option<ZcRx>,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    let dst = buf.initialize_unfilled();
+    if let Some(rx) = rx.as_mut() {
+        let n = rx.take_pending(dst);
+        if n > 0 {
+            buf.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+    }
+    let n = ready!(conn.poll_io(cx, Direction::Read, || conn.recv_copy(dst)))?;
+    buf.advance(n);
+    Poll::Ready(Ok(()))
+}
+
+/// `try_read` of the stream and its read half: copybuf bytes first, then one `recv` if the
+/// socket was last seen readable (`WouldBlock` otherwise, as tokio's `try_read`).
+pub(crate) fn try_read(conn: &Conn, rx: &mut Option<ZcRx>, dst: &mut [u8]) -> io::Result<usize> {
+    if let Some(rx) = rx.as_mut() {
+        let n = rx.take_pending(dst);
+        if n > 0 {
+            return Ok(n);
+        }
+    }
+    conn.try_io(Direction::Read, || conn.recv_copy(dst))
 }

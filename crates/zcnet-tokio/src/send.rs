@@ -4,11 +4,14 @@
 
 use crate::choice::Go;
 use crate::conn::Conn;
-use crate::loan::Loan;
+use crate::loan::{Loan, Waiting};
 use crate::readiness::Direction;
+use bytes::Bytes;
 use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use tokio::sync::oneshot;
 use zcnet::{FallbackReason, Lend};
 
 /// Attempts at a zero-copy call after `ENOBUFS` (each after draining completions and
@@ -36,40 +39,50 @@ pub struct Sent {
 }
 
 /// A buffer on its way out. Dropped before the send finished (a cancelled future), it lends
-/// the buffer to the stream's bookkeeping if any zero-copy call named it.
+/// the buffer to the stream's bookkeeping if any zero-copy call named it, and records how
+/// many of its bytes were queued ([`crate::Cancelled`]).
 pub(crate) struct Flight<B: Lend> {
     conn: Arc<Conn>,
     buf: Option<B>,
     /// First and last zero-copy call ids that named the buffer.
     span: Option<(u64, u64)>,
+    /// How the send has gone so far: `sent.len` bytes are queued.
+    sent: Sent,
 }
 
 impl<B: Lend> Flight<B> {
-    pub(crate) fn new(conn: Arc<Conn>, buf: B) -> Self {
-        Flight {
+    /// A send of `buf`, or the error that refuses it (an earlier send cut short and not yet
+    /// acknowledged: [`crate::StreamError::CancelledSend`]) with `buf` given back.
+    pub(crate) fn new(conn: Arc<Conn>, buf: B) -> Result<Self, (io::Error, B)> {
+        if let Err(e) = conn.cancel.check() {
+            return Err((e.into(), buf));
+        }
+        Ok(Flight {
             conn,
             buf: Some(buf),
             span: None,
-        }
+            sent: Sent::default(),
+        })
     }
 
-    /// Disarms the guard: the buffer and the calls that named it.
-    pub(crate) fn finish(mut self) -> (B, Option<(u64, u64)>) {
+    /// Disarms the guard: the buffer, the calls that named it, and how the send went.
+    pub(crate) fn finish(mut self) -> (B, Option<(u64, u64)>, Sent) {
         let buf = self
             .buf
             .take()
             .expect("a Flight holds its buffer until finished");
-        (buf, self.span.take())
+        (buf, self.span.take(), self.sent)
     }
 
     /// Sends every byte, zero-copy where the policy says so. On error the bytes queued so
-    /// far are in `sent`, and [`Flight::finish`] says which calls still reference the buffer.
-    pub(crate) async fn send_all(&mut self, sent: &mut Sent) -> io::Result<()> {
+    /// far are in the [`Sent`] that [`Flight::finish`] returns, beside the calls that still
+    /// reference the buffer.
+    pub(crate) async fn send_all(&mut self) -> io::Result<()> {
         let conn = self.conn.clone();
         let data = self.buf.as_ref().map(Lend::bytes).unwrap_or_default();
         let go = conn.decide(data);
-        let r = send_routed(go, &conn, data, sent, &mut self.span).await;
-        conn.sent(go, sent.len);
+        let r = send_routed(go, &conn, data, &mut self.sent, &mut self.span).await;
+        conn.sent(go, self.sent.len);
         r
     }
 }
@@ -124,8 +137,79 @@ async fn send_routed(
 
 impl<B: Lend> Drop for Flight<B> {
     fn drop(&mut self) {
-        if let (Some(buf), Some((first, last))) = (self.buf.take(), self.span) {
+        let Some(buf) = self.buf.take() else {
+            return;
+        };
+        // Dropped unfinished: the future was cancelled mid-send.
+        self.conn.cancel.cancelled(self.sent.len, buf.bytes().len());
+        if let Some((first, last)) = self.span {
             self.conn.lend(Loan::Held(Box::new(buf)), first, last);
+        }
+    }
+}
+
+/// A send whose bytes are all queued and which still waits (for its completion): dropped
+/// before [`Settling::done`], it records a cancellation with nothing left to send.
+pub(crate) struct Settling<'a> {
+    conn: &'a Conn,
+    len: usize,
+    armed: bool,
+}
+
+impl<'a> Settling<'a> {
+    pub(crate) fn new(conn: &'a Conn, len: usize) -> Self {
+        Settling {
+            conn,
+            len,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn done(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Settling<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.cancel.cancelled(self.len, self.len);
+        }
+    }
+}
+
+/// A copying send of a borrowed slice in progress ([`crate::ZcStream::send_copy`]):
+/// dropped unfinished, it records how far it got, as [`Flight`] does.
+pub(crate) struct CopyFlight<'a> {
+    conn: &'a Conn,
+    len: usize,
+    sent: Sent,
+    armed: bool,
+}
+
+impl<'a> CopyFlight<'a> {
+    pub(crate) fn new(conn: &'a Conn, len: usize) -> io::Result<Self> {
+        conn.cancel.check()?;
+        Ok(CopyFlight {
+            conn,
+            len,
+            sent: Sent::default(),
+            armed: true,
+        })
+    }
+
+    /// Copies all of `data` (the slice this flight was made for).
+    pub(crate) async fn send(mut self, data: &[u8]) -> io::Result<Sent> {
+        let r = copy_all(self.conn, data, &mut self.sent).await;
+        self.armed = false;
+        r.map(|()| self.sent)
+    }
+}
+
+impl Drop for CopyFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.cancel.cancelled(self.sent.len, self.len);
         }
     }
 }
@@ -140,4 +224,102 @@ pub(crate) async fn copy_all(conn: &Conn, data: &[u8], sent: &mut Sent) -> io::R
         sent.copied += n;
     }
     Ok(())
+}
+
+/// [`crate::ZcStream::send_zc`], for the stream and its write half.
+pub(crate) async fn send_zc<B: Lend>(conn: &Arc<Conn>, buf: B) -> (io::Result<Sent>, B) {
+    let mut flight = match Flight::new(conn.clone(), buf) {
+        Ok(f) => f,
+        Err((e, buf)) => return (Err(e), buf),
+    };
+    let result = flight.send_all().await;
+    let (buf, span, mut sent) = flight.finish();
+    let Some((first, last)) = span else {
+        // Nothing went zero-copy, so nothing can have been copied behind our back.
+        sent.copied_anyway = Some(0);
+        return (result.map(|()| sent), buf);
+    };
+    let (back, returned) = oneshot::channel();
+    conn.lend(Loan::Waiting(Box::new(Waiting { buf, back })), first, last);
+    let settling = Settling::new(conn, sent.len);
+    match returned.await {
+        Ok((buf, copied)) => {
+            settling.done();
+            sent.copied_anyway = Some(if copied { sent.zerocopy } else { 0 });
+            (result.map(|()| sent), buf)
+        }
+        // The loan was leaked (the runtime is shutting down under the socket): its
+        // buffer must not come back, so this future never resolves.
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// [`crate::ZcStream::send_bytes`], for the stream and its write half.
+pub(crate) async fn send_bytes(conn: &Arc<Conn>, bytes: Bytes) -> io::Result<Sent> {
+    let mut flight = Flight::new(conn.clone(), bytes).map_err(|(e, _)| e)?;
+    let result = flight.send_all().await;
+    let (bytes, span, sent) = flight.finish();
+    if let Some((first, last)) = span {
+        conn.lend(Loan::Bytes(bytes), first, last);
+    }
+    result.map(|()| sent)
+}
+
+/// [`crate::ZcStream::send_copy`], for the stream and its write half.
+pub(crate) async fn send_copy(conn: &Conn, data: &[u8]) -> io::Result<Sent> {
+    CopyFlight::new(conn, data.len())?.send(data).await
+}
+
+/// `AsyncWrite::poll_write` of the stream and its write half: one copying send.
+pub(crate) fn poll_write(
+    conn: &Conn,
+    cx: &mut Context<'_>,
+    data: &[u8],
+) -> Poll<io::Result<usize>> {
+    conn.cancel.check()?;
+    conn.poll_send_copy(cx, data)
+}
+
+/// [`crate::ZcStream::poll_send_lent`], for the stream and its write half.
+pub(crate) fn poll_send_lent(
+    conn: &Conn,
+    cx: &mut Context<'_>,
+    bytes: Bytes,
+) -> Poll<io::Result<usize>> {
+    conn.cancel.check()?;
+    // Decided on every poll; counted once, for the write that goes out.
+    let go = conn.decide(&bytes);
+    let r = poll_send_routed(conn, cx, go, bytes);
+    if let Poll::Ready(Ok(n)) = r {
+        conn.sent(go, n);
+    }
+    r
+}
+
+fn poll_send_routed(
+    conn: &Conn,
+    cx: &mut Context<'_>,
+    go: Go,
+    bytes: Bytes,
+) -> Poll<io::Result<usize>> {
+    if go != Go::ZeroCopy {
+        let n = ready!(conn.poll_send_copy(cx, &bytes))?;
+        return Poll::Ready(Ok(n));
+    }
+    match ready!(conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(&bytes))) {
+        Ok((n, id)) => {
+            conn.lend(Loan::Bytes(bytes.slice(..n)), id, id);
+            Poll::Ready(Ok(n))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+            // Nothing queued; the kernel does not fall back by itself. Read what
+            // completions there are and copy this write (counted).
+            conn.stats.add_tx_enobufs(1);
+            conn.drain()?;
+            let n = ready!(conn.poll_send_copy(cx, &bytes))?;
+            conn.stats.fallback(FallbackReason::Enobufs, n as u64);
+            Poll::Ready(Ok(n))
+        }
+        Err(e) => Poll::Ready(Err(e)),
+    }
 }

@@ -1,24 +1,23 @@
 //! [`ZcStream`] and [`ZcListener`]: a TCP stream for tokio with copy semantics through
 //! `AsyncRead`/`AsyncWrite` and owned-buffer zero-copy sends beside them.
 
-use crate::choice::{Go, SendChoice};
+use crate::cancel::Cancelled;
+use crate::choice::SendChoice;
 use crate::config::ZcConfig;
 use crate::conn::Conn;
 use crate::driver;
-use crate::loan::{Loan, Waiting};
 use crate::readiness::Direction;
-use crate::rx::{RxChunk, ZcRx};
-use crate::send::{copy_all, Flight, Sent};
+use crate::rx::{self, RxChunk, ZcRx};
+use crate::send::{self, Sent};
 use bytes::Bytes;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf, Ready};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, ToSocketAddrs};
-use tokio::sync::oneshot;
 use zcnet::{Lend, Stats};
 use zcnet_sys::raw::zerocopy::{set_so_zerocopy, so_zerocopy};
 
@@ -37,9 +36,9 @@ use zcnet_sys::raw::zerocopy::{set_so_zerocopy, so_zerocopy};
 /// their completions (see [`crate::leaked_loans`] for the one exception).
 #[derive(Debug)]
 pub struct ZcStream {
-    conn: Arc<Conn>,
+    pub(crate) conn: Arc<Conn>,
     /// `recv_zc`'s mapping window, made on first use.
-    rx: Option<ZcRx>,
+    pub(crate) rx: Option<ZcRx>,
 }
 
 impl ZcStream {
@@ -128,45 +127,24 @@ impl ZcStream {
     /// calls that did go out; [`Sent`] is lost then, the stream's [`Stats`] keep the counts.
     ///
     /// Cancel-safe in the memory sense: dropped at any point, the buffer stays with the
-    /// stream until its completion and is dropped there. What was written to the stream is
-    /// unknown after a cancellation, as for any cancelled `write_all`.
+    /// stream until its completion and is dropped there. And the stream knows how far it
+    /// got: after a cancellation [`ZcStream::take_cancelled`] says how many bytes of `buf`
+    /// were queued; until then, if that is not all of them, every write fails with
+    /// [`crate::StreamError::CancelledSend`] (see "Cancelling a send" in the crate docs).
     pub async fn send_zc<B: Lend>(&mut self, buf: B) -> (io::Result<Sent>, B) {
-        let mut flight = Flight::new(self.conn.clone(), buf);
-        let mut sent = Sent::default();
-        let result = flight.send_all(&mut sent).await;
-        let (buf, span) = flight.finish();
-        let Some((first, last)) = span else {
-            // Nothing went zero-copy, so nothing can have been copied behind our back.
-            sent.copied_anyway = Some(0);
-            return (result.map(|()| sent), buf);
-        };
-        let (back, returned) = oneshot::channel();
-        self.conn
-            .lend(Loan::Waiting(Box::new(Waiting { buf, back })), first, last);
-        match returned.await {
-            Ok((buf, copied)) => {
-                sent.copied_anyway = Some(if copied { sent.zerocopy } else { 0 });
-                (result.map(|()| sent), buf)
-            }
-            // The loan was leaked (the runtime is shutting down under the socket): its
-            // buffer must not come back, so this future never resolves.
-            Err(_) => std::future::pending().await,
-        }
+        send::send_zc(&self.conn, buf).await
     }
 
     /// Sends all of `bytes`, zero-copy where the policy says so, and returns once they are
     /// queued; the stream keeps `bytes` (one reference) until the completion. `Bytes` is
     /// immutable, so nobody can change the pages while the kernel reads them: zero-copy
     /// without waiting and without copy-on-write.
+    ///
+    /// Cancelled, it leaves a record as [`ZcStream::send_zc`] does: keep a clone of `bytes`
+    /// (a reference count) and send `bytes.slice(c.queued..)` after
+    /// [`ZcStream::take_cancelled`] returned `Some(c)`.
     pub async fn send_bytes(&mut self, bytes: Bytes) -> io::Result<Sent> {
-        let mut flight = Flight::new(self.conn.clone(), bytes);
-        let mut sent = Sent::default();
-        let result = flight.send_all(&mut sent).await;
-        let (bytes, span) = flight.finish();
-        if let Some((first, last)) = span {
-            self.conn.lend(Loan::Bytes(bytes), first, last);
-        }
-        result.map(|()| sent)
+        send::send_bytes(&self.conn, bytes).await
     }
 
     /// One non-blocking send of `bytes` (or of its first part), zero-copy where the policy
@@ -177,50 +155,45 @@ impl ZcStream {
         cx: &mut Context<'_>,
         bytes: Bytes,
     ) -> Poll<io::Result<usize>> {
-        // Decided on every poll; counted once, for the write that goes out.
-        let go = self.conn.decide(&bytes);
-        let r = self.poll_send_routed(cx, go, bytes);
-        if let Poll::Ready(Ok(n)) = r {
-            self.conn.sent(go, n);
-        }
-        r
-    }
-
-    fn poll_send_routed(
-        &mut self,
-        cx: &mut Context<'_>,
-        go: Go,
-        bytes: Bytes,
-    ) -> Poll<io::Result<usize>> {
-        let conn = &self.conn;
-        if go != Go::ZeroCopy {
-            let n = std::task::ready!(conn.poll_send_copy(cx, &bytes))?;
-            return Poll::Ready(Ok(n));
-        }
-        match std::task::ready!(conn.poll_io(cx, Direction::Write, || conn.send_zerocopy(&bytes))) {
-            Ok((n, id)) => {
-                conn.lend(Loan::Bytes(bytes.slice(..n)), id, id);
-                Poll::Ready(Ok(n))
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                // Nothing queued; the kernel does not fall back by itself. Read what
-                // completions there are and copy this write (counted).
-                conn.stats.add_tx_enobufs(1);
-                conn.drain()?;
-                let n = std::task::ready!(conn.poll_send_copy(cx, &bytes))?;
-                conn.stats
-                    .fallback(zcnet::FallbackReason::Enobufs, n as u64);
-                Poll::Ready(Ok(n))
-            }
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        send::poll_send_lent(&self.conn, cx, bytes)
     }
 
     /// Sends all of `data` by copying (`send(2)`), counted in [`Stats`] like `AsyncWrite`.
+    /// Cancelled, it leaves a record as [`ZcStream::send_zc`] does.
     pub async fn send_copy(&mut self, data: &[u8]) -> io::Result<Sent> {
-        let mut sent = Sent::default();
-        copy_all(&self.conn, data, &mut sent).await?;
-        Ok(sent)
+        send::send_copy(&self.conn, data).await
+    }
+
+    /// How far the last cancelled send got, and clears the record: `queued` bytes of its
+    /// buffer are on the stream, so the caller continues with the bytes from `queued` on
+    /// (or with nothing, if `queued == len`). `None` if no send was cancelled since the
+    /// last call, or only ones that had not started (a future dropped before its first
+    /// poll queued nothing).
+    ///
+    /// While a send cut short is unread here, writes fail with
+    /// [`crate::StreamError::CancelledSend`]: a stream never goes on with a gap or a repeat
+    /// its writer did not choose.
+    ///
+    /// ```no_run
+    /// # async fn f(s: &mut zcnet_tokio::ZcStream, msg: bytes::Bytes) -> std::io::Result<()> {
+    /// use std::time::Duration;
+    /// match tokio::time::timeout(Duration::from_millis(50), s.send_bytes(msg.clone())).await {
+    ///     Ok(sent) => { sent?; }
+    ///     Err(_elapsed) => {
+    ///         // Where the cancelled send stopped; send the rest (or close the stream).
+    ///         let from = s.take_cancelled().map_or(0, |c| c.queued);
+    ///         s.send_bytes(msg.slice(from..)).await?;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn take_cancelled(&mut self) -> Option<Cancelled> {
+        self.conn.cancel.take()
+    }
+
+    /// The record [`ZcStream::take_cancelled`] would return, left in place.
+    pub fn cancelled(&self) -> Option<Cancelled> {
+        self.conn.cancel.peek()
     }
 
     /// Receives the next bytes of the stream without copying where the kernel can map them
@@ -233,15 +206,66 @@ impl ZcStream {
     /// (`rx_bytes_mapped`, `rx_bytes_copied`, fallbacks `copybuf`, `unmappable`,
     /// `demoted_unmapped`). `AsyncRead` may be mixed with it on the same stream.
     pub async fn recv_zc(&mut self) -> io::Result<Option<RxChunk<'_>>> {
-        let rx = match self.rx.take() {
-            Some(rx) => rx,
-            None => ZcRx::new(&self.conn)?,
-        };
-        let rx = self.rx.insert(rx);
-        let conn = &self.conn;
-        let loc = std::future::poll_fn(|cx| rx.poll_step(conn, cx)).await?;
-        let rx: &ZcRx = rx;
-        Ok(loc.map(move |l| rx.chunk(l)))
+        rx::recv_zc(&self.conn, &mut self.rx).await
+    }
+
+    /// Waits until the socket is ready as `interest` asks (readable, writable or both), as
+    /// `tokio::net::TcpStream::ready`; follow it with [`ZcStream::try_read`] or
+    /// [`ZcStream::try_write`], which may still say `WouldBlock`. Completions are handled
+    /// on the way and never show as readiness.
+    pub async fn ready(&self, interest: Interest) -> io::Result<Ready> {
+        std::future::poll_fn(|cx| self.conn.poll_ready_interest(cx, interest)).await
+    }
+
+    /// Waits until the socket is readable ([`ZcStream::ready`]).
+    pub async fn readable(&self) -> io::Result<()> {
+        self.ready(Interest::READABLE).await.map(drop)
+    }
+
+    /// Waits until the socket is writable ([`ZcStream::ready`]).
+    pub async fn writable(&self) -> io::Result<()> {
+        self.ready(Interest::WRITABLE).await.map(drop)
+    }
+
+    /// One non-blocking read into `buf` (`WouldBlock` if nothing is there), as
+    /// `tokio::net::TcpStream::try_read`; `Ok(0)` at the end of the stream.
+    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        rx::try_read(&self.conn, &mut self.rx, buf)
+    }
+
+    /// One non-blocking copying send of `buf` (`WouldBlock` if the send buffer is full), as
+    /// `tokio::net::TcpStream::try_write`.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.conn.cancel.check()?;
+        self.conn
+            .try_io(Direction::Write, || self.conn.send_copy(buf))
+    }
+
+    /// The socket as a `std::net::TcpStream` (in non-blocking mode, as tokio's
+    /// `into_std` leaves it), once every loan has come back — the kernel may still read
+    /// lent buffers until then, so this waits as [`ZcStream::flush_loans`] does.
+    /// `SO_ZEROCOPY` stays on; it changes nothing for plain sends.
+    ///
+    /// Fails with `InvalidData` if bytes [`ZcStream::recv_zc`] took from the socket are
+    /// still unread (they would be lost with the stream): read them first.
+    pub async fn into_std(mut self) -> io::Result<std::net::TcpStream> {
+        if let Some(n) = self.rx.as_ref().map(ZcRx::pending_len).filter(|&n| n > 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{n} received bytes are still unread: read them before into_std"),
+            ));
+        }
+        self.flush_loans().await?;
+        // A second descriptor for the same socket: this one is closed with the stream's
+        // bookkeeping, which has nothing left to do (no loan, so its driver sends no FIN).
+        let sock = self.conn.socket().try_clone()?;
+        self.rx = None;
+        Ok(sock)
+    }
+
+    /// [`ZcStream::into_std`], as a tokio stream. Must be called inside a tokio runtime.
+    pub async fn into_tokio(self) -> io::Result<TcpStream> {
+        TcpStream::from_std(self.into_std().await?)
     }
 
     /// Waits until no buffer is lent to the kernel any more (every completion has come).
@@ -262,7 +286,21 @@ impl TryFrom<TcpStream> for ZcStream {
 
 impl Drop for ZcStream {
     fn drop(&mut self) {
-        self.conn.close();
+        self.conn.release();
+    }
+}
+
+/// The socket, for options this type does not wrap. Reading or writing through it directly
+/// bypasses the stream's accounting (and a `recv_zc` chunk's order).
+impl AsFd for ZcStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.conn.socket().as_fd()
+    }
+}
+
+impl AsRawFd for ZcStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.conn.socket().as_raw_fd()
     }
 }
 
@@ -273,19 +311,7 @@ impl AsyncRead for ZcStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let dst = buf.initialize_unfilled();
-        // Copybuf bytes a `recv_zc` step left come first: they precede the socket's.
-        if let Some(rx) = this.rx.as_mut() {
-            let n = rx.take_pending(dst);
-            if n > 0 {
-                buf.advance(n);
-                return Poll::Ready(Ok(()));
-            }
-        }
-        let conn = &this.conn;
-        let n = std::task::ready!(conn.poll_io(cx, Direction::Read, || conn.recv_copy(dst)))?;
-        buf.advance(n);
-        Poll::Ready(Ok(()))
+        rx::poll_read(&this.conn, &mut this.rx, cx, buf)
     }
 }
 
@@ -295,8 +321,7 @@ impl AsyncWrite for ZcStream {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let conn = &self.conn;
-        conn.poll_send_copy(cx, data)
+        send::poll_write(&self.conn, cx, data)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -318,13 +343,28 @@ pub struct ZcListener {
 }
 
 impl ZcListener {
-    /// Binds `addr` (port 0 for any free port) with `SO_REUSEADDR` and `SO_ZEROCOPY`.
-    pub async fn bind(addr: SocketAddr) -> io::Result<ZcListener> {
+    /// Binds `addr` (port 0 for any free port; a name is looked up, and the first address
+    /// that binds is kept, as `tokio::net::TcpListener::bind` does) with `SO_REUSEADDR` and
+    /// `SO_ZEROCOPY`.
+    pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<ZcListener> {
         Self::bind_with(addr, ZcConfig::new()).await
     }
 
     /// [`ZcListener::bind`] with options for every accepted stream.
-    pub async fn bind_with(addr: SocketAddr, config: ZcConfig) -> io::Result<ZcListener> {
+    pub async fn bind_with(addr: impl ToSocketAddrs, config: ZcConfig) -> io::Result<ZcListener> {
+        let mut last = None;
+        for a in tokio::net::lookup_host(addr).await? {
+            match Self::bind_one(a) {
+                Ok(listener) => return Ok(ZcListener { listener, config }),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to bind to")
+        }))
+    }
+
+    fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
         let sock = if addr.is_ipv4() {
             TcpSocket::new_v4()?
         } else {
@@ -334,10 +374,19 @@ impl ZcListener {
         // Refused only by kernels without SO_ZEROCOPY; each stream then says so itself.
         let _ = set_so_zerocopy(sock.as_fd());
         sock.bind(addr)?;
-        Ok(ZcListener {
-            listener: sock.listen(1024)?,
-            config,
-        })
+        sock.listen(1024)
+    }
+
+    /// Takes over a tokio listener, turning `SO_ZEROCOPY` on for the streams it accepts
+    /// from now on (each stream also asks for itself: [`ZcStream::from_tokio`]).
+    pub fn from_tokio(listener: TcpListener, config: ZcConfig) -> ZcListener {
+        let _ = set_so_zerocopy(listener.as_fd());
+        ZcListener { listener, config }
+    }
+
+    /// The tokio listener underneath.
+    pub fn into_tokio(self) -> TcpListener {
+        self.listener
     }
 
     /// The bound address.
@@ -349,5 +398,27 @@ impl ZcListener {
     pub async fn accept(&self) -> io::Result<(ZcStream, SocketAddr)> {
         let (s, peer) = self.listener.accept().await?;
         Ok((ZcStream::from_tokio(s, self.config.clone())?, peer))
+    }
+}
+
+impl TryFrom<TcpListener> for ZcListener {
+    type Error = io::Error;
+
+    /// [`ZcListener::from_tokio`] with default options (infallible; `TryFrom` to match
+    /// `ZcStream`'s).
+    fn try_from(listener: TcpListener) -> io::Result<ZcListener> {
+        Ok(ZcListener::from_tokio(listener, ZcConfig::new()))
+    }
+}
+
+impl AsFd for ZcListener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
+    }
+}
+
+impl AsRawFd for ZcListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.listener.as_raw_fd()
     }
 }

@@ -200,7 +200,33 @@ struct RxState {
     table: Reassembly,
 }
 
-/// Whole messages over one UDP socket, asynchronously (see the module docs).
+/// Whole messages over one UDP socket, asynchronously: zcnet's messages ([`zcnet::msg`],
+/// the same wire format as the blocking `MsgSender`/`MsgReceiver`) on tokio's reactor.
+///
+/// * Out: each message is cut into datagrams with a 28-byte header each, many per
+///   `sendmsg` as one GSO batch (`UDP_SEGMENT`): [`ZcUdpSocket::send_slice`] copies;
+///   [`ZcUdpSocket::buffer`] + [`ZcUdpSocket::send_lent`] (or [`ZcUdpSocket::send_zc`])
+///   send a pool buffer with `MSG_ZEROCOPY` (or io_uring `SEND_ZC`, [`MsgTx::Uring`]).
+/// * In: [`ZcUdpSocket::recv`] reads with `UDP_GRO` and reassembles; it returns a
+///   [`MsgEvent`]: a whole message, or ids lost (a missing fragment, a missing message
+///   once a later id or the sender's mark came and the reorder window passed).
+/// * End: [`ZcUdpSocket::send_mark`] tells the receiver how many messages were sent, so a
+///   lost tail is reported too.
+///
+/// ```no_run
+/// use zcnet_tokio::{MsgConfig, MsgEvent, MsgTx, ZcUdpSocket};
+/// # async fn f() -> std::io::Result<()> {
+/// let cfg = MsgConfig::new(MsgTx::Zerocopy);
+/// let rx = ZcUdpSocket::bind("127.0.0.1:0".parse().unwrap(), &cfg)?;
+/// let tx = ZcUdpSocket::connect(rx.local_addr()?, &cfg)?;
+/// let id = tx.send_slice(&vec![1u8; 64 << 10]).await?;
+/// tx.send_mark().await?;
+/// match rx.recv().await? {
+///     MsgEvent::Message(m) => assert_eq!((m.id, m.len()), (id, 64 << 10)),
+///     MsgEvent::Lost(l) => println!("lost ids {:?}: {:?}", l.ids(), l.reason),
+/// }
+/// # Ok(()) }
+/// ```
 ///
 /// Sends need a connected socket ([`ZcUdpSocket::connect`]); receiving works on any bound
 /// one ([`ZcUdpSocket::bind`]). Every method takes `&self`: tasks may share it in an `Arc`,
@@ -449,6 +475,31 @@ impl ZcUdpSocket {
                 return Ok(out.id());
             }
         }
+    }
+
+    /// Tells the receiver how many messages this socket has sent (a mark,
+    /// `zcnet::msg::wire::Mark`), so that it reports every one that never arrives as lost
+    /// — the last ones too, which no later message would reveal. Call it when done (the
+    /// end of a stream) or before a pause. A mark is one datagram and can be lost like any
+    /// other: where the receiver may be overrun, send it again after its reorder window
+    /// ([`MsgConfig::reassembly`]'s `timeout`). Returns the count the mark carries.
+    ///
+    /// A message whose send is still running in another task when the mark is numbered is
+    /// counted by it; if that send is cancelled half-way, the receiver reports it lost.
+    pub async fn send_mark(&self) -> io::Result<u64> {
+        self.submit_queued();
+        let (mark, sent) = {
+            let f = lock(&self.framer);
+            (f.mark(), f.next_id())
+        };
+        let iov = [std::io::IoSlice::new(&mark)];
+        poll_fn(|cx| {
+            self.conn.poll_io(cx, Direction::Write, || {
+                self.conn.send_gso(&iov, false, None)
+            })
+        })
+        .await?;
+        Ok(sent)
     }
 
     /// A message buffer of `len` bytes from this socket's pool ([`MsgConfig::pool_buffers`]

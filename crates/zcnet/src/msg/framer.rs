@@ -127,6 +127,17 @@ impl Framer {
         self.next_id
     }
 
+    /// The session's mark now: every id below [`Framer::next_id`] has been numbered (and,
+    /// once its send returned, handed to the kernel). Counted as sent.
+    pub fn mark(&self) -> [u8; super::wire::HEADER_LEN] {
+        self.stats.marks_sent(1);
+        super::wire::Mark {
+            session: self.session,
+            sent: self.next_id,
+        }
+        .encode()
+    }
+
     /// Largest message accepted.
     pub fn max_message(&self) -> usize {
         self.max_message

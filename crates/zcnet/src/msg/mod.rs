@@ -22,7 +22,8 @@
 //! * [`Framer`] — the sender's steps without the syscalls (ids, headers, GSO batches), pure
 //!   code that the blocking sender and zcnet-tokio's `ZcUdpSocket` both drive.
 //! * [`Reassembly`] — the receiver's bounded table, pure code.
-//! * [`wire`] — the 28-byte fragment header and the message layout.
+//! * [`wire`] — the 28-byte fragment header and the message layout, and the sender's
+//!   [`wire::Mark`]: how many ids it sent, so the receiver reports a lost tail too.
 
 pub mod framer;
 pub mod msgbuf;
@@ -156,6 +157,19 @@ impl Default for MsgConfig {
     }
 }
 
+impl ReassemblyLimits {
+    crate::builder::setters! {
+        /// Sets [`ReassemblyLimits::max_messages`].
+        max_messages: usize,
+        /// Sets [`ReassemblyLimits::max_bytes`].
+        max_bytes: usize,
+        /// Sets [`ReassemblyLimits::timeout`], the reorder window.
+        timeout: Duration,
+        /// Sets [`ReassemblyLimits::max_senders`].
+        max_senders: usize,
+    }
+}
+
 impl MsgConfig {
     /// Defaults with loaned buffers sent as `tx` says.
     pub fn new(tx: MsgTx) -> Self {
@@ -163,6 +177,43 @@ impl MsgConfig {
             tx,
             ..Self::default()
         }
+    }
+
+    crate::builder::setters! {
+        /// Sets [`MsgConfig::max_message`] (raise [`ReassemblyLimits::max_bytes`] with it
+        /// above 16 MiB: [`MsgConfig::validate`] says so).
+        max_message: usize,
+        /// Sets [`MsgConfig::tx`].
+        tx: MsgTx,
+        /// Sets [`MsgConfig::policy`].
+        policy: Policy,
+        /// Sets [`MsgConfig::gso`].
+        gso: bool,
+        /// Sets [`MsgConfig::gro`].
+        gro: bool,
+        /// Sets [`MsgConfig::pool_buffers`].
+        pool_buffers: usize,
+        /// Sets [`MsgConfig::timeout`].
+        timeout: Duration,
+        /// Sets [`MsgConfig::recv_buffer`].
+        recv_buffer: usize,
+        /// Sets [`MsgConfig::datagram_buffer`].
+        datagram_buffer: usize,
+        /// Sets [`MsgConfig::reassembly`].
+        reassembly: ReassemblyLimits,
+    }
+
+    crate::builder::option_setters! {
+        /// Fixes [`MsgConfig::segment`] (the datagram size, header included).
+        segment: usize,
+    }
+
+    /// Sets the receiver's reorder window ([`ReassemblyLimits::timeout`]): how long a
+    /// message may wait for a fragment, and an id for its turn, before it is reported lost.
+    #[must_use]
+    pub fn reorder_window(mut self, window: Duration) -> Self {
+        self.reassembly.timeout = window;
+        self
     }
 
     /// Checks the numbers against each other; every error names the field.
@@ -307,6 +358,28 @@ pub enum MsgEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn builders_set_the_fields_they_name() {
+        let c = MsgConfig::default()
+            .tx(MsgTx::Zerocopy)
+            .max_message(64 << 10)
+            .segment(1472)
+            .pool_buffers(8)
+            .recv_buffer(1 << 20)
+            .reorder_window(Duration::from_millis(200))
+            .gso(false);
+        assert_eq!(c.tx, MsgTx::Zerocopy);
+        assert_eq!(c.max_message, 64 << 10);
+        assert_eq!(c.segment, Some(1472));
+        assert_eq!(c.pool_buffers, 8);
+        assert_eq!(c.recv_buffer, 1 << 20);
+        assert_eq!(c.reassembly.timeout, Duration::from_millis(200));
+        assert!(!c.gso && c.gro);
+        let r = ReassemblyLimits::default().max_messages(3).max_senders(2);
+        assert_eq!((r.max_messages, r.max_senders), (3, 2));
+        assert!(c.reassembly(r).validate().is_ok());
+    }
 
     #[test]
     fn config_errors_name_the_field() {

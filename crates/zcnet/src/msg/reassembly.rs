@@ -15,11 +15,13 @@
 //!   progress and a few marks "ids below N must have shown up by T". When a mark passes,
 //!   the ids below N that never showed up are reported as one [`LossReason::Gap`] range: a
 //!   wholly lost message is reported once a later one arrived and the reorder window passed.
-//!   A loss at the very end of a stream cannot be seen until a later id arrives.
+//!   A loss at the very end of a stream has no later id: the sender's mark
+//!   ([`super::wire::Mark`], sent by `MsgSender::send_mark` or `ZcUdpSocket::send_mark`) says
+//!   how many ids it sent, and opens the same window for every one of them.
 //! * Fragments of ids already delivered or reported are stale: counted, dropped.
 
 use super::stats::MsgStats;
-use super::wire::{Header, HeaderFault};
+use super::wire::{decode_datagram, Datagram, Header, HeaderFault, Mark};
 use super::{LossReason, Lost, Message, MsgEvent, ReassemblyLimits};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -269,10 +271,19 @@ impl Reassembly {
     /// One datagram from `peer`, complete.
     pub fn datagram(&mut self, peer: SocketAddr, d: &[u8], now: Instant, stats: &MsgStats) {
         stats.datagrams_received(1);
-        match Header::decode(d) {
+        match decode_datagram(d) {
             Err(e) => stats.garbage(e),
-            Ok((h, payload)) => self.fragment(peer, h, payload, now, stats),
+            Ok(Datagram::Fragment(h, payload)) => self.fragment(peer, h, payload, now, stats),
+            Ok(Datagram::Mark(m)) => self.mark(peer, m, now, stats),
         }
+    }
+
+    /// A sender's mark: every id below `m.sent` was sent, so each that has not shown up
+    /// within the reorder window is reported lost, as if a later id had arrived.
+    fn mark(&mut self, peer: SocketAddr, m: Mark, now: Instant, stats: &MsgStats) {
+        stats.marks_received(1);
+        let sk = self.seq_for(peer, m.session, now, stats);
+        self.extend(sk, m.sent, m.sent, now);
     }
 
     /// The first `prefix.len()` bytes of a datagram that did not fit the receive buffer: if
@@ -478,20 +489,26 @@ impl Reassembly {
 
     /// Notes that `id` showed up; a jump past the highest id so far opens a gap window.
     fn see(&mut self, sk: SeqKey, id: u64, now: Instant) {
+        self.extend(sk, id, id + 1, now);
+    }
+
+    /// Ids below `upto` must show up within the reorder window; `high` is one past the
+    /// highest id known to exist (`upto + 1` for an id seen, `upto` for a mark).
+    fn extend(&mut self, sk: SeqKey, upto: u64, high: u64, now: Instant) {
         let timeout = self.limits.timeout;
         let s = self.seqs.get_mut(&sk).expect("live session");
-        if id < s.high {
+        if high <= s.high {
             return;
         }
-        if id > s.high {
+        if upto > s.high {
             let deadline = now + timeout;
             match s.marks.back_mut() {
                 // Close in time to the last mark: extend it (delays that mark's report by
                 // at most timeout/8, never advances it).
                 Some(back) if deadline.saturating_duration_since(back.1) < timeout / 8 => {
-                    *back = (id, deadline);
+                    *back = (upto, deadline);
                 }
-                _ => s.marks.push_back((id, deadline)),
+                _ => s.marks.push_back((upto, deadline)),
             }
             if s.marks.len() > MAX_MARKS {
                 let (first, second) = (s.marks[0], s.marks[1]);
@@ -504,7 +521,7 @@ impl Reassembly {
                 (a, b) => a.or(b),
             };
         }
-        s.high = id + 1;
+        s.high = high;
     }
 
     /// Reports every id below `upto` of `sk` that is neither resolved nor in progress as
@@ -780,6 +797,54 @@ mod tests {
         assert!(drain(&mut t).is_empty());
         assert_eq!(s.snapshot().fragments_stale, 1);
         assert_eq!(t.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_mark_reveals_the_lost_tail_that_no_later_id_would() {
+        let s = MsgStats::new();
+        let mut t = Reassembly::new(limits(), 1 << 20);
+        let t0 = Instant::now();
+        let win = Duration::from_millis(100);
+        // Ids 0..6 sent: 0 and 1 arrive, 2 arrives late (inside the window), 3..6 never.
+        for id in 0..2 {
+            for d in datagrams(1, id, &body(id, 3000), 1000) {
+                t.datagram(peer(), &d, t0, &s);
+            }
+        }
+        assert_eq!(delivered(&drain(&mut t)).len(), 2);
+        t.expire(t0 + 10 * win, &s);
+        assert!(
+            drain(&mut t).is_empty(),
+            "without a mark the tail is invisible"
+        );
+        let mark = Mark {
+            session: 1,
+            sent: 6,
+        }
+        .encode();
+        let t1 = t0 + 10 * win;
+        t.datagram(peer(), &mark, t1, &s);
+        t.datagram(peer(), &mark, t1, &s);
+        for d in datagrams(1, 2, &body(2, 3000), 1000) {
+            t.datagram(peer(), &d, t1 + win / 2, &s);
+        }
+        assert_eq!(delivered(&drain(&mut t)), vec![(2, body(2, 3000))]);
+        t.expire(t1 + win - Duration::from_millis(1), &s);
+        assert!(drain(&mut t).is_empty(), "not before the window passed");
+        t.expire(t1 + win, &s);
+        assert_eq!(lost(&drain(&mut t)), vec![(3, 3, LossReason::Gap)]);
+        // A repeated or older mark changes nothing; ids past it are new.
+        let old = Mark {
+            session: 1,
+            sent: 4,
+        }
+        .encode();
+        t.datagram(peer(), &mark, t1 + 2 * win, &s);
+        t.datagram(peer(), &old, t1 + 2 * win, &s);
+        t.expire(t1 + 4 * win, &s);
+        assert!(drain(&mut t).is_empty());
+        assert_eq!(s.snapshot().marks_received, 4);
+        assert_eq!(s.snapshot().messages_lost, 3);
     }
 
     #[test]

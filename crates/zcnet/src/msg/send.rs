@@ -253,6 +253,26 @@ impl MsgSender {
         Ok(out.id())
     }
 
+    /// Tells the receiver how many messages this sender has sent ([`super::wire::Mark`]),
+    /// so it reports every one that never arrives as lost — the last ones too, which no
+    /// later message would reveal. Send it when done (a stream's end) or when pausing;
+    /// it is one datagram and can be lost like any other, so send it again (after the
+    /// receiver's reorder window, say) where the receiver may have been overrun. Returns
+    /// the count the mark carries.
+    pub fn send_mark(&mut self) -> Result<u64, MsgError> {
+        if let Some(ring) = self.ring.as_mut() {
+            // Queued requests leave first: the mark must follow every message it counts.
+            ring.submit(&self.stats);
+        }
+        let mark = self.framer.mark();
+        let iov = [std::io::IoSlice::new(&mark)];
+        udp_msg::send_vectored_gso(self.sock.as_fd(), &iov, false, None)
+            .map_err(|e| send_error(e, self.cfg.timeout))?;
+        self.stats.add_tx_copy_bytes(mark.len() as u64);
+        self.stats.add_tx_copy_calls(1);
+        Ok(self.framer.next_id())
+    }
+
     /// A loaned buffer for a message of `len` bytes, from this sender's pool (made on first
     /// use: [`MsgConfig::pool_buffers`] buffers sized for [`MsgConfig::max_message`]).
     /// Waits, reaping completions, up to [`MsgConfig::timeout`] while the kernel holds every

@@ -83,6 +83,10 @@ crate::counters::counter_set!(MsgStats, MsgStatsSnapshot, "Live message counters
     /// Senders (address + session) whose sequence state was evicted to stay within
     /// `max_senders`.
     senders_evicted,
+    /// Marks sent ([`super::wire::Mark`]: how many ids the session has sent).
+    marks_sent,
+    /// Marks received.
+    marks_received,
     /// Most messages in reassembly at once.
     reassembly_peak_messages,
     /// Most bytes reserved for reassembly at once.

@@ -33,6 +33,10 @@ pub const HEADER_LEN: usize = 28;
 pub const MAGIC: u16 = 0x7A6D;
 /// Wire format version.
 pub const VERSION: u8 = 1;
+/// Flag of a sender's mark: a header-only datagram (no payload; total, offset and length 0)
+/// whose `message id` field says how many messages the session has sent — every id below it
+/// has been handed to the kernel ([`Mark`]). The only flag this version defines.
+pub const FLAG_MARK: u8 = 0x01;
 /// The largest message the wire format can describe (offsets and lengths are `u32`); the
 /// configured maximum ([`super::MsgConfig::max_message`]) is what is enforced.
 pub const MAX_WIRE_MESSAGE: usize = u32::MAX as usize;
@@ -105,12 +109,16 @@ fn internet_checksum(h: &[u8; HEADER_LEN]) -> u16 {
 impl Header {
     /// Writes the header into the first [`HEADER_LEN`] bytes of `out` (panics if shorter).
     pub fn encode_into(&self, out: &mut [u8]) {
+        self.encode_flagged(out, 0);
+    }
+
+    fn encode_flagged(&self, out: &mut [u8], flags: u8) {
         let h: &mut [u8; HEADER_LEN] = (&mut out[..HEADER_LEN])
             .try_into()
             .expect("sliced to length");
         h[0..2].copy_from_slice(&MAGIC.to_be_bytes());
         h[2] = VERSION;
-        h[3] = 0;
+        h[3] = flags;
         h[4..6].copy_from_slice(&[0, 0]);
         h[6..8].copy_from_slice(&self.len.to_be_bytes());
         h[8..12].copy_from_slice(&self.session.to_be_bytes());
@@ -129,8 +137,14 @@ impl Header {
     }
 
     /// Decodes the header at the start of `b` without checking that the datagram is as long
-    /// as the header says (for a datagram known to be truncated).
+    /// as the header says (for a datagram known to be truncated). A mark is not a fragment:
+    /// [`WireError::BadFlags`] here ([`decode_datagram`] reads marks).
     pub fn decode_prefix(b: &[u8]) -> Result<Header, WireError> {
+        Header::decode_flagged(b, false).map(|(_, h)| h)
+    }
+
+    /// The header and its flags (0, or [`FLAG_MARK`] where `mark` allows it).
+    fn decode_flagged(b: &[u8], mark: bool) -> Result<(u8, Header), WireError> {
         let h: &[u8; HEADER_LEN] = b
             .get(..HEADER_LEN)
             .and_then(|h| h.try_into().ok())
@@ -141,7 +155,8 @@ impl Header {
         if h[2] != VERSION {
             return Err(WireError::BadVersion);
         }
-        if h[3] != 0 {
+        let flags = h[3];
+        if flags != 0 && !(mark && flags == FLAG_MARK) {
             return Err(WireError::BadFlags);
         }
         let mut zeroed = *h;
@@ -151,13 +166,16 @@ impl Header {
             return Err(WireError::BadChecksum);
         }
         let u32_at = |o: usize| u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
-        Ok(Header {
-            len: u16::from_be_bytes([h[6], h[7]]),
-            session: u32_at(8),
-            total: u32_at(12),
-            id: u64::from_be_bytes(h[16..24].try_into().expect("8 bytes")),
-            offset: u32_at(24),
-        })
+        Ok((
+            flags,
+            Header {
+                len: u16::from_be_bytes([h[6], h[7]]),
+                session: u32_at(8),
+                total: u32_at(12),
+                id: u64::from_be_bytes(h[16..24].try_into().expect("8 bytes")),
+                offset: u32_at(24),
+            },
+        ))
     }
 
     /// Decodes a whole datagram: the header, and a payload exactly as long as it says.
@@ -186,6 +204,64 @@ impl Header {
     pub fn range(&self) -> Range<usize> {
         self.offset as usize..self.offset as usize + usize::from(self.len)
     }
+}
+
+/// A sender's mark: session `session` has sent every id below `sent`. A receiver reports
+/// each of those ids that never arrives as lost ([`super::LossReason::Gap`]) once its
+/// reorder window has passed — including the last ones, which no later message would
+/// reveal. Idempotent: a mark may be sent any number of times (it is one datagram, and can
+/// be lost like any other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mark {
+    /// The sender's session.
+    pub session: u32,
+    /// How many messages the session has sent: ids `0..sent`.
+    pub sent: u64,
+}
+
+impl Mark {
+    /// The mark's datagram: a header with [`FLAG_MARK`] and nothing after it.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        let h = Header {
+            session: self.session,
+            id: self.sent,
+            total: 0,
+            offset: 0,
+            len: 0,
+        };
+        h.encode_flagged(&mut b, FLAG_MARK);
+        b
+    }
+}
+
+/// One datagram of ours: a message's fragment, or a sender's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datagram<'a> {
+    /// A fragment: its header and its payload.
+    Fragment(Header, &'a [u8]),
+    /// A mark.
+    Mark(Mark),
+}
+
+/// Decodes a whole datagram: a fragment ([`Header::decode`]) or a mark (a header-only
+/// datagram with [`FLAG_MARK`], every length field 0).
+pub fn decode_datagram(datagram: &[u8]) -> Result<Datagram<'_>, WireError> {
+    let (flags, h) = Header::decode_flagged(datagram, true)?;
+    let payload = &datagram[HEADER_LEN..];
+    if payload.len() != usize::from(h.len) {
+        return Err(WireError::LengthMismatch);
+    }
+    if flags == FLAG_MARK {
+        if h.len != 0 || h.total != 0 || h.offset != 0 {
+            return Err(WireError::BadFlags);
+        }
+        return Ok(Datagram::Mark(Mark {
+            session: h.session,
+            sent: h.id,
+        }));
+    }
+    Ok(Datagram::Fragment(h, payload))
 }
 
 /// How a message is cut into datagrams of (at most) `segment` bytes, header included: every
@@ -312,6 +388,38 @@ mod tests {
             WireError::LengthMismatch
         );
         assert_eq!(Header::decode_prefix(&d[..40]).unwrap(), header());
+    }
+
+    #[test]
+    fn a_mark_is_a_header_only_datagram_that_only_decode_datagram_reads() {
+        let m = Mark {
+            session: 7,
+            sent: 10_000,
+        };
+        let b = m.encode();
+        assert_eq!(b[3], FLAG_MARK);
+        assert_eq!(internet_checksum(&b), 0);
+        assert_eq!(decode_datagram(&b).unwrap(), Datagram::Mark(m));
+        // Not a fragment: a receiver that knows no marks counts it as garbage.
+        assert_eq!(Header::decode(&b).unwrap_err(), WireError::BadFlags);
+        // A mark with a payload, or lengths, is not one.
+        let mut long = b.to_vec();
+        long.push(0);
+        assert_eq!(
+            decode_datagram(&long).unwrap_err(),
+            WireError::LengthMismatch
+        );
+        let mut h = header();
+        h.len = 0;
+        let mut bad = [0u8; HEADER_LEN];
+        h.encode_flagged(&mut bad, FLAG_MARK);
+        assert_eq!(decode_datagram(&bad).unwrap_err(), WireError::BadFlags);
+        // A fragment decodes as one.
+        let mut d = header().encode().to_vec();
+        d.extend(vec![0u8; 1448]);
+        assert!(
+            matches!(decode_datagram(&d), Ok(Datagram::Fragment(h, p)) if h == header() && p.len() == 1448)
+        );
     }
 
     #[test]

@@ -14,8 +14,9 @@ command -v cargo-deb >/dev/null 2>&1 || cargo install --locked cargo-deb
 cargo build --release --locked -p zcnet-cli
 rm -rf target/release/manuals
 target/release/zcnet manuals --out target/release/manuals >/dev/null
-deb=$(cargo deb -p zcnet-cli --no-build --locked 2>&1 | tail -n 1)
-[ -f "$deb" ] || { echo "cargo deb did not print a package path: $deb" >&2; exit 1; }
+rm -rf target/debian
+cargo deb -p zcnet-cli --no-build
+deb=$(ls target/debian/*.deb)
 echo "$deb: $(stat -c %s "$deb") bytes"
 dpkg-deb --contents "$deb" | awk '{print "    " $1, $3, $6}'
 echo "deb build: $((SECONDS - start)) s"
@@ -38,7 +39,7 @@ python3 -m http.server --bind 127.0.0.1 --directory "$tmp" "$port" >/dev/null 2>
 for _ in $(seq 50); do curl -fso /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
 "$zcnet" run --stats "$tmp/stats.jsonl" -- curl -fsS -o "$tmp/got.bin" "http://127.0.0.1:$port/page.bin"
 cmp "$tmp/page.bin" "$tmp/got.bin"
-grep -q '"pid"' "$tmp/stats.jsonl" || { echo "zcnet run: no stats line: the library was not preloaded" >&2; cat "$tmp/stats.jsonl" >&2; exit 1; }
+grep -q '"exe":"[^"]*curl"' "$tmp/stats.jsonl" || { echo "zcnet run: no stats line: the library was not preloaded" >&2; cat "$tmp/stats.jsonl" >&2; exit 1; }
 command -v man >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq man-db; }
 MANPAGER=cat MANWIDTH=80 man zcnet-send | grep -q -- '--to'
 for page in zcnet zcnet-probe zcnet-bench zcnet-recv zcnet-tune zcnet-run; do

@@ -14,7 +14,7 @@ dir="$1"; shift
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 members=() patch=()
-for f in "$root"/target/package/*.crate; do
+for f in "${PACKAGE_DIR:-$root/target/package}"/*.crate; do
   name="$(basename "$f" .crate)"          # zcnet-cli-0.1.0
   crate="${name%-*}"                      # zcnet-cli
   rm -rf "${dir:?}/$name"

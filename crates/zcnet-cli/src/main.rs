@@ -6,6 +6,8 @@
 #![forbid(unsafe_code)] // unsafe lives in the zcnet-sys crate only
 
 mod bench;
+mod manuals;
+mod preload_lib;
 mod probe;
 mod probe_cmd;
 mod run_cmd;
@@ -44,6 +46,9 @@ enum Command {
     Tune(tune::Args),
     /// Run an unmodified program with zcnet's transmit paths (LD_PRELOAD), copy semantics kept.
     Run(run_cmd::Args),
+    /// Man pages and shell completions from these definitions (for packagers).
+    #[command(hide = true)]
+    Manuals(manuals::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +60,7 @@ fn main() -> ExitCode {
         Command::Recv(args) => transfer_cmd::recv(&args),
         Command::Tune(args) => tune::run(&args),
         Command::Run(args) => run_cmd::run(&args),
+        Command::Manuals(args) => manuals::run(&args, <Cli as clap::CommandFactory>::command()),
     };
     // A Ctrl-C during a netns run: its handler removes the namespaces and exits with 130.
     bench::yield_to_interrupt();

@@ -43,7 +43,8 @@ impl Tx {
     zcnet run --tx cow --stats s.json -- iperf3 -c 127.0.0.1\n\n\
     Statically linked programs, Go programs and setuid programs are not covered\n\
     (zcnet run says so when it sees one). The library is $ZCNET_PRELOAD, else\n\
-    libzcnet_preload.so next to this binary.")]
+    libzcnet_preload.so beside this binary, in ../lib/zcnet/ from it, or the copy\n\
+    built into it (cargo install), written to ~/.cache/zcnet/.")]
 pub struct Args {
     /// How TCP sends go out.
     #[arg(long, value_enum, default_value = "auto")]
@@ -129,39 +130,9 @@ pub fn not_covered(path: &Path) -> Option<NotCovered> {
     None
 }
 
-/// The library: `$ZCNET_PRELOAD`, else beside this binary.
-pub fn library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("ZCNET_PRELOAD").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("ZCNET_PRELOAD={} is not a file", p.display()))
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
-    // Beside the binary; in a cargo target dir, also where cargo leaves it when it builds
-    // the library as a dependency (`deps/`).
-    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    let found = [
-        dir.join("libzcnet_preload.so"),
-        dir.join("deps/libzcnet_preload.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file());
-    match found {
-        Some(p) => Ok(p),
-        None => Err(format!(
-            "libzcnet_preload.so is not next to {} and ZCNET_PRELOAD is not set \
-             (build it with `cargo build -p zcnet-preload`)",
-            exe.display()
-        )),
-    }
-}
-
 /// Runs `zcnet run`: replaces this process with the program (returns only on failure).
 pub fn run(args: &Args) -> Result<(), String> {
-    let lib = library()?;
+    let lib = crate::preload_lib::find().map_err(|e| e.to_string())?;
     let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
     let program = &args.cmd[0];
     match resolve(program) {

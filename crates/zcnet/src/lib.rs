@@ -118,5 +118,5 @@ pub use stream::{Listener, Receiver, ReceiverConfig, Sender, SenderConfig};
 /// The README's examples, compiled and run by `cargo test` so the first code a user copies
 /// keeps working.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -14,6 +14,7 @@ mod report;
 mod server;
 mod start;
 mod streams;
+mod udp;
 mod wire;
 
 pub(crate) use opts::{ClientOpts, Common, Format, ServerOpts};

@@ -28,7 +28,8 @@
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
 //!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
 //!   [`ledger`] (message ids delivered or lost), [`output`] and [`plot`];
-//! * [`pin`] — `--pin`'s placement of the data threads;
+//! * [`pin`] — `--pin`'s placement of the data threads; [`backoff`] — both servers' answer
+//!   to a failing `accept` (a wait, and a log line a second at most), a leaf;
 //! * [`spec`] — the shared terms (`RunSpec`, `BenchError`, `Transport`), a leaf.
 
 mod backoff;

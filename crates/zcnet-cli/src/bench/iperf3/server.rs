@@ -488,7 +488,25 @@ fn udp_test(
 ) -> Result<(), BenchError> {
     let opts = &sh.opts.common;
     let sockets = {
-        let _one_at_a_time = sh.udp_setup.lock().unwrap_or_else(|e| e.into_inner());
+        // Another UDP test still connecting its streams (a client that never sends its
+        // connect datagrams holds this for UDP_CONNECT_WAIT at most): busy after a while,
+        // as iperf3's server is busy.
+        let waited = Instant::now();
+        let _one_at_a_time = loop {
+            match sh.udp_setup.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if waited.elapsed() < UDP_SETUP_WAIT => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    let _ = wire::write_state(&mut ctrl, State::AccessDenied);
+                    return Err(BenchError::Rejected(
+                        "busy: another UDP test is connecting its streams".into(),
+                    ));
+                }
+            }
+        };
         let connected = ctrl
             .local_addr()
             .map_err(|e| BenchError::io("getsockname (control)", e))
@@ -499,7 +517,7 @@ fn udp_test(
                     listener,
                     addr,
                     params.parallel,
-                    Instant::now() + CONTROL_TIMEOUT,
+                    Instant::now() + UDP_CONNECT_WAIT,
                 )
             });
         match connected {
@@ -574,6 +592,11 @@ fn udp_test(
         sh,
     )
 }
+
+/// How long a UDP test's client has to send all its connect datagrams.
+const UDP_CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// How long a UDP test waits for another one to finish connecting before it is busy.
+const UDP_SETUP_WAIT: Duration = Duration::from_secs(5);
 
 /// A test whose streams are running.
 struct Run {

@@ -211,27 +211,17 @@ pub(crate) fn start(
         let (id, sender, main) = (s.id, s.sender, s.main);
         let socket = s.stream.as_raw_fd();
         let probe = s.stream.try_clone().ok();
-        let spawned = std::thread::Builder::new()
-            .name(format!("iperf3-{id}"))
-            .spawn(move || {
-                if sender {
-                    send_loop(s, &d, &l, &c, t0)
-                } else if d.rx_file {
-                    recv_file_loop(s, &d, &l, &c, t0)
-                } else {
-                    recv_loop(s, &d, &l, &c, t0)
-                }
-            });
+        let spawned = Running::spawn(id, socket, sender, main, probe, live, move || {
+            if sender {
+                send_loop(s, &d, &l, &c, t0)
+            } else if d.rx_file {
+                recv_file_loop(s, &d, &l, &c, t0)
+            } else {
+                recv_loop(s, &d, &l, &c, t0)
+            }
+        });
         match spawned {
-            Ok(handle) => running.push(Running {
-                id,
-                socket,
-                sender,
-                main,
-                live,
-                probe,
-                handle,
-            }),
+            Ok(r) => running.push(r),
             Err(e) => {
                 // No thread for this stream: the test fails, the streams started stop,
                 // and the process goes on (the stream's connection closed with it).

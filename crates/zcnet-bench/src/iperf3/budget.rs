@@ -12,8 +12,10 @@
 //! * a receiving stream: one block of `-l` (the receive buffer), plus [`STREAM_OVERHEAD`].
 //!
 //! The ring a sender would like covers a 16 MiB window ([`desired_ring`], as the bench's
-//! default ring); when the free budget is short it is lowered, down to one block — a
-//! loaning path then waits for its own completions, which costs speed, not correctness.
+//! default ring); a test may take at most half of what is free (or its minimum, if that is
+//! more), so the first of many clients cannot take the whole budget and turn the rest away;
+//! within that share the ring is lowered as needed, down to one block — a loaning path then
+//! waits for its own completions, which costs speed, not correctness.
 //! A test whose one-block minimum exceeds what is free now is turned away as iperf3's
 //! server turns a second client away (`ACCESS_DENIED`, "busy, try again later"); one whose
 //! minimum exceeds the whole cap can never run and is refused with iperf3's own error for
@@ -124,8 +126,9 @@ impl Budget {
     }
 
     /// Decides on a test and, when granted, reserves its bytes (give them back with
-    /// [`Budget::release`] when it ends): the desired ring if it fits in what is free,
-    /// else the largest ring that does, else busy or never.
+    /// [`Budget::release`] when it ends): the desired ring if it fits in the test's share
+    /// (half of what is free, or its minimum if that is more), else the largest ring that
+    /// does, else busy or never.
     pub fn admit(&mut self, need: &Need) -> Admit {
         if need.minimum() > self.cap {
             let one = Need {
@@ -141,15 +144,16 @@ impl Budget {
         if need.minimum() > free {
             return Admit::Busy;
         }
+        let share = (free / 2).max(need.minimum());
         let desired = u64::from(desired_ring(need.len));
-        let ring = if need.bytes(desired) <= free || need.senders == 0 || need.fixed_two_blocks {
+        let ring = if need.bytes(desired) <= share || need.senders == 0 || need.fixed_two_blocks {
             desired
         } else {
             // bytes(r) = base + senders·len·r, so the largest r that fits is
-            // (free − base) / (senders·len); bytes(1) ≤ free makes it at least 1.
+            // (share − base) / (senders·len); bytes(1) ≤ share makes it at least 1.
             let base = need.bytes(0);
             let per = need.len.max(1).saturating_mul(u64::from(need.senders));
-            ((free - base) / per).clamp(1, desired)
+            ((share - base) / per).clamp(1, desired)
         };
         let bytes = need.bytes(ring);
         self.used += bytes;
@@ -218,33 +222,49 @@ mod tests {
     }
 
     #[test]
-    fn rings_shrink_to_fit_then_tests_are_busy_then_room_comes_back() {
+    fn rings_shrink_to_a_share_then_tests_are_busy_then_room_comes_back() {
         let mut b = Budget::new(64 * MIB);
-        // -R -P 2 -l 8M would like 8 blocks a stream: 2 × (64 + 1) MiB, over the cap. The
-        // largest ring that fits: (64 − 2) MiB / (2 × 8 MiB) = 3 blocks.
-        let first = b.admit(&need(2, 0, 8 * MIB));
-        assert_eq!(
-            first,
-            Admit::Granted {
-                ring: 3,
-                bytes: 2 * (24 * MIB + MIB)
-            }
-        );
-        // 14 MiB left; even one block a stream (2 × 9 MiB) does not fit: busy, not never.
-        assert_eq!(b.admit(&need(2, 0, 8 * MIB)), Admit::Busy);
-        // A receiving-only test of one small stream still fits beside it.
+        let n = need(2, 0, 8 * MIB);
+        // -R -P 2 -l 8M would like 8 blocks a stream (2 × 65 MiB); its minimum is 2 × 9 MiB.
+        assert_eq!(n.minimum(), 18 * MIB);
+        // Half of the 64 MiB free is its share: one block a stream fits, two do not.
+        let grant = Admit::Granted {
+            ring: 1,
+            bytes: 18 * MIB,
+        };
+        assert_eq!(b.admit(&n), grant);
+        // 46 MiB free: a share of 23 MiB, one block a stream again.
+        assert_eq!(b.admit(&n), grant);
+        // 28 MiB free: half is under the minimum, which it gets.
+        assert_eq!(b.admit(&n), grant);
+        // 10 MiB free: busy, not never.
+        assert_eq!(b.admit(&n), Admit::Busy);
+        assert_eq!(b.used(), 54 * MIB);
+        // A receiving-only test of one small stream still fits beside them.
         assert!(matches!(
             b.admit(&need(0, 1, 128 << 10)),
             Admit::Granted { .. }
         ));
         assert!(b.used() <= b.cap());
-        b.release(2 * (24 * MIB + MIB));
+        for _ in 0..3 {
+            b.release(18 * MIB);
+        }
         b.release(128 * 1024 + STREAM_OVERHEAD);
         assert_eq!(b.used(), 0);
-        assert!(matches!(
-            b.admit(&need(2, 0, 8 * MIB)),
-            Admit::Granted { ring: 3, .. }
-        ));
+        assert_eq!(b.admit(&n), grant);
+    }
+
+    #[test]
+    fn the_first_of_many_clients_does_not_take_the_whole_budget() {
+        // 32 clients asking -R -P 8 -l 16M under the default 1 GiB: each would like
+        // 8 × (8 × 16 + 1) MiB; shares of half what is free let four run, not one.
+        let mut b = Budget::new(DEFAULT_MAX_MEMORY);
+        let n = need(8, 0, 16 * MIB);
+        let granted = (0..32)
+            .filter(|_| matches!(b.admit(&n), Admit::Granted { .. }))
+            .count();
+        assert_eq!(granted, 4);
+        assert!(b.used() <= b.cap());
     }
 
     #[test]

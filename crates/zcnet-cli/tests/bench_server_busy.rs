@@ -116,3 +116,95 @@ fn a_client_during_a_run_is_told_busy_and_a_vanished_client_releases_the_run() {
     );
     drop(b);
 }
+
+/// Five clients in a row, each with a valid hello that is accepted and then gone before
+/// opening a data connection (the run left waiting for its data): each departure stops its
+/// run at once — its threads end, where they used to wait out the 20 s data timeout and,
+/// four of them, made the server answer everyone "busy" — so the sixth client, a real
+/// one, runs at once.
+#[test]
+fn abandoned_runs_are_stopped_at_once_and_never_make_the_server_busy() {
+    let server = Server::start(&[]);
+    let pid = server.pid();
+    let idle_threads = common::procfs::threads(pid);
+    for i in 0..5 {
+        let mut a = TcpStream::connect(&server.addr).unwrap();
+        a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        protocol::write_message(&mut a, &Message::Hello { params: params() }).unwrap();
+        match protocol::read_message(&mut a) {
+            Ok(Message::Accept { .. }) => {}
+            other => panic!("hello {i} after {i} abandoned runs: {other:?}"),
+        }
+        drop(a);
+        // The server looks for departed clients every 100 ms at most.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Every abandoned run's thread has ended: back to the idle server's threads.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while common::procfs::threads(pid) > idle_threads {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} threads, {idle_threads} when idle: abandoned runs still hold theirs",
+            common::procfs::threads(pid)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = real_run(&server.addr);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// At its descriptor limit (`prlimit --nofile` on the running server), with clients waiting
+/// in the backlog, the accept loop waits instead of spinning and logs a line a second at
+/// most; once descriptors come back, a real client runs.
+#[test]
+fn at_the_descriptor_limit_the_server_backs_off_and_recovers() {
+    let mut server = Server::start(&[]);
+    let pid = server.pid();
+    let open = common::procfs::descriptors(pid);
+    if !common::procfs::set_limit(pid, "nofile", Some(open + 2)) {
+        eprintln!("SKIP: prlimit cannot set the server's descriptor limit");
+        return;
+    }
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let l = log.clone();
+    let mut err = std::io::BufReader::new(server.take_stderr());
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while std::io::BufRead::read_line(&mut err, &mut line).unwrap_or(0) > 0 {
+            l.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+    let silent: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let lines0 = log.lock().unwrap().lines().count();
+    let cpu0 = common::procfs::cpu_seconds(pid);
+    let t0 = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu = common::procfs::cpu_seconds(pid) - cpu0;
+    let wall = t0.elapsed().as_secs_f64();
+    let text = log.lock().unwrap().clone();
+    let lines = text.lines().count() - lines0;
+    eprintln!("at the descriptor limit for {wall:.1} s: {cpu:.2} CPU-s, {lines} log lines");
+    assert!(
+        text.contains("Too many open files"),
+        "EMFILE was hit: {text}"
+    );
+    assert!(lines <= 4, "{lines} lines in {wall:.1} s: {text}");
+    assert!(cpu < 0.5 * wall, "{cpu} CPU-s in {wall} s");
+    drop(silent);
+    assert!(common::procfs::set_limit(pid, "nofile", Some(1024)));
+    std::thread::sleep(Duration::from_millis(1200));
+    let out = real_run(&server.addr);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

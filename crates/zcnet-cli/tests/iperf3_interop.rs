@@ -1,8 +1,9 @@
 //! `zcnet bench -s` / `-c` against the real `iperf3` from the distribution, on loopback:
 //! an unmodified `iperf3 -c` against `zcnet bench -s`, and `zcnet bench -c` against an
-//! unmodified `iperf3 -s` — forward, `-R`, `--bidir`, `-P 4` — with both sides' `-J`
-//! reports parsed for exactly the fields k8s-netperf reads (`end.sum_sent.retransmits`,
-//! `end.sum_received.bits_per_second`; `pkg/drivers/iperf.go`) and those pScheduler and
+//! unmodified `iperf3 -s` — forward, `-R`, `--bidir`, `-P 4`, and UDP (`-u`) both ways —
+//! with both sides' `-J` reports parsed for exactly the fields k8s-netperf reads
+//! (`end.sum_sent.retransmits`, `end.sum_received.bits_per_second`, `end.sum.lost_percent`;
+//! `pkg/drivers/iperf.go`) and those pScheduler and
 //! PerfKitBenchmarker read (`end.sum_sent` / `end.sum_received` bytes and rates,
 //! `end.cpu_utilization_percent.host_total` / `remote_total`).
 //!
@@ -233,8 +234,59 @@ fn bytes(v: &Value, sum: &str) -> u64 {
     num(v, &["end", sum, "bytes"]) as u64
 }
 
+/// What k8s-netperf's iperf3 driver decodes (`pkg/drivers/iperf.go`, `IperfResult`:
+/// `end.sum_sent.retransmits`, `end.sum_received.bits_per_second`, `end.sum.bits_per_second`
+/// and `end.sum.lost_percent`), read as its Go decoder reads them: each absent (Go's zero
+/// value) or a number, never anything else; the rate it reports (`sum_received`'s) positive;
+/// for UDP the loss a percentage, and for TCP the retransmits a count.
+fn check_k8s_netperf(v: &Value, udp: bool, who: &str) {
+    for (sum, field) in [
+        ("sum_sent", "retransmits"),
+        ("sum_received", "bits_per_second"),
+        ("sum", "bits_per_second"),
+        ("sum", "lost_percent"),
+    ] {
+        let x = &v["end"][sum][field];
+        assert!(
+            x.is_null() || x.is_number(),
+            "{who}: end.{sum}.{field} = {x}: k8s-netperf cannot decode it"
+        );
+    }
+    assert!(
+        num(v, &["end", "sum_received", "bits_per_second"]) > 0.0,
+        "{who}"
+    );
+    if udp {
+        let l = num(v, &["end", "sum", "lost_percent"]);
+        assert!((0.0..=100.0).contains(&l), "{who}: lost_percent {l}");
+        assert!(num(v, &["end", "sum", "bits_per_second"]) > 0.0, "{who}");
+    } else {
+        assert!(num(v, &["end", "sum_sent", "retransmits"]) >= 0.0, "{who}");
+    }
+}
+
+/// The fields k8s-netperf, pScheduler and PerfKitBenchmarker read from a UDP test, present
+/// and sane, with iperf3's UDP sums (`packets`, `lost_packets`, `jitter_ms`).
+fn check_udp_consumer_fields(v: &Value, who: &str) {
+    check_k8s_netperf(v, true, who);
+    for sum in ["sum", "sum_sent", "sum_received"] {
+        for f in ["bytes", "bits_per_second", "packets"] {
+            assert!(num(v, &["end", sum, f]) > 0.0, "{who}: end.{sum}.{f}");
+        }
+        for f in ["lost_packets", "jitter_ms", "lost_percent"] {
+            assert!(num(v, &["end", sum, f]) >= 0.0, "{who}: end.{sum}.{f}");
+        }
+    }
+    for k in ["host_total", "remote_total"] {
+        let c = num(v, &["end", "cpu_utilization_percent", k]);
+        assert!(c.is_finite() && c >= 0.0, "{who}: {k} = {c}");
+    }
+    assert_eq!(v["start"]["test_start"]["protocol"], "UDP", "{who}");
+}
+
 /// The fields k8s-netperf, pScheduler and PerfKitBenchmarker read, present and sane.
 fn check_consumer_fields(v: &Value, who: &str) {
+    check_k8s_netperf(v, false, who);
     assert!(num(v, &["end", "sum_sent", "retransmits"]) >= 0.0, "{who}");
     assert!(num(v, &["end", "sum_sent", "bytes"]) > 0.0, "{who}");
     assert!(
@@ -558,12 +610,12 @@ fn zcnet_to_zcnet_reports_both_ends_cpu_per_gib() {
     ignore = "needs iperf3 (apt-get install iperf3)"
 )]
 #[test]
-fn zcnet_server_refuses_udp_by_name() {
+fn zcnet_server_refuses_udp_bidir_by_name() {
     let iperf3 = need_iperf3!();
     let (mut server, port, log) = zcnet_server(&["-1"]);
-    let client = spawn_piped(iperf3_client(&iperf3, port).args(["-u", "-t", "1"]));
+    let client = spawn_piped(iperf3_client(&iperf3, port).args(["-u", "--bidir", "-t", "1"]));
     let (ok, out, err) = finish(client, Duration::from_secs(30));
-    assert!(!ok, "iperf3 -u should fail against zcnet: {out}");
+    assert!(!ok, "iperf3 -u --bidir should fail against zcnet: {out}");
     assert!(
         (out.clone() + &err).contains("error"),
         "iperf3 says why: {out} {err}"
@@ -572,7 +624,191 @@ fn zcnet_server_refuses_udp_by_name() {
     assert!(!sok, "the refused test is the server's failure too");
     std::thread::sleep(Duration::from_millis(100)); // the stderr reader's last line
     let log = log.lock().unwrap().clone();
-    assert!(log.contains("UDP tests (-u)"), "the server names it: {log}");
+    assert!(
+        log.contains("UDP tests with --bidir"),
+        "the server names it: {log}"
+    );
+}
+
+/// Each of iperf3's UDP counts, as both reports of one test carry them.
+fn udp_counts(v: &Value, sum: &str) -> (u64, u64, u64) {
+    (
+        num(v, &["end", sum, "bytes"]) as u64,
+        num(v, &["end", sum, "packets"]) as u64,
+        num(v, &["end", sum, "lost_packets"]) as u64,
+    )
+}
+
+/// An unmodified `iperf3 -u -c` against `zcnet bench -s`: the test runs (iperf3 used to
+/// be told "not implemented"), and both ends' `-J` reports carry the same datagram counts,
+/// losses and `lost_percent` in every sum, the counts consistent with the bytes.
+fn iperf3_udp_client_vs_zcnet_server(args: &[&str], len: u64) {
+    let iperf3 = need_iperf3!();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.json");
+    let (server, port, _) = zcnet_server(&["-1", "--logfile", log.to_str().unwrap()]);
+    let (out, _) = run_pair(
+        iperf3_client(&iperf3, port).args(["-J", "-u"]).args(args),
+        "iperf3 -u -c",
+        server,
+        "zcnet bench -s -1",
+    );
+    let c = parse(&out, "iperf3 -u -c");
+    let s = parse(&std::fs::read_to_string(&log).unwrap(), "zcnet bench -s");
+    check_udp_consumer_fields(&c, "iperf3 -u -c");
+    check_udp_consumer_fields(&s, "zcnet bench -s (UDP)");
+    for sum in ["sum", "sum_sent", "sum_received"] {
+        assert_eq!(udp_counts(&c, sum), udp_counts(&s, sum), "end.{sum}");
+        let (a, b) = (
+            num(&c, &["end", sum, "lost_percent"]),
+            num(&s, &["end", sum, "lost_percent"]),
+        );
+        assert!((a - b).abs() < 1e-9, "end.{sum}.lost_percent {a} vs {b}");
+    }
+    let (sent_bytes, sent, _) = udp_counts(&c, "sum_sent");
+    let (got_bytes, highest, lost) = udp_counts(&c, "sum_received");
+    assert_eq!(sent_bytes, sent * len, "every datagram is -l bytes");
+    assert!(highest <= sent && lost <= highest);
+    assert_eq!(got_bytes % len, 0);
+    let got = got_bytes / len;
+    assert!(got <= sent, "{got} received of {sent} sent");
+    // What is neither received nor counted lost is what was still in flight at the end.
+    assert!(got + lost <= sent + 1, "{got} + {lost} vs {sent}");
+    let lp = num(&c, &["end", "sum", "lost_percent"]);
+    assert!(
+        (lp - 100.0 * lost as f64 / sent as f64).abs() < 1e-9,
+        "{lp}"
+    );
+    assert!(c["end"]["streams"][0]["udp"]["packets"].as_u64().is_some());
+    // zcnet's end counted its datagrams and calls.
+    let z = &s["end"]["zcnet"]["local"]["udp"];
+    assert!(
+        num(z, &["datagrams"]) > 0.0 && num(z, &["syscalls"]) > 0.0,
+        "{z}"
+    );
+}
+
+#[test]
+fn iperf3_udp_client_against_zcnet_server() {
+    iperf3_udp_client_vs_zcnet_server(&["-b", "50M", "-l", "1400", "-t", "1"], 1400);
+}
+
+#[test]
+fn iperf3_udp_client_reverse_two_streams_64bit_against_zcnet_server() {
+    iperf3_udp_client_vs_zcnet_server(
+        &[
+            "-R",
+            "-P",
+            "2",
+            "-b",
+            "50M",
+            "-l",
+            "1200",
+            "-t",
+            "1",
+            "--udp-counters-64bit",
+        ],
+        1200,
+    );
+}
+
+/// `zcnet bench -c -u` against an unmodified `iperf3 -s`: iperf3 receives (or, with `-R`,
+/// sends) the datagrams, and the counts each end measured itself are the same in both
+/// reports (iperf3's server writes its report before the results exchange, so it has only
+/// its own side's counts).
+fn zcnet_udp_client_vs_iperf3_server(args: &[&str], reverse: bool) {
+    let iperf3 = need_iperf3!();
+    let (server, port) = iperf3_server(&iperf3);
+    let (out, sout) = run_pair(
+        zcnet_client(port).args(["-J", "-u"]).args(args),
+        "zcnet bench -c -u",
+        server,
+        "iperf3 -s",
+    );
+    let c = parse(&out, "zcnet bench -c -u");
+    let s = parse(&sout, "iperf3 -s (UDP)");
+    check_udp_consumer_fields(&c, "zcnet bench -c -u");
+    if reverse {
+        // iperf3 sent: its count is the client's sum_sent, exactly.
+        assert_eq!(udp_counts(&c, "sum_sent"), udp_counts(&s, "sum_sent"));
+        let (_, sent, _) = udp_counts(&c, "sum_sent");
+        let (_, highest, lost) = udp_counts(&c, "sum_received");
+        assert!(highest <= sent && lost <= highest);
+    } else {
+        // iperf3 received: its counts are the client's sum_received, exactly.
+        assert_eq!(
+            udp_counts(&c, "sum_received"),
+            udp_counts(&s, "sum_received")
+        );
+        let (_, sent, _) = udp_counts(&c, "sum_sent");
+        let (_, _, lost) = udp_counts(&c, "sum_received");
+        let lp = num(&c, &["end", "sum", "lost_percent"]);
+        assert!(
+            (lp - 100.0 * lost as f64 / sent as f64).abs() < 1e-9,
+            "{lp}"
+        );
+        assert_eq!(
+            num(&s, &["end", "sum_received", "lost_packets"]) as u64,
+            lost
+        );
+    }
+    let z = &c["end"]["zcnet"]["local"]["udp"];
+    assert!(num(z, &["datagrams"]) > 0.0, "{z}");
+    assert!(c["end"]["zcnet"]["remote"].is_null());
+}
+
+#[test]
+fn zcnet_udp_client_against_iperf3_server() {
+    zcnet_udp_client_vs_iperf3_server(&["-b", "50M", "-l", "1400", "-t", "1"], false);
+}
+
+#[test]
+fn zcnet_udp_client_reverse_two_streams_64bit_against_iperf3_server() {
+    zcnet_udp_client_vs_iperf3_server(
+        &[
+            "-R",
+            "-P",
+            "2",
+            "-b",
+            "50M",
+            "-l",
+            "1200",
+            "-t",
+            "1",
+            "--udp-counters-64bit",
+        ],
+        true,
+    );
+}
+
+/// `zcnet bench -c -u` against `zcnet bench -s`: both ends are zcnet (GSO out, GRO in), the
+/// counts agree, and `-b 0` (unlimited, what k8s-netperf passes) runs.
+#[test]
+fn zcnet_udp_to_zcnet_unlimited_rate() {
+    let (server, port, _) = zcnet_server(&["-1"]);
+    let (out, sout) = run_pair(
+        zcnet_client(port).args(["-J", "-u", "-b", "0", "-l", "1400", "-n", "20M"]),
+        "zcnet bench -c -u -b 0",
+        server,
+        "zcnet bench -s",
+    );
+    let c = parse(&out, "zcnet bench -c -u");
+    let s = parse(&sout, "zcnet bench -s (UDP)");
+    check_udp_consumer_fields(&c, "zcnet bench -c -u -b 0");
+    for sum in ["sum", "sum_sent", "sum_received"] {
+        assert_eq!(udp_counts(&c, sum), udp_counts(&s, sum), "end.{sum}");
+    }
+    // -n is exact on the sending side: whole datagrams up to the count.
+    let (bytes, packets, _) = udp_counts(&c, "sum_sent");
+    assert_eq!(packets, (20u64 << 20).div_ceil(1400));
+    assert_eq!(bytes, packets * 1400);
+    let z = &c["end"]["zcnet"]["local"]["udp"];
+    assert_eq!(z["gso"], true, "{z}");
+    assert!(
+        num(z, &["syscalls"]) < num(z, &["datagrams"]),
+        "GSO sends several datagrams a call: {z}"
+    );
+    assert_eq!(s["end"]["zcnet"]["local"]["udp"]["gro"], true);
 }
 
 /// `zcnet bench -c -Z` (iperf3's sendfile flag = zcnet's `--tx file`) against `iperf3 -s`:

@@ -20,6 +20,7 @@
 //! `--json-stream` events from what a side measured, with zcnet's own figures added under
 //! keys iperf3 does not use (`end.zcnet`, `start.zcnet`), never changing iperf3's.
 
+pub mod budget;
 pub mod cookie;
 pub mod error;
 pub mod frame;
@@ -27,6 +28,7 @@ pub mod output;
 pub mod params;
 pub mod results;
 pub mod state;
+pub mod udp;
 
 pub use cookie::{Cookie, COOKIE_SIZE};
 pub use error::Iperf3Error;

@@ -200,14 +200,14 @@ pub fn start(s: &Start) -> Value {
     }
     m.insert("cookie".into(), json!(s.cookie));
     m.insert("tcp_mss_default".into(), json!(s.tcp_mss_default));
-    m.insert("target_bitrate".into(), json!(0));
+    m.insert("target_bitrate".into(), json!(p.bandwidth));
     m.insert("sock_bufsize".into(), json!(0));
     m.insert("sndbuf_actual".into(), json!(s.sndbuf_actual));
     m.insert("rcvbuf_actual".into(), json!(s.rcvbuf_actual));
     m.insert(
         "test_start".into(),
         json!({
-            "protocol": "TCP",
+            "protocol": if p.udp { "UDP" } else { "TCP" },
             "num_streams": p.parallel,
             "blksize": p.len,
             "omit": 0,
@@ -216,7 +216,7 @@ pub fn start(s: &Start) -> Value {
             "blocks": 0,
             "reverse": u8::from(p.direction == Direction::Reverse),
             "tos": 0,
-            "target_bitrate": 0,
+            "target_bitrate": p.bandwidth,
         }),
     );
     if p.direction == Direction::Bidir {
@@ -259,6 +259,35 @@ pub struct StreamTotal {
     pub receiver_seconds: f64,
     /// Retransmits the sending end counted (`None`: it could not).
     pub retransmits: Option<i64>,
+    /// A UDP stream's datagram counts (`None` for TCP).
+    pub udp: Option<UdpTotal>,
+}
+
+/// A UDP stream's datagrams, both ends' counts together (iperf3's `packet_count` of each
+/// end, `cnt_error`, `outoforder_packets`, `jitter`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UdpTotal {
+    /// Datagrams the sending end sent.
+    pub sender_packets: u64,
+    /// The highest packet number the receiving end saw.
+    pub receiver_packets: u64,
+    /// Datagrams lost, as the receiving end counted them.
+    pub lost: u64,
+    /// Datagrams that arrived out of order.
+    pub out_of_order: u64,
+    /// Smoothed jitter at the receiving end, seconds.
+    pub jitter: f64,
+}
+
+impl UdpTotal {
+    /// The packet count iperf3 reports: the sender's where known, else the receiver's.
+    fn packets(&self) -> u64 {
+        if self.sender_packets > 0 {
+            self.sender_packets
+        } else {
+            self.receiver_packets
+        }
+    }
 }
 
 /// Percentages of one CPU, iperf3's `cpu_utilization_percent`.
@@ -324,6 +353,83 @@ fn end_sum(streams: &[&StreamTotal], sent: bool) -> Value {
     v
 }
 
+/// `end` of a UDP test (`iperf_print_results`, UDP branch): one `udp` record per stream,
+/// from the sender's byte count and the receiver's loss and jitter, and three sums —
+/// `sum` (the one k8s-netperf reads `lost_percent` from), `sum_sent` and `sum_received`.
+fn end_udp(streams: &[StreamTotal]) -> Map<String, Value> {
+    let main: Vec<&StreamTotal> = streams.iter().filter(|s| s.main).collect();
+    let per_stream: Vec<Value> = main
+        .iter()
+        .map(|s| {
+            let u = s.udp.unwrap_or_default();
+            json!({"udp": {
+                "socket": s.socket,
+                "start": 0,
+                "end": s.sender_seconds,
+                "seconds": s.sender_seconds,
+                "bytes": s.sent,
+                "bits_per_second": bps(s.sent, s.sender_seconds),
+                "jitter_ms": u.jitter * 1000.0,
+                "lost_packets": u.lost,
+                "packets": u.packets(),
+                "lost_percent": super::udp::lost_percent(u.lost, u.sender_packets),
+                "out_of_order": u.out_of_order,
+                "sender": s.sender,
+            }})
+        })
+        .collect();
+    let n = main.len().max(1) as f64;
+    let sender_time = main.iter().map(|s| s.sender_seconds).fold(0.0, f64::max);
+    let receiver_time = main.iter().map(|s| s.receiver_seconds).fold(0.0, f64::max);
+    let sent: u64 = main.iter().map(|s| s.sent).sum();
+    let received: u64 = main.iter().map(|s| s.received).sum();
+    let udp = |f: fn(&UdpTotal) -> u64| -> u64 {
+        main.iter().map(|s| f(&s.udp.unwrap_or_default())).sum()
+    };
+    let total_packets = udp(UdpTotal::packets);
+    let sender_packets = udp(|u| u.sender_packets);
+    let receiver_packets = udp(|u| u.receiver_packets);
+    let lost = udp(|u| u.lost);
+    let jitter_ms = main
+        .iter()
+        .map(|s| s.udp.unwrap_or_default().jitter)
+        .sum::<f64>()
+        / n
+        * 1000.0;
+    let lost_percent = super::udp::lost_percent(lost, total_packets);
+    let sender = main.first().is_some_and(|s| s.sender);
+    let mut m = Map::new();
+    m.insert("streams".into(), Value::Array(per_stream));
+    m.insert(
+        "sum".into(),
+        json!({
+            "start": 0, "end": receiver_time, "seconds": receiver_time,
+            "bytes": sent, "bits_per_second": bps(sent, sender_time),
+            "jitter_ms": jitter_ms, "lost_packets": lost, "packets": total_packets,
+            "lost_percent": lost_percent, "sender": sender,
+        }),
+    );
+    m.insert(
+        "sum_sent".into(),
+        json!({
+            "start": 0, "end": sender_time, "seconds": sender_time,
+            "bytes": sent, "bits_per_second": bps(sent, sender_time),
+            "jitter_ms": 0.0, "lost_packets": 0, "packets": sender_packets,
+            "lost_percent": 0.0, "sender": true,
+        }),
+    );
+    m.insert(
+        "sum_received".into(),
+        json!({
+            "start": 0, "end": receiver_time, "seconds": receiver_time,
+            "bytes": received, "bits_per_second": bps(received, receiver_time),
+            "jitter_ms": jitter_ms, "lost_packets": lost, "packets": receiver_packets,
+            "lost_percent": lost_percent, "sender": false,
+        }),
+    );
+    m
+}
+
 /// `end`.
 pub fn end(
     streams: &[StreamTotal],
@@ -331,6 +437,12 @@ pub fn end(
     congestion: (Option<&str>, Option<&str>),
     zcnet: Value,
 ) -> Value {
+    if streams.iter().any(|s| s.udp.is_some()) {
+        let mut m = end_udp(streams);
+        m.insert("cpu_utilization_percent".into(), cpu_json(&cpu));
+        m.insert("zcnet".into(), zcnet);
+        return Value::Object(m);
+    }
     let per_stream: Vec<Value> = streams
         .iter()
         .map(|s| {
@@ -355,17 +467,7 @@ pub fn end(
             end_sum(&reverse, false),
         );
     }
-    m.insert(
-        "cpu_utilization_percent".into(),
-        json!({
-            "host_total": cpu.host_total,
-            "host_user": cpu.host_user,
-            "host_system": cpu.host_system,
-            "remote_total": cpu.remote_total,
-            "remote_user": cpu.remote_user,
-            "remote_system": cpu.remote_system,
-        }),
-    );
+    m.insert("cpu_utilization_percent".into(), cpu_json(&cpu));
     if let Some(c) = congestion.0 {
         m.insert("sender_tcp_congestion".into(), json!(c));
     }
@@ -374,6 +476,17 @@ pub fn end(
     }
     m.insert("zcnet".into(), zcnet);
     Value::Object(m)
+}
+
+fn cpu_json(cpu: &CpuPercent) -> Value {
+    json!({
+        "host_total": cpu.host_total,
+        "host_user": cpu.host_user,
+        "host_system": cpu.host_system,
+        "remote_total": cpu.remote_total,
+        "remote_user": cpu.remote_user,
+        "remote_system": cpu.remote_system,
+    })
 }
 
 /// The whole `-J` document; `error` as iperf3 adds it when a test fails.
@@ -469,7 +582,51 @@ mod tests {
             sender_seconds: 2.0,
             receiver_seconds: 2.5,
             retransmits: sender.then_some(3),
+            udp: None,
         }
+    }
+
+    #[test]
+    fn a_udp_end_has_iperf3s_sums_and_the_loss_k8s_netperf_reads() {
+        let udp = |sender_packets, receiver_packets, lost| UdpTotal {
+            sender_packets,
+            receiver_packets,
+            lost,
+            out_of_order: 1,
+            jitter: 0.002,
+        };
+        let streams = [
+            StreamTotal {
+                udp: Some(udp(1000, 1000, 10)),
+                ..total(5, true, true, 1_000_000, 990_000)
+            },
+            StreamTotal {
+                udp: Some(udp(3000, 2990, 20)),
+                ..total(6, true, true, 3_000_000, 2_970_000)
+            },
+        ];
+        let e = end(&streams, CpuPercent::default(), (None, None), json!({}));
+        assert_eq!(e["sum"]["packets"], 4000);
+        assert_eq!(e["sum"]["lost_packets"], 30);
+        assert_eq!(e["sum"]["lost_percent"], 0.75);
+        assert_eq!(e["sum"]["bytes"], 4_000_000);
+        assert!((e["sum"]["jitter_ms"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+        assert_eq!(e["sum_sent"]["packets"], 4000);
+        assert_eq!(e["sum_sent"]["lost_percent"], 0.0);
+        assert_eq!(e["sum_received"]["packets"], 3990);
+        assert_eq!(e["sum_received"]["bytes"], 3_960_000);
+        assert_eq!(e["sum_received"]["lost_percent"], 0.75);
+        assert_eq!(
+            e["sum_received"]["bits_per_second"],
+            3_960_000.0 * 8.0 / 2.5
+        );
+        assert_eq!(e["sum_sent"]["bits_per_second"], 4_000_000.0 * 8.0 / 2.0);
+        let s0 = &e["streams"][0]["udp"];
+        assert_eq!(s0["packets"], 1000);
+        assert_eq!(s0["lost_percent"], 1.0);
+        assert_eq!(s0["out_of_order"], 1);
+        assert_eq!(s0["sender"], true);
+        assert!(e["cpu_utilization_percent"]["host_total"].is_number());
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The test parameters the client sends after `PARAM_EXCHANGE` (`send_parameters` /
 //! `get_parameters` in iperf3's `iperf_api.c`). Keys are present only when set, as
 //! iperf3 writes them; unknown keys are ignored, as iperf3 ignores them. What zcnet does
-//! not run — UDP, SCTP, pacing to a bit rate, `--omit`, block counts, MSS, window and
-//! congestion-control choices, authentication — is refused by name rather than run
-//! differently from what the user asked.
+//! not run — SCTP, pacing TCP to a bit rate, UDP bursts or `--bidir`, `--omit`, block
+//! counts, MSS, window and congestion-control choices, authentication — is refused by name
+//! rather than run differently from what the user asked. UDP (`-u`, with `-b` per stream
+//! and `--udp-counters-64bit`) runs: [`super::udp`].
 
 use super::error::Iperf3Error;
 use serde_json::{json, Map, Value};
@@ -56,6 +57,12 @@ pub struct TestParams {
     pub extra_data: Option<String>,
     /// The client's version string (3.x writes it; older ones do not).
     pub client_version: Option<String>,
+    /// `-u`: a UDP test.
+    pub udp: bool,
+    /// `-b`: bits per second each stream sends at, 0 for unlimited (UDP only here).
+    pub bandwidth: u64,
+    /// `--udp-counters-64bit`: 64-bit packet numbers in each datagram.
+    pub udp_counters_64bit: bool,
 }
 
 /// Largest block we accept: iperf3's `MAX_TCP_BUFFER` (512 MiB). Each stream allocates a
@@ -80,6 +87,9 @@ impl Default for TestParams {
             title: None,
             extra_data: None,
             client_version: None,
+            udp: false,
+            bandwidth: 0,
+            udp_counters_64bit: false,
         }
     }
 }
@@ -139,7 +149,6 @@ impl TestParams {
     /// The JSON object iperf3's `send_parameters` writes for these parameters.
     pub fn to_json(&self) -> Value {
         let mut o = json!({
-            "tcp": true,
             "omit": 0,
             "time": self.time,
             "num": self.bytes,
@@ -148,6 +157,13 @@ impl TestParams {
             "len": self.len,
         });
         let m = o.as_object_mut().expect("an object");
+        m.insert(if self.udp { "udp" } else { "tcp" }.into(), json!(true));
+        if self.bandwidth > 0 {
+            m.insert("bandwidth".into(), json!(self.bandwidth));
+        }
+        if self.udp_counters_64bit {
+            m.insert("udp_counters_64bit".into(), json!(1));
+        }
         match self.direction {
             Direction::Forward => {}
             Direction::Reverse => {
@@ -186,8 +202,8 @@ impl TestParams {
             .as_object()
             .ok_or_else(|| Iperf3Error::BadJson("parameters: not an object".into()))?;
         for (key, what) in [
-            ("udp", "UDP tests (-u)"),
             ("sctp", "SCTP tests (--sctp)"),
+            ("dont_fragment", "don't-fragment (--dont-fragment)"),
             ("authtoken", "authentication (--username)"),
             ("MSS", "a maximum segment size (-M)"),
             ("window", "a socket buffer size (-w)"),
@@ -201,8 +217,17 @@ impl TestParams {
                 return Err(Iperf3Error::Unsupported(what.into()));
             }
         }
-        if uint(o, "bandwidth", W)?.unwrap_or(0) != 0 {
-            return Err(Iperf3Error::Unsupported("a target bit rate (-b)".into()));
+        let udp = o
+            .get("udp")
+            .is_some_and(|v| !matches!(v, Value::Bool(false)));
+        let bandwidth = uint(o, "bandwidth", W)?.unwrap_or(0);
+        if bandwidth != 0 && !udp {
+            return Err(Iperf3Error::Unsupported(
+                "a target bit rate (-b) for TCP".into(),
+            ));
+        }
+        if uint(o, "burst", W)?.unwrap_or(0) != 0 {
+            return Err(Iperf3Error::Unsupported("bursts (-b RATE/COUNT)".into()));
         }
         if uint(o, "omit", W)?.unwrap_or(0) != 0 {
             return Err(Iperf3Error::Unsupported("omitting seconds (-O)".into()));
@@ -227,23 +252,44 @@ impl TestParams {
         if parallel == 0 || parallel > u64::from(MAX_PARALLEL) {
             return Err(bad("parallel", "is outside 1..=128"));
         }
-        let len = uint(o, "len", W)?.unwrap_or(super::DEFAULT_BLKSIZE);
+        let udp_counters_64bit = uint(o, "udp_counters_64bit", W)?.unwrap_or(0) != 0;
+        let len = uint(o, "len", W)?.unwrap_or(if udp {
+            super::udp::DEFAULT_UDP_BLKSIZE
+        } else {
+            super::DEFAULT_BLKSIZE
+        });
         if len == 0 || len > MAX_LEN {
             return Err(bad("len", "is outside 1 byte ..= 512 MiB"));
         }
+        if udp
+            && (len > super::udp::MAX_UDP_BLOCKSIZE
+                || len < super::udp::Header::len(udp_counters_64bit) as u64)
+        {
+            return Err(bad(
+                "len",
+                "is outside one UDP header (12 or 16 bytes) ..= 65507 bytes",
+            ));
+        }
         let flag = |k: &str| o.get(k).is_some_and(|v| !matches!(v, Value::Bool(false)));
+        let direction = Self::direction_of(flag("reverse"), flag("bidirectional"));
+        if udp && direction == Direction::Bidir {
+            return Err(Iperf3Error::Unsupported("UDP tests with --bidir".into()));
+        }
         Ok(TestParams {
             time: time as u32,
             bytes,
             parallel: parallel as u32,
             len,
-            direction: Self::direction_of(flag("reverse"), flag("bidirectional")),
+            direction,
             nodelay: flag("nodelay"),
             zerocopy: uint(o, "zerocopy", W)?.unwrap_or(0) != 0,
             get_server_output: uint(o, "get_server_output", W)?.unwrap_or(0) != 0,
             title: text(o, "title")?,
             extra_data: text(o, "extra_data")?,
             client_version: text(o, "client_version")?,
+            udp,
+            bandwidth,
+            udp_counters_64bit,
         })
     }
 }
@@ -283,6 +329,7 @@ mod tests {
             title: Some("t".into()),
             extra_data: None,
             client_version: Some("3.12".into()),
+            ..TestParams::default()
         };
         let v = p.to_json();
         assert_eq!(v["reverse"], true);
@@ -293,8 +340,10 @@ mod tests {
     #[test]
     fn what_we_do_not_run_is_refused_by_name() {
         for (extra, needle) in [
-            (r#""udp":true"#, "UDP"),
+            (r#""sctp":true"#, "SCTP"),
             (r#""bandwidth":1000000"#, "bit rate"),
+            (r#""udp":true,"burst":10"#, "bursts"),
+            (r#""udp":true,"bidirectional":true"#, "--bidir"),
             (r#""omit":2"#, "omitting"),
             (r#""MSS":1400"#, "segment"),
             (r#""window":65536"#, "buffer"),
@@ -330,6 +379,36 @@ mod tests {
                 Err(Iperf3Error::BadField { field: f, .. }) => assert_eq!(f, field, "{body}"),
                 other => panic!("{body}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn what_iperf3_3_12_sends_for_udp_parses() {
+        // `iperf3 -c … -u -b 10M -l 1400 -P 2 --udp-counters-64bit -R` (send_parameters).
+        let v: Value = serde_json::from_str(
+            r#"{"udp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":2,"reverse":true,
+                "len":1400,"bandwidth":10000000,"pacing_timer":1000,"udp_counters_64bit":1,
+                "client_version":"3.12"}"#,
+        )
+        .unwrap();
+        let p = TestParams::from_json(&v).unwrap();
+        assert!(p.udp && p.udp_counters_64bit);
+        assert_eq!(p.bandwidth, 10_000_000);
+        assert_eq!((p.len, p.parallel), (1400, 2));
+        assert_eq!(p.direction, Direction::Reverse);
+        assert_eq!(TestParams::from_json(&p.to_json()).unwrap(), p);
+        assert!(p.to_json().get("tcp").is_none());
+        // -b 0 (unlimited) sends no bandwidth; no -l means iperf3's UDP default.
+        let v: Value = serde_json::from_str(r#"{"udp":true,"time":1}"#).unwrap();
+        let p = TestParams::from_json(&v).unwrap();
+        assert_eq!((p.bandwidth, p.len), (0, 1460));
+        for len in [11, 65508] {
+            let v: Value =
+                serde_json::from_str(&format!(r#"{{"udp":true,"time":1,"len":{len}}}"#)).unwrap();
+            assert!(matches!(
+                TestParams::from_json(&v),
+                Err(Iperf3Error::BadField { field: "len", .. })
+            ));
         }
     }
 }

@@ -23,6 +23,13 @@ pub struct StreamResult {
     pub start_time: f64,
     /// Seconds from the test's start to this stream's end.
     pub end_time: f64,
+    /// UDP, a receiving stream: smoothed jitter in seconds (0 otherwise).
+    pub jitter: f64,
+    /// UDP, a receiving stream: datagrams lost (`cnt_error`; 0 otherwise).
+    pub errors: u64,
+    /// UDP: datagrams sent (a sending stream) or the highest packet number received (a
+    /// receiving stream), as iperf3's `packet_count`; 0 for TCP.
+    pub packets: u64,
 }
 
 /// One side's results.
@@ -78,9 +85,9 @@ impl Results {
                     "id": s.id,
                     "bytes": s.bytes,
                     "retransmits": s.retransmits,
-                    "jitter": 0,
-                    "errors": 0,
-                    "packets": 0,
+                    "jitter": s.jitter,
+                    "errors": s.errors,
+                    "packets": s.packets,
                     "start_time": s.start_time,
                     "end_time": s.end_time,
                 })
@@ -150,6 +157,9 @@ impl Results {
                 retransmits: req_number(so, "retransmits")? as i64,
                 start_time: so.get("start_time").and_then(Value::as_f64).unwrap_or(0.0),
                 end_time: so.get("end_time").and_then(Value::as_f64).unwrap_or(0.0),
+                jitter: req_number(so, "jitter")?.max(0.0),
+                errors: req_number(so, "errors")?.max(0.0) as u64,
+                packets: req_number(so, "packets")?.max(0.0) as u64,
             });
         }
         Ok(Results {
@@ -217,6 +227,9 @@ mod tests {
                 retransmits: 0,
                 start_time: 0.0,
                 end_time: 1.5,
+                jitter: 0.000125,
+                errors: 3,
+                packets: 1000,
             }],
             server_output_json: None,
             zcnet: Some(json!({"cpu_s": {"user": 0.1, "sys": 0.4}})),

@@ -603,6 +603,42 @@ pub(crate) fn merge(outs: Vec<WorkerOut>) -> SideReport {
     r.rtt = some(rtt);
     r
 }
+/// What must stop when a served run's client goes away: the run's control connection, its
+/// data listener and the data connections it accepted, each a second descriptor of the
+/// socket. [`Cancel::cancel`] shuts them all down (`shutdown(2)`), which wakes every thread
+/// of the run blocked on one of them — an `accept` or a `poll` on a shut-down listener
+/// returns at once, a read sees end of stream — so the run ends within one wait instead of
+/// at its data timeout, and its buffers are freed then.
+#[derive(Debug, Default)]
+pub(crate) struct Cancel {
+    fds: std::sync::Mutex<Vec<std::os::fd::OwnedFd>>,
+    cancelled: std::sync::atomic::AtomicBool,
+}
+
+impl Cancel {
+    /// Shuts `fd`'s socket down with the run: at once if the run is already cancelled.
+    pub(crate) fn watch(&self, fd: std::os::fd::BorrowedFd<'_>) {
+        let Ok(own) = fd.try_clone_to_owned() else {
+            return; // no descriptor left: the run ends at its own timeout instead
+        };
+        let mut fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+        if self.cancelled.load(Ordering::Acquire) {
+            let _ = rustix::net::shutdown(&own, rustix::net::Shutdown::Both);
+        } else {
+            fds.push(own);
+        }
+    }
+
+    /// Shuts every watched socket down.
+    pub(crate) fn cancel(&self) {
+        let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+        self.cancelled.store(true, Ordering::Release);
+        for fd in fds.iter() {
+            let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Both);
+        }
+    }
+}
+
 pub(crate) fn server_log(on: bool, msg: std::fmt::Arguments<'_>) {
     if on {
         let _ = writeln!(std::io::stderr(), "zcnet bench server: {msg}");

@@ -28,9 +28,11 @@
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
 //!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
 //!   [`ledger`] (message ids delivered or lost), [`output`] and [`plot`];
-//! * [`pin`] — `--pin`'s placement of the data threads;
+//! * [`pin`] — `--pin`'s placement of the data threads; [`backoff`] — both servers' answer
+//!   to a failing `accept` (a wait, and a log line a second at most), a leaf;
 //! * [`spec`] — the shared terms (`RunSpec`, `BenchError`, `Transport`), a leaf.
 
+mod backoff;
 mod client;
 mod control;
 mod files;
@@ -106,6 +108,22 @@ pub struct Args {
     /// iperf3 mode: one JSON object per line for start, each interval, and end.
     #[arg(long, conflicts_with = "json")]
     json_stream: bool,
+    /// iperf3 mode (-c): a UDP test, iperf3's -u: datagrams of -l bytes (default: the
+    /// control connection's MSS), each stream paced at -b.
+    #[arg(short = 'u', long = "udp")]
+    iperf3_udp: bool,
+    /// iperf3 mode (-c -u): bits per second per stream, K/M/G = 10^3/10^6/10^9 (default 1M
+    /// as iperf3's 1 Mbit/s = 1048576; 0 for unlimited).
+    #[arg(short = 'b', long = "bitrate", value_name = "RATE")]
+    bitrate: Option<String>,
+    /// iperf3 mode (-c -u): 64-bit packet numbers in each datagram.
+    #[arg(long)]
+    udp_counters_64bit: bool,
+    /// iperf3 mode (-s): bytes the buffers of all tests running at once may hold (default
+    /// 1G). A test that does not fit now is told the server is busy (iperf3's
+    /// ACCESS_DENIED); one that never could, that its -P or -l is too large.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<String>,
     /// iperf3 mode: append the report to FILE instead of stdout.
     #[arg(long, value_name = "FILE")]
     logfile: Option<PathBuf>,
@@ -233,6 +251,10 @@ fn iperf3_only(args: &Args) -> Option<&'static str> {
         (args.interval.is_some(), "-i/--interval"),
         (args.zerocopy, "-Z/--zerocopy"),
         (args.no_delay, "-N/--no-delay"),
+        (args.max_memory.is_some(), "--max-memory"),
+        (args.iperf3_udp, "-u/--udp"),
+        (args.bitrate.is_some(), "-b/--bitrate"),
+        (args.udp_counters_64bit, "--udp-counters-64bit"),
     ]
     .into_iter()
     .find_map(|(given, name)| given.then_some(name))
@@ -303,6 +325,15 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         logfile: args.logfile.clone(),
     };
     let port = args.port.unwrap_or(zcnet_bench::iperf3::DEFAULT_PORT);
+    let max_memory = match &args.max_memory {
+        None => zcnet_bench::iperf3::budget::DEFAULT_MAX_MEMORY,
+        Some(_) if !args.iperf3_server => {
+            return Err(BenchError::Usage(
+                "--max-memory is a server option (-s)".into(),
+            ))
+        }
+        Some(s) => parse_size(s).map_err(|e| BenchError::Usage(format!("--max-memory: {e}")))?,
+    };
     if args.iperf3_server {
         topology::install_interrupt_handler();
         let host = args.bind.as_deref().unwrap_or("127.0.0.1");
@@ -335,6 +366,7 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         return iperf3::serve(
             iperf3::ServerOpts {
                 once: args.once,
+                max_memory,
                 common,
             },
             listener,
@@ -347,7 +379,18 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         ));
     }
     let host = args.iperf3_client.clone().unwrap_or_default();
+    let udp = args.iperf3_udp;
+    if !udp && (args.bitrate.is_some() || args.udp_counters_64bit) {
+        return Err(BenchError::Usage(
+            "-b and --udp-counters-64bit are UDP options (-u)".into(),
+        ));
+    }
+    let bandwidth = match &args.bitrate {
+        None => zcnet_bench::iperf3::udp::DEFAULT_UDP_RATE,
+        Some(b) => parse_rate(b).map_err(|e| BenchError::Usage(format!("-b: {e}")))?,
+    };
     let len = match &args.size {
+        None if udp => zcnet_bench::iperf3::udp::DEFAULT_UDP_BLKSIZE,
         None => zcnet_bench::iperf3::DEFAULT_BLKSIZE,
         Some(s) => match parse_sizes(s).map_err(|e| BenchError::Usage(e.to_string()))?[..] {
             [one] => one,
@@ -371,8 +414,16 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         direction: zcnet_bench::iperf3::TestParams::direction_of(args.reverse, args.bidir),
         nodelay: args.no_delay,
         zerocopy: file,
+        udp,
+        bandwidth: if udp { bandwidth } else { 0 },
+        udp_counters_64bit: args.udp_counters_64bit,
         ..Default::default()
     };
+    if udp && file {
+        return Err(BenchError::Usage(
+            "-Z / --tx file send TCP streams from a file; a UDP test (-u) sends datagrams".into(),
+        ));
+    }
     // What the server would check, checked here first, with the same words.
     zcnet_bench::iperf3::TestParams::from_json(&params.to_json())
         .map_err(|e| BenchError::Usage(e.to_string()))?;
@@ -380,8 +431,29 @@ fn iperf3_mode(args: &Args) -> Result<(), BenchError> {
         host,
         port,
         params,
+        udp_len_from_mss: udp && args.size.is_none(),
         common,
     })
+}
+
+/// A bit rate as iperf3's `-b` takes it: a number with an optional K, M, G or T suffix
+/// (powers of 1000).
+fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
+        Some('t' | 'T') => (&t[..t.len() - 1], 1e12),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate (e.g. 100M)"))?;
+    if !(v >= 0.0 && (v * mult).is_finite()) {
+        return Err(format!("{s:?} is not a rate (e.g. 100M)"));
+    }
+    Ok((v * mult) as u64)
 }
 
 /// `--proto`.

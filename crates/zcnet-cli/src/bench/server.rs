@@ -10,10 +10,16 @@
 //! only a valid hello takes the one run slot, and a client that comes while a run holds it
 //! gets `Reject` with "busy" and who holds it (its hello read and answered, so it never runs
 //! later as a ghost); and a client whose control connection closes (FIN seen with
-//! `POLLRDHUP`) releases the slot at once — the abandoned run's thread ends on its own data
-//! timeout.
+//! `POLLRDHUP`) releases the slot at once and stops its run: the run's sockets are shut
+//! down ([`Cancel`]), so its thread ends and frees its buffers within one wait, and no
+//! abandoned run ever makes the server answer others "busy".
+//!
+//! An `accept` that fails for want of descriptors backs off instead of spinning, and logs a
+//! line a second at most ([`AcceptBackoff`]); a thread that cannot be started turns that
+//! client away, not the server.
 
-use super::control::{server_log, CONTROL_TIMEOUT};
+use super::backoff::{AcceptBackoff, LogLimit};
+use super::control::{server_log, Cancel, CONTROL_TIMEOUT};
 use super::spec::{BenchError, Transport};
 use super::{lm, tcp, udp};
 use std::io::Read;
@@ -41,33 +47,31 @@ pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(3);
 const MAX_GREETING: usize = 16;
 /// How long a client whose hello is in waits for a run that is ending before "busy".
 const BUSY_WAIT: Duration = Duration::from_secs(2);
-/// Runs whose client vanished but whose thread has not ended yet; past this, "busy".
-const MAX_ABANDONED: usize = 4;
+
+/// The run holding the slot: its id, its client, a second handle on its control connection
+/// (watched for the client's FIN), and what stops it when the client goes.
+type Current = Option<(u64, SocketAddr, TcpStream, Arc<Cancel>)>;
 
 /// The one run in progress, shared by the greeting threads and the accept loop.
 #[derive(Default)]
 struct RunSlot {
-    /// The run holding the slot: its id, client, and a second handle on its control
-    /// connection (watched for the client's FIN).
-    current: std::sync::Mutex<Option<(u64, SocketAddr, TcpStream)>>,
+    current: std::sync::Mutex<Current>,
     /// Signalled when the slot frees.
     freed: std::sync::Condvar,
     next_id: AtomicUsize,
-    /// Runs released because their client went away, still on their threads.
-    abandoned: AtomicUsize,
     /// Greeting threads alive.
     greeting: AtomicUsize,
 }
 
 impl RunSlot {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, SocketAddr, TcpStream)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes the slot for a client whose hello is in, or says who has it. A run that is
     /// just ending (its result sent, its thread not yet back) is waited for up to
     /// [`BUSY_WAIT`], so back-to-back runs of one client (`tune`, suites) are not turned away.
-    fn claim(&self, peer: SocketAddr, c: &TcpStream) -> Result<u64, String> {
+    fn claim(&self, peer: SocketAddr, c: &TcpStream, cancel: &Arc<Cancel>) -> Result<u64, String> {
         let until = Instant::now() + BUSY_WAIT;
         let mut cur = self.lock();
         while cur.is_some() {
@@ -81,48 +85,43 @@ impl RunSlot {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        if let Some((_, other, _)) = &*cur {
+        if let Some((_, other, _, _)) = &*cur {
             return Err(format!(
                 "busy: the server is running another client's test (from {other}); try again when it ends"
             ));
         }
-        if self.abandoned.load(Ordering::Relaxed) >= MAX_ABANDONED {
-            return Err("busy: the server is finishing abandoned runs; try again shortly".into());
-        }
         let ctrl = c.try_clone().map_err(|e| format!("busy: {e}"))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
-        *cur = Some((id, peer, ctrl));
+        *cur = Some((id, peer, ctrl, cancel.clone()));
         Ok(id)
     }
 
-    /// The run `id` ended: frees the slot, or the abandoned count if it was released.
+    /// The run `id` ended: frees the slot, unless its client's departure already did.
     fn release(&self, id: u64) {
         let mut cur = self.lock();
-        if cur.as_ref().is_some_and(|(i, _, _)| *i == id) {
+        if cur.as_ref().is_some_and(|(i, _, _, _)| *i == id) {
             *cur = None;
             self.freed.notify_all();
-        } else {
-            self.abandoned.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    /// Releases the run whose client closed its control connection.
+    /// Releases and stops the run whose client closed its control connection.
     fn release_vanished(&self, log: bool) {
         use zcnet_sys::raw::socket::{poll, PollFlags};
         let mut cur = self.lock();
-        let gone = cur.as_ref().is_some_and(|(_, _, ctrl)| {
+        let gone = cur.as_ref().is_some_and(|(_, _, ctrl, _)| {
             matches!(
                 poll(ctrl.as_fd(), PollFlags::RDHUP, Some(Duration::ZERO)),
                 Ok(ev) if ev.intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
             )
         });
         if gone {
-            if let Some((_, peer, _)) = cur.take() {
+            if let Some((_, peer, _, cancel)) = cur.take() {
+                cancel.cancel();
                 self.freed.notify_all();
-                self.abandoned.fetch_add(1, Ordering::Relaxed);
                 server_log(
                     log,
-                    format_args!("client {peer} went away; its run is released"),
+                    format_args!("client {peer} went away; its run is stopped and released"),
                 );
             }
         }
@@ -157,6 +156,8 @@ pub(crate) fn serve(
     opts: ServeOptions,
 ) -> Result<(), BenchError> {
     let slot = Arc::new(RunSlot::default());
+    let mut backoff = AcceptBackoff::default();
+    let mut spawn_log = LogLimit::default();
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(());
@@ -173,12 +174,19 @@ pub(crate) fn serve(
             Err(e) => return Err(BenchError::io("poll (control listener)", e)),
         }
         let (conn, peer) = match listener.accept() {
-            Ok(x) => x,
+            Ok(x) => {
+                backoff.succeeded();
+                x
+            }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            // EMFILE, ECONNABORTED, ENOBUFS…: that client is lost, the server is not.
+            // EMFILE, ECONNABORTED, ENOBUFS…: that client is lost, the server is not; out of
+            // descriptors it waits (the listener stays readable: no spinning on it).
             Err(e) if !opts.once => {
-                server_log(opts.log, format_args!("accept (control): {e}"));
-                std::thread::sleep(Duration::from_millis(100));
+                let (wait, line) = backoff.failed(&e, Instant::now());
+                if let Some(l) = line {
+                    server_log(opts.log, format_args!("{l} (control)"));
+                }
+                std::thread::sleep(wait);
                 continue;
             }
             Err(e) => return Err(BenchError::io("accept (control)", e)),
@@ -204,7 +212,12 @@ pub(crate) fn serve(
             });
         if let Err(e) = spawned {
             slot.greeting.fetch_sub(1, Ordering::Relaxed);
-            server_log(opts.log, format_args!("cannot serve {peer}: {e}"));
+            if let Some(l) = spawn_log.line(
+                Instant::now(),
+                format_args!("cannot serve {peer}: no thread for it: {e}"),
+            ) {
+                server_log(opts.log, format_args!("{l}"));
+            }
         }
     }
 }
@@ -222,6 +235,8 @@ fn handle(
     slot: &RunSlot,
 ) -> Result<(), BenchError> {
     let io = |ctx: &'static str| move |e| BenchError::io(ctx, e);
+    let cancel = Arc::new(Cancel::default());
+    cancel.watch(c.as_fd());
     let greeted = (|| {
         c.set_write_timeout(Some(CONTROL_TIMEOUT))
             .map_err(io("control socket"))?;
@@ -236,7 +251,7 @@ fn handle(
         c.set_read_timeout(Some(CONTROL_TIMEOUT))
             .map_err(io("control socket"))?;
         let refused = match protocol::answer_hello(hello, &tx_names, &rx_names) {
-            Ok(req) => match slot.claim(peer, &c) {
+            Ok(req) => match slot.claim(peer, &c, &cancel) {
                 Ok(id) => return Ok((req, id)),
                 Err(busy) => busy,
             },
@@ -258,7 +273,7 @@ fn handle(
         Proto::Tcp
     };
     let result = match Transport::of(proto, &req.params) {
-        Transport::Tcp => tcp::serve(c, peer, req.params, opts.log),
+        Transport::Tcp => tcp::serve(c, peer, req.params, opts.log, &cancel),
         Transport::Udp => udp::serve(c, peer, req, opts.log),
         Transport::Lm => lm::serve(c, peer, req, opts.log),
     };

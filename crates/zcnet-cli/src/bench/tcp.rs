@@ -5,7 +5,7 @@
 
 use super::control::{assemble, check_bytes, server_log};
 use super::control::{
-    connect_control, merge, report_failure, WorkerOut, CONTROL_TIMEOUT, DATA_TIMEOUT,
+    connect_control, merge, report_failure, Cancel, WorkerOut, CONTROL_TIMEOUT, DATA_TIMEOUT,
 };
 use super::spec::{BenchError, Progress, RunSpec};
 use super::workers;
@@ -128,6 +128,7 @@ pub(crate) fn serve(
     peer: SocketAddr,
     params: Params,
     log: bool,
+    cancel: &Cancel,
 ) -> Result<(), BenchError> {
     let io = |ctx: &'static str| move |e| BenchError::io(ctx, e);
     let fail = |c: &mut TcpStream, e: BenchError| -> BenchError {
@@ -149,6 +150,7 @@ pub(crate) fn serve(
         Ok(l) => l,
         Err(e) => return Err(fail(&mut c, e)),
     };
+    cancel.watch(std::os::fd::AsFd::as_fd(&listener));
     let port = match listener.local_addr() {
         Ok(a) => a.port(),
         Err(source) => {
@@ -175,7 +177,7 @@ pub(crate) fn serve(
     );
     let progress = Progress::default();
     let sys0 = SystemCpu::now();
-    let outs = receive_all(&listener, &params, &progress);
+    let outs = receive_all(&listener, &params, &progress, cancel);
     let system = zcnet_bench::report::SystemCpuTimes::since(sys0);
     let report = match outs {
         Ok(outs) => SideReport {
@@ -202,19 +204,33 @@ fn receive_all(
     listener: &Listener,
     p: &Params,
     progress: &Progress,
+    cancel: &Cancel,
 ) -> Result<Vec<WorkerOut>, BenchError> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..p.streams)
-            .map(|_| {
-                s.spawn(|| {
+        let mut handles = Vec::new();
+        for _ in 0..p.streams {
+            let spawned = std::thread::Builder::new()
+                .name("bench receiver".into())
+                .spawn_scoped(s, || {
                     super::pin::receiver()?;
                     match p.mode {
-                        Mode::Stream => workers::stream_receive(listener, p, progress),
-                        Mode::Rr => workers::rr_server(listener, p, progress),
+                        Mode::Stream => workers::stream_receive(listener, p, progress, cancel),
+                        Mode::Rr => workers::rr_server(listener, p, progress, cancel),
                     }
-                })
-            })
-            .collect();
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // No thread for a stream: this run fails (its receivers started so far
+                    // are woken and end), the server goes on.
+                    cancel.cancel();
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(BenchError::io("starting a receiver thread", e));
+                }
+            }
+        }
         handles
             .into_iter()
             .map(|h| {

@@ -9,7 +9,7 @@
 //! * rr: NetPIPE's ping-pong — the client sends `size` bytes and waits for `size` bytes
 //!   back, the server echoes; both ends use both paths on one socket (`TCP_NODELAY`).
 
-use super::control::{cpu_now, side_cpu, WorkerOut, DATA_TIMEOUT};
+use super::control::{cpu_now, side_cpu, Cancel, WorkerOut, DATA_TIMEOUT};
 use super::files::{self, Cursor, SinkFile, SourceFile};
 use super::spec::{BenchError, Progress};
 use std::net::{SocketAddr, TcpStream};
@@ -283,8 +283,10 @@ pub(crate) fn stream_receive(
     listener: &Listener,
     p: &Params,
     progress: &Progress,
+    cancel: &Cancel,
 ) -> Result<WorkerOut, BenchError> {
     let rx = listener.accept().map_err(zerr("accept (data)"))?;
+    cancel.watch(std::os::fd::AsFd::as_fd(&rx));
     if p.rx == files::FILE {
         return stream_receive_file(rx, p, progress);
     }
@@ -448,9 +450,11 @@ pub(crate) fn rr_server(
     listener: &Listener,
     p: &Params,
     progress: &Progress,
+    cancel: &Cancel,
 ) -> Result<WorkerOut, BenchError> {
     let tx = tx_path(&p.tx)?;
     let mut rx = listener.accept().map_err(zerr("accept (data)"))?;
+    cancel.watch(std::os::fd::AsFd::as_fd(&rx));
     let mut sender = Sender::from_stream(dup_stream(rx.socket())?, &sender_config(p, tx, true))
         .map_err(zerr("sender set-up"))?;
     let mut out = WorkerOut {

@@ -1,6 +1,8 @@
 //! What the CLI's integration tests share: the built binary, run with a bound.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod procfs;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -104,6 +106,16 @@ impl Server {
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_string();
         Server { child, addr }
+    }
+
+    /// The server's process id, for `/proc` and `prlimit`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Takes the server's stderr, to read its log as it comes.
+    pub fn take_stderr(&mut self) -> std::process::ChildStderr {
+        self.child.stderr.take().expect("stderr taken once")
     }
 
     /// Waits (bounded) for a `--once` server to exit; returns its success and stderr.

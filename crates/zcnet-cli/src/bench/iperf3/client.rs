@@ -75,7 +75,7 @@ pub(crate) fn run(opts: &ClientOpts) -> Result<(), BenchError> {
 
 fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
     let c = &opts.common;
-    let params = &opts.params;
+    let mut params = opts.params.clone();
     let addr = resolve(&opts.host, opts.port)?;
     let mut ctrl = TcpStream::connect_timeout(&addr, CONTROL_TIMEOUT)
         .map_err(|e| BenchError::io_owned(format!("connecting to {addr}"), e))?;
@@ -83,6 +83,16 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
         .map_err(|e| BenchError::io("TCP_NODELAY (control)", e))?;
     ctrl.set_read_timeout(Some(CONTROL_TIMEOUT))
         .map_err(|e| BenchError::io("SO_RCVTIMEO (control)", e))?;
+    if opts.udp_len_from_mss {
+        // iperf3's client: a UDP block of the control connection's MSS unless -l says.
+        if let Ok(t) = zcnet_sys::raw::socket::tcp_info(ctrl.as_fd()) {
+            let mss = u64::from(t.snd_mss);
+            if mss > 0 {
+                params.len = mss.min(zcnet_bench::iperf3::udp::MAX_UDP_BLOCKSIZE);
+            }
+        }
+    }
+    let params = &params;
     let cookie = wire::new_cookie().map_err(|e| BenchError::io("/dev/urandom", e))?;
     wire::write_cookie(&mut ctrl, &cookie).map_err(perr)?;
     expect(
@@ -100,7 +110,22 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
     // connections first, then its receiving ones (iperf3's iperf_create_streams order).
     let p = params.parallel as usize;
     let mut specs = Vec::new();
-    for i in 0..params.connections() as usize {
+    let mut udp_specs = Vec::new();
+    if params.udp {
+        // iperf3's UDP "connect": one datagram and its reply per stream, in order.
+        for i in 0..p {
+            udp_specs.push(super::udp::UdpSpec {
+                id: stream_id(i),
+                sender: params.direction == Direction::Forward,
+                socket: super::udp::connect(addr, params.len)?,
+            });
+        }
+    }
+    for i in 0..if params.udp {
+        0
+    } else {
+        params.connections() as usize
+    } {
         let mut s = TcpStream::connect_timeout(&addr, CONTROL_TIMEOUT)
             .map_err(|e| BenchError::io_owned(format!("connecting a data stream to {addr}"), e))?;
         wire::write_cookie(&mut s, &cookie).map_err(perr)?;
@@ -130,13 +155,20 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
         },
         rx_file: c.rx_file,
         drain_before_end: true,
+        ring: zcnet_bench::iperf3::budget::desired_ring(params.len),
     };
-    let tx_name = if data.file.is_some() {
-        "file"
+    let (tx_name, rx_name) = if params.udp {
+        ("gso", "gro")
+    } else if data.file.is_some() {
+        ("file", c.rx_name())
     } else {
-        c.tx.name()
+        (c.tx.name(), c.rx_name())
     };
-    let refs: Vec<&TcpStream> = specs.iter().map(|s| &s.stream).collect();
+    let refs: Vec<super::start::Conn<'_>> = specs
+        .iter()
+        .map(|s| super::start::Conn::tcp(&s.stream))
+        .chain(udp_specs.iter().map(|s| super::start::Conn::udp(&s.socket)))
+        .collect();
     let (start_json, start_text) = super::start::start(
         Role::Client {
             host: opts.host.clone(),
@@ -146,7 +178,7 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
         params,
         &ctrl,
         &refs,
-        serde_json::json!({"tx_path": tx_name, "rx_path": c.rx_name()}),
+        serde_json::json!({"tx_path": tx_name, "rx_path": rx_name}),
         c.format,
     );
     match c.format {
@@ -160,7 +192,24 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
     });
     let sys0 = zcnet_bench::cpu::SystemCpu::now();
     let t0 = Instant::now();
-    let mut running = streams::start(specs, &data, &ctl, t0);
+    let started = if params.udp {
+        let cfg = super::udp::UdpCfg {
+            len: params.len,
+            rate: params.bandwidth,
+            wide: params.udp_counters_64bit,
+            quota: ctl.quota,
+        };
+        super::udp::start(udp_specs, cfg, &ctl, t0)
+    } else {
+        streams::start(specs, &data, &ctl, t0)
+    };
+    let mut running = match started {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = wire::write_state(&mut ctrl, State::ClientTerminate);
+            return Err(e);
+        }
+    };
     let reporter = Reporter::spawn(
         t0,
         running.iter().map(Probe::of).collect(),
@@ -214,7 +263,7 @@ fn run_inner(opts: &ClientOpts, out: &Arc<Out>) -> Result<(), BenchError> {
     };
     let mut local = measured.zcnet("client", c.tx, c.rx);
     local["tx_path"] = serde_json::json!(tx_name);
-    local["rx_path"] = serde_json::json!(c.rx_name());
+    local["rx_path"] = serde_json::json!(rx_name);
     wire::write_json(&mut ctrl, &measured.results(local.clone()).to_json()).map_err(perr)?;
     let peer = wire::read_json(&mut ctrl)
         .and_then(|v| Results::from_json(&v))

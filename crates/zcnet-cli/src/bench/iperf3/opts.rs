@@ -55,6 +55,8 @@ impl Common {
 pub(crate) struct ServerOpts {
     /// `-1`: serve one test, then exit.
     pub once: bool,
+    /// `--max-memory`: bytes all running tests' buffers may hold together.
+    pub max_memory: u64,
     /// Shared options.
     pub common: Common,
 }
@@ -68,6 +70,9 @@ pub(crate) struct ClientOpts {
     pub port: u16,
     /// The test to ask for.
     pub params: TestParams,
+    /// `-u` without `-l`: the block is the control connection's MSS, as iperf3's client
+    /// sets it (`params.len` until then).
+    pub udp_len_from_mss: bool,
     /// Shared options.
     pub common: Common,
 }

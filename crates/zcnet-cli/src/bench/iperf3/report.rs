@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zcnet_bench::iperf3::output::{self, CpuPercent, StreamSpan, StreamTotal};
+use zcnet_bench::iperf3::output::{self, CpuPercent, StreamSpan, StreamTotal, UdpTotal};
 use zcnet_bench::iperf3::{Results, StreamResult};
 use zcnet_bench::report::SystemCpuTimes;
 
@@ -60,6 +60,7 @@ impl Reporter {
             return Reporter { stop, handle: None };
         }
         let s = stop.clone();
+        // Without a thread for it the test runs on, with no interval reports.
         let handle = std::thread::Builder::new()
             .name("iperf3-intervals".into())
             .spawn(move || {
@@ -76,11 +77,8 @@ impl Reporter {
                     },
                 )
             })
-            .expect("spawning the interval reporter");
-        Reporter {
-            stop,
-            handle: Some(handle),
-        }
+            .ok();
+        Reporter { stop, handle }
     }
 
     /// Stops and returns every interval reported (with the last, partial one).
@@ -272,7 +270,19 @@ impl Measured {
             }
         };
         let moved = sent + received;
+        let udp_outs: Vec<_> = self.outs.iter().filter_map(|o| o.udp).collect();
+        let udp = if udp_outs.is_empty() {
+            Value::Null
+        } else {
+            json!({
+                "datagrams": udp_outs.iter().map(|u| u.datagrams).sum::<u64>(),
+                "syscalls": udp_outs.iter().map(|u| u.calls).sum::<u64>(),
+                "gso": udp_outs.iter().any(|u| u.gso),
+                "gro": udp_outs.iter().any(|u| u.gro),
+            })
+        };
         json!({
+            "udp": udp,
             "role": role,
             "tx_path": tx.name(),
             "rx_path": rx.name(),
@@ -319,6 +329,9 @@ impl Measured {
                     },
                     start_time: 0.0,
                     end_time: o.seconds,
+                    jitter: o.udp.map_or(0.0, |u| u.jitter),
+                    errors: o.udp.map_or(0, |u| u.lost),
+                    packets: o.udp.map_or(0, |u| u.packets),
                 })
                 .collect(),
             server_output_json: None,
@@ -335,6 +348,26 @@ pub(crate) fn totals(ours: &Measured, peer: &Results) -> Vec<StreamTotal> {
             let p = peer.stream(o.id);
             let p_bytes = p.map_or(0, |p| p.bytes);
             let p_seconds = p.map_or(0.0, |p| p.end_time - p.start_time);
+            let udp = o.udp.map(|u| {
+                let (pj, pe, pp) = p.map_or((0.0, 0, 0), |p| (p.jitter, p.errors, p.packets));
+                if o.sender {
+                    UdpTotal {
+                        sender_packets: u.packets,
+                        receiver_packets: pp,
+                        lost: pe,
+                        out_of_order: 0,
+                        jitter: pj,
+                    }
+                } else {
+                    UdpTotal {
+                        sender_packets: pp,
+                        receiver_packets: u.packets,
+                        lost: u.lost,
+                        out_of_order: u.out_of_order,
+                        jitter: u.jitter,
+                    }
+                }
+            });
             if o.sender {
                 StreamTotal {
                     socket: o.socket,
@@ -345,6 +378,7 @@ pub(crate) fn totals(ours: &Measured, peer: &Results) -> Vec<StreamTotal> {
                     sender_seconds: o.seconds,
                     receiver_seconds: p_seconds,
                     retransmits: o.retransmits,
+                    udp,
                 }
             } else {
                 StreamTotal {
@@ -356,6 +390,7 @@ pub(crate) fn totals(ours: &Measured, peer: &Results) -> Vec<StreamTotal> {
                     sender_seconds: p_seconds,
                     receiver_seconds: o.seconds,
                     retransmits: p.map(|p| p.retransmits).filter(|&r| r >= 0),
+                    udp,
                 }
             }
         })

@@ -7,11 +7,21 @@
 //! happen, so a test gets its data connections in the client's connection order (stream
 //! ids and directions follow that order) even though each cookie is read on its own
 //! thread — a slow or silent connection never holds up the others.
+//!
+//! The server bounds itself, since many clients share it: every test's buffers come out of
+//! one memory budget (`--max-memory`, [`zcnet_bench::iperf3::budget`]): a test that does
+//! not fit now is told `ACCESS_DENIED` (iperf3's "busy, try again later"), one that could
+//! never fit gets iperf3's own error for the number too large (`-P` or `-l`). An `accept`
+//! that fails for want of descriptors backs off rather than spins ([`AcceptBackoff`]), and
+//! a thread that cannot be started turns away that client only.
 
 use super::opts::{Format, Out, ServerOpts, CONTROL_TIMEOUT};
 use super::report::{self, Measured, Probe, Reporter};
+use super::start::Conn;
 use super::streams::{self, Control, DataCfg, StreamSpec};
+use super::udp;
 use super::wire;
+use crate::bench::backoff::{AcceptBackoff, LogLimit};
 use crate::bench::spec::BenchError;
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
@@ -20,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use zcnet_bench::iperf3::budget::{Admit, Budget, Need};
 use zcnet_bench::iperf3::output::{self, Role};
 use zcnet_bench::iperf3::results::stream_id;
 use zcnet_bench::iperf3::{Cookie, Direction, Iperf3Error, Results, State, TestParams};
@@ -36,6 +47,57 @@ struct Shared {
     begun: AtomicUsize,
     ended: AtomicUsize,
     failed: AtomicBool,
+    /// The memory every running test's buffers hold, against `--max-memory`.
+    budget: Mutex<Budget>,
+    /// Failed tests and refused clients: a line a second at most, however many come.
+    refusals: Mutex<LogLimit>,
+    /// Held while a UDP test connects its streams: a connect datagram carries no cookie,
+    /// so only one test may be waiting for them at a time.
+    udp_setup: Mutex<()>,
+}
+
+impl Shared {
+    /// Logs a test's failure or a client's refusal, within the once-a-second limit.
+    fn log_refusal(&self, msg: std::fmt::Arguments<'_>) {
+        let line = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .line(Instant::now(), msg);
+        if let Some(l) = line {
+            log(format_args!("{l}"));
+        }
+    }
+
+    /// Reserves a test's buffers, or says why not (the guard gives them back).
+    fn admit(&self, need: &Need) -> Result<Reserved<'_>, Admit> {
+        let mut b = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        match b.admit(need) {
+            Admit::Granted { ring, bytes } => Ok(Reserved {
+                sh: self,
+                ring,
+                bytes,
+            }),
+            refused => Err(refused),
+        }
+    }
+}
+
+/// A test's share of the memory budget, given back when the test ends however it ends.
+struct Reserved<'a> {
+    sh: &'a Shared,
+    ring: u32,
+    bytes: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.sh
+            .budget
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(self.bytes);
+    }
 }
 
 fn log(msg: std::fmt::Arguments<'_>) {
@@ -52,7 +114,11 @@ pub(crate) fn serve(
         Out::open(opts.common.logfile.as_deref())
             .map_err(|e| BenchError::io("opening --logfile", e))?,
     );
+    let budget = Mutex::new(Budget::new(opts.max_memory));
     let shared = Arc::new(Shared {
+        budget,
+        refusals: Mutex::new(LogLimit::default()),
+        udp_setup: Mutex::new(()),
         opts,
         out,
         pending: Mutex::new(HashMap::new()),
@@ -61,6 +127,8 @@ pub(crate) fn serve(
         failed: AtomicBool::new(false),
     });
     let seq = AtomicU64::new(0);
+    let mut backoff = AcceptBackoff::default();
+    let mut spawn_log = LogLimit::default();
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(());
@@ -82,19 +150,60 @@ pub(crate) fn serve(
         if !ready {
             continue;
         }
-        let (conn, _) = match listener.accept() {
-            Ok(c) => c,
+        let (conn, peer) = match listener.accept() {
+            Ok(c) => {
+                backoff.succeeded();
+                c
+            }
             Err(e) => {
-                log(format_args!("accept: {e}"));
+                let (wait, line) = backoff.failed(&e, Instant::now());
+                if let Some(l) = line {
+                    log(format_args!("{l}"));
+                }
+                sleep_unless_stopped(wait, stop);
                 continue;
             }
         };
         let n = seq.fetch_add(1, Ordering::Relaxed);
         let sh = shared.clone();
-        std::thread::Builder::new()
+        // The connection goes to the thread, or comes back to be turned away here.
+        let cell = Arc::new(Mutex::new(Some(conn)));
+        let c = cell.clone();
+        let spawned = std::thread::Builder::new()
             .name("iperf3-conn".into())
-            .spawn(move || route(conn, n, &sh))
-            .map_err(|e| BenchError::io("spawning a connection thread", e))?;
+            .spawn(move || {
+                let conn = c.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(conn) = conn {
+                    route(conn, n, &sh);
+                }
+            });
+        if let Err(e) = spawned {
+            // Out of threads (or memory for a stack): this client only is refused, with
+            // iperf3's "busy, try again later"; the server goes on.
+            let conn = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(mut conn) = conn {
+                let _ = conn.set_nonblocking(true);
+                let _ = wire::write_state(&mut conn, State::AccessDenied);
+            }
+            if let Some(l) = spawn_log.line(
+                Instant::now(),
+                format_args!("{peer}: refused: cannot start a thread for it: {e}"),
+            ) {
+                log(format_args!("{l}"));
+            }
+        }
+    }
+}
+
+/// Sleeps `wait`, in slices short enough to notice `stop`.
+fn sleep_unless_stopped(wait: Duration, stop: &AtomicBool) {
+    let until = Instant::now() + wait;
+    while !stop.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
     }
 }
 
@@ -105,7 +214,7 @@ fn route(mut conn: TcpStream, n: u64, sh: &Shared) {
         Ok(c) => c,
         Err(e) => {
             let who = conn.peer_addr().map_or("?".into(), |a| a.to_string());
-            log(format_args!(
+            sh.log_refusal(format_args!(
                 "{who}: {e} (a zcnet bench --client speaks zcnet's own protocol: use --server for it)"
             ));
             return;
@@ -128,7 +237,7 @@ fn route(mut conn: TcpStream, n: u64, sh: &Shared) {
     }
     let peer = conn.peer_addr().map_or("?".into(), |a| a.to_string());
     if let Err(e) = test(conn, cookie, sh) {
-        log(format_args!("test from {peer}: {e}"));
+        sh.log_refusal(format_args!("test from {peer}: {e}"));
         sh.failed.store(true, Ordering::Relaxed);
     }
     sh.ended.fetch_add(1, Ordering::Release);
@@ -193,14 +302,76 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
     let params = match wire::read_json(&mut ctrl).and_then(|v| TestParams::from_json(&v)) {
         Ok(p) => p,
         Err(e) => {
+            // iperf3's own error for each limit, so its client prints its own message.
             let code = match e {
                 Iperf3Error::Unsupported(_) => wire::IE_UNIMP,
+                Iperf3Error::BadField {
+                    field: "parallel", ..
+                } => wire::IE_NUM_STREAMS,
+                Iperf3Error::BadField { field: "len", .. } => wire::IE_BLOCK_SIZE,
+                Iperf3Error::BadField { field: "time", .. } => wire::IE_DURATION,
                 _ => wire::IE_RECV_PARAMS,
             };
             wire::write_server_error(&mut ctrl, code, 0);
             return Err(perr(e));
         }
     };
+    let p = params.parallel;
+    let (senders, receivers) = match params.direction {
+        Direction::Forward => (0, p),
+        Direction::Reverse => (p, 0),
+        Direction::Bidir => (p, p),
+    };
+    // A UDP stream holds one batch (≤ 64 KiB) or one GRO read (128 KiB): two blocks of
+    // 128 KiB at most, whatever -l.
+    let need = if params.udp {
+        Need {
+            senders,
+            receivers,
+            len: 128 << 10,
+            fixed_two_blocks: true,
+        }
+    } else {
+        Need {
+            senders,
+            receivers,
+            len: params.len,
+            fixed_two_blocks: opts.tx.name() == "cow" && !opts.file,
+        }
+    };
+    let reserved = match sh.admit(&need) {
+        Ok(r) => r,
+        Err(Admit::NeverFits {
+            fewer_streams_would,
+        }) => {
+            let code = if fewer_streams_would {
+                wire::IE_NUM_STREAMS
+            } else {
+                wire::IE_BLOCK_SIZE
+            };
+            wire::write_server_error(&mut ctrl, code, 0);
+            return Err(BenchError::Rejected(format!(
+                "{} streams of -l {} need at least {} MiB, over --max-memory ({} MiB)",
+                params.connections(),
+                params.len,
+                need.minimum() >> 20,
+                sh.opts.max_memory >> 20
+            )));
+        }
+        Err(_) => {
+            let _ = wire::write_state(&mut ctrl, State::AccessDenied);
+            return Err(BenchError::Rejected(format!(
+                "busy: {} streams of -l {} need {} MiB; the tests running hold more of --max-memory ({} MiB) than leaves",
+                params.connections(),
+                params.len,
+                need.minimum() >> 20,
+                sh.opts.max_memory >> 20
+            )));
+        }
+    };
+    if params.udp {
+        return udp_test(ctrl, cookie, params, peer, reserved, sh);
+    }
     let arrivals = expect_streams(cookie, sh);
     if let Err(e) = wire::write_state(&mut ctrl, State::CreateStreams) {
         sh.pending
@@ -248,12 +419,13 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
         },
         rx_file: opts.rx_file,
         drain_before_end: false,
+        ring: reserved.ring,
     };
     let zstart = serde_json::json!({
         "tx_path": if data.file.is_some() { "file" } else { opts.tx.name() },
         "rx_path": opts.rx_name(),
     });
-    let refs: Vec<&TcpStream> = specs.iter().map(|s| &s.stream).collect();
+    let refs: Vec<Conn<'_>> = specs.iter().map(|s| Conn::tcp(&s.stream)).collect();
     let (start_json, start_text) = super::start::start(
         Role::Server {
             host: peer.ip().to_string(),
@@ -275,7 +447,185 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
     let sys0 = zcnet_bench::cpu::SystemCpu::now();
     wire::write_state(&mut ctrl, State::TestStart).map_err(perr)?;
     let t0 = Instant::now();
-    let mut running = streams::start(specs, &data, &ctl, t0);
+    let running = match streams::start(specs, &data, &ctl, t0) {
+        Ok(r) => r,
+        Err(e) => {
+            wire::write_server_error(&mut ctrl, wire::IE_CREATE_STREAM, libc::EAGAIN);
+            return Err(e);
+        }
+    };
+    let tx_name = if data.file.is_some() {
+        "file".to_string()
+    } else {
+        opts.tx.name().to_string()
+    };
+    finish(
+        Run {
+            ctrl,
+            params,
+            peer,
+            start_json,
+            running,
+            ctl,
+            t0,
+            sys0,
+            tx_name,
+        },
+        sh,
+    )
+}
+
+/// A UDP test (`-u`) after its parameters: its streams connected as iperf3 connects them
+/// ([`super::udp::accept`]; one test at a time in this step, since nothing in a connect
+/// datagram says which test it is for), then run like a TCP test.
+fn udp_test(
+    mut ctrl: TcpStream,
+    cookie: Cookie,
+    params: TestParams,
+    peer: std::net::SocketAddr,
+    _reserved: Reserved<'_>,
+    sh: &Shared,
+) -> Result<(), BenchError> {
+    let opts = &sh.opts.common;
+    let sockets = {
+        // Another UDP test still connecting its streams (a client that never sends its
+        // connect datagrams holds this for UDP_CONNECT_WAIT at most): busy after a while,
+        // as iperf3's server is busy.
+        let waited = Instant::now();
+        let _one_at_a_time = loop {
+            match sh.udp_setup.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if waited.elapsed() < UDP_SETUP_WAIT => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    let _ = wire::write_state(&mut ctrl, State::AccessDenied);
+                    return Err(BenchError::Rejected(
+                        "busy: another UDP test is connecting its streams".into(),
+                    ));
+                }
+            }
+        };
+        let connected = ctrl
+            .local_addr()
+            .map_err(|e| BenchError::io("getsockname (control)", e))
+            .and_then(|addr| {
+                let listener = udp::bind_reuse(addr)?;
+                wire::write_state(&mut ctrl, State::CreateStreams).map_err(perr)?;
+                udp::accept(
+                    listener,
+                    addr,
+                    params.parallel,
+                    Instant::now() + UDP_CONNECT_WAIT,
+                )
+            });
+        match connected {
+            Ok(s) => s,
+            Err(e) => {
+                wire::write_server_error(&mut ctrl, wire::IE_STREAM_CONNECT, 0);
+                return Err(e);
+            }
+        }
+    };
+    let sender = params.direction == Direction::Reverse;
+    let specs: Vec<udp::UdpSpec> = sockets
+        .into_iter()
+        .enumerate()
+        .map(|(i, socket)| udp::UdpSpec {
+            id: stream_id(i),
+            sender,
+            socket,
+        })
+        .collect();
+    let refs: Vec<Conn<'_>> = specs.iter().map(|s| Conn::udp(&s.socket)).collect();
+    let (start_json, start_text) = super::start::start(
+        Role::Server {
+            host: peer.ip().to_string(),
+            port: peer.port(),
+        },
+        &cookie,
+        &params,
+        &ctrl,
+        &refs,
+        serde_json::json!({"tx_path": "gso", "rx_path": "gro"}),
+        opts.format,
+    );
+    match opts.format {
+        Format::Text => sh.out.write(&start_text),
+        Format::JsonStream => sh.out.write(
+            &(output::event("start", &start_json)
+                + "
+"),
+        ),
+        Format::Json => {}
+    }
+    let ctl = Arc::new(Control::default());
+    let sys0 = zcnet_bench::cpu::SystemCpu::now();
+    wire::write_state(&mut ctrl, State::TestStart).map_err(perr)?;
+    let t0 = Instant::now();
+    let cfg = udp::UdpCfg {
+        len: params.len,
+        rate: params.bandwidth,
+        wide: params.udp_counters_64bit,
+        quota: None,
+    };
+    let running = match udp::start(specs, cfg, &ctl, t0) {
+        Ok(r) => r,
+        Err(e) => {
+            wire::write_server_error(&mut ctrl, wire::IE_CREATE_STREAM, libc::EAGAIN);
+            return Err(e);
+        }
+    };
+    finish(
+        Run {
+            ctrl,
+            params,
+            peer,
+            start_json,
+            running,
+            ctl,
+            t0,
+            sys0,
+            tx_name: "gso".into(),
+        },
+        sh,
+    )
+}
+
+/// How long a UDP test's client has to send all its connect datagrams.
+const UDP_CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// How long a UDP test waits for another one to finish connecting before it is busy.
+const UDP_SETUP_WAIT: Duration = Duration::from_secs(5);
+
+/// A test whose streams are running.
+struct Run {
+    ctrl: TcpStream,
+    params: TestParams,
+    peer: std::net::SocketAddr,
+    start_json: serde_json::Value,
+    running: Vec<streams::Running>,
+    ctl: Arc<Control>,
+    t0: Instant,
+    sys0: Option<zcnet_bench::cpu::SystemCpu>,
+    tx_name: String,
+}
+
+/// From `TEST_RUNNING` to `IPERF_DONE`: the client's `TEST_END`, the results exchange,
+/// this side's report.
+fn finish(run: Run, sh: &Shared) -> Result<(), BenchError> {
+    let opts = &sh.opts.common;
+    let Run {
+        mut ctrl,
+        params,
+        peer,
+        start_json,
+        mut running,
+        ctl,
+        t0,
+        sys0,
+        tx_name,
+    } = run;
     let reporter = Reporter::spawn(
         t0,
         running.iter().map(Probe::of).collect(),
@@ -290,7 +640,7 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
     ctl.stop.store(true, Ordering::Relaxed);
     let intervals = reporter.finish();
     let sent = streams::join_senders(&mut running);
-    let peer_results = match result.and_then(|()| exchange(&mut ctrl, &running)) {
+    let peer_results = match result.and_then(|()| exchange(&mut ctrl, &running, params.udp)) {
         Ok(r) => r,
         Err(e) => {
             ctl.abort.store(true, Ordering::Relaxed);
@@ -315,14 +665,9 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
         outs: all,
         machine: SystemCpuTimes::since(sys0),
     };
-    let tx_name = if data.file.is_some() {
-        "file".to_string()
-    } else {
-        opts.tx.name().to_string()
-    };
     let mut local = measured.zcnet("server", opts.tx, opts.rx);
     local["tx_path"] = serde_json::json!(tx_name);
-    local["rx_path"] = serde_json::json!(opts.rx_name());
+    local["rx_path"] = serde_json::json!(if params.udp { "gro" } else { opts.rx_name() });
     let end = report::end(&measured, &peer_results, local.clone());
     let doc = output::document(start_json, intervals, end.clone(), None);
     let mut ours: Results = measured.results(local);
@@ -338,7 +683,11 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
         )),
         Err(e) => log(format_args!("{peer}: after DISPLAY_RESULTS: {e}")),
     }
-    for o in measured.outs.iter().filter(|o| !o.sender) {
+    for o in measured
+        .outs
+        .iter()
+        .filter(|o| !o.sender && o.udp.is_none())
+    {
         let sent = peer_results.stream(o.id).map_or(0, |s| s.bytes);
         if sent != o.bytes {
             log(format_args!(
@@ -379,7 +728,11 @@ fn run_to_end(ctrl: &mut TcpStream, params: &TestParams) -> Result<(), BenchErro
 
 /// `EXCHANGE_RESULTS`: the client's results first; its per-stream byte counts become the
 /// receiving streams' targets, so they drain everything the client sent.
-fn exchange(ctrl: &mut TcpStream, receivers: &[streams::Running]) -> Result<Results, BenchError> {
+fn exchange(
+    ctrl: &mut TcpStream,
+    receivers: &[streams::Running],
+    udp: bool,
+) -> Result<Results, BenchError> {
     ctrl.set_read_timeout(Some(CONTROL_TIMEOUT))
         .map_err(|e| BenchError::io("SO_RCVTIMEO (control)", e))?;
     wire::write_state(ctrl, State::ExchangeResults).map_err(perr)?;
@@ -388,7 +741,10 @@ fn exchange(ctrl: &mut TcpStream, receivers: &[streams::Running]) -> Result<Resu
         .map_err(perr)?;
     for r in receivers {
         if let Some(s) = peer.stream(r.id) {
-            r.live.target.store(s.bytes, Ordering::Relaxed);
+            // UDP: the receiver stops at the sender's last packet number.
+            r.live
+                .target
+                .store(if udp { s.packets } else { s.bytes }, Ordering::Relaxed);
         }
     }
     Ok(peer)

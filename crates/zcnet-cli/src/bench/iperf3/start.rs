@@ -3,8 +3,8 @@
 
 use super::opts::Format;
 use serde_json::Value;
-use std::net::TcpStream;
-use std::os::fd::{AsFd, AsRawFd};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use zcnet_bench::iperf3::output::{self, Connected, Role, Start};
 use zcnet_bench::iperf3::{Cookie, TestParams};
 
@@ -24,23 +24,48 @@ fn system_info() -> String {
     )
 }
 
+/// A data connection as `start.connected` shows it: TCP or UDP.
+pub(crate) struct Conn<'a> {
+    fd: BorrowedFd<'a>,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+}
+
+impl<'a> Conn<'a> {
+    pub(crate) fn tcp(s: &'a TcpStream) -> Conn<'a> {
+        Conn {
+            fd: s.as_fd(),
+            local: s.local_addr().ok(),
+            peer: s.peer_addr().ok(),
+        }
+    }
+
+    pub(crate) fn udp(s: &'a UdpSocket) -> Conn<'a> {
+        Conn {
+            fd: s.as_fd(),
+            local: s.local_addr().ok(),
+            peer: s.peer_addr().ok(),
+        }
+    }
+}
+
 /// `start`, and the lines iperf3 prints before the first interval.
 pub(crate) fn start(
     role: Role,
     cookie: &Cookie,
     params: &TestParams,
     ctrl: &TcpStream,
-    data: &[&TcpStream],
+    data: &[Conn<'_>],
     zcnet: Value,
     format: Format,
 ) -> (Value, String) {
     let connected: Vec<Connected> = data
         .iter()
         .map(|s| {
-            let l = s.local_addr().ok();
-            let r = s.peer_addr().ok();
+            let l = s.local;
+            let r = s.peer;
             Connected {
-                socket: s.as_raw_fd(),
+                socket: s.fd.as_raw_fd(),
                 local_host: l.map_or(String::new(), |a| a.ip().to_string()),
                 local_port: l.map_or(0, |a| a.port()),
                 remote_host: r.map_or(String::new(), |a| a.ip().to_string()),
@@ -50,7 +75,7 @@ pub(crate) fn start(
         .collect();
     let buf = |opt: i32| {
         data.first()
-            .and_then(|s| zcnet_sys::raw::socket::get_int(s.as_fd(), libc::SOL_SOCKET, opt).ok())
+            .and_then(|s| zcnet_sys::raw::socket::get_int(s.fd, libc::SOL_SOCKET, opt).ok())
             .map_or(0, |v| v.max(0) as u64)
     };
     let now = std::time::SystemTime::now()

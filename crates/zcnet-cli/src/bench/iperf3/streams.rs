@@ -86,6 +86,9 @@ pub(crate) struct DataCfg {
     /// byte before reporting the stream done: the client does, so that a receiver that
     /// stops reading at `TEST_END` — iperf3's server closes its streams then — has them.
     pub drain_before_end: bool,
+    /// Blocks each sending stream rotates through: the server's share of its memory
+    /// budget (`budget::desired_ring` when it fits), the client's desired ring.
+    pub ring: u32,
 }
 
 /// One data connection before its thread starts.
@@ -120,6 +123,30 @@ pub(crate) struct StreamOut {
     pub path: String,
     /// A receiving stream saw end of stream.
     pub eof: bool,
+    /// A UDP stream's datagram counts ([`super::udp`]).
+    pub udp: Option<UdpOut>,
+}
+
+/// What a UDP stream's thread counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct UdpOut {
+    /// Sending: datagrams sent. Receiving: the highest packet number seen (iperf3's
+    /// `packet_count` either way).
+    pub packets: u64,
+    /// Receiving: datagrams lost (gaps, less late arrivals).
+    pub lost: u64,
+    /// Receiving: datagrams out of order.
+    pub out_of_order: u64,
+    /// Receiving: smoothed jitter, seconds.
+    pub jitter: f64,
+    /// Datagrams moved.
+    pub datagrams: u64,
+    /// `sendmsg`/`send` or `recvmsg` calls made.
+    pub calls: u64,
+    /// Sending: GSO was in use to the end.
+    pub gso: bool,
+    /// Receiving: GRO was on.
+    pub gro: bool,
 }
 
 /// A stream running on its thread.
@@ -135,6 +162,30 @@ pub(crate) struct Running {
 }
 
 impl Running {
+    /// Runs `work` on a thread of its own as stream `id`.
+    pub(crate) fn spawn(
+        id: u32,
+        socket: i32,
+        sender: bool,
+        main: bool,
+        probe: Option<TcpStream>,
+        live: Arc<Live>,
+        work: impl FnOnce() -> Result<StreamOut, BenchError> + Send + 'static,
+    ) -> std::io::Result<Running> {
+        let handle = std::thread::Builder::new()
+            .name(format!("iperf3-{id}"))
+            .spawn(work)?;
+        Ok(Running {
+            id,
+            socket,
+            sender,
+            main,
+            live,
+            probe,
+            handle,
+        })
+    }
+
     pub(crate) fn is_finished(&self) -> bool {
         self.handle.is_finished()
     }
@@ -152,38 +203,38 @@ pub(crate) fn start(
     cfg: &DataCfg,
     ctl: &Arc<Control>,
     t0: Instant,
-) -> Vec<Running> {
-    specs
-        .into_iter()
-        .map(|s| {
-            let live = Arc::new(Live::default());
-            let (l, c, d) = (live.clone(), ctl.clone(), cfg.clone());
-            let (id, sender, main) = (s.id, s.sender, s.main);
-            let socket = s.stream.as_raw_fd();
-            let probe = s.stream.try_clone().ok();
-            let handle = std::thread::Builder::new()
-                .name(format!("iperf3-{id}"))
-                .spawn(move || {
-                    if sender {
-                        send_loop(s, &d, &l, &c, t0)
-                    } else if d.rx_file {
-                        recv_file_loop(s, &d, &l, &c, t0)
-                    } else {
-                        recv_loop(s, &d, &l, &c, t0)
-                    }
-                })
-                .expect("spawning a data thread");
-            Running {
-                id,
-                socket,
-                sender,
-                main,
-                live,
-                probe,
-                handle,
+) -> Result<Vec<Running>, BenchError> {
+    let mut running = Vec::with_capacity(specs.len());
+    for s in specs {
+        let live = Arc::new(Live::default());
+        let (l, c, d) = (live.clone(), ctl.clone(), cfg.clone());
+        let (id, sender, main) = (s.id, s.sender, s.main);
+        let socket = s.stream.as_raw_fd();
+        let probe = s.stream.try_clone().ok();
+        let spawned = Running::spawn(id, socket, sender, main, probe, live, move || {
+            if sender {
+                send_loop(s, &d, &l, &c, t0)
+            } else if d.rx_file {
+                recv_file_loop(s, &d, &l, &c, t0)
+            } else {
+                recv_loop(s, &d, &l, &c, t0)
             }
-        })
-        .collect()
+        });
+        match spawned {
+            Ok(r) => running.push(r),
+            Err(e) => {
+                // No thread for this stream: the test fails, the streams started stop,
+                // and the process goes on (the stream's connection closed with it).
+                ctl.stop.store(true, Ordering::Relaxed);
+                ctl.abort.store(true, Ordering::Relaxed);
+                for r in running {
+                    let _ = r.join();
+                }
+                return Err(BenchError::io("starting a data stream's thread", e));
+            }
+        }
+    }
+    Ok(running)
 }
 
 /// `TCP_INFO` of a sending stream: retransmits and iperf3's interval figures.
@@ -245,7 +296,7 @@ fn send_loop(
     let len = cfg.len;
     // Enough buffers in rotation to cover sndbuf + window (16 MiB, Solaris §3.2.4's rule),
     // so a loaning path never waits for its own completions.
-    let ring = crate::bench::default_ring(len as u64, zcnet_bench::report::Mode::Stream);
+    let ring = cfg.ring.max(1);
     let scfg = SenderConfig::new(cfg.tx)
         .buf_size(len)
         .pool_buffers(if cfg.tx.name() == "cow" {

@@ -8,6 +8,16 @@ use zcnet_bench::iperf3::{frame, Cookie, Iperf3Error, State, COOKIE_SIZE};
 /// iperf3's `IEUNIMP` ("not implemented yet"): what an iperf3 client is told when it asks
 /// for a test zcnet does not run. The reason is in the server's log.
 pub(crate) const IE_UNIMP: i32 = 13;
+/// iperf3's `IEDURATION`: `-t` over its maximum (a day).
+pub(crate) const IE_DURATION: i32 = 5;
+/// iperf3's `IENUMSTREAMS`: `-P` over its maximum (128), or more streams than the server's
+/// `--max-memory` could ever hold at this `-l`.
+pub(crate) const IE_NUM_STREAMS: i32 = 6;
+/// iperf3's `IEBLOCKSIZE`: `-l` over its maximum (512 MiB), or one block larger than the
+/// server's `--max-memory` holds.
+pub(crate) const IE_BLOCK_SIZE: i32 = 7;
+/// iperf3's `IECREATESTREAM`: a stream could not be started (no thread for it).
+pub(crate) const IE_CREATE_STREAM: i32 = 200;
 /// iperf3's `IERECVPARAMS`: the parameters did not parse.
 pub(crate) const IE_RECV_PARAMS: i32 = 114;
 /// iperf3's `IESTREAMCONNECT`: data connections did not arrive.

@@ -500,7 +500,7 @@ impl Observer for RecvLog {
             }
             Event::Trouble { what } => eprintln!("zcnet: {what} (still serving)"),
             Event::Abandoned { sessions } => eprintln!(
-                "zcnet: {sessions} session(s) did not end when the grace was over (stuck in a system call); exiting without them, their partial files left partial"
+                "zcnet: {sessions} session(s) did not end when their time was over (stuck in a system call); exiting without them, their partial files left partial"
             ),
             Event::Stopping { sessions } if !self.quiet => {
                 eprintln!(

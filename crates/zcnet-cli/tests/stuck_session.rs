@@ -77,8 +77,8 @@ fn read_bytes(pid: u32) -> u64 {
 }
 
 /// Starts `zcnet send --streams 1 src/big` to the receiver and waits until the receiver is
-/// hashing its copy (it has read 256 MiB).
-fn start_stuck_session(recv: &Recv, src: &Path) -> Child {
+/// hashing its copy (it has read 64 MiB), or has exited.
+fn start_stuck_session(recv: &mut Recv, src: &Path) -> Child {
     let sender = zcnet()
         .args(["send", "--quiet", "--streams", "1", "--to", &recv.addr])
         .arg(src.join("big"))
@@ -87,7 +87,7 @@ fn start_stuck_session(recv: &Recv, src: &Path) -> Child {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while read_bytes(recv.child.id()) < 256 << 20 {
+    while read_bytes(recv.child.id()) < 64 << 20 && recv.child.try_wait().unwrap().is_none() {
         assert!(
             Instant::now() < deadline,
             "hang guard: the receiver never started hashing its copy"
@@ -116,7 +116,7 @@ fn sigterm_ends_the_process_when_the_grace_is_over_even_with_a_stuck_session() {
     let dst = tempfile::tempdir().unwrap();
     huge_pair(src.path(), dst.path());
     let mut recv = start_recv(dst.path(), &["--resume", "--grace", "1s"]);
-    let mut sender = start_stuck_session(&recv, src.path());
+    let mut sender = start_stuck_session(&mut recv, src.path());
     let t0 = Instant::now();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &recv.child.id().to_string()])
@@ -141,7 +141,10 @@ fn sigterm_ends_the_process_when_the_grace_is_over_even_with_a_stuck_session() {
     recv.stderr.read_to_string(&mut err).unwrap();
     eprintln!("exited {took:?} after SIGTERM ({status}); it said:\n{err}");
     assert!(status.success(), "a stop is not a failure: {err}");
-    assert!(err.contains("did not end when the grace was over"), "{err}");
+    assert!(
+        err.contains("did not end when their time was over"),
+        "{err}"
+    );
     let _ = sender.kill();
     let _ = sender.wait();
     only_big_unchanged(dst.path());
@@ -154,7 +157,7 @@ fn a_session_stuck_past_its_deadline_no_longer_locks_its_address_out() {
     huge_pair(src.path(), dst.path());
     let small = src.path().join("small");
     std::fs::write(&small, b"a legitimate sender's file, after the deadline").unwrap();
-    let recv = start_recv(
+    let mut recv = start_recv(
         dst.path(),
         &[
             "--resume",
@@ -164,7 +167,7 @@ fn a_session_stuck_past_its_deadline_no_longer_locks_its_address_out() {
             "1",
         ],
     );
-    let mut sender = start_stuck_session(&recv, src.path());
+    let mut sender = start_stuck_session(&mut recv, src.path());
     // Each try is refused ("already has 1 sessions") until the stuck one is past its
     // deadline by the settle time; a bound far past both.
     let t0 = Instant::now();
@@ -200,6 +203,42 @@ fn a_session_stuck_past_its_deadline_no_longer_locks_its_address_out() {
         std::fs::read(dst.path().join("small")).unwrap(),
         std::fs::read(&small).unwrap()
     );
+    let _ = sender.kill();
+    let _ = sender.wait();
+    only_big_unchanged(dst.path());
+}
+
+#[test]
+fn once_ends_with_an_error_when_its_session_is_stuck_past_its_deadline() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    huge_pair(src.path(), dst.path());
+    let mut recv = start_recv(
+        dst.path(),
+        &["--once", "--resume", "--session-deadline", "1s"],
+    );
+    let t0 = Instant::now();
+    let mut sender = start_stuck_session(&mut recv, src.path());
+    // Hang guard, far past deadline + settle: hashing 4 TiB takes many minutes here.
+    let limit = Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = recv.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "zcnet recv --once still running {limit:?} past a 1 s session deadline"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    recv.stderr.read_to_string(&mut err).unwrap();
+    eprintln!(
+        "--once exited {:?} after the stuck session's sender started ({status}); it said:\n{err}",
+        t0.elapsed()
+    );
+    assert!(!status.success(), "the one session did not complete: {err}");
+    assert!(err.contains("stuck"), "{err}");
     let _ = sender.kill();
     let _ = sender.wait();
     only_big_unchanged(dst.path());

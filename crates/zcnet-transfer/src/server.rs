@@ -175,8 +175,9 @@ pub enum Event<'a> {
         /// Sessions in flight.
         sessions: usize,
     },
-    /// The grace is over and `sessions` did not end within [`SETTLE`] of their sockets
-    /// being shut down (stuck in a system call): `serve` returns without them.
+    /// The grace (or, with [`ServerConfig::once`], the session's deadline) is over and
+    /// `sessions` did not end within [`SETTLE`] of their sockets being shut down (stuck in
+    /// a system call): `serve` returns without them.
     Abandoned {
         /// Sessions left running.
         sessions: usize,
@@ -403,11 +404,42 @@ impl Loop {
             .len()
     }
 
+    /// Sessions still running [`SETTLE`] past their deadline.
+    fn stuck(&self) -> usize {
+        self.shared
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|r| r.stuck)
+            .count()
+    }
+
     fn run(&mut self, stop: &AtomicBool) -> Result<Option<SessionResult>, ServeError> {
         let mut events: Vec<epoll::Event> = Vec::with_capacity(512);
         loop {
             if stop.load(Ordering::Relaxed) {
                 return Ok(self.drain());
+            }
+            if self.once_started && self.once_group.is_none() {
+                // With `once`, a stream stuck past its deadline will not report: the one
+                // session is over without it.
+                let stuck = self.stuck();
+                if stuck > 0 && self.once_got.len() + stuck >= self.once_expect {
+                    self.stop_accepting();
+                    self.shared
+                        .observer
+                        .event(Event::Abandoned { sessions: stuck });
+                    self.reap();
+                    let mut got = std::mem::take(&mut self.once_got);
+                    got.push(Err(TransferError::Io {
+                        what: "the session".into(),
+                        source: io::Error::other(
+                            "still running past its deadline (stuck in a system call); abandoned",
+                        ),
+                    }));
+                    return Ok(Some(merge(got)));
+                }
             }
             if self.once_started
                 && self.once_group.is_none()

@@ -83,6 +83,10 @@ impl Finisher {
             .name("zcnet finish".into())
             .spawn_scoped(scope, move || {
                 let mut plan = SyncPlan::default();
+                // The session (or its socket) is gone: what is queued is whole and checked,
+                // so it is still finished as promised (its answers would find no one), and
+                // none is left behind as a partial file.
+                let mut gone = false;
                 while let Ok(first) = queue.recv() {
                     let mut batch = vec![first];
                     while batch.len() < MAX_BATCH {
@@ -92,14 +96,15 @@ impl Finisher {
                         }
                     }
                     let finished = finish_batch(batch, &mut plan);
+                    if gone {
+                        continue;
+                    }
                     let r = {
                         let _alone = lock.lock().unwrap_or_else(|e| e.into_inner());
                         answer(&sock, &finished, ack_message).map(|()| finished)
                     };
                     let failed = r.is_err();
-                    if tell.send(r).is_err() || failed {
-                        return;
-                    }
+                    gone = tell.send(r).is_err() || failed;
                 }
             })?;
         Ok(Finisher {

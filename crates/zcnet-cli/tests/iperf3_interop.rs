@@ -680,6 +680,18 @@ fn iperf3_udp_client_vs_zcnet_server(args: &[&str], len: u64) {
         "{lp}"
     );
     assert!(c["end"]["streams"][0]["udp"]["packets"].as_u64().is_some());
+    // Interval records carry iperf3's datagram fields, as iperf3's own do: the sending end
+    // its packets, the receiving end its losses and jitter too.
+    let (sending, receiving) = if args.contains(&"-R") {
+        (&s, &c)
+    } else {
+        (&c, &s)
+    };
+    assert!(sending["intervals"][0]["sum"]["packets"].is_number());
+    let sum = &receiving["intervals"][0]["sum"];
+    for f in ["packets", "lost_packets", "lost_percent", "jitter_ms"] {
+        assert!(sum[f].is_number(), "intervals[0].sum.{f}: {sum}");
+    }
     // zcnet's end counted its datagrams and calls.
     let z = &s["end"]["zcnet"]["local"]["udp"];
     assert!(

@@ -98,6 +98,36 @@ pub struct StreamSpan {
     /// `tcpi_snd_cwnd × tcpi_snd_mss`, `tcpi_rtt`, `tcpi_rttvar`, `tcpi_pmtu`, on a
     /// sending stream.
     pub tcp: Option<TcpFigures>,
+    /// A UDP stream's datagrams in the span (`None` for TCP).
+    pub udp: Option<UdpSpan>,
+}
+
+/// A UDP stream's datagrams over one interval, as iperf3's interval records carry them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UdpSpan {
+    /// Datagrams sent (a sending stream) or the rise of the highest packet number seen (a
+    /// receiving stream) in the span.
+    pub packets: u64,
+    /// Datagrams lost in the span (a receiving stream).
+    pub lost: u64,
+    /// Smoothed jitter at the span's end, seconds (a receiving stream).
+    pub jitter: f64,
+}
+
+/// A UDP interval's datagram fields: a sending side knows only its packets (iperf3's
+/// sender intervals say no more), a receiving side its losses and jitter too.
+fn udp_fields(m: &mut Map<String, Value>, u: &UdpSpan, sender: bool) {
+    if sender {
+        m.insert("packets".into(), json!(u.packets));
+        return;
+    }
+    m.insert("jitter_ms".into(), json!(u.jitter * 1000.0));
+    m.insert("lost_packets".into(), json!(u.lost));
+    m.insert("packets".into(), json!(u.packets));
+    m.insert(
+        "lost_percent".into(),
+        json!(super::udp::lost_percent(u.lost, u.packets)),
+    );
 }
 
 /// What `TCP_INFO` says about a sending stream.
@@ -141,6 +171,9 @@ fn span_json(s: &StreamSpan) -> Value {
         m.insert("rttvar".into(), json!(t.rttvar));
         m.insert("pmtu".into(), json!(t.pmtu));
     }
+    if let Some(u) = &s.udp {
+        udp_fields(m, u, s.sender);
+    }
     m.insert("omitted".into(), json!(false));
     m.insert("sender".into(), json!(s.sender));
     v
@@ -165,6 +198,16 @@ fn sum_of<'a>(spans: impl Iterator<Item = &'a StreamSpan>, sender: bool) -> Opti
     let rt: Vec<i64> = spans.iter().filter_map(|s| s.retransmits).collect();
     if !rt.is_empty() {
         m.insert("retransmits".into(), json!(rt.iter().sum::<i64>()));
+    }
+    let udp: Vec<UdpSpan> = spans.iter().filter_map(|s| s.udp).collect();
+    if !udp.is_empty() {
+        // iperf3's interval sum: packets and losses summed, jitter averaged over streams.
+        let sum = UdpSpan {
+            packets: udp.iter().map(|u| u.packets).sum(),
+            lost: udp.iter().map(|u| u.lost).sum(),
+            jitter: udp.iter().map(|u| u.jitter).sum::<f64>() / udp.len() as f64,
+        };
+        udp_fields(m, &sum, sender);
     }
     m.insert("omitted".into(), json!(false));
     m.insert("sender".into(), json!(sender));
@@ -687,6 +730,7 @@ mod tests {
                 bytes: 125_000_000,
                 retransmits: None,
                 tcp: None,
+                udp: None,
             },
             StreamSpan {
                 socket: 7,
@@ -697,6 +741,7 @@ mod tests {
                 bytes: 125_000_000,
                 retransmits: None,
                 tcp: None,
+                udp: None,
             },
         ];
         let i = interval(&spans, false);
@@ -746,5 +791,42 @@ mod tests {
         assert_eq!(rate_text(9.42e9), "9.42 Gbits/sec");
         assert_eq!(bytes_text(1_181_116_006), "1.10 GBytes");
         assert_eq!(bytes_text(512), "512.00 Bytes");
+    }
+
+    #[test]
+    fn udp_intervals_carry_iperf3s_datagram_fields() {
+        let span = |socket, packets, lost, jitter| StreamSpan {
+            socket,
+            sender: false,
+            main: true,
+            start: 0.0,
+            end: 1.0,
+            bytes: packets * 1000,
+            retransmits: None,
+            tcp: None,
+            udp: Some(UdpSpan {
+                packets,
+                lost,
+                jitter,
+            }),
+        };
+        let i = interval(&[span(5, 100, 4, 0.001), span(6, 300, 0, 0.003)], false);
+        assert_eq!(i["streams"][0]["packets"], 100);
+        assert_eq!(i["streams"][0]["lost_percent"], 4.0);
+        assert_eq!(i["streams"][0]["jitter_ms"], 1.0);
+        assert_eq!(i["sum"]["packets"], 400);
+        assert_eq!(i["sum"]["lost_packets"], 4);
+        assert_eq!(i["sum"]["lost_percent"], 1.0);
+        assert!((i["sum"]["jitter_ms"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+        // A sending side's records carry its packets only, as iperf3's do.
+        let sent = StreamSpan {
+            sender: true,
+            ..span(5, 100, 0, 0.0)
+        };
+        let i = interval(&[sent], true);
+        assert_eq!(i["streams"][0]["packets"], 100);
+        assert_eq!(i["sum"]["packets"], 100);
+        assert!(i["sum"].get("lost_packets").is_none());
+        assert!(i["streams"][0].get("jitter_ms").is_none());
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zcnet_bench::iperf3::output::{self, CpuPercent, StreamSpan, StreamTotal, UdpTotal};
+use zcnet_bench::iperf3::output::{self, CpuPercent, StreamSpan, StreamTotal, UdpSpan, UdpTotal};
 use zcnet_bench::iperf3::{Results, StreamResult};
 use zcnet_bench::report::SystemCpuTimes;
 
@@ -101,6 +101,7 @@ fn intervals(
 ) -> Vec<Value> {
     let mut out = Vec::new();
     let mut prev_bytes = vec![0u64; probes.len()];
+    let mut prev_udp = vec![(0u64, 0u64); probes.len()];
     let mut prev_retr: Vec<i64> = probes
         .iter()
         .map(|p| {
@@ -152,6 +153,18 @@ fn intervals(
                     bytes: b.saturating_sub(prev_bytes[i]),
                     retransmits,
                     tcp: tcp.map(|t| t.1),
+                    udp: p.live.udp.as_ref().map(|u| {
+                        let (packets, lost) = (
+                            u.packets.load(Ordering::Relaxed),
+                            u.lost.load(Ordering::Relaxed),
+                        );
+                        let (pp, pl) = std::mem::replace(&mut prev_udp[i], (packets, lost));
+                        UdpSpan {
+                            packets: packets.saturating_sub(pp),
+                            lost: lost.saturating_sub(pl),
+                            jitter: f64::from_bits(u.jitter_bits.load(Ordering::Relaxed)),
+                        }
+                    }),
                 };
                 prev_bytes[i] = b;
                 span

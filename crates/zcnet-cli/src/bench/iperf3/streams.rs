@@ -54,8 +54,22 @@ pub(crate) struct Control {
 pub(crate) struct Live {
     /// Bytes moved so far.
     pub bytes: AtomicU64,
-    /// A receiving stream stops once it has this many bytes (`u64::MAX`: not known yet).
+    /// A receiving stream stops once it has this many bytes (`u64::MAX`: not known yet;
+    /// UDP: this packet number).
     pub target: AtomicU64,
+    /// A UDP stream: its live datagram counts, for interval reports.
+    pub udp: Option<LiveUdp>,
+}
+
+/// A UDP stream's counts as they grow.
+#[derive(Debug, Default)]
+pub(crate) struct LiveUdp {
+    /// Datagrams sent, or the highest packet number received.
+    pub packets: AtomicU64,
+    /// Datagrams lost so far (receiving).
+    pub lost: AtomicU64,
+    /// Smoothed jitter, seconds, as `f64` bits (receiving).
+    pub jitter_bits: AtomicU64,
 }
 
 impl Default for Live {
@@ -63,6 +77,7 @@ impl Default for Live {
         Live {
             bytes: AtomicU64::new(0),
             target: AtomicU64::new(u64::MAX),
+            udp: None,
         }
     }
 }

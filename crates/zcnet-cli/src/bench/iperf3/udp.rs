@@ -12,7 +12,7 @@
 //! `MSG_ZEROCOPY` is not used: on the datagram sizes iperf3 sends, and on loopback where
 //! the kernel copies anyway, it costs more than the copy it would save.
 
-use super::streams::{Control, Live, Running, StreamOut, UdpOut};
+use super::streams::{Control, Live, LiveUdp, Running, StreamOut, UdpOut};
 use crate::bench::spec::BenchError;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -155,7 +155,10 @@ pub(crate) fn start(
 ) -> Result<Vec<Running>, BenchError> {
     let mut running = Vec::with_capacity(specs.len());
     for s in specs {
-        let live = Arc::new(Live::default());
+        let live = Arc::new(Live {
+            udp: Some(LiveUdp::default()),
+            ..Live::default()
+        });
         let (l, c) = (live.clone(), ctl.clone());
         let (id, sender) = (s.id, s.sender);
         let socket = s.socket.as_raw_fd();
@@ -265,6 +268,9 @@ fn send_loop(
                 sent += k * cfg.len;
                 last = Instant::now();
                 live.bytes.store(sent, Ordering::Relaxed);
+                if let Some(u) = &live.udp {
+                    u.packets.store(out.packets, Ordering::Relaxed);
+                }
             }
             Err(e) if k > 1 && !transient(&e) => {
                 // The kernel will not segment for this socket: one datagram a call from now.
@@ -354,6 +360,12 @@ fn recv_loop(
         }
         last = last_data;
         live.bytes.store(counters.bytes, Ordering::Relaxed);
+        if let Some(u) = &live.udp {
+            u.packets.store(counters.highest, Ordering::Relaxed);
+            u.lost.store(counters.lost, Ordering::Relaxed);
+            u.jitter_bits
+                .store(counters.jitter.to_bits(), Ordering::Relaxed);
+        }
     }
     out.packets = counters.highest;
     out.lost = counters.lost;

@@ -199,10 +199,14 @@ fn reverse_params(parallel: u32, len: u64) -> String {
 /// issue's `-R -P 128 -l 512M`, from 32 clients at once — are each answered with iperf3's
 /// own error for the number at fault, before anything is allocated: the server's peak RSS
 /// stays within a few MiB of where it started, and a real iperf3 gets its run after.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn limits_are_answered_with_iperf3s_own_errors_before_any_allocation() {
     let Some(iperf3) = iperf3() else {
-        eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
         return;
     };
     let server = Server::start(&[]);
@@ -242,10 +246,14 @@ fn limits_are_answered_with_iperf3s_own_errors_before_any_allocation() {
 /// rings, the rest are told `ACCESS_DENIED`; the server's peak RSS stays within the cap
 /// (plus what it held before and its threads' stacks). When the tests end, their memory
 /// comes back: a real iperf3 then gets its run.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
 #[test]
 fn concurrent_tests_share_one_memory_cap() {
     let Some(iperf3) = iperf3() else {
-        eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
         return;
     };
     let cap = 64 * MIB;
@@ -303,17 +311,21 @@ fn concurrent_tests_share_one_memory_cap() {
 /// waiting in the backlog, the server backs off instead of spinning: over two seconds it
 /// uses little CPU and logs a few lines, not hundreds of thousands. When descriptors come
 /// back, a real iperf3 gets its run.
+#[cfg_attr(
+    not(all(zcnet_has_iperf3, zcnet_has_prlimit)),
+    ignore = "needs iperf3 and prlimit (apt-get install iperf3 util-linux)"
+)]
 #[test]
 fn at_the_descriptor_limit_the_server_backs_off_and_recovers() {
     let Some(iperf3) = iperf3() else {
-        eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
         return;
     };
     let mut server = Server::start(&[]);
     let pid = server.pid();
     let open = procfs::descriptors(pid);
     if !procfs::set_limit(pid, "nofile", Some(open + 4)) {
-        eprintln!("SKIP: prlimit cannot set the server's descriptor limit");
+        zcnet_testbed::skip::skip("prlimit cannot set the server's descriptor limit");
         return;
     }
     // Silent clients: the first few take the last descriptors (each waits for a cookie);
@@ -344,17 +356,21 @@ fn at_the_descriptor_limit_the_server_backs_off_and_recovers() {
 /// When a thread cannot be started (its stack does not fit under `prlimit --as` on the
 /// running server), that client is told `ACCESS_DENIED` and the server goes on: once the
 /// limit is lifted, a real iperf3 gets its run.
+#[cfg_attr(
+    not(all(zcnet_has_iperf3, zcnet_has_prlimit)),
+    ignore = "needs iperf3 and prlimit (apt-get install iperf3 util-linux)"
+)]
 #[test]
 fn a_thread_that_cannot_start_turns_away_one_client_not_the_server() {
     let Some(iperf3) = iperf3() else {
-        eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
         return;
     };
     let mut server = Server::start(&[]);
     let pid = server.pid();
     let size = procfs::status_kib(pid, "VmSize");
     if !procfs::set_limit(pid, "as", Some(size + 6 * MIB)) {
-        eprintln!("SKIP: prlimit cannot set the server's address-space limit");
+        zcnet_testbed::skip::skip("prlimit cannot set the server's address-space limit");
         return;
     }
     // Each silent client holds a thread (and its stack) waiting for a cookie.

@@ -160,13 +160,17 @@ fn abandoned_runs_are_stopped_at_once_and_never_make_the_server_busy() {
 /// At its descriptor limit (`prlimit --nofile` on the running server), with clients waiting
 /// in the backlog, the accept loop waits instead of spinning and logs a line a second at
 /// most; once descriptors come back, a real client runs.
+#[cfg_attr(
+    not(zcnet_has_prlimit),
+    ignore = "needs prlimit (apt-get install util-linux)"
+)]
 #[test]
 fn at_the_descriptor_limit_the_server_backs_off_and_recovers() {
     let mut server = Server::start(&[]);
     let pid = server.pid();
     let open = common::procfs::descriptors(pid);
     if !common::procfs::set_limit(pid, "nofile", Some(open + 2)) {
-        eprintln!("SKIP: prlimit cannot set the server's descriptor limit");
+        zcnet_testbed::skip::skip("prlimit cannot set the server's descriptor limit");
         return;
     }
     let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));

@@ -28,7 +28,7 @@ fn python3_or_skip() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED: python3 is not installed (the plugin's executables need it)");
+        zcnet_testbed::skip::skip("python3 is not installed (the plugin's executables need it)");
     }
     ok
 }
@@ -224,6 +224,7 @@ fn now_iso() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+#[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
 #[test]
 fn enumerate_can_run_duration_and_participant_data_speak_the_plugin_api() {
     if !python3_or_skip() {
@@ -394,6 +395,7 @@ fn loopback_run(extra: Value) -> Value {
     r
 }
 
+#[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
 #[test]
 fn a_tcp_run_on_loopback_through_run_and_merged_results() {
     if !python3_or_skip() {
@@ -404,6 +406,7 @@ fn a_tcp_run_on_loopback_through_run_and_merged_results() {
     assert!(r["summary"]["summary"]["retransmits"].is_i64());
 }
 
+#[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
 #[test]
 fn a_udp_run_on_loopback_through_run() {
     if !python3_or_skip() {

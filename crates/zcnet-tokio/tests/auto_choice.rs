@@ -93,6 +93,10 @@ async fn a_stream_to_this_host_never_asks_for_zero_copy() {
     );
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_namespaces_the_default_probes_briefly_then_copies() {
     let Some(veth) = veth_or_skip(9000) else {
@@ -139,6 +143,10 @@ async fn the_cost_check_routes_between_paths_and_every_byte_arrives_on_loopback(
     eprintln!("loopback: {st}; {:?}", st.auto_tx);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cost_check_routes_between_paths_and_every_byte_arrives_across_namespaces() {
     let Some(veth) = veth_or_skip(9000) else {

@@ -35,7 +35,7 @@ fn curl_or_skip() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: curl is not installed");
+        zcnet_testbed::skip::skip("curl is not installed");
     }
     ok
 }
@@ -67,6 +67,7 @@ async fn curl_text(url: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+#[cfg_attr(not(zcnet_has_curl), ignore = "needs curl (apt-get install curl)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn axum_serve_in_one_call_sends_a_large_body_zero_copy_to_curl() {
     if !curl_or_skip() {
@@ -101,6 +102,7 @@ async fn axum_serve_in_one_call_sends_a_large_body_zero_copy_to_curl() {
     server.abort();
 }
 
+#[cfg_attr(not(zcnet_has_curl), ignore = "needs curl (apt-get install curl)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_layer_and_the_lender_serve_a_router_on_a_hand_made_connection() {
     if !curl_or_skip() {

@@ -63,6 +63,10 @@ async fn a_peer_reset_mid_send_is_an_error_and_every_buffer_comes_back() {
     assert_eq!(st.tx_completed_calls, st.tx_calls_zerocopy, "{st}");
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enobufs_under_a_lowered_optmem_max_is_a_counted_fallback_and_loses_nothing() {
     let Some(veth) = veth_or_skip(1500) else {
@@ -70,7 +74,7 @@ async fn enobufs_under_a_lowered_optmem_max_is_a_counted_fallback_and_loses_noth
     };
     // Per network namespace on this kernel: the host's setting is untouched.
     if let Err(e) = veth.sysctl_a("net.core.optmem_max", "0") {
-        eprintln!("SKIPPED: optmem_max is not per-namespace here: {e}");
+        zcnet_testbed::skip::skip(&format!("optmem_max is not per-namespace here: {e}"));
         return;
     }
     let stats = Arc::new(Stats::new());

@@ -89,11 +89,12 @@ fn curl_or_skip() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: curl is not installed");
+        zcnet_testbed::skip::skip("curl is not installed");
     }
     ok
 }
 
+#[cfg_attr(not(zcnet_has_curl), ignore = "needs curl (apt-get install curl)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_gets_every_byte_and_large_frames_went_zero_copy() {
     if !curl_or_skip() {
@@ -108,6 +109,7 @@ async fn curl_gets_every_byte_and_large_frames_went_zero_copy() {
     eprintln!("hyper + curl: {st}");
 }
 
+#[cfg_attr(not(zcnet_has_curl), ignore = "needs curl (apt-get install curl)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_below_the_threshold_are_copied_and_still_every_byte_arrives() {
     if !curl_or_skip() {

@@ -90,6 +90,10 @@ async fn small_sends_are_copied_by_the_default_policy_and_counted() {
     assert!(st.fallback_ops(zcnet::FallbackReason::TooSmall) > 0);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_method_every_byte_across_namespaces() {
     let Some(veth) = veth_or_skip(9000) else {
@@ -164,6 +168,10 @@ async fn zcnet_pool_buffers_go_out_zero_copy_and_back_to_their_pool() {
 /// `write_all`s into a reader on another worker took 67-73 successful copy calls in four
 /// runs; retried at once, 84-191 (and `bench_tokio` made 2.8 `sendto` per write, plain tokio
 /// 1.5). The bound, 1.6 per write, leaves room for a loaded machine.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_copy_send_waits_for_room_before_the_next() {
     let Some(veth) = veth_or_skip(9000) else {

@@ -144,6 +144,10 @@ async fn recv_zc_and_read_mixed_every_byte() {
     assert_eq!(got, total);
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recv_zc_maps_pages_across_namespaces_with_a_page_multiple_mss() {
     let Some(veth) = veth_or_skip(9000) else {

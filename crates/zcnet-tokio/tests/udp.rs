@@ -180,6 +180,10 @@ async fn every_size_arrives_whole_on_loopback() {
     every_size(Topo::Loopback).await;
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_size_arrives_whole_between_namespaces() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -415,14 +419,14 @@ fn tc(ns: &str, args: &[&str]) -> bool {
     match out {
         Ok(o) if o.status.success() => true,
         Ok(o) => {
-            eprintln!(
-                "SKIPPED: tc {args:?}: {}",
+            zcnet_testbed::skip::skip(&format!(
+                "tc {args:?}: {}",
                 String::from_utf8_lossy(&o.stderr)
-            );
+            ));
             false
         }
         Err(e) => {
-            eprintln!("SKIPPED: tc not runnable: {e}");
+            zcnet_testbed::skip::skip(&format!("tc not runnable: {e}"));
             false
         }
     }
@@ -456,6 +460,10 @@ fn slow_qdisc(pair: &zcnet_testbed::netns::VethPair) -> bool {
 /// buffer goes, observably) does not get it back before the completion. A token-bucket
 /// qdisc on the sender's veth holds the datagrams, so the kernel holds the pages for a
 /// while after `sendmsg` returned.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -527,13 +535,17 @@ async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
 /// `ENOBUFS` (no option memory for the notification: `optmem_max` 0 in the sending
 /// namespace) is a counted fallback: the socket retries, then copies the rest of the
 /// message, and every message still arrives whole.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enobufs_is_a_counted_fallback_and_every_message_arrives() {
     let Some(pair) = veth_or_skip(1500) else {
         return;
     };
     if let Err(e) = pair.sysctl_a("net.core.optmem_max", "0") {
-        eprintln!("SKIPPED: optmem_max is not per-namespace here: {e}");
+        zcnet_testbed::skip::skip(&format!("optmem_max is not per-namespace here: {e}"));
         return;
     }
     let cfg = config(MsgTx::Zerocopy);
@@ -561,7 +573,7 @@ async fn enobufs_is_a_counted_fallback_and_every_message_arrives() {
 async fn ipv6_loopback() {
     let cfg = config(MsgTx::Zerocopy);
     let Ok(rx) = ZcUdpSocket::bind("[::1]:0".parse().unwrap(), &cfg) else {
-        eprintln!("SKIPPED: no IPv6 loopback here");
+        zcnet_testbed::skip::skip_allowed("no IPv6 loopback here");
         return;
     };
     let tx = ZcUdpSocket::connect(rx.local_addr().unwrap(), &cfg).unwrap();
@@ -622,7 +634,7 @@ async fn a_ring_request_that_fails_is_reported_by_a_later_send() {
         let mut b = tx.buffer(4096).await.unwrap();
         b.copy_from(&body(seed, 4096));
         if !tx.uring_enabled() {
-            eprintln!("SKIPPED: io_uring SEND_ZC unavailable here");
+            zcnet_testbed::skip::skip("io_uring SEND_ZC unavailable here");
             return;
         }
         match tx.send_lent(b).await {
@@ -666,7 +678,7 @@ async fn a_small_pool_recycles_through_the_rings_eventfd() {
         rx.recycle(m).await;
     }
     if !tx.uring_enabled() {
-        eprintln!("SKIPPED (checked MSG_ZEROCOPY only): io_uring SEND_ZC unavailable here");
+        zcnet_testbed::skip::skip("(checked MSG_ZEROCOPY only): io_uring SEND_ZC unavailable here");
         return;
     }
     tx.flush_loans().await.unwrap();
@@ -682,6 +694,10 @@ async fn a_small_pool_recycles_through_the_rings_eventfd() {
 /// this current-thread runtime waits in `epoll_wait` with no timer of its own (the ring is
 /// built without cooperative task running, and its eventfd is armed while `flush_loans`
 /// waits). Until then the ring holds both buffers: none is back in the pool.
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces)"
+)]
 #[tokio::test(flavor = "current_thread")]
 async fn ring_notifications_wake_a_sleeping_runtime() {
     let Some(pair) = veth_or_skip(1500) else {
@@ -702,7 +718,7 @@ async fn ring_notifications_wake_a_sleeping_runtime() {
         ids.push(tx.send_lent(b).await.unwrap().id);
     }
     if !tx.uring_enabled() {
-        eprintln!("SKIPPED: io_uring SEND_ZC unavailable here");
+        zcnet_testbed::skip::skip("io_uring SEND_ZC unavailable here");
         return;
     }
     assert_eq!(tx.loans_in_flight(), 2, "the ring holds both buffers");
@@ -731,7 +747,7 @@ async fn ring_pair(pool_buffers: usize) -> Option<(ZcUdpSocket, ZcUdpSocket)> {
     let (rx, tx) = sockets(Topo::Loopback, &cfg);
     drop(tx.buffer(1).await.unwrap());
     if !tx.uring_enabled() {
-        eprintln!("SKIPPED: io_uring SEND_ZC unavailable here");
+        zcnet_testbed::skip::skip("io_uring SEND_ZC unavailable here");
         return None;
     }
     Some((rx, tx))

@@ -8,6 +8,7 @@
 mod bench;
 mod probe;
 mod probe_cmd;
+mod run_board;
 mod run_cmd;
 mod transfer_cmd;
 mod tune;

@@ -1,12 +1,14 @@
 //! `zcnet run -- CMD ARGS…`: starts an unmodified program with `libzcnet_preload.so` in
 //! `LD_PRELOAD`, so its TCP sends take zcnet's paths with copy semantics intact (see the
-//! `zcnet-preload` crate).
+//! `zcnet-preload` crate), and stays its parent: signals sent to `zcnet run` are relayed,
+//! the stats line of every process that could not write its own is written from the board
+//! ([`crate::run_board`]), and `zcnet run` exits as the program did.
 //!
 //! The library is found through `$ZCNET_PRELOAD`, else next to the `zcnet` binary. Programs
 //! the loader does not preload into are named before starting them: static executables
-//! (no `PT_INTERP`), Go programs (they make system calls without the C library), and setuid
-//! or setgid ones (the loader ignores `LD_PRELOAD` for them, ld.so(8), "secure-execution
-//! mode").
+//! (no `PT_INTERP`), Go programs (they make system calls without the C library), and those
+//! the loader runs in secure-execution mode (`AT_SECURE`: setuid or setgid to another id,
+//! file capabilities beyond the user's; ld.so(8)); what actually happened is said after.
 
 use crate::run_board::BoardReport;
 use std::os::unix::fs::PermissionsExt;
@@ -42,8 +44,9 @@ impl Tx {
 #[command(after_help = "Examples:\n  \
     zcnet run -- curl -o big http://127.0.0.1:8080/big\n  \
     zcnet run --tx cow --stats s.json -- iperf3 -c 127.0.0.1\n\n\
-    Statically linked programs, Go programs and setuid programs are not covered\n\
-    (zcnet run says so when it sees one). The library is $ZCNET_PRELOAD, else\n\
+    Statically linked programs, Go programs and programs run in secure-execution\n\
+    mode (setuid to another user, file capabilities) are not covered (zcnet run\n\
+    says so before and after). The library is $ZCNET_PRELOAD, else\n\
     libzcnet_preload.so next to this binary.")]
 pub struct Args {
     /// How TCP sends go out.

@@ -30,7 +30,8 @@
 //! its filter for a single `getsockopt`). `zcnet run` reports such processes.
 //!
 //! Not covered: static programs and those that make system calls themselves (Go), which
-//! never call the C library's symbols; setuid programs, for which the loader ignores
+//! never call the C library's symbols; programs the loader runs in secure-execution mode
+//! (`AT_SECURE`: setuid to another user, file capabilities), for which it ignores
 //! `LD_PRELOAD`; the C library's internal calls (stdio writing to a socket).
 //!
 //! This crate has no `unsafe`: the exported symbols and all raw-pointer handling are

@@ -1,5 +1,5 @@
 //! Which threads are running zcnet's own code right now, so that the C calls that code makes
-//! reach the C library directly even where an `LD_PRELOAD` interposer ([`crate::preload`])
+//! reach the C library directly even where an `LD_PRELOAD` interposer (feature `preload`)
 //! defines the same symbols.
 //!
 //! An interposed `pread` that itself takes the write-protect engine's lock deadlocks a

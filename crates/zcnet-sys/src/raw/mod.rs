@@ -3,7 +3,6 @@
 pub mod cmsg;
 pub mod cpu;
 pub mod epoll;
-pub mod signal;
 pub mod socket;
 pub mod splice;
 pub mod udp;

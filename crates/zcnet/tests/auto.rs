@@ -245,10 +245,14 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
 /// itself, so the thread clock is never read), no fallback.
 fn assert_one_plain_send_per_operation(tx: &StatsSnapshot, ops: u64, size: u64) {
     let a = tx.auto_tx;
-    assert_eq!(
-        (tx.tx_calls_copy, tx.tx_bytes_copy),
-        (ops, ops * size),
-        "one plain send per operation: {tx:?}"
+    // These tests bound their sends with a timeout, and a bounded call sends with
+    // `MSG_DONTWAIT` and waits in `poll` itself (`zcnet::call`), so a full socket buffer
+    // splits an operation into two sends: a few more calls than operations, never fewer,
+    // and never a call of auto's own.
+    assert_eq!(tx.tx_bytes_copy, ops * size, "{tx:?}");
+    assert!(
+        (ops..=ops + ops / 50 + 8).contains(&tx.tx_calls_copy),
+        "one plain send per operation, split only by a full socket buffer: {tx:?}"
     );
     assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
     assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");

@@ -70,9 +70,10 @@ pub struct UringTx {
     demotion: CopiedDemotion,
     timeout: Duration,
     events: Vec<SendEvent<TxBuf>>,
-    /// This call's `msg_flags`: `MSG_DONTWAIT` when the call is bounded or the socket
-    /// non-blocking, so a full socket ends the request with `EAGAIN` and the wait is ours
-    /// ([`crate::call`]); 0 lets io_uring wait for room itself.
+    /// This call's `msg_flags`: `MSG_DONTWAIT` when the socket is non-blocking, so a full
+    /// socket ends the request with `EAGAIN` and the call gives `WouldBlock`
+    /// ([`crate::call`]); 0 lets io_uring wait for room itself (a bounded call bounds the
+    /// wait for the result and cancels the request at its deadline).
     flags: i32,
     /// Results not yet claimed by the send waiting for them: (buffer, request, res).
     results: Vec<(SendToken, u16, i32)>,
@@ -360,12 +361,14 @@ impl super::Transmit for UringTx {
             .then(|| u16::try_from(buf.index()).ok())
             .flatten();
         let len = buf.len();
-        self.flags =
-            if crate::call::deadline(self.timeout).dontwait() || crate::call::nonblocking(fd) {
-                libc::MSG_DONTWAIT
-            } else {
-                0
-            };
+        // Only a non-blocking socket sends with MSG_DONTWAIT: a bounded call lets io_uring
+        // wait for room itself (one request per buffer, as without a bound) and bounds the
+        // wait for the result instead, cancelling the request at the deadline.
+        self.flags = if crate::call::nonblocking(fd) {
+            libc::MSG_DONTWAIT
+        } else {
+            0
+        };
         let token = self.push(fd, buf, fixed, stats)?;
         let result = self.drive(fd, token, len, fixed, stats);
         // Sealed even on error: requests that did go out still reference the pages, and the

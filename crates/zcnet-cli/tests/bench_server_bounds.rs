@@ -235,9 +235,13 @@ fn limits_are_answered_with_iperf3s_own_errors_before_any_allocation() {
     );
     assert!(peak < base + 64 * MIB, "peak {peak} from {base}");
     server.serves_a_real_iperf3(&iperf3);
-    // 34 refusals within a second or two: a line a second, the first naming the limit.
+    // 34 refusals within a second or two: a line a second, naming a limit (which refusal
+    // gets the first line's second depends on the threads' timing: the streams or the length).
     let log = server.log();
-    assert!(log.contains("\"parallel\""), "{log}");
+    assert!(
+        log.contains("\"parallel\"") || log.contains("\"len\""),
+        "{log}"
+    );
     assert!(log.lines().count() <= 4, "{log}");
 }
 

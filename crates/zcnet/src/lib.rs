@@ -123,5 +123,5 @@ pub struct ReadmeDoctests;
 
 /// The guide's examples (`docs/guide.md`), compiled and run the same way.
 #[cfg(doctest)]
-#[doc = include_str!("../../../docs/guide.md")]
+#[doc = include_str!("../docs/guide.md")]
 pub struct GuideDoctests;

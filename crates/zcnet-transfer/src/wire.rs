@@ -26,6 +26,47 @@ pub const VERSION: u16 = 8;
 pub const AUTHENTICATED_FROM: u16 = 8;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
+/// The first version whose `File`s are pipelined: the sender sends the next file as soon as
+/// a `File`'s trailer is out, and its `Ack` comes later, in order with the other answers
+/// (the receiver finishes it on the thread that finishes `Put`s).
+pub const PIPELINED_FILES: u16 = 7;
+
+/// What a session's protocol version carries, decided once from the negotiated version so
+/// the code that sends and receives asks for a feature by name and no `version >= N` is
+/// scattered through it. [`VERSION`]'s documentation lists the versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Features {
+    /// Small files go as `Put`s, pipelined (2).
+    pub puts: bool,
+    /// Empty directories and symlinks go as `Dir` and `Link` (3).
+    pub tree_entries: bool,
+    /// A file's holes are left out with `StartSparse` (4).
+    pub sparse: bool,
+    /// A session runs over several connections: `Open`/`Join`, answered by `Session` (5).
+    pub streams: bool,
+    /// A large file goes in `Range`s over a session's streams (6).
+    pub ranges: bool,
+    /// A `File`'s `Ack` comes in turn with the answers to the files after it
+    /// ([`PIPELINED_FILES`]).
+    pub pipelined_files: bool,
+    /// A token's proofs cover the whole handshake ([`AUTHENTICATED_FROM`]).
+    pub authenticated: bool,
+}
+
+impl Features {
+    /// The features of a session of `version`.
+    pub const fn of(version: u16) -> Features {
+        Features {
+            puts: version >= 2,
+            tree_entries: version >= 3,
+            sparse: version >= 4,
+            streams: version >= 5,
+            ranges: version >= 6,
+            pipelined_files: version >= PIPELINED_FILES,
+            authenticated: version >= AUTHENTICATED_FROM,
+        }
+    }
+}
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
 /// decides, and a refused `Put`'s bytes are read and dropped.
 pub const MAX_PUT: u64 = 1 << 20;
@@ -773,6 +814,24 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Each feature starts at the version `VERSION`'s documentation gives it and stays on
+    /// after it; the oldest version has none, the newest all.
+    #[test]
+    fn each_feature_starts_at_its_documented_version() {
+        let first = |on: fn(Features) -> bool| {
+            (MIN_VERSION..=VERSION)
+                .find(|&v| on(Features::of(v)))
+                .filter(|&v| (v..=VERSION).all(|w| on(Features::of(w))))
+        };
+        assert_eq!(first(|f| f.puts), Some(2));
+        assert_eq!(first(|f| f.tree_entries), Some(3));
+        assert_eq!(first(|f| f.sparse), Some(4));
+        assert_eq!(first(|f| f.streams), Some(5));
+        assert_eq!(first(|f| f.ranges), Some(6));
+        assert_eq!(first(|f| f.pipelined_files), Some(PIPELINED_FILES));
+        assert_eq!(first(|f| f.authenticated), Some(AUTHENTICATED_FROM));
+    }
 
     fn samples() -> Vec<Frame> {
         vec![

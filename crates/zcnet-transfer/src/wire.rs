@@ -376,7 +376,15 @@ impl Frame {
     pub fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&[0; 5]);
-        let ty = match self {
+        let ty = self.encode_payload(out);
+        let len = (out.len() - start - 5) as u32;
+        out[start] = ty;
+        out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+    }
+
+    /// Appends the frame's payload to `out`; its type.
+    fn encode_payload(&self, out: &mut Vec<u8>) -> u8 {
+        match self {
             Frame::Hello {
                 version,
                 auth,
@@ -392,53 +400,8 @@ impl Frame {
                 out.extend_from_slice(mac);
                 T_AUTH
             }
-            Frame::File {
-                name,
-                size,
-                mode,
-                mtime_s,
-                mtime_ns,
-                verify,
-            }
-            | Frame::Put {
-                name,
-                size,
-                mode,
-                mtime_s,
-                mtime_ns,
-                verify,
-            } => {
-                put_str(out, name, MAX_NAME);
-                out.extend_from_slice(&size.to_be_bytes());
-                out.extend_from_slice(&mode.to_be_bytes());
-                out.extend_from_slice(&mtime_s.to_be_bytes());
-                out.extend_from_slice(&mtime_ns.to_be_bytes());
-                out.push(*verify as u8);
-                if matches!(self, Frame::Put { .. }) {
-                    T_PUT
-                } else {
-                    T_FILE
-                }
-            }
-            Frame::Range {
-                name,
-                size,
-                mode,
-                mtime_s,
-                mtime_ns,
-                verify,
-                offset,
-                len,
-            } => {
-                put_str(out, name, MAX_NAME);
-                out.extend_from_slice(&size.to_be_bytes());
-                out.extend_from_slice(&mode.to_be_bytes());
-                out.extend_from_slice(&mtime_s.to_be_bytes());
-                out.extend_from_slice(&mtime_ns.to_be_bytes());
-                out.push(*verify as u8);
-                out.extend_from_slice(&offset.to_be_bytes());
-                out.extend_from_slice(&len.to_be_bytes());
-                T_RANGE
+            Frame::File { .. } | Frame::Put { .. } | Frame::Range { .. } => {
+                self.encode_file_frame(out)
             }
             Frame::Ready { offset, prefix } => {
                 out.extend_from_slice(&offset.to_be_bytes());
@@ -514,10 +477,57 @@ impl Frame {
                 put_str(out, message, MAX_MESSAGE);
                 T_ABORT
             }
+        }
+    }
+
+    /// The payload of a frame that announces a file (`File`, `Put`) or a range of one
+    /// (`Range`): the file's name and metadata, then the range's place; its type.
+    fn encode_file_frame(&self, out: &mut Vec<u8>) -> u8 {
+        let (ty, header, range) = match self {
+            Frame::File {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } => (T_FILE, (name, size, mode, mtime_s, mtime_ns, verify), None),
+            Frame::Put {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } => (T_PUT, (name, size, mode, mtime_s, mtime_ns, verify), None),
+            Frame::Range {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+                offset,
+                len,
+            } => (
+                T_RANGE,
+                (name, size, mode, mtime_s, mtime_ns, verify),
+                Some((offset, len)),
+            ),
+            _ => unreachable!("only frames that announce a file come here"),
         };
-        let len = (out.len() - start - 5) as u32;
-        out[start] = ty;
-        out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+        let (name, size, mode, mtime_s, mtime_ns, verify) = header;
+        put_str(out, name, MAX_NAME);
+        out.extend_from_slice(&size.to_be_bytes());
+        out.extend_from_slice(&mode.to_be_bytes());
+        out.extend_from_slice(&mtime_s.to_be_bytes());
+        out.extend_from_slice(&mtime_ns.to_be_bytes());
+        out.push(*verify as u8);
+        if let Some((offset, len)) = range {
+            out.extend_from_slice(&offset.to_be_bytes());
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+        ty
     }
 
     /// Encodes into a fresh vector.
@@ -569,54 +579,7 @@ impl Frame {
                 r.what = "auth";
                 Frame::Auth { mac: r.arr32()? }
             }
-            T_FILE | T_PUT => {
-                r.what = if ty == T_PUT { "put" } else { "file" };
-                let name = r.string("file name", MAX_NAME)?;
-                let (size, mode) = (r.u64()?, r.u32()?);
-                let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
-                if ty == T_FILE {
-                    Frame::File {
-                        name,
-                        size,
-                        mode,
-                        mtime_s,
-                        mtime_ns,
-                        verify,
-                    }
-                } else {
-                    if size > MAX_PUT {
-                        return Err(WireError::TooLong {
-                            what: "put",
-                            len: usize::try_from(size).unwrap_or(usize::MAX),
-                            max: MAX_PUT as usize,
-                        });
-                    }
-                    Frame::Put {
-                        name,
-                        size,
-                        mode,
-                        mtime_s,
-                        mtime_ns,
-                        verify,
-                    }
-                }
-            }
-            T_RANGE => {
-                r.what = "range";
-                let name = r.string("file name", MAX_NAME)?;
-                let (size, mode) = (r.u64()?, r.u32()?);
-                let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
-                Frame::Range {
-                    name,
-                    size,
-                    mode,
-                    mtime_s,
-                    mtime_ns,
-                    verify,
-                    offset: r.u64()?,
-                    len: r.u64()?,
-                }
-            }
+            T_FILE | T_PUT | T_RANGE => decode_file_frame(ty, &mut r)?,
             T_READY => {
                 r.what = "ready";
                 let offset = r.u64()?;
@@ -640,21 +603,10 @@ impl Frame {
             }
             T_START_SPARSE => {
                 r.what = "start-sparse";
-                let offset = r.u64()?;
-                let n = r.u32()? as usize;
-                if n > MAX_EXTENTS {
-                    return Err(WireError::TooLong {
-                        what: "extent list",
-                        len: n,
-                        max: MAX_EXTENTS,
-                    });
+                Frame::StartSparse {
+                    offset: r.u64()?,
+                    extents: r.extents()?,
                 }
-                // The count is the peer's word: room only for the extents the payload holds.
-                let mut extents = Vec::with_capacity(n.min(r.p.len() / 16));
-                for _ in 0..n {
-                    extents.push((r.u64()?, r.u64()?));
-                }
-                Frame::StartSparse { offset, extents }
             }
             T_OPEN => {
                 r.what = "open";
@@ -760,6 +712,55 @@ impl Frame {
     }
 }
 
+/// The payload of a frame that announces a file (`File`, `Put`) or a range of one
+/// (`Range`), of type `ty`: the file's name and metadata, then the range's place. A `Put`
+/// over [`MAX_PUT`] is refused from these fields, before its bytes are read.
+fn decode_file_frame(ty: u8, r: &mut Reader<'_>) -> Result<Frame, WireError> {
+    r.what = match ty {
+        T_PUT => "put",
+        T_RANGE => "range",
+        _ => "file",
+    };
+    let name = r.string("file name", MAX_NAME)?;
+    let (size, mode) = (r.u64()?, r.u32()?);
+    let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
+    Ok(match ty {
+        T_PUT if size > MAX_PUT => {
+            return Err(WireError::TooLong {
+                what: "put",
+                len: usize::try_from(size).unwrap_or(usize::MAX),
+                max: MAX_PUT as usize,
+            })
+        }
+        T_PUT => Frame::Put {
+            name,
+            size,
+            mode,
+            mtime_s,
+            mtime_ns,
+            verify,
+        },
+        T_RANGE => Frame::Range {
+            name,
+            size,
+            mode,
+            mtime_s,
+            mtime_ns,
+            verify,
+            offset: r.u64()?,
+            len: r.u64()?,
+        },
+        _ => Frame::File {
+            name,
+            size,
+            mode,
+            mtime_s,
+            mtime_ns,
+            verify,
+        },
+    })
+}
+
 struct Reader<'a> {
     p: &'a [u8],
     what: &'static str,
@@ -799,6 +800,24 @@ impl<'a> Reader<'a> {
     fn code(&mut self) -> Result<Code, WireError> {
         let v = self.u16()?;
         Code::from_u16(v).ok_or(WireError::BadCode(v))
+    }
+    /// A `StartSparse`'s extents: a count (at most [`MAX_EXTENTS`]), then as many
+    /// (offset, length) pairs.
+    fn extents(&mut self) -> Result<Vec<(u64, u64)>, WireError> {
+        let n = self.u32()? as usize;
+        if n > MAX_EXTENTS {
+            return Err(WireError::TooLong {
+                what: "extent list",
+                len: n,
+                max: MAX_EXTENTS,
+            });
+        }
+        // The count is the peer's word: room only for the extents the payload holds.
+        let mut extents = Vec::with_capacity(n.min(self.p.len() / 16));
+        for _ in 0..n {
+            extents.push((self.u64()?, self.u64()?));
+        }
+        Ok(extents)
     }
     fn string(&mut self, what: &'static str, max: usize) -> Result<String, WireError> {
         let len = self.u16()? as usize;

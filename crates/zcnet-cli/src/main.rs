@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)] // unsafe lives in the zcnet-sys crate only
 
 mod bench;
+mod library_opts;
 mod manuals;
 mod preload_lib;
 mod probe;
@@ -53,6 +54,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    library_opts::cow_backend();
     let result = match cli.command {
         Command::Probe { json } => probe_cmd::run(json),
         Command::Bench(args) => bench::run(&args),

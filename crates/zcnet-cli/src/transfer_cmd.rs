@@ -367,7 +367,7 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
     // memory sends (control frames, a stdin stream) from this host's profile.
     let warned = AtomicBool::new(false);
     let connect = |/* one per stream */| -> Result<Sender, TransferError> {
-        let tx = Sender::connect(addr, &SenderConfig::default())?;
+        let tx = Sender::connect(addr, &crate::library_opts::sender(SenderConfig::default()))?;
         if !warned.swap(true, Ordering::Relaxed) {
             warn_refused_profile(tx.profile_note(), quiet);
         }
@@ -564,7 +564,7 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     }
     // Sessions receive on the copy path with file data spliced, so the profile decides
     // nothing here; one that was refused is still worth saying, once.
-    let loaded = zcnet::auto::load::load(&zcnet::auto::ProfileSource::Default, local.ip());
+    let loaded = zcnet::auto::load::load(&zcnet::auto::ProfileSource::DefaultLocation, local.ip());
     warn_refused_profile(loaded.note.as_deref(), args.quiet);
     let observer = Arc::new(RecvLog {
         quiet: args.quiet,

@@ -22,7 +22,7 @@ pub enum TxPath {
     /// The first `cow` sender starts a process-wide engine that lives as long as the
     /// process: with the userfaultfd backend (the default where the kernel allows
     /// `UFFD_USER_MODE_ONLY` write-protect) a handler thread named `zcnet-cow`; with the
-    /// mprotect backend (`ZCNET_COW_BACKEND=mprotect`, or where userfaultfd is refused) a
+    /// mprotect backend ([`crate::cow::use_backend`], or where userfaultfd is refused) a
     /// `SIGSEGV` handler that chains to any handler installed before it. See [`crate::cow`].
     Cow,
     /// Per operation, the path this host's profile measured cheapest for the size and

@@ -57,7 +57,7 @@ fn sender_config(p: &Params, tx: TxPath, nodelay: bool) -> SenderConfig {
     cfg.nodelay = nodelay;
     // `auto` looks up the profile's variant for what this run's application does.
     cfg.touch = p.touch;
-    cfg
+    crate::library_opts::sender(cfg)
 }
 
 /// Receive configuration for a run's receive path. `file` splices the socket into a file
@@ -83,7 +83,7 @@ pub(crate) fn receiver_config(p: &Params) -> Result<ReceiverConfig, BenchError> 
         None => cfg.buf_bytes.max(p.size as usize),
     };
     cfg.map_bytes = cfg.map_bytes.max(16 * cfg.buf_bytes.min(1 << 20));
-    Ok(cfg)
+    Ok(crate::library_opts::receiver(cfg))
 }
 
 fn zerr(context: &'static str) -> impl Fn(zcnet::Error) -> BenchError {

@@ -1,7 +1,8 @@
 //! Finding and loading the profile for one connection: the only part of [`crate::auto`] that
 //! reads the environment, the file system and the host's interfaces.
 //!
-//! A connection's profile is the one `zcnet tune` wrote for the interface that carries it
+//! Nothing here runs unless the caller asked for a profile ([`ProfileSource`]'s default reads
+//! nothing). A connection's profile is the one `zcnet tune` wrote for the interface that carries it
 //! (the interface holding the local address; `lo` for loopback), at
 //! [`Profile::default_path_from_env`], and it must match this kernel and that interface's MTU
 //! ([`HostKey`]). Anything else — no file, a file from another host, an old schema — leaves
@@ -15,14 +16,21 @@ use std::sync::Arc;
 use zcnet_sys::raw::socket;
 
 /// Where a [`crate::Sender`]/[`crate::Receiver`] on the `auto` path gets its profile.
+///
+/// The default reads nothing: a library must not read files or environment variables its
+/// caller did not ask for, so a program that wants `zcnet tune`'s profile says so with
+/// [`ProfileSource::DefaultLocation`] (as the `zcnet` CLI does).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub enum ProfileSource {
+    /// No profile is read: `auto` measures for itself (a receive trial), exactly as when the
+    /// default location holds no profile.
+    #[default]
+    NoProfile,
     /// The profile `zcnet tune` wrote for the connection's interface, at the default location
     /// (`$ZCNET_PROFILE`, else `$XDG_CONFIG_HOME/zcnet/profile-IF-mtuN.json`, else
-    /// `~/.config/zcnet/profile-IF-mtuN.json`).
-    #[default]
-    Default,
+    /// `~/.config/zcnet/profile-IF-mtuN.json`): the only source that reads the environment.
+    DefaultLocation,
     /// That file (still checked against this host).
     Path(PathBuf),
     /// No profile: the built-in conservative defaults (`copy`).
@@ -91,7 +99,7 @@ pub fn host_key_for(local: IpAddr) -> Result<HostKey, HostKeyError> {
 /// Loads the profile `source` names for a connection whose local address is `local`.
 pub fn load(source: &ProfileSource, local: IpAddr) -> Loaded {
     let path = match source {
-        ProfileSource::BuiltIn => return Loaded::default(),
+        ProfileSource::BuiltIn | ProfileSource::NoProfile => return Loaded::default(),
         ProfileSource::Given(p) => {
             return Loaded {
                 profile: Some(p.clone()),
@@ -99,7 +107,7 @@ pub fn load(source: &ProfileSource, local: IpAddr) -> Loaded {
             }
         }
         ProfileSource::Path(p) => Some(p.clone()),
-        ProfileSource::Default => None,
+        ProfileSource::DefaultLocation => None,
     };
     let none = |note: String| Loaded {
         profile: None,

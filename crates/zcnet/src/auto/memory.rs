@@ -42,8 +42,9 @@
 //! found cheapest. A connection that takes one other than copy still has the run-time
 //! check, on both ends' clocks, against copy.
 //!
-//! On by default ([`crate::ReceiverConfig::trial_memory`], `ZCNET_TRIAL_MEMORY=off` turns
-//! it off) since drops must be confirmed: over veth at 16 KiB the confirmed memory skipped
+//! Off by default in the library ([`crate::ReceiverConfig::trial_memory`]: state shared by a
+//! process's receivers is kept only when asked); the `zcnet` CLI turns it on
+//! (`ZCNET_TRIAL_MEMORY=off` there turns it off), since drops must be confirmed: over veth at 16 KiB the confirmed memory skipped
 //! `uring` (never the mapping receiver) in 9 of 15 connections per sender, and `auto →
 //! auto` read 4.2 % over `copy → mmap` against 9.4 % and 14.0 % in the two sittings
 //! without it that day (2026-11-28 18:39, `docs/measurements/auto.md`).
@@ -135,17 +136,10 @@ static MEMORY: Memory = Memory {
 };
 
 /// This process's memory, for a receiver that asked for it (`asked`:
-/// [`crate::ReceiverConfig::trial_memory`]) or when `ZCNET_TRIAL_MEMORY=on` (or `1`,
-/// `yes`) asks for every receiver; `ZCNET_TRIAL_MEMORY=off` (`0`, `no`) refuses it to all.
+/// [`crate::ReceiverConfig::trial_memory`], off by default; no environment variable
+/// overrides it — the `zcnet` CLI reads `ZCNET_TRIAL_MEMORY` itself).
 pub(crate) fn global(asked: bool) -> Option<&'static Memory> {
-    let env = std::env::var("ZCNET_TRIAL_MEMORY").ok();
-    let env = env.as_deref().map(str::trim);
-    let on = match env {
-        Some("off" | "0" | "no") => false,
-        Some("on" | "1" | "yes") => true,
-        _ => asked,
-    };
-    on.then_some(&MEMORY)
+    asked.then_some(&MEMORY)
 }
 
 /// Whether an entry last touched `at` is still remembered at `now` ([`TTL`]).

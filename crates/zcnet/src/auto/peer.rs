@@ -30,8 +30,13 @@
 //! is best effort: no step of it can fail a connection. The sender removes its card when it
 //! is dropped; a card left by a process that died names a thread that no longer exists,
 //! which reads as no clock, and is removed by the next sender to publish one (each process
-//! sweeps the directory at most once a minute). `ZCNET_PEER_CLOCK=off` turns both halves
-//! off (to measure a trial on the receiver's clock alone).
+//! sweeps the directory at most once a minute).
+//!
+//! Off unless asked: the card directory is the only state zcnet shares between processes,
+//! and a library writes such files only when its caller says so —
+//! [`crate::SenderConfig::peer_clock`] publishes, [`crate::ReceiverConfig::peer_clock`]
+//! looks. The `zcnet` CLI turns both on (`ZCNET_PEER_CLOCK=off` there turns them off, to
+//! measure a trial on the receiver's clock alone).
 //!
 //! What the receiver reads is the sending *thread*: work the sender hands to other threads
 //! (softirq run on another core, `ksoftirqd`) is in neither clock, as it is in neither
@@ -75,14 +80,6 @@ pub(crate) fn path_code(path: crate::TxPath) -> u64 {
 /// way: the buffers between two ends hold a few MiB, a window 16, so a ratio past this is an
 /// interval too short to say anything, not a measurement.
 const MAX_SCALE: f64 = 4.0;
-
-/// Whether cards are published and read (`ZCNET_PEER_CLOCK=off`, `0` or `no` says not).
-pub(crate) fn enabled() -> bool {
-    !matches!(
-        std::env::var("ZCNET_PEER_CLOCK").as_deref(),
-        Ok("off" | "0" | "no")
-    )
-}
 
 /// This user's card directory under [`SHARED`], made if missing; `None` if it cannot be
 /// made, or is not a directory this user owns that no one else may write (another user's

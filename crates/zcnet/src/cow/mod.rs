@@ -19,9 +19,11 @@
 //! * `mprotect`: where userfaultfd is unavailable; `SIGSEGV` handler chained to the previous
 //!   one. See [`zcnet_sys::cow`] for its limits.
 //!
-//! `ZCNET_COW_BACKEND=userfaultfd|mprotect|none`, read once at start, forces a choice (for
-//! tests and measurements); `none` disables the engine, so every `cow` send copies and counts
-//! [`crate::FallbackReason::Unsupported`].
+//! [`use_backend`] (or [`use_backend_named`], which also takes `none`) forces a choice before
+//! the engine starts (for tests and measurements); `none` disables the engine, so every
+//! `cow` send copies and counts [`crate::FallbackReason::Unsupported`]. The library reads no
+//! environment variable for it; the `zcnet` CLI maps `ZCNET_COW_BACKEND` onto
+//! [`use_backend_named`].
 //!
 //! # Which memory is protected
 //!
@@ -161,11 +163,11 @@ pub(crate) struct Engine {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CowUnavailable {
-    /// `ZCNET_COW_BACKEND=none` (or `off`).
-    #[error("disabled by ZCNET_COW_BACKEND")]
+    /// [`use_backend_named`] was given `none` (or `off`).
+    #[error("copy-on-write disabled (backend `none`)")]
     Disabled,
-    /// `ZCNET_COW_BACKEND` names no backend.
-    #[error("unknown ZCNET_COW_BACKEND {0:?} (known: auto, userfaultfd, mprotect, none)")]
+    /// [`use_backend_named`] was given a name that is no backend.
+    #[error("unknown copy-on-write backend {0:?} (known: auto, userfaultfd, mprotect, none)")]
     UnknownBackend(String),
     /// Every backend tried was refused; one `kind: reason` per backend.
     #[error("no copy-on-write backend could start: {0}")]
@@ -177,16 +179,39 @@ pub enum CowUnavailable {
 
 static ENGINE: OnceLock<std::result::Result<Engine, CowUnavailable>> = OnceLock::new();
 
+/// The automatic choice: userfaultfd, else mprotect.
+const AUTO: &[BackendKind] = &[BackendKind::Userfaultfd, BackendKind::Mprotect];
+
 fn start() -> std::result::Result<Engine, CowUnavailable> {
-    let choice = std::env::var("ZCNET_COW_BACKEND").unwrap_or_default();
-    let kinds: &[BackendKind] = match choice.as_str() {
-        "" | "auto" => &[BackendKind::Userfaultfd, BackendKind::Mprotect],
-        "userfaultfd" | "uffd" => &[BackendKind::Userfaultfd],
-        "mprotect" => &[BackendKind::Mprotect],
-        "none" | "off" => return Err(CowUnavailable::Disabled),
-        other => return Err(CowUnavailable::UnknownBackend(other.to_string())),
-    };
-    start_with(kinds)
+    start_with(AUTO)
+}
+
+/// The backends a name asks for, in order (`""`/`auto`: the automatic choice), or why none.
+fn backends_named(name: &str) -> std::result::Result<&'static [BackendKind], CowUnavailable> {
+    match name.trim() {
+        "" | "auto" => Ok(AUTO),
+        "userfaultfd" | "uffd" => Ok(&[BackendKind::Userfaultfd]),
+        "mprotect" => Ok(&[BackendKind::Mprotect]),
+        "none" | "off" => Err(CowUnavailable::Disabled),
+        other => Err(CowUnavailable::UnknownBackend(other.to_string())),
+    }
+}
+
+/// Starts the engine with the backend `name` says — `auto`, `userfaultfd`, `mprotect`, or
+/// `none` (the engine stays off for the whole process: every `cow` send copies) — before
+/// any `cow` sender does: what a program maps a setting of its own onto (the `zcnet` CLI:
+/// `ZCNET_COW_BACKEND`). `none` and an unknown name leave the engine off, and return why
+/// ([`CowUnavailable::Disabled`], [`CowUnavailable::UnknownBackend`]).
+pub fn use_backend_named(name: &str) -> std::result::Result<(), CowUnavailable> {
+    let kinds = backends_named(name);
+    let want = kinds.clone();
+    match ENGINE.get_or_init(|| want.and_then(start_with)) {
+        Ok(e) => match kinds {
+            Ok(k) if k.contains(&e.space.kind()) => Ok(()),
+            _ => Err(CowUnavailable::AlreadyRunning(e.space.kind())),
+        },
+        Err(why) => Err(why.clone()),
+    }
 }
 
 fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, CowUnavailable> {

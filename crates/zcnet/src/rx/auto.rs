@@ -398,7 +398,7 @@ pub(crate) struct AutoRx {
 /// Whether, and how, a receiver reads its sender's CPU clock ([`crate::auto::peer`]).
 #[derive(Debug)]
 enum Peer {
-    /// Not wanted: a profile chose, or `ZCNET_PEER_CLOCK=off`.
+    /// Not wanted: a profile chose, or [`crate::ReceiverConfig::peer_clock`] is off.
     Off,
     /// Wanted (a trial without a profile), not looked for yet.
     Wanted,
@@ -480,13 +480,15 @@ impl AutoRx {
     /// `alts` are the paths `choice` may take besides copy (the chosen one, or a trial's
     /// candidates that could be set up); the check measures windows of `window` bytes;
     /// `memory`: a trial uses the process's memory of clear losers
-    /// ([`crate::auto::memory`]).
+    /// ([`crate::auto::memory`]); `peer_clock`: a trial looks for the sender's clock card
+    /// ([`crate::auto::peer`]).
     pub(crate) fn new(
         copy: CopyRx,
         alts: Vec<Alt>,
         choice: &AutoRxChoice,
         window: u64,
         memory: bool,
+        peer_clock: bool,
     ) -> Self {
         let (mut mmap, mut uring) = (None, None);
         for a in alts {
@@ -508,8 +510,7 @@ impl AutoRx {
             .collect();
         // A profile's choice is judged on the receiver's own clock, as its tolerance was
         // computed ([`crate::auto::pair::rx_tolerance`]).
-        let peer_wanted =
-            !choice.trial.is_empty() && choice.favoured.is_none() && crate::auto::peer::enabled();
+        let peer_wanted = !choice.trial.is_empty() && choice.favoured.is_none() && peer_clock;
         // Such a trial waits for the sender's card: with it, what earlier trials on the
         // same route and sender op size dropped is skipped.
         let memory = crate::auto::memory::global(memory).filter(|_| peer_wanted);

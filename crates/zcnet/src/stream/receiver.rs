@@ -70,8 +70,15 @@ pub struct ReceiverConfig {
     /// (`crate::auto::memory`): a candidate two trials in a row dropped as a clear loser
     /// is skipped for ten minutes, and once two trials have measured the route, three
     /// connections in four run no trial and take the path the pooled rounds found cheapest.
-    /// On by default; `ZCNET_TRIAL_MEMORY=on` / `off` overrides it for every receiver.
+    /// Off by default: it is state shared by every receiver of the process, which a library
+    /// keeps only when asked (the `zcnet` CLI turns it on). It keys on the sender's clock
+    /// card, so it works only with [`ReceiverConfig::peer_clock`] on.
     pub trial_memory: bool,
+    /// Whether an `auto` receive trial looks for its sender's clock card in the host-shared
+    /// directory `/dev/shm/zcnet-$EUID/` ([`crate::auto::peer`]) and counts the sender's CPU
+    /// with its own. Off by default (a library touches files other processes share only
+    /// when asked); the sender's half is [`crate::SenderConfig::peer_clock`].
+    pub peer_clock: bool,
 }
 
 impl Default for ReceiverConfig {
@@ -88,11 +95,12 @@ impl Default for ReceiverConfig {
             zcrx_queue: 0,
             file_rx: FileRxMode::Splice,
             file_preallocate: true,
-            profile: ProfileSource::Default,
+            profile: ProfileSource::NoProfile,
             touch: true,
             op_size: 256 * 1024,
             cost_window: crate::auto::cost::WINDOW_BYTES,
-            trial_memory: true,
+            trial_memory: false,
+            peer_clock: false,
         }
     }
 }
@@ -133,6 +141,8 @@ impl ReceiverConfig {
         cost_window: u64,
         /// Sets [`ReceiverConfig::trial_memory`].
         trial_memory: bool,
+        /// Sets [`ReceiverConfig::peer_clock`].
+        peer_clock: bool,
     }
     crate::builder::option_setters! {
         /// Sets `SO_RCVLOWAT` ([`ReceiverConfig::rcvlowat`]).
@@ -223,6 +233,7 @@ fn auto_rx(
             choice,
             cfg.cost_window,
             cfg.trial_memory,
+            cfg.peer_clock,
         )),
         first,
     )

@@ -56,6 +56,13 @@ pub struct SenderConfig {
     /// Whether the application writes the data it sends (true for most; a benchmark that
     /// sends untouched buffers says false): `auto` uses the profile's matching variant.
     pub touch: bool,
+    /// Whether this sender publishes its sending thread's clock card in the host-shared
+    /// directory `/dev/shm/zcnet-$EUID/` ([`crate::auto::peer`]), for a receiver's `auto`
+    /// trial on the same host to count the sender's CPU too. Off by default: it is a file
+    /// other processes see, which a library writes only when asked. The one switch for all
+    /// that zcnet shares between processes; the receiver's half is
+    /// [`crate::ReceiverConfig::peer_clock`]. The `zcnet` CLI turns it on.
+    pub peer_clock: bool,
 }
 
 impl Default for SenderConfig {
@@ -72,8 +79,9 @@ impl Default for SenderConfig {
             nodelay: false,
             file_tx: FileTxMode::Sendfile,
             cow: crate::cow::CowPolicy::default(),
-            profile: ProfileSource::Default,
+            profile: ProfileSource::NoProfile,
             touch: true,
+            peer_clock: false,
         }
     }
 }
@@ -109,6 +117,8 @@ impl SenderConfig {
         profile: ProfileSource,
         /// Sets [`SenderConfig::touch`].
         touch: bool,
+        /// Sets [`SenderConfig::peer_clock`].
+        peer_clock: bool,
     }
     crate::builder::option_setters! {
         /// Shares `pool` with other senders ([`SenderConfig::pool`]).
@@ -266,7 +276,11 @@ impl Sender {
                 !zc_ok,
             )),
         };
-        let card = Self::publish_card(&sock, cfg.path);
+        let card = if cfg.peer_clock {
+            Self::publish_card(&sock, cfg.path)
+        } else {
+            None
+        };
         Ok(Sender {
             card,
             sock,
@@ -282,13 +296,11 @@ impl Sender {
         })
     }
 
-    /// The sending thread's card ([`crate::auto::peer`]): best effort, for every path (the
-    /// receiver's trial needs the sender's clock whatever the sender does).
+    /// The sending thread's card ([`crate::auto::peer`]), when [`SenderConfig::peer_clock`]
+    /// asks for it: best effort, for every path (the receiver's trial needs the sender's
+    /// clock whatever the sender does).
     fn publish_card(sock: &Socket, path: TxPath) -> Option<crate::auto::peer::ClockCard> {
         use crate::auto::peer;
-        if !peer::enabled() {
-            return None;
-        }
         let local = sock.local_addr().ok()?.as_socket()?;
         let remote = sock.peer_addr().ok()?.as_socket()?;
         peer::ClockCard::publish(&peer::default_dir()?, local, remote, peer::path_code(path))

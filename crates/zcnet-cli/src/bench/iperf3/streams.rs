@@ -322,6 +322,7 @@ fn send_loop(
         .nodelay(cfg.nodelay)
         .touch(false)
         .timeout(SEND_SLICE);
+    let scfg = crate::library_opts::sender(scfg);
     let mut tx = Sender::from_stream(spec.stream, &scfg).map_err(zerr("data connection"))?;
     // The cow path keeps copy semantics for the caller's own memory: send from a ring of
     // the application's, as the bench does.
@@ -429,6 +430,7 @@ fn recv_loop(
     let mut rcfg = ReceiverConfig::new(cfg.rx).timeout(RECV_SLICE);
     rcfg.op_size = cfg.len;
     rcfg.touch = false;
+    let rcfg = crate::library_opts::receiver(rcfg);
     let mut rx =
         zcnet::Receiver::from_stream(spec.stream, &rcfg).map_err(zerr("data connection"))?;
     let congestion = rustix::net::sockopt::tcp_congestion(rx.socket()).ok();

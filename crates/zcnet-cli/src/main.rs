@@ -22,7 +22,13 @@ use std::process::ExitCode;
 #[command(
     name = "zcnet",
     version,
-    about = "Zero-copy network I/O for Linux: probe, measure, transfer files"
+    about = "Zero-copy network I/O for Linux: probe, measure, transfer files",
+    after_help = "Environment (bench, send, recv, tune; the zcnet library itself reads none of these, \
+the CLI asks it for each, see docs/guide.md \"What zcnet touches\"):\n  \
+ZCNET_PROFILE=FILE              the profile `auto` reads (default: $XDG_CONFIG_HOME/zcnet/ or ~/.config/zcnet/)\n  \
+ZCNET_PEER_CLOCK=off            no clock card in /dev/shm/zcnet-$EUID/ (on by default here)\n  \
+ZCNET_TRIAL_MEMORY=off          a full receive trial on every connection\n  \
+ZCNET_COW_BACKEND=userfaultfd|mprotect|none   the cow path's backend"
 )]
 struct Cli {
     #[command(subcommand)]

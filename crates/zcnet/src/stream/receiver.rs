@@ -75,7 +75,7 @@ pub struct ReceiverConfig {
     /// card, so it works only with [`ReceiverConfig::peer_clock`] on.
     pub trial_memory: bool,
     /// Whether an `auto` receive trial looks for its sender's clock card in the host-shared
-    /// directory `/dev/shm/zcnet-$EUID/` ([`crate::auto::peer`]) and counts the sender's CPU
+    /// directory `/dev/shm/zcnet-$EUID/` (`auto::peer`; docs/guide.md, "What zcnet touches") and counts the sender's CPU
     /// with its own. Off by default (a library touches files other processes share only
     /// when asked); the sender's half is [`crate::SenderConfig::peer_clock`].
     pub peer_clock: bool,

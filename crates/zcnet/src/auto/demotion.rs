@@ -95,7 +95,8 @@ impl<P: AutoPath> Demotion<P> {
         &mut self.health[i].1
     }
 
-    /// Whether `path` is demoted (or being re-probed) on this connection.
+    /// Whether `path` is demoted (or being re-probed) on this connection (tests read it).
+    #[cfg(test)]
     pub fn is_demoted(&self, path: P) -> bool {
         self.health
             .iter()
@@ -140,7 +141,7 @@ impl<P: AutoPath> Demotion<P> {
     }
 
     /// Records what an operation on `path` showed at tick `now`; returns `true` if this
-    /// report demoted the path (the caller should leave it, e.g. [`super::Hysteresis::force`]).
+    /// report demoted the path (the caller should leave it, e.g. `super::Hysteresis::force`).
     pub fn report(&mut self, path: P, report: Report, now: u64, stats: &mut AutoStats) -> bool {
         let (threshold, base, max) = (self.threshold, self.backoff, self.max_backoff);
         let h = self.health(path);

@@ -5,7 +5,7 @@
 //! Rule: the current path changes only after `threshold` consecutive operations preferred the
 //! same other path. Any operation that prefers the current path resets the count. So two
 //! switches are always at least `threshold` operations apart, and sizes alternating across a
-//! crossover never switch at all. A demoted path is left at once with [`Hysteresis::force`]
+//! crossover never switch at all. A demoted path is left at once with `Hysteresis::force`
 //! (a path that no longer pays must not be kept for `threshold` more operations).
 
 use super::{AutoPath, AutoStats};
@@ -29,7 +29,8 @@ impl<P: AutoPath> Hysteresis<P> {
         }
     }
 
-    /// The path the stream is on.
+    /// The path the stream is on (tests read it).
+    #[cfg(test)]
     pub fn current(&self) -> P {
         self.current
     }
@@ -56,7 +57,8 @@ impl<P: AutoPath> Hysteresis<P> {
         self.current
     }
 
-    /// Moves to `path` at once (the current path was demoted), counted as a switch.
+    /// Moves to `path` at once (the current path was demoted), counted as a switch (tests).
+    #[cfg(test)]
     pub fn force(&mut self, path: P, stats: &mut AutoStats) {
         self.pending = None;
         if path != self.current {

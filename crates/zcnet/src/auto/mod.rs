@@ -17,9 +17,9 @@
 //! * [`choose`]: a [`Chooser`] that answers, per operation size and alignment, the cheapest
 //!   measured path, preferring the conservative default (`copy`) unless another path is
 //!   cheaper beyond the measured spread; and the crossovers where the answer changes.
-//! * [`hysteresis`]: per-stream state so a stream whose sizes hover around a crossover does
+//! * `hysteresis`: per-stream state so a stream whose sizes hover around a crossover does
 //!   not flap between paths.
-//! * [`demotion`]: online demotion of a path the connection reports as not paying (`COPIED`
+//! * `demotion`: online demotion of a path the connection reports as not paying (`COPIED`
 //!   completions on transmit, receive calls that map nothing) and periodic re-probing.
 //! * [`cost`]: the run-time check, on both ends: a window of bytes on the wanted path, one on
 //!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
@@ -37,7 +37,7 @@
 //!
 //! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]
 //! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]
-//! without one), a [`Hysteresis`] per kind of operation, a [`Demotion`] and per-operation
+//! without one), a `Hysteresis` per kind of operation, a `Demotion` and per-operation
 //! [`AutoStats`] added to `Stats`. Per operation: `chooser.choose(size, aligned)` → record the
 //! [`Choice`] → `hysteresis.observe` → `demotion.admit` → `cost.route` → send on the path it
 //! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
@@ -48,11 +48,13 @@
 //! plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
 
+// The decision's machinery is internal: tools read decisions through `AutoStats`, and set
+// them up through `ProfileSource` and `Profile` (issue 43: a curated public API).
 pub mod choose;
 pub mod cost;
-pub mod demotion;
+pub(crate) mod demotion;
 pub mod file;
-pub mod hysteresis;
+pub(crate) mod hysteresis;
 pub mod load;
 pub(crate) mod memory;
 pub mod pair;
@@ -62,8 +64,8 @@ pub mod trial;
 
 pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
 pub use cost::{CostCheck, Route, Verdict};
-pub use demotion::{Admit, Demotion, DemotionReason, Report};
-pub use hysteresis::Hysteresis;
+pub(crate) use demotion::{Demotion, DemotionReason, Report};
+pub(crate) use hysteresis::Hysteresis;
 pub use load::{Loaded, ProfileSource};
 pub use profile::{
     FilePair, HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread,

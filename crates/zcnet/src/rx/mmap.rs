@@ -95,9 +95,9 @@ pub struct MmapRx {
     forced_copy: bool,
 }
 
-/// The `auto` receive path's online demotion of `mmap` (see [`crate::auto::demotion`]):
+/// The `auto` receive path's online demotion of `mmap` (see `crate::auto::demotion`):
 /// receive steps that found data but mapped none of it are bad reports; after
-/// [`crate::auto::demotion::DEMOTE_AFTER`] of them in a row the path reads with plain `recv` and
+/// `crate::auto::demotion::DEMOTE_AFTER` of them in a row the path reads with plain `recv` and
 /// re-probes after a back-off counted in receive steps.
 #[derive(Debug)]
 pub(crate) struct AutoDemotion {

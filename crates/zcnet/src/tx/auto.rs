@@ -2,8 +2,8 @@
 //!
 //! Loaned buffers ([`crate::Sender::send`]) choose among `copy`, `zerocopy` and `uring`;
 //! `send_slice` callers keep copy semantics, so their choice is between `copy` and `cow`. The
-//! decision is [`crate::auto`]'s: [`Chooser`] by size and alignment, [`Hysteresis`] so a stream
-//! does not flap, [`Demotion`] when completions keep coming back `COPIED` on a path the profile
+//! decision is [`crate::auto`]'s: [`Chooser`] by size and alignment, `Hysteresis` so a stream
+//! does not flap, `Demotion` when completions keep coming back `COPIED` on a path the profile
 //! measured going zero-copy, with a re-probe after a back-off counted in operations. Every
 //! decision, hold, switch and demotion is added to [`Stats`] with its reason.
 //!

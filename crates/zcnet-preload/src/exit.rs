@@ -1,7 +1,9 @@
 //! The stats file: at normal exit, one JSON line per process appended to `ZCNET_STATS`
 //! (a forked child writes its own line; `O_APPEND` keeps lines whole). A process that never
 //! sent on a TCP socket nor called `sendmmsg` on a UDP one (a shell, a helper the program
-//! starts) writes nothing.
+//! starts) writes nothing. Under `zcnet run`, the same counters are on its board
+//! ([`crate::slot`]): for a process that ends any other way (a signal, `_exit`, `exec`) or
+//! went passive, `zcnet run` writes the line.
 
 use crate::globals::{config, cost_if_measured, cost_source, detours, huge_cost_if_measured, udp};
 use crate::stats::Counters;
@@ -21,9 +23,14 @@ pub fn register() {
 }
 
 extern "C" fn at_exit() {
+    // Passive: not one system call of the library's own (zcnet run writes the line).
+    if zcnet_sys::preload::entry::passive() {
+        return;
+    }
     zcnet_sys::preload::entry::as_hook(|| {
         reap_closing();
         let _ = write_stats();
+        crate::slot::written();
     });
 }
 
@@ -52,6 +59,20 @@ pub fn line() -> serde_json::Value {
         "sockets": listed,
         "sockets_not_listed": others,
     })
+}
+
+/// Before `exec`: the image's line is due now (no exit handler of this image will run).
+/// On `zcnet run`'s board the slot is marked and `zcnet run` writes the line; without a
+/// board the library writes it itself.
+pub fn before_exec() {
+    if !crate::slot::execed() {
+        let _ = write_stats();
+    }
+}
+
+/// The `exec` failed: the image goes on, and its line is written at its exit after all.
+pub fn exec_failed() {
+    crate::slot::exec_failed();
 }
 
 fn write_stats() -> std::io::Result<()> {

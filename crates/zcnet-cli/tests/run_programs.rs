@@ -1517,3 +1517,70 @@ fn python_sending_fresh_random_buffers_in_a_loop_never_gets_efault() {
         );
     }
 }
+
+/// Under `zcnet run`, the stats lines add up to what the program sent, however it makes
+/// children: the zcnet-preload test `fork_exec_stats.py` (a parent sending before and after
+/// children made by `subprocess` — `vfork` + `execve` — by `fork` + `execv`, and a fork that
+/// only exits; some send on connections of their own, some nothing), in every mode. The
+/// lines come from the library (normal exits) and from `zcnet run`'s board (the images
+/// replaced by `exec`): a child counts only what it sent itself, and one that sent nothing
+/// has no line. Before, a `vfork` child's `exec` marked its parent's slot as replaced, and a
+/// forked child that exited normally wrote its parent's counters as its own.
+#[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
+#[test]
+fn children_made_by_fork_vfork_and_exec_count_only_their_own_sends() {
+    if !(library_built() && have("python3")) {
+        return;
+    }
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../zcnet-preload/tests/fork_exec_stats.py");
+    for tx in ["copy", "zerocopy", "auto"] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.jsonl");
+        let out = Net::Loopback
+            .run(false, tx, &file)
+            .env("ZCNET_LOCAL_ZEROCOPY", "1")
+            .arg("python3")
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{tx}: {}\n{text}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let sent: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ok sent "))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{tx}: {text}"));
+        let each: Vec<(u64, u64, String)> = stats(&file)
+            .iter()
+            .map(|l| {
+                let t = &l["total"];
+                (
+                    l["pid"].as_u64().unwrap(),
+                    t["bytes_copy"].as_u64().unwrap() + t["bytes_zerocopy"].as_u64().unwrap(),
+                    l["ended"].as_str().unwrap_or("exit").to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            each.iter().map(|(_, b, _)| b).sum::<u64>(),
+            sent,
+            "{tx}: the lines add up to what was sent: {each:?}"
+        );
+        assert_eq!(
+            each.len(),
+            3,
+            "{tx}: one line per sending process: {each:?}"
+        );
+        assert!(
+            each.iter().all(|(_, _, e)| e != "exec"),
+            "{tx}: no image that sent was replaced by exec: {each:?}"
+        );
+    }
+}

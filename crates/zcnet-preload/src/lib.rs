@@ -81,7 +81,10 @@ impl Hook for Preload {
     fn init(&self, filtered: bool) {
         // Read the settings now: a program may replace its environment before it sends.
         globals::config();
-        slot::load();
+        if slot::load() || globals::config().stats.is_some() {
+            // A line is due before an `exec`: know whose (a `vfork` child's is not).
+            globals::note_own_pid();
+        }
         if filtered {
             slot::filtered_at_load();
             return;
@@ -222,7 +225,14 @@ impl Hook for Preload {
     /// seconds at most in all): the new image, whose library knows nothing of them, would
     /// see them as `POLLERR` on a healthy socket. Then its counters are final: `zcnet run`
     /// writes its line from the board, or, without one, the library writes it now.
+    ///
+    /// A `vfork` child (Python's `subprocess`) does neither: its memory, and so every
+    /// socket, counter and slot it sees, is its parent's, which goes on sending and writes
+    /// its own line at its own end.
     fn before_exec(&self) {
+        if globals::borrowed_memory() {
+            return;
+        }
         if globals::zc_ever() {
             table::settle_all(std::time::Duration::from_secs(2));
         }
@@ -238,6 +248,9 @@ impl Hook for Preload {
     }
 
     fn exec_failed(&self) {
+        if globals::borrowed_memory() {
+            return;
+        }
         exit::exec_failed();
     }
 
@@ -246,8 +259,14 @@ impl Hook for Preload {
         table::before_fork();
     }
 
+    /// The child starts counting from zero (its own slot on the board, its sockets'
+    /// counters reset): its line, written only if it sends, holds only what it did.
     fn after_fork(&self, pid: i32) {
         slot::after_fork(pid);
+        // First: it gives back the engine's locks, which the engine's counters take.
         table::after_fork(pid == 0);
+        if pid == 0 {
+            globals::after_fork_in_child();
+        }
     }
 }

@@ -28,8 +28,9 @@ fn current() -> Option<Slot> {
 }
 
 /// At load: maps the board named by `ZCNET_BOARD` (if any) and claims a slot — which also
-/// tells `zcnet run` that the loader did preload the library into this program.
-pub fn load() {
+/// tells `zcnet run` that the loader did preload the library into this program. True
+/// when the process has a slot.
+pub fn load() -> bool {
     let b = BOARD.get_or_init(|| {
         let path = std::env::var_os("ZCNET_BOARD").filter(|p| !p.is_empty())?;
         Board::open(std::path::Path::new(&path)).ok()
@@ -42,6 +43,7 @@ pub fn load() {
             }
         }
     }
+    INDEX.load(Relaxed) != 0
 }
 
 /// Adds `n` to word `w` of this process's slot.

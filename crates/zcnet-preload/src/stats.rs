@@ -204,6 +204,27 @@ impl Counters {
         tally(T_DETOURS, 1);
     }
 
+    /// Back to zero, without touching the board: in a forked child, whose counts so far
+    /// are its parent's ([`crate::table::after_fork`]), and whose board slot starts empty.
+    pub fn reset(&self) {
+        for c in [
+            &self.calls,
+            &self.bytes_copy,
+            &self.bytes_zerocopy,
+            &self.copied_anyway,
+            &self.zc_calls,
+            &self.faults,
+            &self.pages_protected,
+            &self.detours,
+        ]
+        .into_iter()
+        .chain(&self.fallback_calls)
+        .chain(&self.fallback_bytes)
+        {
+            c.store(0, Relaxed);
+        }
+    }
+
     /// Adds `other` into `self`.
     pub fn absorb(&self, o: &Report) {
         self.calls.fetch_add(o.calls, Relaxed);
@@ -312,6 +333,20 @@ impl UdpCounters {
         tally(board::udp(5), datagrams);
     }
 
+    /// Back to zero (a forked child: see [`Counters::reset`]).
+    pub fn reset(&self) {
+        for c in [
+            &self.calls,
+            &self.gso_sends,
+            &self.gso_datagrams,
+            &self.gso_bytes,
+            &self.forwarded,
+            &self.gso_refused,
+        ] {
+            c.store(0, Relaxed);
+        }
+    }
+
     /// The counters now.
     pub fn report(&self) -> UdpReport {
         UdpReport {
@@ -354,6 +389,27 @@ mod tests {
         for name in board::UDP {
             assert!(u.get(name).is_some(), "{name}");
         }
+    }
+
+    #[test]
+    fn reset_forgets_every_count() {
+        let a = Counters::default();
+        a.call();
+        a.copied(100, Some(Reason::TooSmall));
+        a.zerocopy(8192);
+        a.copied_anyway(8192);
+        a.protected(2);
+        a.faults(1);
+        a.detour();
+        a.reset();
+        assert_eq!(a.report(), Report::default());
+        let u = UdpCounters::default();
+        u.call();
+        u.gso(3, 3000);
+        u.forwarded(1);
+        u.refused(1);
+        u.reset();
+        assert_eq!(u.report(), UdpReport::default());
     }
 
     #[test]

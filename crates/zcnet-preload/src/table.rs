@@ -353,7 +353,7 @@ pub fn before_fork() {
 /// completions of its sends still in flight — promptly, on the reaper thread, since the
 /// child sees them as `POLLERR` until they are read; the child never reads them (they end
 /// the parent's protections) and hides what they cause, and closes the parent's hidden
-/// duplicates.
+/// duplicates. The child's counters start from zero.
 pub fn after_fork(child: bool) {
     COW_HOLD.with(|h| h.borrow_mut().take());
     birth::forked();
@@ -367,6 +367,13 @@ pub fn after_fork(child: bool) {
         s.set_shared();
     }
     if child {
+        // What was counted so far is the parent's: it writes it in its own line. The child
+        // reports only what it does itself, and nothing at all if it never sends.
+        for s in t.fds.values() {
+            s.counters.reset();
+        }
+        t.finished.clear();
+        t.others.reset();
         // Completions still due are the parent's — or, for a socket the parent inherited
         // itself, those of the process it inherited them from.
         let adopt = |s: &Sock| {

@@ -205,7 +205,7 @@ impl Counters {
     }
 
     /// Back to zero, without touching the board: in a forked child, whose counts so far
-    /// are its parent's ([`crate::table::after_fork`]), and whose board slot starts empty.
+    /// are its parent's (see `table::after_fork`), and whose board slot starts empty.
     pub fn reset(&self) {
         for c in [
             &self.calls,

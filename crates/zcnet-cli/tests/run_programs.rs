@@ -1584,3 +1584,66 @@ fn children_made_by_fork_vfork_and_exec_count_only_their_own_sends() {
         );
     }
 }
+
+/// Every way a program replaces its image keeps its stats: `exec_variants.c` sends 4 MiB
+/// (`zerocopy`, rewriting the buffer at once), then execs `true` through each of the C
+/// library's entry points, or starts it with `posix_spawn`. The bytes arrive as sent and
+/// the stats lines add up to them in every case. Through `execve`, `execv`, `execvp` and
+/// `execvpe` — the entry points the library interposes — the old image settled its
+/// completions first and its line says `"ended": "exec"`. glibc's `execl`, `execlp`,
+/// `execle` and `fexecve` reach the kernel through its internal `execve`, which no
+/// interposer sees: their counts are still on `zcnet run`'s board, which writes the line,
+/// but its `"ended"` can only say the process ended without exit handlers. `posix_spawn`
+/// replaces no image that sent (its child runs in the caller's memory until its own
+/// internal `execve`): the program's line is written at its normal exit.
+#[cfg_attr(not(zcnet_has_cc), ignore = "needs a C compiler (apt-get install gcc)")]
+#[test]
+fn every_exec_variant_keeps_the_old_images_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(prog) = c_program("exec_variants", dir.path()) else {
+        return;
+    };
+    if !library_built() {
+        return;
+    }
+    const LEN: u64 = 4 << 20;
+    let interposed = ["execve", "execv", "execvp", "execvpe"];
+    let internal = ["execl", "execlp", "execle", "fexecve"];
+    for v in interposed.iter().chain(&internal).chain(&["posix_spawn"]) {
+        let file = dir.path().join(format!("{v}.jsonl"));
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let got = receive_pattern(l);
+        let out = Net::Loopback
+            .run(false, "zerocopy", &file)
+            .env("ZCNET_LOCAL_ZEROCOPY", "1")
+            .arg(&prog)
+            .args([v.to_string(), port.to_string(), LEN.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{v}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(got.join().unwrap(), LEN, "{v}: bytes received");
+        let lines = stats(&file);
+        let sent: u64 = lines
+            .iter()
+            .map(|l| {
+                let t = &l["total"];
+                t["bytes_copy"].as_u64().unwrap() + t["bytes_zerocopy"].as_u64().unwrap()
+            })
+            .sum();
+        assert_eq!((lines.len(), sent), (1, LEN), "{v}: {lines:?}");
+        let ended = lines[0]["ended"].as_str().unwrap_or("exit");
+        if interposed.contains(v) {
+            assert_eq!(ended, "exec", "{v}: {}", lines[0]);
+        } else if internal.contains(v) {
+            assert!(ended.contains("without exit handlers"), "{v}: {}", lines[0]);
+        } else {
+            assert!(lines[0]["written_by"].is_null(), "{v}: {}", lines[0]);
+        }
+    }
+}

@@ -32,7 +32,10 @@
 //! Not covered: static programs and those that make system calls themselves (Go), which
 //! never call the C library's symbols; programs the loader runs in secure-execution mode
 //! (`AT_SECURE`: setuid to another user, file capabilities), for which it ignores
-//! `LD_PRELOAD`; the C library's internal calls (stdio writing to a socket).
+//! `LD_PRELOAD`; the C library's internal calls (stdio writing to a socket; glibc's
+//! `execl`, `execlp`, `execle` and `fexecve`, which reach the kernel through its internal
+//! `execve`: the image they replace settles nothing first, and only `zcnet run`'s board
+//! keeps its counts). `execve`, `execv`, `execvp` and `execvpe` are interposed.
 //!
 //! This crate has no `unsafe`: the exported symbols and all raw-pointer handling are
 //! `zcnet_sys::preload`'s, instantiated here by [`zcnet_sys::export_preload!`].

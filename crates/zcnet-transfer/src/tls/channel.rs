@@ -258,6 +258,13 @@ impl Channel {
         Ok(())
     }
 
+    /// The session's traffic secrets and next sequence numbers, for a record layer that
+    /// takes over (the kernel's: [`super::ktls::offload`]); consumes the channel. Secret
+    /// key material: never log it.
+    pub fn dangerous_extract_secrets(self) -> Result<rustls::ExtractedSecrets, TlsError> {
+        self.conn.dangerous_extract_secrets().map_err(TlsError::Tls)
+    }
+
     pub(super) fn into_parts(self) -> (rustls::Connection, TcpStream) {
         (self.conn, self.stream)
     }

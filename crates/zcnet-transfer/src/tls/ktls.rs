@@ -24,7 +24,7 @@ pub enum Offload {
     /// By the kernel: the socket reads and writes plaintext, the wire carries TLS records.
     Kernel(KernelTls),
     /// Still by rustls, in user space, because the kernel could not (the reason, to count).
-    User(Channel, KtlsError),
+    User(Box<Channel>, KtlsError),
 }
 
 /// A socket whose TLS records the kernel makes and checks.
@@ -108,7 +108,7 @@ pub fn crypto_infos(s: &ExtractedSecrets) -> Result<(CryptoInfo, CryptoInfo), Tl
 /// upper-layer protocol and then refused the keys): the connection must be dropped.
 pub fn offload(channel: Channel) -> Result<Offload, TlsError> {
     if let Err(why) = sys::attach_ulp(channel.socket().as_fd()) {
-        return Ok(Offload::User(channel, why));
+        return Ok(Offload::User(Box::new(channel), why));
     }
     let (conn, stream) = channel.into_parts();
     if conn.wants_write() {

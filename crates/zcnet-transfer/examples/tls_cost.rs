@@ -137,7 +137,9 @@ fn main() {
     let gib: f64 = args.get(1).map_or(1.0, |s| s.parse().unwrap());
     let rounds: usize = args.get(2).map_or(3, |s| s.parse().unwrap());
     let total = (gib * (1u64 << 30) as f64) as u64;
-    let src: Vec<u8> = (0..SRC).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let src: Vec<u8> = (0..SRC)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     let id = std::sync::Arc::new(Identity::generate().unwrap());
     let ways = [Way::PlainLoan, Way::PlainSlice, Way::TlsLoan, Way::TlsCopy];
     let mut res: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); ways.len()];

@@ -5,9 +5,12 @@
 //! connection that ends without `close_notify` is [`TlsError::Truncated`]; only a clean
 //! `close_notify` reads as end of stream.
 
-use super::identity::Fingerprint;
+use super::config::{client_config, server_config};
+use super::error::TlsError;
+use super::fingerprint::Fingerprint;
+use super::identity::Identity;
 use super::trust::{Expect, Trust};
-use super::{client_config, server_config, Identity, TlsError, BINDING_LEN, EXPORTER_LABEL};
+use super::{BINDING_LEN, EXPORTER_LABEL};
 use rustls::pki_types::ServerName;
 use std::io::{self, BufRead, Read, Write};
 use std::net::TcpStream;
@@ -62,7 +65,7 @@ impl Channel {
         Channel::accept_with(stream, server_config(identity)?)
     }
 
-    /// [`Channel::accept`] with a configuration made once ([`super::server_config`]) for
+    /// [`Channel::accept`] with a configuration made once ([`super::config::server_config`]) for
     /// many connections.
     pub fn accept_with(
         stream: TcpStream,

@@ -1,86 +1,18 @@
-//! The receiver's key pair and certificate, and the fingerprint a sender pins.
-//!
-//! A receiver is known by the SHA-256 of its certificate's subject public key info (the
-//! "SPKI" pin of RFC 7469 §2.4), not of the certificate: a certificate re-issued for the
-//! same key keeps its fingerprint, as an ssh host key does. The key pair is generated on
+//! The receiver's key pair and certificate. A receiver is known by its key's
+//! [`Fingerprint`]. The key pair is generated on
 //! first use ([`Identity::load_or_generate`], ECDSA P-256 with `rcgen`) into a directory the
 //! caller names — the library picks no path of its own — as one PEM file of mode 0600 that
 //! holds the private key and a self-signed certificate.
 
-use super::TlsError;
+use super::error::TlsError;
+use super::fingerprint::Fingerprint;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-
-/// SHA-256 of a certificate's subject public key info. Displayed as `SHA256:` and 64
-/// lowercase hex digits, the stable text form a user copies to `--fingerprint`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint(pub [u8; 32]);
-
-impl Fingerprint {
-    /// The fingerprint of a DER-encoded `SubjectPublicKeyInfo` (the outer `SEQUENCE`
-    /// included).
-    pub fn of_spki(spki_der: &[u8]) -> Fingerprint {
-        Fingerprint(Sha256::digest(spki_der).into())
-    }
-
-    /// The fingerprint of the key a DER certificate carries (parsed with rustls's own
-    /// parser, `webpki`).
-    pub fn of_certificate(cert: &CertificateDer<'_>) -> Result<Fingerprint, TlsError> {
-        let ee = webpki::EndEntityCert::try_from(cert).map_err(|e| TlsError::Identity {
-            path: None,
-            reason: format!("the certificate does not parse: {e}"),
-        })?;
-        Ok(Fingerprint::of_spki(ee.subject_public_key_info().as_ref()))
-    }
-}
-
-impl fmt::Display for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SHA256:")?;
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl FromStr for Fingerprint {
-    type Err = TlsError;
-
-    /// Takes the [`Display`](fmt::Display) form; the `SHA256:` prefix is optional, hex
-    /// digits may be upper case and pairs separated by `:` (as other tools print them).
-    fn from_str(s: &str) -> Result<Fingerprint, TlsError> {
-        let t = s.trim();
-        let t = t
-            .strip_prefix("SHA256:")
-            .or_else(|| t.strip_prefix("sha256:"))
-            .unwrap_or(t);
-        let hex: Vec<u8> = t.bytes().filter(|&b| b != b':').collect();
-        let bad = || TlsError::BadFingerprint(s.to_string());
-        if hex.len() != 64 {
-            return Err(bad());
-        }
-        let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        let mut out = [0u8; 32];
-        for (i, pair) in hex.chunks(2).enumerate() {
-            out[i] = digit(pair[0]).ok_or_else(bad)? << 4 | digit(pair[1]).ok_or_else(bad)?;
-        }
-        Ok(Fingerprint(out))
-    }
-}
 
 /// A receiver's private key and certificate.
 pub struct Identity {
@@ -258,20 +190,6 @@ impl Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fingerprints_print_and_parse_in_one_stable_form() {
-        let fp = Fingerprint([0xab; 32]);
-        let s = fp.to_string();
-        assert_eq!(s, format!("SHA256:{}", "ab".repeat(32)));
-        assert_eq!(s.parse::<Fingerprint>().unwrap(), fp);
-        let upper_colons = format!("sha256:{}", ["AB"; 32].join(":"));
-        assert_eq!(upper_colons.parse::<Fingerprint>().unwrap(), fp);
-        assert_eq!("ab".repeat(32).parse::<Fingerprint>().unwrap(), fp);
-        for bad in ["", "SHA256:ab", &"zz".repeat(32), &"ab".repeat(33)] {
-            assert!(bad.parse::<Fingerprint>().is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn an_identity_is_generated_once_with_mode_0600_and_reloaded() {

@@ -11,7 +11,7 @@
 //! ([`TlsError::Tls`]), since the kernel would never see them.
 
 use super::channel::Channel;
-use super::TlsError;
+use super::error::TlsError;
 use rustls::{ConnectionTrafficSecrets, ExtractedSecrets};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;

@@ -15,7 +15,7 @@
 //! the token binding needs, so this uses the buffered connection.
 
 use super::channel::Channel;
-use super::TlsError;
+use super::error::TlsError;
 use std::io::Write;
 use std::net::TcpStream;
 use zcnet::{Sender, SenderConfig, TxBuf};

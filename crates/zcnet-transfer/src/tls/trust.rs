@@ -8,8 +8,8 @@
 //! handshake with a [`Refusal`] naming both fingerprints; a first meeting is recorded only
 //! once the handshake has completed ([`KnownHosts::record`], called by the channel).
 
-use super::identity::Fingerprint;
-use super::TlsError;
+use super::error::{Refusal, TlsError};
+use super::fingerprint::Fingerprint;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -32,32 +32,6 @@ pub enum Expect {
         file: PathBuf,
         /// How the user named the host (`address:port` as given): the key is per name.
         host: String,
-    },
-}
-
-/// Why a sender refused a receiver's key: the loud message, with both fingerprints.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// The key is not the pinned one.
-    #[error("the receiver's key is not the pinned one: expected {expected}, the receiver presented {presented}; refusing to send (someone may be intercepting the connection, or the receiver has a new key: check it there)")]
-    Pinned {
-        /// The pinned fingerprint.
-        expected: Fingerprint,
-        /// The receiver's.
-        presented: Fingerprint,
-    },
-    /// The host presented another key than the one recorded for it.
-    #[error("WARNING: THE RECEIVER'S KEY FOR {host} HAS CHANGED. It was {known} and is now {presented}. Someone may be intercepting the connection (a man in the middle), or the receiver's key was replaced. Refusing to send. If the change is expected, remove the line for {host} from {file} (or pin the new key with --fingerprint).")]
-    Changed {
-        /// The host's name as given.
-        host: String,
-        /// The fingerprint recorded.
-        known: Fingerprint,
-        /// The fingerprint presented now.
-        presented: Fingerprint,
-        /// The known-hosts file.
-        file: PathBuf,
     },
 }
 
@@ -222,7 +196,7 @@ impl ServerCertVerifier for FingerprintVerifier {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let fp = Fingerprint::of_certificate(end_entity).map_err(through_rustls)?;
+        let fp = Fingerprint::of_certificate(end_entity).map_err(|e| through_rustls(e.into()))?;
         self.check(fp).map_err(through_rustls)?;
         *self.seen.lock().expect("not poisoned") = Some(fp);
         Ok(ServerCertVerified::assertion())

@@ -455,3 +455,40 @@ fn a_connection_cut_without_close_notify_reads_as_truncated() {
     let e = h.join().unwrap().unwrap().unwrap_err();
     assert!(matches!(e, TlsError::Truncated), "{e}");
 }
+
+/// A peer without encryption is told apart from a broken one: a plaintext zcnet receiver's
+/// `Hello` at a sender expecting TLS, and a plaintext `Hello` at a TLS receiver, both end
+/// the handshake with "does not speak TLS", never a session in the clear.
+#[test]
+fn a_peer_speaking_the_protocol_in_plaintext_is_refused_as_not_tls() {
+    let hello = Frame::Hello {
+        version: VERSION,
+        auth: false,
+        nonce: [7; 32],
+    }
+    .to_bytes();
+    let (l, addr) = listener();
+    let h = thread::spawn({
+        let hello = hello.clone();
+        move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(&hello).unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+        }
+    });
+    let e = connect(
+        addr,
+        Expect::Pinned(zcnet_transfer::tls::Fingerprint([0; 32])),
+    )
+    .unwrap_err();
+    assert!(matches!(e, TlsError::NotTls(_)), "{e}");
+    assert!(e.to_string().contains("does not speak TLS"), "{e}");
+    h.join().unwrap();
+
+    let (addr, h) = serve(Identity::generate().unwrap(), |_| ());
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&hello).unwrap();
+    let e = h.join().unwrap().unwrap_err();
+    assert!(matches!(e, TlsError::NotTls(_)), "{e}");
+}

@@ -93,7 +93,10 @@ impl Channel {
             if let Err(e) = conn.process_new_packets() {
                 // Tell the peer why (the alert rustls queued), then fail with our reason.
                 let _ = conn.write_tls(&mut stream);
-                return Err(TlsError::from_rustls(e));
+                return Err(match e {
+                    rustls::Error::InvalidMessage(_) => TlsError::NotTls(e),
+                    e => TlsError::from_rustls(e),
+                });
             }
         }
         while conn.wants_write() {
@@ -221,7 +224,9 @@ impl Channel {
     }
 
     /// Hands decrypted bytes to `f` where rustls holds them, without copying them out first
-    /// (a hasher or a file write takes them from there), until `f` has taken `len` bytes;
+    /// (a hasher or a file write takes them from there), until `f` has taken `len` bytes.
+    /// (rustls 0.23 decrypts each record in place in its read buffer and then moves the
+    /// plaintext into a buffer of its own: that is the one copy on this side.)
     /// `f` is called once per piece. Ends early only at the peer's `close_notify`, returning
     /// how many bytes `f` got.
     pub fn recv_with(

@@ -53,6 +53,10 @@ pub enum TlsError {
     /// The connection ended without the peer's `close_notify`: what arrived may be cut short.
     #[error("the connection ended without TLS close_notify: the data may have been cut short on the way")]
     Truncated,
+    /// The peer's first bytes are not TLS: a zcnet without encryption (an older version, or
+    /// one run with plaintext), or another program.
+    #[error("the peer does not speak TLS ({0}): it may be an older zcnet or one running in plaintext, which this end does not accept")]
+    NotTls(rustls::Error),
     /// The connection ended during the handshake.
     #[error("the connection ended during the TLS handshake (is the peer a zcnet of this version, with encryption on?)")]
     HandshakeEof,

@@ -46,6 +46,27 @@ impl KernelTls {
         self.cipher
     }
 
+    /// Sends `len` bytes of `file` from `offset` by `sendfile(2)`: the kernel reads them
+    /// from the page cache and encrypts them into records on their way out, so they never
+    /// pass through user space. Returns the bytes sent (fewer only at the file's end).
+    pub fn send_file(&self, file: &std::fs::File, offset: u64, len: u64) -> io::Result<u64> {
+        let mut done = 0u64;
+        while done < len {
+            let want = usize::try_from(len - done).unwrap_or(usize::MAX);
+            let n = zcnet_sys::raw::splice::sendfile(
+                self.stream.as_fd(),
+                file.as_fd(),
+                offset + done,
+                want,
+            )?;
+            if n == 0 {
+                break;
+            }
+            done += n as u64;
+        }
+        Ok(done)
+    }
+
     /// Ends the stream. The kernel sends no `close_notify` of its own: the transfer
     /// protocol's own end (`Bye`) marks the end, and a truncation is caught by it.
     pub fn shutdown(&self) -> io::Result<()> {

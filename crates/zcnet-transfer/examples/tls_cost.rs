@@ -47,8 +47,8 @@ impl Way {
     }
 }
 
-/// (sender CPU s, receiver CPU s, wall s) for `total` bytes.
-fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64, f64, f64) {
+/// (sender CPU s, receiver CPU s, wall s, the sender's paths) for `total` bytes.
+fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64, f64, f64, String) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let tls = matches!(way, Way::TlsLoan | Way::TlsCopy);
@@ -83,7 +83,7 @@ fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64,
     cfg.buf_size = 256 << 10;
     cfg.pool_buffers = 32;
     let wall = Instant::now();
-    let (t0, t1);
+    let (t0, t1, st);
     if tls {
         let ch = Channel::connect(stream, Expect::Pinned(fp)).unwrap();
         let mut tx = SealedSender::new(ch, &cfg).unwrap();
@@ -97,7 +97,7 @@ fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64,
         }
         tx.flush().unwrap();
         t1 = cpu();
-        tx.finish().unwrap();
+        st = tx.finish().unwrap();
     } else {
         let mut tx = Sender::from_stream(stream, &cfg).unwrap();
         t0 = cpu();
@@ -121,10 +121,15 @@ fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64,
         }
         tx.flush().unwrap();
         t1 = cpu();
-        tx.finish().unwrap();
+        st = tx.finish().unwrap();
     }
     let r = rx.join().unwrap();
-    (t1 - t0, r, wall.elapsed().as_secs_f64())
+    (
+        t1 - t0,
+        r,
+        wall.elapsed().as_secs_f64(),
+        zcnet_transfer::paths_summary(&st),
+    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -142,7 +147,7 @@ fn main() {
         .collect();
     let id = std::sync::Arc::new(Identity::generate().unwrap());
     let ways = [Way::PlainLoan, Way::PlainSlice, Way::TlsLoan, Way::TlsCopy];
-    let mut res: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); ways.len()];
+    let mut res: Vec<Vec<(f64, f64, f64, String)>> = vec![Vec::new(); ways.len()];
     for _ in 0..rounds {
         for (i, w) in ways.iter().enumerate() {
             res[i].push(run(*w, &src, total, &id));
@@ -161,6 +166,9 @@ fn main() {
         let wall = median(res[i].iter().map(|r| r.2).collect());
         println!("{:<12} {s:>12.3} {r:>12.3} {b:>12.3} {wall:>8.2}", w.name());
         both.push((s, b));
+    }
+    for (i, w) in ways.iter().enumerate() {
+        println!("{}: {}", w.name(), res[i].last().unwrap().3);
     }
     println!(
         "ratio tls-loan / plain-loan: sender {:.2}x, both ends {:.2}x",

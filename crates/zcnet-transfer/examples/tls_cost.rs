@@ -2,6 +2,7 @@
 //! loopback, plaintext and through the TLS channel, each end's thread CPU.
 //!
 //!     cargo run --release -p zcnet-transfer --example tls_cost -- [GIB=1] [ROUNDS=3]
+//!     cargo run --release -p zcnet-transfer --example tls_cost -- steps [GIB=1]
 //!
 //! Ways, interleaved round by round (the median of ROUNDS printed):
 //!
@@ -137,8 +138,90 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The steps alone, in memory, no socket (`tls_cost steps [GIB]`): a copy of each 64 KiB
+/// piece (what a copying send or receive costs the CPU per pass), rustls sealing a piece
+/// into records and writing them into a 256 KiB buffer (`SealedSender`'s work), and
+/// rustls taking those records in and opening them (`Channel::recv_with`'s work), each
+/// timed on its own with the thread's CPU clock.
+fn steps(total: u64, src: &[u8], id: &Identity) {
+    use rustls::{ClientConnection, ServerConnection};
+    use std::io::{BufRead, Write};
+    let (ccfg, _) =
+        zcnet_transfer::tls::client_config(Expect::Pinned(id.fingerprint()), &[]).unwrap();
+    let mut c = ClientConnection::new(ccfg, "zcnet".try_into().unwrap()).unwrap();
+    let mut s = ServerConnection::new(zcnet_transfer::tls::server_config(id).unwrap()).unwrap();
+    while c.is_handshaking() || s.is_handshaking() || c.wants_write() || s.wants_write() {
+        let mut b = Vec::new();
+        c.write_tls(&mut b).unwrap();
+        s.read_tls(&mut &b[..]).unwrap();
+        s.process_new_packets().unwrap();
+        b.clear();
+        s.write_tls(&mut b).unwrap();
+        c.read_tls(&mut &b[..]).unwrap();
+        c.process_new_packets().unwrap();
+    }
+    c.set_buffer_limit(None);
+    let mut out = vec![0u8; 256 << 10];
+    let (mut t_copy, mut t_seal, mut t_open) = (0.0, 0.0, 0.0);
+    let mut done = 0u64;
+    let mut check = 0u8;
+    while done < total {
+        let off = (done % SRC as u64) as usize;
+        let n = PIECE.min(64 << 10).min(SRC - off);
+        let piece = &src[off..off + n];
+        let t = cpu();
+        out[..n].copy_from_slice(piece);
+        t_copy += cpu() - t;
+        check ^= out[n / 2];
+        let t = cpu();
+        c.writer().write_all(piece).unwrap();
+        let mut w = 0;
+        while c.wants_write() {
+            w += c.write_tls(&mut &mut out[w..]).unwrap();
+        }
+        t_seal += cpu() - t;
+        let t = cpu();
+        let mut rd = &out[..w];
+        while !rd.is_empty() {
+            s.read_tls(&mut rd).unwrap();
+            s.process_new_packets().unwrap();
+            let mut r = s.reader();
+            while let Ok(b) = r.fill_buf() {
+                if b.is_empty() {
+                    break;
+                }
+                check ^= b[0];
+                let k = b.len();
+                r.consume(k);
+            }
+        }
+        t_open += cpu() - t;
+        done += n as u64;
+    }
+    let gib = total as f64 / (1u64 << 30) as f64;
+    println!(
+        "steps per GiB (thread CPU s), {} in memory: copy {:.3}, seal (rustls: copy in, AES-GCM, copy out) {:.3}, open (rustls: copy in, AES-GCM, copy out) {:.3}  [{check}]",
+        c.negotiated_cipher_suite().unwrap().suite().as_str().unwrap_or("?"),
+        t_copy / gib,
+        t_seal / gib,
+        t_open / gib
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("steps") {
+        let gib: f64 = args.get(2).map_or(1.0, |s| s.parse().unwrap());
+        let total = (gib * (1u64 << 30) as f64) as u64;
+        let src: Vec<u8> = (0..SRC)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let id = Identity::generate().unwrap();
+        for _ in 0..3 {
+            steps(total, &src, &id);
+        }
+        return;
+    }
     let gib: f64 = args.get(1).map_or(1.0, |s| s.parse().unwrap());
     let rounds: usize = args.get(2).map_or(3, |s| s.parse().unwrap());
     let total = (gib * (1u64 << 30) as f64) as u64;

@@ -77,6 +77,14 @@ fn records_sealed_into_loan_buffers_arrive_whole_on_the_copy_and_zero_copy_paths
     }
 }
 
+#[test]
+fn aes_128_gcm_is_chosen_when_both_ends_offer_every_suite() {
+    let (c, s) = pair(identity());
+    let s = s.join().unwrap();
+    let want = Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    assert_eq!((c.suite(), s.suite()), (want, want));
+}
+
 /// Each suite rustls offers: the kernel form of the secrets the sender sends with is the
 /// receiver's receive form, and the other way round (same key, IV, sequence).
 #[test]

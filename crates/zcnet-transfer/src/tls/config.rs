@@ -6,8 +6,15 @@ use super::identity::Identity;
 use super::trust::{self, Expect};
 use std::sync::Arc;
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// rustls's `ring` provider with AES-128-GCM first: ring lists AES-256-GCM first, whose 14
+/// rounds cost about 40 % more per byte than AES-128's 10 for no protection a transfer
+/// needs (both are TLS 1.3's own suites); the peer's order is followed, and both ends put
+/// AES-128-GCM first.
+fn provider() -> rustls::crypto::CryptoProvider {
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites
+        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    p
 }
 
 /// The sender's (client's) TLS configuration for `expect`, offering `suites` (all three
@@ -17,7 +24,7 @@ pub fn client_config(
     expect: Expect,
     suites: &[rustls::CipherSuite],
 ) -> Result<(Arc<rustls::ClientConfig>, Arc<trust::FingerprintVerifier>), TlsError> {
-    let mut provider = rustls::crypto::ring::default_provider();
+    let mut provider = provider();
     if !suites.is_empty() {
         provider
             .cipher_suites
@@ -40,7 +47,7 @@ pub fn client_config(
 
 /// The receiver's (server's) TLS configuration with `identity`.
 pub fn server_config(identity: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(TlsError::Tls)?
         .with_no_client_auth()

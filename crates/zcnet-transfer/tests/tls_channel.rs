@@ -392,6 +392,8 @@ fn a_flipped_ciphertext_byte_fails_the_read_at_both_ends_and_no_altered_byte_is_
         ),
         "{e}"
     );
+    // The proxy copies until the sender's side closes.
+    drop(ch);
     proxy.join().unwrap();
 }
 

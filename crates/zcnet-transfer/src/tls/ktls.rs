@@ -131,7 +131,7 @@ pub fn offload(channel: Channel) -> Result<Offload, TlsError> {
     if let Err(why) = sys::attach_ulp(channel.socket().as_fd()) {
         return Ok(Offload::User(Box::new(channel), why));
     }
-    let (conn, stream) = channel.into_parts();
+    let (conn, stream) = channel.into_parts()?;
     if conn.wants_write() {
         return Err(TlsError::Tls(rustls::Error::General(
             "kTLS: records still queued in user space".into(),

@@ -35,7 +35,7 @@ pub struct SealedSender {
     conn: rustls::Connection,
     tx: Sender,
     /// A second descriptor of the socket, for reading the peer's records.
-    reader: TcpStream,
+    reader: std::io::BufReader<TcpStream>,
     /// The buffer being filled, sent once full or at [`SealedSender::flush`].
     filling: Option<TxBuf>,
     sealed: u64,
@@ -54,11 +54,13 @@ impl SealedSender {
     /// whether the loans go zero-copy). Nothing of the channel is lost: rustls's state
     /// comes along.
     pub fn new(channel: Channel, cfg: &SenderConfig) -> Result<SealedSender, TlsError> {
-        let (mut conn, stream) = channel.into_parts();
+        let (mut conn, stream) = channel.into_parts()?;
         conn.set_buffer_limit(None);
-        let reader = stream
-            .try_clone()
-            .map_err(|e| TlsError::io("duplicating the socket", e))?;
+        let reader = std::io::BufReader::new(
+            stream
+                .try_clone()
+                .map_err(|e| TlsError::io("duplicating the socket", e))?,
+        );
         let tx = Sender::from_stream(stream, cfg).map_err(zc_err("adopting the socket"))?;
         Ok(SealedSender {
             conn,

@@ -62,7 +62,11 @@ fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64,
             let t0 = cpu();
             let got = ch.recv_with(total, |_| Ok(())).unwrap();
             assert_eq!(got, total);
-            cpu() - t0
+            let t = cpu() - t0;
+            // Up to the sender's close_notify: closing with it unread would reset the
+            // connection under the sender's last calls.
+            assert_eq!(ch.read(&mut [0u8; 1]).unwrap(), 0);
+            t
         } else {
             let mut s = s;
             let mut buf = vec![0u8; 256 << 10];
@@ -73,7 +77,9 @@ fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64,
                 assert!(n > 0);
                 got += n as u64;
             }
-            cpu() - t0
+            let t = cpu() - t0;
+            assert_eq!(s.read(&mut buf).unwrap(), 0);
+            t
         }
     });
     let stream = TcpStream::connect(addr).unwrap();

@@ -1,26 +1,56 @@
 #!/usr/bin/env bash
-# Builds the Debian package (cargo-deb, installed when missing) and, with --install,
+# Builds the Debian package with cargo-deb (installed when missing) and, with --install,
 # installs it with dpkg and uses it from the installed paths only: `zcnet probe`,
-# `zcnet bench --time 1`, `zcnet run -- curl` against a local HTTP server (the preload
+# `zcnet bench --time 1` (one pair), `zcnet run -- curl` against a local HTTP server (the preload
 # library found in /usr/lib/zcnet/ beside /usr/bin), and `man zcnet-send`.
 #
-#   bash .ci/deb.sh              # target/debian/zcnet_VERSION-1_ARCH.deb
-#   bash .ci/deb.sh --install    # what CI runs (as root: it installs the package)
+#   bash .ci/deb.sh                                # target/debian/zcnet_VERSION-1_ARCH.deb, release profile
+#   bash .ci/deb.sh --install                      # the same, then installed and used (root)
+#   bash .ci/deb.sh --from-test-build --install    # what CI runs
+#
+# --from-test-build packs the binary and library that `cargo test --workspace` has just built
+# (stripped, as cargo-deb strips a release build) instead of building the release profile
+# (fat LTO, one codegen unit: minutes CI does not have). Everything else, the package's
+# layout, manuals, completions and dependencies, is the release package's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+from_test=0 install=0
+for a in "$@"; do
+  case "$a" in
+    --from-test-build) from_test=1 ;;
+    --install) install=1 ;;
+    *) echo "deb.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
 start=$SECONDS
-command -v cargo-deb >/dev/null 2>&1 || cargo install --locked cargo-deb
-# The release profile's binary and, as its dependency, the preload library (deps/).
-cargo build --release --locked -p zcnet-cli
-rm -rf target/release/manuals
-target/release/zcnet manuals --out target/release/manuals >/dev/null
-rm -rf target/debian
+# Without default features cargo-deb leaves xz to the system's xz-utils and builds without
+# a C library: about a third fewer crates to compile.
+command -v cargo-deb >/dev/null 2>&1 || cargo install --locked cargo-deb --no-default-features
+if [ "$from_test" = 1 ]; then
+  built=target/debug
+  [ -x "$built/zcnet" ] && [ -f "$built/deps/libzcnet_preload.so" ] \
+    || { echo "deb.sh: run cargo test --workspace first (no $built/zcnet)" >&2; exit 1; }
+  # A target dir of its own whose release/ holds what cargo-deb's assets name.
+  export CARGO_TARGET_DIR=target/deb-from-test
+  rm -rf "$CARGO_TARGET_DIR"
+  mkdir -p "$CARGO_TARGET_DIR/release/deps"
+  strip -o "$CARGO_TARGET_DIR/release/zcnet" "$built/zcnet"
+  strip -o "$CARGO_TARGET_DIR/release/deps/libzcnet_preload.so" "$built/deps/libzcnet_preload.so"
+  out=$CARGO_TARGET_DIR
+else
+  # The release profile's binary and, as its dependency, the preload library (deps/).
+  cargo build --release --locked -p zcnet-cli
+  out=target
+fi
+rm -rf "$out/release/manuals"
+"$out/release/zcnet" manuals --out "$out/release/manuals" >/dev/null
+rm -rf "$out/debian"
 cargo deb -p zcnet-cli --no-build
-deb=$(ls target/debian/*.deb)
+deb=$(ls "$out"/debian/*.deb)
 echo "$deb: $(stat -c %s "$deb") bytes"
 dpkg-deb --contents "$deb" | awk '{print "    " $1, $3, $6}'
 echo "deb build: $((SECONDS - start)) s"
-[ "${1:-}" = "--install" ] || exit 0
+[ "$install" = 1 ] || exit 0
 
 start=$SECONDS
 # --path-include: slim images exclude /usr/share/man from every package; keep ours.
@@ -32,7 +62,9 @@ trap cleanup EXIT
 zcnet=/usr/bin/zcnet
 unset ZCNET_PRELOAD
 (cd / && env -u ZCNET_PRELOAD "$zcnet" probe >/dev/null)
-"$zcnet" bench --time 1 >"$tmp/bench.txt"
+# One pair for a second (the default runs every transmit × receive path: minutes).
+"$zcnet" bench --time 1 --tx auto --rx auto -l 64K >"$tmp/bench.txt"
+grep -q '^verdict:' "$tmp/bench.txt" || { echo "zcnet bench: no verdict" >&2; cat "$tmp/bench.txt" >&2; exit 1; }
 head -c 1048576 /dev/urandom >"$tmp/page.bin"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 python3 -m http.server --bind 127.0.0.1 --directory "$tmp" "$port" >/dev/null 2>&1 & srv=$!
@@ -45,4 +77,9 @@ MANPAGER=cat MANWIDTH=80 man zcnet-send | grep -q -- '--to'
 for page in zcnet zcnet-probe zcnet-bench zcnet-recv zcnet-tune zcnet-run; do
   MANPAGER=cat man -w "$page" >/dev/null
 done
-echo "deb install and use: $((SECONDS - start)) s"
+# And it leaves as it came: nothing of it after `dpkg -r`.
+dpkg -r zcnet >/dev/null
+for f in /usr/bin/zcnet /usr/lib/zcnet/libzcnet_preload.so /usr/share/man/man1/zcnet-send.1.gz; do
+  [ ! -e "$f" ] || { echo "deb.sh: $f still there after dpkg -r" >&2; exit 1; }
+done
+echo "deb install, use and removal: $((SECONDS - start)) s"

@@ -966,3 +966,61 @@ fn zcnet_client_receiving_into_a_file_against_iperf3_server() {
         .sum();
     assert_eq!(per_stream, sent);
 }
+
+/// The container image's `iperf3` (packaging/docker/iperf3-shim.sh, `zcnet bench` under
+/// iperf3's name) driven with the command k8s-netperf's iperf3 driver runs in a client pod
+/// (`-P`, `-c`, `-J`, `-t`, `-l`, `-p`, `--logfile=FILE`), against an unmodified
+/// `iperf3 -s`: the log file holds a report k8s-netperf decodes, with the server's count.
+#[cfg_attr(
+    not(zcnet_has_iperf3),
+    ignore = "needs iperf3 (apt-get install iperf3)"
+)]
+#[test]
+fn image_iperf3_shim_runs_the_k8s_netperf_client_command() {
+    let iperf3 = need_iperf3!();
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/docker/iperf3-shim.sh");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_zcnet")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("iperf3.json");
+    let (server, port) = iperf3_server(&iperf3);
+    let (out, sout) = run_pair(
+        Command::new("sh").arg(&shim).env("PATH", &path).args([
+            "-P",
+            "2",
+            "-c",
+            "127.0.0.1",
+            "-J",
+            "-t",
+            "1",
+            "-l",
+            "65536",
+            "-p",
+            &port.to_string(),
+            &format!("--logfile={}", log.display()),
+        ]),
+        "iperf3 (the image's shim)",
+        server,
+        "iperf3 -s",
+    );
+    assert!(
+        out.trim().is_empty(),
+        "the report goes to the log file: {out:.300}"
+    );
+    let c = parse(
+        &std::fs::read_to_string(&log).unwrap(),
+        "the shim's log file",
+    );
+    let s = parse(&sout, "iperf3 -s");
+    check_k8s_netperf(&c, false, "the shim's log file");
+    assert_eq!(c["end"]["streams"].as_array().unwrap().len(), 2);
+    assert_eq!(bytes(&c, "sum_received"), bytes(&s, "sum_received"));
+    assert!(
+        c["end"]["zcnet"].is_object(),
+        "zcnet's own figures ride along"
+    );
+}

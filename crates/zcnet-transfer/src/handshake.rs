@@ -11,9 +11,9 @@
 
 use super::auth::{self, Role};
 use super::wire::{
-    Code, Frame, WireError, AUTHENTICATED_FROM, AUTH_LEN, HELLO_LEN, MAX_STREAMS, MIN_VERSION,
-    OPEN_LEN, SESSION_ID_LEN, T_AUTH, T_DIR, T_FILE, T_HELLO, T_JOIN, T_LINK, T_OPEN, T_PUT,
-    VERSION,
+    Code, Features, Frame, WireError, AUTHENTICATED_FROM, AUTH_LEN, HELLO_LEN, MAX_STREAMS,
+    MIN_VERSION, OPEN_LEN, SESSION_ID_LEN, T_AUTH, T_DIR, T_FILE, T_HELLO, T_JOIN, T_LINK, T_OPEN,
+    T_PUT, VERSION,
 };
 
 /// Why a handshake failed.
@@ -197,7 +197,7 @@ impl ReceiverHandshake {
                             if !(MIN_VERSION..=VERSION).contains(&version) {
                                 return Err(HandshakeError::Version(version));
                             }
-                            if self.token.is_some() && version < AUTHENTICATED_FROM {
+                            if self.token.is_some() && !Features::of(version).authenticated {
                                 return Err(HandshakeError::TokenNeedsVersion(version));
                             }
                             self.version = version;
@@ -278,7 +278,7 @@ impl ReceiverHandshake {
 
     /// The sender is who it says: done below version 5, else its `Open`/`Join` is next.
     fn proved(&mut self) -> Option<Accepted> {
-        if self.version < 5 {
+        if !Features::of(self.version).streams {
             return Some(self.finish(StreamRequest::Single));
         }
         self.need = 5;

@@ -41,7 +41,7 @@
 //! unknown, full or expired id is refused (`Refuse{NoSession}`) before anything is opened. With [`ServerConfig::once`] the receiver serves the one
 //! session's streams and returns their reports together.
 
-use super::descriptors::{DescriptorBudget, PER_CONNECTION};
+use super::descriptors::{DescriptorBudget, Held, PER_CONNECTION};
 use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamRequest};
 use super::limits::{AddrCount, AuthLimiter};
 use super::ranges::RangedFiles;
@@ -236,6 +236,15 @@ struct Group {
     expires: Instant,
     /// The files its streams receive by ranges (version 6), shared by all of them.
     ranged: Arc<RangedFiles>,
+}
+
+/// A connection past its handshake that may start: the session it joins (if it joins
+/// one), the files its session's streams receive by ranges, and its own descriptors,
+/// charged to its session and address until it ends.
+struct Admitted {
+    joining: Option<SessionId>,
+    ranged: Arc<RangedFiles>,
+    connection_fds: Option<Held>,
 }
 
 /// A connection in its handshake.
@@ -678,7 +687,23 @@ impl Loop {
         }
     }
 
+    /// Starts the session of a connection whose handshake is done: admitted (or refused
+    /// and told why), told what the handshake still owes it, then run on a thread of its own.
     fn start_session(&mut self, mut p: Pending, accepted: Accepted) {
+        let Some(admitted) = self.admit_session(&mut p, &accepted) else {
+            return;
+        };
+        let stream = p.stream;
+        let Some(opened) = self.open_stream(&stream, &accepted, admitted.joining) else {
+            return;
+        };
+        self.spawn_session(stream, p.peer, &accepted, admitted, opened);
+    }
+
+    /// Places a connection past its handshake in its session — a new one, or (version 5)
+    /// the one it joins — and charges it against the limits; `None` when it was refused
+    /// (and told why).
+    fn admit_session(&mut self, p: &mut Pending, accepted: &Accepted) -> Option<Admitted> {
         let mut connection_fds = None;
         let mut ranged = None;
         let joining = match accepted.stream {
@@ -699,10 +724,11 @@ impl Loop {
                         .to_bytes(),
                     );
                     let peer = p.peer;
-                    return self.shared.observer.event(Event::Refused {
+                    self.shared.observer.event(Event::Refused {
                         peer,
                         reason: &reason,
                     });
+                    return None;
                 }
             },
             _ => None,
@@ -734,44 +760,72 @@ impl Loop {
                     self.group_closed(&gid);
                 }
             }
-            return self.refused(p.peer, &mut p.stream, &reason);
+            self.refused(p.peer, &mut p.stream, &reason);
+            return None;
         }
-        let cfg = &self.shared.cfg;
-        let stream = p.stream;
+        Some(Admitted {
+            joining,
+            ranged,
+            connection_fds,
+        })
+    }
+
+    /// Makes an admitted connection blocking and sends what the handshake still owes it:
+    /// the receiver's proof, and from version 5 the session's id — a new one to the opener
+    /// (who hands it to its other streams), back to each stream that joined. `None` when
+    /// the connection failed meanwhile, else the session it opened (id and streams), if any.
+    fn open_stream(
+        &self,
+        stream: &TcpStream,
+        accepted: &Accepted,
+        joining: Option<SessionId>,
+    ) -> Option<Option<(SessionId, u16)>> {
         if stream.set_nonblocking(false).is_err() {
-            return;
+            return None;
         }
-        let _ = stream.set_write_timeout(Some(cfg.idle_timeout));
+        let _ = stream.set_write_timeout(Some(self.shared.cfg.idle_timeout));
         if let Some(r) = &accepted.reply {
-            if (&stream).write_all(r).is_err() {
-                return;
+            if (&*stream).write_all(r).is_err() {
+                return None;
             }
         }
-        // Version 5: the session's id, to the opener (who hands it to its other streams)
-        // and back to each stream that joined.
         let opened = match (accepted.stream, joining) {
             (StreamRequest::Open(n), _) => {
                 let Ok(id) = session_id() else {
-                    return self.trouble("reading random bytes for a session id".into());
+                    self.trouble("reading random bytes for a session id".into());
+                    return None;
                 };
                 Some((id, n))
             }
             _ => None,
         };
         if let Some(id) = opened.map(|(id, _)| id).or(joining) {
-            if (&stream)
+            if (&*stream)
                 .write_all(&Frame::Session { id }.to_bytes())
                 .is_err()
             {
-                return;
+                return None;
             }
         }
+        Some(opened)
+    }
+
+    /// Runs an admitted session on a thread of its own, registered among the running ones
+    /// before it starts (so the thread's own removal cannot come first).
+    fn spawn_session(
+        &mut self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        accepted: &Accepted,
+        admitted: Admitted,
+        opened: Option<(SessionId, u16)>,
+    ) {
         let Ok(handle) = stream.try_clone() else {
             return self.trouble("dup: out of descriptors for a session".into());
         };
+        let cfg = &self.shared.cfg;
         let id = self.next_id;
         self.next_id += 1;
-        let peer = p.peer;
         let sender = SenderId {
             address: Some(peer.ip()),
             token: if accepted.authenticated {
@@ -784,8 +838,12 @@ impl Loop {
         let tx = self.once_tx.clone();
         let once = cfg.once;
         let shared = self.shared.clone();
+        let Admitted {
+            ranged,
+            connection_fds,
+            ..
+        } = admitted;
         let group_ranged = ranged.clone();
-        // Registered before the thread starts, so the thread's own removal cannot come first.
         self.shared
             .running
             .lock()
@@ -830,6 +888,20 @@ impl Loop {
                     let _ = tx.send(result);
                 }
             });
+        self.session_spawned(spawned, id, peer, opened, group_ranged);
+    }
+
+    /// Keeps a session thread's handle (or, when it could not start, refuses its sender)
+    /// and, for a session that opened more streams, waits for them to join.
+    fn session_spawned(
+        &mut self,
+        spawned: std::io::Result<std::thread::JoinHandle<()>>,
+        id: u64,
+        peer: SocketAddr,
+        opened: Option<(SessionId, u16)>,
+        group_ranged: Arc<RangedFiles>,
+    ) {
+        let once = self.shared.cfg.once;
         let mut running = self
             .shared
             .running

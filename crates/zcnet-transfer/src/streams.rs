@@ -19,7 +19,7 @@ use super::session::{
     send_entries, send_handshake, FileOutcome, Progress, SendOptions, SessionReport, Source,
     TransferError,
 };
-use super::wire::MAX_STREAMS;
+use super::wire::{Features, MAX_STREAMS};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use zcnet::stats::StatsSnapshot;
@@ -302,7 +302,7 @@ pub fn send_streams(
     let mut first = connect()?;
     let (version, id) = send_handshake(&mut first, opts, StreamRequest::Open(asked as u16))?;
     let (n, id) = match id {
-        Some(id) if version >= 5 => (asked, id),
+        Some(id) if Features::of(version).streams => (asked, id),
         // An older receiver: everything on the one connection it understands.
         _ => (1, [0; 16]),
     };
@@ -331,7 +331,7 @@ pub fn send_streams(
         true => sizes(&sources),
         false => Vec::new(),
     };
-    let (sources, sizes, split_names) = match version >= 6 && n > 1 {
+    let (sources, sizes, split_names) = match Features::of(version).ranges && n > 1 {
         true => split_sized(sources, &sizes, n),
         false => (sources, sizes, Vec::new()),
     };

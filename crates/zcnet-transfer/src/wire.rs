@@ -26,6 +26,47 @@ pub const VERSION: u16 = 8;
 pub const AUTHENTICATED_FROM: u16 = 8;
 /// Oldest version this build still speaks (1: one file at a time, `File`/`Ready`/`Start`).
 pub const MIN_VERSION: u16 = 1;
+/// The first version whose `File`s are pipelined: the sender sends the next file as soon as
+/// a `File`'s trailer is out, and its `Ack` comes later, in order with the other answers
+/// (the receiver finishes it on the thread that finishes `Put`s).
+pub const PIPELINED_FILES: u16 = 7;
+
+/// What a session's protocol version carries, decided once from the negotiated version so
+/// the code that sends and receives asks for a feature by name and no `version >= N` is
+/// scattered through it. [`VERSION`]'s documentation lists the versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Features {
+    /// Small files go as `Put`s, pipelined (2).
+    pub puts: bool,
+    /// Empty directories and symlinks go as `Dir` and `Link` (3).
+    pub tree_entries: bool,
+    /// A file's holes are left out with `StartSparse` (4).
+    pub sparse: bool,
+    /// A session runs over several connections: `Open`/`Join`, answered by `Session` (5).
+    pub streams: bool,
+    /// A large file goes in `Range`s over a session's streams (6).
+    pub ranges: bool,
+    /// A `File`'s `Ack` comes in turn with the answers to the files after it
+    /// ([`PIPELINED_FILES`]).
+    pub pipelined_files: bool,
+    /// A token's proofs cover the whole handshake ([`AUTHENTICATED_FROM`]).
+    pub authenticated: bool,
+}
+
+impl Features {
+    /// The features of a session of `version`.
+    pub const fn of(version: u16) -> Features {
+        Features {
+            puts: version >= 2,
+            tree_entries: version >= 3,
+            sparse: version >= 4,
+            streams: version >= 5,
+            ranges: version >= 6,
+            pipelined_files: version >= PIPELINED_FILES,
+            authenticated: version >= AUTHENTICATED_FROM,
+        }
+    }
+}
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
 /// decides, and a refused `Put`'s bytes are read and dropped.
 pub const MAX_PUT: u64 = 1 << 20;
@@ -335,7 +376,15 @@ impl Frame {
     pub fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&[0; 5]);
-        let ty = match self {
+        let ty = self.encode_payload(out);
+        let len = (out.len() - start - 5) as u32;
+        out[start] = ty;
+        out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+    }
+
+    /// Appends the frame's payload to `out`; its type.
+    fn encode_payload(&self, out: &mut Vec<u8>) -> u8 {
+        match self {
             Frame::Hello {
                 version,
                 auth,
@@ -351,53 +400,8 @@ impl Frame {
                 out.extend_from_slice(mac);
                 T_AUTH
             }
-            Frame::File {
-                name,
-                size,
-                mode,
-                mtime_s,
-                mtime_ns,
-                verify,
-            }
-            | Frame::Put {
-                name,
-                size,
-                mode,
-                mtime_s,
-                mtime_ns,
-                verify,
-            } => {
-                put_str(out, name, MAX_NAME);
-                out.extend_from_slice(&size.to_be_bytes());
-                out.extend_from_slice(&mode.to_be_bytes());
-                out.extend_from_slice(&mtime_s.to_be_bytes());
-                out.extend_from_slice(&mtime_ns.to_be_bytes());
-                out.push(*verify as u8);
-                if matches!(self, Frame::Put { .. }) {
-                    T_PUT
-                } else {
-                    T_FILE
-                }
-            }
-            Frame::Range {
-                name,
-                size,
-                mode,
-                mtime_s,
-                mtime_ns,
-                verify,
-                offset,
-                len,
-            } => {
-                put_str(out, name, MAX_NAME);
-                out.extend_from_slice(&size.to_be_bytes());
-                out.extend_from_slice(&mode.to_be_bytes());
-                out.extend_from_slice(&mtime_s.to_be_bytes());
-                out.extend_from_slice(&mtime_ns.to_be_bytes());
-                out.push(*verify as u8);
-                out.extend_from_slice(&offset.to_be_bytes());
-                out.extend_from_slice(&len.to_be_bytes());
-                T_RANGE
+            Frame::File { .. } | Frame::Put { .. } | Frame::Range { .. } => {
+                self.encode_file_frame(out)
             }
             Frame::Ready { offset, prefix } => {
                 out.extend_from_slice(&offset.to_be_bytes());
@@ -473,10 +477,57 @@ impl Frame {
                 put_str(out, message, MAX_MESSAGE);
                 T_ABORT
             }
+        }
+    }
+
+    /// The payload of a frame that announces a file (`File`, `Put`) or a range of one
+    /// (`Range`): the file's name and metadata, then the range's place; its type.
+    fn encode_file_frame(&self, out: &mut Vec<u8>) -> u8 {
+        let (ty, header, range) = match self {
+            Frame::File {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } => (T_FILE, (name, size, mode, mtime_s, mtime_ns, verify), None),
+            Frame::Put {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+            } => (T_PUT, (name, size, mode, mtime_s, mtime_ns, verify), None),
+            Frame::Range {
+                name,
+                size,
+                mode,
+                mtime_s,
+                mtime_ns,
+                verify,
+                offset,
+                len,
+            } => (
+                T_RANGE,
+                (name, size, mode, mtime_s, mtime_ns, verify),
+                Some((offset, len)),
+            ),
+            _ => unreachable!("only frames that announce a file come here"),
         };
-        let len = (out.len() - start - 5) as u32;
-        out[start] = ty;
-        out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+        let (name, size, mode, mtime_s, mtime_ns, verify) = header;
+        put_str(out, name, MAX_NAME);
+        out.extend_from_slice(&size.to_be_bytes());
+        out.extend_from_slice(&mode.to_be_bytes());
+        out.extend_from_slice(&mtime_s.to_be_bytes());
+        out.extend_from_slice(&mtime_ns.to_be_bytes());
+        out.push(*verify as u8);
+        if let Some((offset, len)) = range {
+            out.extend_from_slice(&offset.to_be_bytes());
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+        ty
     }
 
     /// Encodes into a fresh vector.
@@ -528,54 +579,7 @@ impl Frame {
                 r.what = "auth";
                 Frame::Auth { mac: r.arr32()? }
             }
-            T_FILE | T_PUT => {
-                r.what = if ty == T_PUT { "put" } else { "file" };
-                let name = r.string("file name", MAX_NAME)?;
-                let (size, mode) = (r.u64()?, r.u32()?);
-                let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
-                if ty == T_FILE {
-                    Frame::File {
-                        name,
-                        size,
-                        mode,
-                        mtime_s,
-                        mtime_ns,
-                        verify,
-                    }
-                } else {
-                    if size > MAX_PUT {
-                        return Err(WireError::TooLong {
-                            what: "put",
-                            len: usize::try_from(size).unwrap_or(usize::MAX),
-                            max: MAX_PUT as usize,
-                        });
-                    }
-                    Frame::Put {
-                        name,
-                        size,
-                        mode,
-                        mtime_s,
-                        mtime_ns,
-                        verify,
-                    }
-                }
-            }
-            T_RANGE => {
-                r.what = "range";
-                let name = r.string("file name", MAX_NAME)?;
-                let (size, mode) = (r.u64()?, r.u32()?);
-                let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
-                Frame::Range {
-                    name,
-                    size,
-                    mode,
-                    mtime_s,
-                    mtime_ns,
-                    verify,
-                    offset: r.u64()?,
-                    len: r.u64()?,
-                }
-            }
+            T_FILE | T_PUT | T_RANGE => decode_file_frame(ty, &mut r)?,
             T_READY => {
                 r.what = "ready";
                 let offset = r.u64()?;
@@ -599,21 +603,10 @@ impl Frame {
             }
             T_START_SPARSE => {
                 r.what = "start-sparse";
-                let offset = r.u64()?;
-                let n = r.u32()? as usize;
-                if n > MAX_EXTENTS {
-                    return Err(WireError::TooLong {
-                        what: "extent list",
-                        len: n,
-                        max: MAX_EXTENTS,
-                    });
+                Frame::StartSparse {
+                    offset: r.u64()?,
+                    extents: r.extents()?,
                 }
-                // The count is the peer's word: room only for the extents the payload holds.
-                let mut extents = Vec::with_capacity(n.min(r.p.len() / 16));
-                for _ in 0..n {
-                    extents.push((r.u64()?, r.u64()?));
-                }
-                Frame::StartSparse { offset, extents }
             }
             T_OPEN => {
                 r.what = "open";
@@ -719,6 +712,55 @@ impl Frame {
     }
 }
 
+/// The payload of a frame that announces a file (`File`, `Put`) or a range of one
+/// (`Range`), of type `ty`: the file's name and metadata, then the range's place. A `Put`
+/// over [`MAX_PUT`] is refused from these fields, before its bytes are read.
+fn decode_file_frame(ty: u8, r: &mut Reader<'_>) -> Result<Frame, WireError> {
+    r.what = match ty {
+        T_PUT => "put",
+        T_RANGE => "range",
+        _ => "file",
+    };
+    let name = r.string("file name", MAX_NAME)?;
+    let (size, mode) = (r.u64()?, r.u32()?);
+    let (mtime_s, mtime_ns, verify) = (r.u64()? as i64, r.u32()?, r.flag()?);
+    Ok(match ty {
+        T_PUT if size > MAX_PUT => {
+            return Err(WireError::TooLong {
+                what: "put",
+                len: usize::try_from(size).unwrap_or(usize::MAX),
+                max: MAX_PUT as usize,
+            })
+        }
+        T_PUT => Frame::Put {
+            name,
+            size,
+            mode,
+            mtime_s,
+            mtime_ns,
+            verify,
+        },
+        T_RANGE => Frame::Range {
+            name,
+            size,
+            mode,
+            mtime_s,
+            mtime_ns,
+            verify,
+            offset: r.u64()?,
+            len: r.u64()?,
+        },
+        _ => Frame::File {
+            name,
+            size,
+            mode,
+            mtime_s,
+            mtime_ns,
+            verify,
+        },
+    })
+}
+
 struct Reader<'a> {
     p: &'a [u8],
     what: &'static str,
@@ -759,6 +801,24 @@ impl<'a> Reader<'a> {
         let v = self.u16()?;
         Code::from_u16(v).ok_or(WireError::BadCode(v))
     }
+    /// A `StartSparse`'s extents: a count (at most [`MAX_EXTENTS`]), then as many
+    /// (offset, length) pairs.
+    fn extents(&mut self) -> Result<Vec<(u64, u64)>, WireError> {
+        let n = self.u32()? as usize;
+        if n > MAX_EXTENTS {
+            return Err(WireError::TooLong {
+                what: "extent list",
+                len: n,
+                max: MAX_EXTENTS,
+            });
+        }
+        // The count is the peer's word: room only for the extents the payload holds.
+        let mut extents = Vec::with_capacity(n.min(self.p.len() / 16));
+        for _ in 0..n {
+            extents.push((self.u64()?, self.u64()?));
+        }
+        Ok(extents)
+    }
     fn string(&mut self, what: &'static str, max: usize) -> Result<String, WireError> {
         let len = self.u16()? as usize;
         if len > max {
@@ -773,6 +833,24 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Each feature starts at the version `VERSION`'s documentation gives it and stays on
+    /// after it; the oldest version has none, the newest all.
+    #[test]
+    fn each_feature_starts_at_its_documented_version() {
+        let first = |on: fn(Features) -> bool| {
+            (MIN_VERSION..=VERSION)
+                .find(|&v| on(Features::of(v)))
+                .filter(|&v| (v..=VERSION).all(|w| on(Features::of(w))))
+        };
+        assert_eq!(first(|f| f.puts), Some(2));
+        assert_eq!(first(|f| f.tree_entries), Some(3));
+        assert_eq!(first(|f| f.sparse), Some(4));
+        assert_eq!(first(|f| f.streams), Some(5));
+        assert_eq!(first(|f| f.ranges), Some(6));
+        assert_eq!(first(|f| f.pipelined_files), Some(PIPELINED_FILES));
+        assert_eq!(first(|f| f.authenticated), Some(AUTHENTICATED_FROM));
+    }
 
     fn samples() -> Vec<Frame> {
         vec![

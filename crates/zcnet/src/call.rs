@@ -163,21 +163,62 @@ impl Deadline {
 
     /// Before a syscall that blocks in the kernel with no flag to stop it (`sendfile`,
     /// `splice`): sets the socket's `SO_SNDTIMEO` (`send`) or `SO_RCVTIMEO` to what is
-    /// left, so the syscall returns `EAGAIN` by the deadline. Nothing without a bound.
-    pub(crate) fn arm_kernel(&self, fd: BorrowedFd<'_>, send: bool) -> Result<(), Error> {
+    /// left, so the syscall returns `EAGAIN` by the deadline. Nothing without a bound. The
+    /// option is the caller's socket's: the returned guard puts back the value it had when
+    /// dropped, so the socket leaves the call as it came.
+    pub(crate) fn arm_kernel<'fd>(
+        &self,
+        fd: BorrowedFd<'fd>,
+        send: bool,
+    ) -> Result<KernelTimeout<'fd>, Error> {
         let Some(left) = self.remaining() else {
-            return Ok(());
+            return Ok(KernelTimeout {
+                fd,
+                send,
+                previous: None,
+            });
         };
         // Zero would mean "no timeout" to the kernel.
         let left = Some(left.max(Duration::from_millis(1)));
         let s = socket2::SockRef::from(&fd);
-        if send {
-            s.set_write_timeout(left)
-                .map_err(|e| Error::io("setsockopt(SO_SNDTIMEO)", e))
+        let (previous, set) = if send {
+            (s.write_timeout(), s.set_write_timeout(left))
         } else {
-            s.set_read_timeout(left)
-                .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))
-        }
+            (s.read_timeout(), s.set_read_timeout(left))
+        };
+        let op = if send { "SO_SNDTIMEO" } else { "SO_RCVTIMEO" };
+        let previous = previous.map_err(|e| Error::io(op, e))?;
+        set.map_err(|e| Error::io(op, e))?;
+        Ok(KernelTimeout {
+            fd,
+            send,
+            previous: Some(previous),
+        })
+    }
+}
+
+/// The socket timeout [`Deadline::arm_kernel`] lowered, put back when dropped.
+#[must_use = "dropping it at once puts the socket's timeout back before the syscall"]
+pub(crate) struct KernelTimeout<'fd> {
+    fd: BorrowedFd<'fd>,
+    send: bool,
+    /// The value before arming; `None` when nothing was changed.
+    previous: Option<Option<Duration>>,
+}
+
+impl Drop for KernelTimeout<'_> {
+    fn drop(&mut self) {
+        let Some(previous) = self.previous else {
+            return;
+        };
+        let s = socket2::SockRef::from(&self.fd);
+        // Best effort: a socket that took the option a moment ago takes it back; there is
+        // no caller left to tell if it does not.
+        let _ = if self.send {
+            s.set_write_timeout(previous)
+        } else {
+            s.set_read_timeout(previous)
+        };
     }
 }
 

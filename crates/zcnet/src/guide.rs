@@ -1,18 +1,24 @@
 //! The repository's guides, here so a link from the API reaches them: each module's page
 //! is one file of `docs/`. Their code blocks are text, never compiled.
 
+/// `docs/guide.md`: installing, the paths and how `auto` chooses, file transfer, UDP
+/// messages, the iperf3 mode, tokio and `zcnet run`, for a user.
+#[cfg(not(doctest))]
+#[doc = include_str!("../docs/guide.md")]
+pub mod usage {}
+
 /// `docs/ARCHITECTURE.md`: the crates, the layers inside `zcnet`, where each path lives,
 /// who owns which buffer, how to add a path.
 #[cfg(not(doctest))]
-#[doc = include_str!("../../../docs/ARCHITECTURE.md")]
+#[doc = include_str!("../docs/ARCHITECTURE.md")]
 pub mod architecture {}
 
 /// `docs/msg.md`: whole messages over UDP — the wire format, loss reporting, the numbers.
 #[cfg(not(doctest))]
-#[doc = include_str!("../../../docs/msg.md")]
+#[doc = include_str!("../docs/msg.md")]
 pub mod msg {}
 
 /// `docs/lm-afxdp.md`: Lightweight Messages over AF_XDP.
 #[cfg(not(doctest))]
-#[doc = include_str!("../../../docs/lm-afxdp.md")]
+#[doc = include_str!("../docs/lm-afxdp.md")]
 pub mod lm_afxdp {}

@@ -120,3 +120,8 @@ pub use stream::{Listener, Receiver, ReceiverConfig, Sender, SenderConfig};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (`docs/guide.md`), compiled and run the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;

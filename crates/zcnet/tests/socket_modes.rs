@@ -483,3 +483,66 @@ fn from_stream_refuses_what_is_not_tcp() {
     check_error("adopted SO_RCVTIMEO", Mode::SocketTimeout, &e, t.elapsed());
     let _ = rx.as_fd();
 }
+
+/// A bounded `sendfile`/`splice` lowers the socket's own `SO_SNDTIMEO`/`SO_RCVTIMEO` to
+/// what is left of the call while the syscall runs (the kernel's only way to stop it); the
+/// socket must leave each call with the values it came with, or every later call on it —
+/// and the caller's own, after `into_inner` — runs with whatever was left of the last one.
+#[test]
+fn bounded_file_calls_leave_the_socket_timeouts_as_they_found_them() {
+    let (_dir, file) = pattern_file();
+    let out_dir = tempfile::tempdir().unwrap();
+    let (c, s) = connection();
+    let timeout = Duration::from_secs(30);
+    for tx_mode in [FileTxMode::Sendfile, FileTxMode::Splice] {
+        let (c, s) = (c.try_clone().unwrap(), s.try_clone().unwrap());
+        let out = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(out_dir.path().join(format!("{tx_mode}")))
+            .unwrap();
+        let mut tx =
+            Sender::from_stream(c, &SenderConfig::new(TxPath::Copy).timeout(timeout)).unwrap();
+        let mut rx =
+            Receiver::from_stream(s, &ReceiverConfig::new(RxPath::Copy).timeout(timeout)).unwrap();
+        let tx_before = SockRef::from(&tx).write_timeout().unwrap();
+        let rx_before = SockRef::from(&rx).read_timeout().unwrap();
+        assert_eq!(
+            tx_before,
+            Some(timeout),
+            "the config's timeout is the socket's"
+        );
+        std::thread::scope(|sc| {
+            let sending = sc.spawn(|| {
+                let n = tx.send_file_with(&file, 0, FILE_BYTES, tx_mode).unwrap();
+                assert_eq!(n, FILE_BYTES);
+                SockRef::from(&tx).write_timeout().unwrap()
+            });
+            let mut got = 0;
+            while got < FILE_BYTES {
+                got += rx
+                    .recv_to_file_with(&out, got, FILE_BYTES - got, FileRxMode::Splice)
+                    .unwrap();
+            }
+            assert_eq!(
+                SockRef::from(&rx).read_timeout().unwrap(),
+                rx_before,
+                "recv_to_file left SO_RCVTIMEO changed"
+            );
+            assert_eq!(
+                sending.join().unwrap(),
+                tx_before,
+                "send_file ({tx_mode}) left SO_SNDTIMEO changed"
+            );
+        });
+        let mut buf = vec![0u8; 1 << 20];
+        let mut pos = 0;
+        while pos < FILE_BYTES {
+            out.read_exact_at(&mut buf, pos).unwrap();
+            assert_eq!(&buf[..], pattern(pos, buf.len()), "at {pos}");
+            pos += buf.len() as u64;
+        }
+    }
+}

@@ -125,167 +125,91 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+crate::counters::counter_set!(
 /// Every decision, switch, demotion and promotion of one connection's `auto` path, with its
 /// reason. Plain counters, so they can be merged into `Stats` snapshots and bench reports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 #[non_exhaustive]
-pub struct AutoStats {
+plain AutoStats {
     /// Operations decided (one per [`AutoStats::record_choice`]).
-    pub decisions: u64,
+    decisions,
     /// Decisions where the profile showed a path clearly cheaper than the default.
-    pub chose_by_profile: u64,
+    chose_by_profile,
     /// Decisions for the default because the profile measured it cheapest at that size.
-    pub chose_default_cheapest: u64,
+    chose_default_cheapest,
     /// Decisions for the default because there was no profile (or no baseline in it).
-    pub chose_default_no_profile: u64,
+    chose_default_no_profile,
     /// Decisions for the default because the buffer was not page-aligned.
-    pub chose_default_unaligned: u64,
+    chose_default_unaligned,
     /// Decisions for the default although another path's median was lower: the spreads
     /// overlapped, so the difference was not established.
-    pub chose_default_overlap: u64,
+    chose_default_overlap,
     /// Operations where hysteresis kept the current path although another was preferred.
-    pub held_by_hysteresis: u64,
+    held_by_hysteresis,
     /// Path switches hysteresis let through.
-    pub switches: u64,
+    switches,
     /// Operations sent to the fallback because the wanted path was demoted.
-    pub fallback_demoted: u64,
+    fallback_demoted,
     /// Demotions because transmit completions kept coming back `COPIED`.
-    pub demotions_tx_copied: u64,
+    demotions_tx_copied,
     /// Demotions because receive calls kept mapping nothing.
-    pub demotions_rx_unmapped: u64,
+    demotions_rx_unmapped,
     /// Re-probes of a demoted path after its back-off.
-    pub reprobes: u64,
+    reprobes,
     /// Re-promotions: a re-probe reported good.
-    pub promotions: u64,
+    promotions,
     /// Re-demotions: a re-probe reported bad (the back-off doubles).
-    pub redemotions: u64,
+    redemotions,
     /// Run-time cost checks completed: a window on the wanted path, then one on copy,
     /// compared in the sending thread's CPU per byte ([`cost`]).
-    pub cost_checks: u64,
+    cost_checks,
     /// Checks that found the wanted path costlier than copy: it was left for a back-off.
-    pub cost_costlier: u64,
+    cost_costlier,
     /// Operations sent to copy to measure it for a check.
-    pub cost_probe_ops: u64,
+    cost_probe_ops,
     /// Operations sent to copy because the wanted path was found costlier.
-    pub fallback_costlier: u64,
+    fallback_costlier,
     /// Decisions for paths tried without a profile: a receiver with no profile measures its
     /// candidate receive paths (`uring`, `mmap`) and copy, interleaved, on the connection
     /// and keeps the cheapest candidate if it beats copy by the margin, then only while the
     /// run-time check finds it no dearer than copy ([`trial`]).
-    pub chose_trial: u64,
+    chose_trial,
     /// Windows a receive trial measured and moved on from to its next arm
     /// ([`trial::Step::Next`]; with `trial_picks`, the windows measured).
-    pub trial_next: u64,
+    trial_next,
     /// Receive trials finished: every round measured, and copy or a candidate kept.
-    pub trial_picks: u64,
+    trial_picks,
     /// Trials that kept copy: no candidate's median was cheaper than copy's by the margin.
-    pub trial_kept_copy: u64,
+    trial_kept_copy,
     /// Trials that kept `uring`.
-    pub trial_picked_uring: u64,
+    trial_picked_uring,
     /// Trials that kept `mmap`.
-    pub trial_picked_mmap: u64,
+    trial_picked_mmap,
     /// Receivers whose trial and check read their sender's CPU clock with their own: the
     /// sender is zcnet's, on this host, and left its card (`peer`).
-    pub peer_clock: u64,
+    peer_clock,
     /// Trial candidates not measured because an earlier trial in this process dropped them
     /// on the same route and sender op size (`memory`).
-    pub trial_skipped_remembered: u64,
+    trial_skipped_remembered,
     /// Finished trials that measured `uring` against copy in at least one round.
-    pub trial_rated_uring: u64,
+    trial_rated_uring,
     /// The sum over those trials of `uring`'s verdict — the median of its per-round cost
     /// over copy's — in thousandths: divided by `trial_rated_uring`, what the trials saw
     /// (1000 = level with copy). Why a trial picked what it did, so a pick can be checked
     /// against what the whole transfer then cost.
-    pub trial_ratio_uring_permille: u64,
+    trial_ratio_uring_permille,
     /// Finished trials that measured `mmap` against copy in at least one round.
-    pub trial_rated_mmap: u64,
+    trial_rated_mmap,
     /// As `trial_ratio_uring_permille`, for `mmap`.
-    pub trial_ratio_mmap_permille: u64,
+    trial_ratio_mmap_permille,
     /// Receivers that ran no trial: two trials or more had measured the same route and
     /// sender op size in this process, and the path their pooled rounds found cheapest was
     /// taken at once (`memory::Memory::verdict`; at most three connections per trial).
-    pub trial_skipped_verdict: u64,
-}
+    trial_skipped_verdict,
+});
 
 impl AutoStats {
-    /// How many counters there are ([`AutoStats::to_array`]).
-    pub const LEN: usize = 31;
-
-    /// The counters in declaration order, for atomic storage in `Stats`.
-    pub fn to_array(&self) -> [u64; Self::LEN] {
-        [
-            self.decisions,
-            self.chose_by_profile,
-            self.chose_default_cheapest,
-            self.chose_default_no_profile,
-            self.chose_default_unaligned,
-            self.chose_default_overlap,
-            self.held_by_hysteresis,
-            self.switches,
-            self.fallback_demoted,
-            self.demotions_tx_copied,
-            self.demotions_rx_unmapped,
-            self.reprobes,
-            self.promotions,
-            self.redemotions,
-            self.cost_checks,
-            self.cost_costlier,
-            self.cost_probe_ops,
-            self.fallback_costlier,
-            self.chose_trial,
-            self.trial_next,
-            self.trial_picks,
-            self.trial_kept_copy,
-            self.trial_picked_uring,
-            self.trial_picked_mmap,
-            self.peer_clock,
-            self.trial_skipped_remembered,
-            self.trial_rated_uring,
-            self.trial_ratio_uring_permille,
-            self.trial_rated_mmap,
-            self.trial_ratio_mmap_permille,
-            self.trial_skipped_verdict,
-        ]
-    }
-
-    /// The inverse of [`AutoStats::to_array`].
-    pub fn from_array(a: [u64; Self::LEN]) -> Self {
-        AutoStats {
-            decisions: a[0],
-            chose_by_profile: a[1],
-            chose_default_cheapest: a[2],
-            chose_default_no_profile: a[3],
-            chose_default_unaligned: a[4],
-            chose_default_overlap: a[5],
-            held_by_hysteresis: a[6],
-            switches: a[7],
-            fallback_demoted: a[8],
-            demotions_tx_copied: a[9],
-            demotions_rx_unmapped: a[10],
-            reprobes: a[11],
-            promotions: a[12],
-            redemotions: a[13],
-            cost_checks: a[14],
-            cost_costlier: a[15],
-            cost_probe_ops: a[16],
-            fallback_costlier: a[17],
-            chose_trial: a[18],
-            trial_next: a[19],
-            trial_picks: a[20],
-            trial_kept_copy: a[21],
-            trial_picked_uring: a[22],
-            trial_picked_mmap: a[23],
-            peer_clock: a[24],
-            trial_skipped_remembered: a[25],
-            trial_rated_uring: a[26],
-            trial_ratio_uring_permille: a[27],
-            trial_rated_mmap: a[28],
-            trial_ratio_mmap_permille: a[29],
-            trial_skipped_verdict: a[30],
-        }
-    }
-
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &AutoStats) {
         let mut a = self.to_array();

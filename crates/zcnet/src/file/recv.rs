@@ -238,7 +238,7 @@ impl FileRx {
             };
             // Never more than the range still wants: the bytes after it belong to the caller.
             let want = (len - *done).min(*cap as u64) as usize;
-            d.arm_kernel(sock, false)?;
+            let _armed = d.arm_kernel(sock, false)?;
             let n = match splice::splice(
                 sock,
                 None,

@@ -181,11 +181,13 @@ impl FileTx {
                 } else {
                     SpliceFlags::empty()
                 };
-                let armed = d.arm_kernel(sock, true);
-                if let Err(e) = armed {
-                    self.pipe = None;
-                    return Err(e);
-                }
+                let _armed = match d.arm_kernel(sock, true) {
+                    Ok(armed) => armed,
+                    Err(e) => {
+                        self.pipe = None;
+                        return Err(e);
+                    }
+                };
                 match splice::splice_to_socket(
                     pipe.read_end(),
                     sock,
@@ -282,7 +284,7 @@ fn sendfile_range(
     let d = crate::call::deadline(timeout);
     while done < len {
         let want = bounded_chunk(sock, &d, (len - done).min(SENDFILE_CHUNK as u64) as usize);
-        d.arm_kernel(sock, true)?;
+        let _armed = d.arm_kernel(sock, true)?;
         match splice::sendfile(sock, file.as_fd(), offset + done, want) {
             Ok(0) => return Err(truncated(len, done)),
             Ok(n) => {

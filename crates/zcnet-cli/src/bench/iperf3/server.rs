@@ -288,9 +288,9 @@ fn collect_streams(
     Ok(got.into_iter().map(|(_, s)| s).collect())
 }
 
-/// One test, on the thread that read its control connection's cookie.
+/// One test, on the thread that read its control connection's cookie: its parameters,
+/// its share of the memory budget, then its streams (UDP's or TCP's) run to the end.
 fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchError> {
-    let opts = &sh.opts.common;
     ctrl.set_nodelay(true)
         .map_err(|e| BenchError::io("TCP_NODELAY (control)", e))?;
     ctrl.set_read_timeout(Some(CONTROL_TIMEOUT))
@@ -298,11 +298,21 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
     let peer = ctrl
         .peer_addr()
         .map_err(|e| BenchError::io("getpeername (control)", e))?;
-    wire::write_state(&mut ctrl, State::ParamExchange).map_err(perr)?;
-    let params = match wire::read_json(&mut ctrl).and_then(|v| TestParams::from_json(&v)) {
-        Ok(p) => p,
+    let params = exchange_params(&mut ctrl)?;
+    let reserved = reserve(&mut ctrl, &params, sh)?;
+    if params.udp {
+        return udp_test(ctrl, cookie, params, peer, reserved, sh);
+    }
+    tcp_test(ctrl, cookie, params, peer, reserved, sh)
+}
+
+/// `PARAM_EXCHANGE` and the client's parameters; a client past a limit gets iperf3's own
+/// error for it, so it prints its own message.
+fn exchange_params(ctrl: &mut TcpStream) -> Result<TestParams, BenchError> {
+    wire::write_state(ctrl, State::ParamExchange).map_err(perr)?;
+    match wire::read_json(ctrl).and_then(|v| TestParams::from_json(&v)) {
+        Ok(p) => Ok(p),
         Err(e) => {
-            // iperf3's own error for each limit, so its client prints its own message.
             let code = match e {
                 Iperf3Error::Unsupported(_) => wire::IE_UNIMP,
                 Iperf3Error::BadField {
@@ -312,10 +322,15 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
                 Iperf3Error::BadField { field: "time", .. } => wire::IE_DURATION,
                 _ => wire::IE_RECV_PARAMS,
             };
-            wire::write_server_error(&mut ctrl, code, 0);
-            return Err(perr(e));
+            wire::write_server_error(ctrl, code, 0);
+            Err(perr(e))
         }
-    };
+    }
+}
+
+/// The buffers a test of `params` holds at this server.
+fn need_of(params: &TestParams, sh: &Shared) -> Need {
+    let opts = &sh.opts.common;
     let p = params.parallel;
     let (senders, receivers) = match params.direction {
         Direction::Forward => (0, p),
@@ -324,7 +339,7 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
     };
     // A UDP stream holds one batch (≤ 64 KiB) or one GRO read (128 KiB): two blocks of
     // 128 KiB at most, whatever -l.
-    let need = if params.udp {
+    if params.udp {
         Need {
             senders,
             receivers,
@@ -338,9 +353,19 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
             len: params.len,
             fixed_two_blocks: opts.tx.name() == "cow" && !opts.file,
         }
-    };
-    let reserved = match sh.admit(&need) {
-        Ok(r) => r,
+    }
+}
+
+/// Reserves the test's buffers from the memory budget; a test that could never fit gets
+/// iperf3's error for the number too large, one that does not fit now `ACCESS_DENIED`.
+fn reserve<'s>(
+    ctrl: &mut TcpStream,
+    params: &TestParams,
+    sh: &'s Shared,
+) -> Result<Reserved<'s>, BenchError> {
+    let need = need_of(params, sh);
+    match sh.admit(&need) {
+        Ok(r) => Ok(r),
         Err(Admit::NeverFits {
             fewer_streams_would,
         }) => {
@@ -349,31 +374,39 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
             } else {
                 wire::IE_BLOCK_SIZE
             };
-            wire::write_server_error(&mut ctrl, code, 0);
-            return Err(BenchError::Rejected(format!(
+            wire::write_server_error(ctrl, code, 0);
+            Err(BenchError::Rejected(format!(
                 "{} streams of -l {} need at least {} MiB, over --max-memory ({} MiB)",
                 params.connections(),
                 params.len,
                 need.minimum() >> 20,
                 sh.opts.max_memory >> 20
-            )));
+            )))
         }
         Err(_) => {
-            let _ = wire::write_state(&mut ctrl, State::AccessDenied);
-            return Err(BenchError::Rejected(format!(
+            let _ = wire::write_state(ctrl, State::AccessDenied);
+            Err(BenchError::Rejected(format!(
                 "busy: {} streams of -l {} need {} MiB; the tests running hold more of --max-memory ({} MiB) than leaves",
                 params.connections(),
                 params.len,
                 need.minimum() >> 20,
                 sh.opts.max_memory >> 20
-            )));
+            )))
         }
-    };
-    if params.udp {
-        return udp_test(ctrl, cookie, params, peer, reserved, sh);
     }
+}
+
+/// `CREATE_STREAMS`, then the test's TCP data connections, each with its role: forward =
+/// this server receives; -R = it sends; --bidir = the client's sending connections
+/// (first) are received here, the rest sent.
+fn tcp_streams(
+    ctrl: &mut TcpStream,
+    cookie: Cookie,
+    params: &TestParams,
+    sh: &Shared,
+) -> Result<Vec<StreamSpec>, BenchError> {
     let arrivals = expect_streams(cookie, sh);
-    if let Err(e) = wire::write_state(&mut ctrl, State::CreateStreams) {
+    if let Err(e) = wire::write_state(ctrl, State::CreateStreams) {
         sh.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -383,14 +416,12 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
     let conns = match collect_streams(cookie, arrivals, params.connections(), sh) {
         Ok(c) => c,
         Err(e) => {
-            wire::write_server_error(&mut ctrl, wire::IE_STREAM_CONNECT, 0);
+            wire::write_server_error(ctrl, wire::IE_STREAM_CONNECT, 0);
             return Err(e);
         }
     };
-    // The server's view: forward = it receives; -R = it sends; --bidir = the client's
-    // sending connections (first) are received here, the rest sent.
     let p = params.parallel as usize;
-    let specs: Vec<StreamSpec> = conns
+    Ok(conns
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
@@ -406,7 +437,21 @@ fn test(mut ctrl: TcpStream, cookie: Cookie, sh: &Shared) -> Result<(), BenchErr
                 stream,
             }
         })
-        .collect();
+        .collect())
+}
+
+/// A TCP test after its parameters: its streams connected, the start message, then run
+/// until the client ends it ([`finish`]).
+fn tcp_test(
+    mut ctrl: TcpStream,
+    cookie: Cookie,
+    params: TestParams,
+    peer: std::net::SocketAddr,
+    reserved: Reserved<'_>,
+    sh: &Shared,
+) -> Result<(), BenchError> {
+    let opts = &sh.opts.common;
+    let specs = tcp_streams(&mut ctrl, cookie, &params, sh)?;
     let data = DataCfg {
         tx: opts.tx,
         rx: opts.rx,

@@ -2,7 +2,7 @@
 //!
 //! * Sets the `cfg`s that mark this crate's tests needing a program, root or network
 //!   namespaces as ignored, with their reason, where this machine lacks them (see
-//!   `probe.rs`, a link to `probe.rs`, a link to `crates/zcnet-testbed/probe.rs`).
+//!   `probe.rs`, a link to `crates/zcnet-testbed/probe.rs`).
 //! * Carries `libzcnet_preload.so` inside the `zcnet` binary when this crate is built from its
 //!   package — as `cargo install zcnet-cli` builds it, leaving nothing but the binary, so
 //!   nothing else would put the library where `zcnet run` looks (`src/preload_lib.rs`). A
@@ -31,6 +31,12 @@ fn main() {
         "redis-benchmark",
         "rsync",
         "prlimit",
+        "cc",
+        "ssh",
+        "scp",
+        "sshd",
+        "setcap",
+        "setpriv",
     ]);
     bundle_preload();
 }

@@ -11,6 +11,7 @@ mod manuals;
 mod preload_lib;
 mod probe;
 mod probe_cmd;
+mod run_board;
 mod run_cmd;
 mod transfer_cmd;
 mod tune;

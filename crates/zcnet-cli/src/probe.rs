@@ -38,7 +38,7 @@ pub const STEP_TIMEOUT: Duration = Duration::from_millis(2000);
 pub const CHECK_LIMIT: Duration = Duration::from_millis(3000);
 
 /// Every check, in the order [`run`] reports them.
-pub const CHECKS: [&str; 26] = [
+pub const CHECKS: [&str; 27] = [
     "so_zerocopy_tcp",
     "so_zerocopy_udp",
     "msg_zerocopy_tcp_loopback",
@@ -57,6 +57,7 @@ pub const CHECKS: [&str; 26] = [
     "udp_gro",
     "optmem_max",
     "rlimit_memlock",
+    "ktls",
     "af_xdp_socket",
     "af_xdp_umem_aligned",
     "af_xdp_umem_unaligned",
@@ -208,6 +209,7 @@ pub fn run() -> Report {
     checks.push(bounded(&["udp_gro"], || vec![udp_gro()]));
     checks.push(bounded(&["optmem_max"], || vec![optmem_max()]));
     checks.push(bounded(&["rlimit_memlock"], || vec![rlimit_memlock()]));
+    checks.push(bounded(&["ktls"], || vec![ktls_check()]));
     checks.push(bounded(&XSK_CHECKS, xsk_checks));
     checks.push(bounded(&XSK_VETH_CHECKS, xsk_veth_checks));
     checks.push(bounded(&["lm_xdp_program"], || vec![lm_program_check()]));
@@ -1275,6 +1277,45 @@ fn optmem_max() -> Check {
     }
 }
 
+/// Kernel TLS: `TCP_ULP "tls"` on a connected loopback pair, then AES-128-GCM keys for
+/// TLS 1.3 in both directions (throwaway keys; nothing is sent). Without it an encrypted
+/// transfer encrypts in user space (issue 45), with the reason this check names.
+fn ktls_check() -> Check {
+    const NAME: &str = "ktls";
+    use zcnet_sys::raw::ktls::{self, CryptoInfo, Direction};
+    let listed = match ktls::available_ulps() {
+        Ok(s) if s.is_empty() => "none".to_string(),
+        Ok(s) => s,
+        Err(e) => os_err(ktls::AVAILABLE_ULP, &e),
+    };
+    let (listener, addr) = match loopback_listener() {
+        Ok(v) => v,
+        Err(why) => return loopback_no(NAME, why),
+    };
+    let client = match connect_stream(addr) {
+        Ok(c) => c,
+        Err(why) => return loopback_no(NAME, why),
+    };
+    let _server = match listener.accept() {
+        Ok(s) => s,
+        Err(e) => return loopback_no(NAME, err_detail(&e)),
+    };
+    let tried = || {
+        ktls::attach_ulp(client.as_fd())?;
+        let info = CryptoInfo::aes_gcm_128([0x5a; 16], [0xa5; 12], 0);
+        ktls::set_keys(client.as_fd(), Direction::Tx, &info)?;
+        ktls::set_keys(client.as_fd(), Direction::Rx, &info)
+    };
+    match tried() {
+        Ok(()) => Check::yes(
+            NAME,
+            format!("TCP_ULP tls and TLS 1.3 AES-128-GCM keys both ways accepted on a loopback socket (tcp_available_ulp: {listed})"),
+        ),
+        Err(e @ ktls::KtlsError::NoModule { .. }) => Check::no(NAME, e.to_string()),
+        Err(e) => Check::no(NAME, format!("{e} (tcp_available_ulp: {listed})")),
+    }
+}
+
 fn rlimit_memlock() -> Check {
     const NAME: &str = "rlimit_memlock";
     let limit = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), zcnet::stats::fmt_bytes);
@@ -2018,6 +2059,28 @@ mod tests {
         let table = report().to_string();
         for name in CHECKS {
             assert!(table.contains(name), "{name} missing from the table");
+        }
+    }
+
+    /// kTLS follows the kernel: where `tcp_available_ulp` does not list `tls` (this
+    /// machine's lists only `mptcp`) the check says so with the kernel's reason; where it
+    /// does, the keys are taken.
+    #[test]
+    fn ktls_is_reported_with_the_kernels_answer() {
+        let listed = zcnet_sys::raw::ktls::available_ulps().unwrap();
+        let (st, detail) = status("ktls");
+        if listed.split_whitespace().any(|u| u == "tls") {
+            assert_eq!(st, Status::Yes, "{detail}");
+        } else {
+            assert_eq!(st, Status::No, "{detail}");
+            assert!(
+                detail.starts_with("kTLS unavailable: the kernel has no `tls` upper-layer protocol (TCP_ULP answered ENOENT"),
+                "{detail}"
+            );
+            assert!(
+                detail.contains(&format!("tcp_available_ulp: {listed}")),
+                "{detail}"
+            );
         }
     }
 

@@ -7,7 +7,7 @@
 //! from a file (nginx without sendfile reads the next chunk into the buffer it just sent).
 
 use crate::globals::{count_detour, zc_ever};
-use crate::table::sock;
+use crate::table::known;
 use zcnet_sys::preload::{RecvCall, SysResult};
 
 /// Receives `call` into the program's buffers, or through scratch if any is protected.
@@ -29,7 +29,7 @@ pub fn recv(mut call: RecvCall<'_>) -> SysResult {
         left = &left[k..];
     }
     count_detour();
-    if let Some(s) = sock(call.fd()) {
+    if let Some(s) = known(call.fd()) {
         s.counters.detour();
     }
     Ok(n)

@@ -1,9 +1,15 @@
 //! The stats file: at normal exit, one JSON line per process appended to `ZCNET_STATS`
-//! (a forked child writes its own line; `O_APPEND` keeps lines whole). A process that never
-//! sent on a TCP socket nor called `sendmmsg` on a UDP one (a shell, a helper the program
-//! starts) writes nothing.
+//! (`O_APPEND` keeps lines whole). A forked child writes its own line, of what it did
+//! itself: its counters start from zero at the `fork`. A process that never sent on a TCP
+//! socket nor called `sendmmsg` on a UDP one (a shell, a helper the program starts, a
+//! child that only `exec`s) writes nothing, so the lines add up to what the program sent.
+//! A `vfork` child writes nothing before its `exec`: what it sees is its parent's. Under `zcnet run`, the same counters are on its board
+//! ([`crate::slot`]): for a process that ends any other way (a signal, `_exit`, `exec`) or
+//! went passive, `zcnet run` writes the line.
 
-use crate::globals::{config, cost_if_measured, cost_source, detours, huge_cost_if_measured, udp};
+use crate::globals::{
+    config, cost_if_measured, cost_source, detours, engine_is_own, huge_cost_if_measured, udp,
+};
 use crate::stats::Counters;
 use crate::table::{reap_closing, reports, SockReport};
 use std::io::Write;
@@ -21,9 +27,14 @@ pub fn register() {
 }
 
 extern "C" fn at_exit() {
+    // Passive: not one system call of the library's own (zcnet run writes the line).
+    if zcnet_sys::preload::entry::passive() {
+        return;
+    }
     zcnet_sys::preload::entry::as_hook(|| {
         reap_closing();
         let _ = write_stats();
+        crate::slot::written();
     });
 }
 
@@ -42,7 +53,7 @@ pub fn line() -> serde_json::Value {
         "exe": std::env::current_exe().ok().map(|p| p.display().to_string()),
         "tx": cfg.mode,
         "bad_tx": cfg.bad_mode,
-        "engine": zcnet::cow::engine_stats(),
+        "engine": zcnet::cow::engine_stats().filter(|_| engine_is_own()),
         "page_cost_ns": cost_if_measured(),
         "page_cost_from": cost_source(),
         "huge_page_cost_ns": huge_cost_if_measured(),
@@ -52,6 +63,20 @@ pub fn line() -> serde_json::Value {
         "sockets": listed,
         "sockets_not_listed": others,
     })
+}
+
+/// Before `exec`: the image's line is due now (no exit handler of this image will run).
+/// On `zcnet run`'s board the slot is marked and `zcnet run` writes the line; without a
+/// board the library writes it itself.
+pub fn before_exec() {
+    if !crate::slot::execed() {
+        let _ = write_stats();
+    }
+}
+
+/// The `exec` failed: the image goes on, and its line is written at its exit after all.
+pub fn exec_failed() {
+    crate::slot::exec_failed();
 }
 
 fn write_stats() -> std::io::Result<()> {

@@ -1,11 +1,11 @@
 //! The process-wide facts every call consults: the configuration, this host's page costs
 //! (on first need: from this boot's cache, else measured), whether any zero-copy send
-//! happened, and receive detours.
+//! happened, receive detours, and which process this memory belongs to.
 
 use crate::config::Config;
 use crate::cost::{load_or_measure, measure_huge, PageCost, Source};
 use crate::stats::UdpCounters;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -14,6 +14,11 @@ static HUGE_COST: OnceLock<Option<f64>> = OnceLock::new();
 static ZC_EVER: AtomicBool = AtomicBool::new(false);
 static DETOURS: AtomicU64 = AtomicU64::new(0);
 static UDP: OnceLock<UdpCounters> = OnceLock::new();
+/// The process this memory is its own in (0: not asked yet); see [`borrowed_memory`].
+static OWN_PID: AtomicU32 = AtomicU32::new(0);
+/// This process is a forked child of a process whose protection engine ran: the engine's
+/// counters are the parent's.
+static ENGINE_INHERITED: AtomicBool = AtomicBool::new(false);
 
 /// The process's `sendmmsg` counters.
 pub fn udp() -> &'static UdpCounters {
@@ -71,5 +76,46 @@ pub fn zc_ever() -> bool {
 
 /// Records that a zero-copy send happened.
 pub fn set_zc_ever() {
-    ZC_EVER.store(true, Relaxed);
+    if !ZC_EVER.swap(true, Relaxed) {
+        note_own_pid();
+    }
+}
+
+/// Remembers which process this memory is its own in, once something is due before an
+/// `exec` (a stats line, completions to settle): one `getpid`, the only system call it
+/// costs, and none in a process that never needs it.
+pub fn note_own_pid() {
+    if OWN_PID.load(Relaxed) == 0 {
+        OWN_PID.store(std::process::id(), Relaxed);
+    }
+}
+
+/// Whether the calling process runs in memory that is another process's: a child of
+/// `vfork` (Python's `subprocess`, `posix_spawn`-like code calling `vfork` and `execve`
+/// itself) or of `clone(CLONE_VM)`, about to `exec`. No `fork` hook ran for it, so every
+/// counter, socket and board slot it sees is its parent's, which goes on with them: it
+/// must neither write its parent's line nor read its parent's completions (vfork(2)).
+pub fn borrowed_memory() -> bool {
+    let own = OWN_PID.load(Relaxed);
+    own != 0 && own != std::process::id()
+}
+
+/// In a forked child: what the parent counted is the parent's to report. The child starts
+/// from zero — its sockets' counters are reset by [`crate::table::after_fork`] — so its
+/// line, if it sends at all, holds only what it did itself.
+pub fn after_fork_in_child() {
+    if OWN_PID.load(Relaxed) != 0 {
+        OWN_PID.store(std::process::id(), Relaxed);
+    }
+    DETOURS.store(0, Relaxed);
+    udp().reset();
+    if zcnet::cow::engine_stats().is_some() {
+        ENGINE_INHERITED.store(true, Relaxed);
+    }
+}
+
+/// Whether the protection engine's counters are this process's own (not a forked child's
+/// inherited ones).
+pub fn engine_is_own() -> bool {
+    !ENGINE_INHERITED.load(Relaxed)
 }

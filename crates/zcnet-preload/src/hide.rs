@@ -5,7 +5,7 @@
 //! reports then — a real error, a reset, data, room to write — is what the program sees.
 
 use crate::kind::{cached, Kind};
-use crate::table::{demote_after, epoll_target, sock};
+use crate::table::{demote_after, epoll_target, known};
 use zcnet_sys::preload::{real, FdSet};
 use zcnet_sys::raw::socket::tcp_info;
 
@@ -23,7 +23,7 @@ fn recheck(fd: i32, events: i16) -> Option<i16> {
     if cached(fd) != Kind::Tcp {
         return None;
     }
-    let s = sock(fd)?;
+    let s = known(fd)?;
     let foreign = s.foreign_owner().is_some();
     if !(s.zc_ever() || foreign) {
         return None;

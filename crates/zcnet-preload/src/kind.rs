@@ -1,7 +1,13 @@
-//! Which descriptors are TCP (or UDP) sockets: asked once per descriptor (`SO_TYPE`, `SO_DOMAIN`,
-//! `SO_PROTOCOL`) and cached in a lock-free table, so a `write` to a file or a pipe costs one
-//! atomic load. The cache is forgotten for a descriptor number whenever this library sees
-//! it closed or handed out again (`close`, `dup*`, `socket`, `accept`).
+//! Which descriptors are TCP (or UDP) sockets, in a lock-free table, so a `write` to a file or
+//! a pipe costs one atomic load.
+//!
+//! Learned from the calls the program makes — `socket` and `socketpair` name the kind
+//! ([`of_socket`]), `accept` gives the listener's, `dup` the original's — so that the
+//! library makes no system call the program would not have made. Only a descriptor this
+//! library did not see made (inherited across `exec`, received over a Unix socket) is asked
+//! of the kernel (`SO_TYPE`, `SO_DOMAIN`, `SO_PROTOCOL`, [`classify`]), and only when a send
+//! large enough to go zero-copy would use it. OpenSSH's pre-authentication child runs
+//! under a seccomp filter that kills it for a `getsockopt`.
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use zcnet_sys::preload::real::with_fd;
@@ -56,6 +62,18 @@ pub fn remember(fd: i32, kind: Kind) {
     }
 }
 
+/// What `socket(domain, ty, proto)` made.
+pub fn of_socket(domain: i32, ty: i32, proto: i32) -> Kind {
+    if !matches!(domain, libc::AF_INET | libc::AF_INET6) {
+        return Kind::Other;
+    }
+    match (ty & 0xf, proto) {
+        (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) => Kind::Tcp,
+        (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP) => Kind::Udp,
+        _ => Kind::Other,
+    }
+}
+
 /// Asks the kernel what `fd` is.
 pub fn classify(fd: i32) -> Kind {
     let ask = |name| with_fd(fd, |b| get_int(b, libc::SOL_SOCKET, name).ok()).flatten();
@@ -96,5 +114,25 @@ mod tests {
         remember(c.as_raw_fd(), Kind::Unknown);
         assert_eq!(cached(c.as_raw_fd()), Kind::Unknown);
         assert_eq!(cached(-1), Kind::Unknown);
+    }
+
+    #[test]
+    fn socket_arguments_name_the_kind_the_kernel_would() {
+        use libc::*;
+        assert_eq!(of_socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), Kind::Tcp);
+        assert_eq!(of_socket(AF_INET6, SOCK_STREAM, IPPROTO_TCP), Kind::Tcp);
+        assert_eq!(of_socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0), Kind::Udp);
+        assert_eq!(of_socket(AF_INET, SOCK_STREAM, 262), Kind::Other, "MPTCP");
+        assert_eq!(of_socket(AF_UNIX, SOCK_STREAM, 0), Kind::Other);
+        assert_eq!(of_socket(AF_INET, SOCK_RAW, IPPROTO_TCP), Kind::Other);
+        for (d, t, p) in [(AF_INET, SOCK_STREAM, 0), (AF_INET6, SOCK_DGRAM, 0)] {
+            let fd = rustix::net::socket(
+                rustix::net::AddressFamily::from_raw(d as u16),
+                rustix::net::SocketType::from_raw(t as u32),
+                None,
+            )
+            .unwrap();
+            assert_eq!(classify(fd.as_raw_fd()), of_socket(d, t, p));
+        }
     }
 }

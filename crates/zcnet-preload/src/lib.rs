@@ -22,9 +22,20 @@
 //! real error only once it is closed: `tcp_done`). Sockets opened after the fork are each
 //! process's own.
 //!
+//! The library makes no system call the program would not have made until a send may go
+//! zero-copy: socket kinds are learned from the program's own `socket`, `accept` and
+//! `socketpair` calls ([`kind`]). In a process under a seccomp filter — in force at load,
+//! or installed through `prctl` or `syscall(SYS_seccomp)` — it goes passive for good:
+//! every call is the C library's alone (OpenSSH's pre-authentication child is killed by
+//! its filter for a single `getsockopt`). `zcnet run` reports such processes.
+//!
 //! Not covered: static programs and those that make system calls themselves (Go), which
-//! never call the C library's symbols; setuid programs, for which the loader ignores
-//! `LD_PRELOAD`; the C library's internal calls (stdio writing to a socket).
+//! never call the C library's symbols; programs the loader runs in secure-execution mode
+//! (`AT_SECURE`: setuid to another user, file capabilities), for which it ignores
+//! `LD_PRELOAD`; the C library's internal calls (stdio writing to a socket; glibc's
+//! `execl`, `execlp`, `execle` and `fexecve`, which reach the kernel through its internal
+//! `execve`: the image they replace settles nothing first, and only `zcnet run`'s board
+//! keeps its counts). `execve`, `execv`, `execvp` and `execvpe` are interposed.
 //!
 //! This crate has no `unsafe`: the exported symbols and all raw-pointer handling are
 //! `zcnet_sys::preload`'s, instantiated here by [`zcnet_sys::export_preload!`].
@@ -46,6 +57,7 @@ pub mod plan;
 mod reaper;
 mod route;
 mod send;
+mod slot;
 mod sock;
 pub mod stats;
 mod table;
@@ -69,14 +81,42 @@ impl Preload {
 }
 
 impl Hook for Preload {
-    fn init(&self) {
+    fn init(&self, filtered: bool) {
         // Read the settings now: a program may replace its environment before it sends.
         globals::config();
+        if slot::load() || globals::config().stats.is_some() {
+            // A line is due before an `exec`: know whose (a `vfork` child's is not).
+            globals::note_own_pid();
+        }
+        if filtered {
+            slot::filtered_at_load();
+            return;
+        }
         exit::register();
     }
 
+    /// The last moment this library may make system calls of its own here: sockets whose
+    /// protected pages the kernel still reads are waited for (a second at most), so that no
+    /// page stays protected in a process whose fault handling may be forbidden next.
+    fn before_seccomp(&self) {
+        slot::filter_installed();
+        if globals::zc_ever() {
+            table::settle_all(std::time::Duration::from_secs(1));
+        }
+    }
+
+    /// A socket this library did not see made is asked of the kernel only for a send that
+    /// may go zero-copy (see [`kind`]).
     fn send(&self, call: SendCall<'_>) -> SysResult {
-        match table::sock(call.fd()) {
+        let cfg = globals::config();
+        let may_zc = cfg.mode != config::Mode::Copy
+            && call.bufs().iter().map(|b| b.len()).sum::<usize>() >= cfg.min_bytes.max(1);
+        let s = if may_zc {
+            table::sock(call.fd())
+        } else {
+            table::known(call.fd())
+        };
+        match s {
             Some(s) => {
                 self.start();
                 send::send(&s, call)
@@ -138,7 +178,7 @@ impl Hook for Preload {
 
     fn before_error_read(&self, fd: i32) {
         if globals::zc_ever() {
-            if let Some(s) = table::sock(fd) {
+            if let Some(s) = table::known(fd) {
                 s.drain(fd, table::demote_after());
             }
         }
@@ -153,7 +193,7 @@ impl Hook for Preload {
                 | (libc::SOL_IPV6, libc::IPV6_RECVERR)
         );
         if errqueue {
-            if let Some(s) = table::sock(fd) {
+            if let Some(s) = table::for_option(fd) {
                 s.zc().app_errqueue = true;
             }
         }
@@ -167,15 +207,69 @@ impl Hook for Preload {
         table::forget(fd);
     }
 
+    fn new_socket(&self, fd: i32, domain: i32, ty: i32, proto: i32) {
+        table::opened(fd, kind::of_socket(domain, ty, proto));
+    }
+
+    fn accepted(&self, listener: i32, fd: i32) {
+        let k = match kind::cached(listener) {
+            kind::Kind::Tcp => kind::Kind::Tcp,
+            kind::Kind::Other => kind::Kind::Other,
+            _ => kind::Kind::Unknown,
+        };
+        table::opened(fd, k);
+    }
+
     fn new_dup(&self, old: i32, new: i32) {
         table::duplicated(old, new);
     }
 
+    /// The old image's zero-copy sockets are settled first (their completions read, two
+    /// seconds at most in all): the new image, whose library knows nothing of them, would
+    /// see them as `POLLERR` on a healthy socket. Then its counters are final: `zcnet run`
+    /// writes its line from the board, or, without one, the library writes it now.
+    ///
+    /// A `vfork` child (Python's `subprocess`) does neither: its memory, and so every
+    /// socket, counter and slot it sees, is its parent's, which goes on sending and writes
+    /// its own line at its own end.
+    fn before_exec(&self) {
+        if globals::borrowed_memory() {
+            return;
+        }
+        if globals::zc_ever() {
+            table::settle_all(std::time::Duration::from_secs(2));
+        }
+        exit::before_exec();
+    }
+
+    fn kernel_write_blocked(&self, buf: &[u8]) -> bool {
+        globals::zc_ever() && zcnet::cow::is_protected(buf)
+    }
+
+    fn detoured(&self) {
+        globals::count_detour();
+    }
+
+    fn exec_failed(&self) {
+        if globals::borrowed_memory() {
+            return;
+        }
+        exit::exec_failed();
+    }
+
     fn before_fork(&self) {
+        slot::before_fork();
         table::before_fork();
     }
 
-    fn after_fork(&self, child: bool) {
-        table::after_fork(child);
+    /// The child starts counting from zero (its own slot on the board, its sockets'
+    /// counters reset): its line, written only if it sends, holds only what it did.
+    fn after_fork(&self, pid: i32) {
+        slot::after_fork(pid);
+        // First: it gives back the engine's locks, which the engine's counters take.
+        table::after_fork(pid == 0);
+        if pid == 0 {
+            globals::after_fork_in_child();
+        }
     }
 }

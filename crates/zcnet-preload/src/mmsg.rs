@@ -20,7 +20,9 @@ use zcnet_sys::preload::{Errno, MmsgCall, SysResult};
 pub fn send(call: MmsgCall<'_>) -> SysResult {
     let fd = call.fd();
     let kind = match cached(fd) {
-        Kind::Unknown => {
+        // A descriptor this library did not see made is asked of the kernel only for a
+        // call GSO could shorten.
+        Kind::Unknown if call.msgs().len() > 1 => {
             let k = classify(fd);
             remember(fd, k);
             k

@@ -41,10 +41,9 @@ pub struct Zc {
 /// A TCP socket, shared by every descriptor of it in this process.
 #[derive(Debug)]
 pub struct Sock {
-    /// Inode of the socket (descriptors of one socket share it).
-    pub ino: u64,
-    /// The peer, for the stats.
-    pub peer: String,
+    /// Inode of the socket (descriptors of one socket share it) and its peer for the
+    /// stats: asked of the kernel at the first send that may go zero-copy.
+    identity: OnceLock<(u64, String)>,
     /// Counters.
     pub counters: Counters,
     /// Descriptors of this socket open in this process.
@@ -65,12 +64,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl Default for Sock {
+    fn default() -> Sock {
+        Sock::new()
+    }
+}
+
 impl Sock {
-    /// State for a socket of inode `ino`.
-    pub fn new(ino: u64, peer: String) -> Sock {
+    /// State for a socket not identified yet.
+    pub fn new() -> Sock {
         Sock {
-            ino,
-            peer,
+            identity: OnceLock::new(),
             counters: Counters::default(),
             fds: AtomicUsize::new(1),
             sending: Mutex::new(()),
@@ -80,6 +84,21 @@ impl Sock {
             owner: Mutex::new(None),
             ends: OnceLock::new(),
         }
+    }
+
+    /// Records which socket this is: its inode and its peer.
+    pub fn identify(&self, ino: u64, peer: String) {
+        let _ = self.identity.set((ino, peer));
+    }
+
+    /// The socket's inode, once identified.
+    pub fn ino(&self) -> Option<u64> {
+        self.identity.get().map(|i| i.0)
+    }
+
+    /// The peer for the stats (empty if never identified: no send large enough).
+    pub fn peer(&self) -> String {
+        self.identity.get().map(|i| i.1.clone()).unwrap_or_default()
     }
 
     /// Both ends' addresses (local, peer): asked of the kernel once both are known (a

@@ -5,6 +5,22 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use zcnet_sys::board;
+
+/// The process's totals on `zcnet run`'s board ([`crate::slot`]), in [`board::COUNTERS`]'
+/// order: every event a socket's counters record is added there too.
+const T_CALLS: usize = board::word::COUNTERS;
+const T_BYTES_COPY: usize = T_CALLS + 1;
+const T_BYTES_ZC: usize = T_CALLS + 2;
+const T_COPIED_ANYWAY: usize = T_CALLS + 3;
+const T_ZC_CALLS: usize = T_CALLS + 4;
+const T_FAULTS: usize = T_CALLS + 5;
+const T_PAGES: usize = T_CALLS + 6;
+const T_DETOURS: usize = T_CALLS + 7;
+
+fn tally(w: usize, n: u64) {
+    crate::slot::add(w, n);
+}
 
 /// Why a send that could have gone zero-copy was copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -124,6 +140,7 @@ impl Counters {
     /// A send call of `bytes` copied (`reason`: why not zero-copy, if it could have been).
     pub fn copied(&self, bytes: u64, reason: Option<Reason>) {
         self.bytes_copy.fetch_add(bytes, Relaxed);
+        tally(T_BYTES_COPY, bytes);
         if let Some(r) = reason {
             self.fallback(r, bytes);
         }
@@ -134,37 +151,46 @@ impl Counters {
         let i = r as usize;
         self.fallback_calls[i].fetch_add(1, Relaxed);
         self.fallback_bytes[i].fetch_add(bytes, Relaxed);
+        tally(board::fallback_calls(i), 1);
+        tally(board::fallback_bytes(i), bytes);
     }
 
     /// One interposed send call.
     pub fn call(&self) {
         self.calls.fetch_add(1, Relaxed);
+        tally(T_CALLS, 1);
     }
 
     /// Bytes sent by copy inside a zero-copy call (head, tail, small buffers).
     pub fn copy_bytes(&self, bytes: u64) {
         self.bytes_copy.fetch_add(bytes, Relaxed);
+        tally(T_BYTES_COPY, bytes);
     }
 
     /// One `MSG_ZEROCOPY` call that sent `bytes`.
     pub fn zerocopy(&self, bytes: u64) {
         self.zc_calls.fetch_add(1, Relaxed);
         self.bytes_zerocopy.fetch_add(bytes, Relaxed);
+        tally(T_ZC_CALLS, 1);
+        tally(T_BYTES_ZC, bytes);
     }
 
     /// Completions that said COPIED for `bytes`.
     pub fn copied_anyway(&self, bytes: u64) {
         self.copied_anyway.fetch_add(bytes, Relaxed);
+        tally(T_COPIED_ANYWAY, bytes);
     }
 
     /// Pages protected for one span.
     pub fn protected(&self, pages: u64) {
         self.pages_protected.fetch_add(pages, Relaxed);
+        tally(T_PAGES, pages);
     }
 
     /// Faults taken by spans released.
     pub fn faults(&self, n: u64) {
         self.faults.fetch_add(n, Relaxed);
+        tally(T_FAULTS, n);
     }
 
     /// Faults counted so far.
@@ -175,6 +201,28 @@ impl Counters {
     /// One receive detoured through scratch.
     pub fn detour(&self) {
         self.detours.fetch_add(1, Relaxed);
+        tally(T_DETOURS, 1);
+    }
+
+    /// Back to zero, without touching the board: in a forked child, whose counts so far
+    /// are its parent's (see `table::after_fork`), and whose board slot starts empty.
+    pub fn reset(&self) {
+        for c in [
+            &self.calls,
+            &self.bytes_copy,
+            &self.bytes_zerocopy,
+            &self.copied_anyway,
+            &self.zc_calls,
+            &self.faults,
+            &self.pages_protected,
+            &self.detours,
+        ]
+        .into_iter()
+        .chain(&self.fallback_calls)
+        .chain(&self.fallback_bytes)
+        {
+            c.store(0, Relaxed);
+        }
     }
 
     /// Adds `other` into `self`.
@@ -260,6 +308,7 @@ impl UdpCounters {
     /// One `sendmmsg` call.
     pub fn call(&self) {
         self.calls.fetch_add(1, Relaxed);
+        tally(board::udp(0), 1);
     }
 
     /// One GSO send of `datagrams` carrying `bytes`.
@@ -267,16 +316,35 @@ impl UdpCounters {
         self.gso_sends.fetch_add(1, Relaxed);
         self.gso_datagrams.fetch_add(datagrams, Relaxed);
         self.gso_bytes.fetch_add(bytes, Relaxed);
+        tally(board::udp(1), 1);
+        tally(board::udp(2), datagrams);
+        tally(board::udp(3), bytes);
     }
 
     /// `datagrams` sent as the program's own call.
     pub fn forwarded(&self, datagrams: u64) {
         self.forwarded.fetch_add(datagrams, Relaxed);
+        tally(board::udp(4), datagrams);
     }
 
     /// A GSO send of `datagrams` refused.
     pub fn refused(&self, datagrams: u64) {
         self.gso_refused.fetch_add(datagrams, Relaxed);
+        tally(board::udp(5), datagrams);
+    }
+
+    /// Back to zero (a forked child: see [`Counters::reset`]).
+    pub fn reset(&self) {
+        for c in [
+            &self.calls,
+            &self.gso_sends,
+            &self.gso_datagrams,
+            &self.gso_bytes,
+            &self.forwarded,
+            &self.gso_refused,
+        ] {
+            c.store(0, Relaxed);
+        }
     }
 
     /// The counters now.
@@ -301,6 +369,47 @@ mod tests {
         for (i, r) in Reason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);
         }
+    }
+
+    /// `zcnet run` names the board's words by zcnet-sys's lists: they must be the names
+    /// this library writes in its own stats lines, in the order it counts them.
+    #[test]
+    fn the_boards_names_are_the_stats_lines_names() {
+        let names: Vec<&str> = Reason::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(names, board::REASONS);
+        let a = Counters::default();
+        a.call();
+        a.zerocopy(1);
+        let r = serde_json::to_value(a.report()).unwrap();
+        let want = [1, 0, 1, 0, 1, 0, 0, 0];
+        for (i, name) in board::COUNTERS.iter().enumerate() {
+            assert_eq!(r[name], want[i], "{name} is word {i}");
+        }
+        let u = serde_json::to_value(UdpReport::default()).unwrap();
+        for name in board::UDP {
+            assert!(u.get(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn reset_forgets_every_count() {
+        let a = Counters::default();
+        a.call();
+        a.copied(100, Some(Reason::TooSmall));
+        a.zerocopy(8192);
+        a.copied_anyway(8192);
+        a.protected(2);
+        a.faults(1);
+        a.detour();
+        a.reset();
+        assert_eq!(a.report(), Report::default());
+        let u = UdpCounters::default();
+        u.call();
+        u.gso(3, 3000);
+        u.forwarded(1);
+        u.refused(1);
+        u.reset();
+        assert_eq!(u.report(), UdpReport::default());
     }
 
     #[test]

@@ -83,45 +83,66 @@ fn ino_of(fd: i32) -> Option<u64> {
     real::with_fd(fd, |b| rustix::fs::fstat(b).ok().map(|s| s.st_ino)).flatten()
 }
 
-/// The state of `fd` if it is a TCP socket.
-pub fn sock(fd: i32) -> Option<Arc<Sock>> {
-    match cached(fd) {
-        Kind::Other | Kind::Udp | Kind::UdpNoGso => return None,
-        Kind::Tcp => {
-            if let Some(s) = table().fds.get(&fd) {
-                return Some(s.clone());
-            }
-        }
-        Kind::Unknown => {}
-    }
-    let kind = classify(fd);
-    remember(fd, kind);
-    if kind != Kind::Tcp {
-        return None;
-    }
-    let ino = ino_of(fd)?;
-    let mut t = table();
-    if let Some(s) = t.fds.get(&fd).filter(|s| s.ino == ino) {
-        return Some(s.clone());
-    }
-    let shared = t.fds.values().find(|s| s.ino == ino).cloned();
-    let s = match shared {
-        Some(s) => {
-            s.fds.fetch_add(1, Relaxed);
-            s
-        }
-        None => {
-            let s = Arc::new(Sock::new(ino, peer_of(fd)));
+/// The state of `fd` if this library knows it for a TCP socket — learned from the calls
+/// the program made ([`crate::kind`]): no system call.
+pub fn known(fd: i32) -> Option<Arc<Sock>> {
+    (cached(fd) == Kind::Tcp).then(|| entry(&mut table(), fd))
+}
+
+/// The state of `fd`, made if missing (no system call).
+fn entry(t: &mut Table, fd: i32) -> Arc<Sock> {
+    t.fds
+        .entry(fd)
+        .or_insert_with(|| {
+            let s = Arc::new(Sock::new());
             if birth::may_be_shared(fd) {
                 s.set_shared();
             }
             s
-        }
-    };
-    if let Some(old) = t.fds.insert(fd, s.clone()) {
-        retire(&mut t, fd, old);
+        })
+        .clone()
+}
+
+/// The state of `fd` if it is a TCP socket, for a send that may go zero-copy: a
+/// descriptor this library did not see made is asked of the kernel now, and the socket is
+/// identified (its inode: descriptors of one socket share one state, even duplicates this
+/// library did not see made, `fcntl(F_DUPFD)` or one received over a Unix socket) and its
+/// peer named for the stats.
+pub fn sock(fd: i32) -> Option<Arc<Sock>> {
+    if cached(fd) == Kind::Unknown {
+        remember(fd, classify(fd));
     }
-    Some(s)
+    let s = known(fd)?;
+    if s.ino().is_some() {
+        return Some(s);
+    }
+    let ino = ino_of(fd)?;
+    let mut t = table();
+    let other = t
+        .fds
+        .values()
+        .find(|o| o.ino() == Some(ino) && !Arc::ptr_eq(o, &s))
+        .cloned();
+    match other {
+        Some(o) if s.fds.load(Relaxed) == 1 && !s.zc_ever() => {
+            // Another descriptor of this socket already has its state: one state for both,
+            // keeping what this descriptor counted so far.
+            o.counters.absorb(&s.counters.report());
+            o.fds.fetch_add(1, Relaxed);
+            t.fds.insert(fd, o.clone());
+            Some(o)
+        }
+        _ => {
+            s.identify(ino, peer_of(fd));
+            Some(s)
+        }
+    }
+}
+
+/// The state `setsockopt` on `fd` records into (the program reads the error queue itself):
+/// also for a descriptor whose kind is not known yet, which may turn out a TCP socket.
+pub fn for_option(fd: i32) -> Option<Arc<Sock>> {
+    matches!(cached(fd), Kind::Tcp | Kind::Unknown).then(|| entry(&mut table(), fd))
 }
 
 fn retire(t: &mut Table, fd: i32, s: Arc<Sock>) {
@@ -130,7 +151,7 @@ fn retire(t: &mut Table, fd: i32, s: Arc<Sock>) {
         if t.finished.len() < LISTED_MAX {
             t.finished.push(SockReport {
                 fd,
-                peer: s.peer.clone(),
+                peer: s.peer(),
                 report,
             });
         } else {
@@ -145,10 +166,22 @@ pub fn forget(fd: i32) {
     forget_kind(fd);
 }
 
-/// `new` is a duplicate of `old`: forget what its number was.
+/// `fd` was made by the program as a socket of `kind` (`socket`, `socketpair`, `accept`).
+pub fn opened(fd: i32, kind: Kind) {
+    forget(fd);
+    remember(fd, kind);
+}
+
+/// `new` is a duplicate of `old`: the same socket, of the same kind, under another number.
 pub fn duplicated(old: i32, new: i32) {
     birth::duplicated(old, new);
     forget_kind(new);
+    remember(new, cached(old));
+    let mut t = table();
+    if let Some(s) = t.fds.get(&old).cloned() {
+        s.fds.fetch_add(1, Relaxed);
+        t.fds.insert(new, s);
+    }
 }
 
 fn forget_kind(fd: i32) {
@@ -266,7 +299,7 @@ pub fn reap_closing() -> Vec<i32> {
 /// Whether `fd` is still the socket `s` (a descriptor closed where this library could not
 /// see it may have been reused).
 pub fn same_socket(fd: i32, s: &Sock) -> bool {
-    ino_of(fd) == Some(s.ino)
+    s.ino().is_some() && ino_of(fd) == s.ino()
 }
 
 /// Records `epoll_ctl(epfd, op, fd, ev)`.
@@ -299,7 +332,11 @@ pub fn in_flight() -> Vec<(i32, Arc<Sock>)> {
 /// with the rest when the peer acknowledges, which may take for ever), then hold the table
 /// so the child gets it unlocked and consistent.
 pub fn before_fork() {
-    lineage::before_fork();
+    // Only a child of a process that sent zero-copy needs to name its parent (whose
+    // completions it must leave alone): no `/proc` read otherwise.
+    if crate::globals::zc_ever() {
+        lineage::before_fork();
+    }
     let demote = demote_after();
     for (fd, s) in in_flight() {
         s.drain(fd, demote);
@@ -316,13 +353,13 @@ pub fn before_fork() {
 /// completions of its sends still in flight — promptly, on the reaper thread, since the
 /// child sees them as `POLLERR` until they are read; the child never reads them (they end
 /// the parent's protections) and hides what they cause, and closes the parent's hidden
-/// duplicates.
+/// duplicates. The child's counters start from zero.
 pub fn after_fork(child: bool) {
     COW_HOLD.with(|h| h.borrow_mut().take());
     birth::forked();
     // Every child takes (and clears) the start time it inherited, sockets or not: it is
-    // its parent's, never its own.
-    let parent = child.then(lineage::parent_after_fork);
+    // its parent's, never its own. `getppid` only where the parent sent zero-copy.
+    let parent = (child && crate::globals::zc_ever()).then(lineage::parent_after_fork);
     let Some(mut t) = FORK_HOLD.with(|h| h.borrow_mut().take()) else {
         return;
     };
@@ -330,12 +367,18 @@ pub fn after_fork(child: bool) {
         s.set_shared();
     }
     if child {
+        // What was counted so far is the parent's: it writes it in its own line. The child
+        // reports only what it does itself, and nothing at all if it never sends.
+        for s in t.fds.values() {
+            s.counters.reset();
+        }
+        t.finished.clear();
+        t.others.reset();
         // Completions still due are the parent's — or, for a socket the parent inherited
         // itself, those of the process it inherited them from.
-        let parent = parent.unwrap_or_else(lineage::parent_after_fork);
         let adopt = |s: &Sock| {
-            if s.foreign_owner().is_none() {
-                s.set_owner(parent);
+            if let (None, Some(p)) = (s.foreign_owner(), parent) {
+                s.set_owner(p);
             }
         };
         for s in t.fds.values() {
@@ -366,21 +409,31 @@ pub fn after_fork(child: bool) {
     }
 }
 
+/// Waits up to `limit` in all for every socket with protected pages in flight (open or
+/// closed) to have its completions: before the process's last chance to read them.
+pub fn settle_all(limit: Duration) {
+    let start = Instant::now();
+    for (fd, s) in in_flight() {
+        settle(fd, &s, limit.saturating_sub(start.elapsed()));
+    }
+    reap_closing();
+}
+
 /// Every socket's report: open, closing and closed ones, and the sum of the rest.
 pub fn reports() -> (Vec<SockReport>, Report) {
     let t = table();
     let mut v = t.finished.clone();
-    let mut seen = Vec::new();
+    let mut seen: Vec<&Arc<Sock>> = Vec::new();
     for (fd, s) in t
         .fds
         .iter()
         .chain(t.closing.iter().map(|w| (&w.fd, &w.sock)))
     {
-        if !seen.contains(&s.ino) {
-            seen.push(s.ino);
+        if !seen.iter().any(|o| Arc::ptr_eq(o, s)) {
+            seen.push(s);
             v.push(SockReport {
                 fd: *fd,
-                peer: s.peer.clone(),
+                peer: s.peer(),
                 report: s.counters.report(),
             });
         }

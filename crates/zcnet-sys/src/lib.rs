@@ -10,6 +10,9 @@
 //!   type can enforce: [`mem`] (page-aligned, pre-faulted buffers), [`uring`] (SEND_ZC rings,
 //!   provided-buffer rings, the zero-copy receive area), [`xsk`] (AF_XDP UMEM and rings) and
 //!   [`cow`] (write protection of pages in flight: the userfaultfd and SIGSEGV engines).
+//! * [`board`] — the file every process of one `zcnet run` maps shared, where the preload
+//!   library keeps its counters; [`reentry`] — which threads run zcnet's own code, whose C
+//!   calls an interposer must pass straight to the C library.
 //! * With feature `tokio`, `reactor`: an owned descriptor registered with tokio's reactor
 //!   (tokio made that registration `unsafe`; for an `OwnedFd` it is sound by construction).
 //!
@@ -18,6 +21,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod board;
 pub mod cow;
 pub mod mem;
 #[doc(hidden)]
@@ -27,6 +31,7 @@ pub mod preload;
 pub mod raw;
 #[cfg(feature = "tokio")]
 pub mod reactor;
+pub mod reentry;
 #[doc(hidden)]
 pub mod testing;
 pub mod uring;

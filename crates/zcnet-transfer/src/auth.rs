@@ -44,6 +44,26 @@ pub fn transcript(receiver_hello: &[u8], sender_hello: &[u8], stream: &[u8]) -> 
     [receiver_hello, sender_hello, stream].concat()
 }
 
+/// What both proofs cover over a TLS channel: the channel's exporter value
+/// ([`crate::tls::Channel::binding`]) and then the [`transcript`]. Both ends compute the same
+/// value only if they are the two ends of one TLS session, so a party that terminates TLS
+/// towards each of them (and relays the handshake frames unchanged) fails the proof.
+pub fn bound_transcript(
+    binding: &[u8; 32],
+    receiver_hello: &[u8],
+    sender_hello: &[u8],
+    stream: &[u8],
+) -> Vec<u8> {
+    [
+        b"zcnet tls channel ".as_slice(),
+        binding,
+        receiver_hello,
+        sender_hello,
+        stream,
+    ]
+    .concat()
+}
+
 fn keyed(token: &[u8], role: Role, transcript: &[u8]) -> HmacSha256 {
     let mut m = HmacSha256::new_from_slice(token).expect("HMAC takes keys of any length");
     m.update(role.label());
@@ -92,6 +112,18 @@ mod tests {
             bent[i] ^= 1;
             assert!(!verify(b"secret", Role::Sender, &bent, &p), "byte {i}");
         }
+        // Bound to a channel, the proof differs from the unbound one and from one bound to
+        // another channel.
+        let b = bound_transcript(&[1; 32], &r, &s, b"open");
+        let pb = prove(b"secret", Role::Sender, &b);
+        assert!(verify(b"secret", Role::Sender, &b, &pb));
+        assert!(!verify(b"secret", Role::Sender, &t, &pb));
+        assert!(!verify(
+            b"secret",
+            Role::Sender,
+            &bound_transcript(&[2; 32], &r, &s, b"open"),
+            &pb
+        ));
         let mut bad = p;
         bad[0] ^= 1;
         assert!(!verify(b"secret", Role::Sender, &t, &bad));

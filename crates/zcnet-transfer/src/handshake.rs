@@ -128,6 +128,8 @@ pub struct ReceiverHandshake {
     sender_hello: Vec<u8>,
     /// The sender's proof, checked once its `Open`/`Join` is in.
     sender_mac: Option<[u8; 32]>,
+    /// The TLS channel's exporter value the proofs are bound to, if any.
+    binding: Option<[u8; 32]>,
 }
 
 impl ReceiverHandshake {
@@ -145,7 +147,16 @@ impl ReceiverHandshake {
             reply: None,
             sender_hello: Vec::new(),
             sender_mac: None,
+            binding: None,
         })
+    }
+
+    /// Binds the token's proofs to a TLS channel ([`crate::tls::Channel::binding`]): they
+    /// then cover its exporter value too ([`auth::bound_transcript`]), so a sender that is
+    /// not at the other end of this very TLS session fails them.
+    pub fn bound_to_channel(mut self, binding: [u8; 32]) -> Self {
+        self.binding = Some(binding);
+        self
     }
 
     /// Our `Hello`, sent first.
@@ -245,11 +256,11 @@ impl ReceiverHandshake {
                         _ => unreachable!("the header was checked to be open or join"),
                     };
                     if let Some(token) = self.token.as_deref() {
-                        let t = auth::transcript(
-                            &self.greeting(),
-                            &self.sender_hello,
-                            &self.buf[..self.need],
-                        );
+                        let (ours, stream) = (self.greeting(), &self.buf[..self.need]);
+                        let t = match &self.binding {
+                            Some(b) => auth::bound_transcript(b, &ours, &self.sender_hello, stream),
+                            None => auth::transcript(&ours, &self.sender_hello, stream),
+                        };
                         let mac = self.sender_mac.ok_or(HandshakeError::AuthFailed)?;
                         if !auth::verify(token, Role::Sender, &t, &mac) {
                             return Err(HandshakeError::AuthFailed);
@@ -426,6 +437,45 @@ mod tests {
             };
             assert_eq!(code, Code::Version);
             assert!(message.contains("upgrade zcnet at the sender"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_proof_bound_to_another_channel_or_to_none_fails() {
+        let open = Frame::Open { streams: 1 }.to_bytes();
+        let bound = |hs: &ReceiverHandshake, binding: Option<[u8; 32]>| {
+            let hello = sender_hello(VERSION, [3; 32]);
+            let t = match binding {
+                Some(b) => auth::bound_transcript(&b, &hs.greeting(), &hello, &open),
+                None => auth::transcript(&hs.greeting(), &hello, &open),
+            };
+            let mut bytes = hello;
+            bytes.extend(
+                Frame::Auth {
+                    mac: auth::prove(b"t", Role::Sender, &t),
+                }
+                .to_bytes(),
+            );
+            bytes.extend(&open);
+            bytes
+        };
+        let fresh = || {
+            ReceiverHandshake::new(Some(b"t".to_vec()))
+                .unwrap()
+                .bound_to_channel([1; 32])
+        };
+        let mut hs = fresh();
+        let bytes = bound(&hs, Some([1; 32]));
+        let a = feed(&mut hs, &bytes).unwrap().unwrap();
+        // Our proof is bound too: the sender checks it over the same bound transcript.
+        let (f, _) = Frame::parse(&a.reply.unwrap()).unwrap().unwrap();
+        let Frame::Auth { mac } = f else { panic!() };
+        let t = auth::bound_transcript(&[1; 32], &hs.greeting(), &bytes[..5 + HELLO_LEN], &open);
+        assert!(auth::verify(b"t", Role::Receiver, &t, &mac));
+        for other in [Some([2; 32]), None] {
+            let mut hs = fresh();
+            let bytes = bound(&hs, other);
+            assert_eq!(feed(&mut hs, &bytes), Err(HandshakeError::AuthFailed));
         }
     }
 

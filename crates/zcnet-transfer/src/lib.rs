@@ -21,6 +21,7 @@ pub mod session;
 pub mod sparse;
 pub mod store;
 pub mod streams;
+pub mod tls;
 pub mod tree;
 pub mod wire;
 

@@ -87,7 +87,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -898,12 +897,14 @@ impl CowSpace {
     fn is_uffd_wp(&self, addr: usize) -> bool {
         let mut e = [0u8; 8];
         let off = (addr / self.page) as u64 * 8;
-        match self.pagemap.read_exact_at(&mut e, off) {
-            Ok(()) => {
+        // rustix's own system call, never the C library's `pread`, which an interposer may
+        // define (and the caller holds the engine's lock).
+        match rustix::io::pread(&self.pagemap, &mut e, off) {
+            Ok(8) => {
                 let v = u64::from_ne_bytes(e);
                 v & (1 << 63) != 0 && v & (1 << 57) != 0
             }
-            Err(_) => false,
+            Ok(_) | Err(_) => false,
         }
     }
 

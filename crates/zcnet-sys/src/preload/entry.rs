@@ -10,35 +10,44 @@ use super::hook::{
     Datagram, FdSet, Hook, MmsgCall, RawRecv, RawSend, RecvCall, SendCall, SysResult,
 };
 use super::real;
+use crate::reentry::Inside;
 use libc::{c_int, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
-use std::cell::Cell;
 use std::io::{IoSlice, IoSliceMut};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-thread_local! {
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
-}
+/// The library stepped aside in this process for good ([`go_passive`]).
+static PASSIVE: AtomicBool = AtomicBool::new(false);
 
-/// Held while a hook runs on this thread.
-struct Guard;
+/// Held while a hook runs on this thread ([`crate::reentry`]): never taken once the
+/// library went passive, so that every call then is the C library's alone.
+struct Guard(#[allow(dead_code)] Inside);
 
 impl Guard {
     fn enter() -> Option<Guard> {
-        // Lazily: a Guard built and discarded would clear the flag in its drop.
-        IN_HOOK.with(|h| (!h.replace(true)).then(|| Guard))
+        if PASSIVE.load(Relaxed) {
+            return None;
+        }
+        Inside::enter().map(Guard)
     }
 }
 
-impl Drop for Guard {
-    fn drop(&mut self) {
-        IN_HOOK.with(|h| h.set(false));
-    }
+/// From now on, in this process, every interposed call goes straight to the C library and
+/// no hook runs: no system call the program did not make itself (a seccomp filter kills
+/// the process for one it does not allow).
+pub fn go_passive() {
+    PASSIVE.store(true, Relaxed);
+}
+
+/// Whether [`go_passive`] was called.
+pub fn passive() -> bool {
+    PASSIVE.load(Relaxed)
 }
 
 /// Runs `f` as if inside an interposed call: C calls it makes go straight to the C library.
 /// For the interposer's own threads and exit handlers, which are not inside one.
 pub fn as_hook<R>(f: impl FnOnce() -> R) -> R {
-    let _g = Guard::enter();
+    let _g = Inside::enter();
     f()
 }
 
@@ -924,15 +933,6 @@ pub unsafe fn close<H: Hook>(h: &H, fd: c_int) -> c_int {
     unsafe { real::close_fn()(fd) }
 }
 
-fn new_fd<H: Hook>(h: &H, r: c_int) -> c_int {
-    if r >= 0 {
-        if let Some(_g) = Guard::enter() {
-            h.new_fd(r);
-        }
-    }
-    r
-}
-
 fn new_dup<H: Hook>(h: &H, old: c_int, r: c_int) -> c_int {
     if r >= 0 {
         if let Some(_g) = Guard::enter() {
@@ -985,7 +985,138 @@ pub unsafe fn dup3<H: Hook>(h: &H, old: c_int, new: c_int, flags: c_int) -> c_in
 /// None beyond `socket`'s.
 pub unsafe fn socket<H: Hook>(h: &H, domain: c_int, ty: c_int, proto: c_int) -> c_int {
     // SAFETY: forwarding the application's own arguments.
-    new_fd(h, unsafe { real::socket_fn()(domain, ty, proto) })
+    let r = unsafe { real::socket_fn()(domain, ty, proto) };
+    if r >= 0 {
+        if let Some(_g) = Guard::enter() {
+            h.new_socket(r, domain, ty, proto);
+        }
+    }
+    r
+}
+
+/// `socketpair(2)`.
+///
+/// # Safety
+/// The C contract of `socketpair`: `sv` points at two ints.
+pub unsafe fn socketpair<H: Hook>(
+    h: &H,
+    domain: c_int,
+    ty: c_int,
+    proto: c_int,
+    sv: *mut c_int,
+) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    let r = unsafe { real::socketpair_fn()(domain, ty, proto, sv) };
+    if r == 0 && !sv.is_null() {
+        if let Some(_g) = Guard::enter() {
+            // SAFETY: the call succeeded, so the kernel wrote both descriptors there.
+            let (a, b) = unsafe { (*sv, *sv.add(1)) };
+            h.new_socket(a, domain, ty, proto);
+            h.new_socket(b, domain, ty, proto);
+        }
+    }
+    r
+}
+
+fn accepted<H: Hook>(h: &H, listener: c_int, r: c_int) -> c_int {
+    if r >= 0 {
+        if let Some(_g) = Guard::enter() {
+            h.accepted(listener, r);
+        }
+    }
+    r
+}
+
+/// A seccomp filter is about to be installed: the hook finishes what it must while it may
+/// still make its own system calls, and the library goes passive before the filter is in
+/// force (and stays so if the call fails: the program may try another filter).
+fn filter_coming<H: Hook>(h: &H) {
+    if let Some(_g) = Guard::enter() {
+        h.before_seccomp();
+    }
+    go_passive();
+}
+
+/// `prctl(2)`: `PR_SET_SECCOMP` installs a seccomp filter (or strict mode).
+///
+/// # Safety
+/// The C contract of `prctl` for `option` (the C prototype is variadic; every option
+/// takes at most four more `unsigned long`s, passed in registers as these are).
+pub unsafe fn prctl<H: Hook>(
+    h: &H,
+    option: c_int,
+    a: libc::c_ulong,
+    b: libc::c_ulong,
+    c: libc::c_ulong,
+    d: libc::c_ulong,
+) -> c_int {
+    if option == libc::PR_SET_SECCOMP {
+        filter_coming(h);
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::prctl_fn()(option, a, b, c, d) }
+}
+
+/// `syscall(3)`: `SYS_seccomp` (libseccomp's way) and `SYS_prctl` with `PR_SET_SECCOMP`
+/// install a seccomp filter; every other call is forwarded untouched.
+///
+/// # Safety
+/// The C contract of `syscall` for number `n` (variadic in C; the kernel takes at most
+/// six `long`s, which the C library's `syscall` reads from the same registers and stack
+/// slot whether or not the caller passed them).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn syscall<H: Hook>(
+    h: &H,
+    n: libc::c_long,
+    a: libc::c_long,
+    b: libc::c_long,
+    c: libc::c_long,
+    d: libc::c_long,
+    e: libc::c_long,
+    f: libc::c_long,
+) -> libc::c_long {
+    let op = |v: u32| a == libc::c_long::from(v);
+    let seccomp = (n == libc::SYS_seccomp
+        && (op(SECCOMP_SET_MODE_FILTER) || op(SECCOMP_SET_MODE_STRICT)))
+        || (n == libc::SYS_prctl && a == libc::c_long::from(libc::PR_SET_SECCOMP));
+    if seccomp {
+        filter_coming(h);
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::syscall_fn()(n, a, b, c, d, e, f) }
+}
+
+/// `seccomp(2)` operations that install a filter or strict mode (linux/seccomp.h).
+const SECCOMP_SET_MODE_STRICT: u32 = 0;
+const SECCOMP_SET_MODE_FILTER: u32 = 1;
+
+/// The seccomp mode of this process from `/proc/self/status` (`Seccomp:` — 0 none,
+/// 1 strict, 2 filter), read with the library's own system calls; `None` if unreadable.
+pub fn seccomp_mode() -> Option<u32> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        "/proc/self/status",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match rustix::io::read(&fd, &mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    seccomp_field(std::str::from_utf8(&buf[..len]).ok()?)
+}
+
+/// The `Seccomp:` field of a `/proc/PID/status` text (proc(5)).
+pub fn seccomp_field(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// `accept(2)`.
@@ -994,7 +1125,7 @@ pub unsafe fn socket<H: Hook>(h: &H, domain: c_int, ty: c_int, proto: c_int) -> 
 /// The C contract of `accept`.
 pub unsafe fn accept<H: Hook>(h: &H, fd: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int {
     // SAFETY: forwarding the application's own arguments.
-    new_fd(h, unsafe { real::accept_fn()(fd, a, l) })
+    accepted(h, fd, unsafe { real::accept_fn()(fd, a, l) })
 }
 
 /// `accept4(2)`.
@@ -1009,13 +1140,152 @@ pub unsafe fn accept4<H: Hook>(
     f: c_int,
 ) -> c_int {
     // SAFETY: forwarding the application's own arguments.
-    new_fd(h, unsafe { real::accept4_fn()(fd, a, l, f) })
+    accepted(h, fd, unsafe { real::accept4_fn()(fd, a, l, f) })
 }
 
 /// The library was loaded (from its `.init_array` entry).
+///
+/// A process already under a seccomp filter (inherited across `exec`: systemd's
+/// `SystemCallFilter=`, a container runtime's profile) gets a passive library at once: the
+/// filter may kill it for any system call the program would not make itself.
 pub fn init<H: Hook>(h: &H) {
     if let Some(_g) = Guard::enter() {
-        h.init();
+        let filtered = seccomp_mode().is_some_and(|m| m != 0);
+        h.init(filtered);
+        if filtered {
+            go_passive();
+        }
+    }
+}
+
+type Cstr = *const libc::c_char;
+
+/// Runs an `exec` family call between [`Hook::before_exec`] and, if it returns (it
+/// failed), [`Hook::exec_failed`].
+fn exec<H: Hook>(h: &H, call: impl FnOnce() -> c_int) -> c_int {
+    if let Some(_g) = Guard::enter() {
+        h.before_exec();
+    }
+    let r = call();
+    if let Some(_g) = Guard::enter() {
+        h.exec_failed();
+    }
+    r
+}
+
+/// `execve(2)`.
+///
+/// # Safety
+/// The C contract of `execve`.
+pub unsafe fn execve<H: Hook>(h: &H, path: Cstr, argv: *const Cstr, envp: *const Cstr) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    exec(h, || unsafe { real::execve_fn()(path, argv, envp) })
+}
+
+/// `execv(3)`.
+///
+/// # Safety
+/// The C contract of `execv`.
+pub unsafe fn execv<H: Hook>(h: &H, path: Cstr, argv: *const Cstr) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    exec(h, || unsafe { real::execv_fn()(path, argv) })
+}
+
+/// `execvp(3)`.
+///
+/// # Safety
+/// The C contract of `execvp`.
+pub unsafe fn execvp<H: Hook>(h: &H, file: Cstr, argv: *const Cstr) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    exec(h, || unsafe { real::execvp_fn()(file, argv) })
+}
+
+/// `execvpe(3)`.
+///
+/// # Safety
+/// The C contract of `execvpe`.
+pub unsafe fn execvpe<H: Hook>(h: &H, file: Cstr, argv: *const Cstr, envp: *const Cstr) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    exec(h, || unsafe { real::execvpe_fn()(file, argv, envp) })
+}
+
+/// Fills the application's `len` bytes at `buf` with `fill` — a C library call the kernel
+/// writes for — directly, or, while [`Hook::kernel_write_blocked`] says the kernel cannot
+/// write there, into scratch memory copied in by user-mode writes. `fill` returns the
+/// call's result and the bytes it wrote.
+///
+/// # Safety
+/// `buf` valid for writes of `len` bytes, or null.
+unsafe fn into_app<H: Hook, R>(
+    h: &H,
+    buf: *mut c_void,
+    len: size_t,
+    fill: impl Fn(*mut c_void) -> (R, usize),
+) -> R {
+    if let Some(_g) = Guard::enter() {
+        // SAFETY: the caller's contract.
+        if let Some(b) = unsafe { bytes_mut(buf, len) } {
+            if h.kernel_write_blocked(b) {
+                let mut scratch = vec![0u8; len];
+                let (r, n) = fill(scratch.as_mut_ptr().cast());
+                let n = n.min(len);
+                b[..n].copy_from_slice(&scratch[..n]);
+                h.detoured();
+                return r;
+            }
+        }
+    }
+    fill(buf).0
+}
+
+/// `getrandom(2)`.
+///
+/// # Safety
+/// The C contract of `getrandom`.
+pub unsafe fn getrandom<H: Hook>(
+    h: &H,
+    buf: *mut c_void,
+    len: size_t,
+    flags: libc::c_uint,
+) -> ssize_t {
+    // SAFETY: the C contract; `fill` gets `buf` or scratch of the same length.
+    unsafe {
+        into_app(h, buf, len, |p| {
+            let r = real::getrandom_fn()(p, len, flags);
+            (r, r.max(0) as usize)
+        })
+    }
+}
+
+/// `fread(3)` and `fread_unlocked(3)` (`unlocked`): stdio reads into the application's
+/// buffer with the C library's internal `read`, which no interposer sees.
+///
+/// # Safety
+/// The C contract of `fread`.
+pub unsafe fn fread<H: Hook>(
+    h: &H,
+    buf: *mut c_void,
+    size: size_t,
+    n: size_t,
+    f: *mut libc::FILE,
+    unlocked: bool,
+) -> size_t {
+    let call = |p: *mut c_void| {
+        // SAFETY: the application's stream and item counts, into `buf` or scratch of the
+        // same length.
+        let k = unsafe {
+            if unlocked {
+                real::fread_unlocked_fn()(p, size, n, f)
+            } else {
+                real::fread_fn()(p, size, n, f)
+            }
+        };
+        (k, k.saturating_mul(size))
+    };
+    match size.checked_mul(n) {
+        // SAFETY: the C contract: `buf` holds `size * n` bytes.
+        Some(len) => unsafe { into_app(h, buf, len, call) },
+        None => call(buf).0,
     }
 }
 
@@ -1031,7 +1301,7 @@ pub unsafe fn fork<H: Hook>(h: &H) -> libc::pid_t {
     let pid = unsafe { real::fork_fn()() };
     if pid >= 0 {
         if let Some(_g) = Guard::enter() {
-            h.after_fork(pid == 0);
+            h.after_fork(pid);
         }
     }
     pid

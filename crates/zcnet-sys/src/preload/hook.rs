@@ -294,8 +294,14 @@ impl FdSet<'_> {
 /// calling thread, with a guard set so that C calls the method makes itself go straight to
 /// the C library. The defaults do what the C library alone would do.
 pub trait Hook: Sync {
-    /// The library was loaded, before the program's `main`.
-    fn init(&self) {}
+    /// The library was loaded, before the program's `main`. `filtered`: a seccomp filter
+    /// is already in force; the library goes passive when this returns, and the hook must
+    /// make no system call here.
+    fn init(&self, _filtered: bool) {}
+
+    /// The program is about to install a seccomp filter: the last moment the library may
+    /// make system calls of its own in this process (it goes passive next).
+    fn before_seccomp(&self) {}
 
     /// A send-family call. Default: forwarded.
     fn send(&self, call: SendCall<'_>) -> SysResult {
@@ -361,15 +367,43 @@ pub trait Hook: Sync {
     /// `fd` is a new descriptor (`socket`, `accept`): forget anything cached for its number.
     fn new_fd(&self, _fd: c_int) {}
 
+    /// `fd` was made by `socket(domain, ty, proto)` (or is one end of a `socketpair`):
+    /// what it is, known without asking the kernel.
+    fn new_socket(&self, fd: c_int, _domain: c_int, _ty: c_int, _proto: c_int) {
+        self.new_fd(fd);
+    }
+
+    /// `fd` was accepted on `listener`: a socket of the listener's kind.
+    fn accepted(&self, _listener: c_int, fd: c_int) {
+        self.new_fd(fd);
+    }
+
     /// `new` is a duplicate of `old` (`dup`, `dup2`, `dup3`): the same open file under
     /// another number.
     fn new_dup(&self, _old: c_int, new: c_int) {
         self.new_fd(new);
     }
 
+    /// Before `execve` (and `execv`, `execvp`, `execvpe`) replaces the process image: the
+    /// last moment this image's state can be settled.
+    fn before_exec(&self) {}
+
+    /// The `exec` failed: the image goes on.
+    fn exec_failed(&self) {}
+
+    /// Whether a kernel write into `buf` would fail now (it is write-protected while a
+    /// send still reads it): `getrandom` and `fread` into it then go through scratch
+    /// memory, copied in by user-mode writes. Default: never.
+    fn kernel_write_blocked(&self, _buf: &[u8]) -> bool {
+        false
+    }
+
+    /// A kernel write went through scratch memory ([`Hook::kernel_write_blocked`]).
+    fn detoured(&self) {}
+
     /// Before `fork()`.
     fn before_fork(&self) {}
 
-    /// After `fork()`, in the parent (`child == false`) or the child.
-    fn after_fork(&self, _child: bool) {}
+    /// After `fork()` returned `pid`: the child's pid in the parent, 0 in the child.
+    fn after_fork(&self, _pid: libc::pid_t) {}
 }

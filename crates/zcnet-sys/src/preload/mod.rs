@@ -28,8 +28,9 @@ pub use libc;
 /// `read`, `pread`, `pread64`, `readv`, `preadv`, `preadv64`, `recv`, `recvfrom`,
 /// `recvmsg` and their `_chk` variants, `poll`,
 /// `ppoll`, `select`, `pselect`, `epoll_wait`, `epoll_pwait`, `epoll_ctl`, `getsockopt`,
-/// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `accept`, `accept4`, `fork`,
-/// `sendmmsg`)
+/// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `socketpair`, `accept`,
+/// `accept4`, `fork`, `sendmmsg`, `execve`, `execv`, `execvp`, `execvpe`, `getrandom`, `fread`, `fread_unlocked`, and `prctl` and `syscall` for the seccomp filters they
+/// install)
 /// in the invoking crate, each calling [`entry`] with the `static` hook `$hook`.
 ///
 /// Invoke it once, in a `cdylib`.
@@ -349,6 +350,106 @@ macro_rules! export_preload {
             pub unsafe extern "C" fn socket(d: c_int, t: c_int, p: c_int) -> c_int {
                 // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::socket(&$hook, d, t, p) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn execve(
+                p: *const $crate::preload::libc::c_char,
+                a: *const *const $crate::preload::libc::c_char,
+                e_: *const *const $crate::preload::libc::c_char,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::execve(&$hook, p, a, e_) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn execv(
+                p: *const $crate::preload::libc::c_char,
+                a: *const *const $crate::preload::libc::c_char,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::execv(&$hook, p, a) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn execvp(
+                p: *const $crate::preload::libc::c_char,
+                a: *const *const $crate::preload::libc::c_char,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::execvp(&$hook, p, a) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn execvpe(
+                p: *const $crate::preload::libc::c_char,
+                a: *const *const $crate::preload::libc::c_char,
+                e_: *const *const $crate::preload::libc::c_char,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::execvpe(&$hook, p, a, e_) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn getrandom(
+                b: *mut c_void,
+                l: size_t,
+                f: $crate::preload::libc::c_uint,
+            ) -> ssize_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::getrandom(&$hook, b, l, f) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn fread(
+                b: *mut c_void,
+                s: size_t,
+                n: size_t,
+                f: *mut $crate::preload::libc::FILE,
+            ) -> size_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::fread(&$hook, b, s, n, f, false) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn fread_unlocked(
+                b: *mut c_void,
+                s: size_t,
+                n: size_t,
+                f: *mut $crate::preload::libc::FILE,
+            ) -> size_t {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::fread(&$hook, b, s, n, f, true) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn socketpair(
+                d: c_int,
+                t: c_int,
+                p: c_int,
+                sv: *mut c_int,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::socketpair(&$hook, d, t, p, sv) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn prctl(
+                o: c_int,
+                a: $crate::preload::libc::c_ulong,
+                b: $crate::preload::libc::c_ulong,
+                c: $crate::preload::libc::c_ulong,
+                d: $crate::preload::libc::c_ulong,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol (variadic in C: every option's
+                // arguments are `unsigned long`s in the registers these name).
+                unsafe { e::prctl(&$hook, o, a, b, c, d) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn syscall(
+                n: $crate::preload::libc::c_long,
+                a: $crate::preload::libc::c_long,
+                b: $crate::preload::libc::c_long,
+                c: $crate::preload::libc::c_long,
+                d: $crate::preload::libc::c_long,
+                e_: $crate::preload::libc::c_long,
+                f: $crate::preload::libc::c_long,
+            ) -> $crate::preload::libc::c_long {
+                // SAFETY: the C contract of this symbol (variadic in C: up to six `long`s,
+                // read from the registers and stack slot these name, as the C library's
+                // own `syscall` reads them).
+                unsafe { e::syscall(&$hook, n, a, b, c, d, e_, f) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn accept(

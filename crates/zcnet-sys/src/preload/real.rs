@@ -85,6 +85,16 @@ real_fns! {
     socket_fn = "socket": fn(c_int, c_int, c_int) -> c_int;
     accept_fn = "accept": fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
     accept4_fn = "accept4": fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
+    execve_fn = "execve": fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> c_int;
+    execv_fn = "execv": fn(*const libc::c_char, *const *const libc::c_char) -> c_int;
+    execvp_fn = "execvp": fn(*const libc::c_char, *const *const libc::c_char) -> c_int;
+    execvpe_fn = "execvpe": fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> c_int;
+    getrandom_fn = "getrandom": fn(*mut c_void, size_t, libc::c_uint) -> ssize_t;
+    fread_fn = "fread": fn(*mut c_void, size_t, size_t, *mut libc::FILE) -> size_t;
+    fread_unlocked_fn = "fread_unlocked": fn(*mut c_void, size_t, size_t, *mut libc::FILE) -> size_t;
+    socketpair_fn = "socketpair": fn(c_int, c_int, c_int, *mut c_int) -> c_int;
+    prctl_fn = "prctl": fn(c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> c_int;
+    syscall_fn = "syscall": fn(libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long) -> libc::c_long;
 }
 
 /// `Ok(r)` for a non-negative C return, else the thread's `errno`.

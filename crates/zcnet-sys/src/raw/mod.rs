@@ -3,6 +3,8 @@
 pub mod cmsg;
 pub mod cpu;
 pub mod epoll;
+pub mod ktls;
+pub mod signal;
 pub mod socket;
 pub mod splice;
 pub mod udp;

@@ -242,17 +242,28 @@ fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, CowUnavailab
 fn spawn_handler(space: &'static CowSpace, counters: &'static Counters) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("zcnet-cow".into())
-        .spawn(move || loop {
-            if space.wait_events(Duration::from_secs(1)).is_err() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let mut r = FaultReport::default();
-            if space.handle_events(&mut r).is_err() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            counters.add(&r);
+        .spawn(move || {
+            // Every C call of this thread is zcnet's own: an interposer (the preload
+            // library) passes it straight to the C library. Its `pread` of
+            // /proc/self/pagemap under the engine's lock would otherwise reach the
+            // interposer's receive check, which takes that same lock.
+            zcnet_sys::reentry::own_thread();
+            handle_for_ever(space, counters)
         })
         .map(drop)
+}
+
+fn handle_for_ever(space: &'static CowSpace, counters: &'static Counters) -> ! {
+    loop {
+        if space.wait_events(Duration::from_secs(1)).is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut r = FaultReport::default();
+        if space.handle_events(&mut r).is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        counters.add(&r);
+    }
 }
 
 /// The engine, started on first call; the reason when it cannot run here.

@@ -1,0 +1,192 @@
+//! The encrypted data path (issue 45) over real loopback sockets: records sealed straight
+//! into the loan buffers a `zcnet::Sender` sends (every byte checked at the receiver, on
+//! the copy and the zero-copy path), and the hand-over of the keys to the kernel (kTLS):
+//! each TLS 1.3 suite's secrets in the kernel's form, equal at both ends, and on a kernel
+//! without the `tls` module the typed reason with the channel left working in user space.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use zcnet::{SenderConfig, TxPath};
+use zcnet_sys::raw::ktls::KtlsError;
+use zcnet_testbed::pattern::{pattern, Verifier};
+use zcnet_transfer::tls::ktls::{self, Offload};
+use zcnet_transfer::tls::{Channel, Expect, Identity, SealedSender, TlsError};
+
+fn pair(id: Identity) -> (Channel, thread::JoinHandle<Channel>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr: SocketAddr = l.local_addr().unwrap();
+    let fp = id.fingerprint();
+    let h = thread::spawn(move || Channel::accept(l.accept().unwrap().0, &id).unwrap());
+    let ch = Channel::connect(TcpStream::connect(addr).unwrap(), Expect::Pinned(fp)).unwrap();
+    (ch, h)
+}
+
+fn identity() -> Identity {
+    Identity::generate().unwrap()
+}
+
+#[test]
+fn records_sealed_into_loan_buffers_arrive_whole_on_the_copy_and_zero_copy_paths() {
+    const LEN: u64 = 20 << 20;
+    for path in [TxPath::Copy, TxPath::Zerocopy] {
+        let (ch, server) = pair(identity());
+        let receiver = thread::spawn(move || {
+            let mut ch = server.join().unwrap();
+            let mut v = Verifier::default();
+            let got = ch
+                .recv_with(LEN, |b| {
+                    v.check(b);
+                    Ok(())
+                })
+                .unwrap();
+            ch.write_all(b"k").unwrap();
+            // The sender's close_notify comes behind the data: a clean end.
+            let mut rest = [0u8; 1];
+            assert_eq!(ch.read(&mut rest).unwrap(), 0);
+            (got, v.pos)
+        });
+        let mut cfg = SenderConfig::new(path);
+        cfg.buf_size = 256 << 10;
+        let mut tx = SealedSender::new(ch, &cfg).unwrap();
+        // Uneven pieces, so records and loan buffers never line up with them.
+        let mut pos = 0u64;
+        let mut piece = 1usize;
+        while pos < LEN {
+            let n = ((LEN - pos) as usize).min(piece);
+            tx.send(pattern(pos, n)).unwrap();
+            pos += n as u64;
+            piece = (piece * 7 + 13) % (3 << 20) + 1;
+        }
+        assert_eq!(tx.sealed(), LEN);
+        let mut ack = [0u8; 1];
+        tx.read_exact(&mut ack).unwrap();
+        assert_eq!(&ack, b"k");
+        let st = tx.finish().unwrap();
+        assert_eq!(receiver.join().unwrap(), (LEN, LEN), "{path:?}");
+        // Every byte went from the loans: the ciphertext (plaintext plus 22 bytes per
+        // record of at most 16 KiB), counted by the sender's paths.
+        let sent = st.tx_bytes_zerocopy + st.tx_bytes_copy;
+        let records = LEN.div_ceil(16 << 10);
+        assert!(sent >= LEN + 22 * records, "{path:?}: {sent} bytes sent");
+        if path == TxPath::Zerocopy {
+            assert!(
+                st.tx_bytes_zerocopy > 0 || !st.fallbacks.is_empty(),
+                "the zerocopy path neither lent nor counted a fallback: {st:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn aes_128_gcm_is_chosen_when_both_ends_offer_every_suite() {
+    let (c, s) = pair(identity());
+    let s = s.join().unwrap();
+    let want = Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    assert_eq!((c.suite(), s.suite()), (want, want));
+}
+
+/// Each suite rustls offers: the kernel form of the secrets the sender sends with is the
+/// receiver's receive form, and the other way round (same key, IV, sequence).
+#[test]
+fn each_suites_secrets_take_the_kernels_form_equal_at_both_ends() {
+    use rustls::CipherSuite as S;
+    for (suite, cipher) in [
+        (S::TLS13_AES_128_GCM_SHA256, "AES-128-GCM"),
+        (S::TLS13_AES_256_GCM_SHA384, "AES-256-GCM"),
+        (S::TLS13_CHACHA20_POLY1305_SHA256, "ChaCha20-Poly1305"),
+    ] {
+        let id = identity();
+        let fp = id.fingerprint();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let h = thread::spawn(move || Channel::accept(l.accept().unwrap().0, &id).unwrap());
+        let c = Channel::connect_with_suites(
+            TcpStream::connect(addr).unwrap(),
+            Expect::Pinned(fp),
+            &[suite],
+        )
+        .unwrap();
+        let s = h.join().unwrap();
+        assert_eq!((c.suite(), s.suite()), (Some(suite), Some(suite)));
+        let (ctx, crx) = ktls::crypto_infos(&c.dangerous_extract_secrets().unwrap()).unwrap();
+        let (stx, srx) = ktls::crypto_infos(&s.dangerous_extract_secrets().unwrap()).unwrap();
+        assert_eq!(ctx, srx, "{cipher}");
+        assert_eq!(crx, stx, "{cipher}");
+        assert_ne!(ctx, crx, "{cipher}: each direction has its own key");
+        assert_eq!(ctx.cipher_name(), cipher);
+    }
+}
+
+/// Offloading tries `TCP_ULP "tls"` on the live socket first. Where the kernel has no `tls`
+/// module (this machine: `tcp_available_ulp` lists only `mptcp`) the channel comes back
+/// with the typed reason and still carries every byte in user space; where it has it, the
+/// kernel encrypts and decrypts and the bytes arrive the same.
+#[test]
+fn offloading_to_the_kernel_falls_back_with_its_reason_or_runs_in_the_kernel() {
+    const LEN: usize = 6 << 20;
+    let (c, server) = pair(identity());
+    let s = server.join().unwrap();
+    let listed = zcnet_sys::raw::ktls::available_ulps().unwrap();
+    match (ktls::offload(c).unwrap(), ktls::offload(s).unwrap()) {
+        (Offload::User(mut c, why), Offload::User(mut s, why_s)) => {
+            assert!(
+                !listed.split_whitespace().any(|u| u == "tls"),
+                "fell back although tls is listed: {why}"
+            );
+            for w in [&why, &why_s] {
+                assert!(matches!(w, KtlsError::NoModule { .. }), "{w}");
+                assert!(w.to_string().starts_with("kTLS unavailable:"), "{w}");
+            }
+            let h = thread::spawn(move || {
+                let mut v = Verifier::default();
+                s.recv_with(LEN as u64, |b| {
+                    v.check(b);
+                    Ok(())
+                })
+                .map(|n| (n, v.pos))
+            });
+            c.write_all(pattern(0, LEN)).unwrap();
+            assert_eq!(h.join().unwrap().unwrap(), (LEN as u64, LEN as u64));
+            zcnet_testbed::skip::skip_allowed(&format!("the kernel half of offloading: {why}"));
+        }
+        (Offload::Kernel(mut c), Offload::Kernel(mut s)) => {
+            use std::io::{Read, Write};
+            assert_eq!(c.cipher(), s.cipher());
+            let h = thread::spawn(move || {
+                let mut v = Verifier::default();
+                let mut buf = vec![0u8; 1 << 20];
+                while (v.pos as usize) < LEN {
+                    let n = s.read(&mut buf).unwrap();
+                    assert!(n > 0, "early end at {}", v.pos);
+                    v.check(&buf[..n]);
+                }
+                v.pos
+            });
+            // Half written, half by sendfile from a file: the kernel encrypts both.
+            c.write_all(pattern(0, LEN / 2)).unwrap();
+            let mut f = tempfile::tempfile().unwrap();
+            f.write_all(pattern(LEN as u64 / 2, LEN / 2)).unwrap();
+            assert_eq!(c.send_file(&f, 0, LEN as u64 / 2).unwrap(), LEN as u64 / 2);
+            assert_eq!(h.join().unwrap(), LEN as u64);
+        }
+        _ => panic!("the two ends of one loopback pair got different answers"),
+    }
+}
+
+#[test]
+fn a_peer_that_closes_during_the_handshake_is_a_typed_error() {
+    // A peer that closes instead of answering the ClientHello: the handshake error, typed.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let h = thread::spawn(move || drop(l.accept().unwrap()));
+    let e = Channel::connect(
+        TcpStream::connect(addr).unwrap(),
+        Expect::Pinned(identity().fingerprint()),
+    )
+    .unwrap_err();
+    h.join().unwrap();
+    assert!(
+        matches!(e, TlsError::HandshakeEof | TlsError::Io { .. }),
+        "{e}"
+    );
+}

@@ -538,6 +538,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            sparse: None,
             how: self.how,
         };
         if !created && whole {
@@ -630,6 +631,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            sparse: None,
             how: self.how,
         }))
     }
@@ -730,6 +732,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            sparse: None,
             how: self.how,
         };
         if let Err(e) = inc.file.write_all_at(data, 0) {
@@ -914,6 +917,9 @@ pub struct Incoming {
     landed: Option<(u64, [u8; 32])>,
     /// The hash state after the kept prefix (`offset` bytes) when resuming.
     prefix_state: Option<blake3::Hasher>,
+    /// A sparse file verified by its digest (version 9): the offset its data went from, the
+    /// kept prefix's hash and the extents ([`crate::sparse::digest`]).
+    sparse: Option<(u64, [u8; 32], Vec<(u64, u64)>)>,
     /// How paths beneath the directory are resolved (its [`Store`]'s).
     how: Resolution,
 }
@@ -977,6 +983,13 @@ impl Incoming {
     /// again, if the file is exactly `len` bytes long then.
     pub fn landed_hash(&mut self, len: u64, hash: [u8; 32]) {
         self.landed = Some((len, hash));
+    }
+
+    /// The file's data goes from `offset` as `extents` after a prefix hashing to `prefix`,
+    /// and the sender's hash is its sparse digest (version 9): [`Incoming::check`] then
+    /// compares the landed hash with it, or reads back the extents only, never the holes.
+    pub fn sparse_digest(&mut self, offset: u64, prefix: [u8; 32], extents: Vec<(u64, u64)>) {
+        self.sparse = Some((offset, prefix, extents));
     }
 
     /// Charges `n` more bytes to the quota and reserves them on disk.
@@ -1114,8 +1127,12 @@ impl Incoming {
                 }
             }
             if let Some(want) = hash {
-                let got = match self.landed {
-                    Some((l, h)) if l == len => h,
+                let got = match (self.landed, &self.sparse) {
+                    (Some((l, h)), _) if l == len => h,
+                    (_, Some((offset, prefix, extents))) => {
+                        crate::sparse::digest(&self.file, len, *offset, prefix, extents)
+                            .map_err(|e| Refusal::io("hashing", &self.partial, e))?
+                    }
                     _ => hash_prefix(&self.file, len)
                         .map_err(|e| Refusal::io("hashing", &self.partial, e))?,
                 };

@@ -171,6 +171,16 @@ impl SenderId {
         k
     }
 
+    /// Whether this sender is the one that started its partial files, as far as the
+    /// receiver can tell: it proved the token (every holder of it is the owner), or it has
+    /// no address (a local [`Store::open`], whose caller is its one sender). An address
+    /// alone proves nothing — another user of the host, or anyone behind the same NAT,
+    /// shares it — so such a sender is never offered a partial file's prefix hash, with
+    /// which it could confirm guesses of the contents (issue 40).
+    pub fn proves_ownership(&self) -> bool {
+        self.token.is_some() || self.address.is_none()
+    }
+
     /// 16 hex digits naming the owner of a partial file: derived from the token when there
     /// is one (any holder of it may resume), else from the address. One-way, so the name on
     /// disk reveals neither.
@@ -202,6 +212,10 @@ pub struct Store {
     quota: Option<Arc<Quota>>,
     keys: Vec<String>,
     owner: String,
+    /// Whether a partial file's contents may be offered (its prefix hash, a range's
+    /// recorded end) to this sender: only one that proved the token the partial file was
+    /// started under, or a local store's one sender ([`SenderId::proves_ownership`]).
+    offers_prefixes: bool,
     /// Directories already opened beneath `dir` this session, by their path: a tree's files
     /// share a few directories, and walking each one's path again (`mkdirat`, `openat2` and
     /// `close` per component) was most of a small file's cost. Each was opened by the same
@@ -274,6 +288,7 @@ impl Store {
             quota,
             keys: sender.keys(),
             owner: sender.owner(),
+            offers_prefixes: sender.proves_ownership(),
             dirs: HashMap::new(),
             random: Vec::new(),
             how: super::resolve::kernel_resolution(),
@@ -547,7 +562,10 @@ impl Store {
                 .metadata()
                 .map_err(|e| Refusal::io("reading", &inc.partial, e))?
                 .len();
-            if size.is_some_and(|s| have <= s) && have > 0 {
+            // A sender that cannot prove it started the partial file gets offset 0 and no
+            // hash: the bytes are dropped and the name reused, so nothing piles up and
+            // nothing of the contents is told.
+            if size.is_some_and(|s| have <= s) && have > 0 && self.offers_prefixes {
                 inc.offset = have;
                 let state = prefix_state(&inc.file, have)
                     .map_err(|e| Refusal::io("hashing", &inc.partial, e))?;
@@ -745,6 +763,12 @@ impl Store {
     /// Whether interrupted files are resumed (`--resume`).
     pub fn resumes(&self) -> bool {
         self.opts.resume
+    }
+
+    /// Whether what a partial file holds may be offered to this sender (`--resume`, and a
+    /// sender that proves it started it: [`SenderId::proves_ownership`]).
+    pub fn offers_prefixes(&self) -> bool {
+        self.opts.resume && self.offers_prefixes
     }
 
     /// The owner tag in this sender's partial file names.
@@ -1882,5 +1906,15 @@ mod tests {
         // While it is in use, a second session of the same owner does not get it.
         assert_eq!(s.begin("r", Some(8), true).unwrap().offset(), 0);
         drop(inc);
+        // An address proves nothing: an address-only owner's partial file is taken over
+        // from 0, its bytes dropped, and no hash of them is offered.
+        let mut u = Store::open_for(d.path(), opts, None, &other).unwrap();
+        let inc = u.begin("a", Some(8), true).unwrap();
+        write(&inc, b"abcd");
+        drop(inc);
+        let inc = u.begin("a", Some(8), true).unwrap();
+        assert_eq!((inc.offset(), inc.prefix()), (0, None));
+        assert_eq!(inc.file().metadata().unwrap().len(), 0);
+        assert!(!u.offers_prefixes());
     }
 }

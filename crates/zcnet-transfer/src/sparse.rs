@@ -254,37 +254,4 @@ mod tests {
         assert!(b.take(&[(0, 1)], 0, OLD_HOLES_FREE).is_ok());
         assert!(b.take(&[(0, 1)], 0, 1 << 20).is_err());
     }
-
-    #[test]
-    fn the_digest_reads_the_extents_only_and_binds_everything_else() {
-        let f = tempfile::tempfile().unwrap();
-        f.write_all_at(b"abc", 10).unwrap();
-        f.write_all_at(b"xy", 100).unwrap();
-        f.set_len(1000).unwrap();
-        let x = [(10, 3), (100, 2)];
-        let p = *blake3::hash(b"").as_bytes();
-        let d = digest(&f, 1000, 0, &p, &x).unwrap();
-        let mut h = digest_head(1000, 0, &p, &x);
-        h.update(b"abcxy");
-        assert_eq!(d, *h.finalize().as_bytes());
-        // Size, offset, prefix and extent list each change it.
-        assert_ne!(d, digest(&f, 1001, 0, &p, &x).unwrap());
-        assert_ne!(d, digest(&f, 1000, 1, &p, &x).unwrap());
-        assert_ne!(d, digest(&f, 1000, 0, &[1; 32], &x).unwrap());
-        assert_ne!(d, digest(&f, 1000, 0, &p, &[(10, 3), (99, 3)]).unwrap());
-        // Never a plain BLAKE3 of the file or of the data.
-        assert_ne!(d, *blake3::hash(b"abcxy").as_bytes());
-    }
-
-    #[test]
-    fn the_old_version_hole_budget_follows_the_data() {
-        let mut b = HoleBudget::default();
-        // A disk image a fiftieth full: its holes are within 64 per data byte.
-        assert!(b.take(&[(0, 1 << 30)], 0, 50 << 30).is_ok());
-        // A terabyte claim with one byte of data is not.
-        assert!(b.take(&[(0, 1)], 0, 1 << 40).is_err());
-        // The free part is one per session.
-        assert!(b.take(&[(0, 1)], 0, OLD_HOLES_FREE).is_ok());
-        assert!(b.take(&[(0, 1)], 0, 1 << 20).is_err());
-    }
 }

@@ -31,7 +31,7 @@
 //!   the sender's address), only when the sender verifies the whole file, and never one with
 //!   more than one link.
 
-use super::digest::{hash_prefix, prefix_state};
+use super::digest::{hash_prefix, hash_prefix_until, prefix_state_until};
 use super::names::{components, NameError, PARTIAL_SUFFIX};
 use super::open::{kind_of, open_regular, OpenError};
 use super::resolve::{open_beneath_by, Resolution};
@@ -216,6 +216,9 @@ pub struct Store {
     /// recorded end) to this sender: only one that proved the token the partial file was
     /// started under, or a local store's one sender ([`SenderId::proves_ownership`]).
     offers_prefixes: bool,
+    /// When the session must end (`--session-deadline`): hashing a file already on disk
+    /// for `--resume` stops there ([`Store::set_deadline`]).
+    deadline: Option<std::time::Instant>,
     /// Directories already opened beneath `dir` this session, by their path: a tree's files
     /// share a few directories, and walking each one's path again (`mkdirat`, `openat2` and
     /// `close` per component) was most of a small file's cost. Each was opened by the same
@@ -289,6 +292,7 @@ impl Store {
             keys: sender.keys(),
             owner: sender.owner(),
             offers_prefixes: sender.proves_ownership(),
+            deadline: None,
             dirs: HashMap::new(),
             random: Vec::new(),
             how: super::resolve::kernel_resolution(),
@@ -567,7 +571,7 @@ impl Store {
             // nothing of the contents is told.
             if size.is_some_and(|s| have <= s) && have > 0 && self.offers_prefixes {
                 inc.offset = have;
-                let state = prefix_state(&inc.file, have)
+                let state = prefix_state_until(&inc.file, have, self.deadline)
                     .map_err(|e| Refusal::io("hashing", &inc.partial, e))?;
                 inc.prefix = Some(*state.finalize().as_bytes());
                 inc.prefix_state = Some(state);
@@ -627,7 +631,8 @@ impl Store {
         if st.st_size as u64 != size {
             return Ok(None);
         }
-        let prefix = hash_prefix(&file, size).map_err(|e| Refusal::io("hashing", name, e))?;
+        let prefix = hash_prefix_until(&file, size, self.deadline)
+            .map_err(|e| Refusal::io("hashing", name, e))?;
         Ok(Some(Incoming {
             parent: parent.clone(),
             leaf: leaf.to_string(),
@@ -758,6 +763,20 @@ impl Store {
             return Err(Refusal::io("writing", name, e));
         }
         Ok(inc)
+    }
+
+    /// The session must end at `at` (`--session-deadline`): what this store hashes on its
+    /// own before answering — a partial file's prefix or a final file already there, for
+    /// `--resume`, which for a large file takes minutes — stops there, and the file is
+    /// refused ([`Store::deadline_passed`] then says why).
+    pub fn set_deadline(&mut self, at: std::time::Instant) {
+        self.deadline = Some(at);
+    }
+
+    /// Whether the deadline set by [`Store::set_deadline`] has passed.
+    pub fn deadline_passed(&self) -> bool {
+        self.deadline
+            .is_some_and(|t| std::time::Instant::now() >= t)
     }
 
     /// Whether interrupted files are resumed (`--resume`).

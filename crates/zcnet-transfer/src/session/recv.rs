@@ -280,6 +280,15 @@ impl Receiving<'_, '_, '_> {
         let announced = (meta.size != STREAM_SIZE).then_some(meta.size);
         let mut inc = match self.store.begin(&name, announced, meta.verify) {
             Ok(i) => i,
+            Err(Refusal { message, .. }) if self.store.deadline_passed() => {
+                // Hashing what is on disk (for `--resume`) ran into the session's deadline.
+                let what = format!("hashing {name:?} to offer it for --resume ({message})");
+                let _ = self.reply_beside(&Frame::Refuse {
+                    code: Code::Busy,
+                    message: format!("the session's deadline passed while {what}"),
+                });
+                return Err(TransferError::DeadlinePassed { what });
+            }
             Err(Refusal { code, message }) => {
                 self.reply_beside(&Frame::Refuse {
                     code,

@@ -924,6 +924,10 @@ fn find_resumable(how: Resolution, parent: &OwnedFd, prefix: &str) -> Option<(Fi
     None
 }
 
+/// What a sparse file's digest (version 9) is over besides its extents' bytes: the offset
+/// its data went from, the kept prefix's hash, the extents.
+type SparseDigest = (u64, [u8; 32], Vec<(u64, u64)>);
+
 /// A file being received into its own partial file. Dropped without [`Incoming::finish`]
 /// or [`Incoming::discard`] (the session ended early), it releases the space it reserved,
 /// keeps the bytes that arrived for `--resume`, and removes the partial file if none did.
@@ -962,7 +966,7 @@ pub struct Incoming {
     prefix_state: Option<blake3::Hasher>,
     /// A sparse file verified by its digest (version 9): the offset its data went from, the
     /// kept prefix's hash and the extents ([`crate::sparse::digest`]).
-    sparse: Option<(u64, [u8; 32], Vec<(u64, u64)>)>,
+    sparse: Option<SparseDigest>,
     /// How paths beneath the directory are resolved (its [`Store`]'s).
     how: Resolution,
 }

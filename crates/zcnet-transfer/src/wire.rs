@@ -16,8 +16,15 @@ pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// `Open`/`Join`, so one session runs over several connections; 6: `Range`, so one large
 /// file runs over several connections; 7: a `File`'s `Ack` may come after the next files,
 /// so a large file's checks, `fsync` and rename overlap the next file's data; 8: the token's
-/// proofs cover the whole handshake, version included — [`AUTHENTICATED_FROM`]).
-pub const VERSION: u16 = 8;
+/// proofs cover the whole handshake, version included — [`AUTHENTICATED_FROM`]; 9: a sparse
+/// file's `Trailer` carries the digest of its extents, not of its holes —
+/// [`SPARSE_DIGEST_FROM`]).
+pub const VERSION: u16 = 9;
+/// The first version in which a file sent with `StartSparse` is verified by its sparse
+/// digest ([`crate::sparse::digest`]: the extent list and the extents' bytes), so its
+/// holes cost neither end anything; before it the `Trailer` hash covers the holes as zeros,
+/// which made a receiver hash every byte a peer claimed.
+pub const SPARSE_DIGEST_FROM: u16 = 9;
 /// Oldest version in which a token is accepted: from 8 the proofs cover both `Hello`s and the
 /// `Open`/`Join` ([`crate::auth::transcript`]), so a version lowered on the way fails them.
 /// Before it they covered the nonces only, and both ends refuse to prove a token in such a
@@ -51,6 +58,8 @@ pub(crate) struct Features {
     pub pipelined_files: bool,
     /// A token's proofs cover the whole handshake ([`AUTHENTICATED_FROM`]).
     pub authenticated: bool,
+    /// A sparse file is verified by its sparse digest ([`SPARSE_DIGEST_FROM`]).
+    pub sparse_digest: bool,
 }
 
 impl Features {
@@ -64,6 +73,7 @@ impl Features {
             ranges: version >= 6,
             pipelined_files: version >= PIPELINED_FILES,
             authenticated: version >= AUTHENTICATED_FROM,
+            sparse_digest: version >= SPARSE_DIGEST_FROM,
         }
     }
 }
@@ -850,6 +860,7 @@ mod tests {
         assert_eq!(first(|f| f.ranges), Some(6));
         assert_eq!(first(|f| f.pipelined_files), Some(PIPELINED_FILES));
         assert_eq!(first(|f| f.authenticated), Some(AUTHENTICATED_FROM));
+        assert_eq!(first(|f| f.sparse_digest), Some(SPARSE_DIGEST_FROM));
     }
 
     fn samples() -> Vec<Frame> {

@@ -149,6 +149,14 @@ pub enum TransferError {
         #[source]
         source: Box<TransferError>,
     },
+    /// The session's deadline (`--session-deadline`) passed while the receiver was working
+    /// on its own (hashing a file already there for `--resume`): it stopped there, and
+    /// nothing it had not finished was presented as final.
+    #[error("the session's deadline passed while {what}; stopped, nothing of it made final")]
+    DeadlinePassed {
+        /// What the receiver was doing.
+        what: String,
+    },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransferError {

@@ -127,6 +127,11 @@ impl UringTx {
                 SendEvent::Sent {
                     token, req, res, ..
                 } => self.results.push((token, req, res)),
+                // A request that sent nothing (its result an error: `ENOMEM` past
+                // RLIMIT_MEMLOCK, `EAGAIN`) still gets its notification from the kernel, but
+                // completes no zero-copy call (`tx_calls_zerocopy` counts only those
+                // that sent): counting it would make notifications outnumber calls.
+                SendEvent::Notified { bytes: 0, .. } => {}
                 SendEvent::Notified { bytes, copied, .. } => {
                     stats.add_tx_notifications(1);
                     stats.add_tx_completed_calls(1);

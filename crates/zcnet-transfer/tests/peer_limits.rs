@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use zcnet::{SenderConfig, TxPath};
 use zcnet_testbed::pattern::pattern;
-use zcnet_transfer::server::{serve, Quiet, ServerConfig};
+use zcnet_transfer::server::{serve, Quiet, ServerConfig, DEFAULT_FDS_PER_ADDR};
 use zcnet_transfer::session::{send_session, SendOptions, SessionReport, Source, TransferError};
 use zcnet_transfer::wire::{Code, Frame, VERSION};
 
@@ -35,10 +35,34 @@ use common::{once_cfg, send_as, serve_once};
 
 type Outcome = Option<Result<SessionReport, TransferError>>;
 
-/// One test at a time: they count the process's descriptors.
+/// One test at a time: they count the process's descriptors. Each first raises the soft
+/// limit of descriptors to the hard one ([`room_for_descriptors`]).
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    room_for_descriptors();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Descriptors the receiver may be made to hold here: four addresses at their cap (the
+/// stress), and the sockets and files around them.
+const NEEDED_FDS: u64 = 4 * DEFAULT_FDS_PER_ADDR as u64 + 1024;
+
+/// Raises this process's soft limit of descriptors to its hard limit, as any user may: the
+/// usual soft limit of 1024 for a user (root's is often higher) is below what four addresses
+/// at their cap hold, and the receiver would fail with `EMFILE` rather than refuse them at its
+/// caps, which is what these tests measure. A hard limit below that is named in the failure.
+fn room_for_descriptors() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current.is_some_and(|c| c < NEEDED_FDS) && l.current != l.maximum {
+        l.current = l.maximum;
+        setrlimit(Resource::Nofile, l.clone()).expect("raise the soft limit of descriptors");
+    }
+    let now = getrlimit(Resource::Nofile).current;
+    assert!(
+        now.is_none_or(|c| c >= NEEDED_FDS),
+        "needs a limit of at least {NEEDED_FDS} descriptors (RLIMIT_NOFILE), this process may have {now:?}"
+    );
 }
 
 /// Descriptors this process has open now.
@@ -746,7 +770,12 @@ fn a_short_stress_from_four_addresses_stays_bounded_and_a_legitimate_send_gets_t
         2,
         Duration::from_secs(20),
     );
+    // The attack goes on a second more, and until it has met the caps: on a loaded machine
+    // (two cores, other builds) its few seconds may not have filled them yet.
     std::thread::sleep(Duration::from_secs(1));
+    wait_until("the attack to meet the caps", || {
+        out.refused_files.load(Ordering::Relaxed) > 0
+    });
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();

@@ -136,7 +136,9 @@ pub enum FallbackReason {
     FileUnsupported,
     /// The kernel could not pin the pages of an io_uring zero-copy send within the locked-
     /// memory limit (`ENOMEM` against `RLIMIT_MEMLOCK`, which io_uring charges when the process
-    /// lacks `CAP_IPC_LOCK`) even after in-flight sends completed; the rest was copied.
+    /// lacks `CAP_IPC_LOCK`) even after in-flight sends completed; the rest was copied. Also
+    /// every send of an io_uring path whose ring `io_uring_setup` refused with `ENOMEM` (its
+    /// rings are charged to the same limit, shared by all the user's processes).
     Memlock,
     /// `cow` transmit: the application's working set of send buffers is below Solaris's
     /// threshold (Chu, "Zero-Copy TCP in Solaris", §6.4), so it would likely write pages still in flight and pay a

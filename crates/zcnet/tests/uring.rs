@@ -269,6 +269,10 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
             "{tx:?}"
         );
         assert!(tx.tx_bytes_zerocopy > 0, "{tx:?}");
+        // A request refused with ENOMEM still gets its notification: it is no zero-copy
+        // call, and not counted as one.
+        assert_eq!(tx.tx_notifications, tx.tx_calls_zerocopy, "{tx:?}");
+        assert_eq!(tx.tx_completed_calls, tx.tx_calls_zerocopy, "{tx:?}");
         println!("memlock child ok: {tx:?}");
         return;
     }
@@ -301,6 +305,64 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
     assert!(out.status.success(), "child failed:\n{text}");
     assert!(
         text.contains("memlock child ok"),
+        "child did not run:\n{text}"
+    );
+}
+
+const NO_MEMLOCK_CHILD: &str = "ZCNET_URING_NO_MEMLOCK_CHILD";
+
+#[cfg_attr(
+    not(all(zcnet_has_prlimit, zcnet_has_setpriv)),
+    ignore = "needs prlimit and setpriv (apt-get install util-linux)"
+)]
+#[test]
+fn a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock() {
+    if std::env::var_os(NO_MEMLOCK_CHILD).is_some() {
+        // In the child: RLIMIT_MEMLOCK 0, no CAP_IPC_LOCK. io_uring_setup charges the rings
+        // to it and says ENOMEM: every byte is copied, the reason memlock (not "unsupported",
+        // which would send a user looking for a missing kernel feature).
+        let size = 1 << 20;
+        let (n, tx, _) = transfer_with(
+            receiver_config(RxPath::Copy),
+            sender_config(TxPath::Uring),
+            size,
+            Duration::ZERO,
+            None,
+        );
+        assert_eq!(n, size);
+        if tx.tx_bytes_zerocopy > 0 {
+            // This kernel charges the rings elsewhere (memory cgroup): nothing to see here.
+            return skipped("io_uring_setup succeeded with RLIMIT_MEMLOCK 0");
+        }
+        assert_eq!(tx.fallback_bytes(FallbackReason::Memlock), size, "{tx:?}");
+        assert_eq!(tx.fallback_bytes(FallbackReason::Unsupported), 0, "{tx:?}");
+        println!("no-memlock child ok: {tx:?}");
+        return;
+    }
+    let (Ok(prlimit), Ok(setpriv)) = (which("prlimit"), which("setpriv")) else {
+        return skipped("prlimit or setpriv (util-linux) not installed");
+    };
+    let name = "a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock";
+    let out = Command::new(prlimit)
+        .arg("--memlock=0:0")
+        .arg(setpriv)
+        .args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(NO_MEMLOCK_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() && text.contains("setpriv:") {
+        return skipped(&format!("could not drop CAP_IPC_LOCK: {text}"));
+    }
+    assert!(out.status.success(), "child failed:\n{text}");
+    assert!(
+        text.contains("no-memlock child ok") || text.contains("succeeded with RLIMIT_MEMLOCK 0"),
         "child did not run:\n{text}"
     );
 }

@@ -27,7 +27,10 @@
 //! Fallbacks: a pool that cannot be registered (`RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`, more
 //! than 16384 buffers) sends with plain `SEND_ZC` (`tx_uring_register_failures`); a kernel
 //! without io_uring or `SEND_ZC` copies every send, counted as
-//! [`FallbackReason::Unsupported`].
+//! [`FallbackReason::Unsupported`]; a ring the kernel would not set up for want of locked
+//! memory (`ENOMEM` from `io_uring_setup`: its rings are charged to `RLIMIT_MEMLOCK` without
+//! `CAP_IPC_LOCK`, a budget shared by every process of the user) copies every send too,
+//! counted as [`FallbackReason::Memlock`].
 
 use super::plain;
 use crate::buf::{Pool, TxBuf};
@@ -64,6 +67,9 @@ impl SendBuf for TxBuf {
 pub(crate) struct UringTx {
     /// `None`: io_uring or `SEND_ZC` unavailable; every send is copied and counted.
     ring: Option<SendZcRing<TxBuf>>,
+    /// Why every send is copied when there is no ring: `Memlock` when `io_uring_setup` said
+    /// `ENOMEM`, else `Unsupported`.
+    no_ring: FallbackReason,
     pool: Pool,
     fixed: bool,
     policy: Policy,
@@ -93,7 +99,11 @@ impl UringTx {
     /// Sets up the ring for a sender with `pool` and registers the pool as fixed buffers;
     /// failures are counted in `stats` and degrade as the module doc says.
     pub(crate) fn new(pool: &Pool, policy: Policy, timeout: Duration, stats: &Stats) -> Self {
-        let ring = SendZcRing::new(SQ_ENTRIES, pool.count() + EXTRA_SLOTS).ok();
+        let (ring, no_ring) = match SendZcRing::new(SQ_ENTRIES, pool.count() + EXTRA_SLOTS) {
+            Ok(r) => (Some(r), FallbackReason::Unsupported),
+            Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => (None, FallbackReason::Memlock),
+            Err(_) => (None, FallbackReason::Unsupported),
+        };
         let mut fixed = false;
         let ring = ring.map(|mut r| {
             match r.register_buffers(pool.regions()) {
@@ -104,6 +114,7 @@ impl UringTx {
         });
         UringTx {
             ring,
+            no_ring,
             pool: pool.clone(),
             fixed,
             policy,
@@ -345,7 +356,7 @@ impl UringTx {
 impl super::Transmit for UringTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
         if self.ring.is_none() {
-            stats.fallback(FallbackReason::Unsupported, buf.len() as u64);
+            stats.fallback(self.no_ring, buf.len() as u64);
             return plain::send_all(fd, &buf, stats, self.timeout);
         }
         let decision = self.policy.decide(

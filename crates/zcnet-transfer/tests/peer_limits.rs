@@ -56,7 +56,7 @@ fn room_for_descriptors() {
     let mut l = getrlimit(Resource::Nofile);
     if l.current.is_some_and(|c| c < NEEDED_FDS) && l.current != l.maximum {
         l.current = l.maximum;
-        setrlimit(Resource::Nofile, l.clone()).expect("raise the soft limit of descriptors");
+        setrlimit(Resource::Nofile, l).expect("raise the soft limit of descriptors");
     }
     let now = getrlimit(Resource::Nofile).current;
     assert!(

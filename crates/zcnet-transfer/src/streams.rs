@@ -300,8 +300,9 @@ pub fn send_streams(
 ) -> Result<StreamsReport, TransferError> {
     let asked = streams.clamp(1, MAX_STREAMS as usize);
     let mut first = connect()?;
-    let (version, id) = send_handshake(&mut first, opts, StreamRequest::Open(asked as u16))?;
-    let (n, id) = match id {
+    let opened = send_handshake(&mut first, opts, StreamRequest::Open(asked as u16))?;
+    let version = opened.version;
+    let (n, id) = match opened.session {
         Some(id) if Features::of(version).streams => (asked, id),
         // An older receiver: everything on the one connection it understands.
         _ => (1, [0; 16]),
@@ -314,7 +315,7 @@ pub fn send_streams(
     let mut refused = Vec::new();
     for _ in 1..n {
         let tx = connect().and_then(|mut tx| {
-            send_handshake(&mut tx, opts, StreamRequest::Join(id)).map(|(v, _)| (tx, v))
+            send_handshake(&mut tx, opts, StreamRequest::Join(id)).map(|o| (tx, o))
         });
         match tx {
             Ok(t) => joined.push(t),
@@ -347,14 +348,14 @@ pub fn send_streams(
             .map(|(tx, part)| {
                 s.spawn(
                     move || -> Result<(SessionReport, StatsSnapshot), TransferError> {
-                        let (mut tx, v) = tx;
-                        let r = send_entries(&mut tx, v, part, opts, &mut { emit })?;
+                        let (mut tx, o) = tx;
+                        let r = send_entries(&mut tx, &o, part, opts, &mut { emit })?;
                         Ok((r, tx.stats().snapshot()))
                     },
                 )
             })
             .collect();
-        let r0 = send_entries(&mut first, version, part0, opts, &mut { emit })
+        let r0 = send_entries(&mut first, &opened, part0, opts, &mut { emit })
             .map(|r| (r, first.stats().snapshot()));
         let mut all = vec![r0];
         for h in handles {
@@ -372,6 +373,7 @@ pub fn send_streams(
         refused,
         ..Default::default()
     };
+    out.report.trust = opened.trust.clone();
     let mut first_err = None;
     for (k, r) in results.into_iter().enumerate() {
         match r {

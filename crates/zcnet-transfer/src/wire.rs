@@ -16,8 +16,18 @@ pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// `Open`/`Join`, so one session runs over several connections; 6: `Range`, so one large
 /// file runs over several connections; 7: a `File`'s `Ack` may come after the next files,
 /// so a large file's checks, `fsync` and rename overlap the next file's data; 8: the token's
-/// proofs cover the whole handshake, version included — [`AUTHENTICATED_FROM`]).
-pub const VERSION: u16 = 8;
+/// proofs cover the whole handshake, version included — [`AUTHENTICATED_FROM`]; 9: the
+/// session runs inside TLS 1.3 unless both ends run in plaintext — [`ENCRYPTED_FROM`]).
+pub const VERSION: u16 = 9;
+/// The first version that runs a session inside TLS 1.3 (the receiver the TLS server, the
+/// sender the client, right after the TCP connection opens). An encrypting receiver first
+/// sends [`tls_preamble`] in plaintext — a `Refuse` an older or plaintext sender prints and
+/// stops at, and that an encrypting sender checks byte for byte and then starts TLS behind —
+/// and then serves senders of this version or later only, inside TLS. Both ends of a
+/// plaintext session (`--plaintext` on both) speak every version as before.
+pub const ENCRYPTED_FROM: u16 = 9;
+/// What an encrypting receiver tells a sender that does not encrypt (its [`tls_preamble`]).
+pub const ENCRYPTION_REQUIRED: &str = "this receiver requires encryption (TLS; zcnet protocol version 9 or later): upgrade zcnet at the sender, or run both ends with --plaintext on a network you trust";
 /// Oldest version in which a token is accepted: from 8 the proofs cover both `Hello`s and the
 /// `Open`/`Join` ([`crate::auth::transcript`]), so a version lowered on the way fails them.
 /// Before it they covered the nonces only, and both ends refuse to prove a token in such a
@@ -67,6 +77,19 @@ impl Features {
         }
     }
 }
+/// The first bytes an encrypting receiver sends, in plaintext, before TLS: `Refuse{Version,
+/// ENCRYPTION_REQUIRED}`. A sender that does not encrypt reads it where the receiver's
+/// `Hello` is due and stops with the message; an encrypting sender reads exactly these bytes
+/// and starts TLS. Nothing in them is trusted: whatever else comes there, an encrypting
+/// sender stops, so a relay that rewrites them can only end the session.
+pub fn tls_preamble() -> Vec<u8> {
+    Frame::Refuse {
+        code: Code::Version,
+        message: ENCRYPTION_REQUIRED.into(),
+    }
+    .to_bytes()
+}
+
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
 /// decides, and a refused `Put`'s bytes are read and dropped.
 pub const MAX_PUT: u64 = 1 << 20;

@@ -1,0 +1,417 @@
+//! Sessions inside TLS 1.3 (protocol version 9), end to end over real sockets: a file and a
+//! tree arrive byte for byte through the receiver's server and through a one-session
+//! receiver, a receiver that is not the pinned key is refused, a sender and a receiver that
+//! disagree about encryption both stop and say why (never a silent downgrade), and a wrong
+//! token fails both ways with the proofs bound to the TLS channel.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use zcnet::{ReceiverConfig, RxPath, SenderConfig, TxPath};
+use zcnet_testbed::pattern::pattern;
+use zcnet_transfer::server::{serve, Event, Observer, ServerConfig};
+use zcnet_transfer::session::{
+    receive_session, send_session, Progress, RecvOptions, RecvSecurity, SendOptions, SendSecurity,
+    SessionReport, Source, TransferError,
+};
+use zcnet_transfer::store::{Store, StoreOptions};
+use zcnet_transfer::tls::{Expect, Identity, Refusal, TlsError, Trust};
+use zcnet_transfer::wire::{Frame, ENCRYPTION_REQUIRED};
+
+fn scfg() -> SenderConfig {
+    let mut c = SenderConfig::new(TxPath::Copy);
+    c.timeout = Some(Duration::from_secs(30));
+    c
+}
+
+fn rcfg() -> ReceiverConfig {
+    let mut c = ReceiverConfig::new(RxPath::Copy);
+    c.timeout = Some(Duration::from_secs(30));
+    c
+}
+
+fn make_file(path: &Path, len: usize, seed: u64) {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(path, pattern(seed, len)).unwrap();
+}
+
+/// Every regular file under `a` is under `b` with the same bytes, and the other way round.
+fn same_tree(a: &Path, b: &Path) {
+    fn files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                files(root, &p, out);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    let (mut fa, mut fb) = (Vec::new(), Vec::new());
+    files(a, a, &mut fa);
+    files(b, b, &mut fb);
+    fa.sort();
+    fb.sort();
+    assert_eq!(fa, fb, "the same names");
+    for f in fa {
+        let (pa, pb) = (a.join(&f), b.join(&f));
+        if std::fs::symlink_metadata(&pa).unwrap().is_symlink() {
+            assert_eq!(
+                std::fs::read_link(&pa).unwrap(),
+                std::fs::read_link(&pb).unwrap()
+            );
+        } else {
+            assert!(
+                std::fs::read(&pa).unwrap() == std::fs::read(&pb).unwrap(),
+                "{} differs",
+                f.display()
+            );
+        }
+    }
+}
+
+/// What the server said, as text.
+#[derive(Default)]
+struct Log(Mutex<Vec<String>>);
+
+impl Observer for Log {
+    fn event(&self, e: Event<'_>) {
+        let line = match e {
+            Event::HandshakeFailed { error, .. } => format!("handshake failed: {error}"),
+            Event::SessionEnded { result, .. } => match result {
+                Ok(r) => format!("ended: {} files", r.files.len()),
+                Err(e) => format!("ended: {e}"),
+            },
+            Event::Refused { reason, .. } => format!("refused: {reason}"),
+            _ => return,
+        };
+        self.0.lock().unwrap().push(line);
+    }
+    fn progress(&self, _: SocketAddr) -> Box<dyn FnMut(Progress<'_>) + Send> {
+        Box::new(|_| {})
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    log: Arc<Log>,
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Option<Result<SessionReport, TransferError>>>,
+}
+
+impl Server {
+    fn start(dir: &Path, security: RecvSecurity, token: Option<&[u8]>, once: bool) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut cfg = ServerConfig::default();
+        cfg.security = security;
+        cfg.once = once;
+        cfg.token = token.map(<[u8]>::to_vec);
+        cfg.handshake_timeout = Duration::from_secs(20);
+        let log = Arc::new(Log::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s, d) = (log.clone(), stop.clone(), dir.to_path_buf());
+        let handle = std::thread::spawn(move || serve(listener, &d, cfg, &s, l).unwrap());
+        Server {
+            addr,
+            log,
+            stop,
+            handle,
+        }
+    }
+
+    /// Stops it; its log.
+    fn stop(self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.handle.join().unwrap();
+        let v = self.log.0.lock().unwrap().clone();
+        v
+    }
+
+    /// Waits until its log holds a line with `what`; the log.
+    fn wait_for(&self, what: &str) -> Vec<String> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let v = self.log.0.lock().unwrap().clone();
+            if v.iter().any(|l| l.contains(what)) || t0.elapsed() > Duration::from_secs(20) {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn send_to(
+    addr: SocketAddr,
+    sources: Vec<Source>,
+    opts: &SendOptions,
+) -> Result<SessionReport, TransferError> {
+    let mut tx = zcnet::Sender::connect(addr, &scfg()).map_err(TransferError::from)?;
+    send_session(&mut tx, sources, opts, &mut |_| {})
+}
+
+fn tls_opts(expect: Expect, token: Option<&[u8]>) -> SendOptions {
+    let mut o = SendOptions::default();
+    o.verify = true;
+    o.security = SendSecurity::Tls(expect);
+    o.token = token.map(<[u8]>::to_vec);
+    o
+}
+
+fn file(path: &Path, name: &str) -> Source {
+    Source::File {
+        path: path.to_path_buf(),
+        name: name.into(),
+    }
+}
+
+/// A tree with what each path of the protocol carries: `Put`s (small files), files by the
+/// data path (over the `Put` size), an empty file, an empty directory and a symlink.
+fn tree(root: &Path) -> Vec<Source> {
+    let mut out = Vec::new();
+    for (i, len) in [0usize, 1, 4096, 100_000, 300_000, 3 << 20]
+        .iter()
+        .enumerate()
+    {
+        let name = format!("d{}/f{i}", i % 2);
+        make_file(&root.join(&name), *len, i as u64 * 7919);
+        out.push(file(&root.join(&name), &name));
+    }
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    out.push(Source::Dir {
+        path: root.join("empty"),
+        name: "empty".into(),
+    });
+    symlink("d0/f0", root.join("link")).unwrap();
+    out.push(Source::Link {
+        name: "link".into(),
+        target: "d0/f0".into(),
+    });
+    out
+}
+
+#[test]
+fn a_tree_goes_encrypted_through_the_server_byte_for_byte() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let sources = tree(src.path());
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), Some(b"tok"), false);
+    let r = send_to(
+        server.addr,
+        sources,
+        &tls_opts(Expect::Pinned(fp), Some(b"tok")),
+    )
+    .unwrap();
+    assert_eq!(r.failures(), 0, "{:?}", r.files);
+    assert_eq!(r.trust, Some(Trust::Pinned(fp)));
+    let log = server.stop();
+    assert!(log.iter().any(|l| l == "ended: 8 files"), "{log:?}");
+    // `empty` is a directory with nothing in it: compare it by hand.
+    assert!(dst.path().join("empty").is_dir());
+    std::fs::remove_dir(src.path().join("empty")).unwrap();
+    std::fs::remove_dir(dst.path().join("empty")).unwrap();
+    same_tree(src.path(), dst.path());
+}
+
+#[test]
+fn a_file_goes_encrypted_to_a_one_session_receiver_with_known_hosts() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    make_file(&src.path().join("big"), 5 << 20, 3);
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let listener = zcnet::stream::Listener::bind("127.0.0.1:0".parse().unwrap(), &rcfg()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let d = dst.path().to_path_buf();
+    let rx = std::thread::spawn(move || {
+        let mut rx = listener.accept().unwrap();
+        let mut store = Store::open(&d, StoreOptions::default()).unwrap();
+        let mut o = RecvOptions::default();
+        o.security = RecvSecurity::Tls(id);
+        receive_session(&mut rx, &mut store, &o, &mut |_| {})
+    });
+    let known = state.path().join("known_hosts");
+    let expect = Expect::KnownHosts {
+        file: known.clone(),
+        host: addr.to_string(),
+    };
+    let r = send_to(
+        addr,
+        vec![file(&src.path().join("big"), "big")],
+        &tls_opts(expect, None),
+    )
+    .unwrap();
+    assert_eq!(r.failures(), 0);
+    assert!(r.files[0].verified);
+    assert_eq!(r.trust, Some(Trust::FirstUse(fp)), "recorded on first use");
+    assert!(std::fs::read_to_string(&known)
+        .unwrap()
+        .contains(&fp.to_string()));
+    assert_eq!(rx.join().unwrap().unwrap().failures(), 0);
+    same_tree(src.path(), dst.path());
+}
+
+#[test]
+fn a_receiver_that_is_not_the_pinned_key_is_refused_and_gets_nothing() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    make_file(&src.path().join("f"), 1000, 1);
+    let other = Identity::generate().unwrap().fingerprint();
+    let id = Arc::new(Identity::generate().unwrap());
+    let presented = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), None, false);
+    let e = send_to(
+        server.addr,
+        vec![file(&src.path().join("f"), "f")],
+        &tls_opts(Expect::Pinned(other), None),
+    )
+    .unwrap_err();
+    match &e {
+        TransferError::Tls(TlsError::Refused(Refusal::Pinned {
+            expected,
+            presented: p,
+        })) => {
+            assert_eq!((*expected, *p), (other, presented));
+        }
+        e => panic!("not a pin refusal: {e}"),
+    }
+    let log = server.wait_for("handshake failed");
+    assert!(
+        log.iter().any(|l| l.starts_with("handshake failed: TLS")),
+        "{log:?}"
+    );
+    server.stop();
+    assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_plaintext_sender_is_told_the_receiver_requires_encryption() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    make_file(&src.path().join("f"), 1000, 1);
+    let id = Arc::new(Identity::generate().unwrap());
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), None, false);
+    // This version's plaintext sender, and one that speaks version 8 (an older zcnet).
+    for max_version in [zcnet_transfer::wire::VERSION, 8] {
+        let mut o = SendOptions::default();
+        o.max_version = max_version;
+        let e = send_to(server.addr, vec![file(&src.path().join("f"), "f")], &o).unwrap_err();
+        match &e {
+            TransferError::Refused(m) => assert_eq!(m, ENCRYPTION_REQUIRED),
+            e => panic!("version {max_version}: {e}"),
+        }
+        assert!(e.to_string().contains("this receiver requires encryption"));
+    }
+    let log = server.wait_for("does not encrypt");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("it does not encrypt") && l.contains("requires encryption")),
+        "{log:?}"
+    );
+    // What an older sender reads first, on a raw socket: the refusal, in plaintext.
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    let mut h = [0u8; 5];
+    s.read_exact(&mut h).unwrap();
+    let (ty, len) = Frame::check_header(h).unwrap();
+    let mut p = vec![0; len];
+    s.read_exact(&mut p).unwrap();
+    assert!(matches!(Frame::decode(ty, &p).unwrap(),
+        Frame::Refuse { message, .. } if message == ENCRYPTION_REQUIRED));
+    drop(s);
+    server.stop();
+    assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn an_encrypting_sender_refuses_a_plaintext_receiver_and_the_receiver_says_why() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    make_file(&src.path().join("f"), 1000, 1);
+    let server = Server::start(dst.path(), RecvSecurity::Plaintext, None, false);
+    let fp = Identity::generate().unwrap().fingerprint();
+    let e = send_to(
+        server.addr,
+        vec![file(&src.path().join("f"), "f")],
+        &tls_opts(Expect::Pinned(fp), None),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, TransferError::NotEncrypted(m) if m.contains("the receiver does not encrypt")),
+        "{e}"
+    );
+    let log = server.wait_for("handshake failed");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("the sender encrypts") && l.contains("--plaintext")),
+        "{log:?}"
+    );
+    server.stop();
+    assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_wrong_token_fails_both_ways_inside_tls() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    make_file(&src.path().join("f"), 1000, 1);
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), Some(b"right"), false);
+    // The sender's token is wrong: the receiver refuses its proof.
+    let e = send_to(
+        server.addr,
+        vec![file(&src.path().join("f"), "f")],
+        &tls_opts(Expect::Pinned(fp), Some(b"wrong")),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, TransferError::Auth(m) if m.contains("wrong or missing token")),
+        "{e}"
+    );
+    let log = server.wait_for("handshake failed");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("did not prove it knows the token")),
+        "{log:?}"
+    );
+    server.stop();
+    // The receiver's token is another: the sender's proof fails there, and a receiver
+    // that would skip its own check still could not prove a token it does not have.
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), Some(b"other"), false);
+    let e = send_to(
+        server.addr,
+        vec![file(&src.path().join("f"), "f")],
+        &tls_opts(Expect::Pinned(fp), Some(b"right")),
+    )
+    .unwrap_err();
+    assert!(matches!(&e, TransferError::Auth(_)), "{e}");
+    // A receiver without a token cannot prove one: the sender refuses to send.
+    server.stop();
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), None, false);
+    let e = send_to(
+        server.addr,
+        vec![file(&src.path().join("f"), "f")],
+        &tls_opts(Expect::Pinned(fp), Some(b"right")),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, TransferError::Auth(m) if m.contains("did not ask for the token")),
+        "{e}"
+    );
+    server.stop();
+    assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0);
+}

@@ -905,6 +905,10 @@ impl Loop {
             connection_fds,
             ..
         } = admitted;
+        // The thread takes the TLS connection; if it cannot start, the refusal goes
+        // through it.
+        let tls = Arc::new(Mutex::new(tls));
+        let tls_left = tls.clone();
         let group_ranged = ranged.clone();
         self.shared
             .running
@@ -924,6 +928,7 @@ impl Loop {
             .name(format!("zcrecv {}", self.port))
             .spawn(move || {
                 let t0 = Instant::now();
+                let tls = tls.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let (result, stats) =
                     run_session(&shared, stream, tls, peer, &sender, version, &ranged);
                 drop(connection_fds);
@@ -951,7 +956,8 @@ impl Loop {
                     let _ = tx.send(result);
                 }
             });
-        self.session_spawned(spawned, id, peer, opened, group_ranged);
+        let tls = move || tls_left.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.session_spawned(spawned, id, peer, opened, group_ranged, &tls);
     }
 
     /// Keeps a session thread's handle (or, when it could not start, refuses its sender)
@@ -963,6 +969,7 @@ impl Loop {
         peer: SocketAddr,
         opened: Option<(SessionId, u16)>,
         group_ranged: Arc<RangedFiles>,
+        tls: &dyn Fn() -> Option<rustls::ServerConnection>,
     ) {
         let once = self.shared.cfg.once;
         let mut running = self
@@ -1009,11 +1016,9 @@ impl Loop {
                 // The closure (and the stream in it) is gone; the clone can still refuse.
                 if let Some(mut r) = running.remove(&id) {
                     drop(running);
-                    self.refused(
-                        peer,
-                        &mut r.sock,
-                        "the receiver cannot start a session now; try again later",
-                    );
+                    let reason = "the receiver cannot start a session now; try again later";
+                    refuse(&mut r.sock, tls().as_mut(), reason);
+                    self.shared.observer.event(Event::Refused { peer, reason });
                 }
                 self.trouble(format!("starting a session thread: {e}"));
             }

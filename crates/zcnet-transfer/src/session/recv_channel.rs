@@ -6,7 +6,7 @@
 //! encrypted channel) slots in at this one place.
 
 use super::super::finish::AnswerSink;
-use super::super::tls::TlsLink;
+use super::super::tls::{TlsError, TlsLink};
 use super::super::wire::{Frame, MAX_CONTROL};
 use super::TransferError;
 use std::fs::File;
@@ -171,7 +171,7 @@ impl<'a> RecvChannel<'a> {
         let mut got = 0u64;
         while got < len {
             let want = (len - got).min(TLS_STEP as u64) as usize;
-            let n = link.read(&mut self.staging[..want])?;
+            let n = tls_read(&link, &mut self.staging[..want])?;
             if n == 0 {
                 return Err(zcnet::Error::Truncated {
                     op: "the file being received",
@@ -231,11 +231,22 @@ impl<'a> RecvChannel<'a> {
 fn recv(rx: &mut Receiver, tls: Option<&TlsLink>, buf: &mut [u8]) -> Result<usize, TransferError> {
     match tls {
         Some(link) => {
-            let n = link.read(buf)?;
+            let n = tls_read(link, buf)?;
             rx.stats().add_rx_copied_bytes(n as u64);
             Ok(n)
         }
         None => Ok(rx.recv_into(buf)?),
+    }
+}
+
+/// Decrypts into `buf` from `link`; 0 at the end of the stream, whether or not the peer
+/// sent `close_notify`: the transfer protocol's own framing (sizes, trailers, `Bye`) is what
+/// tells a whole session from a cut one, as it does in plaintext, so a cut reads as the
+/// same end (naming the file it cut) rather than as a TLS error.
+pub(super) fn tls_read(link: &TlsLink, buf: &mut [u8]) -> Result<usize, TransferError> {
+    match link.read(buf) {
+        Err(TlsError::Truncated) => Ok(0),
+        r => Ok(r?),
     }
 }
 

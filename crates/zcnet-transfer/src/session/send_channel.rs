@@ -157,7 +157,7 @@ impl<'a> SendChannel<'a> {
 
     fn read_exact(&self, buf: &mut [u8]) -> Result<(), TransferError> {
         if let Some(link) = &self.tls {
-            if !link.read_exact(buf)? {
+            if !read_exact_tls(link, buf)? {
                 return Err(zcnet::Error::PeerClosed {
                     op: "reading the receiver's answer",
                 }
@@ -228,6 +228,19 @@ impl<'a> SendChannel<'a> {
     }
 }
 
+/// Reads exactly `buf.len()` bytes from `link`: `false` at an end of stream first.
+fn read_exact_tls(link: &TlsLink, buf: &mut [u8]) -> Result<bool, TransferError> {
+    let mut off = 0;
+    while off < buf.len() {
+        let n = super::recv_channel::tls_read(link, &mut buf[off..])?;
+        if n == 0 {
+            return Ok(false);
+        }
+        off += n;
+    }
+    Ok(true)
+}
+
 /// Turns Nagle's algorithm off on `fd` (see [`SendChannel::no_delay`]).
 pub(super) fn no_delay(fd: std::os::fd::BorrowedFd<'_>) -> Result<(), TransferError> {
     socket2::SockRef::from(&fd)
@@ -244,7 +257,7 @@ struct From<'a> {
 impl From<'_> {
     fn read(&self, buf: &mut [u8]) -> Result<usize, TransferError> {
         if let Some(link) = self.tls {
-            let n = link.read(buf)?;
+            let n = super::recv_channel::tls_read(link, buf)?;
             self.tx.stats().add_rx_copied_bytes(n as u64);
             return Ok(n);
         }

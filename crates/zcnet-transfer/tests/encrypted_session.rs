@@ -38,7 +38,13 @@ fn make_file(path: &Path, len: usize, seed: u64) {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d).unwrap();
     }
-    std::fs::write(path, pattern(seed, len)).unwrap();
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut pos = 0;
+    while pos < len {
+        let n = (len - pos).min(4 << 20);
+        std::io::Write::write_all(&mut f, pattern(seed + pos as u64, n)).unwrap();
+        pos += n;
+    }
 }
 
 /// Every regular file under `a` is under `b` with the same bytes, and the other way round.
@@ -414,4 +420,127 @@ fn a_wrong_token_fails_both_ways_inside_tls() {
     );
     server.stop();
     assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0);
+}
+
+fn connect_to(addr: SocketAddr) -> impl Fn() -> Result<zcnet::Sender, TransferError> + Sync {
+    move || zcnet::Sender::connect(addr, &scfg()).map_err(TransferError::from)
+}
+
+/// A session of three streams, each its own TLS connection — each checked against the pin
+/// and each with its own token proof bound to its own channel — carries a tree and a file
+/// large enough to be split into ranges over them, byte for byte; the server's `--once`
+/// sees the one session's streams together.
+#[test]
+fn streams_and_ranges_go_encrypted_each_stream_its_own_tls() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let mut sources = tree(src.path());
+    // Over the range threshold and over a stream's share: split into ranges.
+    let big = src.path().join("big");
+    make_file(&big, (72 << 20) + 4097, 99);
+    sources.push(file(&big, "big"));
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), Some(b"tok"), true);
+    let opts = tls_opts(Expect::Pinned(fp), Some(b"tok"));
+    let r = zcnet_transfer::streams::send_streams(
+        &connect_to(server.addr),
+        3,
+        sources,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(r.streams, 3, "every stream joined: {:?}", r.refused);
+    assert_eq!(r.report.failures(), 0, "{:?}", r.report.files);
+    let big_out = r.report.files.iter().find(|f| f.name == "big").unwrap();
+    assert!(big_out.verified);
+    assert_eq!(r.report.trust, Some(Trust::Pinned(fp)));
+    // The ranges went over more than one stream: each carried data.
+    assert!(
+        r.stats.iter().all(|s| s.tx_bytes_copy > 1 << 20),
+        "{:?}",
+        r.stats.iter().map(|s| s.tx_bytes_copy).collect::<Vec<_>>()
+    );
+    let outcome = server.handle.join().unwrap().unwrap().unwrap();
+    assert_eq!(outcome.failures(), 0);
+    std::fs::remove_dir(src.path().join("empty")).unwrap();
+    std::fs::remove_dir(dst.path().join("empty")).unwrap();
+    same_tree(src.path(), dst.path());
+}
+
+/// Streams that find the receiver's key in the known hosts: the first records it, the joins
+/// find it recorded.
+#[test]
+fn streams_with_known_hosts_record_once_and_join_as_known() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let sources = tree(src.path());
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), None, true);
+    let known = state.path().join("known_hosts");
+    let expect = Expect::KnownHosts {
+        file: known.clone(),
+        host: server.addr.to_string(),
+    };
+    let r = zcnet_transfer::streams::send_streams(
+        &connect_to(server.addr),
+        2,
+        sources,
+        &tls_opts(expect, None),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!((r.streams, r.report.failures()), (2, 0));
+    assert_eq!(r.report.trust, Some(Trust::FirstUse(fp)));
+    let lines = std::fs::read_to_string(&known).unwrap();
+    assert_eq!(lines.lines().count(), 1, "recorded once: {lines}");
+    server.handle.join().unwrap().unwrap().unwrap();
+}
+
+/// `--resume` inside TLS: the receiver offers its partial file's prefix hash through the
+/// channel, the sender checks it and sends only the tail; a foreign prefix starts over.
+#[test]
+fn resume_goes_encrypted_and_sends_only_the_tail() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("r");
+    make_file(&f, 3 << 20, 9);
+    let whole = std::fs::read(&f).unwrap();
+    let mut so = StoreOptions::default();
+    so.resume = true;
+    let owner = Store::open(dst.path(), so).unwrap().owner().to_string();
+    let seeded = dst.path().join(format!("r.{owner}.0000beef.partial"));
+    for (prefix, sent) in [
+        (whole[..1 << 20].to_vec(), 2u64 << 20),
+        (vec![0xEE; 1 << 20], 3 << 20),
+    ] {
+        let _ = std::fs::remove_file(dst.path().join("r"));
+        std::fs::write(&seeded, &prefix).unwrap();
+        let id = Arc::new(Identity::generate().unwrap());
+        let fp = id.fingerprint();
+        let listener =
+            zcnet::stream::Listener::bind("127.0.0.1:0".parse().unwrap(), &rcfg()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let d = dst.path().to_path_buf();
+        let rx = std::thread::spawn(move || {
+            let mut rx = listener.accept().unwrap();
+            let mut store = Store::open(&d, so).unwrap();
+            let mut o = RecvOptions::default();
+            o.security = RecvSecurity::Tls(id);
+            receive_session(&mut rx, &mut store, &o, &mut |_| {})
+        });
+        let r = send_to(
+            addr,
+            vec![file(&f, "r")],
+            &tls_opts(Expect::Pinned(fp), None),
+        )
+        .unwrap();
+        rx.join().unwrap().unwrap();
+        assert_eq!(r.files[0].bytes, sent, "bytes that crossed the wire");
+        assert!(r.files[0].verified);
+        assert!(std::fs::read(dst.path().join("r")).unwrap() == whole);
+    }
 }

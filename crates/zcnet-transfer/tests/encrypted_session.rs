@@ -544,3 +544,150 @@ fn resume_goes_encrypted_and_sends_only_the_tail() {
         assert!(std::fs::read(dst.path().join("r")).unwrap() == whole);
     }
 }
+
+/// What a proxy does to the bytes going one way: given the offset of a chunk in its
+/// direction and the chunk, changes it in place (or replaces it).
+type Mangle = Box<dyn FnMut(u64, Vec<u8>) -> Vec<u8> + Send>;
+
+/// A forwarding proxy on loopback for one connection: sender → `up` → receiver, receiver
+/// → `down` → sender.
+fn proxy(target: SocketAddr, up: Mangle, down: Mangle) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (a, _) = l.accept().unwrap();
+        let b = TcpStream::connect(target).unwrap();
+        let pump = |mut from: TcpStream, mut to: TcpStream, mut f: Mangle| {
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 16 << 10];
+                let mut at = 0u64;
+                loop {
+                    let n = match from.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let out = f(at, buf[..n].to_vec());
+                    at += n as u64;
+                    if std::io::Write::write_all(&mut to, &out).is_err() {
+                        break;
+                    }
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                let _ = from.shutdown(std::net::Shutdown::Read);
+            })
+        };
+        let up_t = pump(a.try_clone().unwrap(), b.try_clone().unwrap(), up);
+        let down_t = pump(b, a, down);
+        let _ = up_t.join();
+        let _ = down_t.join();
+    });
+    addr
+}
+
+fn pass() -> Mangle {
+    Box::new(|_, v| v)
+}
+
+/// Flips one byte at offset `at` of its direction (past the TLS handshake: in file data).
+fn flip_at(at: u64) -> Mangle {
+    Box::new(move |off, mut v| {
+        if (off..off + v.len() as u64).contains(&at) {
+            v[(at - off) as usize] ^= 0x20;
+        }
+        v
+    })
+}
+
+/// One byte of the file's data flipped on the way: the receiver's record check fails, it
+/// tells the sender (an alert) and stops; both ends fail saying so, and nothing is under
+/// the final name — with a token, and with a pinned key alone.
+#[test]
+fn a_flipped_data_byte_fails_both_ends_and_leaves_no_final_file() {
+    for token in [Some(&b"tok"[..]), None] {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        make_file(&src.path().join("big"), 3 << 20, 5);
+        let id = Arc::new(Identity::generate().unwrap());
+        let fp = id.fingerprint();
+        let server = Server::start(dst.path(), RecvSecurity::Tls(id), token, true);
+        let via = proxy(server.addr, flip_at(1 << 20), pass());
+        let e = send_to(
+            via,
+            vec![file(&src.path().join("big"), "big")],
+            &tls_opts(Expect::Pinned(fp), token),
+        )
+        .unwrap_err();
+        let said = e.to_string();
+        assert!(
+            said.contains("bad_record_mac")
+                || said.contains("BadRecordMac")
+                || said.contains("detected tampering"),
+            "the sender is told: {said}"
+        );
+        let ended = server.handle.join().unwrap().unwrap().unwrap_err();
+        assert!(
+            ended.to_string().contains("failed its integrity check"),
+            "the receiver: {ended}"
+        );
+        assert!(!dst.path().join("big").exists(), "no final file");
+        eprintln!("token {token:?}: the sender: {said}\nthe receiver: {ended}");
+    }
+}
+
+/// A relay that rewrites the receiver's first bytes into a plaintext receiver's `Hello`
+/// (version 8, an older one), or drops them, cannot make an encrypting sender send in
+/// the clear: it stops, and the receiver gets nothing.
+#[test]
+fn a_relay_that_strips_or_downgrades_the_preamble_is_refused() {
+    let src = tempfile::tempdir().unwrap();
+    make_file(&src.path().join("f"), 100_000, 5);
+    let older_hello = Frame::Hello {
+        version: 8,
+        auth: false,
+        nonce: [7; 32],
+    }
+    .to_bytes();
+    let preamble_len = zcnet_transfer::wire::tls_preamble().len() as u64;
+    let rewrites: Vec<(&str, Mangle)> = vec![
+        (
+            "downgraded",
+            Box::new(move |off, v| match off {
+                0 => {
+                    let mut out = older_hello.clone();
+                    out.extend_from_slice(&v[preamble_len as usize..]);
+                    out
+                }
+                _ => v,
+            }),
+        ),
+        (
+            "stripped",
+            Box::new(move |off, v| match off {
+                0 => v[preamble_len as usize..].to_vec(),
+                _ => v,
+            }),
+        ),
+    ];
+    for (what, down) in rewrites {
+        let dst = tempfile::tempdir().unwrap();
+        let id = Arc::new(Identity::generate().unwrap());
+        let fp = id.fingerprint();
+        let server = Server::start(dst.path(), RecvSecurity::Tls(id), None, false);
+        let via = proxy(server.addr, pass(), down);
+        let e = send_to(
+            via,
+            vec![file(&src.path().join("f"), "f")],
+            &tls_opts(Expect::Pinned(fp), None),
+        )
+        .unwrap_err();
+        if what == "downgraded" {
+            assert!(matches!(e, TransferError::NotEncrypted(_)), "{what}: {e}");
+        }
+        server.stop();
+        assert_eq!(
+            std::fs::read_dir(dst.path()).unwrap().count(),
+            0,
+            "{what}: {e}"
+        );
+    }
+}

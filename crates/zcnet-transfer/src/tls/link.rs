@@ -130,10 +130,40 @@ impl TlsLink {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_to_send()?,
-                Err(e) => return Err(TlsError::io("sending", e)),
+                Err(e) => return Err(self.why_send_failed(conn, e)),
             }
         }
         Ok(())
+    }
+
+    /// Why a send failed: a peer that refused our records (it found one altered on the way,
+    /// say) sends an alert before it closes, and that alert, when it has arrived, says more
+    /// than the connection reset it caused.
+    fn why_send_failed(&self, conn: &mut rustls::Connection, e: io::Error) -> TlsError {
+        // Only where this thread is the one reader (the sender): elsewhere another thread
+        // may be reading the socket.
+        if !self.read_while_writing {
+            return TlsError::io("sending", e);
+        }
+        let mut ib = lock(&self.inbox);
+        loop {
+            if ib.hi == ib.lo {
+                let room = ib.room();
+                match DontWaitRead(&self.sock).read(room) {
+                    Ok(n) if n > 0 => ib.hi += n,
+                    _ => break,
+                }
+            }
+            let (lo, hi) = (ib.lo, ib.hi);
+            match conn.read_tls(&mut &ib.buf[lo..hi]) {
+                Ok(n) if n > 0 => ib.lo += n,
+                _ => break,
+            }
+            if let Err(rustls::Error::AlertReceived(a)) = conn.process_new_packets() {
+                return TlsError::PeerAlert(a);
+            }
+        }
+        TlsError::io("sending", e)
     }
 
     /// Waits until the socket takes more bytes; meanwhile (at the sender) takes in what the
@@ -283,6 +313,18 @@ impl TlsLink {
         let mut conn = lock(&self.conn);
         conn.send_close_notify();
         let _ = self.flush(&mut conn);
+    }
+}
+
+/// `recv(MSG_DONTWAIT)`: a read that never waits.
+struct DontWaitRead<'a>(&'a TcpStream);
+
+impl Read for DontWaitRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.set_nonblocking(true)?;
+        let r = (&*self.0).read(buf);
+        self.0.set_nonblocking(false)?;
+        r
     }
 }
 

@@ -441,6 +441,9 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
             eprintln!("{n}");
         }
         eprintln!("{}", security_line(report.trust.as_ref(), &args.to));
+        if let Some(why) = &report.ktls {
+            eprintln!("TLS records made in user space, not by the kernel: {why}");
+        }
         for why in &sent.refused {
             eprintln!(
                 "zcnet: a further stream was not joined ({why}); {} stream(s) carried every file",
@@ -533,6 +536,11 @@ impl Observer for RecvLog {
                                     report.failures()
                                 )
                             );
+                            if let Some(why) = &report.ktls {
+                                eprintln!(
+                                    "from {peer}: TLS records made in user space, not by the kernel: {why}"
+                                );
+                            }
                         }
                         if report.failures() > 0 {
                             eprintln!(

@@ -131,7 +131,16 @@ fn recv_prints_its_key_and_a_pinned_send_arrives_encrypted() {
         err.contains(&format!("encrypted (TLS 1.3) to the pinned key {fp}")),
         "{err}"
     );
-    assert!(r.finish().0);
+    // The kTLS attempt: counted once (one stream) with the kernel's reason, at both ends.
+    assert!(err.contains("fallback ktls_unavailable: 1 ops"), "{err}");
+    assert!(
+        err.contains("TLS records made in user space, not by the kernel: "),
+        "{err}"
+    );
+    let (ok, log) = r.finish();
+    assert!(ok);
+    assert!(log.contains("fallback ktls_unavailable: 1 ops"), "{log}");
+    assert!(log.contains("TLS records made in user space"), "{log}");
     assert!(std::fs::read(&file).unwrap() == std::fs::read(dst.path().join("data.bin")).unwrap());
     // The second start loads the same identity.
     let dst2 = tempdir();

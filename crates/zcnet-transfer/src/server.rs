@@ -1216,6 +1216,7 @@ fn merge(results: Vec<SessionResult>) -> SessionResult {
         let r = r?;
         all.files.extend(r.files);
         all.unlisted_failures += r.unlisted_failures;
+        all.ktls = all.ktls.or(r.ktls);
     }
     Ok(all)
 }
@@ -1239,17 +1240,23 @@ fn run_session(
     let result = (|| {
         // Every byte of an encrypted session goes through its one TLS connection, over a
         // second handle on the socket (the `Receiver` keeps the counters and the timeouts).
+        let mut ktls_why = None;
         let link = match tls {
             Some(conn) => {
                 let dup = stream
                     .try_clone()
                     .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
                 let binding = exporter(&conn)?;
+                ktls_why = Some(super::tls::ktls::attempt(&dup));
                 Some(Arc::new(TlsLink::new(conn.into(), dup, binding, false)))
             }
             None => None,
         };
         let mut rx = zcnet::stream::Receiver::from_stream(stream, &rcfg)?;
+        if ktls_why.is_some() {
+            rx.stats()
+                .fallback(zcnet::FallbackReason::KtlsUnavailable, 0);
+        }
         let mut store =
             Store::open_for(&shared.dir, shared.cfg.store, shared.quota.clone(), sender).map_err(
                 |e| TransferError::Io {
@@ -1260,7 +1267,10 @@ fn run_session(
         let mut progress = shared.observer.progress(peer);
         let r = receive_files_over(&mut rx, link, &mut store, version, ranged, &mut *progress);
         stats = rx.stats().snapshot();
-        r
+        r.map(|mut report| {
+            report.ktls = ktls_why;
+            report
+        })
     })();
     (result, stats)
 }

@@ -279,7 +279,15 @@ impl StreamsReport {
             t.rx_bytes_file += s.rx_bytes_file;
             t.rx_bytes_mapped += s.rx_bytes_mapped;
             t.rx_bytes_copied += s.rx_bytes_copied;
-            t.fallbacks.extend(s.fallbacks.iter().cloned());
+            for &(reason, ops, bytes) in &s.fallbacks {
+                match t.fallbacks.iter_mut().find(|f| f.0 == reason) {
+                    Some(f) => {
+                        f.1 += ops;
+                        f.2 += bytes;
+                    }
+                    None => t.fallbacks.push((reason, ops, bytes)),
+                }
+            }
         }
         t
     }
@@ -374,6 +382,7 @@ pub fn send_streams(
         ..Default::default()
     };
     out.report.trust = opened.trust.clone();
+    out.report.ktls = opened.ktls.clone();
     let mut first_err = None;
     for (k, r) in results.into_iter().enumerate() {
         match r {

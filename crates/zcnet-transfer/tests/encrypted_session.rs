@@ -691,3 +691,59 @@ fn a_relay_that_strips_or_downgrades_the_preamble_is_refused() {
         );
     }
 }
+
+/// After each connection's TLS handshake the kernel is offered the records (kTLS); where it
+/// does not take them (here: no `tls` module) the fallback is counted once per connection,
+/// at both ends, with the kernel's reason.
+#[test]
+fn the_ktls_attempt_is_counted_once_per_stream_with_its_reason() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let sources = tree(src.path());
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), None, true);
+    let r = zcnet_transfer::streams::send_streams(
+        &connect_to(server.addr),
+        2,
+        sources,
+        &tls_opts(Expect::Pinned(fp), None),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(r.streams, 2);
+    let ktls = |s: &zcnet::StatsSnapshot| {
+        s.fallbacks
+            .iter()
+            .filter(|f| f.0 == zcnet::FallbackReason::KtlsUnavailable)
+            .map(|f| f.1)
+            .sum::<u64>()
+    };
+    for s in &r.stats {
+        assert_eq!(ktls(s), 1, "once per stream: {:?}", s.fallbacks);
+    }
+    assert_eq!(ktls(&r.total_stats()), 2);
+    let why = r.report.ktls.clone().expect("a reason");
+    let available =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp").unwrap_or_default();
+    if !available.split_whitespace().any(|u| u == "tls") {
+        assert!(why.contains("kTLS unavailable"), "{why}");
+    }
+    eprintln!("the sender's reason: {why}");
+    let report = server.handle.join().unwrap().unwrap().unwrap();
+    assert!(report.ktls.is_some(), "the receiver's reason");
+    // Plaintext: no attempt, nothing counted.
+    let dst = tempfile::tempdir().unwrap();
+    let server = Server::start(dst.path(), RecvSecurity::Plaintext, None, true);
+    let r = zcnet_transfer::streams::send_streams(
+        &connect_to(server.addr),
+        1,
+        vec![file(&src.path().join("d0/f0"), "f0")],
+        &SendOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(ktls(&r.total_stats()), 0);
+    assert!(r.report.ktls.is_none());
+    server.handle.join().unwrap().unwrap().unwrap();
+}

@@ -200,6 +200,9 @@ pub struct SessionReport {
     /// At a sender over TLS: how the receiver's key was trusted (pinned, known, or
     /// recorded now on first use); `None` in plaintext.
     pub trust: Option<Trust>,
+    /// Over TLS: why the connection's records stayed in user space rather than in the
+    /// kernel (kTLS), counted as the fallback `ktls_unavailable`; `None` in plaintext.
+    pub ktls: Option<String>,
     /// Failed files a receiver counted without listing them: a peer can have files refused
     /// as fast as it can ask (a `Range` past the caps costs it a few dozen bytes), and a
     /// list of every one would grow without bound (100 MiB in 30 s of issue 40's stress).

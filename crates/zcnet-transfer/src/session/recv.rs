@@ -9,7 +9,7 @@ use super::super::landing::{LandingHash, LAND_STEP};
 use super::super::ranges::{FileMeta, RangedFiles};
 use super::super::sparse;
 use super::super::store::{self, Incoming, Refusal, Store};
-use super::super::tls::{Channel, TlsError, TlsLink};
+use super::super::tls::{ktls, Channel, TlsError, TlsLink};
 use super::super::wire::{
     tls_preamble, Code, Features, Frame, MAX_CONTROL, SESSION_ID_LEN, STREAM_SIZE,
 };
@@ -36,15 +36,21 @@ pub fn receive_session(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut chan = RecvChannel::new(rx);
-    let version = handshake(&mut chan, opts)?;
-    receive_on(chan, store, version, &RangedFiles::default(), progress)
+    let (version, ktls) = handshake(&mut chan, opts)?;
+    let mut report = receive_on(chan, store, version, &RangedFiles::default(), progress)?;
+    report.ktls = ktls;
+    Ok(report)
 }
 
 /// The receiver's handshake on a connection that serves one session: returns the version
-/// the sender chose.
-fn handshake(chan: &mut RecvChannel<'_>, opts: &RecvOptions) -> Result<u16, TransferError> {
+/// the sender chose, and over TLS why its records stay in user space.
+fn handshake(
+    chan: &mut RecvChannel<'_>,
+    opts: &RecvOptions,
+) -> Result<(u16, Option<String>), TransferError> {
     chan.no_delay()?;
-    let binding = secure(chan, &opts.security)?;
+    let secured = secure(chan, &opts.security)?;
+    let binding = secured.as_ref().map(|(b, _)| *b);
     let mut hs =
         ReceiverHandshake::new(opts.token.clone()).map_err(io_err("reading random bytes"))?;
     if let Some(b) = binding {
@@ -85,18 +91,19 @@ fn handshake(chan: &mut RecvChannel<'_>, opts: &RecvOptions) -> Result<u16, Tran
             return Err(TransferError::Refused(message.into()));
         }
     }
-    Ok(accepted.version)
+    Ok((accepted.version, secured.map(|(_, why)| why)))
 }
 
 /// Starts TLS on a fresh connection when `security` asks for it, before any frame: sends
 /// the plaintext preamble ([`tls_preamble`]: what a sender that does not encrypt prints and
 /// stops at), then serves the TLS handshake with the receiver's identity, and from then on
 /// reads and writes every byte through the TLS connection. Returns the channel's exporter
-/// value (the token's proofs are bound to it).
+/// value (the token's proofs are bound to it) and why its records stay in user space
+/// ([`ktls::attempt`], counted as a fallback).
 fn secure(
     chan: &mut RecvChannel<'_>,
     security: &RecvSecurity,
-) -> Result<Option<[u8; 32]>, TransferError> {
+) -> Result<Option<([u8; 32], String)>, TransferError> {
     let RecvSecurity::Tls(identity) = security else {
         return Ok(None);
     };
@@ -111,8 +118,10 @@ fn secure(
     let ch = Channel::accept(stream, identity).map_err(not_encrypted)?;
     let link = TlsLink::from_channel(ch, false)?;
     let binding = *link.binding();
+    let why = ktls::attempt(link.socket());
+    chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
     chan.encrypt(Arc::new(link));
-    Ok(Some(binding))
+    Ok(Some((binding, why)))
 }
 
 /// A TLS handshake the sender ended before it began: it does not encrypt (it read the

@@ -52,6 +52,11 @@ impl<'a> RecvChannel<'a> {
         self.tls = Some(link);
     }
 
+    /// Counts one operation that fell back for `reason`.
+    pub(super) fn count_fallback(&self, reason: zcnet::FallbackReason) {
+        self.rx.stats().fallback(reason, 0);
+    }
+
     /// The session's socket (for the TLS handshake, which runs on a duplicate of it).
     pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
         self.rx.socket()

@@ -6,7 +6,7 @@ use super::super::auth::{self, Role};
 use super::super::digest::{hash_range, prefix_state};
 use super::super::handshake::StreamRequest;
 use super::super::sparse;
-use super::super::tls::{Channel, TlsError, TlsLink, Trust};
+use super::super::tls::{ktls, Channel, TlsError, TlsLink, Trust};
 use super::super::wire::{
     tls_preamble, Code, Features, Frame, AUTHENTICATED_FROM, ENCRYPTED_FROM, MAX_CONTROL, MAX_DATA,
     MIN_VERSION, SESSION_ID_LEN, STREAM_SIZE, VERSION,
@@ -44,6 +44,7 @@ pub fn send_session(
     let opened = handshake(&mut chan, opts, StreamRequest::Open(1))?;
     let mut report = entries(chan, opened.version, sources, opts, progress)?;
     report.trust = opened.trust;
+    report.ktls = opened.ktls;
     Ok(report)
 }
 
@@ -57,6 +58,8 @@ pub(crate) struct Opened {
     pub tls: Option<Arc<TlsLink>>,
     /// How the receiver's key was trusted, if it is encrypted.
     pub trust: Option<Trust>,
+    /// Why its TLS records stay in user space, if it is encrypted.
+    pub ktls: Option<String>,
 }
 
 /// The sender's handshake: `Hello`, the token's proof both ways, and from version 5 the
@@ -83,6 +86,7 @@ pub(crate) fn send_entries(
     let chan = SendChannel::with_tls(tx, opened.tls.clone());
     let mut report = entries(chan, opened.version, sources, opts, progress)?;
     report.trust = opened.trust.clone();
+    report.ktls = opened.ktls.clone();
     Ok(report)
 }
 
@@ -90,11 +94,12 @@ pub(crate) fn send_entries(
 /// `ClientHello`, checks the receiver's plaintext preamble ([`tls_preamble`]) byte for
 /// byte, completes the handshake (the receiver's key checked as `Expect` says) and from then
 /// on sends and reads every byte through the TLS connection. Returns how the key was
-/// trusted and the channel's exporter value (the token's proofs are bound to it).
+/// trusted, the channel's exporter value (the token's proofs are bound to it) and why its
+/// records stay in user space ([`ktls::attempt`], counted as a fallback).
 fn secure(
     chan: &mut SendChannel<'_>,
     security: &SendSecurity,
-) -> Result<Option<(Trust, [u8; 32])>, TransferError> {
+) -> Result<Option<(Trust, [u8; 32], String)>, TransferError> {
     let SendSecurity::Tls(expect) = security else {
         return Ok(None);
     };
@@ -116,8 +121,10 @@ fn secure(
     let trust = ch.trust().cloned().ok_or(TlsError::NoPeerKey)?;
     let link = TlsLink::from_channel(ch, true)?;
     let binding = *link.binding();
+    let why = ktls::attempt(link.socket());
+    chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
     chan.encrypt(Arc::new(link));
-    Ok(Some((trust, binding)))
+    Ok(Some((trust, binding, why)))
 }
 
 /// Reads the receiver's first bytes where an encrypting receiver's preamble is due: `Ok`
@@ -235,7 +242,7 @@ fn handshake(
     // Both proofs cover the handshake as this end saw and sent it (version 8), and over TLS
     // the channel's exporter value too (version 9).
     let transcript = match &secured {
-        Some((_, binding)) => {
+        Some((_, binding, _)) => {
             auth::bound_transcript(binding, &receiver_hello, &sender_hello, &join_bytes)
         }
         None => auth::transcript(&receiver_hello, &sender_hello, &join_bytes),
@@ -265,7 +272,8 @@ fn handshake(
         version,
         session,
         tls: chan.tls().cloned(),
-        trust: secured.map(|(t, _)| t),
+        ktls: secured.as_ref().map(|(_, _, why)| why.clone()),
+        trust: secured.map(|(t, _, _)| t),
     })
 }
 

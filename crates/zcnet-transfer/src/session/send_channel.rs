@@ -55,6 +55,11 @@ impl<'a> SendChannel<'a> {
         self.tls.as_ref()
     }
 
+    /// Counts one operation that fell back for `reason`.
+    pub(super) fn count_fallback(&self, reason: zcnet::FallbackReason) {
+        self.tx.stats().fallback(reason, 0);
+    }
+
     /// The session's socket (for the TLS handshake, which runs on a duplicate of it).
     pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
         self.tx.socket()

@@ -165,6 +165,17 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransferError {
     move |source| TransferError::Io { what, source }
 }
 
+/// Decrypts into `buf` from `link`; 0 at the end of the stream, whether or not the peer
+/// sent `close_notify`: the transfer protocol's own framing (sizes, trailers, `Bye`) is what
+/// tells a whole session from a cut one, as it does in plaintext, so a cut reads as the
+/// same end (naming the file it cut) rather than as a TLS error.
+fn tls_read(link: &super::tls::TlsLink, buf: &mut [u8]) -> Result<usize, TransferError> {
+    match link.read(buf) {
+        Err(TlsError::Truncated) => Ok(0),
+        r => Ok(r?),
+    }
+}
+
 /// What an outcome is about: a file's bytes, or a tree entry that carries none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {

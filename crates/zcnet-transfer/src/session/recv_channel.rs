@@ -6,8 +6,9 @@
 //! encrypted channel) slots in at this one place.
 
 use super::super::finish::AnswerSink;
-use super::super::tls::{TlsError, TlsLink};
+use super::super::tls::TlsLink;
 use super::super::wire::{Frame, MAX_CONTROL};
+use super::tls_read;
 use super::TransferError;
 use std::fs::File;
 use std::io::Write;
@@ -241,17 +242,6 @@ fn recv(rx: &mut Receiver, tls: Option<&TlsLink>, buf: &mut [u8]) -> Result<usiz
             Ok(n)
         }
         None => Ok(rx.recv_into(buf)?),
-    }
-}
-
-/// Decrypts into `buf` from `link`; 0 at the end of the stream, whether or not the peer
-/// sent `close_notify`: the transfer protocol's own framing (sizes, trailers, `Bye`) is what
-/// tells a whole session from a cut one, as it does in plaintext, so a cut reads as the
-/// same end (naming the file it cut) rather than as a TLS error.
-pub(super) fn tls_read(link: &TlsLink, buf: &mut [u8]) -> Result<usize, TransferError> {
-    match link.read(buf) {
-        Err(TlsError::Truncated) => Ok(0),
-        r => Ok(r?),
     }
 }
 

@@ -237,7 +237,7 @@ impl<'a> SendChannel<'a> {
 fn read_exact_tls(link: &TlsLink, buf: &mut [u8]) -> Result<bool, TransferError> {
     let mut off = 0;
     while off < buf.len() {
-        let n = super::recv_channel::tls_read(link, &mut buf[off..])?;
+        let n = super::tls_read(link, &mut buf[off..])?;
         if n == 0 {
             return Ok(false);
         }
@@ -262,7 +262,7 @@ struct From<'a> {
 impl From<'_> {
     fn read(&self, buf: &mut [u8]) -> Result<usize, TransferError> {
         if let Some(link) = self.tls {
-            let n = super::recv_channel::tls_read(link, buf)?;
+            let n = super::tls_read(link, buf)?;
             self.tx.stats().add_rx_copied_bytes(n as u64);
             return Ok(n);
         }

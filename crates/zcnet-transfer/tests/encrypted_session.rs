@@ -1,8 +1,11 @@
 //! Sessions inside TLS 1.3 (protocol version 9), end to end over real sockets: a file and a
 //! tree arrive byte for byte through the receiver's server and through a one-session
 //! receiver, a receiver that is not the pinned key is refused, a sender and a receiver that
-//! disagree about encryption both stop and say why (never a silent downgrade), and a wrong
-//! token fails both ways with the proofs bound to the TLS channel.
+//! disagree about encryption both stop and say why (never a silent downgrade), a wrong
+//! token fails both ways with the proofs bound to the TLS channel; streams (each its own TLS
+//! connection), ranges and resume work encrypted; a proxy that flips a data byte fails both
+//! ends and one that strips or rewrites the preamble is refused; the kTLS attempt is counted
+//! once per connection with the kernel's reason.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -60,7 +60,7 @@ pub struct SendArgs {
     streams: Option<usize>,
     /// Send without encryption (only to a receiver run with --plaintext too), for a network
     /// you trust where CPU is all that matters. By default every session runs inside
-    /// TLS 1.3 (protocol version 9).
+    /// TLS 1.3 (protocol version 10).
     #[arg(long, conflicts_with_all = ["fingerprint", "tls_dir"])]
     plaintext: bool,
     /// The receiver's key, as `zcnet recv` prints it (SHA256:…): any other is refused.
@@ -143,7 +143,7 @@ pub struct RecvArgs {
     #[arg(long, default_value_t = 10)]
     auth_failures_per_minute: usize,
     /// Receive without encryption, from senders run with --plaintext too (others are
-    /// refused). By default every session runs inside TLS 1.3 (protocol version 9) and a
+    /// refused). By default every session runs inside TLS 1.3 (protocol version 10) and a
     /// sender that does not encrypt is told this receiver requires encryption.
     #[arg(long, conflicts_with_all = ["tls_dir", "tls_cert", "tls_key"])]
     plaintext: bool,

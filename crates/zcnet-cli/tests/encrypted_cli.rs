@@ -1,4 +1,4 @@
-//! `zcnet send` / `zcnet recv` encrypt by default (TLS 1.3, protocol version 9), as
+//! `zcnet send` / `zcnet recv` encrypt by default (TLS 1.3, protocol version 10), as
 //! processes: the receiver prints its key's fingerprint at start and keeps its identity
 //! (mode 0600) in its state directory; a sender pins the key with `--fingerprint` or
 //! records it on first use in its known hosts and refuses a changed one loudly, naming

@@ -17,28 +17,67 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::time::Instant;
 
 /// Read size for hashing (see the module docs).
 pub const HASH_CHUNK: usize = 128 * 1024;
 
 /// BLAKE3 of the first `len` bytes of `file`; `UnexpectedEof` if it is shorter.
 pub fn hash_prefix(file: &File, len: u64) -> io::Result<[u8; 32]> {
-    Ok(*prefix_state(file, len)?.finalize().as_bytes())
+    hash_prefix_until(file, len, None)
+}
+
+/// [`hash_prefix`], given up with `TimedOut` once `until` has passed ([`hash_range_until`]).
+pub fn hash_prefix_until(file: &File, len: u64, until: Option<Instant>) -> io::Result<[u8; 32]> {
+    Ok(*prefix_state_until(file, len, until)?.finalize().as_bytes())
 }
 
 /// The hash state after the first `len` bytes of `file`, to finalize now and go on from
 /// later (a resumed file's kept prefix is then read once, not twice).
 pub fn prefix_state(file: &File, len: u64) -> io::Result<blake3::Hasher> {
+    prefix_state_until(file, len, None)
+}
+
+/// [`prefix_state`], given up with `TimedOut` once `until` has passed.
+pub fn prefix_state_until(
+    file: &File,
+    len: u64,
+    until: Option<Instant>,
+) -> io::Result<blake3::Hasher> {
     let mut h = blake3::Hasher::new();
-    hash_range(file, &mut h, 0, len)?;
+    hash_range_until(file, &mut h, 0, len, until)?;
     Ok(h)
 }
 
 /// Feeds bytes `from..to` of `file` into `h`; `UnexpectedEof` if the file ends first.
 pub fn hash_range(file: &File, h: &mut blake3::Hasher, from: u64, to: u64) -> io::Result<()> {
+    hash_range_until(file, h, from, to, None)
+}
+
+/// [`hash_range`] that looks at the clock between reads (one per [`HASH_CHUNK`], so a few
+/// dozen microseconds apart) and fails with `TimedOut` once `until` has passed: hashing a
+/// file the receiver found on its disk (for `--resume`) may take minutes for a large one,
+/// and must not carry a session past its deadline.
+pub fn hash_range_until(
+    file: &File,
+    h: &mut blake3::Hasher,
+    from: u64,
+    to: u64,
+    until: Option<Instant>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; HASH_CHUNK];
     let (mut off, len) = (from, to);
     while off < len {
+        if until.is_some_and(|t| Instant::now() >= t) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the deadline passed after {} of {} bytes",
+                    off - from,
+                    to - from
+                ),
+            ));
+        }
         let want = (len - off).min(buf.len() as u64) as usize;
         let n = match file.read_at(&mut buf[..want], off) {
             Ok(0) => {
@@ -85,6 +124,21 @@ mod tests {
         }
         let err = hash_prefix(&f, data.len() as u64 + 1).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn hashing_stops_once_its_deadline_has_passed() {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(1 << 40).unwrap();
+        let past = Instant::now();
+        let err = hash_prefix_until(&f, 1 << 40, Some(past)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        // Well ahead of its deadline it hashes as ever.
+        let later = Instant::now() + std::time::Duration::from_secs(3600);
+        assert_eq!(
+            hash_prefix_until(&f, 4096, Some(later)).unwrap(),
+            *blake3::hash(&[0; 4096]).as_bytes()
+        );
     }
 
     #[test]

@@ -27,11 +27,16 @@ use std::thread::JoinHandle;
 /// (`fstat`, `fcntl`, `fallocate`, a channel message) is noise.
 pub const LAND_STEP: u64 = 2 << 20;
 
-/// How far the landing thread got: bytes hashed (always a prefix of the file) and the hash
-/// state over them.
+/// How far the landing thread got: the prefix of the file it has covered and the hash
+/// state over it (over all of it, or over the parts of it inside `spans`).
 struct Hashed {
     len: u64,
     hasher: blake3::Hasher,
+    /// Only these ranges are hashed, ascending (a sparse file's extents, version 9); the
+    /// holes between them are passed over, never read. `None`: every byte.
+    spans: Option<Vec<(u64, u64)>>,
+    /// The first of `spans` not yet hashed to its end.
+    next: usize,
 }
 
 /// Hashes a file's prefix `0..end` on its own thread as [`LandingHash::landed`] reports
@@ -59,12 +64,38 @@ impl LandingHash {
     /// Goes on from `hasher`, the state after the file's first `len` bytes (a resumed
     /// file's prefix, already hashed to offer it).
     pub fn resume(file: &File, len: u64, hasher: blake3::Hasher) -> io::Result<Self> {
+        Self::run(file, len, hasher, None)
+    }
+
+    /// Hashes only the bytes of `spans` (ascending, from `from` on) into `hasher` as they
+    /// land: a sparse file's extents (version 9), whose holes are never read. The work is
+    /// the data's, whatever the file's length.
+    pub fn spans(
+        file: &File,
+        from: u64,
+        spans: Vec<(u64, u64)>,
+        hasher: blake3::Hasher,
+    ) -> io::Result<Self> {
+        Self::run(file, from, hasher, Some(spans))
+    }
+
+    fn run(
+        file: &File,
+        len: u64,
+        hasher: blake3::Hasher,
+        spans: Option<Vec<(u64, u64)>>,
+    ) -> io::Result<Self> {
         let file = file.try_clone()?;
         let (tell, told) = mpsc::channel::<u64>();
         let worker = std::thread::Builder::new()
             .name("zcnet-landing-hash".into())
             .spawn(move || {
-                let mut state = Hashed { len, hasher };
+                let mut state = Hashed {
+                    len,
+                    hasher,
+                    spans,
+                    next: 0,
+                };
                 let mut buf = vec![0u8; HASH_CHUNK];
                 // Reports may queue up; each only moves the end further.
                 while let Ok(end) = told.recv() {
@@ -120,26 +151,58 @@ impl Drop for LandingHash {
     }
 }
 
-/// Hashes `state.len..end` (nothing if `end` is not beyond what is hashed).
+/// Hashes `state.len..end` (nothing if `end` is not beyond what is hashed); with spans,
+/// only their parts in that range.
 fn catch_up(file: &File, state: &mut Hashed, end: u64, buf: &mut [u8]) -> io::Result<()> {
-    while state.len < end {
-        let want = (end - state.len).min(buf.len() as u64) as usize;
-        let n = match file.read_at(&mut buf[..want], state.len) {
+    if end <= state.len {
+        return Ok(());
+    }
+    let Some(spans) = &state.spans else {
+        let from = state.len;
+        return read_into(file, &mut state.hasher, from, end, buf, &mut state.len);
+    };
+    while let Some(&(o, l)) = spans.get(state.next) {
+        if o >= end {
+            break;
+        }
+        let from = o.max(state.len);
+        let to = (o + l).min(end);
+        let mut at = from;
+        read_into(file, &mut state.hasher, from, to, buf, &mut at)?;
+        if to < o + l {
+            break;
+        }
+        state.next += 1;
+    }
+    state.len = end;
+    Ok(())
+}
+
+/// Feeds bytes `from..to` of `file` into `hasher`, keeping `at` where it got.
+fn read_into(
+    file: &File,
+    hasher: &mut blake3::Hasher,
+    from: u64,
+    to: u64,
+    buf: &mut [u8],
+    at: &mut u64,
+) -> io::Result<()> {
+    *at = from;
+    while *at < to {
+        let want = (to - *at).min(buf.len() as u64) as usize;
+        let n = match file.read_at(&mut buf[..want], *at) {
             Ok(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "the file ends at {} bytes, {end} reported landed",
-                        state.len
-                    ),
+                    format!("the file ends at {at} bytes, {to} reported landed"),
                 ))
             }
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        state.hasher.update(&buf[..n]);
-        state.len += n as u64;
+        hasher.update(&buf[..n]);
+        *at += n as u64;
     }
     Ok(())
 }
@@ -190,6 +253,24 @@ mod tests {
             h.finish(all.len() as u64).unwrap(),
             *blake3::hash(&all).as_bytes()
         );
+    }
+
+    #[test]
+    fn spans_hash_their_bytes_only_as_they_land() {
+        let f = tempfile::tempfile().unwrap();
+        let x = vec![(100, 3), (5000, HASH_CHUNK as u64 + 7)];
+        let d = data(HASH_CHUNK + 10);
+        let h = LandingHash::spans(&f, 0, x.clone(), blake3::Hasher::new()).unwrap();
+        f.write_all_at(&d[..3], 100).unwrap();
+        h.landed(103);
+        // Half of the second span, then the rest.
+        f.write_all_at(&d[3..1000], 5000).unwrap();
+        h.landed(5997);
+        f.write_all_at(&d[1000..HASH_CHUNK + 10], 5997).unwrap();
+        f.set_len(1 << 40).unwrap();
+        // The terabyte of holes after the last span is never read.
+        let got = h.finish(1 << 40).unwrap();
+        assert_eq!(got, *blake3::hash(&d).as_bytes());
     }
 
     #[test]

@@ -442,6 +442,13 @@ impl RangedFiles {
                         true => {
                             let (j, r) = Journal::open(&inc, meta.size)
                                 .map_err(|e| Refusal::io("opening the range record of", name, e))?;
+                            // What landed is offered (with its hash) only to a sender that
+                            // proves it started the file; any other sends every range whole.
+                            let r = if store.offers_prefixes() {
+                                r
+                            } else {
+                                HashMap::new()
+                            };
                             (Some(Arc::new(j)), r)
                         }
                         false => (None, HashMap::new()),

@@ -1264,6 +1264,8 @@ fn run_session(
                     source: e,
                 },
             )?;
+        // Work the store does on its own (hashing for `--resume`) stops at the deadline too.
+        store.set_deadline(Instant::now() + shared.cfg.session_deadline);
         let mut progress = shared.observer.progress(peer);
         let r = receive_files_over(&mut rx, link, &mut store, version, ranged, &mut *progress);
         stats = rx.stats().snapshot();

@@ -31,7 +31,7 @@
 //!   the sender's address), only when the sender verifies the whole file, and never one with
 //!   more than one link.
 
-use super::digest::{hash_prefix, prefix_state};
+use super::digest::{hash_prefix, hash_prefix_until, prefix_state_until};
 use super::names::{components, NameError, PARTIAL_SUFFIX};
 use super::open::{kind_of, open_regular, OpenError};
 use super::resolve::{open_beneath_by, Resolution};
@@ -171,6 +171,16 @@ impl SenderId {
         k
     }
 
+    /// Whether this sender is the one that started its partial files, as far as the
+    /// receiver can tell: it proved the token (every holder of it is the owner), or it has
+    /// no address (a local [`Store::open`], whose caller is its one sender). An address
+    /// alone proves nothing — another user of the host, or anyone behind the same NAT,
+    /// shares it — so such a sender is never offered a partial file's prefix hash, with
+    /// which it could confirm guesses of the contents (issue 40).
+    pub fn proves_ownership(&self) -> bool {
+        self.token.is_some() || self.address.is_none()
+    }
+
     /// 16 hex digits naming the owner of a partial file: derived from the token when there
     /// is one (any holder of it may resume), else from the address. One-way, so the name on
     /// disk reveals neither.
@@ -202,6 +212,13 @@ pub struct Store {
     quota: Option<Arc<Quota>>,
     keys: Vec<String>,
     owner: String,
+    /// Whether a partial file's contents may be offered (its prefix hash, a range's
+    /// recorded end) to this sender: only one that proved the token the partial file was
+    /// started under, or a local store's one sender ([`SenderId::proves_ownership`]).
+    offers_prefixes: bool,
+    /// When the session must end (`--session-deadline`): hashing a file already on disk
+    /// for `--resume` stops there ([`Store::set_deadline`]).
+    deadline: Option<std::time::Instant>,
     /// Directories already opened beneath `dir` this session, by their path: a tree's files
     /// share a few directories, and walking each one's path again (`mkdirat`, `openat2` and
     /// `close` per component) was most of a small file's cost. Each was opened by the same
@@ -274,6 +291,8 @@ impl Store {
             quota,
             keys: sender.keys(),
             owner: sender.owner(),
+            offers_prefixes: sender.proves_ownership(),
+            deadline: None,
             dirs: HashMap::new(),
             random: Vec::new(),
             how: super::resolve::kernel_resolution(),
@@ -538,6 +557,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            sparse: None,
             how: self.how,
         };
         if !created && whole {
@@ -546,9 +566,12 @@ impl Store {
                 .metadata()
                 .map_err(|e| Refusal::io("reading", &inc.partial, e))?
                 .len();
-            if size.is_some_and(|s| have <= s) && have > 0 {
+            // A sender that cannot prove it started the partial file gets offset 0 and no
+            // hash: the bytes are dropped and the name reused, so nothing piles up and
+            // nothing of the contents is told.
+            if size.is_some_and(|s| have <= s) && have > 0 && self.offers_prefixes {
                 inc.offset = have;
-                let state = prefix_state(&inc.file, have)
+                let state = prefix_state_until(&inc.file, have, self.deadline)
                     .map_err(|e| Refusal::io("hashing", &inc.partial, e))?;
                 inc.prefix = Some(*state.finalize().as_bytes());
                 inc.prefix_state = Some(state);
@@ -608,7 +631,8 @@ impl Store {
         if st.st_size as u64 != size {
             return Ok(None);
         }
-        let prefix = hash_prefix(&file, size).map_err(|e| Refusal::io("hashing", name, e))?;
+        let prefix = hash_prefix_until(&file, size, self.deadline)
+            .map_err(|e| Refusal::io("hashing", name, e))?;
         Ok(Some(Incoming {
             parent: parent.clone(),
             leaf: leaf.to_string(),
@@ -630,6 +654,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            sparse: None,
             how: self.how,
         }))
     }
@@ -730,6 +755,7 @@ impl Store {
             owner: self.owner.clone(),
             landed: None,
             prefix_state: None,
+            sparse: None,
             how: self.how,
         };
         if let Err(e) = inc.file.write_all_at(data, 0) {
@@ -739,9 +765,29 @@ impl Store {
         Ok(inc)
     }
 
+    /// The session must end at `at` (`--session-deadline`): what this store hashes on its
+    /// own before answering — a partial file's prefix or a final file already there, for
+    /// `--resume`, which for a large file takes minutes — stops there, and the file is
+    /// refused ([`Store::deadline_passed`] then says why).
+    pub fn set_deadline(&mut self, at: std::time::Instant) {
+        self.deadline = Some(at);
+    }
+
+    /// Whether the deadline set by [`Store::set_deadline`] has passed.
+    pub fn deadline_passed(&self) -> bool {
+        self.deadline
+            .is_some_and(|t| std::time::Instant::now() >= t)
+    }
+
     /// Whether interrupted files are resumed (`--resume`).
     pub fn resumes(&self) -> bool {
         self.opts.resume
+    }
+
+    /// Whether what a partial file holds may be offered to this sender (`--resume`, and a
+    /// sender that proves it started it: [`SenderId::proves_ownership`]).
+    pub fn offers_prefixes(&self) -> bool {
+        self.opts.resume && self.offers_prefixes
     }
 
     /// The owner tag in this sender's partial file names.
@@ -878,6 +924,10 @@ fn find_resumable(how: Resolution, parent: &OwnedFd, prefix: &str) -> Option<(Fi
     None
 }
 
+/// What a sparse file's digest (version 9) is over besides its extents' bytes: the offset
+/// its data went from, the kept prefix's hash, the extents.
+type SparseDigest = (u64, [u8; 32], Vec<(u64, u64)>);
+
 /// A file being received into its own partial file. Dropped without [`Incoming::finish`]
 /// or [`Incoming::discard`] (the session ended early), it releases the space it reserved,
 /// keeps the bytes that arrived for `--resume`, and removes the partial file if none did.
@@ -914,6 +964,9 @@ pub struct Incoming {
     landed: Option<(u64, [u8; 32])>,
     /// The hash state after the kept prefix (`offset` bytes) when resuming.
     prefix_state: Option<blake3::Hasher>,
+    /// A sparse file verified by its digest (version 9): the offset its data went from, the
+    /// kept prefix's hash and the extents ([`crate::sparse::digest`]).
+    sparse: Option<SparseDigest>,
     /// How paths beneath the directory are resolved (its [`Store`]'s).
     how: Resolution,
 }
@@ -977,6 +1030,13 @@ impl Incoming {
     /// again, if the file is exactly `len` bytes long then.
     pub fn landed_hash(&mut self, len: u64, hash: [u8; 32]) {
         self.landed = Some((len, hash));
+    }
+
+    /// The file's data goes from `offset` as `extents` after a prefix hashing to `prefix`,
+    /// and the sender's hash is its sparse digest (version 9): [`Incoming::check`] then
+    /// compares the landed hash with it, or reads back the extents only, never the holes.
+    pub fn sparse_digest(&mut self, offset: u64, prefix: [u8; 32], extents: Vec<(u64, u64)>) {
+        self.sparse = Some((offset, prefix, extents));
     }
 
     /// Charges `n` more bytes to the quota and reserves them on disk.
@@ -1114,8 +1174,12 @@ impl Incoming {
                 }
             }
             if let Some(want) = hash {
-                let got = match self.landed {
-                    Some((l, h)) if l == len => h,
+                let got = match (self.landed, &self.sparse) {
+                    (Some((l, h)), _) if l == len => h,
+                    (_, Some((offset, prefix, extents))) => {
+                        crate::sparse::digest(&self.file, len, *offset, prefix, extents)
+                            .map_err(|e| Refusal::io("hashing", &self.partial, e))?
+                    }
                     _ => hash_prefix(&self.file, len)
                         .map_err(|e| Refusal::io("hashing", &self.partial, e))?,
                 };
@@ -1865,5 +1929,15 @@ mod tests {
         // While it is in use, a second session of the same owner does not get it.
         assert_eq!(s.begin("r", Some(8), true).unwrap().offset(), 0);
         drop(inc);
+        // An address proves nothing: an address-only owner's partial file is taken over
+        // from 0, its bytes dropped, and no hash of them is offered.
+        let mut u = Store::open_for(d.path(), opts, None, &other).unwrap();
+        let inc = u.begin("a", Some(8), true).unwrap();
+        write(&inc, b"abcd");
+        drop(inc);
+        let inc = u.begin("a", Some(8), true).unwrap();
+        assert_eq!((inc.offset(), inc.prefix()), (0, None));
+        assert_eq!(inc.file().metadata().unwrap().len(), 0);
+        assert!(!u.offers_prefixes());
     }
 }

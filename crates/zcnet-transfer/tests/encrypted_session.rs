@@ -1,4 +1,4 @@
-//! Sessions inside TLS 1.3 (protocol version 9), end to end over real sockets: a file and a
+//! Sessions inside TLS 1.3 (protocol version 10), end to end over real sockets: a file and a
 //! tree arrive byte for byte through the receiver's server and through a one-session
 //! receiver, a receiver that is not the pinned key is refused, a sender and a receiver that
 //! disagree about encryption both stop and say why (never a silent downgrade), a wrong
@@ -310,8 +310,9 @@ fn a_plaintext_sender_is_told_the_receiver_requires_encryption() {
     make_file(&src.path().join("f"), 1000, 1);
     let id = Arc::new(Identity::generate().unwrap());
     let server = Server::start(dst.path(), RecvSecurity::Tls(id), None, false);
-    // This version's plaintext sender, and one that speaks version 8 (an older zcnet).
-    for max_version in [zcnet_transfer::wire::VERSION, 8] {
+    // This version's plaintext sender, and one that speaks version 9, the last before TLS
+    // (an older zcnet).
+    for max_version in [zcnet_transfer::wire::VERSION, 9] {
         let mut o = SendOptions::default();
         o.max_version = max_version;
         let e = send_to(server.addr, vec![file(&src.path().join("f"), "f")], &o).unwrap_err();
@@ -638,14 +639,14 @@ fn a_flipped_data_byte_fails_both_ends_and_leaves_no_final_file() {
 }
 
 /// A relay that rewrites the receiver's first bytes into a plaintext receiver's `Hello`
-/// (version 8, an older one), or drops them, cannot make an encrypting sender send in
+/// (version 9, the last before TLS: an older one), or drops them, cannot make an encrypting sender send in
 /// the clear: it stops, and the receiver gets nothing.
 #[test]
 fn a_relay_that_strips_or_downgrades_the_preamble_is_refused() {
     let src = tempfile::tempdir().unwrap();
     make_file(&src.path().join("f"), 100_000, 5);
     let older_hello = Frame::Hello {
-        version: 8,
+        version: 9,
         auth: false,
         nonce: [7; 32],
     }

@@ -436,16 +436,23 @@ fn ranges_told_truly_over_a_raw_session_make_the_file() {
 
 // ---- resume ------------------------------------------------------------------------------
 
+/// The token of the resume tests: what a ranged partial file recorded is offered only to a
+/// sender that proves the token it was started under (an address proves nothing).
+const TOKEN: &[u8] = b"ranged resume";
+
 fn serve_once_resuming(
     listener: TcpListener,
     dir: &Path,
+    token: Option<&[u8]>,
 ) -> std::thread::JoinHandle<Option<Result<SessionReport, TransferError>>> {
     let d = dir.to_path_buf();
+    let token = token.map(<[u8]>::to_vec);
     std::thread::spawn(move || {
         let mut cfg = ServerConfig::default();
         cfg.once = true;
         cfg.idle_timeout = Duration::from_secs(20);
         cfg.store.resume = true;
+        cfg.token = token;
         let stop = AtomicBool::new(false);
         serve(listener, &d, cfg, &stop, Arc::new(Quiet)).unwrap()
     })
@@ -472,11 +479,12 @@ fn cut_and_resume(streams: usize, cut: u64) -> u64 {
     write_pattern(&top.join("big.bin"), 5, BIG);
     let mut o = SendOptions::default();
     o.verify = true;
+    o.token = Some(TOKEN.to_vec());
 
     // First run: every connection is cut once 40 MiB have been sent.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once_resuming(listener, dst.path());
+    let server = serve_once_resuming(listener, dst.path(), Some(TOKEN));
     let socks: Mutex<Vec<TcpStream>> = Mutex::new(Vec::new());
     let connect = || -> Result<Sender, TransferError> {
         let mut c = SenderConfig::new(TxPath::Copy);
@@ -519,8 +527,15 @@ fn cut_and_resume(streams: usize, cut: u64) -> u64 {
     // Rerun with --resume: only what was not recorded is sent again.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once_resuming(listener, dst.path());
-    let again = send_as(addr, &top, streams, VERSION).unwrap();
+    let server = serve_once_resuming(listener, dst.path(), Some(TOKEN));
+    let connect = || -> Result<Sender, TransferError> {
+        let mut c = SenderConfig::new(TxPath::Copy);
+        c.timeout = Some(Duration::from_secs(20));
+        Ok(Sender::connect(addr, &c)?)
+    };
+    let mut w = Walk::new();
+    w.add(&top).unwrap();
+    let again = send_streams(&connect, streams, w.sources, &o, &mut |_| {}).unwrap();
     assert_eq!(again.report.failures(), 0, "{:?}", again.report.files);
     server.join().unwrap().unwrap().unwrap();
     let resent: u64 = again.stats.iter().map(|s| s.tx_bytes_file).sum();
@@ -560,7 +575,7 @@ fn a_session_ending_before_a_ranges_data_leaves_nothing() {
     let dst = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = serve_once_resuming(listener, dst.path());
+    let server = serve_once_resuming(listener, dst.path(), None);
     let mut s = raw_session(addr);
     let size = (3 << 20) + 5;
     s.write_all(&range(0, 2 << 20, size).to_bytes()).unwrap();

@@ -158,6 +158,14 @@ pub enum TransferError {
         #[source]
         source: Box<TransferError>,
     },
+    /// The session's deadline (`--session-deadline`) passed while the receiver was working
+    /// on its own (hashing a file already there for `--resume`): it stopped there, and
+    /// nothing it had not finished was presented as final.
+    #[error("the session's deadline passed while {what}; stopped, nothing of it made final")]
+    DeadlinePassed {
+        /// What the receiver was doing.
+        what: String,
+    },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransferError {
@@ -346,7 +354,7 @@ pub struct SendOptions {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub enum SendSecurity {
-    /// TLS 1.3 (protocol version 9), the receiver's key checked as [`Expect`] says; a
+    /// TLS 1.3 (protocol version 10), the receiver's key checked as [`Expect`] says; a
     /// receiver that does not encrypt is refused.
     Tls(Expect),
     /// No encryption; only a receiver that runs in plaintext takes it (an encrypting one
@@ -362,7 +370,7 @@ pub enum SendSecurity {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub enum RecvSecurity {
-    /// TLS 1.3 (protocol version 9) with this identity: senders that do not encrypt are
+    /// TLS 1.3 (protocol version 10) with this identity: senders that do not encrypt are
     /// told [`super::wire::ENCRYPTION_REQUIRED`] and refused.
     Tls(Arc<Identity>),
     /// No encryption; a sender that encrypts is refused.

@@ -129,7 +129,7 @@ fn secure(
 pub(crate) fn not_encrypted(e: TlsError) -> TransferError {
     match e {
         TlsError::HandshakeEof => TransferError::NotEncrypted(
-            "the sender closed the connection instead of starting TLS: it does not encrypt (a zcnet older than protocol version 9, or one run with --plaintext), and was told this receiver requires encryption".into(),
+            "the sender closed the connection instead of starting TLS: it does not encrypt (a zcnet older than protocol version 10, or one run with --plaintext), and was told this receiver requires encryption".into(),
         ),
         e => e.into(),
     }
@@ -204,6 +204,7 @@ fn receive_on(
             tally: Tally::new(progress),
             finisher: None,
             bound_at: 2 * MAX_LISTED_FAILURES,
+            holes: sparse::HoleBudget::default(),
         }
         .run()
     })
@@ -227,6 +228,8 @@ struct Receiving<'a, 'scope, 'env> {
     /// (so the cost per file stays constant), failures beyond the first ones are counted,
     /// not listed.
     bound_at: usize,
+    /// Below version 9, the holes this session may still have hashed as zeros.
+    holes: sparse::HoleBudget,
 }
 
 /// How the sender starts a `File`'s data after our `Ready`.
@@ -352,6 +355,15 @@ impl Receiving<'_, '_, '_> {
         let announced = (meta.size != STREAM_SIZE).then_some(meta.size);
         let mut inc = match self.store.begin(&name, announced, meta.verify) {
             Ok(i) => i,
+            Err(Refusal { message, .. }) if self.store.deadline_passed() => {
+                // Hashing what is on disk (for `--resume`) ran into the session's deadline.
+                let what = format!("hashing {name:?} to offer it for --resume ({message})");
+                let _ = self.reply_beside(&Frame::Refuse {
+                    code: Code::Busy,
+                    message: format!("the session's deadline passed while {what}"),
+                });
+                return Err(TransferError::DeadlinePassed { what });
+            }
             Err(Refusal { code, message }) => {
                 self.reply_beside(&Frame::Refuse {
                     code,
@@ -366,7 +378,7 @@ impl Receiving<'_, '_, '_> {
             offset: inc.offset(),
             prefix: inc.prefix(),
         })?;
-        let (start, extents) = match self.read_start(announced)? {
+        let (start, extents) = match self.read_start(announced, meta.verify)? {
             StartFrame::At(start, extents) => (start, extents),
             StartFrame::Abort(message) => {
                 // As the protocol says: the file's data is discarded, its space released.
@@ -421,14 +433,30 @@ impl Receiving<'_, '_, '_> {
         self.finish_now(staged)
     }
 
-    /// The frame that starts a `File`'s data after our `Ready`.
-    fn read_start(&mut self, announced: Option<u64>) -> Result<StartFrame, TransferError> {
+    /// The frame that starts a `File`'s data after our `Ready`. Below version 9 a verified
+    /// sparse file's holes are hashed as zeros, so they must fit the session's budget
+    /// ([`sparse::HoleBudget`]) or the session ends before any is read.
+    fn read_start(
+        &mut self,
+        announced: Option<u64>,
+        verify: bool,
+    ) -> Result<StartFrame, TransferError> {
         Ok(match self.chan.read_frame()? {
             Some(Frame::Start { offset }) => StartFrame::At(offset, None),
             Some(Frame::StartSparse { offset, extents })
                 if self.features.sparse && announced.is_some() =>
             {
-                sparse::check_extents(&extents, offset, announced.unwrap_or(0))?;
+                let size = announced.unwrap_or(0);
+                sparse::check_extents(&extents, offset, size)?;
+                if verify && !self.features.sparse_digest {
+                    if let Err(why) = self.holes.take(&extents, offset, size) {
+                        let _ = self.reply_beside(&Frame::Refuse {
+                            code: Code::Protocol,
+                            message: why.clone(),
+                        });
+                        return Err(TransferError::Refused(why));
+                    }
+                }
                 StartFrame::At(offset, Some(extents))
             }
             Some(Frame::Abort { message }) => StartFrame::Abort(message),
@@ -465,14 +493,30 @@ impl Receiving<'_, '_, '_> {
             None => vec![(start, size - start)],
         };
         // Verified as it lands; without a hasher (it could not start) the check reads the
-        // file back instead. Holes read back as zeros, so the landing hash may run over
-        // them once the data after them has landed.
+        // file back instead. Up to version 8 holes read back as zeros, so the landing hash
+        // may run over them once the data after them has landed; from 9 a sparse file's
+        // hash is its digest, over the extents only, and the holes are never read.
         let landing = if verify {
-            match inc.take_prefix_state() {
-                Some((kept, h)) if kept == start => LandingHash::resume(inc.file(), kept, h),
-                _ => LandingHash::start(inc.file()),
+            let kept = inc.take_prefix_state();
+            if !dense && self.features.sparse_digest {
+                // The kept prefix's hash (`start` is 0 or the offset we offered).
+                let prefix = match kept {
+                    Some((k, h)) if k == start => *h.finalize().as_bytes(),
+                    _ => match inc.prefix() {
+                        Some(p) if start > 0 => p,
+                        _ => *blake3::hash(b"").as_bytes(),
+                    },
+                };
+                inc.sparse_digest(start, prefix, ranges.clone());
+                let head = sparse::digest_head(size, start, &prefix, &ranges);
+                LandingHash::spans(inc.file(), start, ranges.clone(), head).ok()
+            } else {
+                match kept {
+                    Some((kept, h)) if kept == start => LandingHash::resume(inc.file(), kept, h),
+                    _ => LandingHash::start(inc.file()),
+                }
+                .ok()
             }
-            .ok()
         } else {
             None
         };

@@ -197,13 +197,13 @@ fn handshake(
     let (auth_required, rnonce, theirs) = receiver_hello(chan)?;
     // The newest version both speak: a version-1 receiver is served one file at a time.
     let version = theirs.min(VERSION).min(opts.max_version).max(MIN_VERSION);
-    if secured.is_some() && version < ENCRYPTED_FROM {
+    let features = Features::of(version);
+    if secured.is_some() && !features.tls {
         return Err(TransferError::Version {
             ours: version,
             theirs,
         });
     }
-    let features = Features::of(version);
     if auth_required && opts.token.is_some() && !features.authenticated {
         // Before version 8 the proofs do not cover the version: a `Hello` lowered on the
         // way would pass unseen, so the token is not proved in such a session.
@@ -240,7 +240,7 @@ fn handshake(
     };
     let join_bytes = join.as_ref().map(Frame::to_bytes).unwrap_or_default();
     // Both proofs cover the handshake as this end saw and sent it (version 8), and over TLS
-    // the channel's exporter value too (version 9).
+    // the channel's exporter value too (version 10).
     let transcript = match &secured {
         Some((_, binding, _)) => {
             auth::bound_transcript(binding, &receiver_hello, &sender_hello, &join_bytes)
@@ -507,7 +507,9 @@ impl Sending<'_> {
         let (start, kept) = resume_point(&file, size, offer, prefix);
         let extents = self.announce_start(&out, start)?;
         self.tally.start(name, Some(size), start);
-        let hash = self.send_data(&out, start, kept, &extents)?;
+        // `StartSparse` went out exactly when the extents are not the whole rest of the file.
+        let digest = self.features.sparse_digest && extents != [(start, size - start)];
+        let hash = self.send_data(&out, start, kept, &extents, digest)?;
         let verified = hash.is_some();
         self.chan.send_frame(&Frame::Trailer { hash })?;
         Ok(Sent::Trailer {
@@ -546,14 +548,17 @@ impl Sending<'_> {
     }
 
     /// Sends `extents` of the file by `sendfile` while a second thread hashes the whole
-    /// file from the page cache (going on from the resumed prefix's state `kept`); the hash
-    /// when one was asked for. A file that shrank or grew meanwhile fails the session.
+    /// file from the page cache (going on from the resumed prefix's state `kept`) — or with
+    /// `digest` (a sparse file, version 9) only its extents, into its sparse digest; the hash
+    /// when one was asked for. A file that shrank or grew meanwhile, or whose holes moved
+    /// (data written into one would be in no hash), fails the session.
     fn send_data(
         &mut self,
         out: &Outgoing<'_>,
         start: u64,
         kept: Option<blake3::Hasher>,
         extents: &[(u64, u64)],
+        digest: bool,
     ) -> Result<Option<[u8; 32]>, TransferError> {
         let Outgoing {
             file,
@@ -566,6 +571,11 @@ impl Sending<'_> {
             let hasher = self.opts.verify.then(|| {
                 s.spawn(|| {
                     let mut h = kept.unwrap_or_default();
+                    if digest {
+                        // `h` is the kept prefix's state (of no bytes from 0).
+                        let prefix = *h.finalize().as_bytes();
+                        return sparse::digest(file, size, start, &prefix, extents);
+                    }
                     hash_range(file, &mut h, start, size).map(|()| *h.finalize().as_bytes())
                 })
             });
@@ -597,6 +607,17 @@ impl Sending<'_> {
                     expected: size,
                     now,
                 });
+            }
+            if digest && self.opts.verify {
+                let again = sparse::data_extents(file, start, size)
+                    .map_err(io_err(format!("finding the holes of {}", path.display())))?;
+                if again.as_deref() != Some(extents) {
+                    return Err(io_err(format!("sending {}", path.display()))(
+                        io::Error::other(
+                            "its holes changed while it was sent (data written into a hole is in no hash); the receiver keeps no final file",
+                        ),
+                    ));
+                }
             }
             join_hasher(hasher, path)
         })

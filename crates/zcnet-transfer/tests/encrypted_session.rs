@@ -3,13 +3,15 @@
 //! receiver, a receiver that is not the pinned key is refused, a sender and a receiver that
 //! disagree about encryption both stop and say why (never a silent downgrade), a wrong
 //! token fails both ways with the proofs bound to the TLS channel; streams (each its own TLS
-//! connection), ranges and resume work encrypted; a proxy that flips a data byte fails both
+//! connection), ranges, resume (a token's holder through the server too) and a sparse file
+//! verified by its extents work encrypted; a proxy that flips a data byte fails both
 //! ends and one that strips or rewrites the preamble is refused; the kTLS attempt is counted
 //! once per connection with the kernel's reason.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::symlink;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -21,7 +23,7 @@ use zcnet_transfer::session::{
     receive_session, send_session, Progress, RecvOptions, RecvSecurity, SendOptions, SendSecurity,
     SessionReport, Source, TransferError,
 };
-use zcnet_transfer::store::{Store, StoreOptions};
+use zcnet_transfer::store::{SenderId, Store, StoreOptions};
 use zcnet_transfer::tls::{Expect, Identity, Refusal, TlsError, Trust};
 use zcnet_transfer::wire::{Frame, ENCRYPTION_REQUIRED};
 
@@ -547,6 +549,101 @@ fn resume_goes_encrypted_and_sends_only_the_tail() {
         assert!(r.files[0].verified);
         assert!(std::fs::read(dst.path().join("r")).unwrap() == whole);
     }
+}
+
+/// `--resume` through the server inside TLS with a token: the sender proves the token the
+/// partial file was started under (inside TLS, bound to the channel), so it is offered the
+/// prefix hash (version 9's rule: a prefix only for a sender that proves it owns it) and
+/// sends only the tail.
+#[test]
+fn the_tokens_holder_resumes_through_the_server_inside_tls() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let f = src.path().join("mine");
+    make_file(&f, 3 << 20, 11);
+    let whole = std::fs::read(&f).unwrap();
+    let token = b"the holder's token".to_vec();
+    let holder = SenderId {
+        address: Some("127.0.0.1".parse().unwrap()),
+        token: Some(token.clone()),
+    };
+    let owner = Store::open_for(dst.path(), StoreOptions::default(), None, &holder)
+        .unwrap()
+        .owner()
+        .to_string();
+    std::fs::write(
+        dst.path().join(format!("mine.{owner}.0000beef.partial")),
+        &whole[..1 << 20],
+    )
+    .unwrap();
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut cfg = ServerConfig::default();
+    cfg.security = RecvSecurity::Tls(id);
+    cfg.once = true;
+    cfg.token = Some(token.clone());
+    cfg.store.resume = true;
+    cfg.idle_timeout = Duration::from_secs(20);
+    let d = dst.path().to_path_buf();
+    let server = std::thread::spawn(move || {
+        let stop = AtomicBool::new(false);
+        serve(listener, &d, cfg, &stop, Arc::new(Log::default())).unwrap()
+    });
+    let r = send_to(
+        addr,
+        vec![file(&f, "mine")],
+        &tls_opts(Expect::Pinned(fp), Some(&token)),
+    )
+    .unwrap();
+    server.join().unwrap().unwrap().unwrap();
+    assert_eq!(r.files[0].result, Ok(()));
+    assert!(r.files[0].verified);
+    assert_eq!(r.files[0].bytes, 2 << 20, "only the tail crossed the wire");
+    assert!(std::fs::read(dst.path().join("mine")).unwrap() == whole);
+}
+
+/// A sparse file inside TLS: version 10 carries version 9's sparse digest, so the file is
+/// verified by its extents (both ends agree on the digest through the TLS channel), its
+/// holes are neither sent nor written, and it arrives byte for byte.
+#[test]
+fn a_sparse_file_goes_encrypted_verified_by_its_extents() {
+    const MIB: u64 = 1 << 20;
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let path = src.path().join("sparse.img");
+    let f = std::fs::File::create(&path).unwrap();
+    f.write_all_at(pattern(1, MIB as usize), 8 * MIB).unwrap();
+    f.write_all_at(pattern(2, (3 * MIB / 2) as usize), 30 * MIB)
+        .unwrap();
+    f.set_len(64 * MIB).unwrap();
+    drop(f);
+    let allocated = std::fs::metadata(&path).unwrap().blocks() * 512;
+    if allocated > 8 * MIB {
+        zcnet_testbed::skip::skip_allowed(&format!("{} keeps no holes here", src.path().display()));
+        return;
+    }
+    let id = Arc::new(Identity::generate().unwrap());
+    let fp = id.fingerprint();
+    let server = Server::start(dst.path(), RecvSecurity::Tls(id), Some(b"tok"), false);
+    let r = send_to(
+        server.addr,
+        vec![file(&path, "sparse.img")],
+        &tls_opts(Expect::Pinned(fp), Some(b"tok")),
+    )
+    .unwrap();
+    server.stop();
+    assert_eq!(r.files[0].result, Ok(()));
+    assert!(r.files[0].verified);
+    let got = dst.path().join("sparse.img");
+    assert_eq!(std::fs::metadata(&got).unwrap().len(), 64 * MIB);
+    assert!(std::fs::read(&got).unwrap() == std::fs::read(&path).unwrap());
+    let blocks = std::fs::metadata(&got).unwrap().blocks() * 512;
+    assert!(
+        blocks <= allocated + MIB,
+        "the received file has {blocks} bytes allocated, the sent one {allocated}"
+    );
 }
 
 /// What a proxy does to the bytes going one way: given the offset of a chunk in its

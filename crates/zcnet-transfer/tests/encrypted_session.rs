@@ -553,7 +553,7 @@ fn resume_goes_encrypted_and_sends_only_the_tail() {
 
 /// `--resume` through the server inside TLS with a token: the sender proves the token the
 /// partial file was started under (inside TLS, bound to the channel), so it is offered the
-/// prefix hash (version 9's rule: a prefix only for a sender that proves it owns it) and
+/// prefix hash (issue 40's rule: a prefix only for a sender that proves it owns it) and
 /// sends only the tail.
 #[test]
 fn the_tokens_holder_resumes_through_the_server_inside_tls() {
@@ -736,8 +736,8 @@ fn a_flipped_data_byte_fails_both_ends_and_leaves_no_final_file() {
 }
 
 /// A relay that rewrites the receiver's first bytes into a plaintext receiver's `Hello`
-/// (version 9, the last before TLS: an older one), or drops them, cannot make an encrypting sender send in
-/// the clear: it stops, and the receiver gets nothing.
+/// (version 9, the last before TLS: an older one), or drops them, cannot make an
+/// encrypting sender send in the clear: it stops, and the receiver gets nothing.
 #[test]
 fn a_relay_that_strips_or_downgrades_the_preamble_is_refused() {
     let src = tempfile::tempdir().unwrap();

@@ -31,7 +31,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 use zcnet::cow::{self, CowPolicy};
 use zcnet::stream::Listener;
-use zcnet::zc::completion::Completions;
+use zcnet::zc::Completions;
 use zcnet::{Policy, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath};
 use zcnet_bench::cpu::{process_rusage, thread_rusage};
 use zcnet_sys::raw::socket;

@@ -31,7 +31,7 @@ use std::os::fd::AsFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use zcnet::stream::Listener;
-use zcnet::zc::completion::Completions;
+use zcnet::zc::Completions;
 use zcnet::{Policy, Pool, ReceiverConfig, RxPath, Sender, SenderConfig, TxBuf, TxPath};
 use zcnet_bench::cpu::{thread_rusage, CpuSeconds};
 use zcnet_sys::raw::socket;

@@ -14,8 +14,8 @@ use super::histogram::LatencySummary;
 use super::summary::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use zcnet::auto::profile::Spread;
 use zcnet::stats::StatsSnapshot;
+use zcnet::tuning::Spread;
 
 /// Version of the `--json` schema; bump on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// The median of `values`, or `None` when there is nothing (or something not finite) to
 /// take it of. An even count averages the middle two. The same statistic `auto`'s receive
 /// trial judges by, so it lives beside that.
-pub use zcnet::auto::median;
+pub use zcnet::tuning::median;
 
 /// Median and range of one measure over repeated runs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -633,7 +633,7 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     }
     // Sessions receive on the copy path with file data spliced, so the profile decides
     // nothing here; one that was refused is still worth saying, once.
-    let loaded = zcnet::auto::load::load(&zcnet::auto::ProfileSource::DefaultLocation, local.ip());
+    let loaded = zcnet::tuning::load(&zcnet::auto::ProfileSource::DefaultLocation, local.ip());
     warn_refused_profile(loaded.note.as_deref(), args.quiet);
     let observer = Arc::new(RecvLog {
         quiet: args.quiet,

@@ -6,8 +6,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::process::Stdio;
 use std::time::Duration;
-use zcnet::auto::load::host_key_for;
 use zcnet::auto::Profile;
+use zcnet::tuning::host_key_for;
 use zcnet::{RxPath, TxPath};
 use zcnet_bench::report::Report;
 

@@ -56,7 +56,7 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> Option<T> {
 pub fn write<T: Serialize>(path: &Path, facts: &T) -> std::io::Result<()> {
     let boot_id = boot_id().ok_or_else(|| std::io::Error::other("no boot id"))?;
     let text = serde_json::to_string(&Stamped { boot_id, facts }).map_err(std::io::Error::other)?;
-    zcnet::auto::profile::write_atomically(path, &text)
+    zcnet::tuning::write_atomically(path, &text)
 }
 
 #[cfg(test)]

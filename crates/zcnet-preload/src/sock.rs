@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use zcnet::cow::Protection;
 use zcnet::policy::CopiedDemotion;
-use zcnet::zc::completion::Completions;
+use zcnet::zc::Completions;
 use zcnet_sys::preload::real::with_fd;
 use zcnet_sys::raw::zerocopy::{read_errqueue, set_so_zerocopy, ErrqueueEntry};
 

@@ -1,6 +1,6 @@
 //! The per-send choice of a stream between copy and `MSG_ZEROCOPY`: zcnet's [`Policy`]
 //! (size, alignment, demotion after COPIED completions counted in bytes), then zcnet's
-//! run-time cost check ([`zcnet::auto::cost`]) — the same machinery as the blocking `auto`
+//! run-time cost check ([`zcnet::tuning::CostCheck`]) — the same machinery as the blocking `auto`
 //! path, with a clock that suits a task.
 //!
 //! Why the cost check: on loopback and across a veth pair the kernel copies zero-copy data
@@ -18,8 +18,9 @@
 //! that sum. Outside a window nothing is measured, so a trusted path pays no clock reads.
 //! This module is pure: the clock is the caller's.
 
-use zcnet::auto::{AutoStats, CostCheck, Route};
+use zcnet::auto::AutoStats;
 use zcnet::policy::TxDecision;
+use zcnet::tuning::{CostCheck, Route};
 use zcnet::{FallbackReason, Policy, TxPath};
 
 /// Where one send goes.

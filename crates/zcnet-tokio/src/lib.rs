@@ -95,7 +95,7 @@
 //! Whether a send goes zero-copy is zcnet's [`zcnet::Policy`] per operation, and every
 //! byte is counted in zcnet's [`zcnet::Stats`] (copied, zero-copy, copied anyway by the
 //! kernel, fallbacks by reason). The completion bookkeeping is zcnet's
-//! ([`zcnet::zc::completion`]); the syscalls are `zcnet-sys`'s. This crate has no `unsafe`.
+//! ([`zcnet::zc::Completions`]); the syscalls are `zcnet-sys`'s. This crate has no `unsafe`.
 //!
 //! Features: `hyper` and `axum` (default) for the HTTP glue; `afxdp` turns on zcnet's
 //! AF_XDP paths (aya), off by default here.

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{oneshot, Notify};
-use zcnet::msg::recv::{feed, prepare_socket};
 use zcnet::msg::wire::Layout;
+use zcnet::msg::{feed, prepare_socket};
 use zcnet::msg::{
     Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgRing, MsgStats, MsgTx, Outgoing, Reassembly,
     RingSend,

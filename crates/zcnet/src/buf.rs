@@ -17,7 +17,7 @@ use zcnet_sys::mem::{page_size, PageBuf};
 
 /// Pools of at least this many bytes are carved from huge pages ([`Pool::new_huge`]): a
 /// quarter of a 2 MiB huge page, so rounding up at most quadruples a small pool's memory.
-pub const HUGE_POOL_FROM: usize = 512 << 10;
+pub(crate) const HUGE_POOL_FROM: usize = 512 << 10;
 
 struct PoolInner {
     /// Carved from one mapping advised for huge pages ([`Pool::new_huge`]).
@@ -63,7 +63,7 @@ impl Pool {
         Self::from_bufs(bufs, buf_size, count, false)
     }
 
-    /// [`Pool::new`], but a pool of [`HUGE_POOL_FROM`] bytes or more is carved from one
+    /// [`Pool::new`], but a pool of `HUGE_POOL_FROM` bytes or more is carved from one
     /// mapping in 2 MiB huge pages where the kernel offers them
     /// ([`zcnet_sys::mem::PageBuf::carve_huge`]): a `MSG_ZEROCOPY` send pins its pages one
     /// reference per page, and a huge page is one page. For `sendmsg` senders only: on

@@ -77,9 +77,10 @@
 //! so a user of [`Sender`] compiles none of them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod auto;
-pub mod buf;
+pub(crate) mod buf;
 
 pub(crate) mod builder;
 mod call;
@@ -88,7 +89,7 @@ pub mod cow;
 pub mod error;
 #[doc(hidden)]
 pub mod fault;
-pub mod file;
+pub(crate) mod file;
 pub mod guide;
 pub mod lend;
 #[cfg(feature = "afxdp")]
@@ -97,10 +98,11 @@ pub mod msg;
 mod named;
 pub mod path;
 pub mod policy;
-pub mod rx;
+pub(crate) mod rx;
 pub mod stats;
 pub mod stream;
-pub mod tx;
+pub mod tuning;
+pub(crate) mod tx;
 #[cfg(feature = "afxdp")]
 pub mod xsk;
 pub mod zc;

@@ -26,7 +26,7 @@ pub enum TxPath {
     /// `SIGSEGV` handler that chains to any handler installed before it. See [`crate::cow`].
     Cow,
     /// Per operation, the path this host's profile measured cheapest for the size and
-    /// alignment, with hysteresis and online demotion ([`crate::auto`], [`crate::tx::auto`]); `copy`
+    /// alignment, with hysteresis and online demotion ([`crate::auto`], `crate::tx::auto`); `copy`
     /// where there is no profile.
     Auto,
 }
@@ -150,7 +150,7 @@ pub enum FallbackReason {
     DemotedUnmapped,
     /// Transmit, `auto`: the connection's own cost check found the wanted path costlier than
     /// copy in the sending thread's CPU per byte, so these bytes went by copy until the
-    /// check's back-off ran out ([`crate::auto::cost`]).
+    /// check's back-off ran out (`crate::auto::cost`).
     Costlier,
     /// AF_XDP (Lightweight Messages): the socket is bound in copy mode (`XDP_COPY`), because
     /// the driver has no XSK zero-copy (veth: `EOPNOTSUPP`); the kernel copies each frame

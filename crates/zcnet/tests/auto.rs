@@ -10,7 +10,8 @@ mod common;
 use common::{connect, listen, recv_pattern, send_pattern, timeout, veth_or_skip, Topo};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use zcnet::auto::{Measurement, Profile, ProfileSource, Spread};
+use zcnet::auto::{Profile, ProfileSource};
+use zcnet::tuning::{Measurement, Spread};
 use zcnet::{
     FallbackReason, Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapshot, TxPath,
 };
@@ -192,7 +193,7 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
     // sends. Which way its verdict goes is this machine's business (speed is not asserted);
     // that it measured, probed copy for exactly one window per check, and counted every
     // operation it moved, is asserted.
-    use zcnet::auto::cost::WINDOW_BYTES;
+    use zcnet::tuning::WINDOW_BYTES;
     let size = 64 * KIB;
     let cfg = auto_sender_config(tx_profile(TxPath::Zerocopy, Some(0.0)), size as usize);
     let ops = (4 * WINDOW_BYTES / size) as usize;
@@ -1007,7 +1008,7 @@ fn a_receiver_trying_uring_hands_the_socket_to_splice_and_back_with_every_byte()
 #[test]
 fn send_file_takes_the_mode_the_profile_measured_cheaper() {
     use std::io::Write as _;
-    use zcnet::auto::FilePair;
+    use zcnet::tuning::FilePair;
     use zcnet::FileTxMode;
     let file_row = |mode, size, median| {
         row(

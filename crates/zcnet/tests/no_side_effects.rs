@@ -14,7 +14,8 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use zcnet::auto::{Measurement, Profile, Spread};
+use zcnet::auto::Profile;
+use zcnet::tuning::{Measurement, Spread};
 use zcnet::{Listener, Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, TxPath};
 use zcnet_testbed::pattern::{pattern, Verifier};
 
@@ -41,7 +42,7 @@ fn row<P>(path: P, size: u64, median: f64) -> Measurement<P> {
 /// A profile valid for this host's loopback that sends every size with zero-copy (0.1
 /// against copy's 1.0) and receives with copy.
 fn odd_profile() -> Profile {
-    let key = zcnet::auto::load::host_key_for(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let key = zcnet::tuning::host_key_for(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
     let mut tx = Vec::new();
     let mut rx = Vec::new();
     for size in [4 << 10, 64 << 10, 1 << 20, 4 << 20] {

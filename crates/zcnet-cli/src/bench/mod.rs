@@ -837,9 +837,9 @@ fn twin_pair(txs: &[String], rxs: &[String]) -> Option<(String, String)> {
     if !auto(txs) || !auto(rxs) {
         return None;
     }
-    use zcnet::auto::AutoPath as _;
+    use zcnet::tuning::AutoPath as _;
     let is_pair = |t: &String, r: &String| {
-        zcnet::auto::pair::PathPair::from_name(&format!("{t}/{r}")).is_some()
+        zcnet::tuning::PathPair::from_name(&format!("{t}/{r}")).is_some()
             && !(t == "auto" || r == "auto")
     };
     let pairs = || {

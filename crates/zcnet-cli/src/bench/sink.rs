@@ -15,7 +15,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::zc::completion::Completions;
+use zcnet::zc::Completions;
 use zcnet::{FallbackReason, Pool, Stats, TxBuf};
 use zcnet_bench::cpu::{thread_rusage, CpuSeconds, SystemCpu};
 use zcnet_bench::histogram::LatencyHistogram;

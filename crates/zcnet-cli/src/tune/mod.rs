@@ -40,11 +40,10 @@ mod race;
 
 use crate::bench::{self, BenchError, Env, RunSpec, Topology};
 use std::path::{Path, PathBuf};
-use zcnet::auto::load::host_key_for;
-use zcnet::auto::pair::{self, PairMeasurement, PathPair};
-use zcnet::auto::profile::{Created, SCHEMA};
-use zcnet::auto::{
-    AutoPath, Chooser, FilePair, HostKey, Measurement, Profile, Topology as ProfileTopology,
+use zcnet::tuning::{self, host_key_for, PairMeasurement, PathPair};
+use zcnet::tuning::{
+    AutoPath, Chooser, Created, FilePair, HostKey, Measurement, Profile,
+    Topology as ProfileTopology, SCHEMA,
 };
 use zcnet::{RxPath, TxPath};
 use zcnet_bench::measure::{file_rows, pair_rows, profile_rows};
@@ -218,7 +217,7 @@ fn plan(args: &Args, env: &Env) -> Result<Vec<RunSpec>, BenchError> {
 fn recheck_points(pairs: &[PairMeasurement], sizes: &[u64], touches: &[bool]) -> Vec<(u64, bool)> {
     let mut out = Vec::new();
     for &touch in touches {
-        let c = pair::chooser(pairs, touch);
+        let c = tuning::pair_chooser(pairs, touch);
         let chosen: Vec<PathPair> = sizes.iter().map(|&s| c.choose(s, true).path).collect();
         for (i, &size) in sizes.iter().enumerate() {
             let crossover = (i > 0 && chosen[i - 1] != chosen[i])
@@ -393,7 +392,7 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
             Some(p) => p.clone(),
             None => profile_dir(args)?.join(Profile::file_name(&key.interface, key.mtu)),
         };
-        zcnet::auto::profile::write_atomically(&path, &profile.to_json())
+        zcnet::tuning::write_atomically(&path, &profile.to_json())
             .map_err(|e| BenchError::io_owned(format!("writing {}", path.display()), e))?;
         written.push(path);
     }
@@ -423,7 +422,7 @@ fn file_summary(
 ) -> String {
     let mut s = String::new();
     for &touch in touches {
-        let Some(c) = zcnet::auto::file::chooser(file, pairs, touch) else {
+        let Some(c) = zcnet::tuning::file_chooser(file, pairs, touch) else {
             continue;
         };
         let picks: Vec<String> = sizes
@@ -459,8 +458,8 @@ fn flips(
     points
         .iter()
         .filter_map(|&(size, touch)| {
-            let a = pair::chooser(first, touch).choose(size, true).path;
-            let b = pair::chooser(merged, touch).choose(size, true).path;
+            let a = tuning::pair_chooser(first, touch).choose(size, true).path;
+            let b = tuning::pair_chooser(merged, touch).choose(size, true).path;
             (a != b).then_some((size, touch, a, b))
         })
         .collect()
@@ -561,7 +560,7 @@ fn table<P: AutoPath>(what: &str, rows: &[Measurement<P>], touch: bool) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zcnet::auto::Spread;
+    use zcnet::tuning::Spread;
 
     const KIB: u64 = 1024;
 
@@ -606,7 +605,7 @@ mod tests {
     fn a_point_the_first_pass_could_not_order_is_rechecked_though_copy_won_it() {
         let t = table();
         let sizes = [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB];
-        let c = pair::chooser(&t, false);
+        let c = tuning::pair_chooser(&t, false);
         assert!(sizes
             .iter()
             .all(|&s| c.choose(s, true).path == PathPair::DEFAULT));

@@ -2,7 +2,7 @@
 //!
 //! Why: where pairs lie within a few per cent of each other, three 0.25-s runs cannot order
 //! them, and `auto → auto` aims both ends at the cheapest *median* of the table
-//! (`zcnet::auto::pair::aimed`). Over veth at 16 KiB a first pass put `zerocopy → uring`
+//! (`zcnet::tuning::aimed`). Over veth at 16 KiB a first pass put `zerocopy → uring`
 //! cheapest (1.969 s/GiB over three runs); measured side by side it was the dearest of six
 //! (2.953, against `copy → mmap` 2.205), and `auto → auto` aimed at it ran 13.7 % over
 //! `copy → mmap` in a 15-run sitting. The same profile aimed at `copy → mmap` instead put
@@ -22,8 +22,7 @@
 //! ([`Race::superseded`] drops their first-pass runs), so the medians `auto` compares there
 //! are of runs of one length, taken side by side.
 
-use zcnet::auto::pair::{self, PairMeasurement, PathPair};
-use zcnet::auto::{median, AutoPath};
+use zcnet::tuning::{self, median, AutoPath, PairMeasurement, PathPair};
 use zcnet_bench::measure::{run_cost, tabled};
 use zcnet_bench::report::Run;
 use zcnet_bench::sizes::ByteSize;
@@ -43,7 +42,7 @@ pub const PRUNE_ABOVE: f64 = 0.10;
 /// The pairs to race at one point: the chosen pair, `copy → copy`, and the [`CONTENDERS`]
 /// cheapest others by first-pass median; sorted by name, without repeats.
 pub fn contenders(pairs: &[PairMeasurement], size: u64, touch: bool) -> Vec<PathPair> {
-    let chosen = pair::chooser(pairs, touch).choose(size, true).path;
+    let chosen = tuning::pair_chooser(pairs, touch).choose(size, true).path;
     let mut at: Vec<&PairMeasurement> = pairs
         .iter()
         .filter(|p| p.size == size && p.touch == touch)
@@ -297,7 +296,7 @@ fn prune(p: &mut Point, rounds: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zcnet::auto::Spread;
+    use zcnet::tuning::Spread;
     use zcnet::{RxPath as R, TxPath as T};
 
     const K16: u64 = 16 * 1024;

@@ -32,26 +32,26 @@ use super::AutoPath;
 /// many thousand thread-clock nanoseconds, so one scheduling hiccup is a small error.
 pub const WINDOW_BYTES: u64 = 16 << 20;
 /// How much more than copy the wanted path may cost before the connection leaves it.
-pub const MARGIN: f64 = 0.05;
+pub(crate) const MARGIN: f64 = 0.05;
 /// Windows between a good verdict and the next check; doubles after each good verdict up
 /// to [`MAX_RECHECK_WINDOWS`]. A good verdict can be noise, and trusting a costlier path
 /// longer costs more than checking a cheaper one again, so this cap is low.
-pub const RECHECK_WINDOWS: u64 = 8;
+pub(crate) const RECHECK_WINDOWS: u64 = 8;
 /// Cap on the gap after good verdicts (1 GiB with the default window).
-pub const MAX_RECHECK_WINDOWS: u64 = 64;
+pub(crate) const MAX_RECHECK_WINDOWS: u64 = 64;
 /// Costlier verdicts in a row before [`CostCheck::new`] leaves a path.
-pub const CONFIRM: u32 = 2;
+pub(crate) const CONFIRM: u32 = 2;
 /// Windows a costlier path stays demoted at first; doubles while the verdict stands.
-pub const BACKOFF_WINDOWS: u64 = 16;
+pub(crate) const BACKOFF_WINDOWS: u64 = 16;
 /// Cap on the back-off, in windows (16 GiB with the default window).
-pub const MAX_GAP_WINDOWS: u64 = 1024;
+pub(crate) const MAX_GAP_WINDOWS: u64 = 1024;
 /// Bytes per window when a path found costlier is measured again after its back-off: the
 /// verdict stood once already and a path that cost more keeps costing more, so a short
 /// window suffices to see that it still does — 2 MiB of it on the wanted path against a
 /// back-off of at least 256 MiB is under 0.8 % of the bytes, and half that after each
 /// doubling (a full window, 16 MiB, was 6 %). A short window that finds the path no
 /// dearer is not trusted on its own: full windows measure again before the path is.
-pub const REMEASURE_BYTES: u64 = 2 << 20;
+pub(crate) const REMEASURE_BYTES: u64 = 2 << 20;
 
 /// Why an operation was routed where it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +124,7 @@ pub struct CostCheck<P> {
 }
 
 impl<P: AutoPath> CostCheck<P> {
-    /// With the defaults above, leaving a path after [`CONFIRM`] costlier verdicts in a
+    /// With the defaults above, leaving a path after `CONFIRM` costlier verdicts in a
     /// row; `fallback` is the copy path.
     pub fn new(fallback: P) -> Self {
         Self::with(
@@ -171,7 +171,7 @@ impl<P: AutoPath> CostCheck<P> {
     }
 
     /// Measures a path found costlier again, after its back-off, in windows of `bytes`
-    /// (at most the full window; see [`REMEASURE_BYTES`]): dearer again, it backs off
+    /// (at most the full window; see `REMEASURE_BYTES`): dearer again, it backs off
     /// twice as long at once; not dearer, full windows measure it again before it is
     /// trusted.
     pub fn remeasure(mut self, bytes: u64) -> Self {
@@ -182,7 +182,7 @@ impl<P: AutoPath> CostCheck<P> {
     /// Continues as after `good` good comparisons in a row: the first check comes after the
     /// gap those would have grown it to (doubling from the first recheck gap, up to its cap),
     /// and the gaps grow on from there. For a path already measured against copy on this
-    /// connection — a receive trial's pick ([`super::trial`]), cheaper than copy in the
+    /// connection — a receive trial's pick (`super::trial`), cheaper than copy in the
     /// median of its rounds — checking it again soon would repeat that measurement, and each
     /// check runs two windows on copy: where copy costs twice the pick (veth at 256 KiB),
     /// checks after 8, 16 and 32 windows put 6 % of a 2 GiB connection on it.

@@ -19,17 +19,17 @@ use super::{AutoPath, AutoStats};
 use serde::Serialize;
 
 /// Consecutive `COPIED` reports that demote a path expected to go zero-copy.
-pub const DEMOTE_AFTER: u32 = 64;
+pub(crate) const DEMOTE_AFTER: u32 = 64;
 /// Operations a demoted path waits before it is re-probed; doubles after each failed probe.
-pub const REPROBE_AFTER_OPS: u64 = 1024;
+pub(crate) const REPROBE_AFTER_OPS: u64 = 1024;
 /// Cap on the re-probe back-off, in operations.
-pub const MAX_REPROBE_AFTER_OPS: u64 = 64 * 1024;
+pub(crate) const MAX_REPROBE_AFTER_OPS: u64 = 64 * 1024;
 
 /// Why a path was demoted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum DemotionReason {
+pub(crate) enum DemotionReason {
     /// Transmit completions came back `COPIED`.
     TxCopied,
     /// Receive calls mapped nothing.
@@ -38,7 +38,7 @@ pub enum DemotionReason {
 
 /// What one operation on a path showed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Report {
+pub(crate) enum Report {
     /// The path did what it is for (a completion without `COPIED`, a receive that mapped).
     Good,
     /// It did not, and why.
@@ -47,7 +47,7 @@ pub enum Report {
 
 /// The path an operation may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admit<P> {
+pub(crate) struct Admit<P> {
     /// The path to use.
     pub path: P,
     /// Whether this operation re-probes a demoted path (its report decides promotion).
@@ -63,7 +63,7 @@ enum Health {
 
 /// One connection's demotion state for every path it has used.
 #[derive(Debug, Clone)]
-pub struct Demotion<P> {
+pub(crate) struct Demotion<P> {
     threshold: u32,
     backoff: u64,
     max_backoff: u64,
@@ -74,7 +74,7 @@ impl<P: AutoPath> Demotion<P> {
     /// Demote after `threshold` (at least 1) consecutive bad reports; re-probe `backoff`
     /// ticks (at least 1) after a demotion, doubling after each failed re-probe up to
     /// `max_backoff`.
-    pub fn new(threshold: u32, backoff: u64, max_backoff: u64) -> Self {
+    pub(crate) fn new(threshold: u32, backoff: u64, max_backoff: u64) -> Self {
         let backoff = backoff.max(1);
         Demotion {
             threshold: threshold.max(1),
@@ -97,7 +97,7 @@ impl<P: AutoPath> Demotion<P> {
 
     /// Whether `path` is demoted (or being re-probed) on this connection (tests read it).
     #[cfg(test)]
-    pub fn is_demoted(&self, path: P) -> bool {
+    pub(crate) fn is_demoted(&self, path: P) -> bool {
         self.health
             .iter()
             .any(|(p, h)| *p == path && !matches!(h, Health::Good { .. }))
@@ -105,7 +105,13 @@ impl<P: AutoPath> Demotion<P> {
 
     /// The path an operation that wants `wanted` takes at tick `now`: `wanted` unless it is
     /// demoted and not yet due for a re-probe, then `fallback` (counted).
-    pub fn admit(&mut self, wanted: P, fallback: P, now: u64, stats: &mut AutoStats) -> Admit<P> {
+    pub(crate) fn admit(
+        &mut self,
+        wanted: P,
+        fallback: P,
+        now: u64,
+        stats: &mut AutoStats,
+    ) -> Admit<P> {
         if wanted == fallback {
             return Admit {
                 path: wanted,
@@ -142,7 +148,13 @@ impl<P: AutoPath> Demotion<P> {
 
     /// Records what an operation on `path` showed at tick `now`; returns `true` if this
     /// report demoted the path (the caller should leave it, e.g. `super::Hysteresis::force`).
-    pub fn report(&mut self, path: P, report: Report, now: u64, stats: &mut AutoStats) -> bool {
+    pub(crate) fn report(
+        &mut self,
+        path: P,
+        report: Report,
+        now: u64,
+        stats: &mut AutoStats,
+    ) -> bool {
         let (threshold, base, max) = (self.threshold, self.backoff, self.max_backoff);
         let h = self.health(path);
         match (*h, report) {

@@ -30,7 +30,7 @@ pub fn chooser(
 
 /// At each measured size, each mode's cost into the receive path an `auto` receiver would
 /// use there. Sizes without a `read_send` row into that receiver are left out (no baseline).
-pub fn rows(
+pub(crate) fn rows(
     file: &[Measurement<FilePair>],
     pairs: &[PairMeasurement],
     touch: bool,

@@ -12,7 +12,7 @@ use super::{AutoPath, AutoStats};
 
 /// One stream's current path and the run of operations that preferred another.
 #[derive(Debug, Clone)]
-pub struct Hysteresis<P> {
+pub(crate) struct Hysteresis<P> {
     current: P,
     pending: Option<(P, u32)>,
     threshold: u32,
@@ -21,7 +21,7 @@ pub struct Hysteresis<P> {
 impl<P: AutoPath> Hysteresis<P> {
     /// Starts on `initial`; a switch needs `threshold` consecutive votes (at least 1, which
     /// means no hysteresis).
-    pub fn new(initial: P, threshold: u32) -> Self {
+    pub(crate) fn new(initial: P, threshold: u32) -> Self {
         Hysteresis {
             current: initial,
             pending: None,
@@ -31,13 +31,13 @@ impl<P: AutoPath> Hysteresis<P> {
 
     /// The path the stream is on (tests read it).
     #[cfg(test)]
-    pub fn current(&self) -> P {
+    pub(crate) fn current(&self) -> P {
         self.current
     }
 
     /// One operation preferred `preferred`: returns the path it takes, counting holds and
     /// switches in `stats`.
-    pub fn observe(&mut self, preferred: P, stats: &mut AutoStats) -> P {
+    pub(crate) fn observe(&mut self, preferred: P, stats: &mut AutoStats) -> P {
         if preferred == self.current {
             self.pending = None;
             return self.current;
@@ -59,7 +59,7 @@ impl<P: AutoPath> Hysteresis<P> {
 
     /// Moves to `path` at once (the current path was demoted), counted as a switch (tests).
     #[cfg(test)]
-    pub fn force(&mut self, path: P, stats: &mut AutoStats) {
+    pub(crate) fn force(&mut self, path: P, stats: &mut AutoStats) {
         self.pending = None;
         if path != self.current {
             self.current = path;

@@ -7,70 +7,70 @@
 //! alignment; zcnet chooses per operation from what `zcnet tune` measured on this host.
 //!
 //! This module is pure code in the quinn-proto manner — no sockets, no clocks, no environment
-//! reads — except [`load`], which finds a connection's profile, and `peer`, which shows a
+//! reads — except `load`, which finds a connection's profile, and `peer`, which shows a
 //! sender's CPU clock to a receiver on the same host. The parts:
 //!
-//! * [`profile`]: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
+//! * `profile`: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
 //!   interface and MTU so a profile from another host or NIC is refused, not applied.
-//! * [`pair`]: transmit × receive pairs measured with both ends on this host, and each
+//! * `pair`: transmit × receive pairs measured with both ends on this host, and each
 //!   end's half of the cheapest pair (the two ends' costs do not add up).
-//! * [`choose`]: a [`Chooser`] that answers, per operation size and alignment, the cheapest
+//! * `choose`: a `Chooser` that answers, per operation size and alignment, the cheapest
 //!   measured path, preferring the conservative default (`copy`) unless another path is
 //!   cheaper beyond the measured spread; and the crossovers where the answer changes.
 //! * `hysteresis`: per-stream state so a stream whose sizes hover around a crossover does
 //!   not flap between paths.
 //! * `demotion`: online demotion of a path the connection reports as not paying (`COPIED`
 //!   completions on transmit, receive calls that map nothing) and periodic re-probing.
-//! * [`cost`]: the run-time check, on both ends: a window of bytes on the wanted path, one on
+//! * `cost`: the run-time check, on both ends: a window of bytes on the wanted path, one on
 //!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
 //!   for a back-off, so a stale or foreign profile costs a probe, not a transfer. The clock
 //!   is the caller's.
 //!
 //! * `zcnet_bench::measure`: profile tables from bench runs, and `auto`'s gap to the best single path.
-//! * [`load`]: the connection's profile from the default location ([`ProfileSource`]).
-//! * [`trial`]: without a profile, a receiver's candidate paths and copy measured in
+//! * `load`: the connection's profile from the default location ([`ProfileSource`]).
+//! * `trial`: without a profile, a receiver's candidate paths and copy measured in
 //!   interleaved rounds on the connection itself; a candidate replaces copy only if the
 //!   median of its paired comparisons beats copy by the margin.
 //! * `peer`: a sender's card naming its sending thread and counting its bytes, so that a
 //!   receiver on the same host adds that thread's CPU time per byte to its own and its trial
 //!   judges the pair.
 //!
-//! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a [`Chooser`]
-//! for loaned buffers and one for `send_slice` (from the profile, or [`Chooser::defaults`]
+//! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a `Chooser`
+//! for loaned buffers and one for `send_slice` (from the profile, or `Chooser::defaults`
 //! without one), a `Hysteresis` per kind of operation, a `Demotion` and per-operation
 //! [`AutoStats`] added to `Stats`. Per operation: `chooser.choose(size, aligned)` → record the
-//! [`Choice`] → `hysteresis.observe` → `demotion.admit` → `cost.route` → send on the path it
+//! `Choice` → `hysteresis.observe` → `demotion.admit` → `cost.route` → send on the path it
 //! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
 //! measured the path not copying) and the bytes to `cost.after`. A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
-//! operation size (its half of the cheapest [`pair`] where the profile has pairs; without a
-//! profile it measures `uring`, `mmap` and copy in interleaved rounds, [`trial`]), then runs the same cost check on its own thread, reading with
+//! operation size (its half of the cheapest `pair` where the profile has pairs; without a
+//! profile it measures `uring`, `mmap` and copy in interleaved rounds, `trial`), then runs the same cost check on its own thread, reading with
 //! plain `recv` while the check says copy (`crate::rx::auto`), and, on `mmap`, demotes to
 //! plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
 
-// The decision's machinery is internal: tools read decisions through `AutoStats`, and set
-// them up through `ProfileSource` and `Profile` (issue 43: a curated public API).
-pub mod choose;
-pub mod cost;
+// The decision's machinery is internal (issue 43: a curated public API). Applications
+// read decisions through `AutoStats` and choose a profile with `ProfileSource`; tools that
+// measure a host and write its profile (`zcnet tune`, `zcnet bench`, zcnet-bench) reach
+// the rest through `crate::tuning`.
+pub(crate) mod choose;
+pub(crate) mod cost;
 pub(crate) mod demotion;
-pub mod file;
+pub(crate) mod file;
 pub(crate) mod hysteresis;
-pub mod load;
+pub(crate) mod load;
 pub(crate) mod memory;
-pub mod pair;
+pub(crate) mod pair;
 pub(crate) mod peer;
-pub mod profile;
-pub mod trial;
+pub(crate) mod profile;
+pub(crate) mod trial;
 
-pub use choose::{Choice, ChoiceReason, Chooser, Crossover};
-pub use cost::{CostCheck, Route, Verdict};
+pub(crate) use choose::{Choice, ChoiceReason, Chooser};
+pub(crate) use cost::{CostCheck, Route};
 pub(crate) use demotion::{Demotion, DemotionReason, Report};
 pub(crate) use hysteresis::Hysteresis;
-pub use load::{Loaded, ProfileSource};
-pub use profile::{
-    FilePair, HostKey, Measurement, PairMeasurement, PathPair, Profile, ProfileError, Spread,
-    Topology,
-};
+pub use load::ProfileSource;
+pub(crate) use profile::Measurement;
+pub use profile::Profile;
 
 use crate::path::RxPath;
 use crate::path::TxPath;
@@ -164,7 +164,7 @@ plain AutoStats {
     /// Re-demotions: a re-probe reported bad (the back-off doubles).
     redemotions,
     /// Run-time cost checks completed: a window on the wanted path, then one on copy,
-    /// compared in the sending thread's CPU per byte ([`cost`]).
+    /// compared in the sending thread's CPU per byte (`cost`).
     cost_checks,
     /// Checks that found the wanted path costlier than copy: it was left for a back-off.
     cost_costlier,
@@ -175,10 +175,10 @@ plain AutoStats {
     /// Decisions for paths tried without a profile: a receiver with no profile measures its
     /// candidate receive paths (`uring`, `mmap`) and copy, interleaved, on the connection
     /// and keeps the cheapest candidate if it beats copy by the margin, then only while the
-    /// run-time check finds it no dearer than copy ([`trial`]).
+    /// run-time check finds it no dearer than copy (`trial`).
     chose_trial,
     /// Windows a receive trial measured and moved on from to its next arm
-    /// ([`trial::Step::Next`]; with `trial_picks`, the windows measured).
+    /// (`trial::Step::Next`; with `trial_picks`, the windows measured).
     trial_next,
     /// Receive trials finished: every round measured, and copy or a candidate kept.
     trial_picks,
@@ -245,7 +245,7 @@ impl AutoStats {
         *counter += 1;
     }
 
-    /// Counts a finished receive trial's verdicts ([`trial::Trial::ratios`]): each
+    /// Counts a finished receive trial's verdicts (`trial::Trial::ratios`): each
     /// candidate's median cost over copy's, in thousandths, where it was measured.
     pub fn rate_trial(&mut self, ratios: &[(RxPath, Option<f64>)]) {
         for &(path, ratio) in ratios {

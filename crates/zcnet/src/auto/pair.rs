@@ -24,7 +24,7 @@
 
 use super::choose::Chooser;
 use super::profile::Measurement;
-pub use super::profile::{PairMeasurement, PathPair};
+pub(crate) use super::profile::{PairMeasurement, PathPair};
 use super::{AutoPath, ChoiceReason};
 use crate::path::{RxPath, TxPath};
 
@@ -46,7 +46,7 @@ pub fn chooser(pairs: &[PairMeasurement], touch: bool) -> Chooser<PathPair> {
 }
 
 /// Whether `pairs` has anything for this touch variant (a usable `copy → copy` baseline).
-pub fn has_pairs(pairs: &[PairMeasurement], touch: bool) -> bool {
+pub(crate) fn has_pairs(pairs: &[PairMeasurement], touch: bool) -> bool {
     pairs
         .iter()
         .any(|p| p.touch == touch && p.pair() == PathPair::DEFAULT)
@@ -93,7 +93,12 @@ pub fn aimed(c: &Chooser<PathPair>, size: u64) -> PathPair {
 /// before the pair loses what it saved. Where the saving lies on the receiver, less: none
 /// at all if the senders cost the same. Read at the table's measured size nearest `size`
 /// (in `log2`); `None` without the receivers' shares ([`PairMeasurement::rx_share`]).
-pub fn rx_tolerance(pairs: &[PairMeasurement], touch: bool, size: u64, rx: RxPath) -> Option<f64> {
+pub(crate) fn rx_tolerance(
+    pairs: &[PairMeasurement],
+    touch: bool,
+    size: u64,
+    rx: RxPath,
+) -> Option<f64> {
     let l = (size.max(1) as f64).log2();
     let dist = |s: u64| ((s as f64).log2() - l).abs();
     let at = sizes(pairs, touch)
@@ -116,7 +121,7 @@ pub fn rx_tolerance(pairs: &[PairMeasurement], touch: bool, size: u64, rx: RxPat
 /// each measured size, each transmit path into the receive path of the pair aimed at there
 /// ([`aimed`]). Sizes where that receiver has no `copy` sender measured are left out (no
 /// baseline).
-pub fn tx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<TxPath>> {
+pub(crate) fn tx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<TxPath>> {
     let c = chooser(pairs, touch);
     let mut out = Vec::new();
     for size in sizes(pairs, touch) {
@@ -142,7 +147,7 @@ pub fn tx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<TxPath
 /// The receive table an `auto` receiver uses when its peer is `auto` on the same profile: at
 /// each measured size, each receive path from the transmit path of the pair aimed at there
 /// ([`aimed`]).
-pub fn rx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<RxPath>> {
+pub(crate) fn rx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement<RxPath>> {
     let c = chooser(pairs, touch);
     let mut out = Vec::new();
     for size in sizes(pairs, touch) {

@@ -177,7 +177,7 @@ pub struct PairMeasurement {
     pub zc_fraction_rx: Option<f64>,
     /// The receiver's share of the pair's cost (median over the runs of its CPU over both
     /// ends'): what lets a receiver, which sees only its own clock, tell how much dearer it
-    /// may run on a path whose saving lies on the sender ([`crate::auto::pair::rx_tolerance`]).
+    /// may run on a path whose saving lies on the sender (`crate::auto::pair::rx_tolerance`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rx_share: Option<f64>,
 }
@@ -254,14 +254,14 @@ pub struct Profile {
     /// Receive costs.
     pub rx: Vec<Measurement<RxPath>>,
     /// Costs of transmit × receive pairs, where `tune` had both ends on this host
-    /// ([`super::pair`]); empty for profiles without them. Optional in the layout, so schema
+    /// (`super::pair`); empty for profiles without them. Optional in the layout, so schema
     /// 1 stays one layout: a profile without `pairs` reads as before, and an older build
     /// reading a profile with them ignores the field (it reads top-level fields by name and
     /// skips unknown ones) and keeps choosing from the single-end tables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairMeasurement>,
     /// Costs of sending a file (`sendfile`, `splice`, `read_send`) into each receive path
-    /// ([`super::file`]); optional like `pairs`, with rows named `mode`/`rx` in the `tx`/`rx`
+    /// (`super::file`); optional like `pairs`, with rows named `mode`/`rx` in the `tx`/`rx`
     /// fields. Empty: a file sender keeps its configured mode.
     #[serde(
         default,

@@ -52,7 +52,7 @@
 //! candidate gone, copy is kept at once. A favoured candidate is measured to the end.
 //!
 //! Pure: bytes and a caller-supplied clock in, the wanted path out. Bounded: `rounds` ×
-//! arms × (window + settle) bytes, once per connection ([`Trial::bytes_bound`]); what it
+//! arms × (window + settle) bytes, once per connection (`Trial::bytes_bound`); what it
 //! did is counted by the caller.
 
 use super::{median, AutoPath};
@@ -72,7 +72,7 @@ const DROP_ABOVE: f64 = 0.25;
 
 /// What recorded bytes changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step<P> {
+pub(crate) enum Step<P> {
     /// Keep going on the current arm.
     Stay,
     /// A window was measured: this arm runs next.
@@ -93,7 +93,7 @@ enum Phase {
 /// One connection's trial of its candidate receive paths against copy (see the module
 /// docs).
 #[derive(Debug, Clone)]
-pub struct Trial<P> {
+pub(crate) struct Trial<P> {
     /// The incumbent ([`AutoPath::DEFAULT`], copy) first, then the candidates.
     arms: Vec<P>,
     rounds: usize,
@@ -120,7 +120,7 @@ impl<P: AutoPath> Trial<P> {
     /// bytes each; a candidate is kept if the median of its per-round cost over copy's is
     /// below `1 / (1 + margin)` — the run-time check's margin ([`super::cost::MARGIN`]) the
     /// other way round. Without candidates copy is kept at once.
-    pub fn new(candidates: &[P], rounds: usize, window: u64, margin: f64) -> Self {
+    pub(crate) fn new(candidates: &[P], rounds: usize, window: u64, margin: f64) -> Self {
         let mut arms = vec![P::DEFAULT];
         for &c in candidates {
             if !arms.contains(&c) {
@@ -151,7 +151,7 @@ impl<P: AutoPath> Trial<P> {
     /// candidate cheaper than it by the margin: for the receive half of the cheapest pair a
     /// pairs table measured, `saving` being the share of `copy → copy`'s cost that pair
     /// saved there — an advantage the receiving thread's clock may not see (module docs).
-    pub fn favouring(mut self, path: P, saving: f64) -> Self {
+    pub(crate) fn favouring(mut self, path: P, saving: f64) -> Self {
         if path != P::DEFAULT && self.arms.contains(&path) {
             let saving = if saving.is_finite() { saving } else { 0.0 };
             self.favoured = Some((path, 1.0 + saving.clamp(self.margin, 1.0)));
@@ -162,7 +162,7 @@ impl<P: AutoPath> Trial<P> {
     /// How much dearer than copy `path` may be and still be kept: its tolerance if it is
     /// the favoured candidate ([`Trial::favouring`]), else the margin — for the run-time
     /// check that follows the trial, so that it judges the pick as the trial did.
-    pub fn margin_for(&self, path: P) -> f64 {
+    pub(crate) fn margin_for(&self, path: P) -> f64 {
         match self.favoured {
             Some((f, within)) if f == path => within - 1.0,
             _ => self.margin,
@@ -177,8 +177,10 @@ impl<P: AutoPath> Trial<P> {
         }
     }
 
-    /// The most bytes the trial runs before its pick.
-    pub fn bytes_bound(&self) -> u64 {
+    /// The most bytes the trial runs before its pick (the bound the module doc states; its
+    /// tests check it).
+    #[cfg(test)]
+    pub(crate) fn bytes_bound(&self) -> u64 {
         (self.rounds * self.arms.len()) as u64 * (self.window + self.settle)
     }
 
@@ -222,18 +224,18 @@ impl<P: AutoPath> Trial<P> {
     }
 
     /// The path the connection should want now: the arm under measurement, or the pick.
-    pub fn wanted(&self) -> P {
+    pub(crate) fn wanted(&self) -> P {
         self.pick.unwrap_or(self.arms[self.arm()])
     }
 
     /// The candidates this trial started with (copy, the incumbent, is not one).
-    pub fn candidates(&self) -> &[P] {
+    pub(crate) fn candidates(&self) -> &[P] {
         &self.arms[1..]
     }
 
     /// The candidates dropped as clear losers so far (`DROP_AFTER_ROUNDS`,
     /// `DROP_ABOVE`), in trial order.
-    pub fn dropped(&self) -> Vec<P> {
+    pub(crate) fn dropped(&self) -> Vec<P> {
         (1..self.arms.len())
             .filter(|a| !self.live.contains(a))
             .map(|a| self.arms[a])
@@ -241,13 +243,13 @@ impl<P: AutoPath> Trial<P> {
     }
 
     /// The kept path, once the trial is over.
-    pub fn picked(&self) -> Option<P> {
+    pub(crate) fn picked(&self) -> Option<P> {
         self.pick
     }
 
     /// The path the next operation takes; `clock` (the thread's CPU time, ns) is read when
     /// a window starts.
-    pub fn route(&mut self, clock: impl Fn() -> u64) -> P {
+    pub(crate) fn route(&mut self, clock: impl Fn() -> u64) -> P {
         if let Phase::Measuring { t0: t0 @ None, .. } = &mut self.phase {
             if self.pick.is_none() {
                 *t0 = Some(clock());
@@ -257,7 +259,7 @@ impl<P: AutoPath> Trial<P> {
     }
 
     /// Records an operation of `bytes` that `route` sent where it said.
-    pub fn after(&mut self, bytes: u64, clock: impl Fn() -> u64) -> Step<P> {
+    pub(crate) fn after(&mut self, bytes: u64, clock: impl Fn() -> u64) -> Step<P> {
         if self.pick.is_some() {
             return Step::Stay;
         }
@@ -306,7 +308,7 @@ impl<P: AutoPath> Trial<P> {
 
     /// Per candidate (in trial order), the median over rounds of its cost over copy's in
     /// the same round; `None` for one with no round where both clocks moved.
-    pub fn ratios(&self) -> Vec<(P, Option<f64>)> {
+    pub(crate) fn ratios(&self) -> Vec<(P, Option<f64>)> {
         (1..self.arms.len())
             .map(|a| (self.arms[a], median(&self.paired(a))))
             .collect()
@@ -315,7 +317,7 @@ impl<P: AutoPath> Trial<P> {
     /// Per candidate (in trial order), its cost over copy's in each round where both clocks
     /// moved: what [`Trial::ratios`] takes the median of, for a memory that pools the
     /// rounds of several trials (`auto::memory`).
-    pub fn rounds(&self) -> Vec<(P, Vec<f64>)> {
+    pub(crate) fn rounds(&self) -> Vec<(P, Vec<f64>)> {
         (1..self.arms.len())
             .map(|a| (self.arms[a], self.paired(a)))
             .collect()
@@ -360,7 +362,7 @@ fn cheapest<P: Copy>(ratios: &[(P, Option<f64>)]) -> Option<(P, f64)> {
 /// What a trial without a favoured candidate keeps, from each candidate's per-round ratios
 /// to copy (pooled over several trials or not): the one with the lowest median if it beats
 /// copy by `margin`, else copy — [`Trial`]'s own rule.
-pub fn pick_from<P: AutoPath>(rounds: &[(P, Vec<f64>)], margin: f64) -> P {
+pub(crate) fn pick_from<P: AutoPath>(rounds: &[(P, Vec<f64>)], margin: f64) -> P {
     let ratios: Vec<(P, Option<f64>)> = rounds.iter().map(|(p, r)| (*p, median(r))).collect();
     match cheapest(&ratios) {
         Some((p, r)) if r * (1.0 + margin) < 1.0 => p,

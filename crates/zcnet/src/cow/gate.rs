@@ -22,7 +22,7 @@ pub enum WorkingSetRule {
     /// Protect whatever is eligible (for tests that want faults, and for measuring them).
     Off,
     /// Protect when the working set is at least the socket's send buffer (`SO_SNDBUF` as the
-    /// kernel reports it, read every [`SNDBUF_REFRESH`] sends, since TCP autotunes it): the
+    /// kernel reports it, read every `SNDBUF_REFRESH` sends, since TCP autotunes it): the
     /// bytes the kernel can hold, Solaris's "send buffer plus window".
     #[default]
     Auto,
@@ -31,7 +31,7 @@ pub enum WorkingSetRule {
 }
 
 /// Sends between reads of `SO_SNDBUF` under [`WorkingSetRule::Auto`].
-pub const SNDBUF_REFRESH: u32 = 32;
+pub(crate) const SNDBUF_REFRESH: u32 = 32;
 
 /// Send addresses remembered; beyond this the table starts over (a working set that large
 /// is far above any threshold).
@@ -39,7 +39,7 @@ const REMEMBERED: usize = 4096;
 
 /// The reuse-distance estimate of one sender.
 #[derive(Debug, Default)]
-pub struct WorkingSet {
+pub(crate) struct WorkingSet {
     last_seen: HashMap<usize, u64>,
     /// Smoothed reuse distance in bytes; `None` until some address was sent twice.
     estimate: Option<u64>,
@@ -48,7 +48,7 @@ pub struct WorkingSet {
 impl WorkingSet {
     /// Records a send of the page-aligned span starting at `addr` when `stream_pos` bytes
     /// had been sent before it; returns the reuse distance if `addr` was sent before.
-    pub fn observe(&mut self, addr: usize, stream_pos: u64) -> Option<u64> {
+    pub(crate) fn observe(&mut self, addr: usize, stream_pos: u64) -> Option<u64> {
         if self.last_seen.len() >= REMEMBERED && !self.last_seen.contains_key(&addr) {
             self.last_seen.clear();
         }
@@ -64,12 +64,12 @@ impl WorkingSet {
     }
 
     /// The working set in bytes (`u64::MAX` while no address has been reused).
-    pub fn estimate(&self) -> u64 {
+    pub(crate) fn estimate(&self) -> u64 {
         self.estimate.unwrap_or(u64::MAX)
     }
 
     /// Whether to protect under `rule`, given the socket's send buffer size.
-    pub fn allows(&self, rule: WorkingSetRule, sndbuf: usize) -> bool {
+    pub(crate) fn allows(&self, rule: WorkingSetRule, sndbuf: usize) -> bool {
         match rule {
             WorkingSetRule::Off => true,
             WorkingSetRule::Auto => self.estimate() >= sndbuf as u64,

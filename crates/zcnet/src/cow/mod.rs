@@ -1,5 +1,5 @@
 //! Copy-on-write for zero-copy transmit that keeps copy semantics: the engine behind the
-//! `cow` transmit path ([`crate::tx::cow`]), after Solaris's transmit side (Chu, "Zero-Copy TCP in Solaris",
+//! `cow` transmit path (`crate::tx::cow`), after Solaris's transmit side (Chu, "Zero-Copy TCP in Solaris",
 //! §3.2.4, §4.4.1, table 6).
 //!
 //! [`crate::Sender::send_slice`] on the `cow` path sends the page-aligned middle of the
@@ -56,7 +56,7 @@
 //!   (every still-protected moved page gets its private copy at once).
 //! * exit: the handler thread dies with the process; nothing persists.
 
-pub mod gate;
+pub(crate) mod gate;
 
 pub use gate::WorkingSetRule;
 pub use zcnet_sys::cow::{BackendKind, Ineligible};
@@ -75,7 +75,7 @@ use zcnet_sys::cow::{CowSpace, FaultReport, Protected};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct CowPolicy {
-    /// Solaris's working-set threshold (see [`gate`]).
+    /// Solaris's working-set threshold (see `gate`).
     pub working_set: WorkingSetRule,
 }
 

@@ -9,8 +9,8 @@
 //! This file holds what both directions share: the sized pipe, the `EINTR` stall bound, the
 //! range arithmetic and which errors mean "this file cannot do zero-copy".
 
-pub mod recv;
-pub mod send;
+pub(crate) mod recv;
+pub(crate) mod send;
 
 use crate::error::{Error, Result};
 

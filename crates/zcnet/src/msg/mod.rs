@@ -25,19 +25,22 @@
 //! * [`wire`] — the 28-byte fragment header and the message layout, and the sender's
 //!   [`wire::Mark`]: how many ids it sent, so the receiver reports a lost tail too.
 
-pub mod framer;
-pub mod msgbuf;
-pub mod reassembly;
-pub mod recv;
-pub mod send;
-pub mod stats;
-pub mod uring;
+// One module per part, each re-exported here: a user names `zcnet::msg::MsgSender`, never
+// the file it lives in. `wire` stays a module: the format is a protocol of its own, which
+// tests and other implementations speak with raw datagrams.
+mod framer;
+mod msgbuf;
+mod reassembly;
+mod recv;
+mod send;
+mod stats;
+mod uring;
 pub mod wire;
 
-pub use framer::{Batch, Framer, Outgoing};
+pub use framer::{Framer, Outgoing};
 pub use msgbuf::MsgBuf;
-pub use reassembly::{InFlight, Reassembly};
-pub use recv::MsgReceiver;
+pub use reassembly::Reassembly;
+pub use recv::{feed, prepare_socket, MsgReceiver};
 pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
 pub use uring::{MsgRing, RingSend};

@@ -6,15 +6,15 @@
 //! before the handshake, and an io_uring multishot `recv` cannot share the socket with a
 //! plain `recv` while it is armed. Where the profile has a pair table (both ends measured
 //! together on this host), the receiver takes its half of the cheapest pair
-//! ([`crate::auto::pair`]); else the single-end table. Without a profile it *measures* its
+//! (`crate::auto::pair`); else the single-end table. Without a profile it *measures* its
 //! candidates (`TRIAL`: `uring`, multishot `recv` into provided buffers, still a copy with
 //! one syscall for many reads; `mmap`, whose receive loop costs less than `recv`'s on some
 //! routes even where it maps nothing) and copy in interleaved rounds
-//! ([`crate::auto::trial`]), keeps the candidate whose paired median beats copy by the
+//! (`crate::auto::trial`), keeps the candidate whose paired median beats copy by the
 //! margin (else copy), and keeps it only while the check below finds it no dearer than copy.
 //!
 //! At run time `AutoRx` measures its own cost, as the transmit side does
-//! ([`crate::auto::cost`]): a window of bytes on the chosen path, one settling window and one
+//! (`crate::auto::cost`): a window of bytes on the chosen path, one settling window and one
 //! measured window on copy, in the receiving thread's CPU clock per byte, on this
 //! connection. A path costlier than copy by more than 5 % in two comparisons in a row is left
 //! for a back-off that doubles while the verdict stands. Switching is safe mid-stream: `mmap`
@@ -871,7 +871,7 @@ mod tests {
     /// A profile whose only rows are receive rows at 16 KiB and 1 MiB: copy at 1.0 and
     /// `mmap` at `mmap` CPU-s/GiB, each with a ±`spread` range.
     fn rx_profile(mmap: f64, spread: f64) -> ProfileSource {
-        use crate::auto::{Measurement, Profile, Spread};
+        use crate::tuning::{Measurement, Profile, Spread};
         let row = |path, size, median: f64| Measurement {
             path,
             size,
@@ -924,8 +924,8 @@ mod tests {
     /// [`pairs_profile`], with the receivers' shares of `copy → copy`'s and
     /// `copy → mmap`'s costs (`copy → uring`'s as copy's).
     fn pairs_profile_shared(mmap: f64, spread: f64, shares: Option<(f64, f64)>) -> ProfileSource {
-        use crate::auto::{PairMeasurement, Profile, Spread};
         use crate::path::TxPath;
+        use crate::tuning::{PairMeasurement, Profile, Spread};
         let row = |rx, size, median: f64| PairMeasurement {
             tx: TxPath::Copy,
             rx,

@@ -11,7 +11,7 @@ use zcnet_sys::raw::socket::{PollFlags, RecvFlags};
 /// `recv` into `buf`, retrying `EINTR`, within the running call's deadline (`timeout` from
 /// now outside a call; `crate::call`): with a bound the `recv` is `MSG_DONTWAIT` and the
 /// wait is ours; a non-blocking socket gives [`Error::WouldBlock`].
-pub fn recv_some(
+pub(crate) fn recv_some(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     stats: &Stats,
@@ -48,7 +48,7 @@ pub fn recv_some(
 /// The copy path: one owned buffer, refilled by each `recv` at the page offset that follows
 /// the stream (`super::place`).
 #[derive(Debug)]
-pub struct CopyRx {
+pub(crate) struct CopyRx {
     buf: PlacedBuf,
     timeout: Duration,
 }

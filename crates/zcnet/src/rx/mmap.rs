@@ -78,7 +78,7 @@ impl Loc {
 
 /// State of the mapping receive path on one socket.
 #[derive(Debug)]
-pub struct MmapRx {
+pub(crate) struct MmapRx {
     map: SocketMap,
     copybuf: Vec<u8>,
     copybuf_pending: (usize, usize),

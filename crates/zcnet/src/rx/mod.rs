@@ -9,11 +9,11 @@
 //!   receive into a registered area where the NIC allows it (`zcrx`).
 //! * Files are written by [`crate::file::recv`], on top of whichever path the receiver has.
 
-pub mod auto;
-pub mod copy;
-pub mod mmap;
+pub(crate) mod auto;
+pub(crate) mod copy;
+pub(crate) mod mmap;
 mod place;
-pub mod uring;
+pub(crate) mod uring;
 
 use crate::error::Result;
 use crate::stats::Stats;

@@ -369,7 +369,7 @@ pub(crate) type UringRx = RingRx<BufRingRecv>;
 pub(crate) type ZcrxRx = RingRx<ZcrxQueue>;
 
 /// Provided-buffer ring geometry from a receiver config: `(entries, buffer bytes)`.
-pub fn ring_geometry(buf_bytes: usize, map_bytes: usize) -> (u16, usize) {
+pub(crate) fn ring_geometry(buf_bytes: usize, map_bytes: usize) -> (u16, usize) {
     let size = round_to_pages(buf_bytes);
     let n = (map_bytes / size).clamp(1, 1 << 15);
     // Largest power of two not above n.

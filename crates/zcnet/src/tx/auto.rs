@@ -36,7 +36,7 @@ use std::time::Duration;
 use zcnet_sys::mem::page_size;
 
 /// Consecutive operations that must prefer another path before a stream switches.
-pub const HYSTERESIS_OPS: u32 = 8;
+pub(crate) const HYSTERESIS_OPS: u32 = 8;
 
 /// What a `Sender` on the auto path needs to set up.
 pub(crate) struct AutoSetup<'a> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// The copy path as a `Transmit` implementation: the buffer is free as soon as `send` returns.
 #[derive(Debug)]
-pub struct CopyTx {
+pub(crate) struct CopyTx {
     pub(crate) timeout: Duration,
 }
 

@@ -47,7 +47,7 @@ enum Loan {
 }
 
 /// State of the `cow` path on one socket.
-pub struct CowTx {
+pub(crate) struct CowTx {
     completions: Completions<Loan>,
     demotion: CopiedDemotion,
     policy: Policy,

@@ -10,12 +10,12 @@
 //! * Files go by [`crate::file::send`]: not a [`TxPath`](crate::TxPath), since they are sent from the page
 //!   cache, not from loaned buffers.
 
-pub mod auto;
-pub mod copy;
-pub mod cow;
-pub mod plain;
-pub mod uring;
-pub mod zerocopy;
+pub(crate) mod auto;
+pub(crate) mod copy;
+pub(crate) mod cow;
+pub(crate) mod plain;
+pub(crate) mod uring;
+pub(crate) mod zerocopy;
 
 use crate::buf::TxBuf;
 use crate::error::Result;

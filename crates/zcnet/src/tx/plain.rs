@@ -11,7 +11,12 @@ use zcnet_sys::raw::socket::{PollFlags, SendFlags};
 /// call's deadline (`timeout` from now outside a call; `crate::call`): with a bound each
 /// `send` is `MSG_DONTWAIT` and the waits are ours, so the whole call ends on time; a
 /// non-blocking socket gives [`Error::WouldBlock`] with the bytes queued so far.
-pub fn send_all(fd: BorrowedFd<'_>, data: &[u8], stats: &Stats, timeout: Duration) -> Result<()> {
+pub(crate) fn send_all(
+    fd: BorrowedFd<'_>,
+    data: &[u8],
+    stats: &Stats,
+    timeout: Duration,
+) -> Result<()> {
     let d = crate::call::deadline(timeout);
     let flags = if d.dontwait() {
         SendFlags::DONTWAIT

@@ -61,7 +61,7 @@ impl SendBuf for TxBuf {
 }
 
 /// State of the io_uring path on one socket.
-pub struct UringTx {
+pub(crate) struct UringTx {
     /// `None`: io_uring or `SEND_ZC` unavailable; every send is copied and counted.
     ring: Option<SendZcRing<TxBuf>>,
     pool: Pool,

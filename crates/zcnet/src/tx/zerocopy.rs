@@ -31,7 +31,7 @@ const ENOBUFS_RETRIES: u32 = 3;
 
 /// State of the zero-copy path on one socket.
 #[derive(Debug)]
-pub struct ZerocopyTx {
+pub(crate) struct ZerocopyTx {
     completions: Completions<Lent>,
     demotion: CopiedDemotion,
     policy: Policy,

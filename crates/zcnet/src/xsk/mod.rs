@@ -26,7 +26,7 @@
 //! Where it runs: a socket, its bind and the program's attach act in the network namespace
 //! of the thread that calls them (`VethPair::run_in_b` in the tests).
 
-pub mod program;
+pub(crate) mod program;
 pub mod wire;
 
 pub use program::{AttachMode, RedirectProgram};

@@ -20,8 +20,6 @@ use super::{XskError, XskSocket};
 const PROGRAM: &str = "zcnet_xsk_redirect";
 const MAP: &str = "zcnet_xsks";
 const PORT_GLOBAL: &str = "udp_port_be";
-/// Slots in the XSKMAP (queue ids 0..64), as declared in the C source.
-pub const MAX_QUEUES: u32 = 64;
 
 /// The compiled program, committed beside its source (`bpf/xsk_redirect.c`, rebuilt and compared by
 /// `bpf/build.sh --check` in CI) so that building zcnet needs no clang. `Option` because the

@@ -9,7 +9,7 @@
 //! they finished in. Counter values are unwrapped to `u64` relative to the oldest call still
 //! outstanding, which is exact as long as fewer than 2^32 calls are in flight.
 
-pub use crate::error::RangeError;
+pub(crate) use crate::error::RangeError;
 use std::collections::VecDeque;
 
 /// What one notification finished.

@@ -1,10 +1,13 @@
 //! The bookkeeping of `MSG_ZEROCOPY` completions, shared by every sender that uses it (the
 //! `zerocopy` and `cow` transmit paths, and `msg`'s UDP sender).
 //!
-//! * [`completion`] — pure: which calls the kernel still references, which loans are free.
-//! * [`reap`] — the socket half: wait for the error queue, drain it, apply each notification.
+//! * `completion` — pure: which calls the kernel still references, which loans are free.
+//! * `reap` — the socket half: wait for the error queue, drain it, apply each notification.
 //!
 //! Mechanism: kernel `Documentation/networking/msg_zerocopy.rst` ("Notification Reception").
 
-pub mod completion;
-pub mod reap;
+pub(crate) mod completion;
+pub(crate) mod reap;
+
+pub use completion::{Completed, Completions};
+pub use reap::{count_change, reap_each};

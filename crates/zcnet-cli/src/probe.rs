@@ -2129,6 +2129,10 @@ mod tests {
         assert!(status("io_uring_recv_zc").1.contains("opcode 58"));
     }
 
+    #[cfg_attr(
+        not(zcnet_root),
+        ignore = "needs root (CAP_NET_ADMIN: without it zcrx registration is EPERM)"
+    )]
     #[test]
     fn io_uring_buffers_are_exercised_and_zcrx_refusal_is_explained() {
         let (st, d) = status("io_uring_fixed_buffers");
@@ -2175,6 +2179,10 @@ mod tests {
         assert!(d.starts_with("soft "), "{d}");
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (AF_XDP sockets and a veth pair)"
+    )]
     #[test]
     fn af_xdp_registers_both_umem_modes_and_binds_veth_in_copy_mode_only() {
         for name in XSK_CHECKS {

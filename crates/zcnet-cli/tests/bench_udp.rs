@@ -454,6 +454,10 @@ fn udp_into_the_sink_runs_the_message_sender() {
     }
 }
 
+#[cfg_attr(
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces): one case is the sink topology"
+)]
 #[test]
 fn paths_of_the_other_protocol_are_refused() {
     let cases: &[(&[&str], &str)] = &[

@@ -259,7 +259,12 @@ fn assert_protected(lines: &[Value], min: u64, who: &str) {
         .map(|l| l["total"]["bytes_zerocopy"].as_u64().unwrap())
         .sum();
     if lines.iter().all(|l| l["engine"].is_null()) && zc == 0 {
-        eprintln!("{who}: no write-protection engine ran; every send was copied (counted)");
+        // A kernel without userfaultfd write-protect (or one that refuses it to this user)
+        // leaves nothing to check here: said, and a failure where nothing may skip.
+        zcnet_testbed::skip::skip(&format!(
+            "{who}: no write-protection engine ran (userfaultfd write-protect refused here); \
+             every send was copied (counted)"
+        ));
         return;
     }
     assert!(

@@ -242,12 +242,17 @@ fn a_killed_sender_leaves_only_the_partial_and_resume_completes_it() {
     assert!(!partial.exists());
 }
 
+/// Sends `sig` (`-TERM`, `-INT`) to `child` by the syscall, not the `kill` program: a
+/// machine with only Rust may have no procps.
 fn signal(child: &Child, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    use rustix::process::{kill_process, Pid, Signal};
+    let sig = match sig {
+        "-TERM" => Signal::TERM,
+        "-INT" => Signal::INT,
+        other => panic!("no such signal here: {other}"),
+    };
+    let pid = Pid::from_raw(child.id() as i32).expect("a child's pid");
+    kill_process(pid, sig).expect("kill");
 }
 
 fn partials(dir: &Path) -> Vec<String> {

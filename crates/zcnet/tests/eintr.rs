@@ -18,15 +18,12 @@ fn transfers_survive_a_storm_of_signals() {
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, delivered.clone()).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU32::new(0));
-    let pid = std::process::id().to_string();
+    let pid = std::process::id();
     let storm = {
         let (done, sent) = (done.clone(), sent.clone());
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                let ok = std::process::Command::new("kill")
-                    .args(["-USR1", &pid])
-                    .status()
-                    .is_ok_and(|s| s.success());
+                let ok = usr1(pid).is_ok();
                 sent.fetch_add(ok as u32, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_micros(200));
             }
@@ -78,14 +75,12 @@ fn a_stalled_peer_still_times_out_under_a_signal_storm() {
     )
     .unwrap();
     let done = Arc::new(AtomicBool::new(false));
-    let pid = std::process::id().to_string();
+    let pid = std::process::id();
     let storm = {
         let done = done.clone();
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-USR1", &pid])
-                    .status();
+                let _ = usr1(pid);
                 std::thread::sleep(Duration::from_micros(200));
             }
         })
@@ -118,4 +113,14 @@ fn a_stalled_peer_still_times_out_under_a_signal_storm() {
     done.store(true, Ordering::Relaxed);
     storm.join().unwrap();
     assert!(matches!(err, zcnet::Error::Timeout { .. }), "{err}");
+}
+
+/// SIGUSR1 to the whole process `pid` (any thread may take it), by the syscall rather than
+/// the `kill` program, which a machine with only Rust may not have.
+fn usr1(pid: u32) -> std::io::Result<()> {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("this process's pid");
+    Ok(rustix::process::kill_process(
+        pid,
+        rustix::process::Signal::USR1,
+    )?)
 }

@@ -277,6 +277,89 @@ fn file_sends_honour_the_socket() {
     tx_matrix(TxPath::Copy, &calls);
 }
 
+/// A caller may make the socket non-blocking after handing it over (through a duplicate of
+/// the descriptor: one open file, one `O_NONBLOCK`) and back again. No path may decide once
+/// and keep the answer: the call that would wait after the flip gives `WouldBlock` (a hang
+/// is caught by the watchdog), and once the socket blocks again the stream goes on from
+/// what the error said was queued, every byte once.
+fn flip_case(path: TxPath) {
+    let what = format!("{path} made non-blocking after from_stream");
+    let (c, peer) = connection();
+    SockRef::from(&peer).set_recv_buffer_size(64 << 10).unwrap();
+    let flip = c.try_clone().unwrap();
+    let cfg = SenderConfig::new(path)
+        .policy(zcnet::Policy::always())
+        .profile(zcnet::auto::ProfileSource::BuiltIn)
+        .sndbuf(64 << 10);
+    let mut tx = Sender::from_stream(c, &cfg).unwrap();
+    let chunk = 256 << 10;
+    // Blocking first: a few sends the socket buffers take, so the path has run (and could
+    // have remembered the socket as blocking).
+    let mut pos = 0u64;
+    for _ in 0..2 {
+        tx.send_slice(pattern(pos, 16 << 10)).unwrap();
+        pos += 16 << 10;
+    }
+    flip.set_nonblocking(true).unwrap();
+    let (done, watchdog) = mpsc::channel();
+    let what2 = what.clone();
+    let worker = std::thread::spawn(move || {
+        loop {
+            assert!(pos < FILE_BYTES, "{what2}: never stalled after {pos} bytes");
+            let t = Instant::now();
+            // A pool buffer, so that each path sends it its own way (a slice is copied).
+            let sent = tx.buffer().and_then(|mut b| {
+                let n = chunk.min(b.capacity());
+                b.fill_at(0, pattern(pos, n));
+                tx.send(b).map(|()| n as u64)
+            });
+            match sent {
+                Ok(n) => pos += n,
+                Err(Error::WouldBlock { queued, op }) => {
+                    eprintln!("{what2}: WouldBlock ({op}) after {:?}", t.elapsed());
+                    pos += queued;
+                    break;
+                }
+                Err(e) => panic!("{what2}: {e} ({e:?})"),
+            }
+        }
+        done.send(()).unwrap();
+        (tx, pos)
+    });
+    // A hang guard, not a speed check: a send that waits here waits forever.
+    if let Err(mpsc::RecvTimeoutError::Timeout) = watchdog.recv_timeout(Duration::from_secs(60)) {
+        panic!("{what}: a send waited instead of giving WouldBlock");
+    }
+    let (mut tx, mut pos) = worker.join().unwrap();
+    flip.set_nonblocking(false).unwrap();
+    // The duplicate would keep the socket open past the sender: the peer's end of stream
+    // comes when the last descriptor goes.
+    drop(flip);
+    let reader = std::thread::spawn(move || drain(peer));
+    let total = pos + 4 * chunk as u64;
+    while pos < total {
+        let n = (total - pos).min(chunk as u64) as usize;
+        tx.send_slice(pattern(pos, n))
+            .unwrap_or_else(|e| panic!("{what}: blocking again: {e}"));
+        pos += n as u64;
+    }
+    close(tx);
+    assert_eq!(reader.join().unwrap(), total, "{what}: bytes at the peer");
+}
+
+#[test]
+fn sends_honour_o_nonblock_set_after_from_stream() {
+    for path in [
+        TxPath::Copy,
+        TxPath::Zerocopy,
+        TxPath::Uring,
+        TxPath::Cow,
+        TxPath::Auto,
+    ] {
+        flip_case(path);
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum RxCall {
     Recv,

@@ -154,3 +154,27 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// The most failed `accept`s a server that backs off at its descriptor limit reports in a
+/// two-second window: waiting 10 ms, doubling to 1 s, it tries at most 9 times in its first
+/// 2.3 s (10+20+…+640+1000 ms of waits) — fewer, never more, on a loaded machine, whose
+/// sleeps only run long. A count, not a clock. Without the back-off it tries as fast as
+/// `poll` and `accept` return: hundreds of thousands of times a second.
+pub const BACKED_OFF_FAILURES: u64 = 16;
+
+/// How many failed `accept`s the server's log lines report: each `accept:` line is one, plus
+/// the "(N more like it … not shown)" its one-line-a-second limit left out before it.
+pub fn accept_failures(lines: &[&str]) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l.contains("accept:"))
+        .map(|l| {
+            let left_out = l
+                .split_once(" more like it")
+                .and_then(|(head, _)| head.rsplit_once('(').map(|(_, n)| n))
+                .map(|n| n.parse::<u64>().expect("the count of lines left out"))
+                .unwrap_or(0);
+            1 + left_out
+        })
+        .sum()
+}

@@ -649,6 +649,10 @@ mod tests {
         assert_eq!(refill_ring_bytes(4096, 4096), 69632);
     }
 
+    #[cfg_attr(
+        not(zcnet_root),
+        ignore = "needs root (CAP_NET_ADMIN: without it zcrx registration is EPERM, not the interface's reason)"
+    )]
     #[test]
     fn loopback_is_refused_and_the_reasons_are_the_kernels() {
         let lo = ifindex("lo").unwrap();

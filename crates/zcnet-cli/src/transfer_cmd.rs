@@ -15,6 +15,7 @@ use zcnet_transfer::names::printable;
 use zcnet_transfer::server::{raise_fd_limit, serve, Event, Observer, ServerConfig};
 use zcnet_transfer::session::{Entry, FileOutcome, Progress, SendOptions, Source, TransferError};
 use zcnet_transfer::streams::send_streams;
+use zcnet_transfer::tls::Trust;
 use zcnet_transfer::tree::Walk;
 
 /// Options of `zcnet send`.
@@ -57,6 +58,20 @@ pub struct SendArgs {
     #[arg(long,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=zcnet_transfer::wire::MAX_STREAMS as u64))]
     streams: Option<usize>,
+    /// Send without encryption (only to a receiver run with --plaintext too), for a network
+    /// you trust where CPU is all that matters. By default every session runs inside
+    /// TLS 1.3 (protocol version 10).
+    #[arg(long, conflicts_with_all = ["fingerprint", "tls_dir"])]
+    plaintext: bool,
+    /// The receiver's key, as `zcnet recv` prints it (SHA256:…): any other is refused.
+    /// Without it, the key recorded for --to in the known hosts is expected (recorded on
+    /// first use; a changed key is refused, naming both).
+    #[arg(long, value_name = "SHA256:HEX")]
+    fingerprint: Option<String>,
+    /// Directory of the known hosts (default: $XDG_STATE_HOME/zcnet, else
+    /// ~/.local/state/zcnet).
+    #[arg(long, value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
     /// No progress bars or per-file lines (errors are still printed).
     #[arg(long, short)]
     quiet: bool,
@@ -127,6 +142,21 @@ pub struct RecvArgs {
     /// Failed token proofs allowed per address per minute.
     #[arg(long, default_value_t = 10)]
     auth_failures_per_minute: usize,
+    /// Receive without encryption, from senders run with --plaintext too (others are
+    /// refused). By default every session runs inside TLS 1.3 (protocol version 10) and a
+    /// sender that does not encrypt is told this receiver requires encryption.
+    #[arg(long, conflicts_with_all = ["tls_dir", "tls_cert", "tls_key"])]
+    plaintext: bool,
+    /// Directory of the TLS identity, generated there on first use (default:
+    /// $XDG_STATE_HOME/zcnet, else ~/.local/state/zcnet).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    tls_dir: Option<PathBuf>,
+    /// The TLS certificate (PEM) to present, with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM, mode 0600) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// No progress bars or per-file lines.
     #[arg(long, short)]
     quiet: bool,
@@ -378,6 +408,12 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         o.verify = !args.no_verify;
         o.window = args.window;
         o.token = args.token.as_ref().map(|t| t.as_bytes().to_vec());
+        o.security = crate::library_opts::send_security(
+            args.plaintext,
+            args.fingerprint.as_deref(),
+            args.tls_dir.as_deref(),
+            &args.to,
+        )?;
         o
     };
     let mut bars = Bars::new(quiet, (!has_stream).then_some(total), Some(nfiles));
@@ -404,6 +440,10 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         if let Some(n) = walk_note {
             eprintln!("{n}");
         }
+        eprintln!("{}", security_line(report.trust.as_ref(), &args.to));
+        if let Some(why) = &report.ktls {
+            eprintln!("TLS records made in user space, not by the kernel: {why}");
+        }
         for why in &sent.refused {
             eprintln!(
                 "zcnet: a further stream was not joined ({why}); {} stream(s) carried every file",
@@ -421,6 +461,20 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
     match report.failures() {
         0 => Ok(()),
         n => Err(format!("{n} of {nfiles} file(s) were not delivered")),
+    }
+}
+
+/// What protected the session, for the sender's summary.
+fn security_line(trust: Option<&Trust>, host: &str) -> String {
+    match trust {
+        None => "not encrypted (--plaintext): anyone on the path could read and change the data".into(),
+        Some(Trust::Pinned(fp)) => format!("encrypted (TLS 1.3) to the pinned key {fp}"),
+        Some(Trust::Known(fp)) => {
+            format!("encrypted (TLS 1.3) to the key known for {host}, {fp}")
+        }
+        Some(Trust::FirstUse(fp)) => format!(
+            "encrypted (TLS 1.3); first connection to {host}: its key {fp} is now recorded in the known hosts, unverified (compare it with what the receiver printed, or pin it with --fingerprint)"
+        ),
     }
 }
 
@@ -482,6 +536,11 @@ impl Observer for RecvLog {
                                     report.failures()
                                 )
                             );
+                            if let Some(why) = &report.ktls {
+                                eprintln!(
+                                    "from {peer}: TLS records made in user space, not by the kernel: {why}"
+                                );
+                            }
                         }
                         if report.failures() > 0 {
                             eprintln!(
@@ -548,6 +607,10 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
     cfg.grace = args.grace;
     cfg.auth_failures_per_minute = args.auth_failures_per_minute;
     cfg.once = args.once;
+    let cert_key = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
+    let (security, identity_line) =
+        crate::library_opts::recv_security(args.plaintext, args.tls_dir.as_deref(), cert_key)?;
+    cfg.security = security;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -561,6 +624,12 @@ pub fn recv(args: &RecvArgs) -> Result<(), String> {
             cfg.max_sessions,
             cfg.max_pending
         );
+        match &identity_line {
+            Some(l) => eprintln!("{l}"),
+            None => eprintln!(
+                "zcnet: not encrypted (--plaintext): only senders run with --plaintext are served"
+            ),
+        }
     }
     // Sessions receive on the copy path with file data spliced, so the profile decides
     // nothing here; one that was refused is still worth saying, once.

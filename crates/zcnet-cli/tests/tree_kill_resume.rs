@@ -12,8 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+/// The binary, with its TLS identity and known hosts in cargo's scratch space (never in
+/// the developer's home).
 fn zcnet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zcnet"));
+    c.env(
+        "XDG_STATE_HOME",
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("state"),
+    );
+    c
 }
 
 /// xorshift: reproducible from the seed printed by each test.

@@ -8,8 +8,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The binary, with its TLS identity and known hosts in cargo's scratch space (never in
+/// the developer's home).
 fn zcnet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zcnet"));
+    c.env(
+        "XDG_STATE_HOME",
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("state"),
+    );
+    c
 }
 
 fn no_bar(what: &str, text: &str) {

@@ -72,7 +72,7 @@ impl Finisher {
     /// message to `ack_message` bytes.
     pub fn start<'scope>(
         scope: &'scope std::thread::Scope<'scope, '_>,
-        sock: OwnedFd,
+        sock: AnswerSink,
         ack_message: usize,
     ) -> io::Result<Finisher> {
         let (jobs, queue) = mpsc::sync_channel::<Staged>(FINISH_QUEUE);
@@ -152,8 +152,26 @@ impl Finisher {
     }
 }
 
+/// Where the finishing thread writes its `Ack`s.
+pub(crate) enum AnswerSink {
+    /// A duplicate of the session's socket.
+    Socket(OwnedFd),
+    /// The session's TLS connection, shared with its thread: every byte of an encrypted
+    /// session goes through the one TLS connection.
+    Tls(Arc<crate::tls::TlsLink>),
+}
+
+impl AnswerSink {
+    fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            AnswerSink::Socket(sock) => (&*socket2::SockRef::from(sock)).write_all(bytes),
+            AnswerSink::Tls(link) => link.write_all(bytes).map_err(io::Error::other),
+        }
+    }
+}
+
 /// One write with every `Ack` of a batch, in order.
-fn answer(sock: &OwnedFd, finished: &[Finished], ack_message: usize) -> io::Result<()> {
+fn answer(sock: &AnswerSink, finished: &[Finished], ack_message: usize) -> io::Result<()> {
     let mut bytes = Vec::new();
     for f in finished {
         let (code, len, mut message) = match &f.result {
@@ -176,7 +194,7 @@ fn answer(sock: &OwnedFd, finished: &[Finished], ack_message: usize) -> io::Resu
             .to_bytes(),
         );
     }
-    (&*socket2::SockRef::from(sock)).write_all(&bytes)
+    sock.write_all(&bytes)
 }
 
 /// Checks, syncs, renames in order and syncs the directories of one batch.

@@ -11,9 +11,9 @@
 
 use super::auth::{self, Role};
 use super::wire::{
-    Code, Features, Frame, WireError, AUTHENTICATED_FROM, AUTH_LEN, HELLO_LEN, MAX_STREAMS,
-    MIN_VERSION, OPEN_LEN, SESSION_ID_LEN, T_AUTH, T_DIR, T_FILE, T_HELLO, T_JOIN, T_LINK, T_OPEN,
-    T_PUT, VERSION,
+    Code, Features, Frame, WireError, AUTHENTICATED_FROM, AUTH_LEN, ENCRYPTED_FROM, HELLO_LEN,
+    MAX_STREAMS, MIN_VERSION, OPEN_LEN, SESSION_ID_LEN, T_AUTH, T_DIR, T_FILE, T_HELLO, T_JOIN,
+    T_LINK, T_OPEN, T_PUT, VERSION,
 };
 
 /// Why a handshake failed.
@@ -44,6 +44,13 @@ pub enum HandshakeError {
     /// An `Open` asking for no stream or for more than [`MAX_STREAMS`].
     #[error("a session of {0} streams (1 to {MAX_STREAMS})")]
     Streams(u16),
+    /// The sender started TLS and this receiver runs in plaintext (`--plaintext`).
+    #[error("the sender encrypts (its first bytes are a TLS ClientHello) and this receiver runs in plaintext (--plaintext): run both ends with --plaintext, or neither")]
+    SenderEncrypts,
+    /// The TLS handshake failed (a sender that does not encrypt, a key it refused, bytes
+    /// that are not TLS).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A token is required and the sender chose a version whose proofs do not cover the
     /// handshake (below [`AUTHENTICATED_FROM`]).
     #[error("the sender chose protocol version {0}; with a token the receiver needs {AUTHENTICATED_FROM} or later")]
@@ -59,6 +66,7 @@ impl HandshakeError {
                 format!("receiver speaks protocol versions {MIN_VERSION} to {VERSION}, sender {v}"),
             ),
             HandshakeError::AuthFailed => (Code::AuthFailed, "wrong or missing token".into()),
+            HandshakeError::SenderEncrypts => (Code::Version, self.to_string()),
             HandshakeError::Streams(n) => (
                 Code::Protocol,
                 format!("a session has 1 to {MAX_STREAMS} streams, not {n}"),
@@ -74,6 +82,10 @@ impl HandshakeError {
         Some(Frame::Refuse { code, message })
     }
 }
+
+/// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1,
+/// `ContentType.handshake`): what an encrypting sender sends first. No frame type has it.
+const TLS_HANDSHAKE_RECORD: u8 = 22;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -130,6 +142,8 @@ pub struct ReceiverHandshake {
     sender_mac: Option<[u8; 32]>,
     /// The TLS channel's exporter value the proofs are bound to, if any.
     binding: Option<[u8; 32]>,
+    /// Oldest version served: [`ENCRYPTED_FROM`] inside TLS.
+    min_version: u16,
 }
 
 impl ReceiverHandshake {
@@ -148,7 +162,16 @@ impl ReceiverHandshake {
             sender_hello: Vec::new(),
             sender_mac: None,
             binding: None,
+            min_version: MIN_VERSION,
         })
+    }
+
+    /// A handshake run inside a TLS channel whose exporter value is `binding`: the token's
+    /// proofs are bound to it ([`Self::bound_to_channel`]) and only senders of
+    /// [`ENCRYPTED_FROM`] or later are served.
+    pub fn over_tls(&mut self, binding: [u8; 32]) {
+        self.binding = Some(binding);
+        self.min_version = ENCRYPTED_FROM;
     }
 
     /// Binds the token's proofs to a TLS channel ([`crate::tls::Channel::binding`]): they
@@ -186,6 +209,9 @@ impl ReceiverHandshake {
         while self.have == self.need {
             match self.phase {
                 Phase::HelloHeader => {
+                    if self.binding.is_none() && self.buf[0] == TLS_HANDSHAKE_RECORD {
+                        return Err(HandshakeError::SenderEncrypts);
+                    }
                     self.expect_header(T_HELLO, HELLO_LEN, "hello")?;
                     self.phase = Phase::HelloBody;
                 }
@@ -194,7 +220,7 @@ impl ReceiverHandshake {
                         Frame::Hello { version, nonce, .. } => {
                             // The sender picks the version (at most the one we offered in
                             // our `Hello`); any version we speak is served as it is.
-                            if !(MIN_VERSION..=VERSION).contains(&version) {
+                            if !(self.min_version..=VERSION).contains(&version) {
                                 return Err(HandshakeError::Version(version));
                             }
                             if self.token.is_some() && !Features::of(version).authenticated {

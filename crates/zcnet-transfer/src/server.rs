@@ -45,9 +45,12 @@ use super::descriptors::{DescriptorBudget, Held, PER_CONNECTION};
 use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamRequest};
 use super::limits::{AddrCount, AuthLimiter};
 use super::ranges::RangedFiles;
-use super::session::{receive_files_ranged, session_id, Progress, SessionReport, TransferError};
+use super::session::{
+    receive_files_over, session_id, Progress, RecvSecurity, SessionReport, TransferError,
+};
 use super::store::{Quota, SenderId, Store, StoreOptions};
-use super::wire::{Code, Frame, SESSION_ID_LEN};
+use super::tls::{TlsError, TlsLink, BINDING_LEN, EXPORTER_LABEL};
+use super::wire::{tls_preamble, Code, Frame, SESSION_ID_LEN};
 use rustix::event::epoll;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -95,6 +98,9 @@ pub struct ServerConfig {
     pub auth_failures_per_minute: usize,
     /// Serve the first peer that completes a handshake, then return its result.
     pub once: bool,
+    /// Whether sessions run inside TLS, and with which identity (the library's default is
+    /// plaintext: see [`RecvSecurity`]).
+    pub security: RecvSecurity,
 }
 
 /// Default of [`ServerConfig::max_fds_per_session`]: a session of 16 streams (128) with 64
@@ -127,6 +133,7 @@ impl Default for ServerConfig {
             grace: Duration::from_secs(30),
             auth_failures_per_minute: 10,
             once: false,
+            security: RecvSecurity::Plaintext,
         }
     }
 }
@@ -253,6 +260,30 @@ struct Pending {
     peer: SocketAddr,
     hs: ReceiverHandshake,
     deadline: Instant,
+    /// Its TLS connection, when the receiver encrypts: the TLS handshake runs first, then the
+    /// transfer handshake inside it.
+    tls: Option<rustls::ServerConnection>,
+}
+
+/// Sends `bytes` on a connection: through its TLS connection if it has one whose handshake
+/// is done, else as they are (a refusal before TLS is plaintext, as the preamble is).
+/// Nothing is sent on a connection in the middle of its TLS handshake.
+fn send_on(
+    stream: &TcpStream,
+    tls: Option<&mut rustls::ServerConnection>,
+    bytes: &[u8],
+) -> io::Result<()> {
+    match tls {
+        None => (&*stream).write_all(bytes),
+        Some(c) if c.is_handshaking() => Ok(()),
+        Some(c) => {
+            c.writer().write_all(bytes)?;
+            while c.wants_write() {
+                c.write_tls(&mut &*stream)?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// A session in flight, as the loop sees it.
@@ -271,6 +302,8 @@ struct Running {
 type SessionResult = Result<SessionReport, TransferError>;
 
 struct Shared {
+    /// The TLS configuration, made once, when the receiver encrypts.
+    tls: Option<Arc<rustls::ServerConfig>>,
     dir: PathBuf,
     cfg: ServerConfig,
     quota: Option<Arc<Quota>>,
@@ -294,16 +327,16 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// Accepts per wakeup, so a flood cannot keep the loop from handshakes and deadlines.
 const ACCEPT_BURST: usize = 256;
 
-/// Best-effort refusal on a fresh socket (a few dozen bytes: they fit the send buffer).
-fn refuse(stream: &mut TcpStream, reason: &str) {
+/// Best-effort refusal on a fresh socket (a few dozen bytes: they fit the send buffer),
+/// through its TLS connection once it has one.
+fn refuse(stream: &mut TcpStream, tls: Option<&mut rustls::ServerConnection>, reason: &str) {
     let _ = stream.set_nonblocking(true);
-    let _ = stream.write(
-        &Frame::Refuse {
-            code: Code::Busy,
-            message: reason.into(),
-        }
-        .to_bytes(),
-    );
+    let f = Frame::Refuse {
+        code: Code::Busy,
+        message: reason.into(),
+    }
+    .to_bytes();
+    let _ = send_on(stream, tls, &f);
 }
 
 /// Serves senders on `listener` into `dir` until `stop` is set (or, with
@@ -328,7 +361,15 @@ pub fn serve(
         epoll::EventFlags::IN,
     )
     .map_err(|e| setup("epoll_ctl (listener)")(e.into()))?;
+    let tls = match &cfg.security {
+        RecvSecurity::Tls(identity) => Some(
+            super::tls::server_config(identity)
+                .map_err(|e| setup("the TLS configuration")(io::Error::other(e)))?,
+        ),
+        RecvSecurity::Plaintext => None,
+    };
     let shared = Arc::new(Shared {
+        tls,
         dir: dir.to_path_buf(),
         quota: cfg.store.max_bytes.map(Quota::new),
         descriptors: DescriptorBudget::new(cfg.max_fds_per_session, cfg.max_fds_per_addr),
@@ -391,8 +432,17 @@ impl Loop {
     }
 
     fn refused(&self, peer: SocketAddr, stream: &mut TcpStream, reason: &str) {
-        refuse(stream, reason);
+        refuse(stream, None, reason);
         self.shared.observer.event(Event::Refused { peer, reason });
+    }
+
+    /// [`Self::refused`] for a connection that may be past its TLS handshake.
+    fn refused_pending(&self, p: &mut Pending, reason: &str) {
+        refuse(&mut p.stream, p.tls.as_mut(), reason);
+        self.shared.observer.event(Event::Refused {
+            peer: p.peer,
+            reason,
+        });
     }
 
     fn sessions_of(&self, ip: std::net::IpAddr) -> usize {
@@ -599,11 +649,7 @@ impl Loop {
             match self.order.pop_front() {
                 Some(old) => {
                     if let Some(mut p) = self.remove(old) {
-                        self.refused(
-                            p.peer,
-                            &mut p.stream,
-                            "too many connections in their handshake",
-                        );
+                        self.refused_pending(&mut p, "too many connections in their handshake");
                     }
                 }
                 None => break,
@@ -614,9 +660,16 @@ impl Loop {
             Err(e) => return self.trouble(format!("random bytes: {e}")),
         };
         let _ = s.set_nodelay(true);
-        if s.set_nonblocking(true).is_err()
-            || s.write(&hs.greeting()).ok() != Some(hs.greeting().len())
-        {
+        // An encrypting receiver's first bytes are the preamble (its `Hello` goes inside
+        // TLS); a plaintext one's, its `Hello`.
+        let (first, tls) = match &shared.tls {
+            Some(c) => match rustls::ServerConnection::new(c.clone()) {
+                Ok(conn) => (tls_preamble(), Some(conn)),
+                Err(e) => return self.trouble(format!("a TLS connection: {e}")),
+            },
+            None => (hs.greeting(), None),
+        };
+        if s.set_nonblocking(true).is_err() || s.write(&first).ok() != Some(first.len()) {
             return;
         }
         let id = self.next_id;
@@ -638,6 +691,7 @@ impl Loop {
                 peer,
                 hs,
                 deadline: Instant::now() + cfg.handshake_timeout,
+                tls,
             },
         );
     }
@@ -654,19 +708,25 @@ impl Loop {
         let Some(p) = self.pending.get_mut(&id) else {
             return;
         };
-        let outcome = loop {
-            let want = p.hs.want();
-            match p.stream.read(want) {
-                Ok(0) => break Err(None),
-                Ok(n) => match p.hs.advance(n) {
-                    Ok(Some(a)) => break Ok(a),
-                    Ok(None) => continue,
-                    Err(e) => break Err(Some(e)),
-                },
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => break Err(None),
-            }
+        let outcome = match p.tls.is_some() {
+            true => match drive_tls(p) {
+                Some(o) => o,
+                None => return,
+            },
+            false => loop {
+                let want = p.hs.want();
+                match p.stream.read(want) {
+                    Ok(0) => break Err(None),
+                    Ok(n) => match p.hs.advance(n) {
+                        Ok(Some(a)) => break Ok(a),
+                        Ok(None) => continue,
+                        Err(e) => break Err(Some(e)),
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break Err(None),
+                }
+            },
         };
         let Some(mut p) = self.remove(id) else { return };
         match outcome {
@@ -677,7 +737,7 @@ impl Loop {
                     self.auth.failed(p.peer.ip(), Instant::now());
                 }
                 if let Some(f) = e.refusal() {
-                    let _ = p.stream.write(&f.to_bytes());
+                    let _ = send_on(&p.stream, p.tls.as_mut(), &f.to_bytes());
                 }
                 self.shared.observer.event(Event::HandshakeFailed {
                     peer: p.peer,
@@ -693,11 +753,12 @@ impl Loop {
         let Some(admitted) = self.admit_session(&mut p, &accepted) else {
             return;
         };
-        let stream = p.stream;
-        let Some(opened) = self.open_stream(&stream, &accepted, admitted.joining) else {
+        let (stream, mut tls) = (p.stream, p.tls);
+        let Some(opened) = self.open_stream(&stream, tls.as_mut(), &accepted, admitted.joining)
+        else {
             return;
         };
-        self.spawn_session(stream, p.peer, &accepted, admitted, opened);
+        self.spawn_session(stream, tls, p.peer, &accepted, admitted, opened);
     }
 
     /// Places a connection past its handshake in its session — a new one, or (version 5)
@@ -716,7 +777,9 @@ impl Loop {
                     // Like a wrong token: a peer guessing ids is limited the same way.
                     self.auth.failed(p.peer.ip(), Instant::now());
                     let _ = p.stream.set_nonblocking(true);
-                    let _ = p.stream.write(
+                    let _ = send_on(
+                        &p.stream,
+                        p.tls.as_mut(),
                         &Frame::Refuse {
                             code: Code::NoSession,
                             message: reason.clone(),
@@ -760,7 +823,7 @@ impl Loop {
                     self.group_closed(&gid);
                 }
             }
-            self.refused(p.peer, &mut p.stream, &reason);
+            self.refused_pending(p, &reason);
             return None;
         }
         Some(Admitted {
@@ -777,6 +840,7 @@ impl Loop {
     fn open_stream(
         &self,
         stream: &TcpStream,
+        mut tls: Option<&mut rustls::ServerConnection>,
         accepted: &Accepted,
         joining: Option<SessionId>,
     ) -> Option<Option<(SessionId, u16)>> {
@@ -785,7 +849,7 @@ impl Loop {
         }
         let _ = stream.set_write_timeout(Some(self.shared.cfg.idle_timeout));
         if let Some(r) = &accepted.reply {
-            if (&*stream).write_all(r).is_err() {
+            if send_on(stream, tls.as_deref_mut(), r).is_err() {
                 return None;
             }
         }
@@ -800,10 +864,7 @@ impl Loop {
             _ => None,
         };
         if let Some(id) = opened.map(|(id, _)| id).or(joining) {
-            if (&*stream)
-                .write_all(&Frame::Session { id }.to_bytes())
-                .is_err()
-            {
+            if send_on(stream, tls, &Frame::Session { id }.to_bytes()).is_err() {
                 return None;
             }
         }
@@ -815,6 +876,7 @@ impl Loop {
     fn spawn_session(
         &mut self,
         stream: TcpStream,
+        tls: Option<rustls::ServerConnection>,
         peer: SocketAddr,
         accepted: &Accepted,
         admitted: Admitted,
@@ -843,6 +905,10 @@ impl Loop {
             connection_fds,
             ..
         } = admitted;
+        // The thread takes the TLS connection; if it cannot start, the refusal goes
+        // through it.
+        let tls = Arc::new(Mutex::new(tls));
+        let tls_left = tls.clone();
         let group_ranged = ranged.clone();
         self.shared
             .running
@@ -862,7 +928,9 @@ impl Loop {
             .name(format!("zcrecv {}", self.port))
             .spawn(move || {
                 let t0 = Instant::now();
-                let (result, stats) = run_session(&shared, stream, peer, &sender, version, &ranged);
+                let tls = tls.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let (result, stats) =
+                    run_session(&shared, stream, tls, peer, &sender, version, &ranged);
                 drop(connection_fds);
                 // The slot is free before anyone hears the session ended.
                 let own = shared
@@ -888,7 +956,8 @@ impl Loop {
                     let _ = tx.send(result);
                 }
             });
-        self.session_spawned(spawned, id, peer, opened, group_ranged);
+        let tls = move || tls_left.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.session_spawned(spawned, id, peer, opened, group_ranged, &tls);
     }
 
     /// Keeps a session thread's handle (or, when it could not start, refuses its sender)
@@ -900,6 +969,7 @@ impl Loop {
         peer: SocketAddr,
         opened: Option<(SessionId, u16)>,
         group_ranged: Arc<RangedFiles>,
+        tls: &dyn Fn() -> Option<rustls::ServerConnection>,
     ) {
         let once = self.shared.cfg.once;
         let mut running = self
@@ -946,11 +1016,9 @@ impl Loop {
                 // The closure (and the stream in it) is gone; the clone can still refuse.
                 if let Some(mut r) = running.remove(&id) {
                     drop(running);
-                    self.refused(
-                        peer,
-                        &mut r.sock,
-                        "the receiver cannot start a session now; try again later",
-                    );
+                    let reason = "the receiver cannot start a session now; try again later";
+                    refuse(&mut r.sock, tls().as_mut(), reason);
+                    self.shared.observer.event(Event::Refused { peer, reason });
                 }
                 self.trouble(format!("starting a session thread: {e}"));
             }
@@ -1046,7 +1114,7 @@ impl Loop {
                             "no handshake within {} ms",
                             self.shared.cfg.handshake_timeout.as_millis()
                         );
-                        self.refused(p.peer, &mut p.stream, &reason);
+                        self.refused_pending(&mut p, &reason);
                     }
                 }
                 Some(_) => break,
@@ -1148,6 +1216,7 @@ fn merge(results: Vec<SessionResult>) -> SessionResult {
         let r = r?;
         all.files.extend(r.files);
         all.unlisted_failures += r.unlisted_failures;
+        all.ktls = all.ktls.or(r.ktls);
     }
     Ok(all)
 }
@@ -1155,6 +1224,7 @@ fn merge(results: Vec<SessionResult>) -> SessionResult {
 fn run_session(
     shared: &Shared,
     stream: TcpStream,
+    tls: Option<rustls::ServerConnection>,
     peer: SocketAddr,
     sender: &SenderId,
     version: u16,
@@ -1168,7 +1238,25 @@ fn run_session(
         .buf_bytes(64 * 1024);
     let mut stats = StatsSnapshot::default();
     let result = (|| {
+        // Every byte of an encrypted session goes through its one TLS connection, over a
+        // second handle on the socket (the `Receiver` keeps the counters and the timeouts).
+        let mut ktls_why = None;
+        let link = match tls {
+            Some(conn) => {
+                let dup = stream
+                    .try_clone()
+                    .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+                let binding = exporter(&conn)?;
+                ktls_why = Some(super::tls::ktls::attempt(&dup));
+                Some(Arc::new(TlsLink::new(conn.into(), dup, binding, false)))
+            }
+            None => None,
+        };
         let mut rx = zcnet::stream::Receiver::from_stream(stream, &rcfg)?;
+        if ktls_why.is_some() {
+            rx.stats()
+                .fallback(zcnet::FallbackReason::KtlsUnavailable, 0);
+        }
         let mut store =
             Store::open_for(&shared.dir, shared.cfg.store, shared.quota.clone(), sender).map_err(
                 |e| TransferError::Io {
@@ -1179,11 +1267,78 @@ fn run_session(
         // Work the store does on its own (hashing for `--resume`) stops at the deadline too.
         store.set_deadline(Instant::now() + shared.cfg.session_deadline);
         let mut progress = shared.observer.progress(peer);
-        let r = receive_files_ranged(&mut rx, &mut store, version, ranged, &mut *progress);
+        let r = receive_files_over(&mut rx, link, &mut store, version, ranged, &mut *progress);
         stats = rx.stats().snapshot();
-        r
+        r.map(|mut report| {
+            report.ktls = ktls_why;
+            report
+        })
     })();
     (result, stats)
+}
+
+/// The TLS session's exporter value (what the token's proofs are bound to).
+fn exporter(conn: &rustls::ServerConnection) -> Result<[u8; BINDING_LEN], TlsError> {
+    conn.export_keying_material([0u8; BINDING_LEN], EXPORTER_LABEL, None)
+        .map_err(TlsError::Tls)
+}
+
+/// Drives a pending connection's TLS handshake and then its transfer handshake inside TLS,
+/// as far as the bytes that have arrived allow: `None` to wait for more, else the outcome as
+/// [`Loop::drive`] takes it.
+fn drive_tls(p: &mut Pending) -> Option<Result<Accepted, Option<HandshakeError>>> {
+    let conn = p.tls.as_mut()?;
+    let fail = |e: String| Some(Err(Some(HandshakeError::Tls(e))));
+    loop {
+        if !conn.is_handshaking() {
+            // Inside TLS: the transfer handshake's bytes, exactly as it asks for them.
+            match conn.reader().read(p.hs.want()) {
+                Ok(0) => return Some(Err(None)),
+                Ok(n) => match p.hs.advance(n) {
+                    Ok(Some(a)) => return Some(Ok(a)),
+                    Ok(None) => continue,
+                    Err(e) => return Some(Err(Some(e))),
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return fail(format!("reading: {e}")),
+            }
+        }
+        match conn.read_tls(&mut p.stream) {
+            Ok(0) => {
+                return fail(match conn.is_handshaking() {
+                    true => super::session::not_encrypted(TlsError::HandshakeEof).to_string(),
+                    false => "the sender closed the connection during the handshake".into(),
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return fail(format!("reading: {e}")),
+        }
+        let was_handshaking = conn.is_handshaking();
+        if let Err(e) = conn.process_new_packets() {
+            let _ = conn.write_tls(&mut p.stream);
+            return fail(TlsError::from_rustls(e).to_string());
+        }
+        // The handshake's flights are a few KiB: they fit the socket's buffer.
+        while conn.wants_write() {
+            match conn.write_tls(&mut p.stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return fail(format!("sending the TLS handshake: {e}")),
+            }
+        }
+        if was_handshaking && !conn.is_handshaking() {
+            // TLS is up: the transfer handshake starts inside it, bound to this session.
+            match exporter(conn) {
+                Ok(b) => p.hs.over_tls(b),
+                Err(e) => return fail(e.to_string()),
+            }
+            if let Err(e) = send_on(&p.stream, Some(conn), &p.hs.greeting()) {
+                return fail(format!("sending our hello: {e}"));
+            }
+        }
+    }
 }
 
 /// An observer that reports nothing (tests, embedding).

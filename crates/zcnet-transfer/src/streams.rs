@@ -279,7 +279,15 @@ impl StreamsReport {
             t.rx_bytes_file += s.rx_bytes_file;
             t.rx_bytes_mapped += s.rx_bytes_mapped;
             t.rx_bytes_copied += s.rx_bytes_copied;
-            t.fallbacks.extend(s.fallbacks.iter().cloned());
+            for &(reason, ops, bytes) in &s.fallbacks {
+                match t.fallbacks.iter_mut().find(|f| f.0 == reason) {
+                    Some(f) => {
+                        f.1 += ops;
+                        f.2 += bytes;
+                    }
+                    None => t.fallbacks.push((reason, ops, bytes)),
+                }
+            }
         }
         t
     }
@@ -300,8 +308,9 @@ pub fn send_streams(
 ) -> Result<StreamsReport, TransferError> {
     let asked = streams.clamp(1, MAX_STREAMS as usize);
     let mut first = connect()?;
-    let (version, id) = send_handshake(&mut first, opts, StreamRequest::Open(asked as u16))?;
-    let (n, id) = match id {
+    let opened = send_handshake(&mut first, opts, StreamRequest::Open(asked as u16))?;
+    let version = opened.version;
+    let (n, id) = match opened.session {
         Some(id) if Features::of(version).streams => (asked, id),
         // An older receiver: everything on the one connection it understands.
         _ => (1, [0; 16]),
@@ -314,7 +323,7 @@ pub fn send_streams(
     let mut refused = Vec::new();
     for _ in 1..n {
         let tx = connect().and_then(|mut tx| {
-            send_handshake(&mut tx, opts, StreamRequest::Join(id)).map(|(v, _)| (tx, v))
+            send_handshake(&mut tx, opts, StreamRequest::Join(id)).map(|o| (tx, o))
         });
         match tx {
             Ok(t) => joined.push(t),
@@ -347,14 +356,14 @@ pub fn send_streams(
             .map(|(tx, part)| {
                 s.spawn(
                     move || -> Result<(SessionReport, StatsSnapshot), TransferError> {
-                        let (mut tx, v) = tx;
-                        let r = send_entries(&mut tx, v, part, opts, &mut { emit })?;
+                        let (mut tx, o) = tx;
+                        let r = send_entries(&mut tx, &o, part, opts, &mut { emit })?;
                         Ok((r, tx.stats().snapshot()))
                     },
                 )
             })
             .collect();
-        let r0 = send_entries(&mut first, version, part0, opts, &mut { emit })
+        let r0 = send_entries(&mut first, &opened, part0, opts, &mut { emit })
             .map(|r| (r, first.stats().snapshot()));
         let mut all = vec![r0];
         for h in handles {
@@ -372,6 +381,8 @@ pub fn send_streams(
         refused,
         ..Default::default()
     };
+    out.report.trust = opened.trust.clone();
+    out.report.ktls = opened.ktls.clone();
     let mut first_err = None;
     for (k, r) in results.into_iter().enumerate() {
         match r {

@@ -18,13 +18,23 @@ pub const MAGIC: &[u8; 6] = b"ZCNET\0";
 /// so a large file's checks, `fsync` and rename overlap the next file's data; 8: the token's
 /// proofs cover the whole handshake, version included — [`AUTHENTICATED_FROM`]; 9: a sparse
 /// file's `Trailer` carries the digest of its extents, not of its holes —
-/// [`SPARSE_DIGEST_FROM`]).
-pub const VERSION: u16 = 9;
+/// [`SPARSE_DIGEST_FROM`]; 10: the session runs inside TLS 1.3 unless both ends run in
+/// plaintext — [`ENCRYPTED_FROM`]).
+pub const VERSION: u16 = 10;
 /// The first version in which a file sent with `StartSparse` is verified by its sparse
 /// digest ([`crate::sparse::digest`]: the extent list and the extents' bytes), so its
 /// holes cost neither end anything; before it the `Trailer` hash covers the holes as zeros,
 /// which made a receiver hash every byte a peer claimed.
 pub const SPARSE_DIGEST_FROM: u16 = 9;
+/// The first version that runs a session inside TLS 1.3 (the receiver the TLS server, the
+/// sender the client, right after the TCP connection opens). An encrypting receiver first
+/// sends [`tls_preamble`] in plaintext — a `Refuse` an older or plaintext sender prints and
+/// stops at, and that an encrypting sender checks byte for byte and then starts TLS behind —
+/// and then serves senders of this version or later only, inside TLS. Both ends of a
+/// plaintext session (`--plaintext` on both) speak every version as before.
+pub const ENCRYPTED_FROM: u16 = 10;
+/// What an encrypting receiver tells a sender that does not encrypt (its [`tls_preamble`]).
+pub const ENCRYPTION_REQUIRED: &str = "this receiver requires encryption (TLS; zcnet protocol version 10 or later): upgrade zcnet at the sender, or run both ends with --plaintext on a network you trust";
 /// Oldest version in which a token is accepted: from 8 the proofs cover both `Hello`s and the
 /// `Open`/`Join` ([`crate::auth::transcript`]), so a version lowered on the way fails them.
 /// Before it they covered the nonces only, and both ends refuse to prove a token in such a
@@ -60,6 +70,9 @@ pub(crate) struct Features {
     pub authenticated: bool,
     /// A sparse file is verified by its sparse digest ([`SPARSE_DIGEST_FROM`]).
     pub sparse_digest: bool,
+    /// The session may run inside TLS 1.3 ([`ENCRYPTED_FROM`]); whether it does is both
+    /// ends' choice (`--plaintext`), so a plaintext session of this version is in the clear.
+    pub tls: bool,
 }
 
 impl Features {
@@ -74,9 +87,23 @@ impl Features {
             pipelined_files: version >= PIPELINED_FILES,
             authenticated: version >= AUTHENTICATED_FROM,
             sparse_digest: version >= SPARSE_DIGEST_FROM,
+            tls: version >= ENCRYPTED_FROM,
         }
     }
 }
+/// The first bytes an encrypting receiver sends, in plaintext, before TLS: `Refuse{Version,
+/// ENCRYPTION_REQUIRED}`. A sender that does not encrypt reads it where the receiver's
+/// `Hello` is due and stops with the message; an encrypting sender reads exactly these bytes
+/// and starts TLS. Nothing in them is trusted: whatever else comes there, an encrypting
+/// sender stops, so a relay that rewrites them can only end the session.
+pub fn tls_preamble() -> Vec<u8> {
+    Frame::Refuse {
+        code: Code::Version,
+        message: ENCRYPTION_REQUIRED.into(),
+    }
+    .to_bytes()
+}
+
 /// Largest file a `Put` may carry: its bytes are read into memory before the receiver
 /// decides, and a refused `Put`'s bytes are read and dropped.
 pub const MAX_PUT: u64 = 1 << 20;
@@ -861,6 +888,7 @@ mod tests {
         assert_eq!(first(|f| f.pipelined_files), Some(PIPELINED_FILES));
         assert_eq!(first(|f| f.authenticated), Some(AUTHENTICATED_FROM));
         assert_eq!(first(|f| f.sparse_digest), Some(SPARSE_DIGEST_FROM));
+        assert_eq!(first(|f| f.tls), Some(ENCRYPTED_FROM));
     }
 
     fn samples() -> Vec<Frame> {

@@ -172,11 +172,17 @@ pub enum FallbackReason {
     /// zero-copy would only grow a probe whose answer is still unread (a sender that never
     /// yields to the task reading its notifications sent 30–170 MiB before the answer).
     ProbeUnanswered,
+    /// File transfer over TLS (zcnet-transfer): the kernel did not take the connection's
+    /// TLS records (kTLS: `TCP_ULP "tls"` refused, as on a kernel without the `tls` module),
+    /// so they are made in user space and the file data goes through user memory (read,
+    /// encrypted, sent; received, decrypted, written) instead of `sendfile`/`splice`.
+    /// Counted once per connection; its bytes are in the copied counters.
+    KtlsUnavailable,
 }
 
 impl FallbackReason {
     /// All reasons, in the order of their counters.
-    pub const ALL: [FallbackReason; 17] = [
+    pub const ALL: [FallbackReason; 18] = [
         FallbackReason::TooSmall,
         FallbackReason::Unaligned,
         FallbackReason::Enobufs,
@@ -194,6 +200,7 @@ impl FallbackReason {
         FallbackReason::XskUnavailable,
         FallbackReason::LocalDelivery,
         FallbackReason::ProbeUnanswered,
+        FallbackReason::KtlsUnavailable,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -220,6 +227,7 @@ impl FallbackReason {
             FallbackReason::XskUnavailable => "xsk_unavailable",
             FallbackReason::LocalDelivery => "local_delivery",
             FallbackReason::ProbeUnanswered => "probe_unanswered",
+            FallbackReason::KtlsUnavailable => "ktls_unavailable",
         }
     }
 }

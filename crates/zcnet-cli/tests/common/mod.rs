@@ -15,8 +15,15 @@ pub fn zcnet() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zcnet"));
     c.env_remove("ZCNET_PROFILE")
         .env_remove("ZCNET_PROFILE_DIR")
-        .env("XDG_CONFIG_HOME", no_profiles_dir());
+        .env("XDG_CONFIG_HOME", no_profiles_dir())
+        .env("XDG_STATE_HOME", state_dir());
     c
+}
+
+/// The tests' `$XDG_STATE_HOME`, in cargo's scratch space: `send`/`recv` keep their TLS
+/// identity and known hosts there, never in the developer's home.
+pub fn state_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("state")
 }
 
 /// An empty directory standing in for `$XDG_CONFIG_HOME` (absolute, as XDG requires), in

@@ -25,15 +25,17 @@ mod send;
 mod send_channel;
 
 pub use super::wire::PIPELINED_FILES;
-pub(crate) use recv::session_id;
+pub(crate) use recv::{not_encrypted, receive_files_over, session_id};
 pub use recv::{receive_files, receive_files_ranged, receive_session};
 pub use send::send_session;
 pub(crate) use send::{send_entries, send_handshake};
 
 use super::handshake::HandshakeError;
+use super::tls::{Expect, Identity, TlsError, Trust};
 use super::wire::{Code, Frame, WireError, MAX_PUT, VERSION};
 use std::io::{self, Read};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Bytes per `send_file`/`recv_to_file` call: progress is reported between calls.
 const STEP: u64 = 16 << 20;
@@ -140,6 +142,13 @@ pub enum TransferError {
         /// Bytes that arrived.
         got: u64,
     },
+    /// The TLS channel failed: the receiver's key refused, a record altered on the way, the
+    /// connection cut without `close_notify`, or a peer that does not speak TLS.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The receiver does not encrypt and this sender does not send in the clear.
+    #[error("{0}")]
+    NotEncrypted(String),
     /// One of a session's further streams (version 5) failed; the others went on.
     #[error("stream {stream}: {source}")]
     Stream {
@@ -162,6 +171,17 @@ pub enum TransferError {
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransferError {
     let what = what.into();
     move |source| TransferError::Io { what, source }
+}
+
+/// Decrypts into `buf` from `link`; 0 at the end of the stream, whether or not the peer
+/// sent `close_notify`: the transfer protocol's own framing (sizes, trailers, `Bye`) is what
+/// tells a whole session from a cut one, as it does in plaintext, so a cut reads as the
+/// same end (naming the file it cut) rather than as a TLS error.
+fn tls_read(link: &super::tls::TlsLink, buf: &mut [u8]) -> Result<usize, TransferError> {
+    match link.read(buf) {
+        Err(TlsError::Truncated) => Ok(0),
+        r => Ok(r?),
+    }
 }
 
 /// What an outcome is about: a file's bytes, or a tree entry that carries none.
@@ -196,6 +216,12 @@ pub struct SessionReport {
     /// Per file, in order (at a receiver, failures past [`MAX_LISTED_FAILURES`] only
     /// counted in [`Self::unlisted_failures`]).
     pub files: Vec<FileOutcome>,
+    /// At a sender over TLS: how the receiver's key was trusted (pinned, known, or
+    /// recorded now on first use); `None` in plaintext.
+    pub trust: Option<Trust>,
+    /// Over TLS: why the connection's records stayed in user space rather than in the
+    /// kernel (kTLS), counted as the fallback `ktls_unavailable`; `None` in plaintext.
+    pub ktls: Option<String>,
     /// Failed files a receiver counted without listing them: a peer can have files refused
     /// as fast as it can ask (a `Range` past the caps costs it a few dozen bytes), and a
     /// list of every one would grow without bound (100 MiB in 30 s of issue 40's stress).
@@ -315,6 +341,41 @@ pub struct SendOptions {
     /// Newest protocol version to speak (the receiver's, if older, wins): 1 turns
     /// pipelining off.
     pub max_version: u16,
+    /// Whether to encrypt, and which receiver to trust.
+    pub security: SendSecurity,
+}
+
+/// How a sender protects its connections.
+///
+/// The library's default is [`SendSecurity::Plaintext`]: a TLS sender must be told whom to
+/// trust (a pinned fingerprint or a known-hosts file), and the library picks no file and no
+/// key of its own. The `zcnet` tool encrypts by default ([`SendSecurity::Tls`] with its
+/// known-hosts file or `--fingerprint`).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum SendSecurity {
+    /// TLS 1.3 (protocol version 10), the receiver's key checked as [`Expect`] says; a
+    /// receiver that does not encrypt is refused.
+    Tls(Expect),
+    /// No encryption; only a receiver that runs in plaintext takes it (an encrypting one
+    /// refuses it with [`super::wire::ENCRYPTION_REQUIRED`]).
+    #[default]
+    Plaintext,
+}
+
+/// How a receiver protects its connections.
+///
+/// The library's default is [`RecvSecurity::Plaintext`], as for [`SendSecurity`]; the
+/// `zcnet` tool encrypts by default with the identity kept in its state directory.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum RecvSecurity {
+    /// TLS 1.3 (protocol version 10) with this identity: senders that do not encrypt are
+    /// told [`super::wire::ENCRYPTION_REQUIRED`] and refused.
+    Tls(Arc<Identity>),
+    /// No encryption; a sender that encrypts is refused.
+    #[default]
+    Plaintext,
 }
 
 impl Default for SendOptions {
@@ -324,6 +385,7 @@ impl Default for SendOptions {
             verify: false,
             window: DEFAULT_WINDOW,
             max_version: VERSION,
+            security: SendSecurity::Plaintext,
         }
     }
 }
@@ -334,6 +396,8 @@ impl Default for SendOptions {
 pub struct RecvOptions {
     /// Require senders to prove this token.
     pub token: Option<Vec<u8>>,
+    /// Whether to encrypt, and with which identity.
+    pub security: RecvSecurity,
 }
 
 /// Where a session's outcomes go: the report it returns and the caller's progress callback,

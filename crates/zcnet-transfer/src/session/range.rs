@@ -258,14 +258,14 @@ fn splice_range(
     while off < end {
         let n = match chan.recv_to_file(claim.file(), off, (end - off).min(LAND_STEP)) {
             Ok(n) => n,
-            Err(zcnet::Error::Truncated { got, .. }) => {
+            Err(TransferError::Net(zcnet::Error::Truncated { got, .. })) => {
                 return Err(TransferError::Truncated {
                     name: name.into(),
                     expected: end - offset,
                     got: off - offset + got,
                 })
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         if let (Some(h), Ok(())) = (hasher.as_mut(), &hashing) {
             hashing = hash_range(claim.file(), h, off, off + n);

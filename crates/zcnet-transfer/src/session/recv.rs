@@ -9,15 +9,20 @@ use super::super::landing::{LandingHash, LAND_STEP};
 use super::super::ranges::{FileMeta, RangedFiles};
 use super::super::sparse;
 use super::super::store::{self, Incoming, Refusal, Store};
-use super::super::wire::{Code, Features, Frame, MAX_CONTROL, SESSION_ID_LEN, STREAM_SIZE};
+use super::super::tls::{ktls, Channel, TlsError, TlsLink};
+use super::super::wire::{
+    tls_preamble, Code, Features, Frame, MAX_CONTROL, SESSION_ID_LEN, STREAM_SIZE,
+};
 use super::range::{receive_range, RangeFrame};
 use super::recv_channel::RecvChannel;
 use super::{
-    io_err, trailer_hash, unexpected, Entry, FileOutcome, Progress, RecvOptions, SessionReport,
-    Tally, TransferError, MAX_LISTED_FAILURES, PUT_ACK_MESSAGE, STEP,
+    io_err, trailer_hash, unexpected, Entry, FileOutcome, Progress, RecvOptions, RecvSecurity,
+    SessionReport, Tally, TransferError, MAX_LISTED_FAILURES, PUT_ACK_MESSAGE, STEP,
 };
-use std::io;
+use std::io::{self, Write};
+use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use std::thread::Scope;
 use zcnet::stream::Receiver;
 
@@ -31,16 +36,26 @@ pub fn receive_session(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut chan = RecvChannel::new(rx);
-    let version = handshake(&mut chan, opts)?;
-    receive_on(chan, store, version, &RangedFiles::default(), progress)
+    let (version, ktls) = handshake(&mut chan, opts)?;
+    let mut report = receive_on(chan, store, version, &RangedFiles::default(), progress)?;
+    report.ktls = ktls;
+    Ok(report)
 }
 
 /// The receiver's handshake on a connection that serves one session: returns the version
-/// the sender chose.
-fn handshake(chan: &mut RecvChannel<'_>, opts: &RecvOptions) -> Result<u16, TransferError> {
+/// the sender chose, and over TLS why its records stay in user space.
+fn handshake(
+    chan: &mut RecvChannel<'_>,
+    opts: &RecvOptions,
+) -> Result<(u16, Option<String>), TransferError> {
     chan.no_delay()?;
+    let secured = secure(chan, &opts.security)?;
+    let binding = secured.as_ref().map(|(b, _)| *b);
     let mut hs =
         ReceiverHandshake::new(opts.token.clone()).map_err(io_err("reading random bytes"))?;
+    if let Some(b) = binding {
+        hs.over_tls(b);
+    }
     chan.reply_bytes(&hs.greeting())?;
     let accepted = loop {
         let want = hs.want();
@@ -76,7 +91,48 @@ fn handshake(chan: &mut RecvChannel<'_>, opts: &RecvOptions) -> Result<u16, Tran
             return Err(TransferError::Refused(message.into()));
         }
     }
-    Ok(accepted.version)
+    Ok((accepted.version, secured.map(|(_, why)| why)))
+}
+
+/// Starts TLS on a fresh connection when `security` asks for it, before any frame: sends
+/// the plaintext preamble ([`tls_preamble`]: what a sender that does not encrypt prints and
+/// stops at), then serves the TLS handshake with the receiver's identity, and from then on
+/// reads and writes every byte through the TLS connection. Returns the channel's exporter
+/// value (the token's proofs are bound to it) and why its records stay in user space
+/// ([`ktls::attempt`], counted as a fallback).
+fn secure(
+    chan: &mut RecvChannel<'_>,
+    security: &RecvSecurity,
+) -> Result<Option<([u8; 32], String)>, TransferError> {
+    let RecvSecurity::Tls(identity) = security else {
+        return Ok(None);
+    };
+    let fd = chan
+        .socket()
+        .try_clone_to_owned()
+        .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+    let mut stream = TcpStream::from(fd);
+    stream
+        .write_all(&tls_preamble())
+        .map_err(|e| zcnet::Error::io("sending the TLS preamble", e))?;
+    let ch = Channel::accept(stream, identity).map_err(not_encrypted)?;
+    let link = TlsLink::from_channel(ch, false)?;
+    let binding = *link.binding();
+    let why = ktls::attempt(link.socket());
+    chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
+    chan.encrypt(Arc::new(link));
+    Ok(Some((binding, why)))
+}
+
+/// A TLS handshake the sender ended before it began: it does not encrypt (it read the
+/// preamble's refusal and left), which says more than "the TLS handshake ended".
+pub(crate) fn not_encrypted(e: TlsError) -> TransferError {
+    match e {
+        TlsError::HandshakeEof => TransferError::NotEncrypted(
+            "the sender closed the connection instead of starting TLS: it does not encrypt (a zcnet older than protocol version 10, or one run with --plaintext), and was told this receiver requires encryption".into(),
+        ),
+        e => e.into(),
+    }
 }
 
 /// A fresh random session id (`Session`, version 5).
@@ -110,6 +166,25 @@ pub fn receive_files_ranged(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     receive_on(RecvChannel::new(rx), store, version, ranged, progress)
+}
+
+/// [`receive_files_ranged`] for a connection whose handshake ran inside TLS (`tls`, the
+/// server's), or in plaintext with `None`.
+pub(crate) fn receive_files_over(
+    rx: &mut Receiver,
+    tls: Option<Arc<TlsLink>>,
+    store: &mut Store,
+    version: u16,
+    ranged: &RangedFiles,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SessionReport, TransferError> {
+    receive_on(
+        RecvChannel::with_tls(rx, tls),
+        store,
+        version,
+        ranged,
+        progress,
+    )
 }
 
 fn receive_on(
@@ -464,14 +539,14 @@ impl Receiving<'_, '_, '_> {
                     .recv_to_file(inc.file(), off, (end - off).min(step))
                 {
                     Ok(n) => n,
-                    Err(zcnet::Error::Truncated { got: g, .. }) => {
+                    Err(TransferError::Net(zcnet::Error::Truncated { got: g, .. })) => {
                         return Err(TransferError::Truncated {
                             name: name.into(),
                             expected: size,
                             got: got + g,
                         })
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(e),
                 };
                 off += n;
                 got += n;
@@ -574,7 +649,7 @@ impl Receiving<'_, '_, '_> {
     /// finished so far.
     fn finish_in_turn(&mut self, staged: Staged) -> Result<(), TransferError> {
         if self.finisher.is_none() {
-            let sock = self.chan.answer_socket()?;
+            let sock = self.chan.answer_sink()?;
             let f = Finisher::start(self.scope, sock, PUT_ACK_MESSAGE)
                 .map_err(io_err("starting the thread that finishes files"))?;
             self.finisher = Some(f);

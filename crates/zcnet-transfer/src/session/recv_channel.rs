@@ -1,22 +1,33 @@
 //! The receiving end's connection. Every byte a receiving session reads or writes passes
 //! through [`RecvChannel`]: the handshake's frames, control frames and `Put`s read ahead of
 //! need, a `File`'s data spliced into its partial file, and the answers (the finishing
-//! thread writes its `Ack`s on a duplicate of the same socket, [`RecvChannel::answer_socket`]).
+//! thread writes its `Ack`s on a duplicate of the same socket, [`RecvChannel::answer_sink`]; over TLS, through the one TLS connection).
 //! What carries a session's bytes is decided here and nowhere else, so another carrier (an
 //! encrypted channel) slots in at this one place.
 
+use super::super::finish::AnswerSink;
+use super::super::tls::TlsLink;
 use super::super::wire::{Frame, MAX_CONTROL};
+use super::tls_read;
 use super::TransferError;
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
-use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use zcnet::stream::Receiver;
+
+/// File bytes decrypted and written per step over TLS.
+const TLS_STEP: usize = 256 << 10;
 
 /// A receiving session's connection and the frames read ahead on it.
 pub(super) struct RecvChannel<'a> {
     rx: &'a mut Receiver,
     ahead: ReadAhead,
+    /// The TLS connection every byte goes through, once the session is encrypted.
+    tls: Option<Arc<TlsLink>>,
+    /// Decrypted file bytes on their way to the file (TLS only).
+    staging: Vec<u8>,
 }
 
 impl<'a> RecvChannel<'a> {
@@ -24,7 +35,37 @@ impl<'a> RecvChannel<'a> {
         RecvChannel {
             rx,
             ahead: ReadAhead::new(),
+            tls: None,
+            staging: Vec::new(),
         }
+    }
+
+    /// A channel whose bytes go through `tls` (an encrypted session past its TLS
+    /// handshake), or straight to the socket with `None`.
+    pub(super) fn with_tls(rx: &'a mut Receiver, tls: Option<Arc<TlsLink>>) -> Self {
+        let mut c = RecvChannel::new(rx);
+        c.tls = tls;
+        c
+    }
+
+    /// From here on every byte goes through `link`.
+    pub(super) fn encrypt(&mut self, link: Arc<TlsLink>) {
+        self.tls = Some(link);
+    }
+
+    /// Counts one operation that fell back for `reason`.
+    pub(super) fn count_fallback(&self, reason: zcnet::FallbackReason) {
+        self.rx.stats().fallback(reason, 0);
+    }
+
+    /// The session's socket (for the TLS handshake, which runs on a duplicate of it).
+    pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.rx.socket()
+    }
+
+    /// Reads what the peer sent: from the socket, or decrypted from the TLS connection.
+    fn recv(&mut self, buf: &mut [u8]) -> Result<usize, TransferError> {
+        recv(self.rx, self.tls.as_deref(), buf)
     }
 
     /// Turns Nagle's algorithm off (see [`super::send_channel::no_delay`]).
@@ -37,7 +78,7 @@ impl<'a> RecvChannel<'a> {
     pub(super) fn read_exact(&mut self, buf: &mut [u8]) -> Result<bool, TransferError> {
         let mut off = 0;
         while off < buf.len() {
-            let n = self.rx.recv_into(&mut buf[off..])?;
+            let n = self.recv(&mut buf[off..])?;
             if n == 0 {
                 if off == 0 {
                     return Ok(false);
@@ -74,7 +115,10 @@ impl<'a> RecvChannel<'a> {
     /// The next frame between files, through the read-ahead buffer; `None` at a clean end
     /// of stream between frames.
     pub(super) fn next_frame(&mut self) -> Result<Option<Frame>, TransferError> {
-        self.ahead.frame(self.rx)
+        self.ahead.frame(&mut From {
+            rx: self.rx,
+            tls: self.tls.as_deref(),
+        })
     }
 
     /// Refuses bytes read ahead of a frame that must be answered first (`File`, `Range`):
@@ -96,7 +140,13 @@ impl<'a> RecvChannel<'a> {
         &mut self,
         size: usize,
     ) -> Result<Result<(Range<usize>, Option<Frame>), usize>, TransferError> {
-        self.ahead.put_body(self.rx, size)
+        self.ahead.put_body(
+            &mut From {
+                rx: self.rx,
+                tls: self.tls.as_deref(),
+            },
+            size,
+        )
     }
 
     /// Bytes held in the read-ahead buffer, as [`Self::put_body`] placed them.
@@ -115,8 +165,33 @@ impl<'a> RecvChannel<'a> {
         file: &File,
         offset: u64,
         len: u64,
-    ) -> Result<u64, zcnet::Error> {
-        self.rx.recv_to_file(file, offset, len)
+    ) -> Result<u64, TransferError> {
+        let Some(link) = self.tls.clone() else {
+            return Ok(self.rx.recv_to_file(file, offset, len)?);
+        };
+        // Decrypted into memory and written from there (`splice` cannot pass through a
+        // user-space record layer).
+        if self.staging.is_empty() {
+            self.staging = vec![0; TLS_STEP];
+        }
+        let mut got = 0u64;
+        while got < len {
+            let want = (len - got).min(TLS_STEP as u64) as usize;
+            let n = tls_read(&link, &mut self.staging[..want])?;
+            if n == 0 {
+                return Err(zcnet::Error::Truncated {
+                    op: "the file being received",
+                    expected: len,
+                    got,
+                }
+                .into());
+            }
+            self.rx.stats().add_rx_copied_bytes(n as u64);
+            file.write_all_at(&self.staging[..n], offset + got)
+                .map_err(|e| zcnet::Error::io("writing the received file", e))?;
+            got += n as u64;
+        }
+        Ok(got)
     }
 
     /// Whether each splice into a file reserves its space first (`fallocate`).
@@ -131,6 +206,11 @@ impl<'a> RecvChannel<'a> {
 
     /// Sends bytes already encoded (frames) to the sender.
     pub(super) fn reply_bytes(&self, bytes: &[u8]) -> Result<(), TransferError> {
+        if let Some(link) = &self.tls {
+            link.write_all(bytes)?;
+            self.rx.stats().add_tx_copy_bytes(bytes.len() as u64);
+            return Ok(());
+        }
         let fd = self.rx.socket();
         let sock = socket2::SockRef::from(&fd);
         (&*sock)
@@ -138,13 +218,42 @@ impl<'a> RecvChannel<'a> {
             .map_err(|e| zcnet::Error::io("answering the sender", e).into())
     }
 
-    /// A duplicate of the socket, on which the finishing thread writes its `Ack`s.
-    pub(super) fn answer_socket(&self) -> Result<OwnedFd, TransferError> {
-        Ok(self
-            .rx
-            .socket()
-            .try_clone_to_owned()
-            .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?)
+    /// Where the finishing thread writes its `Ack`s: a duplicate of the socket, or the
+    /// session's one TLS connection (every write of an encrypted session goes through it).
+    pub(super) fn answer_sink(&self) -> Result<AnswerSink, TransferError> {
+        if let Some(link) = &self.tls {
+            return Ok(AnswerSink::Tls(link.clone()));
+        }
+        Ok(AnswerSink::Socket(
+            self.rx
+                .socket()
+                .try_clone_to_owned()
+                .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?,
+        ))
+    }
+}
+
+/// Reads what the peer sent into `buf`: from the socket, or decrypted from `tls`.
+fn recv(rx: &mut Receiver, tls: Option<&TlsLink>, buf: &mut [u8]) -> Result<usize, TransferError> {
+    match tls {
+        Some(link) => {
+            let n = tls_read(link, buf)?;
+            rx.stats().add_rx_copied_bytes(n as u64);
+            Ok(n)
+        }
+        None => Ok(rx.recv_into(buf)?),
+    }
+}
+
+/// Where the read-ahead buffer reads from.
+struct From<'r> {
+    rx: &'r mut Receiver,
+    tls: Option<&'r TlsLink>,
+}
+
+impl From<'_> {
+    fn recv_into(&mut self, buf: &mut [u8]) -> Result<usize, TransferError> {
+        recv(self.rx, self.tls, buf)
     }
 }
 
@@ -173,7 +282,7 @@ impl ReadAhead {
     }
 
     /// Until `n` (≤ the buffer) bytes are held: `false` at a clean end of stream with none.
-    fn fill(&mut self, rx: &mut Receiver, n: usize) -> Result<bool, TransferError> {
+    fn fill(&mut self, rx: &mut From<'_>, n: usize) -> Result<bool, TransferError> {
         if self.fill_until_end(rx, n)? {
             return Ok(true);
         }
@@ -187,7 +296,7 @@ impl ReadAhead {
     }
 
     /// Until `n` (≤ the buffer) bytes are held: `false` if the stream ends first.
-    fn fill_until_end(&mut self, rx: &mut Receiver, n: usize) -> Result<bool, TransferError> {
+    fn fill_until_end(&mut self, rx: &mut From<'_>, n: usize) -> Result<bool, TransferError> {
         while self.hi - self.lo < n {
             if self.buf.len() - self.lo < n {
                 self.buf.copy_within(self.lo..self.hi, 0);
@@ -211,7 +320,7 @@ impl ReadAhead {
     #[allow(clippy::type_complexity)]
     fn put_body(
         &mut self,
-        rx: &mut Receiver,
+        rx: &mut From<'_>,
         size: usize,
     ) -> Result<Result<(std::ops::Range<usize>, Option<Frame>), usize>, TransferError> {
         debug_assert!(size <= MAX_CONTROL);
@@ -250,7 +359,7 @@ impl ReadAhead {
     /// The next control frame; `None` at a clean end of stream between frames. A `Data`
     /// frame (the only kind allowed more than `MAX_CONTROL` bytes) is never due here and
     /// is refused from its header.
-    fn frame(&mut self, rx: &mut Receiver) -> Result<Option<Frame>, TransferError> {
+    fn frame(&mut self, rx: &mut From<'_>) -> Result<Option<Frame>, TransferError> {
         if !self.fill(rx, 5)? {
             return Ok(None);
         }

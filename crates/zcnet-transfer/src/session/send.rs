@@ -6,22 +6,25 @@ use super::super::auth::{self, Role};
 use super::super::digest::{hash_range, prefix_state};
 use super::super::handshake::StreamRequest;
 use super::super::sparse;
+use super::super::tls::{ktls, Channel, TlsError, TlsLink, Trust};
 use super::super::wire::{
-    Code, Features, Frame, AUTHENTICATED_FROM, MAX_DATA, MIN_VERSION, SESSION_ID_LEN, STREAM_SIZE,
-    VERSION,
+    tls_preamble, Code, Features, Frame, AUTHENTICATED_FROM, ENCRYPTED_FROM, MAX_CONTROL, MAX_DATA,
+    MIN_VERSION, SESSION_ID_LEN, STREAM_SIZE, VERSION,
 };
 use super::range::send_range;
 use super::send_channel::SendChannel;
 use super::{
     ack_outcome, io_err, join_hasher, ready_or_refuse, unexpected, Answer, Entry, FileOutcome,
-    Progress, SendOptions, SessionReport, Source, Tally, TransferError, FILES_AHEAD, MAX_WINDOW,
-    PUT_THRESHOLD,
+    Progress, SendOptions, SendSecurity, SessionReport, Source, Tally, TransferError, FILES_AHEAD,
+    MAX_WINDOW, PUT_THRESHOLD,
 };
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
+use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 use zcnet::stream::Sender;
 
 /// `Put` bytes gathered before one write: small enough that the receiver starts on the
@@ -38,31 +41,128 @@ pub fn send_session(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut chan = SendChannel::new(tx);
-    let (version, _) = handshake(&mut chan, opts, StreamRequest::Open(1))?;
-    entries(chan, version, sources, opts, progress)
+    let opened = handshake(&mut chan, opts, StreamRequest::Open(1))?;
+    let mut report = entries(chan, opened.version, sources, opts, progress)?;
+    report.trust = opened.trust;
+    report.ktls = opened.ktls;
+    Ok(report)
+}
+
+/// A sender's connection past its handshake.
+pub(crate) struct Opened {
+    /// The session's protocol version.
+    pub version: u16,
+    /// From version 5, the session id the receiver answered with.
+    pub session: Option<[u8; SESSION_ID_LEN]>,
+    /// The TLS connection the session runs in, if it is encrypted.
+    pub tls: Option<Arc<TlsLink>>,
+    /// How the receiver's key was trusted, if it is encrypted.
+    pub trust: Option<Trust>,
+    /// Why its TLS records stay in user space, if it is encrypted.
+    pub ktls: Option<String>,
 }
 
 /// The sender's handshake: `Hello`, the token's proof both ways, and from version 5 the
 /// connection's place in its session (`stream`: `Open` or `Join`, sent right behind our
-/// `Hello`/`Auth` so it costs no round trip of its own). Returns the session's version and,
-/// from version 5, the session id the receiver answered with.
+/// `Hello`/`Auth` so it costs no round trip of its own), all inside TLS when `opts` asks
+/// for it ([`secure`]). Returns the session's version, from version 5 the session id the
+/// receiver answered with, and the TLS connection.
 pub(crate) fn send_handshake(
     tx: &mut Sender,
     opts: &SendOptions,
     stream: StreamRequest,
-) -> Result<(u16, Option<[u8; SESSION_ID_LEN]>), TransferError> {
+) -> Result<Opened, TransferError> {
     handshake(&mut SendChannel::new(tx), opts, stream)
 }
 
-/// Sends `sources` over a connection past its handshake, then says goodbye.
+/// Sends `sources` over a connection past its handshake (`opened`), then says goodbye.
 pub(crate) fn send_entries(
     tx: &mut Sender,
-    version: u16,
+    opened: &Opened,
     sources: Vec<Source>,
     opts: &SendOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
-    entries(SendChannel::new(tx), version, sources, opts, progress)
+    let chan = SendChannel::with_tls(tx, opened.tls.clone());
+    let mut report = entries(chan, opened.version, sources, opts, progress)?;
+    report.trust = opened.trust.clone();
+    report.ktls = opened.ktls.clone();
+    Ok(report)
+}
+
+/// Starts TLS on a fresh connection when `security` asks for it, before any frame: sends the
+/// `ClientHello`, checks the receiver's plaintext preamble ([`tls_preamble`]) byte for
+/// byte, completes the handshake (the receiver's key checked as `Expect` says) and from then
+/// on sends and reads every byte through the TLS connection. Returns how the key was
+/// trusted, the channel's exporter value (the token's proofs are bound to it) and why its
+/// records stay in user space ([`ktls::attempt`], counted as a fallback).
+fn secure(
+    chan: &mut SendChannel<'_>,
+    security: &SendSecurity,
+) -> Result<Option<(Trust, [u8; 32], String)>, TransferError> {
+    let SendSecurity::Tls(expect) = security else {
+        return Ok(None);
+    };
+    let fd = chan
+        .socket()
+        .try_clone_to_owned()
+        .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
+    let mut verdict: Option<TransferError> = None;
+    let mut check = |s: &mut TcpStream| -> Result<(), TlsError> {
+        read_preamble(s).map_err(|e| {
+            verdict = Some(e);
+            TlsError::Tls(rustls::Error::General("the receiver's preamble".into()))
+        })
+    };
+    let ch = match Channel::connect_after(TcpStream::from(fd), expect.clone(), &mut check) {
+        Ok(ch) => ch,
+        Err(e) => return Err(verdict.take().unwrap_or(e.into())),
+    };
+    let trust = ch.trust().cloned().ok_or(TlsError::NoPeerKey)?;
+    let link = TlsLink::from_channel(ch, true)?;
+    let binding = *link.binding();
+    let why = ktls::attempt(link.socket());
+    chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
+    chan.encrypt(Arc::new(link));
+    Ok(Some((trust, binding, why)))
+}
+
+/// Reads the receiver's first bytes where an encrypting receiver's preamble is due: `Ok`
+/// for exactly [`tls_preamble`]; a receiver's `Hello` (it does not encrypt) or any other
+/// refusal is an error that says so.
+fn read_preamble(s: &mut TcpStream) -> Result<(), TransferError> {
+    let expected = tls_preamble();
+    let eof = |e: io::Error| -> TransferError {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            zcnet::Error::PeerClosed {
+                op: "reading the receiver's first bytes",
+            }
+            .into()
+        } else {
+            zcnet::Error::io("reading the receiver's first bytes", e).into()
+        }
+    };
+    let mut h = [0u8; 5];
+    s.read_exact(&mut h).map_err(eof)?;
+    let (ty, len) = Frame::check_header(h)?;
+    if len > MAX_CONTROL {
+        return Err(TransferError::Unexpected {
+            expected: "the receiver's TLS preamble",
+            got: "data",
+        });
+    }
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).map_err(eof)?;
+    if h[..] == expected[..5] && p[..] == expected[5..] {
+        return Ok(());
+    }
+    match Frame::decode(ty, &p)? {
+        Frame::Hello { version, .. } => Err(TransferError::NotEncrypted(format!(
+            "the receiver does not encrypt: it runs with --plaintext, or is a zcnet older than protocol version {ENCRYPTED_FROM} (it speaks {version}); this sender sends only inside TLS (run both ends with --plaintext to send in the clear, on a network you trust)"
+        ))),
+        Frame::Refuse { message, .. } => Err(TransferError::Refused(message)),
+        other => Err(unexpected("the receiver's TLS preamble", &other)),
+    }
 }
 
 /// The receiver's `Hello`, read where the session begins (the receiver speaks first):
@@ -91,12 +191,19 @@ fn handshake(
     chan: &mut SendChannel<'_>,
     opts: &SendOptions,
     stream: StreamRequest,
-) -> Result<(u16, Option<[u8; SESSION_ID_LEN]>), TransferError> {
+) -> Result<Opened, TransferError> {
     chan.no_delay()?;
+    let secured = secure(chan, &opts.security)?;
     let (auth_required, rnonce, theirs) = receiver_hello(chan)?;
     // The newest version both speak: a version-1 receiver is served one file at a time.
     let version = theirs.min(VERSION).min(opts.max_version).max(MIN_VERSION);
     let features = Features::of(version);
+    if secured.is_some() && !features.tls {
+        return Err(TransferError::Version {
+            ours: version,
+            theirs,
+        });
+    }
     if auth_required && opts.token.is_some() && !features.authenticated {
         // Before version 8 the proofs do not cover the version: a `Hello` lowered on the
         // way would pass unseen, so the token is not proved in such a session.
@@ -132,8 +239,14 @@ fn handshake(
         StreamRequest::Single => Some(Frame::Open { streams: 1 }),
     };
     let join_bytes = join.as_ref().map(Frame::to_bytes).unwrap_or_default();
-    // Both proofs cover the handshake as this end saw and sent it (version 8).
-    let transcript = auth::transcript(&receiver_hello, &sender_hello, &join_bytes);
+    // Both proofs cover the handshake as this end saw and sent it (version 8), and over TLS
+    // the channel's exporter value too (version 10).
+    let transcript = match &secured {
+        Some((_, binding, _)) => {
+            auth::bound_transcript(binding, &receiver_hello, &sender_hello, &join_bytes)
+        }
+        None => auth::transcript(&receiver_hello, &sender_hello, &join_bytes),
+    };
     if auth_required {
         let token = opts.token.as_deref().ok_or_else(|| {
             TransferError::Auth("the receiver requires a token (--token or ZCNET_TOKEN)".into())
@@ -147,14 +260,21 @@ fn handshake(
     if let (true, Some(token)) = (auth_required, opts.token.as_deref()) {
         receiver_proof(chan, token, &transcript)?;
     }
-    if join.is_none() {
-        return Ok((version, None));
-    }
-    match chan.read_frame()? {
-        Frame::Session { id } => Ok((version, Some(id))),
-        Frame::Refuse { message, .. } => Err(TransferError::Refused(message)),
-        other => Err(unexpected("session", &other)),
-    }
+    let session = match join {
+        None => None,
+        Some(_) => match chan.read_frame()? {
+            Frame::Session { id } => Some(id),
+            Frame::Refuse { message, .. } => return Err(TransferError::Refused(message)),
+            other => return Err(unexpected("session", &other)),
+        },
+    };
+    Ok(Opened {
+        version,
+        session,
+        tls: chan.tls().cloned(),
+        ktls: secured.as_ref().map(|(_, _, why)| why.clone()),
+        trust: secured.map(|(t, _, _)| t),
+    })
 }
 
 /// The receiver's proof that it knows `token`, over the handshake's `transcript`.
@@ -205,7 +325,12 @@ fn entries<'a>(
     s.drain()?;
     s.chan.send_frame(&Frame::Bye)?;
     match s.chan.read_frame()? {
-        Frame::Bye => Ok(s.tally.report),
+        Frame::Bye => {
+            if let Some(link) = s.chan.tls() {
+                link.close();
+            }
+            Ok(s.tally.report)
+        }
         other => Err(unexpected("bye", &other)),
     }
 }

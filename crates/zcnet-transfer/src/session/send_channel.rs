@@ -4,17 +4,27 @@
 //! need while a window of `Put`s is out). What carries a session's bytes is decided here
 //! and nowhere else, so another carrier (an encrypted channel) slots in at this one place.
 
+use super::super::tls::TlsLink;
 use super::super::wire::{Frame, MAX_CONTROL};
 use super::{TransferError, STEP};
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use zcnet::stream::Sender;
+
+/// File bytes read and encrypted per step over TLS.
+const TLS_STEP: usize = 256 << 10;
 
 /// A sending session's connection and the answers read ahead on it.
 pub(super) struct SendChannel<'a> {
     tx: &'a mut Sender,
     /// Answers read ahead: many `Ack`s per `recv`.
     answers: Answers,
+    /// The TLS connection every byte goes through, once the session is encrypted.
+    tls: Option<Arc<TlsLink>>,
+    /// File bytes on their way to be encrypted (TLS only).
+    staging: Vec<u8>,
 }
 
 impl<'a> SendChannel<'a> {
@@ -22,7 +32,37 @@ impl<'a> SendChannel<'a> {
         SendChannel {
             tx,
             answers: Answers::new(),
+            tls: None,
+            staging: Vec::new(),
         }
+    }
+
+    /// A channel whose bytes go through `tls` (an encrypted session past its TLS
+    /// handshake), or straight to the socket with `None`.
+    pub(super) fn with_tls(tx: &'a mut Sender, tls: Option<Arc<TlsLink>>) -> Self {
+        let mut c = SendChannel::new(tx);
+        c.tls = tls;
+        c
+    }
+
+    /// From here on every byte goes through `link`.
+    pub(super) fn encrypt(&mut self, link: Arc<TlsLink>) {
+        self.tls = Some(link);
+    }
+
+    /// The TLS connection, if the session is encrypted.
+    pub(super) fn tls(&self) -> Option<&Arc<TlsLink>> {
+        self.tls.as_ref()
+    }
+
+    /// Counts one operation that fell back for `reason`.
+    pub(super) fn count_fallback(&self, reason: zcnet::FallbackReason) {
+        self.tx.stats().fallback(reason, 0);
+    }
+
+    /// The session's socket (for the TLS handshake, which runs on a duplicate of it).
+    pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.tx.socket()
     }
 
     /// Turns Nagle's algorithm off (`TCP_NODELAY`, tcp(7)). Every control frame is small
@@ -40,6 +80,11 @@ impl<'a> SendChannel<'a> {
 
     /// Sends bytes already encoded (frames) by the copy path.
     pub(super) fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), TransferError> {
+        if let Some(link) = &self.tls {
+            link.write_all(bytes)?;
+            self.tx.stats().add_tx_copy_bytes(bytes.len() as u64);
+            return Ok(());
+        }
         Ok(self.tx.send_slice(bytes)?)
     }
 
@@ -53,6 +98,9 @@ impl<'a> SendChannel<'a> {
         shrank: &dyn Fn(u64) -> TransferError,
         sent: &mut dyn FnMut(u64),
     ) -> Result<(), TransferError> {
+        if self.tls.is_some() {
+            return self.send_extent_tls(file, from, end, shrank, sent);
+        }
         let mut off = from;
         while off < end {
             let n = match self.tx.send_file(file, off, (end - off).min(STEP)) {
@@ -70,6 +118,37 @@ impl<'a> SendChannel<'a> {
         Ok(())
     }
 
+    /// [`Self::send_extent`] over TLS: the file's bytes are read into memory and encrypted
+    /// from there (`sendfile` cannot pass through a user-space record layer).
+    fn send_extent_tls(
+        &mut self,
+        file: &File,
+        from: u64,
+        end: u64,
+        shrank: &dyn Fn(u64) -> TransferError,
+        sent: &mut dyn FnMut(u64),
+    ) -> Result<(), TransferError> {
+        let link = self.tls.clone().expect("called over TLS");
+        if self.staging.is_empty() {
+            self.staging = vec![0; TLS_STEP];
+        }
+        let mut off = from;
+        while off < end {
+            let want = (end - off).min(TLS_STEP as u64) as usize;
+            let n = match file.read_at(&mut self.staging[..want], off) {
+                Ok(0) => return Err(shrank(off)),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(zcnet::Error::io("reading the file being sent", e).into()),
+            };
+            link.write_all(&self.staging[..n])?;
+            self.tx.stats().add_tx_copy_bytes(n as u64);
+            off += n as u64;
+            sent(n as u64);
+        }
+        Ok(())
+    }
+
     /// Reads exactly one frame straight from the socket, nothing beyond it: an answer where
     /// no other can be due (the handshake, a lone round trip, `Bye`).
     pub(super) fn read_frame(&mut self) -> Result<Frame, TransferError> {
@@ -82,6 +161,15 @@ impl<'a> SendChannel<'a> {
     }
 
     fn read_exact(&self, buf: &mut [u8]) -> Result<(), TransferError> {
+        if let Some(link) = &self.tls {
+            if !read_exact_tls(link, buf)? {
+                return Err(zcnet::Error::PeerClosed {
+                    op: "reading the receiver's answer",
+                }
+                .into());
+            }
+            return Ok(());
+        }
         let fd = self.tx.socket();
         let sock = socket2::SockRef::from(&fd);
         (&*sock).read_exact(buf).map_err(|e| {
@@ -98,7 +186,11 @@ impl<'a> SendChannel<'a> {
 
     /// The next answer to the window of pipelined files, through the read-ahead buffer.
     pub(super) fn answer(&mut self) -> Result<Frame, TransferError> {
-        self.answers.frame(self.tx)
+        let from = From {
+            tx: self.tx,
+            tls: self.tls.as_deref(),
+        };
+        self.answers.frame(&from)
     }
 
     /// A whole frame read ahead (the receiver spoke out of turn), if any.
@@ -113,6 +205,10 @@ impl<'a> SendChannel<'a> {
     /// blocks writing files it no longer reads — a deadlock no buffer size should be able
     /// to cause.
     pub(super) fn send_batch(&mut self, batch: &[u8]) -> Result<(), TransferError> {
+        if self.tls.is_some() {
+            // The link takes in the receiver's answers while it cannot send.
+            return self.send_bytes(batch);
+        }
         let fd = self.tx.socket();
         let sock = socket2::SockRef::from(&fd);
         let timeout = sock
@@ -137,11 +233,46 @@ impl<'a> SendChannel<'a> {
     }
 }
 
+/// Reads exactly `buf.len()` bytes from `link`: `false` at an end of stream first.
+fn read_exact_tls(link: &TlsLink, buf: &mut [u8]) -> Result<bool, TransferError> {
+    let mut off = 0;
+    while off < buf.len() {
+        let n = super::tls_read(link, &mut buf[off..])?;
+        if n == 0 {
+            return Ok(false);
+        }
+        off += n;
+    }
+    Ok(true)
+}
+
 /// Turns Nagle's algorithm off on `fd` (see [`SendChannel::no_delay`]).
 pub(super) fn no_delay(fd: std::os::fd::BorrowedFd<'_>) -> Result<(), TransferError> {
     socket2::SockRef::from(&fd)
         .set_tcp_nodelay(true)
         .map_err(|e| zcnet::Error::io("setsockopt(TCP_NODELAY)", e).into())
+}
+
+/// Where answers are read from: the socket, or the TLS connection over it.
+struct From<'a> {
+    tx: &'a Sender,
+    tls: Option<&'a TlsLink>,
+}
+
+impl From<'_> {
+    fn read(&self, buf: &mut [u8]) -> Result<usize, TransferError> {
+        if let Some(link) = self.tls {
+            let n = super::tls_read(link, buf)?;
+            self.tx.stats().add_rx_copied_bytes(n as u64);
+            return Ok(n);
+        }
+        let fd = self.tx.socket();
+        match (&*socket2::SockRef::from(&fd)).read(buf) {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => self.read(buf),
+            Err(e) => Err(zcnet::Error::io("reading the receiver's answer", e).into()),
+        }
+    }
 }
 
 /// The receiver's answers to a window of `Put`s (and, from version 7, of `File`s), read
@@ -164,18 +295,14 @@ impl Answers {
         }
     }
 
-    fn fill(&mut self, tx: &Sender, n: usize) -> Result<(), TransferError> {
+    fn fill(&mut self, from: &From<'_>, n: usize) -> Result<(), TransferError> {
         while self.hi - self.lo < n {
             if self.buf.len() - self.lo < n {
                 self.buf.copy_within(self.lo..self.hi, 0);
                 self.hi -= self.lo;
                 self.lo = 0;
             }
-            let fd = tx.socket();
-            let got = match (&*socket2::SockRef::from(&fd)).read(&mut self.buf[self.hi..]) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => r.map_err(|e| zcnet::Error::io("reading the receiver's answer", e))?,
-            };
+            let got = from.read(&mut self.buf[self.hi..])?;
             if got == 0 {
                 return Err(zcnet::Error::PeerClosed {
                     op: "reading the receiver's answer",
@@ -187,8 +314,8 @@ impl Answers {
         Ok(())
     }
 
-    fn frame(&mut self, tx: &Sender) -> Result<Frame, TransferError> {
-        self.fill(tx, 5)?;
+    fn frame(&mut self, from: &From<'_>) -> Result<Frame, TransferError> {
+        self.fill(from, 5)?;
         let h: [u8; 5] = self.buf[self.lo..self.lo + 5].try_into().expect("5 bytes");
         let (ty, len) = Frame::check_header(h)?;
         if len > MAX_CONTROL {
@@ -197,7 +324,7 @@ impl Answers {
                 got: "data",
             });
         }
-        self.fill(tx, 5 + len)?;
+        self.fill(from, 5 + len)?;
         let f = Frame::decode(ty, &self.buf[self.lo + 5..self.lo + 5 + len]);
         self.lo += 5 + len;
         Ok(f?)

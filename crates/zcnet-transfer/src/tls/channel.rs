@@ -24,6 +24,9 @@ const READ_AHEAD: usize = 256 << 10;
 /// ciphertext queued before it goes to the socket (4 records of 16 KiB).
 const WRITE_CHUNK: usize = 64 << 10;
 
+/// What [`Channel::connect_after`] runs on the socket before its first read.
+pub type BeforeRead<'a> = dyn FnMut(&mut TcpStream) -> Result<(), TlsError> + 'a;
+
 /// One end of an established TLS channel.
 pub struct Channel {
     conn: rustls::Connection,
@@ -58,10 +61,31 @@ impl Channel {
         expect: Expect,
         suites: &[rustls::CipherSuite],
     ) -> Result<Channel, TlsError> {
+        Channel::connect_inner(stream, expect, suites, None)
+    }
+
+    /// [`Channel::connect`] that calls `before_read` on the socket once the client's first
+    /// flight is out and before anything is read: the transfer protocol's sender reads the
+    /// receiver's plaintext preamble there (`crate::wire::tls_preamble`), so the
+    /// `ClientHello` costs no round trip of its own.
+    pub fn connect_after(
+        stream: TcpStream,
+        expect: Expect,
+        before_read: &mut BeforeRead<'_>,
+    ) -> Result<Channel, TlsError> {
+        Channel::connect_inner(stream, expect, &[], Some(before_read))
+    }
+
+    fn connect_inner(
+        stream: TcpStream,
+        expect: Expect,
+        suites: &[rustls::CipherSuite],
+        before_read: Option<&mut BeforeRead<'_>>,
+    ) -> Result<Channel, TlsError> {
         let (cfg, verifier) = client_config(expect, suites)?;
         let name = ServerName::try_from(super::SERVER_NAME).expect("a valid DNS name");
         let conn = rustls::ClientConnection::new(cfg, name).map_err(TlsError::Tls)?;
-        let mut ch = Channel::handshake(conn.into(), stream)?;
+        let mut ch = Channel::handshake(conn.into(), stream, before_read)?;
         ch.trust = Some(verifier.settle()?);
         Ok(ch)
     }
@@ -78,10 +102,14 @@ impl Channel {
         cfg: std::sync::Arc<rustls::ServerConfig>,
     ) -> Result<Channel, TlsError> {
         let conn = rustls::ServerConnection::new(cfg).map_err(TlsError::Tls)?;
-        Channel::handshake(conn.into(), stream)
+        Channel::handshake(conn.into(), stream, None)
     }
 
-    fn handshake(mut conn: rustls::Connection, mut stream: TcpStream) -> Result<Channel, TlsError> {
+    fn handshake(
+        mut conn: rustls::Connection,
+        mut stream: TcpStream,
+        mut before_read: Option<&mut BeforeRead<'_>>,
+    ) -> Result<Channel, TlsError> {
         while conn.is_handshaking() {
             while conn.wants_write() {
                 conn.write_tls(&mut stream)
@@ -89,6 +117,9 @@ impl Channel {
             }
             if !conn.is_handshaking() {
                 break;
+            }
+            if let Some(f) = before_read.take() {
+                f(&mut stream)?;
             }
             let n = conn
                 .read_tls(&mut stream)

@@ -90,6 +90,19 @@ impl Write for KernelTls {
     }
 }
 
+/// Offers a session's socket to the kernel's TLS (`TCP_ULP "tls"`) right after its
+/// handshake, and says why its records stay in user space — the kernel's reason (on a
+/// kernel without the `tls` module: `ENOENT`, with what `tcp_available_ulp` lists), or,
+/// where the kernel took the upper-layer protocol, that sessions do not hand their keys
+/// over yet (the socket then carries bytes as before: the `tls` protocol passes them
+/// through until keys are set). The caller counts it as a fallback.
+pub fn attempt(sock: &TcpStream) -> String {
+    match sys::attach_ulp(sock.as_fd()) {
+        Err(why) => why.to_string(),
+        Ok(()) => "the kernel took TCP_ULP tls, but transfer sessions keep their records in user space for now (their keys are not handed to the kernel yet)".into(),
+    }
+}
+
 /// The kernel's form of one direction's secrets.
 pub fn crypto_info(seq: u64, secrets: &ConnectionTrafficSecrets) -> Result<CryptoInfo, TlsError> {
     let bad = |what: &str| TlsError::Tls(rustls::Error::General(format!("kTLS: {what}")));

@@ -22,6 +22,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod identity;
 pub mod ktls;
+pub mod link;
 pub mod loan;
 pub mod trust;
 
@@ -30,6 +31,7 @@ pub use config::{client_config, server_config};
 pub use error::{Refusal, TlsError};
 pub use fingerprint::{Fingerprint, FingerprintError};
 pub use identity::Identity;
+pub use link::TlsLink;
 pub use loan::SealedSender;
 pub use trust::{Expect, KnownHosts, Trust};
 

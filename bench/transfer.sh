@@ -18,7 +18,7 @@
 # ZCNET_BASE=path adds rows for a second zcnet binary (with and without verification) in the
 # same sitting, to compare two builds side by side. In file mode 'vs nc' is the bytes moved
 # per CPU-second of both ends, over `cat | nc`'s (higher is better). TOOLS="zcnet nc" runs only
-# those rows (of zcnet zcnet-noverify nc rsync base base-noverify); a ratio to a row left out
+# those rows (of zcnet zcnet-plaintext zcnet-noverify nc rsync base base-noverify); a ratio to a row left out
 # prints nan. SEND_ARGS="--streams 2" passes options to every zcnet row's `send` (base rows too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +42,10 @@ work=$(mktemp -d "${BENCH_DIR:-/dev/shm}/zcnet-xfer.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
+# zcnet encrypts by default (protocol 10): the receiver's key and the sender's known hosts
+# live in the run's own state directory, not under $HOME ('zcnet-plaintext' is the row
+# without TLS, both ends asking for it).
+export XDG_STATE_HOME=${XDG_STATE_HOME:-$work/state}
 src=$work/src.bin
 if [ $MODE = tree ]; then
   src=$work/tree
@@ -115,13 +119,14 @@ median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 ratio() { if [ -n "$1" ] && [ -n "$2" ]; then echo "$1 / $2" | bc -l; else echo nan; fi; }
 
 declare -A rows
-read -ra tools <<< "${TOOLS:-zcnet zcnet-noverify nc rsync}"
+read -ra tools <<< "${TOOLS:-zcnet zcnet-plaintext zcnet-noverify nc rsync}"
 if [ -n "${ZCNET_BASE:-}" ]; then B=$(realpath "$ZCNET_BASE"); [ -n "${TOOLS:-}" ] || tools+=(base base-noverify); fi
 for i in $(seq "$REPEAT"); do
   for t in "${tools[@]}"; do
     p=$(port)
     case $t in
       zcnet) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet ${SEND_ARGS:-} $src --to 127.0.0.1:$p");;
+      zcnet-plaintext) r=$(run_pair $t "$Z recv --plaintext --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --plaintext --quiet ${SEND_ARGS:-} $src --to 127.0.0.1:$p");;
       zcnet-noverify) r=$(run_pair $t "$Z recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$Z send --quiet ${SEND_ARGS:-} --no-verify $src --to 127.0.0.1:$p");;
       base) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet ${SEND_ARGS:-} $src --to 127.0.0.1:$p");;
       base-noverify) r=$(run_pair $t "$B recv --once --quiet --dir $work/dst --listen 127.0.0.1:$p" "$B send --quiet ${SEND_ARGS:-} --no-verify $src --to 127.0.0.1:$p");;

@@ -5,6 +5,8 @@
 //! both; `--plaintext` works only when both ends ask for it, and each end says why
 //! otherwise.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -88,17 +90,7 @@ impl Recv {
 fn send(state: &Path, to: &str, path: &Path, extra: &[&str]) -> Output {
     let mut c = zcnet(state);
     c.args(["send", "--to", to]).args(extra).arg(path);
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "zcnet send did not finish");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+    common::run_bounded(&mut c, Duration::from_secs(60))
 }
 
 fn text(b: &[u8]) -> String {

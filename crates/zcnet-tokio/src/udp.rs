@@ -180,6 +180,18 @@ async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
     }
 }
 
+/// A refused batch on its way out by copy: back to the ring's queue, first, if its send is
+/// cancelled or fails.
+struct RefusedHeld<'a>(&'a UdpRing, Option<zcnet::msg::Refused>);
+
+impl Drop for RefusedHeld<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.1.take() {
+            self.0.ring().ring.put_back_refused(b);
+        }
+    }
+}
+
 /// One waiter of [`UdpRing::reap_until`]; the last one out disarms the eventfd.
 struct Armed<'a>(&'a UdpRing);
 
@@ -404,7 +416,8 @@ impl ZcUdpSocket {
     /// Whether messages lent with [`ZcUdpSocket::send_lent`] go through io_uring
     /// (`SEND_ZC`, [`MsgTx::Uring`]): false before the first [`ZcUdpSocket::buffer`] made
     /// the pool, and where io_uring cannot send (then `MSG_ZEROCOPY`, counted as
-    /// [`FallbackReason::Unsupported`]).
+    /// [`FallbackReason::Unsupported`], or [`FallbackReason::Memlock`] when the rings were
+    /// refused for want of locked memory).
     pub fn uring_enabled(&self) -> bool {
         self.made_ring().is_some()
     }
@@ -439,8 +452,9 @@ impl ZcUdpSocket {
                         self.runtime.spawn(flusher(r.clone(), self.conn.clone()));
                         Some(r)
                     }
-                    Err(_) => {
-                        self.conn.stats.fallback(FallbackReason::Unsupported, 0);
+                    Err(e) => {
+                        let reason = zcnet::msg::ring_unavailable_reason(&e);
+                        self.conn.stats.fallback(reason, 0);
                         None
                     }
                 }
@@ -488,6 +502,19 @@ impl ZcUdpSocket {
     /// counted by it; if that send is cancelled half-way, the receiver reports it lost.
     pub async fn send_mark(&self) -> io::Result<u64> {
         self.submit_queued();
+        if let Some(r) = self.made_ring() {
+            // Refused batches (sent by copy) go before the mark that counts their messages.
+            let refused = {
+                let mut st = r.ring();
+                if st.ring.awaits_results() {
+                    st.ring.reap(&self.conn.stats);
+                }
+                st.ring.has_refused()
+            };
+            if refused {
+                self.send_refused(r).await?;
+            }
+        }
         let (mark, sent) = {
             let f = lock(&self.framer);
             (f.mark(), f.next_id())
@@ -654,7 +681,17 @@ impl ZcUdpSocket {
         let msg = match self.ring() {
             Some(r) if matches!(self.conn.decide(msg.wire()), Go::ZeroCopy) => {
                 match self.send_ring(r, msg) {
-                    Ok(sent) => return sent,
+                    Ok((sent, false)) => return sent,
+                    // An unregistered pool: its requests may be refused past
+                    // RLIMIT_MEMLOCK, once issued (after waiting for socket room). Their
+                    // results are awaited and refused batches sent by copy before this
+                    // call returns, never lost (`zcnet::msg::MsgRing`'s docs).
+                    Ok((sent, true)) => {
+                        r.reap_until(&self.conn.stats, |ring| ring.results_due() == 0)
+                            .await?;
+                        self.send_refused(r).await?;
+                        return sent;
+                    }
                     // Every slot held (buffers from outside the pool): by `MSG_ZEROCOPY`,
                     // counted.
                     Err(msg) => {
@@ -688,7 +725,14 @@ impl ZcUdpSocket {
     /// hold of the framer's lock, every batch submitted in one `io_uring_enter`. Nothing to
     /// wait for: the kernel itself retries a request that finds the socket buffer full.
     /// `Err` gives the message back untouched (no id used) when the ring has no free slot.
-    fn send_ring(&self, r: &UdpRing, mut msg: MsgBuf) -> Result<io::Result<MsgSent>, MsgBuf> {
+    /// With the result, whether the caller must await the requests' results and send what
+    /// the kernel refused by copy ([`ZcUdpSocket::send_refused`]): on an unregistered ring.
+    #[allow(clippy::type_complexity)]
+    fn send_ring(
+        &self,
+        r: &UdpRing,
+        mut msg: MsgBuf,
+    ) -> Result<(io::Result<MsgSent>, bool), MsgBuf> {
         let wire_len = msg.wire_len();
         let mut f = lock(&self.framer);
         let mut st = r.ring();
@@ -697,51 +741,87 @@ impl ZcUdpSocket {
             return Err(msg);
         }
         if let Some(e) = ring.take_failure() {
-            return Ok(Err(e));
+            return Ok((Err(e), ring.has_refused()));
         }
         let mut out = match f.begin(msg.len()) {
             Ok(o) => o,
-            Err(e) => return Ok(Err(msg_err(e))),
+            Err(e) => return Ok((Err(msg_err(e)), false)),
         };
         if let Err(e) = f.stamp(&out, &mut msg) {
-            return Ok(Err(msg_err(e)));
+            return Ok((Err(msg_err(e)), false));
         }
         let sock = self.conn.socket().as_fd();
         let zerocopy = match ring.queue(sock, &mut f, &mut out, msg, &self.conn.stats) {
             RingSend::Queued(n) => n,
             // The ring could not queue it (its submission failed): the message's id is
             // used, the receiver reports it lost, the caller gets the error.
-            RingSend::Refused(_, e) => return Ok(Err(e)),
+            RingSend::Refused(_, e) => return Ok((Err(e), ring.has_refused())),
         };
+        let unregistered = ring.awaits_results();
+        if unregistered {
+            // Submitted now: `send_lent` awaits the results (see there).
+            ring.submit(&self.conn.stats);
+            ring.reap(&self.conn.stats);
+        }
         if let Some(e) = ring.take_failure() {
-            return Ok(Err(e));
+            return Ok((Err(e), unregistered));
         }
         f.finish(&out, true);
         // Notifications are read in batches, as for `MSG_ZEROCOPY`: once half the pool is
         // with the kernel (and whenever `buffer` finds it empty). Submissions too (see
         // `UdpRing`).
         let mut ask_flusher = false;
-        if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
-            ring.submit(&self.conn.stats);
-            ring.reap(&self.conn.stats);
-        } else if ring.unsubmitted() >= SUBMIT_AT {
-            ring.submit(&self.conn.stats);
-        } else if !st.flush_asked {
-            st.flush_asked = true;
-            ask_flusher = true;
+        let follow_up = unregistered && (ring.results_due() > 0 || ring.has_refused());
+        // (An unregistered ring was submitted and reaped above.)
+        if !unregistered {
+            if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
+                ring.submit(&self.conn.stats);
+                ring.reap(&self.conn.stats);
+            } else if ring.unsubmitted() >= SUBMIT_AT {
+                ring.submit(&self.conn.stats);
+            } else if !st.flush_asked {
+                st.flush_asked = true;
+                ask_flusher = true;
+            }
         }
         drop((st, f));
         if ask_flusher {
             r.flush.notify_one();
         }
         self.conn.count_send(wire_len, true);
-        Ok(Ok(MsgSent {
-            id: out.id(),
-            zerocopy,
-            copied: 0,
-            copied_anyway: None,
-            fallback: None,
-        }))
+        Ok((
+            Ok(MsgSent {
+                id: out.id(),
+                zerocopy,
+                copied: 0,
+                copied_anyway: None,
+                fallback: None,
+            }),
+            follow_up,
+        ))
+    }
+
+    /// Sends by copy, in order, the batches the ring's kernel refused for want of pinnable
+    /// memory (`zcnet::msg::MsgRing::take_refused`), each counted as a fallback with its
+    /// reason. Cancel-safe: a batch not yet sent goes back to the ring, first in line.
+    async fn send_refused(&self, r: &UdpRing) -> io::Result<()> {
+        loop {
+            let Some(batch) = r.ring().ring.take_refused() else {
+                return Ok(());
+            };
+            let mut held = RefusedHeld(r, Some(batch));
+            let b = held.1.as_ref().expect("held");
+            let iov = [IoSlice::new(&b.wire)];
+            poll_fn(|cx| {
+                self.conn.poll_io(cx, Direction::Write, || {
+                    self.conn.send_gso(&iov, false, b.gso)
+                })
+            })
+            .await?;
+            if let Some(b) = held.1.take() {
+                b.count(&self.conn.stats);
+            }
+        }
     }
 
     async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {
@@ -870,6 +950,7 @@ impl ZcUdpSocket {
         if let Some(r) = self.made_ring() {
             r.reap_until(&self.conn.stats, |ring| ring.held() == 0)
                 .await?;
+            self.send_refused(r).await?;
         }
         poll_fn(|cx| self.conn.poll_completions(cx)).await
     }

@@ -818,8 +818,9 @@ impl ZcUdpSocket {
                 })
             })
             .await?;
+            // `send_gso` counted the copied bytes and call; the reason here.
             if let Some(b) = held.1.take() {
-                b.count(&self.conn.stats);
+                self.conn.stats.fallback(b.reason, b.wire.len() as u64);
             }
         }
     }

@@ -727,7 +727,6 @@ impl ZcUdpSocket {
     /// `Err` gives the message back untouched (no id used) when the ring has no free slot.
     /// With the result, whether the caller must await the requests' results and send what
     /// the kernel refused by copy ([`ZcUdpSocket::send_refused`]): on an unregistered ring.
-    #[allow(clippy::type_complexity)]
     fn send_ring(
         &self,
         r: &UdpRing,

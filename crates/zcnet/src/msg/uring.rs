@@ -48,6 +48,9 @@ use std::ops::Range;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use zcnet_sys::uring::{PushError, SendEvent, SendToken, SendZcRing};
 
+/// One request's batch: its wire range in the buffer and its `UDP_SEGMENT` size.
+type BatchOf = (Range<usize>, Option<u16>);
+
 /// Submission queue entries: the batches of a few messages (a 64 KiB message is two).
 const SQ_ENTRIES: u32 = 64;
 /// Slots for buffers from outside the pool (sent unregistered), beyond the pool's own.
@@ -65,7 +68,7 @@ pub struct MsgRing {
     watch: Option<OwnedFd>,
     /// Unregistered only: each buffer's batches (wire range, GSO size) by request number,
     /// so a request the kernel refuses can be sent again by copy.
-    batches: HashMap<SendToken, Vec<(Range<usize>, Option<u16>)>>,
+    batches: HashMap<SendToken, Vec<BatchOf>>,
     /// Batches refused for want of pinnable memory, copied out, not yet sent again.
     refused: VecDeque<Refused>,
     /// Unregistered requests queued whose result has not been read.
@@ -482,7 +485,7 @@ impl MsgRing {
 /// Moves the refusals on `token` out of `refusals`, their batches (`batches`' ranges) copied
 /// from `bytes` (the buffer's wire bytes) into `refused`.
 fn copy_refused(
-    batches: &HashMap<SendToken, Vec<(Range<usize>, Option<u16>)>>,
+    batches: &HashMap<SendToken, Vec<BatchOf>>,
     refused: &mut VecDeque<Refused>,
     token: SendToken,
     bytes: &[u8],

@@ -133,7 +133,7 @@ impl UdpRing {
     async fn reap_until(
         &self,
         stats: &Stats,
-        mut done: impl FnMut(&MsgRing) -> bool,
+        mut done: impl FnMut(&mut MsgRing) -> bool,
     ) -> io::Result<()> {
         {
             let mut st = self.ring();
@@ -149,7 +149,7 @@ impl UdpRing {
                 // eventfd, one posted before it is found here.
                 let mut st = self.ring();
                 st.ring.reap(stats);
-                if done(&st.ring) {
+                if done(&mut st.ring) {
                     return Ok(());
                 }
             }
@@ -166,16 +166,66 @@ impl UdpRing {
 /// submits them. It holds the connection, so the socket the requests name stays open until
 /// it has submitted the last of them (the kernel resolves the descriptor at submission);
 /// it ends once the socket is dropped (the connection closed).
+///
+/// On an unregistered ring (the pool's registration refused: `RLIMIT_MEMLOCK` without
+/// `CAP_IPC_LOCK`) it also stays until every submitted request's result is in, and sends by
+/// copy each batch the kernel refused past that limit — a refusal that can come long after
+/// the submission, once the request found socket room (`zcnet::msg::MsgRing`). So a refused
+/// batch leaves at once, whether or not the application calls again, and is never lost to
+/// the receiver's reassembly timeout.
 async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
     loop {
         ring.flush.notified().await;
-        {
-            let mut st = ring.ring();
-            st.flush_asked = false;
-            st.ring.submit(&conn.stats);
+        loop {
+            let (due, refused) = {
+                let mut st = ring.ring();
+                st.flush_asked = false;
+                st.ring.submit(&conn.stats);
+                if st.ring.awaits_results() {
+                    st.ring.reap(&conn.stats);
+                }
+                (st.ring.results_due(), st.ring.has_refused())
+            };
+            // A batch that cannot be sent now stays queued for the next call to report.
+            if refused && send_refused(&ring, &conn).await.is_err() {
+                break;
+            }
+            if due == 0 {
+                break;
+            }
+            // Until a result comes, or requests were queued since (they count as due but
+            // cannot complete before they are submitted).
+            let waited = ring
+                .reap_until(&conn.stats, |r| {
+                    r.results_due() == 0 || r.unsubmitted() > 0 || r.has_refused()
+                })
+                .await;
+            if waited.is_err() {
+                break;
+            }
         }
         if conn.is_closed() {
             return;
+        }
+    }
+}
+
+/// Sends by copy, in order, the batches the ring's kernel refused for want of pinnable
+/// memory (`zcnet::msg::MsgRing::take_refused`), each counted as a fallback with its
+/// reason. Cancel-safe: a batch not yet sent goes back to the ring, first in line.
+async fn send_refused(r: &UdpRing, conn: &Conn<UdpSocket>) -> io::Result<()> {
+    loop {
+        let Some(batch) = r.ring().ring.take_refused() else {
+            return Ok(());
+        };
+        let mut held = RefusedHeld(r, Some(batch));
+        let b = held.1.as_ref().expect("held");
+        let iov = [IoSlice::new(&b.wire)];
+        poll_fn(|cx| conn.poll_io(cx, Direction::Write, || conn.send_gso(&iov, false, b.gso)))
+            .await?;
+        // `send_gso` counted the copied bytes and call; the reason here.
+        if let Some(b) = held.1.take() {
+            conn.stats.fallback(b.reason, b.wire.len() as u64);
         }
     }
 }
@@ -681,17 +731,7 @@ impl ZcUdpSocket {
         let msg = match self.ring() {
             Some(r) if matches!(self.conn.decide(msg.wire()), Go::ZeroCopy) => {
                 match self.send_ring(r, msg) {
-                    Ok((sent, false)) => return sent,
-                    // An unregistered pool: its requests may be refused past
-                    // RLIMIT_MEMLOCK, once issued (after waiting for socket room). Their
-                    // results are awaited and refused batches sent by copy before this
-                    // call returns, never lost (`zcnet::msg::MsgRing`'s docs).
-                    Ok((sent, true)) => {
-                        r.reap_until(&self.conn.stats, |ring| ring.results_due() == 0)
-                            .await?;
-                        self.send_refused(r).await?;
-                        return sent;
-                    }
+                    Ok(sent) => return sent,
                     // Every slot held (buffers from outside the pool): by `MSG_ZEROCOPY`,
                     // counted.
                     Err(msg) => {
@@ -725,13 +765,7 @@ impl ZcUdpSocket {
     /// hold of the framer's lock, every batch submitted in one `io_uring_enter`. Nothing to
     /// wait for: the kernel itself retries a request that finds the socket buffer full.
     /// `Err` gives the message back untouched (no id used) when the ring has no free slot.
-    /// With the result, whether the caller must await the requests' results and send what
-    /// the kernel refused by copy ([`ZcUdpSocket::send_refused`]): on an unregistered ring.
-    fn send_ring(
-        &self,
-        r: &UdpRing,
-        mut msg: MsgBuf,
-    ) -> Result<(io::Result<MsgSent>, bool), MsgBuf> {
+    fn send_ring(&self, r: &UdpRing, mut msg: MsgBuf) -> Result<io::Result<MsgSent>, MsgBuf> {
         let wire_len = msg.wire_len();
         let mut f = lock(&self.framer);
         let mut st = r.ring();
@@ -740,88 +774,66 @@ impl ZcUdpSocket {
             return Err(msg);
         }
         if let Some(e) = ring.take_failure() {
-            return Ok((Err(e), ring.has_refused()));
+            return Ok(Err(e));
         }
         let mut out = match f.begin(msg.len()) {
             Ok(o) => o,
-            Err(e) => return Ok((Err(msg_err(e)), false)),
+            Err(e) => return Ok(Err(msg_err(e))),
         };
         if let Err(e) = f.stamp(&out, &mut msg) {
-            return Ok((Err(msg_err(e)), false));
+            return Ok(Err(msg_err(e)));
         }
         let sock = self.conn.socket().as_fd();
         let zerocopy = match ring.queue(sock, &mut f, &mut out, msg, &self.conn.stats) {
             RingSend::Queued(n) => n,
             // The ring could not queue it (its submission failed): the message's id is
             // used, the receiver reports it lost, the caller gets the error.
-            RingSend::Refused(_, e) => return Ok((Err(e), ring.has_refused())),
+            RingSend::Refused(_, e) => return Ok(Err(e)),
         };
-        let unregistered = ring.awaits_results();
-        if unregistered {
-            // Submitted now: `send_lent` awaits the results (see there).
-            ring.submit(&self.conn.stats);
-            ring.reap(&self.conn.stats);
-        }
         if let Some(e) = ring.take_failure() {
-            return Ok((Err(e), unregistered));
+            return Ok(Err(e));
         }
         f.finish(&out, true);
         // Notifications are read in batches, as for `MSG_ZEROCOPY`: once half the pool is
         // with the kernel (and whenever `buffer` finds it empty). Submissions too (see
         // `UdpRing`).
         let mut ask_flusher = false;
-        let follow_up = unregistered && (ring.results_due() > 0 || ring.has_refused());
-        // (An unregistered ring was submitted and reaped above.)
-        if !unregistered {
-            if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
-                ring.submit(&self.conn.stats);
-                ring.reap(&self.conn.stats);
-            } else if ring.unsubmitted() >= SUBMIT_AT {
-                ring.submit(&self.conn.stats);
-            } else if !st.flush_asked {
-                st.flush_asked = true;
-                ask_flusher = true;
-            }
+        // On an unregistered ring the flusher also awaits the results: a request refused past
+        // RLIMIT_MEMLOCK is sent by copy (see `flusher`), so it is asked every time.
+        let unregistered = ring.awaits_results();
+        if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
+            ring.submit(&self.conn.stats);
+            ring.reap(&self.conn.stats);
+        } else if ring.unsubmitted() >= SUBMIT_AT {
+            ring.submit(&self.conn.stats);
+        } else {
+            ask_flusher = true;
+        }
+        if unregistered {
+            ask_flusher = true;
+        }
+        if ask_flusher && st.flush_asked {
+            ask_flusher = false;
+        } else if ask_flusher {
+            st.flush_asked = true;
         }
         drop((st, f));
         if ask_flusher {
             r.flush.notify_one();
         }
         self.conn.count_send(wire_len, true);
-        Ok((
-            Ok(MsgSent {
-                id: out.id(),
-                zerocopy,
-                copied: 0,
-                copied_anyway: None,
-                fallback: None,
-            }),
-            follow_up,
-        ))
+        Ok(Ok(MsgSent {
+            id: out.id(),
+            zerocopy,
+            copied: 0,
+            copied_anyway: None,
+            fallback: None,
+        }))
     }
 
-    /// Sends by copy, in order, the batches the ring's kernel refused for want of pinnable
-    /// memory (`zcnet::msg::MsgRing::take_refused`), each counted as a fallback with its
-    /// reason. Cancel-safe: a batch not yet sent goes back to the ring, first in line.
+    /// Sends by copy what the ring's kernel refused ([`send_refused`]).
     async fn send_refused(&self, r: &UdpRing) -> io::Result<()> {
-        loop {
-            let Some(batch) = r.ring().ring.take_refused() else {
-                return Ok(());
-            };
-            let mut held = RefusedHeld(r, Some(batch));
-            let b = held.1.as_ref().expect("held");
-            let iov = [IoSlice::new(&b.wire)];
-            poll_fn(|cx| {
-                self.conn.poll_io(cx, Direction::Write, || {
-                    self.conn.send_gso(&iov, false, b.gso)
-                })
-            })
-            .await?;
-            // `send_gso` counted the copied bytes and call; the reason here.
-            if let Some(b) = held.1.take() {
-                self.conn.stats.fallback(b.reason, b.wire.len() as u64);
-            }
-        }
+        send_refused(r, &self.conn).await
     }
 
     async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {

@@ -756,13 +756,6 @@ async fn ring_pair(pool_buffers: usize) -> Option<(ZcUdpSocket, ZcUdpSocket)> {
     Some((rx, tx))
 }
 
-/// Whether the ring's pool is registered: not where `RLIMIT_MEMLOCK` without
-/// `CAP_IPC_LOCK` (an ordinary user) refused it. Then each message is submitted at once and
-/// its results awaited, so that a request refused past the limit is sent by copy.
-fn is_registered(tx: &ZcUdpSocket) -> bool {
-    tx.stats().snapshot().tx_uring_register_failures == 0
-}
-
 /// Bytes copied because the kernel would not pin them (counted with their reason).
 fn refused_bytes(s: &zcnet::StatsSnapshot) -> u64 {
     s.fallback_bytes(zcnet::FallbackReason::Memlock)
@@ -804,20 +797,15 @@ async fn queued_ring_messages_leave_in_one_submission_when_the_task_yields() {
     for seed in 0..3u64 {
         ids.push(lend(&tx, seed, len).await);
     }
-    // An unregistered pool (RLIMIT_MEMLOCK without CAP_IPC_LOCK refused the registration)
-    // submits each message and awaits its results instead: a refusal past the limit is
-    // then sent by copy within `send_lent` (`zcnet::msg::MsgRing`).
-    let registered = is_registered(&tx);
     assert_eq!(
         tx.stats().snapshot().tx_uring_submits,
-        if registered { 0 } else { 3 },
-        "three small messages stay queued while the task runs (registered: {registered})"
+        0,
+        "three small messages stay queued while the task runs"
     );
     expect_in_order(&rx, ids, len, "queued message").await;
     let s = tx.stats().snapshot();
-    if registered {
-        assert_eq!(s.tx_uring_submits, 1, "all three in one submission: {s:?}");
-    }
+    assert_eq!(s.tx_uring_submits, 1, "all three in one submission: {s:?}");
+    // Copied only what an unregistered pool's requests had refused past RLIMIT_MEMLOCK.
     assert_eq!(s.tx_calls_zerocopy + s.tx_calls_copy, 3, "{s:?}");
     assert_eq!(s.tx_bytes_copy, refused_bytes(&s), "{s:?}");
     tx.flush_loans().await.unwrap();
@@ -863,15 +851,10 @@ async fn a_burst_without_a_yield_is_submitted_in_batches() {
     let n = BURST * BURSTS;
     assert_eq!(s.tx_calls_zerocopy + s.tx_calls_copy, n, "{s:?}");
     assert_eq!(s.tx_bytes_copy, refused_bytes(&s), "{s:?}");
-    if is_registered(&tx) {
-        assert!(
-            s.tx_uring_submits > 0 && s.tx_uring_submits < n,
-            "submitted in batches: {s:?}"
-        );
-    } else {
-        // One submission per message, its results awaited (see above).
-        assert_eq!(s.tx_uring_submits, n, "{s:?}");
-    }
+    assert!(
+        s.tx_uring_submits > 0 && s.tx_uring_submits < n,
+        "submitted in batches: {s:?}"
+    );
     assert_eq!(tx.buffers_available(), 8);
 }
 
@@ -899,9 +882,7 @@ async fn messages_queued_when_the_socket_is_dropped_still_leave() {
     };
     let len = 50_000;
     let ids = [lend(&tx, 0, len).await, lend(&tx, 1, len).await];
-    if is_registered(&tx) {
-        assert_eq!(tx.stats().snapshot().tx_uring_submits, 0, "still queued");
-    }
+    assert_eq!(tx.stats().snapshot().tx_uring_submits, 0, "still queued");
     drop(tx);
     expect_in_order(&rx, ids, len, "message").await;
 }

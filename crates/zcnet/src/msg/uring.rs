@@ -29,11 +29,12 @@
 //! buffer full is only once room came: the refusal can arrive long after the submission.
 //! Such a request is no loss: its batch is copied out of the buffer
 //! ([`MsgRing::take_refused`]) and sent by copy, counted as a [`FallbackReason::Memlock`]
-//! (or `Enobufs`) fallback. So that this happens within the call that sent the message —
-//! and not after the receiver's reassembly timeout, when the sender next calls — a sender
-//! on an unregistered ring waits for its requests' results before it returns
-//! ([`MsgRing::results_due`]), as a blocking `sendmsg` waits for socket room; the copy
-//! leaves behind the message's other batches (the receiver places fragments by offset). An
+//! (or `Enobufs`) fallback. So that this happens at once — and not after the receiver's
+//! reassembly timeout, when the sender next calls — someone must wait for an unregistered
+//! ring's results ([`MsgRing::results_due`]): the blocking sender before its `send`
+//! returns, as a blocking `sendmsg` waits for socket room; `zcnet-tokio`'s flusher task
+//! for `send_lent`. The copy leaves behind the message's other batches (the receiver
+//! places fragments by offset). An
 //! unregistered request's bytes count as zero-copy once its result says it sent, not when
 //! it is queued. A registered pool is charged once, at registration: nothing of this runs.
 
@@ -426,9 +427,8 @@ impl MsgRing {
     }
 
     /// Whether requests are counted by their results, and may be refused for want of
-    /// pinnable memory: the pool is not registered. A sender on such a ring waits for its
-    /// message's results ([`MsgRing::results_due`]) before it returns, so that a refused
-    /// batch goes by copy within the same call (see the module docs).
+    /// pinnable memory: the pool is not registered. Someone must then wait for the results
+    /// ([`MsgRing::results_due`]) and send what was refused by copy (see the module docs).
     pub fn awaits_results(&self) -> bool {
         !self.fixed
     }

@@ -34,9 +34,9 @@
 //! ring's results ([`MsgRing::results_due`]): the blocking sender before its `send`
 //! returns, as a blocking `sendmsg` waits for socket room; `zcnet-tokio`'s flusher task
 //! for `send_lent`. The copy leaves behind the message's other batches (the receiver
-//! places fragments by offset). An
-//! unregistered request's bytes count as zero-copy once its result says it sent, not when
-//! it is queued. A registered pool is charged once, at registration: nothing of this runs.
+//! places fragments by offset). An unregistered request's bytes count as zero-copy once its
+//! result says it sent, not when it is queued. A registered pool is charged once, at
+//! registration: nothing of this runs.
 
 use crate::buf::{Pool, TxBuf};
 use crate::msg::framer::{Framer, Outgoing};

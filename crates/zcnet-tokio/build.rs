@@ -5,5 +5,5 @@
 include!("probe.rs");
 
 fn main() {
-    zcnet_probe(&["curl", "tc"]);
+    zcnet_probe(&["curl", "tc", "prlimit", "setpriv"]);
 }

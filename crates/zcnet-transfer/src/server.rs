@@ -46,8 +46,8 @@ use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamReques
 use super::limits::{AddrCount, AuthLimiter};
 use super::ranges::RangedFiles;
 use super::session::{
-    note_carrier, receive_files_over, session_id, Carrier, Progress, RecvSecurity,
-    SessionReport, TransferError,
+    note_carrier, receive_files_over, session_id, Carrier, Progress, RecvSecurity, SessionReport,
+    TransferError,
 };
 use super::store::{Quota, SenderId, Store, StoreOptions};
 use super::tls::ktls::{hand_over, HandOver};

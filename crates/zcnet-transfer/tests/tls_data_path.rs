@@ -234,7 +234,8 @@ fn a_connection_with_queued_records_or_unread_plaintext_is_handed_back() {
     use rustls::{ClientConnection, ServerConnection};
     use std::io::Write;
     let id = identity();
-    let (ccfg, _) = zcnet_transfer::tls::client_config(Expect::Pinned(id.fingerprint()), &[]).unwrap();
+    let (ccfg, _) =
+        zcnet_transfer::tls::client_config(Expect::Pinned(id.fingerprint()), &[]).unwrap();
     let mut c = ClientConnection::new(ccfg, "zcnet".try_into().unwrap()).unwrap();
     let mut s = ServerConnection::new(zcnet_transfer::tls::server_config(&id).unwrap()).unwrap();
     while c.is_handshaking() || s.is_handshaking() || c.wants_write() || s.wants_write() {

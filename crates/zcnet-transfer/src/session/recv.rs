@@ -508,7 +508,8 @@ impl Receiving<'_, '_, '_> {
         let mut inline = None;
         let landing = if verify {
             let kept = inc.take_prefix_state();
-            let resumes = |k: &Option<(u64, blake3::Hasher)>| matches!(k, Some((k, _)) if *k == start);
+            let resumes =
+                |k: &Option<(u64, blake3::Hasher)>| matches!(k, Some((k, _)) if *k == start);
             if dense && self.chan.is_encrypted() && (start == 0 || resumes(&kept)) {
                 inline = Some(match kept {
                     Some((k, h)) if k == start => h,

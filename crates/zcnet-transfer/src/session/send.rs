@@ -7,7 +7,6 @@ use super::super::digest::{hash_range, prefix_state};
 use super::super::handshake::StreamRequest;
 use super::super::sparse;
 use super::super::tls::{ktls, Channel, TlsError, TlsLink, Trust};
-use super::{note_carrier, Carrier};
 use super::super::wire::{
     tls_preamble, Code, Features, Frame, AUTHENTICATED_FROM, ENCRYPTED_FROM, MAX_CONTROL, MAX_DATA,
     MIN_VERSION, SESSION_ID_LEN, STREAM_SIZE, VERSION,
@@ -19,6 +18,7 @@ use super::{
     Progress, SendOptions, SendSecurity, SessionReport, Source, Tally, TransferError, FILES_AHEAD,
     MAX_WINDOW, PUT_THRESHOLD,
 };
+use super::{note_carrier, Carrier};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};

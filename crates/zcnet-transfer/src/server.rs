@@ -1362,7 +1362,7 @@ fn drive_tls(p: &mut Pending) -> Option<Result<Accepted, Option<HandshakeError>>
                     return None;
                 }
                 Ok(HandOver::User(conn, why)) => {
-                    let rustls::Connection::Server(conn) = conn else {
+                    let rustls::Connection::Server(conn) = *conn else {
                         unreachable!("a server connection was handed over")
                     };
                     p.carrier = Some(Carrier::User(why.to_string()));

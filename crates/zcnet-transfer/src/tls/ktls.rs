@@ -52,7 +52,7 @@ pub enum HandOver {
     /// The kernel makes and checks the records with this cipher; rustls's state is gone.
     Kernel(&'static str),
     /// rustls keeps the records (the connection as it was), for this reason.
-    User(rustls::Connection, Declined),
+    User(Box<rustls::Connection>, Declined),
 }
 
 /// Hands `conn`'s record layer to the kernel on `sock`, where `conn` has just completed
@@ -66,10 +66,10 @@ pub enum HandOver {
 /// lost (the kernel took the upper-layer protocol and then refused the keys): drop it.
 pub fn hand_over(mut conn: rustls::Connection, sock: &TcpStream) -> Result<HandOver, TlsError> {
     if let Some(why) = held(&mut conn) {
-        return Ok(HandOver::User(conn, Declined::Held(why)));
+        return Ok(HandOver::User(Box::new(conn), Declined::Held(why)));
     }
     if let Err(why) = sys::attach_ulp(sock.as_fd()) {
-        return Ok(HandOver::User(conn, why.into()));
+        return Ok(HandOver::User(Box::new(conn), why.into()));
     }
     let secrets = conn.dangerous_extract_secrets().map_err(TlsError::Tls)?;
     let (tx, rx) = crypto_infos(&secrets)?;
@@ -216,7 +216,7 @@ pub fn offload(channel: Channel) -> Result<Offload, TlsError> {
     match hand_over(conn, &stream)? {
         HandOver::Kernel(cipher) => Ok(Offload::Kernel(KernelTls { stream, cipher })),
         HandOver::User(conn, why) => Ok(Offload::User(
-            Box::new(Channel::from_parts(conn, stream, binding, trust)),
+            Box::new(Channel::from_parts(*conn, stream, binding, trust)),
             why,
         )),
     }

@@ -444,6 +444,9 @@ pub fn send(args: &SendArgs) -> Result<(), String> {
         if let Some(why) = &report.ktls {
             eprintln!("TLS records made in user space, not by the kernel: {why}");
         }
+        if let Some(cipher) = report.kernel_tls {
+            eprintln!("TLS records made by the kernel (kTLS, {cipher})");
+        }
         for why in &sent.refused {
             eprintln!(
                 "zcnet: a further stream was not joined ({why}); {} stream(s) carried every file",
@@ -539,6 +542,11 @@ impl Observer for RecvLog {
                             if let Some(why) = &report.ktls {
                                 eprintln!(
                                     "from {peer}: TLS records made in user space, not by the kernel: {why}"
+                                );
+                            }
+                            if let Some(cipher) = report.kernel_tls {
+                                eprintln!(
+                                    "from {peer}: TLS records made by the kernel (kTLS, {cipher})"
                                 );
                             }
                         }

@@ -2,7 +2,7 @@
 //! loopback, plaintext and through the TLS channel, each end's thread CPU.
 //!
 //!     cargo run --release -p zcnet-transfer --example tls_cost -- [GIB=1] [ROUNDS=3]
-//!     cargo run --release -p zcnet-transfer --example tls_cost -- steps [GIB=1]
+//!     cargo run --release -p zcnet-transfer --example tls_cost -- steps [GIB=1] [PIECE_KIB=64]
 //!
 //! Ways, interleaved round by round (the median of ROUNDS printed):
 //!
@@ -144,12 +144,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// The steps alone, in memory, no socket (`tls_cost steps [GIB]`): a copy of each 64 KiB
-/// piece (what a copying send or receive costs the CPU per pass), rustls sealing a piece
+/// The steps alone, in memory, no socket (`tls_cost steps [GIB] [PIECE_KIB]`): a copy of
+/// each piece (64 KiB unless given, at most 240; sessions seal 256 KiB per call and read
+/// up to 256 KiB of records per `recv`) — what a copying send or receive costs the CPU per
+/// pass —, BLAKE3 of the piece just copied (in cache), rustls sealing a piece
 /// into records and writing them into a 256 KiB buffer (`SealedSender`'s work), and
 /// rustls taking those records in and opening them (`Channel::recv_with`'s work), each
 /// timed on its own with the thread's CPU clock.
-fn steps(total: u64, src: &[u8], id: &Identity) {
+fn steps(total: u64, piece: usize, src: &[u8], id: &Identity) {
     use rustls::{ClientConnection, ServerConnection};
     use std::io::{BufRead, Write};
     let (ccfg, _) =
@@ -168,17 +170,23 @@ fn steps(total: u64, src: &[u8], id: &Identity) {
     }
     c.set_buffer_limit(None);
     let mut out = vec![0u8; 256 << 10];
-    let (mut t_copy, mut t_seal, mut t_open) = (0.0, 0.0, 0.0);
+    let (mut t_copy, mut t_seal, mut t_open, mut t_hash) = (0.0, 0.0, 0.0, 0.0);
+    let mut hasher = blake3::Hasher::new();
     let mut done = 0u64;
     let mut check = 0u8;
     while done < total {
         let off = (done % SRC as u64) as usize;
-        let n = PIECE.min(64 << 10).min(SRC - off);
+        let n = piece.min(SRC - off);
         let piece = &src[off..off + n];
         let t = cpu();
         out[..n].copy_from_slice(piece);
         t_copy += cpu() - t;
         check ^= out[n / 2];
+        // BLAKE3 of the piece just copied (in cache), as both ends now hash each chunk
+        // where it lies in memory.
+        let t = cpu();
+        hasher.update(&out[..n]);
+        t_hash += cpu() - t;
         let t = cpu();
         c.writer().write_all(piece).unwrap();
         let mut w = 0;
@@ -206,11 +214,14 @@ fn steps(total: u64, src: &[u8], id: &Identity) {
     }
     let gib = total as f64 / (1u64 << 30) as f64;
     println!(
-        "steps per GiB (thread CPU s), {} in memory: copy {:.3}, seal (rustls: copy in, AES-GCM, copy out) {:.3}, open (rustls: copy in, AES-GCM, copy out) {:.3}  [{check}]",
+        "steps per GiB (thread CPU s), {} in memory, {} KiB pieces: copy {:.3}, BLAKE3 in cache {:.3}, seal (rustls: copy in, AES-GCM, copy out) {:.3}, open (rustls: copy in, AES-GCM, copy out) {:.3}  [{check} {}]",
         c.negotiated_cipher_suite().unwrap().suite().as_str().unwrap_or("?"),
+        piece >> 10,
         t_copy / gib,
+        t_hash / gib,
         t_seal / gib,
-        t_open / gib
+        t_open / gib,
+        hasher.finalize().as_bytes()[0]
     );
 }
 
@@ -218,13 +229,19 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("steps") {
         let gib: f64 = args.get(2).map_or(1.0, |s| s.parse().unwrap());
+        // Plaintext per piece: its records must fit the 256 KiB output buffer (15 records
+        // of 16 KiB at most).
+        let piece = args
+            .get(3)
+            .map_or(64 << 10, |s| s.parse::<usize>().unwrap() << 10)
+            .min(240 << 10);
         let total = (gib * (1u64 << 30) as f64) as u64;
         let src: Vec<u8> = (0..SRC)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
         let id = Identity::generate().unwrap();
         for _ in 0..3 {
-            steps(total, &src, &id);
+            steps(total, piece, &src, &id);
         }
         return;
     }

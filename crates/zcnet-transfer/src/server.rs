@@ -46,9 +46,11 @@ use super::handshake::{Accepted, HandshakeError, ReceiverHandshake, StreamReques
 use super::limits::{AddrCount, AuthLimiter};
 use super::ranges::RangedFiles;
 use super::session::{
-    receive_files_over, session_id, Progress, RecvSecurity, SessionReport, TransferError,
+    note_carrier, receive_files_over, session_id, Carrier, Progress, RecvSecurity, SessionReport,
+    TransferError,
 };
 use super::store::{Quota, SenderId, Store, StoreOptions};
+use super::tls::ktls::{hand_over, HandOver};
 use super::tls::{TlsError, TlsLink, BINDING_LEN, EXPORTER_LABEL};
 use super::wire::{tls_preamble, Code, Frame, SESSION_ID_LEN};
 use rustix::event::epoll;
@@ -261,8 +263,10 @@ struct Pending {
     hs: ReceiverHandshake,
     deadline: Instant,
     /// Its TLS connection, when the receiver encrypts: the TLS handshake runs first, then the
-    /// transfer handshake inside it.
+    /// transfer handshake inside it. `None` again once the kernel took its records.
     tls: Option<rustls::ServerConnection>,
+    /// Who makes its TLS records, decided when its TLS handshake completed.
+    carrier: Option<Carrier>,
 }
 
 /// Sends `bytes` on a connection: through its TLS connection if it has one whose handshake
@@ -692,6 +696,7 @@ impl Loop {
                 hs,
                 deadline: Instant::now() + cfg.handshake_timeout,
                 tls,
+                carrier: None,
             },
         );
     }
@@ -753,12 +758,12 @@ impl Loop {
         let Some(admitted) = self.admit_session(&mut p, &accepted) else {
             return;
         };
-        let (stream, mut tls) = (p.stream, p.tls);
+        let (stream, mut tls, carrier) = (p.stream, p.tls, p.carrier);
         let Some(opened) = self.open_stream(&stream, tls.as_mut(), &accepted, admitted.joining)
         else {
             return;
         };
-        self.spawn_session(stream, tls, p.peer, &accepted, admitted, opened);
+        self.spawn_session(stream, tls, carrier, p.peer, &accepted, admitted, opened);
     }
 
     /// Places a connection past its handshake in its session — a new one, or (version 5)
@@ -873,10 +878,12 @@ impl Loop {
 
     /// Runs an admitted session on a thread of its own, registered among the running ones
     /// before it starts (so the thread's own removal cannot come first).
+    #[allow(clippy::too_many_arguments)]
     fn spawn_session(
         &mut self,
         stream: TcpStream,
         tls: Option<rustls::ServerConnection>,
+        carrier: Option<Carrier>,
         peer: SocketAddr,
         accepted: &Accepted,
         admitted: Admitted,
@@ -929,8 +936,9 @@ impl Loop {
             .spawn(move || {
                 let t0 = Instant::now();
                 let tls = tls.lock().unwrap_or_else(|e| e.into_inner()).take();
-                let (result, stats) =
-                    run_session(&shared, stream, tls, peer, &sender, version, &ranged);
+                let (result, stats) = run_session(
+                    &shared, stream, tls, carrier, peer, &sender, version, &ranged,
+                );
                 drop(connection_fds);
                 // The slot is free before anyone hears the session ended.
                 let own = shared
@@ -1217,14 +1225,17 @@ fn merge(results: Vec<SessionResult>) -> SessionResult {
         all.files.extend(r.files);
         all.unlisted_failures += r.unlisted_failures;
         all.ktls = all.ktls.or(r.ktls);
+        all.kernel_tls = all.kernel_tls.or(r.kernel_tls);
     }
     Ok(all)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_session(
     shared: &Shared,
     stream: TcpStream,
     tls: Option<rustls::ServerConnection>,
+    carrier: Option<Carrier>,
     peer: SocketAddr,
     sender: &SenderId,
     version: u16,
@@ -1238,22 +1249,22 @@ fn run_session(
         .buf_bytes(64 * 1024);
     let mut stats = StatsSnapshot::default();
     let result = (|| {
-        // Every byte of an encrypted session goes through its one TLS connection, over a
-        // second handle on the socket (the `Receiver` keeps the counters and the timeouts).
-        let mut ktls_why = None;
+        // Every byte of an encrypted session whose records stayed in user space goes
+        // through its one TLS connection, over a second handle on the socket (the
+        // `Receiver` keeps the counters and the timeouts); where the kernel took them, the
+        // session reads and writes plaintext on the socket as an unencrypted one does.
         let link = match tls {
             Some(conn) => {
                 let dup = stream
                     .try_clone()
                     .map_err(|e| zcnet::Error::io("dup of the session's socket", e))?;
                 let binding = exporter(&conn)?;
-                ktls_why = Some(super::tls::ktls::attempt(&dup));
                 Some(Arc::new(TlsLink::new(conn.into(), dup, binding, false)))
             }
             None => None,
         };
         let mut rx = zcnet::stream::Receiver::from_stream(stream, &rcfg)?;
-        if ktls_why.is_some() {
+        if let Some(Carrier::User(_)) = &carrier {
             rx.stats()
                 .fallback(zcnet::FallbackReason::KtlsUnavailable, 0);
         }
@@ -1270,7 +1281,7 @@ fn run_session(
         let r = receive_files_over(&mut rx, link, &mut store, version, ranged, &mut *progress);
         stats = rx.stats().snapshot();
         r.map(|mut report| {
-            report.ktls = ktls_why;
+            note_carrier(carrier.as_ref(), &mut report);
             report
         })
     })();
@@ -1287,9 +1298,11 @@ fn exporter(conn: &rustls::ServerConnection) -> Result<[u8; BINDING_LEN], TlsErr
 /// as far as the bytes that have arrived allow: `None` to wait for more, else the outcome as
 /// [`Loop::drive`] takes it.
 fn drive_tls(p: &mut Pending) -> Option<Result<Accepted, Option<HandshakeError>>> {
-    let conn = p.tls.as_mut()?;
+    p.tls.as_ref()?;
     let fail = |e: String| Some(Err(Some(HandshakeError::Tls(e))));
     loop {
+        // Taken anew each time: the kernel may take the records over ([`hand_over`]).
+        let conn = p.tls.as_mut()?;
         if !conn.is_handshaking() {
             // Inside TLS: the transfer handshake's bytes, exactly as it asks for them.
             match conn.reader().read(p.hs.want()) {
@@ -1329,13 +1342,36 @@ fn drive_tls(p: &mut Pending) -> Option<Result<Accepted, Option<HandshakeError>>
             }
         }
         if was_handshaking && !conn.is_handshaking() {
-            // TLS is up: the transfer handshake starts inside it, bound to this session.
+            // TLS is up: the transfer handshake starts inside it, bound to this session
+            // (the exporter value is taken before the keys may leave rustls).
             match exporter(conn) {
                 Ok(b) => p.hs.over_tls(b),
                 Err(e) => return fail(e.to_string()),
             }
-            if let Err(e) = send_on(&p.stream, Some(conn), &p.hs.greeting()) {
-                return fail(format!("sending our hello: {e}"));
+            // Nothing of the sender's can have been read past its `Finished`: it speaks
+            // only once it has our `Hello`, which goes out below.
+            let conn = p.tls.take().expect("in TLS");
+            match hand_over(conn.into(), &p.stream) {
+                Ok(HandOver::Kernel(cipher)) => {
+                    // From here the connection is driven like a plaintext one; the kernel
+                    // makes and checks the records.
+                    p.carrier = Some(Carrier::Kernel(cipher));
+                    if let Err(e) = send_on(&p.stream, None, &p.hs.greeting()) {
+                        return fail(format!("sending our hello: {e}"));
+                    }
+                    return None;
+                }
+                Ok(HandOver::User(conn, why)) => {
+                    let rustls::Connection::Server(conn) = *conn else {
+                        unreachable!("a server connection was handed over")
+                    };
+                    p.carrier = Some(Carrier::User(why.to_string()));
+                    let conn = p.tls.insert(conn);
+                    if let Err(e) = send_on(&p.stream, Some(conn), &p.hs.greeting()) {
+                        return fail(format!("sending our hello: {e}"));
+                    }
+                }
+                Err(e) => return fail(e.to_string()),
             }
         }
     }

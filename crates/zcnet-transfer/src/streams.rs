@@ -382,7 +382,7 @@ pub fn send_streams(
         ..Default::default()
     };
     out.report.trust = opened.trust.clone();
-    out.report.ktls = opened.ktls.clone();
+    super::session::note_carrier(opened.carrier.as_ref(), &mut out.report);
     let mut first_err = None;
     for (k, r) in results.into_iter().enumerate() {
         match r {

@@ -9,7 +9,7 @@ use std::thread;
 use zcnet::{SenderConfig, TxPath};
 use zcnet_sys::raw::ktls::KtlsError;
 use zcnet_testbed::pattern::{pattern, Verifier};
-use zcnet_transfer::tls::ktls::{self, Offload};
+use zcnet_transfer::tls::ktls::{self, Declined, Offload};
 use zcnet_transfer::tls::{Channel, Expect, Identity, SealedSender, TlsError};
 
 fn pair(id: Identity) -> (Channel, thread::JoinHandle<Channel>) {
@@ -134,7 +134,10 @@ fn offloading_to_the_kernel_falls_back_with_its_reason_or_runs_in_the_kernel() {
                 "fell back although tls is listed: {why}"
             );
             for w in [&why, &why_s] {
-                assert!(matches!(w, KtlsError::NoModule { .. }), "{w}");
+                assert!(
+                    matches!(w, Declined::Kernel(KtlsError::NoModule { .. })),
+                    "{w}"
+                );
                 assert!(w.to_string().starts_with("kTLS unavailable:"), "{w}");
             }
             let h = thread::spawn(move || {
@@ -173,6 +176,39 @@ fn offloading_to_the_kernel_falls_back_with_its_reason_or_runs_in_the_kernel() {
     }
 }
 
+/// Bytes rustls (or the channel's read-ahead) already holds would never reach the kernel:
+/// the offload is declined before the socket is touched, with that reason, and the channel
+/// comes back whole — the held bytes and every later one still read through it.
+#[test]
+fn offloading_a_channel_that_holds_bytes_is_declined_and_the_channel_still_works() {
+    const LEN: usize = 3 << 20;
+    let (mut c, server) = pair(identity());
+    // The server speaks first: the client's first read takes in more than it returns.
+    let writer = thread::spawn(move || {
+        let mut s = server.join().unwrap();
+        s.write_all(pattern(0, LEN)).unwrap();
+        s
+    });
+    let mut first = [0u8; 1];
+    c.read_exact(&mut first).unwrap();
+    let mut v = Verifier::default();
+    v.check(&first);
+    let Offload::User(c, why) = ktls::offload(c).unwrap() else {
+        panic!("a channel holding bytes went to the kernel")
+    };
+    assert!(matches!(why, Declined::Held(_)), "{why}");
+    assert!(why.to_string().starts_with("kTLS not attempted:"), "{why}");
+    let mut c = *c;
+    let got = c
+        .recv_with(LEN as u64 - 1, |b| {
+            v.check(b);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!((got, v.pos), (LEN as u64 - 1, LEN as u64));
+    drop(writer.join().unwrap());
+}
+
 #[test]
 fn a_peer_that_closes_during_the_handshake_is_a_typed_error() {
     // A peer that closes instead of answering the ClientHello: the handshake error, typed.
@@ -189,4 +225,52 @@ fn a_peer_that_closes_during_the_handshake_is_a_typed_error() {
         matches!(e, TlsError::HandshakeEof | TlsError::Io { .. }),
         "{e}"
     );
+}
+
+/// A connection with records still queued to send (or plaintext not yet read) is declined
+/// before `TCP_ULP` is tried, and handed back as it was: the kernel would never see them.
+#[test]
+fn a_connection_with_queued_records_or_unread_plaintext_is_handed_back() {
+    use rustls::{ClientConnection, ServerConnection};
+    use std::io::Write;
+    let id = identity();
+    let (ccfg, _) =
+        zcnet_transfer::tls::client_config(Expect::Pinned(id.fingerprint()), &[]).unwrap();
+    let mut c = ClientConnection::new(ccfg, "zcnet".try_into().unwrap()).unwrap();
+    let mut s = ServerConnection::new(zcnet_transfer::tls::server_config(&id).unwrap()).unwrap();
+    while c.is_handshaking() || s.is_handshaking() || c.wants_write() || s.wants_write() {
+        let mut b = Vec::new();
+        c.write_tls(&mut b).unwrap();
+        s.read_tls(&mut &b[..]).unwrap();
+        s.process_new_packets().unwrap();
+        b.clear();
+        s.write_tls(&mut b).unwrap();
+        c.read_tls(&mut &b[..]).unwrap();
+        c.process_new_packets().unwrap();
+    }
+    // Any connected socket: nothing may be done to it.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sock = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    s.writer().write_all(b"queued").unwrap();
+    let mut b = Vec::new();
+    let s = match ktls::hand_over(s.into(), &sock).unwrap() {
+        ktls::HandOver::User(conn, Declined::Held(why)) => {
+            assert!(why.contains("records to send"), "{why}");
+            conn
+        }
+        other => panic!("queued records not refused: {other:?}"),
+    };
+    let mut s = s;
+    s.write_tls(&mut b).unwrap();
+    c.read_tls(&mut &b[..]).unwrap();
+    c.process_new_packets().unwrap();
+    match ktls::hand_over(c.into(), &sock).unwrap() {
+        ktls::HandOver::User(mut conn, Declined::Held(why)) => {
+            assert!(why.contains("plaintext"), "{why}");
+            let mut got = [0u8; 6];
+            std::io::Read::read_exact(&mut conn.reader(), &mut got).unwrap();
+            assert_eq!(&got, b"queued");
+        }
+        other => panic!("unread plaintext not refused: {other:?}"),
+    }
 }

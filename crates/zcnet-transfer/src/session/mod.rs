@@ -184,6 +184,27 @@ fn tls_read(link: &super::tls::TlsLink, buf: &mut [u8]) -> Result<usize, Transfe
     }
 }
 
+/// Who makes an encrypted connection's TLS records, decided right after its handshake
+/// ([`super::tls::ktls::hand_over`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carrier {
+    /// The kernel (kTLS), with this cipher: the session reads and writes plaintext on the
+    /// socket, `sendfile` and `splice` included.
+    Kernel(&'static str),
+    /// rustls, in user space, for this reason (counted as the fallback `ktls_unavailable`).
+    User(String),
+}
+
+/// Notes in `report` who made the records ([`SessionReport::ktls`] or
+/// [`SessionReport::kernel_tls`]).
+pub(crate) fn note_carrier(carrier: Option<&Carrier>, report: &mut SessionReport) {
+    match carrier {
+        Some(Carrier::Kernel(cipher)) => report.kernel_tls = Some(cipher),
+        Some(Carrier::User(why)) => report.ktls = Some(why.clone()),
+        None => {}
+    }
+}
+
 /// What an outcome is about: a file's bytes, or a tree entry that carries none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
@@ -220,8 +241,12 @@ pub struct SessionReport {
     /// recorded now on first use); `None` in plaintext.
     pub trust: Option<Trust>,
     /// Over TLS: why the connection's records stayed in user space rather than in the
-    /// kernel (kTLS), counted as the fallback `ktls_unavailable`; `None` in plaintext.
+    /// kernel (kTLS), counted as the fallback `ktls_unavailable`; `None` in plaintext and
+    /// where the kernel took them.
     pub ktls: Option<String>,
+    /// Over TLS: the cipher the kernel runs where it took the connection's records (kTLS);
+    /// `None` in plaintext and where they stayed in user space.
+    pub kernel_tls: Option<&'static str>,
     /// Failed files a receiver counted without listing them: a peer can have files refused
     /// as fast as it can ask (a `Range` past the caps costs it a few dozen bytes), and a
     /// list of every one would grow without bound (100 MiB in 30 s of issue 40's stress).

@@ -36,18 +36,18 @@ pub fn receive_session(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SessionReport, TransferError> {
     let mut chan = RecvChannel::new(rx);
-    let (version, ktls) = handshake(&mut chan, opts)?;
+    let (version, carrier) = handshake(&mut chan, opts)?;
     let mut report = receive_on(chan, store, version, &RangedFiles::default(), progress)?;
-    report.ktls = ktls;
+    super::note_carrier(carrier.as_ref(), &mut report);
     Ok(report)
 }
 
 /// The receiver's handshake on a connection that serves one session: returns the version
-/// the sender chose, and over TLS why its records stay in user space.
+/// the sender chose, and over TLS who makes its records.
 fn handshake(
     chan: &mut RecvChannel<'_>,
     opts: &RecvOptions,
-) -> Result<(u16, Option<String>), TransferError> {
+) -> Result<(u16, Option<super::Carrier>), TransferError> {
     chan.no_delay()?;
     let secured = secure(chan, &opts.security)?;
     let binding = secured.as_ref().map(|(b, _)| *b);
@@ -91,19 +91,21 @@ fn handshake(
             return Err(TransferError::Refused(message.into()));
         }
     }
-    Ok((accepted.version, secured.map(|(_, why)| why)))
+    Ok((accepted.version, secured.map(|(_, c)| c)))
 }
 
 /// Starts TLS on a fresh connection when `security` asks for it, before any frame: sends
 /// the plaintext preamble ([`tls_preamble`]: what a sender that does not encrypt prints and
-/// stops at), then serves the TLS handshake with the receiver's identity, and from then on
-/// reads and writes every byte through the TLS connection. Returns the channel's exporter
-/// value (the token's proofs are bound to it) and why its records stay in user space
-/// ([`ktls::attempt`], counted as a fallback).
+/// stops at), then serves the TLS handshake with the receiver's identity, then offers the
+/// records to the kernel ([`ktls::offload`]): where it takes them the session goes on in
+/// plaintext on the socket (the kernel decrypts, `splice` keeps working), else every byte
+/// goes through the TLS connection and the fallback is counted with its reason. Returns
+/// the channel's exporter value (the token's proofs are bound to it; taken before the keys
+/// leave rustls) and who makes the records.
 fn secure(
     chan: &mut RecvChannel<'_>,
     security: &RecvSecurity,
-) -> Result<Option<([u8; 32], String)>, TransferError> {
+) -> Result<Option<([u8; 32], super::Carrier)>, TransferError> {
     let RecvSecurity::Tls(identity) = security else {
         return Ok(None);
     };
@@ -116,12 +118,17 @@ fn secure(
         .write_all(&tls_preamble())
         .map_err(|e| zcnet::Error::io("sending the TLS preamble", e))?;
     let ch = Channel::accept(stream, identity).map_err(not_encrypted)?;
-    let link = TlsLink::from_channel(ch, false)?;
-    let binding = *link.binding();
-    let why = ktls::attempt(link.socket());
-    chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
-    chan.encrypt(Arc::new(link));
-    Ok(Some((binding, why)))
+    let binding = *ch.binding();
+    let carrier = match ktls::offload(ch)? {
+        // The duplicate descriptor goes; the socket, now the kernel's TLS, stays.
+        ktls::Offload::Kernel(k) => super::Carrier::Kernel(k.cipher()),
+        ktls::Offload::User(ch, why) => {
+            chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
+            chan.encrypt(Arc::new(TlsLink::from_channel(*ch, false)?));
+            super::Carrier::User(why.to_string())
+        }
+    };
+    Ok(Some((binding, carrier)))
 }
 
 /// A TLS handshake the sender ended before it began: it does not encrypt (it read the
@@ -496,9 +503,20 @@ impl Receiving<'_, '_, '_> {
         // file back instead. Up to version 8 holes read back as zeros, so the landing hash
         // may run over them once the data after them has landed; from 9 a sparse file's
         // hash is its digest, over the extents only, and the holes are never read.
+        // Over TLS a dense file's bytes pass through memory on their way into it: they are
+        // hashed there (`inline`), not read back from the file by a landing thread.
+        let mut inline = None;
         let landing = if verify {
             let kept = inc.take_prefix_state();
-            if !dense && self.features.sparse_digest {
+            let resumes =
+                |k: &Option<(u64, blake3::Hasher)>| matches!(k, Some((k, _)) if *k == start);
+            if dense && self.chan.is_encrypted() && (start == 0 || resumes(&kept)) {
+                inline = Some(match kept {
+                    Some((k, h)) if k == start => h,
+                    _ => blake3::Hasher::new(),
+                });
+                None
+            } else if !dense && self.features.sparse_digest {
                 // The kept prefix's hash (`start` is 0 or the offset we offered).
                 let prefix = match kept {
                     Some((k, h)) if k == start => *h.finalize().as_bytes(),
@@ -520,7 +538,11 @@ impl Receiving<'_, '_, '_> {
         } else {
             None
         };
-        let step = if landing.is_some() { LAND_STEP } else { STEP };
+        let step = if landing.is_some() || inline.is_some() {
+            LAND_STEP
+        } else {
+            STEP
+        };
         // The store reserved the whole file when it began. On tmpfs a second `fallocate`
         // per range walks every page again and zeroes the reserved ones (0.1 CPU-s/GiB at
         // the receiver); on ext4 it sets the size once per range instead of write by
@@ -534,10 +556,12 @@ impl Receiving<'_, '_, '_> {
             self.tally.bytes(from - done);
             let (mut off, end) = (from, from + len);
             while off < end {
-                let n = match self
-                    .chan
-                    .recv_to_file(inc.file(), off, (end - off).min(step))
-                {
+                let want = (end - off).min(step);
+                let r = match inline.as_mut() {
+                    Some(h) => self.chan.recv_to_file_tls(inc.file(), off, want, Some(h)),
+                    None => self.chan.recv_to_file(inc.file(), off, want),
+                };
+                let n = match r {
                     Ok(n) => n,
                     Err(TransferError::Net(zcnet::Error::Truncated { got: g, .. })) => {
                         return Err(TransferError::Truncated {
@@ -564,7 +588,8 @@ impl Receiving<'_, '_, '_> {
             done = end;
         }
         self.tally.bytes(size - done);
-        Ok((got, set_length(inc, name, size, landing)))
+        let hashed = inline.map(|h| *h.finalize().as_bytes());
+        Ok((got, set_length(inc, name, size, landing, hashed)))
     }
 
     /// A stream's data (`Data` frames up to `EndData`), written at the end of the partial
@@ -705,12 +730,14 @@ fn meta(size: u64, mode: u32, mtime: (i64, u32), verify: bool) -> FileMeta {
 }
 
 /// Gives the landed file its whole length (a hole at its end is a length, not written)
-/// and keeps the landing hash for the final check.
+/// and keeps the landing hash (or `hashed`, the hash of the bytes as they passed through
+/// memory on their way in, all `size` of them) for the final check.
 fn set_length(
     inc: &mut Incoming,
     name: &str,
     size: u64,
     landing: Option<LandingHash>,
+    hashed: Option<[u8; 32]>,
 ) -> Result<(), Refusal> {
     let extend = match inc.file().metadata() {
         Ok(m) if m.len() < size => inc.file().set_len(size),
@@ -721,6 +748,9 @@ fn set_length(
         // Charged against the cap when the file began (its reservation).
         Ok(()) => {
             if let Some(Ok(h)) = landing.map(|l| l.finish(size)) {
+                inc.landed_hash(size, h);
+            }
+            if let Some(h) = hashed {
                 inc.landed_hash(size, h);
             }
             Ok(())

@@ -166,19 +166,55 @@ impl<'a> RecvChannel<'a> {
         offset: u64,
         len: u64,
     ) -> Result<u64, TransferError> {
-        let Some(link) = self.tls.clone() else {
-            return Ok(self.rx.recv_to_file(file, offset, len)?);
-        };
-        // Decrypted into memory and written from there (`splice` cannot pass through a
-        // user-space record layer).
+        if self.tls.is_some() {
+            return self.recv_to_file_tls(file, offset, len, None);
+        }
+        Ok(self.rx.recv_to_file(file, offset, len)?)
+    }
+
+    /// Whether the session's bytes come through TLS.
+    pub(super) fn is_encrypted(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// [`Self::recv_to_file`] over TLS: decrypted into memory and written from there
+    /// (`splice` cannot pass through a user-space record layer), [`TLS_STEP`] bytes a
+    /// write; with `hash`, each step is hashed there too, while it is in cache, before it
+    /// is written — the file is not read back to be verified.
+    pub(super) fn recv_to_file_tls(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+        mut hash: Option<&mut blake3::Hasher>,
+    ) -> Result<u64, TransferError> {
+        let link = self.tls.clone().expect("called over TLS");
         if self.staging.is_empty() {
             self.staging = vec![0; TLS_STEP];
         }
         let mut got = 0u64;
         while got < len {
             let want = (len - got).min(TLS_STEP as u64) as usize;
-            let n = tls_read(&link, &mut self.staging[..want])?;
-            if n == 0 {
+            // The whole step (the sender owes every byte of it): one write per step, not
+            // one per record.
+            let mut n = 0;
+            while n < want {
+                let k = tls_read(&link, &mut self.staging[n..want])?;
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            if n > 0 {
+                self.rx.stats().add_rx_copied_bytes(n as u64);
+                if let Some(h) = hash.as_deref_mut() {
+                    h.update(&self.staging[..n]);
+                }
+                file.write_all_at(&self.staging[..n], offset + got)
+                    .map_err(|e| zcnet::Error::io("writing the received file", e))?;
+                got += n as u64;
+            }
+            if n < want {
                 return Err(zcnet::Error::Truncated {
                     op: "the file being received",
                     expected: len,
@@ -186,10 +222,6 @@ impl<'a> RecvChannel<'a> {
                 }
                 .into());
             }
-            self.rx.stats().add_rx_copied_bytes(n as u64);
-            file.write_all_at(&self.staging[..n], offset + got)
-                .map_err(|e| zcnet::Error::io("writing the received file", e))?;
-            got += n as u64;
         }
         Ok(got)
     }

@@ -18,6 +18,7 @@ use super::{
     Progress, SendOptions, SendSecurity, SessionReport, Source, Tally, TransferError, FILES_AHEAD,
     MAX_WINDOW, PUT_THRESHOLD,
 };
+use super::{note_carrier, Carrier};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
@@ -44,7 +45,7 @@ pub fn send_session(
     let opened = handshake(&mut chan, opts, StreamRequest::Open(1))?;
     let mut report = entries(chan, opened.version, sources, opts, progress)?;
     report.trust = opened.trust;
-    report.ktls = opened.ktls;
+    note_carrier(opened.carrier.as_ref(), &mut report);
     Ok(report)
 }
 
@@ -58,8 +59,8 @@ pub(crate) struct Opened {
     pub tls: Option<Arc<TlsLink>>,
     /// How the receiver's key was trusted, if it is encrypted.
     pub trust: Option<Trust>,
-    /// Why its TLS records stay in user space, if it is encrypted.
-    pub ktls: Option<String>,
+    /// Who makes its TLS records (the kernel, or rustls and why), if it is encrypted.
+    pub carrier: Option<Carrier>,
 }
 
 /// The sender's handshake: `Hello`, the token's proof both ways, and from version 5 the
@@ -86,20 +87,22 @@ pub(crate) fn send_entries(
     let chan = SendChannel::with_tls(tx, opened.tls.clone());
     let mut report = entries(chan, opened.version, sources, opts, progress)?;
     report.trust = opened.trust.clone();
-    report.ktls = opened.ktls.clone();
+    note_carrier(opened.carrier.as_ref(), &mut report);
     Ok(report)
 }
 
 /// Starts TLS on a fresh connection when `security` asks for it, before any frame: sends the
 /// `ClientHello`, checks the receiver's plaintext preamble ([`tls_preamble`]) byte for
-/// byte, completes the handshake (the receiver's key checked as `Expect` says) and from then
-/// on sends and reads every byte through the TLS connection. Returns how the key was
-/// trusted, the channel's exporter value (the token's proofs are bound to it) and why its
-/// records stay in user space ([`ktls::attempt`], counted as a fallback).
+/// byte, completes the handshake (the receiver's key checked as `Expect` says), then offers
+/// the records to the kernel ([`ktls::offload`]): where it takes them the session goes on
+/// in plaintext on the socket (the kernel encrypts, `sendfile` keeps working), else every
+/// byte goes through the TLS connection and the fallback is counted with its reason.
+/// Returns how the key was trusted, the channel's exporter value (the token's proofs are
+/// bound to it; taken before the keys leave rustls) and who makes the records.
 fn secure(
     chan: &mut SendChannel<'_>,
     security: &SendSecurity,
-) -> Result<Option<(Trust, [u8; 32], String)>, TransferError> {
+) -> Result<Option<(Trust, [u8; 32], Carrier)>, TransferError> {
     let SendSecurity::Tls(expect) = security else {
         return Ok(None);
     };
@@ -119,12 +122,17 @@ fn secure(
         Err(e) => return Err(verdict.take().unwrap_or(e.into())),
     };
     let trust = ch.trust().cloned().ok_or(TlsError::NoPeerKey)?;
-    let link = TlsLink::from_channel(ch, true)?;
-    let binding = *link.binding();
-    let why = ktls::attempt(link.socket());
-    chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
-    chan.encrypt(Arc::new(link));
-    Ok(Some((trust, binding, why)))
+    let binding = *ch.binding();
+    let carrier = match ktls::offload(ch)? {
+        // The duplicate descriptor goes; the socket, now the kernel's TLS, stays.
+        ktls::Offload::Kernel(k) => Carrier::Kernel(k.cipher()),
+        ktls::Offload::User(ch, why) => {
+            chan.count_fallback(zcnet::FallbackReason::KtlsUnavailable);
+            chan.encrypt(Arc::new(TlsLink::from_channel(*ch, true)?));
+            Carrier::User(why.to_string())
+        }
+    };
+    Ok(Some((trust, binding, carrier)))
 }
 
 /// Reads the receiver's first bytes where an encrypting receiver's preamble is due: `Ok`
@@ -272,7 +280,7 @@ fn handshake(
         version,
         session,
         tls: chan.tls().cloned(),
-        ktls: secured.as_ref().map(|(_, _, why)| why.clone()),
+        carrier: secured.as_ref().map(|(_, _, c)| c.clone()),
         trust: secured.map(|(t, _, _)| t),
     })
 }
@@ -566,6 +574,30 @@ impl Sending<'_> {
             name,
             size,
         } = *out;
+        let shrank = |got| TransferError::Shrank {
+            name: name.into(),
+            expected: size,
+            got,
+        };
+        // Over TLS the bytes pass through memory anyway (to be sealed): each chunk is hashed
+        // there, right before it is sealed, rather than read from the page cache a second
+        // time by a hashing thread — one pass over the file, not two. (A sparse file's digest
+        // and a file whose holes are skipped keep the thread: the hash covers other bytes
+        // than those sent.)
+        if self.chan.tls().is_some() && !digest && extents == [(start, size - start)] {
+            let mut h = self.opts.verify.then(|| kept.unwrap_or_default());
+            let tally = &mut self.tally;
+            self.chan.send_extent_tls(
+                file,
+                start,
+                size,
+                &shrank,
+                &mut |n| tally.bytes(n),
+                h.as_mut(),
+            )?;
+            self.check_not_grown(out)?;
+            return Ok(h.map(|h| *h.finalize().as_bytes()));
+        }
         std::thread::scope(|s| {
             // The hash is computed from the page cache on another thread, off the data path.
             let hasher = self.opts.verify.then(|| {
@@ -579,11 +611,6 @@ impl Sending<'_> {
                     hash_range(file, &mut h, start, size).map(|()| *h.finalize().as_bytes())
                 })
             });
-            let shrank = |got| TransferError::Shrank {
-                name: name.into(),
-                expected: size,
-                got,
-            };
             let mut done = start;
             for &(from, len) in extents {
                 // A hole before this extent: counted, not sent.
@@ -594,20 +621,7 @@ impl Sending<'_> {
                 done = from + len;
             }
             self.tally.bytes(size - done);
-            // `sendfile` stops at the announced size, so a file appended to meanwhile would
-            // arrive cut short yet verified (the hash covers the same prefix): fail it
-            // instead.
-            let now = file
-                .metadata()
-                .map_err(io_err(format!("reading {}", path.display())))?
-                .len();
-            if now > size {
-                return Err(TransferError::Grew {
-                    name: name.into(),
-                    expected: size,
-                    now,
-                });
-            }
+            self.check_not_grown(out)?;
             if digest && self.opts.verify {
                 let again = sparse::data_extents(file, start, size)
                     .map_err(io_err(format!("finding the holes of {}", path.display())))?;
@@ -621,6 +635,25 @@ impl Sending<'_> {
             }
             join_hasher(hasher, path)
         })
+    }
+
+    /// `sendfile` stops at the announced size (and so does a read over TLS), so a file
+    /// appended to meanwhile would arrive cut short yet verified (the hash covers the same
+    /// prefix): fail it instead.
+    fn check_not_grown(&self, out: &Outgoing<'_>) -> Result<(), TransferError> {
+        let now = out
+            .file
+            .metadata()
+            .map_err(io_err(format!("reading {}", out.path.display())))?
+            .len();
+        if now > out.size {
+            return Err(TransferError::Grew {
+                name: out.name.into(),
+                expected: out.size,
+                now,
+            });
+        }
+        Ok(())
     }
 
     /// A stream of unknown length (stdin), in `Data` frames after its `Start`, hashed as it

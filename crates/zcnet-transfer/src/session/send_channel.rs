@@ -99,7 +99,7 @@ impl<'a> SendChannel<'a> {
         sent: &mut dyn FnMut(u64),
     ) -> Result<(), TransferError> {
         if self.tls.is_some() {
-            return self.send_extent_tls(file, from, end, shrank, sent);
+            return self.send_extent_tls(file, from, end, shrank, sent, None);
         }
         let mut off = from;
         while off < end {
@@ -119,14 +119,16 @@ impl<'a> SendChannel<'a> {
     }
 
     /// [`Self::send_extent`] over TLS: the file's bytes are read into memory and encrypted
-    /// from there (`sendfile` cannot pass through a user-space record layer).
-    fn send_extent_tls(
+    /// from there (`sendfile` cannot pass through a user-space record layer); with `hash`,
+    /// each chunk is hashed there too, while it is in cache, right before it is sealed.
+    pub(super) fn send_extent_tls(
         &mut self,
         file: &File,
         from: u64,
         end: u64,
         shrank: &dyn Fn(u64) -> TransferError,
         sent: &mut dyn FnMut(u64),
+        mut hash: Option<&mut blake3::Hasher>,
     ) -> Result<(), TransferError> {
         let link = self.tls.clone().expect("called over TLS");
         if self.staging.is_empty() {
@@ -141,6 +143,9 @@ impl<'a> SendChannel<'a> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(zcnet::Error::io("reading the file being sent", e).into()),
             };
+            if let Some(h) = hash.as_deref_mut() {
+                h.update(&self.staging[..n]);
+            }
             link.write_all(&self.staging[..n])?;
             self.tx.stats().add_tx_copy_bytes(n as u64);
             off += n as u64;

@@ -310,6 +310,27 @@ impl Channel {
         self.conn.dangerous_extract_secrets().map_err(TlsError::Tls)
     }
 
+    /// Whether bytes were read from the socket and not yet given to rustls.
+    pub(super) fn holds_read_ahead(&self) -> bool {
+        !self.stream.buffer().is_empty()
+    }
+
+    /// A channel again from [`Self::into_parts`]'s pieces (rustls's state kept whole).
+    pub(super) fn from_parts(
+        conn: rustls::Connection,
+        stream: TcpStream,
+        binding: [u8; BINDING_LEN],
+        trust: Option<Trust>,
+    ) -> Channel {
+        Channel {
+            conn,
+            stream: BufReader::with_capacity(READ_AHEAD, stream),
+            binding,
+            trust,
+            peer_closed: false,
+        }
+    }
+
     /// rustls's state and the socket, for another record layer or another writer. Bytes
     /// already read from the socket and not yet given to rustls would be lost: refused.
     pub(super) fn into_parts(self) -> Result<(rustls::Connection, TcpStream), TlsError> {

@@ -60,7 +60,9 @@ const TRIAL_PICK_CONFIRM: u32 = 3;
 pub(crate) struct AutoRxChoice {
     /// The concrete path (a trial's first candidate).
     pub path: RxPath,
-    /// Whether the profile measured `mmap` mapping at this size (demote if it then does not).
+    /// Whether the profile measured `mmap` mapping at this size: the listener then advertises
+    /// the page-multiple MSS (fixed before the handshake, where no kernel evidence exists
+    /// yet; a copy sender pays for it in CPU no receive check can see).
     pub expect_mapping: bool,
     /// No profile, or one whose measurements could not tell (`SpreadOverlap`): the
     /// candidates tried ([`TRIAL`]); empty when a profile chose.

@@ -64,7 +64,6 @@ pub(crate) mod profile;
 pub(crate) mod trial;
 
 pub(crate) use choose::{Choice, ChoiceReason, Chooser};
-pub(crate) use cost::{CostCheck, Route};
 pub(crate) use demotion::{Demotion, Report};
 pub use load::ProfileSource;
 pub(crate) use profile::Measurement;

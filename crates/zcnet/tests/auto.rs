@@ -291,7 +291,7 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
 
 /// Issue 17's second lead: over veth without a profile, `auto → copy` read 2.680 against
 /// `copy → copy`'s 2.145 CPU-s/GiB at 16 KiB in one sitting, with nothing sent zero-copy.
-/// Counted (docs/measurements/auto.md): the same `sendto` per operation as copy, no
+/// Counted (`git show 758b630:docs/measurements/auto.md`): the same `sendto` per operation as copy, no
 /// error-queue read per operation, no thread-clock read (`clock_gettime` is a real syscall
 /// for `CLOCK_THREAD_CPUTIME_ID`). This pins it by the counters: without a profile the
 /// transmit `auto` is one plain send per operation, no zero-copy call, no io_uring request,

@@ -183,7 +183,7 @@ const RESAMPLES: usize = 2000;
 /// The 90 % bootstrap interval of `median(a) / median(b) − 1`: each resample draws every
 /// row's runs again with replacement. Why: a bench sitting on a shared machine has runs
 /// that spread by tens of per cent, and the same pair measured twice in one sitting of 15
-/// runs each has read up to 18 % apart by medians (`docs/measurements/auto.md`), so a
+/// runs each has read up to 18 % apart by medians (`git show 758b630:docs/measurements/auto.md`), so a
 /// ratio of medians alone cannot say whether a 5 % gap is there. The generator is seeded
 /// the same every time, so one set of runs always gives one interval. `None` with fewer
 /// than [`INTERVAL_MIN_RUNS`] runs in either row, or a zero-cost resample.

@@ -197,7 +197,7 @@ pub struct SideStats {
     pub tx_enobufs: u64,
     /// Fallbacks to copying, by reason name.
     pub fallbacks: BTreeMap<String, OpsBytes>,
-    /// The `auto` path's decisions, switches and demotions on this side (absent when the
+    /// The `auto` path's decisions, diversions and demotions on this side (absent when the
     /// side did not run `auto`).
     #[serde(default, skip_serializing_if = "is_default")]
     pub auto: zcnet::auto::AutoStats,

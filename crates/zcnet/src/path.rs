@@ -26,8 +26,8 @@ pub enum TxPath {
     /// `SIGSEGV` handler that chains to any handler installed before it. See [`crate::cow`].
     Cow,
     /// Per operation, the path this host's profile measured cheapest for the size and
-    /// alignment, with hysteresis and online demotion ([`crate::auto`], `crate::tx::auto`); `copy`
-    /// where there is no profile.
+    /// alignment, checked against copy on the connection, and demoted while the kernel
+    /// reports `COPIED` ([`crate::auto`], `crate::tx::auto`); `copy` where there is no profile.
     Auto,
 }
 

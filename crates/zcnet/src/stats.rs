@@ -162,7 +162,7 @@ pub struct StatsSnapshot {
     pub tx_cow_copies: u64,
     /// Fallbacks by reason: (reason, operations, bytes). Reasons with no count are left out.
     pub fallbacks: Vec<(FallbackReason, u64, u64)>,
-    /// The `auto` transmit path's decisions, switches and demotions, each by reason.
+    /// The `auto` transmit path's decisions and diversions, each by reason.
     pub auto_tx: AutoStats,
     /// The `auto` receive path's decisions and demotions.
     pub auto_rx: AutoStats,
@@ -401,15 +401,6 @@ impl Stats {
     /// Adds receive-side `auto` decisions (and any demotion) to the totals.
     pub fn add_auto_rx(&self, delta: &AutoStats) {
         add_auto(&self.auto_rx, delta);
-    }
-
-    /// Zero-copy completions so far: (calls completed, bytes the kernel copied anyway). The
-    /// `auto` path compares two readings to learn whether its last operations were copied.
-    pub(crate) fn zc_completion_marks(&self) -> (u64, u64) {
-        (
-            self.tx_completed_calls.load(Relaxed),
-            self.tx_bytes_zc_copied.load(Relaxed),
-        )
     }
 
     /// Reads every counter.

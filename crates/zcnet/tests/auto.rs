@@ -1,7 +1,6 @@
 //! The `auto` path over real loopback sockets, with profiles given in the test: the choice
-//! follows the profile by size, hysteresis keeps a stream from flapping, a path whose
-//! completions keep coming back COPIED although the profile measured it zero-copy is demoted
-//! and re-probed, a foreign profile is refused with a message, the connection's own cost
+//! follows the profile by size, a path whose completions keep coming back COPIED is demoted
+//! and re-probed whatever the profile measured, a foreign profile is refused with a message, the connection's own cost
 //! check measures the chosen path against copy and accounts for every operation it moves,
 //! and the mapping receive path is demoted while it maps nothing. Every byte is verified; every decision is in the stats.
 
@@ -119,29 +118,24 @@ fn send_ops(tx: &mut Sender, pos: &mut u64, size: usize, ops: usize) {
 }
 
 #[test]
-fn follows_the_profile_by_size_and_holds_against_flapping() {
+fn follows_the_profile_by_size() {
     let cfg = auto_sender_config(tx_profile(TxPath::Uring, Some(0.0)), 256 * 1024);
     let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {
         let mut pos = 0;
-        // Alternating across the crossover: hysteresis never lets the stream switch.
+        // Alternating across the crossover: each operation takes its size's path.
         for _ in 0..50 {
             send_ops(tx, &mut pos, 4096, 1);
             send_ops(tx, &mut pos, 256 * 1024, 1);
         }
-        // Small sends stay on copy; a run of large ones switches to uring once.
-        send_ops(tx, &mut pos, 4096, 40);
-        send_ops(tx, &mut pos, 256 * 1024, 40);
         pos
     });
     let a = tx.auto_tx;
-    assert_eq!(a.decisions, 180, "one decision per operation: {a:?}");
-    assert_eq!(a.chose_by_profile, 90, "the large sends: {a:?}");
-    assert_eq!(a.chose_default_cheapest, 90, "the small sends: {a:?}");
-    assert_eq!(a.switches, 1, "alternating sizes never switched: {a:?}");
-    assert!(a.held_by_hysteresis >= 50 + 7, "{a:?}");
+    assert_eq!(a.decisions, 100, "one decision per operation: {a:?}");
+    assert_eq!(a.chose_by_profile, 50, "the large sends: {a:?}");
+    assert_eq!(a.chose_default_cheapest, 50, "the small sends: {a:?}");
     assert!(
         tx.tx_calls_zerocopy >= 1,
-        "uring carried the large run: {tx:?}"
+        "uring carried the large sends: {tx:?}"
     );
     // By its registered pool; unless the kernel refused the registration (RLIMIT_MEMLOCK
     // without CAP_IPC_LOCK: a user's 8 MiB), counted, and uring sent unregistered.
@@ -149,54 +143,46 @@ fn follows_the_profile_by_size_and_holds_against_flapping() {
         tx.tx_uring_fixed_calls >= 1 || tx.tx_uring_register_failures == 1,
         "fixed buffers, or their refusal counted: {tx:?}"
     );
-    assert_eq!(
-        a.demotions_tx_copied, 0,
-        "the profile measured uring copied: COPIED is expected, no demotion: {a:?}"
-    );
 }
 
 #[test]
-fn a_path_that_copies_against_its_profile_is_demoted_and_reprobed() {
-    // The profile says zerocopy went zero-copy (a NIC); on loopback every completion says
-    // COPIED, so the connection demotes it, then re-probes after the back-off.
-    let cfg = auto_sender_config(tx_profile(TxPath::Zerocopy, Some(1.0)), 64 * 1024);
-    let ops = 3000;
-    let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {
-        let mut pos = 0;
-        send_ops(tx, &mut pos, 64 * 1024, ops);
-        pos
-    });
-    let a = tx.auto_tx;
-    assert_eq!(a.decisions, ops as u64, "{a:?}");
-    assert_eq!(
-        a.switches, 1,
-        "copy → zerocopy after the hysteresis run: {a:?}"
-    );
-    assert_eq!(a.demotions_tx_copied, 1, "{a:?}");
-    assert!(a.reprobes >= 1, "re-probed after the back-off: {a:?}");
-    assert!(a.redemotions >= 1, "still copied, demoted again: {a:?}");
-    assert_eq!(a.promotions, 0, "{a:?}");
-    assert!(a.fallback_demoted > 0, "{a:?}");
-    assert_eq!(
-        tx.fallback_ops(FallbackReason::DemotedCopied),
-        a.fallback_demoted,
-        "every demoted operation counted as a fallback"
-    );
-    assert!(
-        tx.tx_bytes_zerocopy > 0 && tx.tx_bytes_zc_copied > 0,
-        "{tx:?}"
-    );
-    assert!(
-        tx.tx_bytes_copy > tx.tx_bytes_zerocopy,
-        "most bytes went by copy once demoted: {tx:?}"
-    );
+fn a_path_that_copies_is_demoted_whatever_the_profile_measured() {
+    // The profile says zerocopy is cheapest — measured going zero-copy (a NIC), measured
+    // copied, or with no share recorded; on loopback every completion says COPIED, so the
+    // sub-path demotes itself (the kernel's evidence overrides the profile).
+    for zc in [Some(1.0), Some(0.0), None] {
+        let cfg = auto_sender_config(tx_profile(TxPath::Zerocopy, zc), 64 * 1024);
+        let ops = 3000;
+        let (tx, _, _) = run(&cfg, &copy_receiver(), |tx| {
+            let mut pos = 0;
+            send_ops(tx, &mut pos, 64 * 1024, ops);
+            pos
+        });
+        let a = tx.auto_tx;
+        assert_eq!(a.decisions, ops as u64, "{zc:?}: {a:?}");
+        // (Its re-probes after the back-off: tests/fault_seam.rs.)
+        assert!(tx.tx_demotions >= 1, "{zc:?}: {tx:?}");
+        assert_eq!(a.promotions, 0, "{zc:?}: {a:?}");
+        assert!(
+            tx.fallback_ops(FallbackReason::DemotedCopied) > 0,
+            "{zc:?}: every demoted operation counted as a fallback: {tx:?}"
+        );
+        assert!(
+            tx.tx_bytes_zerocopy > 0 && tx.tx_bytes_zc_copied > 0,
+            "{zc:?}: {tx:?}"
+        );
+        assert!(
+            tx.tx_bytes_copy > 10 * tx.tx_bytes_zerocopy,
+            "{zc:?}: nearly all bytes went by copy once demoted: {tx:?}"
+        );
+    }
 }
 
 #[test]
 fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
-    // The profile says zerocopy is cheaper from 64 KiB but measured it copied (zc 0), so
-    // COPIED completions on loopback demote nothing: only the cost check can move these
-    // sends. Which way its verdict goes is this machine's business (speed is not asserted);
+    // The profile says zerocopy is cheaper from 64 KiB; on loopback its completions come
+    // back COPIED and it demotes itself to copying (above), but the check still compares it
+    // with copy. Which way its verdict goes is this machine's business (speed is not asserted);
     // that it measured, probed copy for exactly one window per check, and counted every
     // operation it moved, is asserted.
     use zcnet::tuning::WINDOW_BYTES;
@@ -214,7 +200,6 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
         a.cost_checks, a.cost_costlier, a.cost_probe_ops, a.fallback_costlier
     );
     assert_eq!(a.decisions, ops as u64, "{a:?}");
-    assert_eq!(a.demotions_tx_copied, 0, "{a:?}");
     assert!(
         a.cost_checks >= 1,
         "a check within the first two windows: {a:?}"
@@ -242,9 +227,9 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
             "a costlier verdict moves sends: {a:?}"
         );
     }
-    // Copy carried at least the probes; zerocopy the measured window.
+    // Copy carried at least the probes; zerocopy the start of the measured window.
     assert!(tx.tx_bytes_copy >= a.cost_probe_ops * size, "{tx:?}");
-    assert!(tx.tx_bytes_zerocopy >= WINDOW_BYTES, "{tx:?}");
+    assert!(tx.tx_bytes_zerocopy > 0, "{tx:?}");
 }
 
 /// What an `auto` sender that stays on copy must show: one plain send per operation, no
@@ -263,11 +248,7 @@ fn assert_one_plain_send_per_operation(tx: &StatsSnapshot, ops: u64, size: u64) 
     );
     assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
     assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
-    assert_eq!(
-        (a.cost_checks, a.cost_probe_ops, a.switches),
-        (0, 0, 0),
-        "{a:?}"
-    );
+    assert_eq!((a.cost_checks, a.cost_probe_ops), (0, 0), "{a:?}");
     assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
 }
 
@@ -310,7 +291,7 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
 
 /// Issue 17's second lead: over veth without a profile, `auto → copy` read 2.680 against
 /// `copy → copy`'s 2.145 CPU-s/GiB at 16 KiB in one sitting, with nothing sent zero-copy.
-/// Counted (docs/measurements/auto.md): the same `sendto` per operation as copy, no
+/// Counted (`git show 758b630:docs/measurements/auto.md`): the same `sendto` per operation as copy, no
 /// error-queue read per operation, no thread-clock read (`clock_gettime` is a real syscall
 /// for `CLOCK_THREAD_CPUTIME_ID`). This pins it by the counters: without a profile the
 /// transmit `auto` is one plain send per operation, no zero-copy call, no io_uring request,
@@ -488,19 +469,22 @@ fn mmap_receive_against_copy_sender(mmap_zc: Option<f64>) -> StatsSnapshot {
 
 #[test]
 fn the_mapping_receiver_is_demoted_while_it_maps_nothing() {
-    // A copy sender's pages never map (page_frag compound pages): against a profile that
-    // measured mmap mapping, the connection demotes it to plain recv.
-    let s = mmap_receive_against_copy_sender(Some(1.0));
-    assert_eq!(s.rx_bytes_mapped, 0);
-    assert_eq!(s.auto_rx.demotions_rx_unmapped, 1, "{:?}", s.auto_rx);
-    assert!(
-        s.fallback_bytes(FallbackReason::DemotedUnmapped) > 0,
-        "{s:?}"
-    );
-    // And where the profile measured it mapping nothing, that is no reason to demote.
-    let s = mmap_receive_against_copy_sender(Some(0.0));
-    assert_eq!(s.auto_rx.demotions_rx_unmapped, 0, "{:?}", s.auto_rx);
-    assert_eq!(s.fallback_bytes(FallbackReason::DemotedUnmapped), 0);
+    // A copy sender's pages never map (page_frag compound pages): whatever the profile
+    // measured — mapping, mapping nothing, no share — the connection demotes it to plain
+    // recv (the kernel's evidence overrides the profile).
+    for zc in [Some(1.0), Some(0.0), None] {
+        let s = mmap_receive_against_copy_sender(zc);
+        assert_eq!(s.rx_bytes_mapped, 0);
+        assert_eq!(
+            s.auto_rx.demotions_rx_unmapped, 1,
+            "{zc:?}: {:?}",
+            s.auto_rx
+        );
+        assert!(
+            s.fallback_bytes(FallbackReason::DemotedUnmapped) > 0,
+            "{zc:?}: {s:?}"
+        );
+    }
 }
 
 /// A copy sender sends `size` bytes of the pattern to a receiver on `auto` set up by
@@ -926,8 +910,9 @@ fn without_a_profile_the_receive_trial_picks_within_fifteen_windows_over_veth() 
 
 #[test]
 fn a_mapping_receiver_the_profile_overrates_is_checked_against_copy_mid_stream() {
-    // The profile says mmap costs 0.3 of copy and measured it mapping nothing (so no
-    // demotion): only the run-time check can move these receives.
+    // The profile says mmap costs 0.3 of copy and measured it mapping nothing; from a copy
+    // sender it maps nothing here, so it may be demoted (the kernel overrides the profile),
+    // and the run-time check still measures it against copy and accounts for what it moves.
     let mut rx_cfg = ReceiverConfig::new(RxPath::Auto);
     rx_cfg.profile = ProfileSource::Given(rx_profile(Some(0.0)));
     rx_cfg.touch = false;
@@ -936,7 +921,9 @@ fn a_mapping_receiver_the_profile_overrates_is_checked_against_copy_mid_stream()
     let (path, s) = auto_receive(rx_cfg, 64 << 20);
     assert_eq!(path, RxPath::Mmap);
     assert_eq!(s.auto_rx.chose_by_profile, 1);
-    assert_eq!(s.auto_rx.demotions_rx_unmapped, 0);
+    // Demoted once, unless the check sent the receives to copy before 64 mapping steps in
+    // a row had mapped nothing (both race on this machine's clock).
+    assert!(s.auto_rx.demotions_rx_unmapped <= 1, "{:?}", s.auto_rx);
     assert_rx_check_accounted(&s);
 }
 

@@ -77,7 +77,7 @@ fn run_matrix(topo: Topo<'_>, label: &str) {
                             let a = out.tx.auto_tx;
                             assert!(a.decisions >= 1, "{what}: decisions counted");
                             assert_eq!(a.chose_default_no_profile, a.decisions, "{what}");
-                            assert_eq!(a.switches, 0, "{what}: never left copy");
+                            assert_eq!(out.tx.tx_calls_zerocopy, 0, "{what}: never left copy");
                         }
                         _ => unreachable!(),
                     }

@@ -20,7 +20,7 @@
 //! `--recheck-time` (1 s by default), interleaved, a pair more than 10 % over the leader,
 //! paired round by round, leaving from the third round on, up to `--recheck-rounds` (5).
 //! Over veth at 16 KiB, 0.25-s runs of `copy → copy` and `copy → mmap` spread ±12–24 %,
-//! 1-s runs ±3–10 % (`docs/measurements/auto.md`). The raced pairs' rows at a point are made
+//! 1-s runs ±3–10 % (`git show 758b630:docs/measurements/auto.md`). The raced pairs' rows at a point are made
 //! from the race's runs alone, and a choice the race changed is printed with what left the
 //! race and why. A pair is chosen outright only if all its runs beat all of
 //! `copy → copy`'s (its range lies below), so one noisy run can keep `copy` but cannot make

@@ -6,7 +6,7 @@
 //! cheapest (1.969 s/GiB over three runs); measured side by side it was the dearest of six
 //! (2.953, against `copy → mmap` 2.205), and `auto → auto` aimed at it ran 13.7 % over
 //! `copy → mmap` in a 15-run sitting. The same profile aimed at `copy → mmap` instead put
-//! `auto → auto` 4.0 % over it (`docs/measurements/auto.md`). The aim, not the ends'
+//! `auto → auto` 4.0 % over it (`git show 758b630:docs/measurements/auto.md`). The aim, not the ends'
 //! run-time checks, was the error. The earlier re-check ran three more runs of the choice,
 //! the runner-up and `copy → copy` only, merged with the first pass's: the median `auto`
 //! aimed at could still be that of three short runs of a pair no re-check had seen.

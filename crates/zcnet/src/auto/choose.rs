@@ -164,8 +164,8 @@ impl<P: AutoPath> Chooser<P> {
 
     /// Whether `path` went zero-copy at about `size` bytes when it was measured: the recorded
     /// share at the measured size nearest in `log2(size)` is at least one half. Unknown (no
-    /// share recorded, or the path not measured) counts as yes, so online demotion still
-    /// catches a path that should not copy but does.
+    /// share recorded, or the path not measured) counts as yes. (A listener advertises the
+    /// page-multiple MSS by it; online demotion does not ask.)
     pub fn expects_zero_copy(&self, path: P, size: u64) -> bool {
         let Some(c) = self.curves.iter().find(|c| c.path == path) else {
             return true;

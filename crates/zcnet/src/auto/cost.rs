@@ -22,9 +22,8 @@
 //! includes everything the sending thread did: completions reaped, waits for buffers,
 //! softirq work run in its context — and the application's own work, which is the same
 //! for both windows. Time is counted in bytes and read from a caller-supplied clock, so the
-//! logic is pure and testable. Hysteresis, demotion after `COPIED` completions and the
-//! profile's choice all come first; this check only ever sends an operation to the copy
-//! path, never away from it.
+//! logic is pure and testable. The profile's choice comes first; this check only ever sends
+//! an operation to the copy path, never away from it.
 
 use super::AutoPath;
 
@@ -236,7 +235,7 @@ impl<P: AutoPath> CostCheck<P> {
             Phase::Settling { path, .. } | Phase::Probing { path, .. } => Route::ProbeCopy(path),
             Phase::Measuring { path, .. } if path == wanted => Route::Wanted(wanted),
             Phase::Measuring { .. } => {
-                // The wanted path changed mid-window (hysteresis, demotion): start over.
+                // The wanted path changed mid-window (another size's choice): start over.
                 self.phase = Phase::Trusting { due: self.total };
                 self.route(wanted, clock)
             }

@@ -1,12 +1,10 @@
-//! Online demotion and re-promotion of a path, from what the connection reports.
+//! Online demotion and re-promotion of the mapping receive path, from what the kernel reports.
 //!
 //! The profile says what a path costs on this host in general; a particular connection can
-//! still make a zero-copy path pay nothing. On transmit, completions flagged
-//! `SO_EE_CODE_ZEROCOPY_COPIED` mean the kernel copied anyway (loopback, a device without
-//! scatter-gather; `Documentation/networking/msg_zerocopy.rst`, "Deferred copies"), so the path
-//! costs copy plus notification overhead. On receive, a `TCP_ZEROCOPY_RECEIVE` that maps
-//! nothing (data not page-sized or not page-aligned in the skb) falls back to `recv` after a
-//! wasted call. After `threshold` consecutive bad reports the path is demoted for this
+//! still make it pay nothing: a `TCP_ZEROCOPY_RECEIVE` that maps nothing (data not
+//! page-sized or not page-aligned in the skb) falls back to `recv` after a wasted call.
+//! (Transmit's `COPIED` completions are the sub-paths' own demotion,
+//! [`crate::policy::CopiedDemotion`].) After `threshold` consecutive bad reports the path is demoted for this
 //! connection and the fallback is used; after a back-off (counted in caller-supplied ticks —
 //! operations or seconds — so the logic is testable without a clock) one operation re-probes
 //! it: a good report re-promotes it, a bad one demotes it again with the back-off doubled (up
@@ -16,33 +14,21 @@
 //! before the demotion) are ignored.
 
 use super::{AutoPath, AutoStats};
-use serde::Serialize;
 
-/// Consecutive `COPIED` reports that demote a path expected to go zero-copy.
+/// Consecutive receive steps that mapped nothing before the path is demoted.
 pub(crate) const DEMOTE_AFTER: u32 = 64;
 /// Operations a demoted path waits before it is re-probed; doubles after each failed probe.
 pub(crate) const REPROBE_AFTER_OPS: u64 = 1024;
 /// Cap on the re-probe back-off, in operations.
 pub(crate) const MAX_REPROBE_AFTER_OPS: u64 = 64 * 1024;
 
-/// Why a path was demoted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub(crate) enum DemotionReason {
-    /// Transmit completions came back `COPIED`.
-    TxCopied,
-    /// Receive calls mapped nothing.
-    RxUnmapped,
-}
-
 /// What one operation on a path showed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Report {
     /// The path did what it is for (a completion without `COPIED`, a receive that mapped).
     Good,
-    /// It did not, and why.
-    Bad(DemotionReason),
+    /// It did not (a receive step found data and mapped none of it).
+    Bad,
 }
 
 /// The path an operation may take.
@@ -147,7 +133,7 @@ impl<P: AutoPath> Demotion<P> {
     }
 
     /// Records what an operation on `path` showed at tick `now`; returns `true` if this
-    /// report demoted the path (the caller should leave it, e.g. `super::Hysteresis::force`).
+    /// report demoted the path (the caller should leave it).
     pub(crate) fn report(
         &mut self,
         path: P,
@@ -168,7 +154,7 @@ impl<P: AutoPath> Demotion<P> {
                 stats.promotions += 1;
                 false
             }
-            (Health::Good { bad_streak }, Report::Bad(reason)) => {
+            (Health::Good { bad_streak }, Report::Bad) => {
                 if bad_streak + 1 < threshold {
                     *h = Health::Good {
                         bad_streak: bad_streak + 1,
@@ -179,13 +165,10 @@ impl<P: AutoPath> Demotion<P> {
                     until: now.saturating_add(base),
                     backoff: base,
                 };
-                match reason {
-                    DemotionReason::TxCopied => stats.demotions_tx_copied += 1,
-                    DemotionReason::RxUnmapped => stats.demotions_rx_unmapped += 1,
-                }
+                stats.demotions_rx_unmapped += 1;
                 true
             }
-            (Health::Probing { backoff }, Report::Bad(_)) => {
+            (Health::Probing { backoff }, Report::Bad) => {
                 let backoff = backoff.saturating_mul(2).min(max);
                 *h = Health::Demoted {
                     until: now.saturating_add(backoff),
@@ -202,53 +185,52 @@ impl<P: AutoPath> Demotion<P> {
 mod tests {
     use super::*;
     use crate::path::RxPath;
-    use crate::path::TxPath;
     use proptest::prelude::*;
 
-    const COPIED: Report = Report::Bad(DemotionReason::TxCopied);
+    const UNMAPPED: Report = Report::Bad;
 
     #[test]
     fn demoted_after_k_bad_reports_then_reprobed_and_promoted() {
         let mut s = AutoStats::default();
         let mut d = Demotion::new(3, 10, 80);
-        let zc = TxPath::Zerocopy;
+        let mmap = RxPath::Mmap;
         // Two bad, one good: the streak restarts.
-        assert!(!d.report(zc, COPIED, 0, &mut s));
-        assert!(!d.report(zc, COPIED, 1, &mut s));
-        assert!(!d.report(zc, Report::Good, 2, &mut s));
-        assert!(!d.report(zc, COPIED, 3, &mut s));
-        assert!(!d.report(zc, COPIED, 4, &mut s));
-        assert!(d.report(zc, COPIED, 5, &mut s));
-        assert!(d.is_demoted(zc));
-        assert_eq!(s.demotions_tx_copied, 1);
+        assert!(!d.report(mmap, UNMAPPED, 0, &mut s));
+        assert!(!d.report(mmap, UNMAPPED, 1, &mut s));
+        assert!(!d.report(mmap, Report::Good, 2, &mut s));
+        assert!(!d.report(mmap, UNMAPPED, 3, &mut s));
+        assert!(!d.report(mmap, UNMAPPED, 4, &mut s));
+        assert!(d.report(mmap, UNMAPPED, 5, &mut s));
+        assert!(d.is_demoted(mmap));
+        assert_eq!(s.demotions_rx_unmapped, 1);
         // Late reports while demoted change nothing.
-        assert!(!d.report(zc, Report::Good, 6, &mut s));
-        assert!(d.is_demoted(zc));
+        assert!(!d.report(mmap, Report::Good, 6, &mut s));
+        assert!(d.is_demoted(mmap));
         // Until tick 15 the fallback is used.
         for now in 6..15 {
-            let a = d.admit(zc, TxPath::Copy, now, &mut s);
+            let a = d.admit(mmap, RxPath::Copy, now, &mut s);
             assert_eq!(
                 a,
                 Admit {
-                    path: TxPath::Copy,
+                    path: RxPath::Copy,
                     probe: false
                 }
             );
         }
         assert_eq!(s.fallback_demoted, 9);
-        let a = d.admit(zc, TxPath::Copy, 15, &mut s);
+        let a = d.admit(mmap, RxPath::Copy, 15, &mut s);
         assert_eq!(
             a,
             Admit {
-                path: zc,
+                path: mmap,
                 probe: true
             }
         );
         assert_eq!(s.reprobes, 1);
-        assert!(!d.report(zc, Report::Good, 16, &mut s));
-        assert!(!d.is_demoted(zc));
+        assert!(!d.report(mmap, Report::Good, 16, &mut s));
+        assert!(!d.is_demoted(mmap));
         assert_eq!(s.promotions, 1);
-        assert_eq!(d.admit(zc, TxPath::Copy, 17, &mut s).path, zc);
+        assert_eq!(d.admit(mmap, RxPath::Copy, 17, &mut s).path, mmap);
     }
 
     #[test]
@@ -256,7 +238,7 @@ mod tests {
         let mut s = AutoStats::default();
         let mut d = Demotion::new(1, 10, 40);
         let mmap = RxPath::Mmap;
-        let unmapped = Report::Bad(DemotionReason::RxUnmapped);
+        let unmapped = UNMAPPED;
         assert!(d.report(mmap, unmapped, 0, &mut s));
         assert_eq!(s.demotions_rx_unmapped, 1);
         let mut now = 0;
@@ -277,12 +259,12 @@ mod tests {
     fn the_fallback_itself_is_never_demoted_away() {
         let mut s = AutoStats::default();
         let mut d = Demotion::new(1, 5, 5);
-        d.report(TxPath::Copy, COPIED, 0, &mut s);
-        let a = d.admit(TxPath::Copy, TxPath::Copy, 1, &mut s);
+        d.report(RxPath::Copy, UNMAPPED, 0, &mut s);
+        let a = d.admit(RxPath::Copy, RxPath::Copy, 1, &mut s);
         assert_eq!(
             a,
             Admit {
-                path: TxPath::Copy,
+                path: RxPath::Copy,
                 probe: false
             }
         );
@@ -298,18 +280,18 @@ mod tests {
             let mut demoted = 0u64;
             for (now, (good, _)) in events.iter().enumerate() {
                 let now = now as u64;
-                let a = d.admit(TxPath::Uring, TxPath::Copy, now, &mut s);
-                prop_assert!(a.path == TxPath::Uring || a.path == TxPath::Copy);
-                if a.path == TxPath::Uring {
-                    let r = if *good { Report::Good } else { COPIED };
-                    if d.report(TxPath::Uring, r, now, &mut s) {
+                let a = d.admit(RxPath::Uring, RxPath::Copy, now, &mut s);
+                prop_assert!(a.path == RxPath::Uring || a.path == RxPath::Copy);
+                if a.path == RxPath::Uring {
+                    let r = if *good { Report::Good } else { UNMAPPED };
+                    if d.report(RxPath::Uring, r, now, &mut s) {
                         demoted += 1;
                     }
                 }
             }
-            prop_assert_eq!(demoted, s.demotions_tx_copied + s.redemotions);
+            prop_assert_eq!(demoted, s.demotions_rx_unmapped + s.redemotions);
             prop_assert!(s.promotions <= s.reprobes);
-            prop_assert!(s.reprobes <= s.demotions_tx_copied + s.redemotions);
+            prop_assert!(s.reprobes <= s.demotions_rx_unmapped + s.redemotions);
         }
     }
 }

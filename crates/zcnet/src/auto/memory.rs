@@ -7,7 +7,7 @@
 //! Why: without a profile every connection runs a trial, and on loopback at 16 KiB the
 //! mapping receiver, mapping nothing from a copying sender, ran 2.4× copy in its windows —
 //! about 3–6 % of a 1-second transfer before it was dropped, on every connection
-//! (`docs/measurements/auto.md`). A server taking connection after connection from the same
+//! (`git show 758b630:docs/measurements/auto.md`). A server taking connection after connection from the same
 //! peer learns that once. A loser is measured again once [`TTL`] has passed, as the kernel's
 //! TCP metrics forget a route's figures.
 //!
@@ -24,7 +24,7 @@
 //! 16 KiB one noisy trial once dropped the mapping receiver — the receive half of the
 //! cheapest pair there — and with one drop enough the connections after it kept copy for
 //! the rest of the sitting: `auto → auto` 15.8 % over `copy → mmap` (2026-11-28 14:35,
-//! `docs/measurements/auto.md`). On loopback at 16 KiB, where every trial drops both
+//! `git show 758b630:docs/measurements/auto.md`). On loopback at 16 KiB, where every trial drops both
 //! candidates, the second connection confirms and the third skips them.
 //!
 //! A *verdict* — the path the trials on a key found cheapest — is taken without a trial once
@@ -47,7 +47,7 @@
 //! (`ZCNET_TRIAL_MEMORY=off` there turns it off), since drops must be confirmed: over veth at 16 KiB the confirmed memory skipped
 //! `uring` (never the mapping receiver) in 9 of 15 connections per sender, and `auto →
 //! auto` read 4.2 % over `copy → mmap` against 9.4 % and 14.0 % in the two sittings
-//! without it that day (2026-11-28 18:39, `docs/measurements/auto.md`).
+//! without it that day (2026-11-28 18:39, `git show 758b630:docs/measurements/auto.md`).
 
 use crate::path::RxPath;
 use std::net::IpAddr;

@@ -17,10 +17,11 @@
 //! * `choose`: a `Chooser` that answers, per operation size and alignment, the cheapest
 //!   measured path, preferring the conservative default (`copy`) unless another path is
 //!   cheaper beyond the measured spread; and the crossovers where the answer changes.
-//! * `hysteresis`: per-stream state so a stream whose sizes hover around a crossover does
-//!   not flap between paths.
-//! * `demotion`: online demotion of a path the connection reports as not paying (`COPIED`
-//!   completions on transmit, receive calls that map nothing) and periodic re-probing.
+//! * `decide`: the decider, one per direction and kind of operation — the profile's choice,
+//!   then the connection's cost check — behind one small trait (`Decide`); pure.
+//! * `demotion`: online demotion of the mapping receiver while it maps nothing, and periodic
+//!   re-probing (transmit's `COPIED` demotion is the sub-paths' own,
+//!   [`crate::policy::CopiedDemotion`]). The kernel's evidence overrides any profile.
 //! * `cost`: the run-time check, on both ends: a window of bytes on the wanted path, one on
 //!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
 //!   for a back-off, so a stale or foreign profile costs a probe, not a transfer. The clock
@@ -35,16 +36,14 @@
 //!   receiver on the same host adds that thread's CPU time per byte to its own and its trial
 //!   judges the pair.
 //!
-//! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a `Chooser`
+//! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a `Decider`
 //! for loaned buffers and one for `send_slice` (from the profile, or `Chooser::defaults`
-//! without one), a `Hysteresis` per kind of operation, a `Demotion` and per-operation
-//! [`AutoStats`] added to `Stats`. Per operation: `chooser.choose(size, aligned)` → record the
-//! `Choice` → `hysteresis.observe` → `demotion.admit` → `cost.route` → send on the path it
-//! gives → feed the completions' `COPIED` flag to `demotion.report` (only where the profile
-//! measured the path not copying) and the bytes to `cost.after`. A `Receiver` on [`RxPath::Auto`] chooses once per connection from its
-//! operation size (its half of the cheapest `pair` where the profile has pairs; without a
-//! profile it measures `uring`, `mmap` and copy in interleaved rounds, `trial`), then runs the same cost check on its own thread, reading with
-//! plain `recv` while the check says copy (`crate::rx::auto`), and, on `mmap`, demotes to
+//! without one) and sends each operation where its decider answers; its zero-copy sub-paths
+//! demote themselves on `COPIED` completions. A `Receiver` on [`RxPath::Auto`] chooses once
+//! per connection from its operation size (its half of the cheapest `pair` where the profile
+//! has pairs; without a profile it measures `uring`, `mmap` and copy in interleaved rounds,
+//! `trial`), then runs the same cost check on its own thread, reading with plain `recv`
+//! while the check says copy (`crate::rx::auto`), and, on a profile's `mmap`, demotes to
 //! plain `recv` while mapping keeps failing.
 //! `zcnet tune` writes a [`Profile`] with [`Profile::to_json`].
 
@@ -54,9 +53,9 @@
 // the rest through `crate::tuning`.
 pub(crate) mod choose;
 pub(crate) mod cost;
+pub(crate) mod decide;
 pub(crate) mod demotion;
 pub(crate) mod file;
-pub(crate) mod hysteresis;
 pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod pair;
@@ -65,9 +64,7 @@ pub(crate) mod profile;
 pub(crate) mod trial;
 
 pub(crate) use choose::{Choice, ChoiceReason, Chooser};
-pub(crate) use cost::{CostCheck, Route};
-pub(crate) use demotion::{Demotion, DemotionReason, Report};
-pub(crate) use hysteresis::Hysteresis;
+pub(crate) use demotion::{Demotion, Report};
 pub use load::ProfileSource;
 pub(crate) use profile::Measurement;
 pub use profile::Profile;
@@ -147,14 +144,8 @@ plain AutoStats {
     /// Decisions for the default although another path's median was lower: the spreads
     /// overlapped, so the difference was not established.
     chose_default_overlap,
-    /// Operations where hysteresis kept the current path although another was preferred.
-    held_by_hysteresis,
-    /// Path switches hysteresis let through.
-    switches,
     /// Operations sent to the fallback because the wanted path was demoted.
     fallback_demoted,
-    /// Demotions because transmit completions kept coming back `COPIED`.
-    demotions_tx_copied,
     /// Demotions because receive calls kept mapping nothing.
     demotions_rx_unmapped,
     /// Re-probes of a demoted path after its back-off.

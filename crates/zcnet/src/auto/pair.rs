@@ -16,8 +16,8 @@
 //! end then gets an ordinary single-path table, *projected* at each measured size onto the
 //! other end's half of the chosen pair ([`tx_rows`], [`rx_rows`]): the rows the transmit
 //! chooser sees at 64 KiB are "each sender into the `uring` receiver" when `uring → uring`
-//! won there. So everything downstream — hysteresis, demotion after `COPIED`, the run-time
-//! cost check — works unchanged, and each row keeps the zero-copy share of its own end.
+//! won there. So everything downstream — demotion after `COPIED`, the run-time cost
+//! check — works unchanged, and each row keeps the zero-copy share of its own end.
 //! Where no pair clears `copy → copy`'s spread, both ends are projected onto the pair with
 //! the cheapest median ([`aimed`]), so that an end that then tries its cheaper-median path
 //! works toward the same pair as its peer.

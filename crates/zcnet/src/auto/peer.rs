@@ -4,7 +4,7 @@
 //! Why: a receive path's saving can lie on the sender. Over veth at 16 KiB the mapping
 //! receiver left its own thread's cost level with copy's (0.78–0.86 s/GiB) while the copy
 //! sender feeding it cost 1.21–1.29 s/GiB against 1.47–1.54 into a copy receiver, sitting
-//! after sitting (`docs/measurements/auto.md`): the copy receiver reads one send per call in
+//! after sitting (`git show 758b630:docs/measurements/auto.md`): the copy receiver reads one send per call in
 //! lockstep, the mapping one lets about two queue per wake-up. `tune` sees that because it
 //! measures pairs; a connection without a profile had only its receiving thread's clock,
 //! kept copy, and its pair ran about 11 % over `copy → mmap`.

@@ -118,9 +118,10 @@ pub struct Measurement<P> {
     pub cpu_s_per_gib: Spread,
     /// Share of the bytes that really went without a copy while this was measured (transmit:
     /// zero-copy bytes whose completions were not `COPIED`; receive: mapped bytes), if
-    /// recorded. Online demotion only blames a path for copying when the profile measured it
-    /// not copying: a path measured cheapest while the kernel copied (io_uring on loopback)
-    /// is expected to copy. Optional so older schema-1 profiles still read.
+    /// recorded. A listener advertises the mapping receiver's page-multiple MSS only where
+    /// `mmap` was measured mapping (the MSS is fixed before any kernel evidence exists);
+    /// online demotion does not consult it — what the kernel reports on the connection
+    /// overrides the profile. Optional so older schema-1 profiles still read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zc_fraction: Option<f64>,
 }

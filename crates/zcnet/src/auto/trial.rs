@@ -31,7 +31,7 @@
 //! though within its spread. The trial sees only the receiving thread's clock, and a
 //! receive path's saving can lie on the *sender*: over veth at 16 KiB, a copy sender into
 //! the mapping receiver cost 1.19 s/GiB against 1.44–1.54 into copy, the receivers level
-//! (0.79–0.83), in four sittings running (`docs/measurements/auto.md`). A trial that keeps
+//! (0.79–0.83), in four sittings running (`git show 758b630:docs/measurements/auto.md`). A trial that keeps
 //! copy on a tie there throws away what the pairs measured. So the favoured candidate is
 //! kept unless its median is dearer than copy by more than a tolerance, at least the
 //! margin: the excess on the receiver's clock at which its pair would lose all it saved,

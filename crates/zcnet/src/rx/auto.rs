@@ -13,6 +13,11 @@
 //! (`crate::auto::trial`), keeps the candidate whose paired median beats copy by the
 //! margin (else copy), and keeps it only while the check below finds it no dearer than copy.
 //!
+//! The trial and the check are `crate::auto::decide::RxDecider`'s, a pure state machine;
+//! this module sets it up, feeds it the bytes each receive delivered and the CPU clock
+//! (the receiving thread's, plus the sender's where its card was found — `RxClock`), and
+//! switches receivers by its answers.
+//!
 //! At run time `AutoRx` measures its own cost, as the transmit side does
 //! (`crate::auto::cost`): a window of bytes on the chosen path, one settling window and one
 //! measured window on copy, in the receiving thread's CPU clock per byte, on this
@@ -28,39 +33,27 @@ use super::copy::CopyRx;
 use super::mmap::MmapRx;
 use super::uring::UringRx;
 use super::{Receive, RxChunk};
-use crate::auto::trial::{Step, Trial};
+use crate::auto::decide::{cost_check_within, Decide, RxDecider, TRIAL, TRIAL_ROUNDS};
+use crate::auto::trial::Trial;
 use crate::auto::ProfileSource;
-use crate::auto::{load, pair, AutoStats, Chooser, CostCheck, Route};
+use crate::auto::{load, pair, AutoStats, Chooser};
 use crate::error::Result;
 use crate::path::{FallbackReason, RxPath};
 use crate::stats::Stats;
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
 
-/// What a receiver without a profile tries, in this order, each against copy on the
-/// connection ([`crate::auto::trial`]): `uring` (multishot `recv` into provided buffers:
-/// still a copy, one syscall for many reads) and `mmap` (`TCP_ZEROCOPY_RECEIVE`, whose
-/// receive loop costs less than `recv`'s on some routes even where it maps nothing).
-pub(crate) const TRIAL: [RxPath; 2] = [RxPath::Uring, RxPath::Mmap];
-/// Rounds of a trial: each measures one window of copy and of each candidate. Four, so a
-/// candidate's median survives one disturbed round either way; with two candidates and
-/// the default window (16 MiB, a quarter more to settle each) 240 MiB.
-const TRIAL_ROUNDS: usize = 4;
 /// Bytes a trial waits, on copy, for its sender's card to count a send (its key in the
 /// trial memory) before it starts without it.
 const PENDING_MAX_BYTES: u64 = 1 << 20;
-/// Dearer verdicts in a row before the check leaves a trial's pick: one more than for a
-/// profile's choice ([`crate::auto::cost::CONFIRM`]), as the pick already beat copy by the
-/// margin in the median of [`TRIAL_ROUNDS`] paired windows — one or two dear windows are
-/// weaker evidence than that.
-const TRIAL_PICK_CONFIRM: u32 = 3;
-
 /// The decision for one listener or connection.
 #[derive(Debug, Clone)]
 pub(crate) struct AutoRxChoice {
     /// The concrete path (a trial's first candidate).
     pub path: RxPath,
-    /// Whether the profile measured `mmap` mapping at this size (demote if it then does not).
+    /// Whether the profile measured `mmap` mapping at this size: the listener then advertises
+    /// the page-multiple MSS (fixed before the handshake, where no kernel evidence exists
+    /// yet; a copy sender pays for it in CPU no receive check can see).
     pub expect_mapping: bool,
     /// No profile, or one whose measurements could not tell (`SpreadOverlap`): the
     /// candidates tried ([`TRIAL`]); empty when a profile chose.
@@ -201,180 +194,6 @@ enum Use {
     Copy,
 }
 
-/// The trial of candidates (without a profile) while it lasts, then the cost check.
-struct Judge {
-    check: CostCheck<RxPath>,
-    trial: Option<Trial<RxPath>>,
-    /// A trial waiting for the receiver to look for its sender's card (after the first
-    /// bytes; copy until then): its candidates. It then starts without those this process
-    /// remembers as clear losers on that route and sender op size
-    /// ([`crate::auto::memory`]).
-    pending: Option<Vec<RxPath>>,
-    /// Where the trial's clear losers are remembered (a zcnet sender's card was found).
-    key: Option<crate::auto::memory::Key>,
-    /// The process's memory of clear losers, unless turned off.
-    memory: Option<&'static crate::auto::memory::Memory>,
-    /// The path the choice wants (with a trial: its pick, once made).
-    wanted: RxPath,
-    window: u64,
-}
-
-/// The run-time check of the wanted path against copy in windows of `window` bytes, which
-/// finds it costlier only beyond `margin` (the cost module's margin, a trial's favoured
-/// pick's tolerance — [`Trial::margin_for`] — or a pairs table's choice's,
-/// [`AutoRxChoice::check_margin`]).
-fn cost_check_within(window: u64, margin: f64) -> CostCheck<RxPath> {
-    use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MAX_GAP_WINDOWS};
-    use crate::auto::cost::{MAX_RECHECK_WINDOWS, RECHECK_WINDOWS};
-    CostCheck::with(
-        RxPath::Copy,
-        window,
-        margin,
-        (RECHECK_WINDOWS, MAX_RECHECK_WINDOWS),
-        (BACKOFF_WINDOWS, MAX_GAP_WINDOWS),
-    )
-    .confirm(CONFIRM)
-}
-
-/// The run-time check of a path a trial measured against copy in every round (its pick, or
-/// the verdict of the trials before, [`Judge::start_trial`]), by `margin`: it goes on as
-/// after that many good verdicts (its first look 64 windows on), and leaving the path takes
-/// more dear verdicts in a row ([`TRIAL_PICK_CONFIRM`]) than leaving a profile's choice.
-fn pick_check(window: u64, margin: f64) -> CostCheck<RxPath> {
-    cost_check_within(window, margin)
-        .confirm(TRIAL_PICK_CONFIRM)
-        .as_if_good(TRIAL_ROUNDS as u32)
-}
-
-impl Judge {
-    /// Starts the pending trial, without the candidates remembered as clear losers on `key`
-    /// (counted); with none left, copy is kept at once. Where the trials before on `key`
-    /// reached a verdict ([`crate::auto::memory::Memory::verdict`]), no trial: that path
-    /// is taken at once (counted), under the run-time check.
-    fn start_trial(&mut self, key: Option<crate::auto::memory::Key>, delta: &mut AutoStats) {
-        let Some(candidates) = self.pending.take() else {
-            return;
-        };
-        self.key = key;
-        if let Some(p) = key.zip(self.memory).and_then(|(k, m)| {
-            m.verdict(
-                k,
-                &candidates,
-                crate::auto::memory::POOL_MARGIN,
-                std::time::Instant::now(),
-            )
-        }) {
-            // The trials before this connection on the route found `p` cheapest, pooled:
-            // taken without one, and judged as a trial's pick would be — the check's first
-            // look as far off (each look runs two windows on copy), leaving it as hard. A
-            // verdict gone stale costs at most that gap: the next trial is never more than
-            // `REUSES` connections away.
-            delta.trial_skipped_verdict += 1;
-            self.wanted = p;
-            self.check = pick_check(self.window, crate::auto::cost::MARGIN);
-            return;
-        }
-        let skip = match (key, self.memory) {
-            (Some(k), Some(m)) => m.losers(k, std::time::Instant::now()),
-            _ => Vec::new(),
-        };
-        let here: Vec<RxPath> = candidates
-            .iter()
-            .copied()
-            .filter(|p| !skip.contains(p))
-            .collect();
-        delta.trial_skipped_remembered += (candidates.len() - here.len()) as u64;
-        let t = Trial::new(&here, TRIAL_ROUNDS, self.window, crate::auto::cost::MARGIN);
-        if let Some(p) = t.picked() {
-            // Nothing left to measure: the verdict is copy's, as after a trial.
-            delta.trial_picks += 1;
-            delta.trial_kept_copy += 1;
-            self.wanted = p;
-        }
-        self.trial = Some(t);
-    }
-
-    /// Whether `path` can no longer be wanted: no trial to come or under way, and the
-    /// choice (the cost check moves only between it and copy) is another path.
-    fn settled_without(&self, path: RxPath) -> bool {
-        self.pending.is_none()
-            && self.trial.as_ref().is_none_or(|t| t.picked().is_some())
-            && self.wanted != path
-    }
-
-    /// The trial, while it lasts.
-    fn trying(&mut self) -> Option<&mut Trial<RxPath>> {
-        self.trial.as_mut().filter(|t| t.picked().is_none())
-    }
-
-    /// Where the next operation goes: the trial's arm while it lasts, else the cost check's
-    /// route for the wanted path. `clock` is read only when a window starts.
-    fn route(&mut self, clock: impl Fn() -> u64) -> Route<RxPath> {
-        if self.pending.is_some() {
-            return Route::Wanted(RxPath::Copy);
-        }
-        if let Some(t) = self.trying() {
-            return Route::Wanted(t.route(clock));
-        }
-        self.check.route(self.wanted, clock)
-    }
-
-    /// After an operation that delivered `n` bytes, on the CPU clock `clock` (ns: the
-    /// receiver's [`RxClock`]); `costlier`: it was kept on copy because the wanted path was
-    /// found costlier.
-    fn after(
-        &mut self,
-        n: usize,
-        costlier: bool,
-        mut delta: AutoStats,
-        stats: &Stats,
-        clock: impl Fn() -> u64,
-    ) {
-        let (key, memory) = (self.key, self.memory);
-        if self.pending.is_some() {
-            // Copy, unmeasured, until the trial starts.
-        } else if let Some(t) = self.trying() {
-            match t.after(n as u64, clock) {
-                Step::Stay => {}
-                Step::Next(_) => delta.trial_next += 1,
-                Step::Pick(p) => {
-                    let margin = t.margin_for(p);
-                    if let (Some(k), Some(m)) = (key, memory) {
-                        let now = std::time::Instant::now();
-                        m.remember(k, t.candidates(), &t.dropped(), now);
-                        m.remember_rounds(k, &t.rounds(), now);
-                    }
-                    delta.trial_picks += 1;
-                    delta.rate_trial(&t.ratios());
-                    match p {
-                        RxPath::Uring => delta.trial_picked_uring += 1,
-                        RxPath::Mmap => delta.trial_picked_mmap += 1,
-                        _ => delta.trial_kept_copy += 1,
-                    }
-                    self.wanted = p;
-                    // A favoured pick is judged by the tolerance the trial kept it by:
-                    // with the margin alone the check undid it — over veth at 256K, picked
-                    // in 7 of 7 runs, it was left for copy in 2 (about 250 MiB each) on the
-                    // receiver's clock alone.
-                    self.check = pick_check(self.window, margin);
-                }
-            }
-        } else if let Some(v) = self.check.after(n as u64, clock) {
-            delta.cost_checks += 1;
-            if v.costlier {
-                delta.cost_costlier += 1;
-            }
-        }
-        if costlier && n > 0 {
-            delta.fallback_costlier += 1;
-            stats.fallback(FallbackReason::Costlier, n as u64);
-        }
-        if delta != AutoStats::default() {
-            stats.add_auto_rx(&delta);
-        }
-    }
-}
-
 /// The `auto` receive path with its run-time cost check (see the module docs).
 pub(crate) struct AutoRx {
     copy: CopyRx,
@@ -382,7 +201,7 @@ pub(crate) struct AutoRx {
     uring: Option<Box<UringRx>>,
     /// `uring` owns the socket: armed, or parked with bytes still to hand out.
     uring_on: bool,
-    judge: Judge,
+    decider: RxDecider,
     /// What a parked `uring` had received when the socket was released
     /// ([`Receive::release_socket`]), and how much of it is handed out.
     held: Vec<u8>,
@@ -531,7 +350,7 @@ impl AutoRx {
             mmap,
             uring,
             uring_on: false,
-            judge: Judge {
+            decider: RxDecider {
                 check: cost_check_within(window, choice.check_margin),
                 trial,
                 pending,
@@ -539,6 +358,8 @@ impl AutoRx {
                 memory,
                 wanted,
                 window,
+                wall: std::time::Instant::now,
+                costlier: false,
             },
             held: Vec::new(),
             held_off: 0,
@@ -552,32 +373,20 @@ impl AutoRx {
     }
 
     /// The cost check's route for the next operation, and the switch it implies.
-    fn prepare(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        stats: &Stats,
-        delta: &mut AutoStats,
-    ) -> Result<(Use, bool)> {
+    fn prepare(&mut self, fd: BorrowedFd<'_>, stats: &Stats, delta: &mut AutoStats) -> Result<Use> {
         self.tell_others();
         self.clock.look(fd, delta);
-        if self.judge.pending.is_some() && !matches!(self.clock.peer, Peer::Wanted) {
+        if self.decider.pending.is_some() && !matches!(self.clock.peer, Peer::Wanted) {
             // The sender counts a send just after it returns: a receiver can be a step
             // ahead of the count. Wait for it a little, then go without the memory.
             let key = self.clock.key();
             let found = matches!(self.clock.peer, Peer::Found(_));
             if key.is_some() || !found || self.clock.received >= PENDING_MAX_BYTES {
-                self.judge.start_trial(key, delta);
+                self.decider.start_trial(key, delta);
             }
         }
         let clock = &self.clock;
-        let (target, costlier) = match self.judge.route(|| clock.now()) {
-            Route::Wanted(p) => (p, false),
-            Route::ProbeCopy(_) => {
-                delta.cost_probe_ops += 1;
-                (RxPath::Copy, false)
-            }
-            Route::Costlier(_) => (RxPath::Copy, true),
-        };
+        let target = self.decider.next(0, true, &|| clock.now(), delta);
         // An armed `uring` gives the socket up before anyone else reads it.
         if target != RxPath::Uring && self.uring_on {
             if let Some(u) = self.uring.as_mut() {
@@ -587,7 +396,7 @@ impl AutoRx {
                     let _ = u.park();
                 }
                 if !u.parked_drained(fd, stats)? {
-                    return Ok((Use::Uring, costlier));
+                    return Ok(Use::Uring);
                 }
             }
             self.uring_on = false;
@@ -595,12 +404,12 @@ impl AutoRx {
         // A receiver that can no longer be wanted goes once it holds nothing: copy then
         // reads straight from the socket, not through the mapping receiver's copy mode, and
         // the mapping window, the scratch and the ring's buffers are freed.
-        if self.judge.settled_without(RxPath::Mmap)
+        if self.decider.settled_without(RxPath::Mmap)
             && self.mmap.as_ref().is_some_and(|m| !m.holds())
         {
             self.mmap = None;
         }
-        if self.judge.settled_without(RxPath::Uring) && !self.uring_on {
+        if self.decider.settled_without(RxPath::Uring) && !self.uring_on {
             self.uring = None;
         }
         if let Some(m) = self.mmap.as_mut() {
@@ -608,7 +417,7 @@ impl AutoRx {
             // `uring` waits until those are handed out.
             m.set_copy(target != RxPath::Mmap);
             if target != RxPath::Uring || m.holds() {
-                return Ok((Use::Mmap, costlier));
+                return Ok(Use::Mmap);
             }
         }
         Ok(match (target, self.uring.as_mut()) {
@@ -617,9 +426,9 @@ impl AutoRx {
                     u.unpark();
                 }
                 self.uring_on = true;
-                (Use::Uring, costlier)
+                Use::Uring
             }
-            _ => (Use::Copy, costlier),
+            _ => Use::Copy,
         })
     }
 
@@ -629,13 +438,13 @@ impl AutoRx {
     /// (`AutoRx::recv` and `judged` were about a quarter of an `auto` receiver's user-space
     /// samples at 16 KiB on loopback, `perf record -e cpu-clock`).
     fn copy_for_good(&self) -> bool {
-        self.judge.wanted == RxPath::Copy
+        self.decider.wanted == RxPath::Copy
             && self.mmap.is_none()
             && self.uring.is_none()
             && !self.uring_on
             && self.held.is_empty()
-            && self.judge.settled_without(RxPath::Mmap)
-            && self.judge.settled_without(RxPath::Uring)
+            && self.decider.settled_without(RxPath::Mmap)
+            && self.decider.settled_without(RxPath::Uring)
     }
 
     /// Tells the receivers that did not take the last operation's bytes that the stream moved
@@ -681,22 +490,28 @@ impl AutoRx {
     }
 }
 
-/// After an operation that delivered `n` bytes: counts them on `clock` and has `judge`
-/// judge it on that clock ([`Judge::after`]).
+/// After an operation that delivered `n` bytes: counts them on `clock`, has the decider
+/// judge it on that clock, and adds what it counted (an operation kept on copy as dearer is
+/// a fallback too).
 fn judged(
-    judge: &mut Judge,
+    decider: &mut RxDecider,
     clock: &mut RxClock,
     n: usize,
-    costlier: bool,
-    delta: AutoStats,
+    mut delta: AutoStats,
     stats: &Stats,
 ) {
     clock.delivered(n);
     let clock = &*clock;
-    judge.after(n, costlier, delta, stats, || clock.now());
+    decider.done(n as u64, &|| clock.now(), &mut delta);
+    if delta.fallback_costlier > 0 {
+        stats.fallback(FallbackReason::Costlier, n as u64);
+    }
+    if delta != AutoStats::default() {
+        stats.add_auto_rx(&delta);
+    }
 }
 
-/// The receiver an operation goes to (fields apart, so the judge stays free to borrow).
+/// The receiver an operation goes to (fields apart, so the decider stays free to borrow).
 fn receiver<'a>(
     use_: Use,
     copy: &'a mut CopyRx,
@@ -727,12 +542,12 @@ impl Receive for AutoRx {
             return Ok(Some(RxChunk::new(&self.held[start..], false)));
         }
         let mut delta = AutoStats::default();
-        let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
+        let use_ = self.prepare(fd, stats, &mut delta)?;
         let AutoRx {
             copy,
             mmap,
             uring,
-            judge,
+            decider,
             taken,
             clock,
             ..
@@ -741,7 +556,7 @@ impl Receive for AutoRx {
         let n = r.as_ref().map_or(0, |c| c.len());
         // `prepare` told the others what the last operation took, so this starts afresh.
         *taken = Some((use_, n as u64));
-        judged(judge, clock, n, costlier, delta, stats);
+        judged(decider, clock, n, delta, stats);
         Ok(r)
     }
 
@@ -758,11 +573,11 @@ impl Receive for AutoRx {
             return Ok(held);
         }
         let mut delta = AutoStats::default();
-        let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
+        let use_ = self.prepare(fd, stats, &mut delta)?;
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_into(fd, buf, stats)?;
         self.took(use_, n);
-        judged(&mut self.judge, &mut self.clock, n, costlier, delta, stats);
+        judged(&mut self.decider, &mut self.clock, n, delta, stats);
         Ok(n)
     }
 
@@ -854,11 +669,11 @@ impl Receive for AutoRx {
             return Ok(held);
         }
         let mut delta = AutoStats::default();
-        let (use_, costlier) = self.prepare(fd, stats, &mut delta)?;
+        let use_ = self.prepare(fd, stats, &mut delta)?;
         let n = receiver(use_, &mut self.copy, &mut self.mmap, &mut self.uring)
             .recv_lend(fd, scratch, max, stats, sink)?;
         self.took(use_, n);
-        judged(&mut self.judge, &mut self.clock, n, costlier, delta, stats);
+        judged(&mut self.decider, &mut self.clock, n, delta, stats);
         Ok(n)
     }
 }
@@ -866,7 +681,6 @@ impl Receive for AutoRx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
 
     /// A profile whose only rows are receive rows at 16 KiB and 1 MiB: copy at 1.0 and
     /// `mmap` at `mmap` CPU-s/GiB, each with a ±`spread` range.
@@ -1037,377 +851,5 @@ mod tests {
     /// The run-time check's margin for a 16 KiB receiver on loopback under `profile`.
     fn c_margin(profile: &ProfileSource) -> f64 {
         choose(profile, false, 16 << 10, IpAddr::from([127, 0, 0, 1])).check_margin
-    }
-
-    const WINDOW: u64 = 1 << 20;
-    const OP: u64 = 64 * 1024;
-
-    /// A judge of a trial of `uring` and `mmap`, as [`AutoRx::new`] makes it.
-    fn judge() -> Judge {
-        Judge {
-            check: cost_check_within(WINDOW, crate::auto::cost::MARGIN),
-            trial: Some(Trial::new(
-                &TRIAL,
-                TRIAL_ROUNDS,
-                WINDOW,
-                crate::auto::cost::MARGIN,
-            )),
-            pending: None,
-            key: None,
-            memory: None,
-            wanted: RxPath::Copy,
-            window: WINDOW,
-        }
-    }
-
-    /// Drives `judge` over `bytes` in 64 KiB operations on a scripted clock: an operation
-    /// on `path` starting at byte `at` costs `cost(path, at)` ns per byte. Returns the
-    /// path each operation read with, and the counters.
-    fn drive(
-        judge: &mut Judge,
-        bytes: u64,
-        cost: impl Fn(RxPath, u64) -> u64,
-    ) -> (Vec<RxPath>, AutoStats) {
-        let stats = Stats::default();
-        let clock = Cell::new(0u64);
-        let mut paths = Vec::new();
-        for i in 0..bytes / OP {
-            let (path, costlier) = match judge.route(|| clock.get()) {
-                Route::Wanted(p) => (p, false),
-                Route::ProbeCopy(_) => (RxPath::Copy, false),
-                Route::Costlier(_) => (RxPath::Copy, true),
-            };
-            paths.push(path);
-            clock.set(clock.get() + cost(path, i * OP) * OP);
-            judge.after(OP as usize, costlier, AutoStats::default(), &stats, || {
-                clock.get()
-            });
-        }
-        (paths, stats.snapshot().auto_rx)
-    }
-
-    /// The trial's bytes with the default rounds: three arms, each a window and a quarter
-    /// per round.
-    const TRIAL_BYTES: u64 = TRIAL_ROUNDS as u64 * 3 * (WINDOW + WINDOW / 4);
-
-    #[test]
-    fn the_trial_interleaves_copy_and_both_candidates_and_picks_within_its_bound() {
-        // mmap 20 % under copy, uring level with it: mmap kept, counted.
-        let mut j = judge();
-        let cost = |p: RxPath, _| match p {
-            RxPath::Mmap => 4,
-            _ => 5,
-        };
-        let (paths, a) = drive(&mut j, TRIAL_BYTES, cost);
-        assert_eq!(
-            (a.trial_next, a.trial_picks, a.trial_picked_mmap),
-            (11, 1, 1),
-            "{a:?}"
-        );
-        assert_eq!((a.trial_kept_copy, a.trial_picked_uring), (0, 0), "{a:?}");
-        // What it saw, counted with the pick: mmap at 4/5 of copy, uring level.
-        assert_eq!(
-            (a.trial_rated_mmap, a.trial_ratio_mmap_permille),
-            (1, 800),
-            "{a:?}"
-        );
-        assert_eq!(
-            (a.trial_rated_uring, a.trial_ratio_uring_permille),
-            (1, 1000),
-            "{a:?}"
-        );
-        assert_eq!(a.cost_checks, 0, "the trial is not the cost check: {a:?}");
-        // 12 stretches of 20 operations (4 settling, 16 measured), every arm in every
-        // round, beginning with the first candidate.
-        let runs: Vec<RxPath> = paths.chunks(20).map(|c| c[0]).collect();
-        assert!(paths.chunks(20).all(|c| c.iter().all(|p| *p == c[0])));
-        assert_eq!(runs[0], RxPath::Uring);
-        for round in runs.chunks(3) {
-            for arm in [RxPath::Copy, RxPath::Uring, RxPath::Mmap] {
-                assert!(round.contains(&arm), "{runs:?}");
-            }
-        }
-        // Then mmap, trusted as after four good verdicts (the gap 8, 16, 32, 64 windows)
-        // before it is measured.
-        let (paths, a) = drive(&mut j, 64 * WINDOW, cost);
-        assert!(paths.iter().all(|p| *p == RxPath::Mmap), "{paths:?}");
-        assert_eq!(a.cost_checks, 0, "{a:?}");
-    }
-
-    #[test]
-    fn candidates_level_with_copy_leave_copy_and_nothing_is_checked_after() {
-        let mut j = judge();
-        // Both candidates 3 % under copy: within the margin.
-        let (_, a) = drive(&mut j, TRIAL_BYTES, |p, _| match p {
-            RxPath::Copy => 100,
-            _ => 97,
-        });
-        assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
-        let (paths, a) = drive(&mut j, 64 * WINDOW, |_, _| 1);
-        assert!(paths.iter().all(|p| *p == RxPath::Copy));
-        assert_eq!((a.cost_checks, a.cost_probe_ops), (0, 0), "{a:?}");
-    }
-
-    /// A judge whose trial tries `mmap` alone, favoured with a pair that saved `saving`.
-    fn judge_favouring_mmap(saving: f64) -> Judge {
-        Judge {
-            check: cost_check_within(WINDOW, crate::auto::cost::MARGIN),
-            trial: Some(
-                Trial::new(
-                    &[RxPath::Mmap],
-                    TRIAL_ROUNDS,
-                    WINDOW,
-                    crate::auto::cost::MARGIN,
-                )
-                .favouring(RxPath::Mmap, saving),
-            ),
-            pending: None,
-            key: None,
-            memory: None,
-            wanted: RxPath::Mmap,
-            window: WINDOW,
-        }
-    }
-
-    #[test]
-    fn a_favoured_pick_is_checked_by_the_tolerance_it_was_kept_by() {
-        const TRIAL_OF_ONE: u64 = TRIAL_ROUNDS as u64 * 2 * (WINDOW + WINDOW / 4);
-        // The pair saved 30 %; on the receiver's clock mmap is 10 % dearer than copy:
-        // picked, and the checks after keep it (no costlier verdict, nothing on copy but
-        // their probes).
-        let dear = |p: RxPath, _| if p == RxPath::Mmap { 11 } else { 10 };
-        let mut j = judge_favouring_mmap(0.3);
-        let (_, a) = drive(&mut j, TRIAL_OF_ONE, dear);
-        assert_eq!(a.trial_picked_mmap, 1, "{a:?}");
-        let (paths, a) = drive(&mut j, 400 * WINDOW, dear);
-        assert!(a.cost_checks >= 2, "{a:?}");
-        assert_eq!((a.cost_costlier, a.fallback_costlier), (0, 0), "{a:?}");
-        let on_mmap = paths.iter().filter(|p| **p == RxPath::Mmap).count();
-        assert!(
-            on_mmap * 10 > paths.len() * 9,
-            "{on_mmap} of {}",
-            paths.len()
-        );
-        // Dearer than the tolerance after the pick (a change on the connection): left.
-        let mut j = judge_favouring_mmap(0.3);
-        drive(&mut j, TRIAL_OF_ONE, dear);
-        let (paths, a) = drive(&mut j, 400 * WINDOW, |p, _| {
-            if p == RxPath::Mmap {
-                15
-            } else {
-                10
-            }
-        });
-        assert!(a.cost_costlier >= 1 && a.fallback_costlier > 0, "{a:?}");
-        assert_eq!(*paths.last().unwrap(), RxPath::Copy);
-    }
-
-    /// A judge whose trial of `uring` and `mmap` waits for the sender's card (no profile,
-    /// a zcnet sender expected), with `memory` for its clear losers.
-    fn pending_judge(memory: &'static crate::auto::memory::Memory) -> Judge {
-        Judge {
-            check: cost_check_within(WINDOW, crate::auto::cost::MARGIN),
-            trial: None,
-            pending: Some(TRIAL.to_vec()),
-            key: None,
-            memory: Some(memory),
-            wanted: RxPath::Copy,
-            window: WINDOW,
-        }
-    }
-
-    #[test]
-    fn a_trials_clear_loser_is_not_measured_again_on_its_route_and_size() {
-        use crate::auto::memory::{Key, Memory};
-        use std::time::Instant;
-        let memory: &'static Memory = Box::leak(Box::default());
-        let lo = |op: u64| Key::new([127, 0, 0, 1].into(), [127, 0, 0, 1].into(), op, 1);
-        // Loopback at 16 KiB as measured: mmap 2.4× copy, uring level with it.
-        let cost = |p: RxPath, _| if p == RxPath::Mmap { 24 } else { 10 };
-        let windows = |paths: &[RxPath], arm| {
-            paths
-                .chunks(20)
-                .filter(|c| c[0] == arm && c.iter().all(|p| *p == arm))
-                .count()
-        };
-        // Copy, unmeasured, until the receiver has looked for the card.
-        let mut j = pending_judge(memory);
-        let (paths, a) = drive(&mut j, 3 * OP, cost);
-        assert!(paths.iter().all(|p| *p == RxPath::Copy), "{paths:?}");
-        assert_eq!(a.trial_next + a.trial_picks, 0, "{a:?}");
-        let mut d = AutoStats::default();
-        j.start_trial(Some(lo(16 << 10)), &mut d);
-        assert_eq!(d.trial_skipped_remembered, 0);
-        let (paths, a) = drive(&mut j, TRIAL_BYTES, cost);
-        assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
-        assert_eq!(windows(&paths, RxPath::Mmap), 2, "dropped after two rounds");
-        assert!(
-            memory.losers(lo(16 << 10), Instant::now()).is_empty(),
-            "one trial's drop is not enough"
-        );
-
-        // The next connection measures it again, drops it again: confirmed.
-        let mut j = pending_judge(memory);
-        let mut d = AutoStats::default();
-        j.start_trial(Some(lo(16 << 10)), &mut d);
-        assert_eq!(d.trial_skipped_remembered, 0);
-        let (paths, _) = drive(&mut j, TRIAL_BYTES, cost);
-        assert_eq!(windows(&paths, RxPath::Mmap), 2, "measured again");
-        assert_eq!(
-            memory.losers(lo(16 << 10), Instant::now()),
-            vec![RxPath::Mmap]
-        );
-
-        // Both trials kept copy: the connections after take it without a trial.
-        for _ in 0..crate::auto::memory::REUSES {
-            let mut j = pending_judge(memory);
-            let mut d = AutoStats::default();
-            j.start_trial(Some(lo(16 << 10)), &mut d);
-            assert_eq!(
-                (d.trial_skipped_verdict, d.trial_skipped_remembered),
-                (1, 0)
-            );
-        }
-
-        // The next connection on the route that measures again, sender writing the same
-        // size: mmap skipped.
-        let mut j = pending_judge(memory);
-        let mut d = AutoStats::default();
-        j.start_trial(Some(lo(16 << 10)), &mut d);
-        assert_eq!(d.trial_skipped_remembered, 1);
-        let (paths, a) = drive(&mut j, TRIAL_BYTES, cost);
-        assert!(!paths.contains(&RxPath::Mmap), "{paths:?}");
-        assert_eq!(
-            windows(&paths, RxPath::Uring),
-            TRIAL_ROUNDS,
-            "uring still measured"
-        );
-        assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
-
-        // Another op size, or no card (no key): every candidate measured.
-        for key in [Some(lo(256 << 10)), None] {
-            let mut j = pending_judge(memory);
-            let mut d = AutoStats::default();
-            j.start_trial(key, &mut d);
-            assert_eq!(d.trial_skipped_remembered, 0, "{key:?}");
-            let (paths, _) = drive(&mut j, TRIAL_BYTES, cost);
-            assert_eq!(windows(&paths, RxPath::Mmap), 2, "{key:?}");
-        }
-
-        // Both candidates remembered (trials of uring alone, mmap skipped, dropping it):
-        // copy is kept at once, counted as the trial's verdict. (A `uring` sender's key:
-        // on the copy sender's, copy is now the verdict that the trials kept.)
-        let lo_uring = Key::new([127, 0, 0, 1].into(), [127, 0, 0, 1].into(), 16 << 10, 3);
-        for dropped in [&[RxPath::Mmap][..], &[RxPath::Uring]] {
-            for _ in 0..crate::auto::memory::CONFIRM {
-                memory.remember(lo_uring, dropped, dropped, Instant::now());
-            }
-        }
-        let mut j = pending_judge(memory);
-        let mut d = AutoStats::default();
-        j.start_trial(Some(lo_uring), &mut d);
-        assert_eq!(
-            (d.trial_skipped_remembered, d.trial_picks, d.trial_kept_copy),
-            (2, 1, 1)
-        );
-        let (paths, a) = drive(&mut j, 4 * WINDOW, cost);
-        assert!(paths.iter().all(|p| *p == RxPath::Copy));
-        assert_eq!(a.trial_next + a.trial_picks, 0, "{a:?}");
-    }
-
-    #[test]
-    fn the_verdict_of_the_trials_before_is_taken_without_a_trial_and_still_checked() {
-        use crate::auto::memory::{Key, Memory, CONFIRM, REUSES};
-        let memory: &'static Memory = Box::leak(Box::default());
-        let veth = Key::new([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 16 << 10, 1);
-        // mmap 20 % under copy, uring level with it.
-        let cost = |p: RxPath, _| if p == RxPath::Mmap { 8 } else { 10 };
-        let connection = |cost: &dyn Fn(RxPath, u64) -> u64, bytes| {
-            let mut j = pending_judge(memory);
-            let mut d = AutoStats::default();
-            j.start_trial(Some(veth), &mut d);
-            let (paths, a) = drive(&mut j, bytes, cost);
-            (d.trial_skipped_verdict, paths, a)
-        };
-        // Trials until the key has a verdict, each measuring every arm.
-        for i in 0..CONFIRM {
-            let (skipped, paths, a) = connection(&cost, TRIAL_BYTES);
-            assert_eq!((skipped, a.trial_picked_mmap), (0, 1), "trial {i}: {a:?}");
-            assert!(paths.contains(&RxPath::Uring), "trial {i}");
-        }
-        // Then REUSES connections take mmap from their first byte, with no trial.
-        for i in 0..REUSES {
-            let (skipped, paths, a) = connection(&cost, TRIAL_BYTES);
-            assert_eq!(skipped, 1, "connection {i}");
-            assert_eq!(a.trial_next + a.trial_picks, 0, "no trial: {a:?}");
-            assert_eq!(paths[0], RxPath::Mmap);
-            assert!(!paths.contains(&RxPath::Uring), "connection {i}");
-            let mmap = paths.iter().filter(|p| **p == RxPath::Mmap).count();
-            assert!(
-                mmap * 10 >= paths.len() * 9,
-                "mostly mmap: {mmap}/{}",
-                paths.len()
-            );
-        }
-        // The next connection measures again (and keeps mmap again).
-        let (skipped, _, a) = connection(&cost, TRIAL_BYTES);
-        assert_eq!((skipped, a.trial_picked_mmap), (0, 1), "{a:?}");
-        // A connection that takes it where mmap has turned dear leaves it for copy: the
-        // check holds for a remembered verdict as for a trial's pick.
-        let dear = |p: RxPath, _| if p == RxPath::Mmap { 20 } else { 10 };
-        let (skipped, paths, a) = connection(&dear, 128 * WINDOW);
-        assert_eq!(skipped, 1);
-        assert!(a.cost_costlier >= 1 && a.fallback_costlier > 0, "{a:?}");
-        assert_eq!(*paths.last().unwrap(), RxPath::Copy);
-    }
-
-    #[test]
-    fn a_receiver_is_let_go_only_once_it_can_no_longer_be_wanted() {
-        let memory: &'static crate::auto::memory::Memory = Box::leak(Box::default());
-        // Waiting for the card, or trying: every candidate may still be wanted.
-        let j = pending_judge(memory);
-        assert!(!j.settled_without(RxPath::Mmap) && !j.settled_without(RxPath::Uring));
-        let mut j = judge();
-        let (_, _) = drive(&mut j, 3 * WINDOW, |_, _| 10);
-        assert!(!j.settled_without(RxPath::Mmap), "mid-trial");
-        // Picked uring: mmap can go, uring (the pick, checked against copy) stays.
-        let j = judge_that_kept_uring();
-        assert!(j.settled_without(RxPath::Mmap));
-        assert!(!j.settled_without(RxPath::Uring));
-    }
-
-    fn judge_that_kept_uring() -> Judge {
-        let mut j = judge();
-        let (_, a) = drive(&mut j, TRIAL_BYTES, |p, _| match p {
-            RxPath::Uring => 7,
-            _ => 10,
-        });
-        assert_eq!(a.trial_picked_uring, 1, "{a:?}");
-        j
-    }
-
-    #[test]
-    fn a_trial_pick_survives_two_dear_windows_and_is_left_after_three() {
-        let mut j = judge_that_kept_uring();
-        // Past the first gap, two checks find uring's window dear (a load spike on it):
-        // the third finds it cheap again, and it is kept.
-        let gap = 64 * WINDOW;
-        let spike = |p: RxPath, at: u64| match p {
-            RxPath::Uring if at >= gap && at < gap + 6 * WINDOW => 20,
-            RxPath::Uring => 7,
-            _ => 10,
-        };
-        let (_, a) = drive(&mut j, gap + 9 * WINDOW, spike);
-        assert_eq!((a.cost_checks, a.cost_costlier), (3, 0), "{a:?}");
-        assert_eq!(a.fallback_costlier, 0, "{a:?}");
-        // Really dearer from now on: left after three dear verdicts in a row.
-        let mut j2 = judge_that_kept_uring();
-        let (paths, a) = drive(&mut j2, gap + 12 * WINDOW, |p, _| match p {
-            RxPath::Uring => 20,
-            _ => 10,
-        });
-        assert_eq!((a.cost_checks, a.cost_costlier), (3, 1), "{a:?}");
-        assert!(a.fallback_costlier > 0, "{a:?}");
-        assert_eq!(*paths.last().unwrap(), RxPath::Copy);
     }
 }

@@ -14,7 +14,7 @@
 
 use super::place::PlacedBuf;
 use super::{copy::recv_some, Receive, RxChunk};
-use crate::auto::{AutoStats, Demotion, DemotionReason, Report};
+use crate::auto::{AutoStats, Demotion, Report};
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
 use crate::path::RxPath;
@@ -103,8 +103,8 @@ pub(crate) struct MmapRx {
 pub(crate) struct AutoDemotion {
     demotion: Demotion<RxPath>,
     steps: u64,
-    /// Whether the profile measured `mmap` mapping at this connection's operation size; if
-    /// not, mapping nothing is what was measured and is no reason to demote.
+    /// Whether mapping nothing demotes: for a path a profile chose, always (the kernel's
+    /// evidence overrides the profile); not for a trial's pick, which is judged by its cost.
     expected: bool,
 }
 
@@ -176,7 +176,7 @@ impl MmapRx {
         let report = if mapped > 0 {
             Report::Good
         } else if found && a.expected {
-            Report::Bad(DemotionReason::RxUnmapped)
+            Report::Bad
         } else {
             return;
         };

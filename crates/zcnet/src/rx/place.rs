@@ -13,7 +13,7 @@
 //! is exactly where glibc puts a large `Vec` (a chunk of its own `mmap`, 16 bytes of header
 //! past the page): the first copy receiver of every process landed there, later ones
 //! wherever the heap left them — the two modes `copy → copy` showed between namespaces,
-//! which no choice of path could explain (`docs/measurements/auto.md`, "the receive
+//! which no choice of path could explain (`git show 758b630:docs/measurements/auto.md`, "the receive
 //! buffer's page offset").
 //!
 //! So each read is placed at `(stream offset + SKEW) mod page` of a page-aligned span: the

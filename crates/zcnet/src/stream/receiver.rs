@@ -199,7 +199,10 @@ fn auto_rx(
             RxPath::Mmap => match SocketMap::new(sock.as_fd(), cfg.map_bytes) {
                 Ok(map) => alts.push(Alt::Mmap(Box::new(
                     MmapRx::new(map, cfg.buf_bytes, timeout)
-                        .with_auto(AutoDemotion::new(choice.expect_mapping)),
+                        // A profile's choice is demoted while the kernel maps nothing,
+                        // whatever the profile measured; a trial's pick is judged by its
+                        // cost (its loop can beat `recv`'s while mapping nothing).
+                        .with_auto(AutoDemotion::new(!trial)),
                 ))),
                 // A kernel without TCP mmap: a path the profile chose is a counted
                 // fallback (every receive copies); a trial simply leaves it out.

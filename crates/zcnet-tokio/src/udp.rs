@@ -597,7 +597,15 @@ impl ZcUdpSocket {
             None => {
                 let size = layout.wire_len(self.cfg.max_message);
                 // Two tasks may both make one; the loser's is unmapped at once.
-                let _ = self.pool.set(Pool::new_huge(self.cfg.pool_buffers, size)?);
+                // A pool io_uring registers is made of 4 KiB pages: registered from a huge
+                // page each datagram is charged its offset in the 2 MiB folio as well
+                // (zcnet's `MsgSender::buffer`, docs/measurements/msg.md).
+                let pool = if self.cfg.tx == MsgTx::Uring && self.zerocopy {
+                    Pool::new(self.cfg.pool_buffers, size)?
+                } else {
+                    Pool::new_huge(self.cfg.pool_buffers, size)?
+                };
+                let _ = self.pool.set(pool);
                 self.pool.get().expect("set above")
             }
         };

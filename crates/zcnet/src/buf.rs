@@ -69,7 +69,10 @@ impl Pool {
     /// reference per page, and a huge page is one page. For `sendmsg` senders only: on
     /// Linux 6.18, io_uring `SEND_ZC` from such a pool registered as fixed buffers stalled
     /// in two of our tests (a short send never continued; a 1 MiB send stopped at 20 KiB),
-    /// so the io_uring paths keep [`Pool::new`].
+    /// and each datagram from it is charged `PAGE_ALIGN(its offset in the 2 MiB folio +
+    /// len)` of socket memory (io_uring coalesces the buffer into one `bvec` per folio;
+    /// ~25 MB for a 1 MiB message at a local receiver), so the io_uring paths keep
+    /// [`Pool::new`].
     pub fn new_huge(count: usize, buf_size: usize) -> std::io::Result<Pool> {
         let each = zcnet_sys::mem::round_to_pages(buf_size);
         if count.saturating_mul(each) < HUGE_POOL_FROM || !zcnet_sys::mem::thp_available() {

@@ -1143,3 +1143,83 @@ fn uring_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
         println!("memlock child ok: {io:?}");
     }
 }
+
+/// Receive memory charged to the socket bound at `addr` (`rx_queue` of /proc/net/udp, or
+/// udp6: the sum of its queued datagrams' `truesize`).
+fn rx_queue(addr: SocketAddr) -> u64 {
+    let table = if addr.is_ipv4() {
+        "/proc/net/udp"
+    } else {
+        "/proc/net/udp6"
+    };
+    let port = format!(":{:04X}", addr.port());
+    std::fs::read_to_string(table)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local = f.get(1)?;
+            local.ends_with(&port).then(|| {
+                let q = f[4].split_once(':').expect("tx_queue:rx_queue").1;
+                u64::from_str_radix(q, 16).unwrap()
+            })
+        })
+        .unwrap_or_else(|| panic!("{addr} in {table}"))
+}
+
+/// A 1 MiB message by io_uring `SEND_ZC` from the sender's pool, to a local receiver that
+/// has not read yet, is charged about its pages to the receive buffer — not the ~25 MB
+/// a registered huge-page pool cost (io_uring coalesces such a buffer into one `bvec` per
+/// 2 MiB folio and `io_sg_from_iter` charges `PAGE_ALIGN(offset in the folio + len)` per
+/// datagram), which an ordinary user's receiver, its `SO_RCVBUF` capped at
+/// `net.core.rmem_max`, drops. Then the message is read and every byte checked.
+#[test]
+fn a_uring_message_is_charged_about_its_size_at_a_local_receiver() {
+    for segment in [None, Some(1472)] {
+        let mut cfg = config(MsgTx::Uring);
+        cfg.segment = segment;
+        let mut rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+        let at = rx.local_addr().unwrap();
+        let mut tx = MsgSender::connect(at, &cfg).unwrap();
+        let what = format!("lo Uring segment {}", tx.segment());
+        let mut buf = tx.buffer(MIB).unwrap();
+        for (off, block) in buf.payload_mut() {
+            block.copy_from_slice(body(0, MIB).get(off..off + block.len()).unwrap());
+        }
+        assert_eq!(tx.send(buf).unwrap(), 0);
+        assert!(tx.flush(WAIT).unwrap(), "{what}: the loan completed");
+        // Every notification is back, so every datagram left the sender; the receiving
+        // softirq may still be queueing them: read until two reads agree.
+        let deadline = Instant::now() + WAIT;
+        let mut charged = rx_queue(at);
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = rx_queue(at);
+            if (now == charged && now > 0) || Instant::now() > deadline {
+                break;
+            }
+            charged = now;
+        }
+        let wire = tx.stats().snapshot().bytes_sent
+            + tx.stats().snapshot().datagrams_sent * HEADER_LEN as u64;
+        eprintln!(
+            "{what}: {charged} B charged for {wire} B on the wire (uring {}, registered {})",
+            tx.uring_enabled(),
+            tx.io_stats().snapshot().tx_uring_register_failures == 0
+        );
+        assert!(
+            charged <= 2 * wire,
+            "{what}: {charged} B of receive buffer charged for {wire} B sent"
+        );
+        match rx.recv(WAIT).unwrap() {
+            Some(MsgEvent::Message(m)) => {
+                assert_eq!(m.id, 0, "{what}");
+                check(m.id, &m.data, MIB, &what);
+                rx.recycle(m);
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert_eq!(rx.stats().snapshot().messages_lost, 0, "{what}");
+    }
+}

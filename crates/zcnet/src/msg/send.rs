@@ -288,9 +288,19 @@ impl MsgSender {
         self.check_len(len)?;
         if self.pool.is_none() {
             let size = self.layout.wire_len(self.cfg.max_message);
-            let pool = Pool::new_huge(self.cfg.pool_buffers, size)
-                .map_err(|e| Error::io("mmap(message pool)", e))?;
-            if self.cfg.tx == MsgTx::Uring && self.zerocopy_ok {
+            let uring = self.cfg.tx == MsgTx::Uring && self.zerocopy_ok;
+            // A pool io_uring registers is made of 4 KiB pages: registered from a huge page,
+            // a buffer becomes one bvec per 2 MiB folio and each datagram's skb is charged
+            // `PAGE_ALIGN(its offset in the folio + len)` (`io_sg_from_iter`), ~1.5 MiB per
+            // 64 KiB datagram, to the sender's write memory and a local receiver's buffer
+            // (docs/measurements/msg.md).
+            let pool = if uring {
+                Pool::new(self.cfg.pool_buffers, size)
+            } else {
+                Pool::new_huge(self.cfg.pool_buffers, size)
+            }
+            .map_err(|e| Error::io("mmap(message pool)", e))?;
+            if uring {
                 let gso =
                     (self.framer.datagrams_per_call() > 1).then_some(self.layout.segment() as u16);
                 match MsgRing::new(self.sock.as_fd(), &pool, gso, false, &self.stats) {

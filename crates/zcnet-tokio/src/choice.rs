@@ -20,7 +20,7 @@
 
 use zcnet::auto::AutoStats;
 use zcnet::policy::TxDecision;
-use zcnet::tuning::{CostCheck, Route};
+use zcnet::tuning::{CostCheck, Pick};
 use zcnet::{FallbackReason, Policy, TxPath};
 
 /// Where one send goes.
@@ -83,10 +83,10 @@ impl SendChoice {
         let Some(cost) = self.cost.as_mut() else {
             return Go::ZeroCopy;
         };
-        match cost.route(TxPath::Zerocopy, clock) {
-            Route::Wanted(_) => Go::ZeroCopy,
-            Route::ProbeCopy(_) => Go::Probe,
-            Route::Costlier(_) => Go::Copy(FallbackReason::Costlier),
+        match cost.pick(TxPath::Zerocopy, clock) {
+            Pick::Wanted(_) => Go::ZeroCopy,
+            Pick::CopySample(_) => Go::Probe,
+            Pick::Costlier(_) => Go::Copy(FallbackReason::Costlier),
         }
     }
 

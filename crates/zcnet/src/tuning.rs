@@ -16,13 +16,13 @@
 //! * Loading one as a connection would: [`load`] → [`Loaded`].
 //! * The choice a profile leads to: [`Chooser`] (what `auto` takes per size), [`pair_chooser`]
 //!   (the same over measured pairs), [`aimed`] (the pair an `auto → auto` connection aims at), [`file_chooser`] (`send_file`'s mode).
-//! * The run-time check: [`CostCheck`], its [`Route`] and [`Verdict`], and the bytes each of
+//! * The run-time check: [`CostCheck`], its [`Pick`] and [`Verdict`], and the bytes each of
 //!   its windows measures ([`WINDOW_BYTES`]).
 //! * [`median`], the statistic the receive trial and the bench reports rest on, and
 //!   [`AutoPath`], what transmit and receive paths share.
 
 pub use crate::auto::choose::{Choice, ChoiceReason, Chooser, Crossover};
-pub use crate::auto::cost::{CostCheck, Route, Verdict, WINDOW_BYTES};
+pub use crate::auto::cost::{CostCheck, Pick, Verdict, WINDOW_BYTES};
 pub use crate::auto::file::chooser as file_chooser;
 pub use crate::auto::load::{host_key_for, load, HostKeyError, Loaded};
 pub use crate::auto::pair::{aimed, chooser as pair_chooser};

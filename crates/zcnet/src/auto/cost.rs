@@ -15,7 +15,7 @@
 //! for a back-off (doubling while the verdict stands, up to a cap), then measures again —
 //! in short windows ([`REMEASURE_BYTES`]), so that re-measuring a path that keeps costing
 //! more stays a fraction of a percent of the bytes.
-//! A stale or foreign profile thus costs a probe, never a whole transfer; a good one costs
+//! A stale or foreign profile thus costs a copy sample, never a whole transfer; a good one costs
 //! one copy window per check, and checks grow rarer while the verdict keeps being good.
 //!
 //! The cost is the thread's CPU clock over the window (`CLOCK_THREAD_CPUTIME_ID`), so it
@@ -52,13 +52,13 @@ pub(crate) const MAX_GAP_WINDOWS: u64 = 1024;
 /// dearer is not trusted on its own: full windows measure again before the path is.
 pub(crate) const REMEASURE_BYTES: u64 = 2 << 20;
 
-/// Why an operation was routed where it was.
+/// Where the cost check sends an operation, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route<P> {
+pub enum Pick<P> {
     /// The wanted path (measured or not).
     Wanted(P),
     /// Copy, measured against the wanted path's window just taken.
-    ProbeCopy(P),
+    CopySample(P),
     /// Copy, because the wanted path was found costlier and is still in its back-off.
     Costlier(P),
 }
@@ -89,7 +89,7 @@ enum Phase<P> {
     /// reaped by later sends, buffers coming back) lands here, not in copy's window.
     Settling { path: P, cost: f64, bytes: u64 },
     /// Measuring copy after `path` cost `cost`.
-    Probing {
+    Sampling {
         path: P,
         cost: f64,
         t0: u64,
@@ -217,27 +217,27 @@ impl<P: AutoPath> CostCheck<P> {
     /// clock costs something to keep (an async stream summing its own polls' CPU, where a
     /// task moves between threads) need only keep it while this says so.
     pub fn measuring(&self) -> bool {
-        matches!(self.phase, Phase::Measuring { .. } | Phase::Probing { .. })
+        matches!(self.phase, Phase::Measuring { .. } | Phase::Sampling { .. })
     }
 
     /// Where an operation that wants `wanted` goes; `clock` (the thread's CPU time, ns) is
     /// read only when a window starts.
-    pub fn route(&mut self, wanted: P, clock: impl Fn() -> u64) -> Route<P> {
+    pub fn pick(&mut self, wanted: P, clock: impl Fn() -> u64) -> Pick<P> {
         match self.phase {
             Phase::Demoted { path, until } => {
                 if self.total < until {
-                    return Route::Costlier(path);
+                    return Pick::Costlier(path);
                 }
                 // Back-off over: measure the path again (if it is still wanted).
                 self.phase = Phase::Trusting { due: self.total };
-                self.route(wanted, clock)
+                self.pick(wanted, clock)
             }
-            Phase::Settling { path, .. } | Phase::Probing { path, .. } => Route::ProbeCopy(path),
-            Phase::Measuring { path, .. } if path == wanted => Route::Wanted(wanted),
+            Phase::Settling { path, .. } | Phase::Sampling { path, .. } => Pick::CopySample(path),
+            Phase::Measuring { path, .. } if path == wanted => Pick::Wanted(wanted),
             Phase::Measuring { .. } => {
                 // The wanted path changed mid-window (another size's choice): start over.
                 self.phase = Phase::Trusting { due: self.total };
-                self.route(wanted, clock)
+                self.pick(wanted, clock)
             }
             Phase::Trusting { due } => {
                 if wanted != self.fallback && self.total >= due {
@@ -247,12 +247,12 @@ impl<P: AutoPath> CostCheck<P> {
                         bytes: 0,
                     };
                 }
-                Route::Wanted(wanted)
+                Pick::Wanted(wanted)
             }
         }
     }
 
-    /// Records an operation of `bytes` that `route` sent where it said; returns the verdict
+    /// Records an operation of `bytes` that `pick` sent where it said; returns the verdict
     /// when this operation completed a comparison.
     pub fn after(&mut self, bytes: u64, clock: impl Fn() -> u64) -> Option<Verdict<P>> {
         self.total = self.total.saturating_add(bytes);
@@ -277,7 +277,7 @@ impl<P: AutoPath> CostCheck<P> {
             } => {
                 *b += bytes;
                 if *b >= window {
-                    self.phase = Phase::Probing {
+                    self.phase = Phase::Sampling {
                         path: *path,
                         cost: *cost,
                         t0: clock(),
@@ -286,7 +286,7 @@ impl<P: AutoPath> CostCheck<P> {
                 }
                 None
             }
-            Phase::Probing {
+            Phase::Sampling {
                 path,
                 cost,
                 t0,
@@ -346,30 +346,30 @@ mod tests {
 
     /// Drives a check over `ops` operations of `size` bytes where each path costs the given
     /// ns per byte (a fake thread clock advanced by every operation), always wanting
-    /// `wanted`; returns the routes taken and the verdicts.
+    /// `wanted`; returns the picks taken and the verdicts.
     fn drive(
         c: &mut CostCheck<TxPath>,
         wanted: TxPath,
         cost: impl Fn(TxPath) -> f64,
         size: u64,
         ops: usize,
-    ) -> (Vec<Route<TxPath>>, Vec<Verdict<TxPath>>) {
+    ) -> (Vec<Pick<TxPath>>, Vec<Verdict<TxPath>>) {
         let clock = Cell::new(1_000u64);
-        let mut routes = Vec::new();
+        let mut picks = Vec::new();
         let mut verdicts = Vec::new();
         for _ in 0..ops {
-            let r = c.route(wanted, || clock.get());
+            let r = c.pick(wanted, || clock.get());
             let path = match r {
-                Route::Wanted(p) => p,
-                Route::ProbeCopy(_) | Route::Costlier(_) => TxPath::Copy,
+                Pick::Wanted(p) => p,
+                Pick::CopySample(_) | Pick::Costlier(_) => TxPath::Copy,
             };
             clock.set(clock.get() + (cost(path) * size as f64) as u64);
-            routes.push(r);
+            picks.push(r);
             if let Some(v) = c.after(size, || clock.get()) {
                 verdicts.push(v);
             }
         }
-        (routes, verdicts)
+        (picks, verdicts)
     }
 
     fn check() -> CostCheck<TxPath> {
@@ -381,45 +381,48 @@ mod tests {
     fn a_costlier_path_goes_back_to_copy_and_stays_there_for_the_backoff() {
         let mut c = check();
         let cost = |p| if p == TxPath::Uring { 2.0 } else { 1.0 };
-        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 70);
+        let (picks, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 70);
         // 10 ops measured on uring, 10 settling and 10 measured on copy, then 40 demoted.
-        assert!(routes[..10]
+        assert!(picks[..10]
             .iter()
-            .all(|r| *r == Route::Wanted(TxPath::Uring)));
-        assert!(routes[10..30]
+            .all(|r| *r == Pick::Wanted(TxPath::Uring)));
+        assert!(picks[10..30]
             .iter()
-            .all(|r| *r == Route::ProbeCopy(TxPath::Uring)));
-        assert!(routes[30..70]
+            .all(|r| *r == Pick::CopySample(TxPath::Uring)));
+        assert!(picks[30..70]
             .iter()
-            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+            .all(|r| *r == Pick::Costlier(TxPath::Uring)));
         assert_eq!(verdicts.len(), 1);
         let v = verdicts[0];
         assert!(v.costlier);
         assert!((v.path_ns_per_byte - 2.0).abs() < 0.01, "{v:?}");
         assert!((v.copy_ns_per_byte - 1.0).abs() < 0.01, "{v:?}");
         // After the back-off it measures again, finds the same, and backs off twice as long.
-        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 110);
-        assert_eq!(routes[0], Route::Wanted(TxPath::Uring));
+        let (picks, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 110);
+        assert_eq!(picks[0], Pick::Wanted(TxPath::Uring));
         assert!(verdicts[0].costlier);
-        assert!(routes[30..110]
+        assert!(picks[30..110]
             .iter()
-            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+            .all(|r| *r == Pick::Costlier(TxPath::Uring)));
     }
 
     #[test]
     fn a_cheaper_path_keeps_running_and_checks_grow_rarer() {
         let mut c = check();
         let cost = |p| if p == TxPath::Uring { 0.5 } else { 1.0 };
-        let (routes, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 260);
+        let (picks, verdicts) = drive(&mut c, TxPath::Uring, cost, 1024, 260);
         assert!(verdicts.iter().all(|v| !v.costlier));
         // Checks at 0, then after gaps of 2, 4, 8 windows (+3 windows of checking each).
         assert_eq!(verdicts.len(), 4, "{verdicts:?}");
-        let probes = routes
+        let samples = picks
             .iter()
-            .filter(|r| matches!(r, Route::ProbeCopy(_)))
+            .filter(|r| matches!(r, Pick::CopySample(_)))
             .count();
-        assert_eq!(probes, 80, "two copy windows per check: settling, measured");
-        assert!(routes.iter().all(|r| !matches!(r, Route::Costlier(_))));
+        assert_eq!(
+            samples, 80,
+            "two copy windows per check: settling, measured"
+        );
+        assert!(picks.iter().all(|r| !matches!(r, Pick::Costlier(_))));
     }
 
     #[test]
@@ -430,10 +433,10 @@ mod tests {
         let mut verdicts = Vec::new();
         let mut wanted_ops = 0;
         for i in 0..60 {
-            let r = c.route(TxPath::Uring, || clock.get());
+            let r = c.pick(TxPath::Uring, || clock.get());
             let per_byte = match r {
-                Route::Wanted(_) if i < 10 => 2.0,
-                Route::Wanted(_) => {
+                Pick::Wanted(_) if i < 10 => 2.0,
+                Pick::Wanted(_) => {
                     wanted_ops += 1;
                     1.0
                 }
@@ -449,12 +452,12 @@ mod tests {
         assert!(wanted_ops >= 10, "measured again at once, then trusted");
         // A path that really costs more is left after the second verdict.
         let cost = |p| if p == TxPath::Uring { 2.0 } else { 1.0 };
-        let (routes, v) = drive(&mut check().confirm(2), TxPath::Uring, cost, 1024, 100);
+        let (picks, v) = drive(&mut check().confirm(2), TxPath::Uring, cost, 1024, 100);
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].dearer && !v[0].costlier && v[1].costlier, "{v:?}");
-        assert!(routes[60..100]
+        assert!(picks[60..100]
             .iter()
-            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+            .all(|r| *r == Pick::Costlier(TxPath::Uring)));
     }
 
     #[test]
@@ -463,11 +466,11 @@ mod tests {
         let mut measured = Vec::new();
         let clock = Cell::new(0u64);
         for _ in 0..40 {
-            let r = c.route(TxPath::Zerocopy, || clock.get());
+            let r = c.pick(TxPath::Zerocopy, || clock.get());
             measured.push(c.measuring());
             clock.set(
                 clock.get()
-                    + if matches!(r, Route::Wanted(_)) {
+                    + if matches!(r, Pick::Wanted(_)) {
                         2048
                     } else {
                         1024
@@ -488,40 +491,38 @@ mod tests {
         // Full windows of 10 ops of 1 KiB, re-measurements of 2 ops, back-off 4 windows.
         let mut c = check().remeasure(2 << 10);
         let dear = |p| if p == TxPath::Uring { 2.0 } else { 1.0 };
-        let (routes, v) = drive(&mut c, TxPath::Uring, dear, 1024, 70);
+        let (picks, v) = drive(&mut c, TxPath::Uring, dear, 1024, 70);
         assert_eq!(v.len(), 1);
         assert!(v[0].costlier);
-        assert!(routes[30..70]
+        assert!(picks[30..70]
             .iter()
-            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+            .all(|r| *r == Pick::Costlier(TxPath::Uring)));
         // After the back-off: 2 ops on the path, 2 settling, 2 on copy; dearer again, so
         // it backs off at once for twice as long (8 windows = 80 ops).
-        let (routes, v) = drive(&mut c, TxPath::Uring, dear, 1024, 86);
+        let (picks, v) = drive(&mut c, TxPath::Uring, dear, 1024, 86);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].costlier);
-        let wanted = routes
+        let wanted = picks
             .iter()
-            .filter(|r| matches!(r, Route::Wanted(_)))
+            .filter(|r| matches!(r, Pick::Wanted(_)))
             .count();
         assert_eq!(wanted, 2, "a short window on the dear path");
-        assert!(routes[6..86]
+        assert!(picks[6..86]
             .iter()
-            .all(|r| *r == Route::Costlier(TxPath::Uring)));
+            .all(|r| *r == Pick::Costlier(TxPath::Uring)));
         // Now the path got cheap: the short window says so, full windows confirm it before
         // the path is trusted (its gap back to the first recheck).
         let cheap = |p| if p == TxPath::Uring { 0.5 } else { 1.0 };
-        let (routes, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 60);
+        let (picks, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 60);
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(!v[0].dearer && !v[1].dearer, "{v:?}");
-        assert!(routes[..2]
+        assert!(picks[..2].iter().all(|r| *r == Pick::Wanted(TxPath::Uring)));
+        assert!(picks[6..16]
             .iter()
-            .all(|r| *r == Route::Wanted(TxPath::Uring)));
-        assert!(routes[6..16]
+            .all(|r| *r == Pick::Wanted(TxPath::Uring)));
+        assert!(picks[36..]
             .iter()
-            .all(|r| *r == Route::Wanted(TxPath::Uring)));
-        assert!(routes[36..]
-            .iter()
-            .all(|r| *r == Route::Wanted(TxPath::Uring)));
+            .all(|r| *r == Pick::Wanted(TxPath::Uring)));
     }
 
     #[test]
@@ -530,18 +531,18 @@ mod tests {
         // windows and the next is 16; after 10, both are the cap.
         let cheap = |p| if p == TxPath::Uring { 0.5 } else { 1.0 };
         let mut c = check().as_if_good(3);
-        let (routes, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 80 + 30 + 160 + 1);
-        let all = |r: &[Route<TxPath>], want| r.iter().all(|r| *r == want);
-        assert!(all(&routes[..80], Route::Wanted(TxPath::Uring)));
-        assert!(all(&routes[90..110], Route::ProbeCopy(TxPath::Uring)));
+        let (picks, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 80 + 30 + 160 + 1);
+        let all = |r: &[Pick<TxPath>], want| r.iter().all(|r| *r == want);
+        assert!(all(&picks[..80], Pick::Wanted(TxPath::Uring)));
+        assert!(all(&picks[90..110], Pick::CopySample(TxPath::Uring)));
         assert_eq!(v.len(), 1, "{v:?}");
-        assert!(all(&routes[110..270], Route::Wanted(TxPath::Uring)));
+        assert!(all(&picks[110..270], Pick::Wanted(TxPath::Uring)));
         let mut c = check().as_if_good(10);
         let (_, v) = drive(&mut c, TxPath::Uring, cheap, 1024, 640);
         assert!(v.is_empty(), "{v:?}");
         // None: the first check starts with the first bytes, as `new` does.
-        let (routes, _) = drive(&mut check().as_if_good(0), TxPath::Uring, cheap, 1024, 11);
-        assert_eq!(routes[10], Route::ProbeCopy(TxPath::Uring));
+        let (picks, _) = drive(&mut check().as_if_good(0), TxPath::Uring, cheap, 1024, 11);
+        assert_eq!(picks[10], Pick::CopySample(TxPath::Uring));
     }
 
     #[test]
@@ -563,9 +564,9 @@ mod tests {
         let mut after_wanted = 0;
         let mut verdict = None;
         for _ in 0..30 {
-            let r = c.route(TxPath::Zerocopy, || clock.get());
+            let r = c.pick(TxPath::Zerocopy, || clock.get());
             let per_byte = match r {
-                Route::Wanted(_) => {
+                Pick::Wanted(_) => {
                     after_wanted = 10;
                     1.5
                 }
@@ -588,31 +589,31 @@ mod tests {
     #[test]
     fn copy_itself_is_never_checked() {
         let mut c = check();
-        let (routes, verdicts) = drive(&mut c, TxPath::Copy, |_| 1.0, 1024, 100);
+        let (picks, verdicts) = drive(&mut c, TxPath::Copy, |_| 1.0, 1024, 100);
         assert!(verdicts.is_empty());
-        assert!(routes.iter().all(|r| *r == Route::Wanted(TxPath::Copy)));
+        assert!(picks.iter().all(|r| *r == Pick::Wanted(TxPath::Copy)));
     }
 
     #[test]
     fn a_change_of_mind_mid_window_starts_the_measurement_over() {
         let mut c = check();
         let clock = || 0u64;
-        assert_eq!(c.route(TxPath::Uring, clock), Route::Wanted(TxPath::Uring));
+        assert_eq!(c.pick(TxPath::Uring, clock), Pick::Wanted(TxPath::Uring));
         c.after(5 << 10, clock);
         assert_eq!(
-            c.route(TxPath::Zerocopy, clock),
-            Route::Wanted(TxPath::Zerocopy)
+            c.pick(TxPath::Zerocopy, clock),
+            Pick::Wanted(TxPath::Zerocopy)
         );
-        // The zerocopy window needs a full 10 KiB of its own before copy is probed.
+        // The zerocopy window needs a full 10 KiB of its own before copy is sampled.
         c.after(9 << 10, clock);
         assert_eq!(
-            c.route(TxPath::Zerocopy, clock),
-            Route::Wanted(TxPath::Zerocopy)
+            c.pick(TxPath::Zerocopy, clock),
+            Pick::Wanted(TxPath::Zerocopy)
         );
         c.after(1 << 10, clock);
         assert_eq!(
-            c.route(TxPath::Zerocopy, clock),
-            Route::ProbeCopy(TxPath::Zerocopy)
+            c.pick(TxPath::Zerocopy, clock),
+            Pick::CopySample(TxPath::Zerocopy)
         );
     }
 }

@@ -14,7 +14,7 @@
 //! mapping receiver that maps nothing demotes itself to `recv` (`rx::mmap`).
 
 use super::choose::{Choice, ChoiceReason, Chooser};
-use super::cost::{CostCheck, Route};
+use super::cost::{CostCheck, Pick};
 use super::memory::{Key, Memory};
 use super::trial::{Step, Trial};
 use super::{AutoPath, AutoStats};
@@ -37,19 +37,19 @@ pub(crate) trait Decide {
         delta: &mut AutoStats,
     ) -> Self::Path;
 
-    /// The operation `next` routed moved `len` bytes; `clock` is read only when a window ends.
+    /// The operation `next` picked moved `len` bytes; `clock` is read only when a window ends.
     fn done(&mut self, len: u64, clock: &dyn Fn() -> u64, delta: &mut AutoStats);
 }
 
-/// Counts one routed operation's diversion to copy by the cost check; returns its path.
-pub(crate) fn routed<P: AutoPath>(route: Route<P>, delta: &mut AutoStats) -> P {
-    match route {
-        Route::Wanted(p) => p,
-        Route::ProbeCopy(_) => {
+/// Counts one picked operation's diversion to copy by the cost check; returns its path.
+pub(crate) fn follow<P: AutoPath>(pick: Pick<P>, delta: &mut AutoStats) -> P {
+    match pick {
+        Pick::Wanted(p) => p,
+        Pick::CopySample(_) => {
             delta.cost_probe_ops += 1;
             P::DEFAULT
         }
-        Route::Costlier(_) => {
+        Pick::Costlier(_) => {
             delta.fallback_costlier += 1;
             P::DEFAULT
         }
@@ -124,7 +124,7 @@ impl<P: AutoPath> Decide for Decider<P> {
     fn next(&mut self, len: u64, aligned: bool, clock: &dyn Fn() -> u64, d: &mut AutoStats) -> P {
         let choice = self.choice(len, aligned);
         d.record_choice(&choice);
-        routed(self.cost.route(choice.path, clock), d)
+        follow(self.cost.pick(choice.path, clock), d)
     }
 
     fn done(&mut self, len: u64, clock: &dyn Fn() -> u64, d: &mut AutoStats) {
@@ -170,7 +170,7 @@ pub(crate) struct RxDecider {
     /// The wall clock the memory's entries age by: the caller's (`Instant::now`; tests
     /// script it).
     pub(crate) wall: fn() -> Instant,
-    /// The operation `next` routed was kept on copy because the wanted path was found
+    /// The operation `next` picked was kept on copy because the wanted path was found
     /// costlier (counted by `done` once it moved bytes).
     pub(crate) costlier: bool,
 }
@@ -265,14 +265,14 @@ impl RxDecider {
 
     /// Where the next operation goes: the trial's arm while it lasts, else the cost check's
     /// route for the wanted path. `clock` is read only when a window starts.
-    fn route(&mut self, clock: &dyn Fn() -> u64) -> Route<RxPath> {
+    fn pick(&mut self, clock: &dyn Fn() -> u64) -> Pick<RxPath> {
         if self.pending.is_some() {
-            return Route::Wanted(RxPath::Copy);
+            return Pick::Wanted(RxPath::Copy);
         }
         if let Some(t) = self.trying() {
-            return Route::Wanted(t.route(clock));
+            return Pick::Wanted(t.route(clock));
         }
-        self.check.route(self.wanted, clock)
+        self.check.pick(self.wanted, clock)
     }
 }
 
@@ -281,13 +281,13 @@ impl Decide for RxDecider {
 
     /// The receive path is fixed per connection, so `len` and `aligned` do not matter.
     fn next(&mut self, _: u64, _: bool, clock: &dyn Fn() -> u64, d: &mut AutoStats) -> RxPath {
-        match self.route(clock) {
-            Route::Wanted(p) => p,
-            Route::ProbeCopy(_) => {
+        match self.pick(clock) {
+            Pick::Wanted(p) => p,
+            Pick::CopySample(_) => {
                 d.cost_probe_ops += 1;
                 RxPath::Copy
             }
-            Route::Costlier(_) => {
+            Pick::Costlier(_) => {
                 self.costlier = true;
                 RxPath::Copy
             }

@@ -172,7 +172,7 @@ fn lo_run(mode: Mode, ring: usize, bytes: u64) -> Row {
             CowPolicy::always()
         };
         cfg.pool_buffers = ring;
-        cfg.buf_size = LO_SEND;
+        cfg.buf_bytes = LO_SEND;
         let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
         let mut tx = Sender::connect(addr, &cfg).expect("connect");
         let mut bufs = (mode != Mode::Loan).then(|| Ring::new(ring, LO_SEND));

@@ -142,7 +142,7 @@ fn one_run(
         });
         cfg.timeout = Some(Duration::from_secs(60));
         cfg.policy = Policy::always();
-        cfg.buf_size = 1 << 20;
+        cfg.buf_bytes = 1 << 20;
         let mut tx = Sender::connect(addr, &cfg).unwrap();
         let a = thread_rusage().unwrap();
         match source {

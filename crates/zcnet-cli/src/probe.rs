@@ -694,7 +694,7 @@ fn send_pattern(
     let mut cfg = SenderConfig::new(TxPath::Zerocopy);
     cfg.policy = Policy::always();
     cfg.pool_buffers = buffers;
-    cfg.buf_size = chunk;
+    cfg.buf_bytes = chunk;
     cfg.timeout = Some(STEP_TIMEOUT);
     let mut tx = Sender::connect(addr, &cfg).map_err(|e| err_detail(&e))?;
     let mut off = 0usize;
@@ -863,7 +863,7 @@ fn uring_transfer(
         cfg.policy = Policy::always();
         cfg.timeout = Some(STEP_TIMEOUT);
         cfg.pool_buffers = 8;
-        cfg.buf_size = chunk;
+        cfg.buf_bytes = chunk;
         let mut s = Sender::connect(addr, &cfg).map_err(|e| err_detail(&e))?;
         let pattern = Pattern::new(chunk);
         let mut off = 0;

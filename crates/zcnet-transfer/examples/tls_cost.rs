@@ -87,7 +87,7 @@ fn run(way: Way, src: &[u8], total: u64, id: &std::sync::Arc<Identity>) -> (f64,
         Way::PlainSlice | Way::TlsCopy => TxPath::Copy,
         Way::PlainLoan | Way::TlsLoan => TxPath::Zerocopy,
     });
-    cfg.buf_size = 256 << 10;
+    cfg.buf_bytes = 256 << 10;
     cfg.pool_buffers = 32;
     let wall = Instant::now();
     let (t0, t1, st);

@@ -46,7 +46,7 @@ fn records_sealed_into_loan_buffers_arrive_whole_on_the_copy_and_zero_copy_paths
             (got, v.pos)
         });
         let mut cfg = SenderConfig::new(path);
-        cfg.buf_size = 256 << 10;
+        cfg.buf_bytes = 256 << 10;
         let mut tx = SealedSender::new(ch, &cfg).unwrap();
         // Uneven pieces, so records and loan buffers never line up with them.
         let mut pos = 0u64;

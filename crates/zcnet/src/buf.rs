@@ -28,7 +28,7 @@ struct PoolInner {
     /// a returned buffer signals `returned` only when one waits, since std's condvar makes a
     /// `futex` call per notify whether or not anyone sleeps (one syscall per message sent).
     waiting: std::sync::atomic::AtomicUsize,
-    buf_size: usize,
+    buf_bytes: usize,
     count: usize,
     retired: std::sync::atomic::AtomicUsize,
     /// `(address, length)` of every buffer, in creation order: the index is [`TxBuf::index`].
@@ -47,20 +47,20 @@ impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pool")
             .field("count", &self.inner.count)
-            .field("buf_size", &self.inner.buf_size)
+            .field("buf_bytes", &self.inner.buf_bytes)
             .field("available", &self.available())
             .finish()
     }
 }
 
 impl Pool {
-    /// `count` buffers of `buf_size` bytes each (rounded up to whole pages), mapped and
+    /// `count` buffers of `buf_bytes` bytes each (rounded up to whole pages), mapped and
     /// faulted in now so the data path never faults.
-    pub fn new(count: usize, buf_size: usize) -> std::io::Result<Pool> {
+    pub fn new(count: usize, buf_bytes: usize) -> std::io::Result<Pool> {
         let bufs = (0..count)
-            .map(|_| PageBuf::new(buf_size))
+            .map(|_| PageBuf::new(buf_bytes))
             .collect::<std::io::Result<Vec<_>>>()?;
-        Self::from_bufs(bufs, buf_size, count, false)
+        Self::from_bufs(bufs, buf_bytes, count, false)
     }
 
     /// [`Pool::new`], but a pool of `HUGE_POOL_FROM` bytes or more is carved from one
@@ -73,22 +73,22 @@ impl Pool {
     /// len)` of socket memory (io_uring coalesces the buffer into one `bvec` per folio;
     /// ~25 MB for a 1 MiB message at a local receiver), so the io_uring paths keep
     /// [`Pool::new`].
-    pub fn new_huge(count: usize, buf_size: usize) -> std::io::Result<Pool> {
-        let each = zcnet_sys::mem::round_to_pages(buf_size);
+    pub fn new_huge(count: usize, buf_bytes: usize) -> std::io::Result<Pool> {
+        let each = zcnet_sys::mem::round_to_pages(buf_bytes);
         if count.saturating_mul(each) < HUGE_POOL_FROM || !zcnet_sys::mem::thp_available() {
-            return Self::new(count, buf_size);
+            return Self::new(count, buf_bytes);
         }
         let bufs = PageBuf::carve_huge(count, each)?;
-        Self::from_bufs(bufs, buf_size, count, true)
+        Self::from_bufs(bufs, buf_bytes, count, true)
     }
 
     fn from_bufs(
         bufs: Vec<PageBuf>,
-        buf_size: usize,
+        buf_bytes: usize,
         count: usize,
         huge: bool,
     ) -> std::io::Result<Pool> {
-        let buf_size = bufs.first().map_or(buf_size, PageBuf::len);
+        let buf_bytes = bufs.first().map_or(buf_bytes, PageBuf::len);
         let regions: Vec<(usize, usize)> = bufs
             .iter()
             .map(|b| (b.as_ptr() as usize, b.len()))
@@ -102,7 +102,7 @@ impl Pool {
                 free: Mutex::new(bufs),
                 returned: Condvar::new(),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
-                buf_size,
+                buf_bytes,
                 count,
                 retired: Default::default(),
                 regions,
@@ -120,8 +120,8 @@ impl Pool {
     }
 
     /// Size of each buffer (a whole number of pages).
-    pub fn buf_size(&self) -> usize {
-        self.inner.buf_size
+    pub fn buf_bytes(&self) -> usize {
+        self.inner.buf_bytes
     }
 
     /// Number of buffers the pool owns.
@@ -382,7 +382,7 @@ mod tests {
     #[test]
     fn buffers_return_on_drop_and_pool_bounds_them() {
         let pool = Pool::new(2, 5000).unwrap();
-        assert_eq!(pool.buf_size(), 8192);
+        assert_eq!(pool.buf_bytes(), 8192);
         let mut a = pool.try_take().unwrap();
         let b = pool.try_take().unwrap();
         assert!(pool.try_take().is_none());
@@ -419,7 +419,7 @@ mod tests {
         let mut held: Vec<TxBuf> = (0..8).map(|_| pool.try_take().unwrap()).collect();
         assert!(pool.try_take().is_none());
         for (k, b) in held.iter_mut().enumerate() {
-            assert_eq!(b.capacity(), pool.buf_size());
+            assert_eq!(b.capacity(), pool.buf_bytes());
             b.fill_at(0, &vec![k as u8; b.capacity()]);
         }
         let mut seen = std::collections::BTreeSet::new();

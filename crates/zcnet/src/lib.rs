@@ -31,7 +31,7 @@
 //!
 //! * Sending: [`Sender`] (`connect`, or `from_stream` on a socket you have) and
 //!   [`SenderConfig`]; its calls — [`Sender::send`] (a pool [`TxBuf`]),
-//!   [`Sender::send_owned`] (your `Vec`/`Bytes`, lent), [`Sender::send_slice`] and
+//!   [`Sender::send_lent`] (your `Vec`/`Bytes`, lent), [`Sender::send_slice`] and
 //!   `io::Write` (copy semantics), [`Sender::send_reader`] (a reader, in whole buffers),
 //!   [`Sender::send_file`] (`sendfile`).
 //! * Receiving: [`Listener`], [`Receiver`] and [`ReceiverConfig`]: [`Receiver::recv`]

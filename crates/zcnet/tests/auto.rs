@@ -59,7 +59,7 @@ fn auto_sender_from(profile: ProfileSource, buf: usize) -> SenderConfig {
     c.profile = profile;
     c.touch = false;
     c.timeout = Some(timeout());
-    c.buf_size = buf;
+    c.buf_bytes = buf;
     c.pool_buffers = 64;
     c
 }
@@ -358,7 +358,7 @@ fn without_a_profile_every_way_to_send_counts_one_decision_per_operation() {
             tx.send_slice(&v[1..]).unwrap();
             pos += n as u64;
             // Lent memory.
-            tx.send_owned(common::pattern(pos, 8 * KIB as usize).to_vec())
+            tx.send_lent(common::pattern(pos, 8 * KIB as usize).to_vec())
                 .unwrap();
             pos += 8 * KIB;
             ops += 3;
@@ -506,7 +506,7 @@ fn auto_receive_on(
     // The sender leaves its clock card exactly when the receiver looks for one.
     tx_cfg.peer_clock = rx_cfg.peer_clock;
     if let Some(n) = send {
-        tx_cfg.buf_size = n;
+        tx_cfg.buf_bytes = n;
     }
     let listener = listen(topo, &rx_cfg);
     let port = listener.local_addr().unwrap().port();

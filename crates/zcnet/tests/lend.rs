@@ -1,4 +1,4 @@
-//! Lending your own memory (`Sender::send_owned`): any owned buffer goes out zero-copy without
+//! Lending your own memory (`Sender::send_lent`): any owned buffer goes out zero-copy without
 //! first being copied into pool buffers, is kept until the kernel's completion and then
 //! dropped (handed back); one immutable `Arc<[u8]>` can be lent to many senders at once;
 //! a sender dropped with loans in flight leaks them rather than free memory the kernel may
@@ -60,7 +60,7 @@ fn one_arc_is_lent_to_three_senders_and_comes_back() {
     for _ in 0..3 {
         let (addr, h) = sink();
         let mut tx = Sender::connect(addr, &cfg(TxPath::Zerocopy)).unwrap();
-        tx.send_owned(shared.clone()).unwrap();
+        tx.send_lent(shared.clone()).unwrap();
         ends.push((tx, h));
     }
     for (tx, h) in ends {
@@ -81,11 +81,11 @@ fn vec_box_and_static_slices_go_out_in_order() {
     let (addr, h) = sink();
     let mut tx = Sender::connect(addr, &cfg(TxPath::Zerocopy)).unwrap();
     let a = 1 << 20;
-    tx.send_owned(pattern(0, a).to_vec()).unwrap();
-    tx.send_owned(pattern(a as u64, a).to_vec().into_boxed_slice())
+    tx.send_lent(pattern(0, a).to_vec()).unwrap();
+    tx.send_lent(pattern(a as u64, a).to_vec().into_boxed_slice())
         .unwrap();
     let tail: &'static [u8] = pattern(2 * a as u64, 4096);
-    tx.send_owned(tail).unwrap();
+    tx.send_lent(tail).unwrap();
     tx.send_slice(pattern(2 * a as u64 + 4096, 100)).unwrap();
     let stats = tx.finish().unwrap();
     let got = h.join().unwrap();
@@ -100,7 +100,7 @@ fn a_loan_is_dropped_after_its_completion_and_counted_zero_copy() {
     let mut tx = Sender::connect(addr, &cfg(TxPath::Zerocopy)).unwrap();
     let drops = Arc::new(AtomicUsize::new(0));
     let len = 2 << 20;
-    tx.send_owned(Watched {
+    tx.send_lent(Watched {
         data: pattern(0, len).to_vec(),
         drops: drops.clone(),
     })
@@ -138,7 +138,7 @@ fn a_sender_dropped_with_a_loan_in_flight_leaks_it() {
     let mut peer: TcpStream = peer.into();
     let drops = Arc::new(AtomicUsize::new(0));
     let len = 2 << 20;
-    tx.send_owned(Watched {
+    tx.send_lent(Watched {
         data: pattern(0, len).to_vec(),
         drops: drops.clone(),
     })
@@ -162,7 +162,7 @@ fn paths_that_cannot_lend_copy_and_count_it() {
         let (addr, h) = sink();
         let mut tx = Sender::connect(addr, &cfg(path)).unwrap();
         let len = 1 << 20;
-        tx.send_owned(pattern(0, len).to_vec()).unwrap();
+        tx.send_lent(pattern(0, len).to_vec()).unwrap();
         let stats = tx.finish().unwrap();
         let got = h.join().unwrap();
         assert_eq!(got.len(), len, "{path}");
@@ -191,8 +191,8 @@ fn a_mapped_file_and_bytes_are_lent_without_a_copy() {
     let body = bytes::Bytes::from_static(pattern(len as u64, len));
     let (addr, got) = sink();
     let mut tx = Sender::connect(addr, &cfg(TxPath::Zerocopy)).unwrap();
-    tx.send_owned(Arc::clone(&map)).unwrap();
-    tx.send_owned(body.clone()).unwrap();
+    tx.send_lent(Arc::clone(&map)).unwrap();
+    tx.send_lent(body.clone()).unwrap();
     let stats = tx.finish().unwrap();
     assert_eq!(stats.tx_bytes_zerocopy, 2 * len as u64, "{stats}");
     assert_eq!(

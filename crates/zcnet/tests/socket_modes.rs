@@ -109,7 +109,7 @@ fn tx_call(
             Err(e) => Err(e),
         },
         TxCall::SendSlice => tx.send_slice(pattern(pos, n)).map(|()| n as u64),
-        TxCall::SendOwned => tx.send_owned(pattern(pos, n).to_vec()).map(|()| n as u64),
+        TxCall::SendOwned => tx.send_lent(pattern(pos, n).to_vec()).map(|()| n as u64),
         TxCall::Write => match tx.write(pattern(pos, n)) {
             Ok(k) => Ok(k as u64),
             Err(e) => match e.into_inner().map(|b| b.downcast::<Error>()) {

@@ -213,12 +213,12 @@ fn config_builders_set_their_fields() {
     let s = SenderConfig::new(TxPath::Copy)
         .nodelay(true)
         .pool_buffers(3)
-        .buf_size(8192)
+        .buf_bytes(8192)
         .sndbuf(1 << 20)
         .timeout(Duration::from_secs(7));
     assert!(s.nodelay);
     assert_eq!(
-        (s.pool_buffers, s.buf_size, s.sndbuf),
+        (s.pool_buffers, s.buf_bytes, s.sndbuf),
         (3, 8192, Some(1 << 20))
     );
     assert_eq!(s.timeout, Some(Duration::from_secs(7)));
@@ -343,7 +343,7 @@ fn a_pool_held_by_the_kernel_is_pool_exhausted() {
     let (listener, addr) = small_window_listener();
     let cfg = sender_cfg(TxPath::Zerocopy)
         .pool_buffers(2)
-        .buf_size(256 * 1024)
+        .buf_bytes(256 * 1024)
         .sndbuf(16 << 20)
         .policy(zcnet::Policy::always())
         .timeout(Duration::from_millis(500));
@@ -382,7 +382,7 @@ fn a_timed_out_send_says_how_much_of_it_was_queued() {
     let len = 8usize << 20;
     std::fs::write(&file_path, pattern(0, len)).unwrap();
     let file = std::fs::File::open(&file_path).unwrap();
-    for what in ["send_slice (copy)", "send_owned (zerocopy)", "send_file"] {
+    for what in ["send_slice (copy)", "send_lent (zerocopy)", "send_file"] {
         // A small receive buffer on the peer, so 8 MiB cannot all fit in flight.
         let (listener, addr) = small_window_listener();
         let path = if what.contains("zerocopy") {
@@ -400,7 +400,7 @@ fn a_timed_out_send_says_how_much_of_it_was_queued() {
         // The peer reads nothing until the send has given up.
         let err = match what {
             "send_slice (copy)" => tx.send_slice(pattern(0, len)).unwrap_err(),
-            "send_owned (zerocopy)" => tx.send_owned(pattern(0, len).to_vec()).unwrap_err(),
+            "send_lent (zerocopy)" => tx.send_lent(pattern(0, len).to_vec()).unwrap_err(),
             _ => tx.send_file(&file, 0, len as u64).map(|_| ()).unwrap_err(),
         };
         let queued = match err {

@@ -144,7 +144,7 @@ fn short_sends_are_continued_in_order() {
     rcfg.rcvbuf = Some(16 * 1024);
     let mut scfg = sender_config(TxPath::Uring);
     scfg.sndbuf = Some(16 * 1024);
-    scfg.buf_size = 256 * 1024;
+    scfg.buf_bytes = 256 * 1024;
     let size = 8 << 20;
     let (n, tx, _) = transfer_with(rcfg, scfg, size, Duration::from_millis(200), None);
     assert_eq!(n, size);
@@ -186,7 +186,7 @@ fn a_sender_dropped_with_sends_in_flight_retires_its_buffers_and_the_bytes_arriv
     let port = listener.local_addr().unwrap().port();
     let mut scfg = sender_config(TxPath::Uring);
     scfg.pool_buffers = 16;
-    scfg.buf_size = 64 * 1024;
+    scfg.buf_bytes = 64 * 1024;
     scfg.sndbuf = Some(4 << 20);
     scfg.timeout = Some(Duration::from_millis(500));
     let size = 16 * 64 * 1024;
@@ -297,7 +297,7 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
         // is refused (ENOMEM); unregistered sends are charged per request and fit.
         let mut scfg = sender_config(TxPath::Uring);
         scfg.pool_buffers = 16;
-        scfg.buf_size = 64 * 1024;
+        scfg.buf_bytes = 64 * 1024;
         let size = 8 << 20;
         let (n, tx, _) = transfer_with(
             receiver_config(RxPath::Copy),

@@ -47,7 +47,7 @@ fn sender_config(p: &Params, tx: TxPath, nodelay: bool) -> SenderConfig {
     // Measure the path itself: no size threshold, no demotion after COPIED completions
     // (the policy's job is deciding; the bench's is showing what each path costs).
     cfg.policy = Policy::always();
-    cfg.buf_size = p.size as usize;
+    cfg.buf_bytes = p.size as usize;
     cfg.pool_buffers = if uses_slice_api(tx) {
         1
     } else {

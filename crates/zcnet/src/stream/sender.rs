@@ -31,7 +31,7 @@ pub struct SenderConfig {
     /// Buffers in the pool (ignored when `pool` is given).
     pub pool_buffers: usize,
     /// Bytes per buffer (ignored when `pool` is given).
-    pub buf_size: usize,
+    pub buf_bytes: usize,
     /// A pool to share with other senders.
     pub pool: Option<Pool>,
     /// Counters to share with others (a fresh set otherwise).
@@ -71,7 +71,7 @@ impl Default for SenderConfig {
             path: TxPath::Auto,
             policy: Policy::default(),
             pool_buffers: 16,
-            buf_size: 256 * 1024,
+            buf_bytes: 256 * 1024,
             pool: None,
             stats: None,
             timeout: None,
@@ -105,8 +105,8 @@ impl SenderConfig {
         policy: Policy,
         /// Sets [`SenderConfig::pool_buffers`].
         pool_buffers: usize,
-        /// Sets [`SenderConfig::buf_size`].
-        buf_size: usize,
+        /// Sets [`SenderConfig::buf_bytes`].
+        buf_bytes: usize,
         /// Sets [`SenderConfig::nodelay`].
         nodelay: bool,
         /// Sets [`SenderConfig::file_tx`].
@@ -237,7 +237,7 @@ impl Sender {
         }
         let pool = match &cfg.pool {
             Some(p) => p.clone(),
-            None => Pool::new(cfg.pool_buffers.max(1), cfg.buf_size)
+            None => Pool::new(cfg.pool_buffers.max(1), cfg.buf_bytes)
                 .map_err(|e| Error::io("mmap (buffer pool)", e))?,
         };
         let stats: Arc<Stats> = cfg.stats.clone().unwrap_or_default();
@@ -419,12 +419,12 @@ impl Sender {
     /// `zerocopy` path (and `auto` where it picks `zerocopy`) the bytes are lent; `copy`
     /// copies them; `uring` and `cow`, which send from memory of their own, copy them and
     /// count [`FallbackReason::Unsupported`](crate::FallbackReason::Unsupported).
-    pub fn send_owned<B: Lend>(&mut self, buf: B) -> Result<()> {
+    pub fn send_lent<B: Lend>(&mut self, buf: B) -> Result<()> {
         let _call = crate::call::begin(self.timeout);
         let n = buf.bytes().len() as u64;
         let before = crate::stats::tx_handed_by_this_thread();
         self.tx
-            .send_owned(self.sock.as_fd(), Box::new(buf), &self.stats, self.timeout)
+            .send_lent(self.sock.as_fd(), Box::new(buf), &self.stats, self.timeout)
             .map_err(|e| Self::queued_since(before, e))?;
         self.sent(n);
         Ok(())

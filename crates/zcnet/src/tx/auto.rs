@@ -226,7 +226,7 @@ impl Transmit for AutoTx {
         r
     }
 
-    fn send_owned(
+    fn send_lent(
         &mut self,
         fd: BorrowedFd<'_>,
         owned: Box<dyn Lend>,
@@ -235,18 +235,18 @@ impl Transmit for AutoTx {
     ) -> Result<()> {
         let (len, addr) = (owned.bytes().len(), owned.bytes().as_ptr() as usize);
         if self.count_copy_only(len, addr, false, stats) {
-            return self.copy.send_owned(fd, owned, stats, timeout);
+            return self.copy.send_lent(fd, owned, stats, timeout);
         }
         let path = self.decide(len, addr, false, stats);
         let r = match (path, self.zc.as_mut()) {
             (TxPath::Zerocopy, Some(zc)) if self.zc_ok => {
-                zc.tx().send_owned(fd, owned, stats, timeout)
+                zc.tx().send_lent(fd, owned, stats, timeout)
             }
-            (TxPath::Copy, _) => self.copy.send_owned(fd, owned, stats, timeout),
+            (TxPath::Copy, _) => self.copy.send_lent(fd, owned, stats, timeout),
             _ => {
                 // The wanted path cannot lend this memory here: copied, and counted.
                 stats.fallback(FallbackReason::Unsupported, len as u64);
-                self.copy.send_owned(fd, owned, stats, timeout)
+                self.copy.send_lent(fd, owned, stats, timeout)
             }
         };
         self.finish_op(len, false, stats);

@@ -20,7 +20,7 @@ impl super::Transmit for CopyTx {
     }
 
     /// The copy path copies by definition: no fallback to count.
-    fn send_owned(
+    fn send_lent(
         &mut self,
         fd: BorrowedFd<'_>,
         owned: Box<dyn Lend>,

@@ -43,11 +43,11 @@ pub(crate) trait Transmit: Send {
         plain::send_all(fd, data, stats, timeout)
     }
 
-    /// Sends the caller's own memory ([`crate::Sender::send_owned`]) and keeps it until the
+    /// Sends the caller's own memory ([`crate::Sender::send_lent`]) and keeps it until the
     /// kernel is done with it. Paths that can only send from their own memory (io_uring's
     /// registered buffers, `cow`'s protected slices) copy it instead, counted as
     /// [`FallbackReason::Unsupported`]; the `zerocopy` path lends it.
-    fn send_owned(
+    fn send_lent(
         &mut self,
         fd: BorrowedFd<'_>,
         owned: Box<dyn Lend>,

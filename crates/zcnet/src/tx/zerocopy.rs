@@ -69,7 +69,7 @@ impl ZerocopyTx {
 
     /// Sends a loan's bytes with `MSG_ZEROCOPY` (or copies them, counted, where the policy
     /// says so) and keeps the loan until every call that named it is complete.
-    fn send_lent(&mut self, fd: BorrowedFd<'_>, lent: Lent, stats: &Stats) -> Result<()> {
+    fn lend(&mut self, fd: BorrowedFd<'_>, lent: Lent, stats: &Stats) -> Result<()> {
         let len = lent.len() as u64;
         if let TxDecision::Copy(reason) = self.decide(&lent) {
             stats.fallback(reason, len);
@@ -120,17 +120,17 @@ impl ZerocopyCalls for ZerocopyTx {
 
 impl super::Transmit for ZerocopyTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
-        self.send_lent(fd, Lent::Pool(buf), stats)
+        self.lend(fd, Lent::Pool(buf), stats)
     }
 
-    fn send_owned(
+    fn send_lent(
         &mut self,
         fd: BorrowedFd<'_>,
         owned: Box<dyn Lend>,
         stats: &Stats,
         _timeout: Duration,
     ) -> Result<()> {
-        self.send_lent(fd, Lent::Owned(Owned(owned)), stats)
+        self.lend(fd, Lent::Owned(Owned(owned)), stats)
     }
 
     fn reap(&mut self, fd: BorrowedFd<'_>, stats: &Stats) -> Result<usize> {

@@ -313,7 +313,7 @@ fn send_loop(
     // so a loaning path never waits for its own completions.
     let ring = cfg.ring.max(1);
     let scfg = SenderConfig::new(cfg.tx)
-        .buf_size(len)
+        .buf_bytes(len)
         .pool_buffers(if cfg.tx.name() == "cow" {
             1
         } else {

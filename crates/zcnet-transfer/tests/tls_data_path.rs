@@ -147,7 +147,6 @@ fn offloading_to_the_kernel_falls_back_with_its_reason_or_runs_in_the_kernel() {
             });
             c.write_all(pattern(0, LEN)).unwrap();
             assert_eq!(h.join().unwrap().unwrap(), (LEN as u64, LEN as u64));
-            zcnet_testbed::skip::skip_allowed(&format!("the kernel half of offloading: {why}"));
         }
         (Offload::Kernel(mut c), Offload::Kernel(mut s)) => {
             use std::io::{Read, Write};
@@ -170,6 +169,24 @@ fn offloading_to_the_kernel_falls_back_with_its_reason_or_runs_in_the_kernel() {
             assert_eq!(h.join().unwrap(), LEN as u64);
         }
         _ => panic!("the two ends of one loopback pair got different answers"),
+    }
+}
+
+/// The kernel half of the test above on its own: where the build found the `tls` ULP
+/// loaded, both ends of a loopback pair are offloaded.
+#[cfg_attr(
+    not(zcnet_has_ktls),
+    ignore = "needs the kernel's TLS ULP loaded (modprobe tls; tcp_available_ulp lists tls)"
+)]
+#[test]
+fn where_the_tls_ulp_is_loaded_both_ends_run_in_the_kernel() {
+    let (c, server) = pair(identity());
+    let s = server.join().unwrap();
+    match (ktls::offload(c).unwrap(), ktls::offload(s).unwrap()) {
+        (Offload::Kernel(c), Offload::Kernel(s)) => assert_eq!(c.cipher(), s.cipher()),
+        (Offload::User(_, why), _) | (_, Offload::User(_, why)) => {
+            panic!("the tls ULP, which the build found, refused: {why}")
+        }
     }
 }
 

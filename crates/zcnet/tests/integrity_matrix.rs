@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{transfer, veth_or_skip, Case, Topo};
+use common::{transfer, veth_pair, Case, Topo};
 use zcnet::{FallbackReason, RxPath, TxPath};
 
 const SIZES: [u64; 6] = [1, 4095, 4096, 65537, 1 << 20, 64 << 20];
@@ -158,9 +158,7 @@ fn matrix_loopback() {
 )]
 #[test]
 fn matrix_netns_mtu_1500() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     run_matrix(Topo::Netns(&pair), "veth1500");
 }
 
@@ -170,8 +168,6 @@ fn matrix_netns_mtu_1500() {
 )]
 #[test]
 fn matrix_netns_mtu_9000() {
-    let Some(pair) = veth_or_skip(9000) else {
-        return;
-    };
+    let pair = veth_pair(9000);
     run_matrix(Topo::Netns(&pair), "veth9000");
 }

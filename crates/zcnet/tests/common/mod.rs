@@ -10,7 +10,7 @@ use zcnet::{Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapsho
 #[allow(unused_imports)] // each test binary uses its own subset
 pub use zcnet_testbed::pattern::{pattern, Verifier, PERIOD};
 #[allow(unused_imports)]
-pub use zcnet_testbed::topo::{veth_or_skip, Topo};
+pub use zcnet_testbed::topo::{veth_pair, Topo};
 
 /// One transfer's shape.
 #[derive(Debug, Clone, Copy)]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# zcnet send/recv against `cat FILE | nc` and an rsync daemon, on loopback, same sitting.
+# zcnet send/recv against `cat FILE | nc`, an rsync daemon and scp (to a private sshd), on
+# loopback, same sitting.
 # Prints throughput and CPU seconds of both ends (user+sys of each side's processes, from
 # /usr/bin/time) and the machine's busy time from /proc/stat (softirq included).
 #
@@ -18,8 +19,14 @@
 # ZCNET_BASE=path adds rows for a second zcnet binary (with and without verification) in the
 # same sitting, to compare two builds side by side. In file mode 'vs nc' is the bytes moved
 # per CPU-second of both ends, over `cat | nc`'s (higher is better). TOOLS="zcnet nc" runs only
-# those rows (of zcnet zcnet-plaintext zcnet-noverify nc rsync base base-noverify); a ratio to a row left out
-# prints nan. SEND_ARGS="--streams 2" passes options to every zcnet row's `send` (base rows too).
+# those rows (of zcnet zcnet-plaintext zcnet-noverify nc rsync scp base base-noverify); a ratio to a row left out
+# prints nan. The scp row (file mode only, not in the default set) copies with
+# `scp -c aes128-gcm@openssh.com` to an sshd of its own on 127.0.0.1 (its own host and client
+# keys and config under the run's directory, `Subsystem sftp`, which scp's SFTP mode needs);
+# 'vs scp' is scp's both-ends CPU over the tool's: bytes per CPU-second, as many times scp's.
+# scp's 'rcv cpu' is its sshd's, which includes the session's sshd and sftp-server (its
+# children, reaped before it stops); 'system cpu' counts them too, and is the figure to quote
+# on an otherwise idle machine. SEND_ARGS="--streams 2" passes options to every zcnet row's `send` (base rows too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=file
@@ -32,6 +39,11 @@ if [ $MODE = mixed ]; then FILES=${1:-300}; TOTAL_MIB=${2:-1024}; REPEAT=${3:-3}
 need=()
 command -v nc >/dev/null || need+=(netcat-openbsd)
 command -v rsync >/dev/null || need+=(rsync)
+command -v bc >/dev/null || need+=(bc)
+if [[ " ${TOOLS:-} " == *" scp "* ]]; then
+  command -v scp >/dev/null || need+=(openssh-client)
+  [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+fi
 [ -x /usr/bin/time ] || need+=(time)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -105,7 +117,7 @@ run_pair() {
   sleep 0.3
   b0=$(busy); t0=$(date +%s.%N)
   /usr/bin/time -f "%U %S" -o "$work/cli.time" bash -c "$cli"
-  if [ "${4:-}" = kill ]; then t1=$(date +%s.%N); b1=$(busy); sleep 0.2; pkill -f -- "^rsync --daemon.*--port=$p " || true; fi
+  if [ "${4:-}" = kill ]; then t1=$(date +%s.%N); b1=$(busy); sleep 0.2; eval "$stopcmd" || true; fi
   wait "$sp" || true
   [ "${4:-}" = kill ] || { t1=$(date +%s.%N); b1=$(busy); }
   local cs rs
@@ -145,7 +157,34 @@ gid = 0
 path = $work/dst
 read only = no
 CONF
+        stopcmd="pkill -f -- '^rsync --daemon.*--port=$p '"
         r=$(run_pair $t "exec rsync --daemon --no-detach --address=127.0.0.1 --port=$p --config=$work/rsyncd.conf " "rsync -r --whole-file $src rsync://127.0.0.1:$p/dst/" kill);;
+      scp)
+        [ $MODE = file ] || { echo "the scp row is for file mode only" >&2; exit 2; }
+        sshdir=$work/ssh
+        if [ ! -d "$sshdir" ]; then
+          mkdir -p "$sshdir" /run/sshd
+          ssh-keygen -q -t ed25519 -N '' -f "$sshdir/host_key"
+          ssh-keygen -q -t ed25519 -N '' -f "$sshdir/client_key"
+          cp "$sshdir/client_key.pub" "$sshdir/authorized_keys"
+        fi
+        cat > "$sshdir/sshd_config" <<CONF
+ListenAddress 127.0.0.1
+Port $p
+HostKey $sshdir/host_key
+AuthorizedKeysFile $sshdir/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+Ciphers aes128-gcm@openssh.com
+Subsystem sftp /usr/lib/openssh/sftp-server
+PidFile $sshdir/sshd.pid
+CONF
+        # sshd renames its process ("sshd: ... [listener]"), so it is stopped by its pid file
+        stopcmd="kill \$(cat $sshdir/sshd.pid)"
+        r=$(run_pair $t "exec /usr/sbin/sshd -D -e -f $sshdir/sshd_config" "scp -q -c aes128-gcm@openssh.com -i $sshdir/client_key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -P $p $src $(id -un)@127.0.0.1:$work/dst/" kill);;
     esac
     echo "$t: $r" >&2; rows[$t]+="$r"$'\n'
   done
@@ -181,7 +220,11 @@ if [ $MODE = mixed ]; then
   exit 0
 fi
 gib=$(echo "$SIZE_MIB / 1024" | bc -l)
-printf "%-15s %9s %9s %9s %10s %12s %14s %9s\n" tool Gbit/s "snd cpu" "rcv cpu" "both cpu" "system cpu" "GiB/CPU-s" "vs nc"
+printf "%-15s %9s %9s %9s %10s %12s %14s %9s %9s\n" tool Gbit/s "snd cpu" "rcv cpu" "both cpu" "system cpu" "GiB/CPU-s" "vs nc" "vs scp"
+scpboth=
+if [ -n "${rows[scp]:-}" ]; then
+  scpboth=$(echo "$(echo "${rows[scp]}" | awk 'NF{print $2}' | median) + $(echo "${rows[scp]}" | awk 'NF{print $3}' | median)" | bc -l)
+fi
 ncboth=
 if [ -n "${rows[nc]:-}" ]; then
   ncboth=$(echo "$(echo "${rows[nc]}" | awk 'NF{print $2}' | median) + $(echo "${rows[nc]}" | awk 'NF{print $3}' | median)" | bc -l)
@@ -193,8 +236,8 @@ for t in "${tools[@]}"; do
   rcv=$(echo "$d" | awk 'NF{print $3}' | median)
   sys=$(echo "$d" | awk 'NF{print $4}' | median)
   both=$(echo "$snd + $rcv" | bc -l)
-  printf "%-15s %9.2f %9.2f %9.2f %10.2f %12.2f %14.2f %8.2fx\n" "$t" \
+  printf "%-15s %9.2f %9.2f %9.2f %10.2f %12.2f %14.2f %8.2fx %8.2fx\n" "$t" \
     "$(echo "$gib * 8 * 1.073741824 / $wall" | bc -l)" "$snd" "$rcv" "$both" "$sys" "$(echo "$gib / $sys" | bc -l)" \
-    "$(ratio "$ncboth" "$both")"
+    "$(ratio "$ncboth" "$both")" "$(ratio "$scpboth" "$both")"
 done
-echo "($SIZE_MIB MiB file in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'system cpu' is /proc/stat busy time incl. softirq; 'vs nc' is nc's median both-ends CPU over the tool's; zcnet: $Z)"
+echo "($SIZE_MIB MiB file in ${BENCH_DIR:-/dev/shm}, loopback, median of $REPEAT; CPU in seconds; 'system cpu' is /proc/stat busy time incl. softirq; 'vs nc' is nc's median both-ends CPU over the tool's; 'vs scp' is scp's both-ends CPU over the tool's; zcnet: $Z)"

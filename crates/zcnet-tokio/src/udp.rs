@@ -133,7 +133,7 @@ impl UdpRing {
     async fn reap_until(
         &self,
         stats: &Stats,
-        mut done: impl FnMut(&MsgRing) -> bool,
+        mut done: impl FnMut(&mut MsgRing) -> bool,
     ) -> io::Result<()> {
         {
             let mut st = self.ring();
@@ -149,7 +149,7 @@ impl UdpRing {
                 // eventfd, one posted before it is found here.
                 let mut st = self.ring();
                 st.ring.reap(stats);
-                if done(&st.ring) {
+                if done(&mut st.ring) {
                     return Ok(());
                 }
             }
@@ -166,16 +166,78 @@ impl UdpRing {
 /// submits them. It holds the connection, so the socket the requests name stays open until
 /// it has submitted the last of them (the kernel resolves the descriptor at submission);
 /// it ends once the socket is dropped (the connection closed).
+///
+/// On an unregistered ring (the pool's registration refused: `RLIMIT_MEMLOCK` without
+/// `CAP_IPC_LOCK`) it also stays until every submitted request's result is in, and sends by
+/// copy each batch the kernel refused past that limit — a refusal that can come long after
+/// the submission, once the request found socket room (`zcnet::msg::MsgRing`). So a refused
+/// batch leaves at once, whether or not the application calls again, and is never lost to
+/// the receiver's reassembly timeout.
 async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
     loop {
         ring.flush.notified().await;
-        {
-            let mut st = ring.ring();
-            st.flush_asked = false;
-            st.ring.submit(&conn.stats);
+        loop {
+            let (due, refused) = {
+                let mut st = ring.ring();
+                st.flush_asked = false;
+                st.ring.submit(&conn.stats);
+                if st.ring.awaits_results() {
+                    st.ring.reap(&conn.stats);
+                }
+                (st.ring.results_due(), st.ring.has_refused())
+            };
+            // A batch that cannot be sent now stays queued for the next call to report.
+            if refused && send_refused(&ring, &conn).await.is_err() {
+                break;
+            }
+            if due == 0 {
+                break;
+            }
+            // Until a result comes, or requests were queued since (they count as due but
+            // cannot complete before they are submitted).
+            let waited = ring
+                .reap_until(&conn.stats, |r| {
+                    r.results_due() == 0 || r.unsubmitted() > 0 || r.has_refused()
+                })
+                .await;
+            if waited.is_err() {
+                break;
+            }
         }
         if conn.is_closed() {
             return;
+        }
+    }
+}
+
+/// Sends by copy, in order, the batches the ring's kernel refused for want of pinnable
+/// memory (`zcnet::msg::MsgRing::take_refused`), each counted as a fallback with its
+/// reason. Cancel-safe: a batch not yet sent goes back to the ring, first in line.
+async fn send_refused(r: &UdpRing, conn: &Conn<UdpSocket>) -> io::Result<()> {
+    loop {
+        let Some(batch) = r.ring().ring.take_refused() else {
+            return Ok(());
+        };
+        let mut held = RefusedHeld(r, Some(batch));
+        let b = held.1.as_ref().expect("held");
+        let iov = [IoSlice::new(&b.wire)];
+        poll_fn(|cx| conn.poll_io(cx, Direction::Write, || conn.send_gso(&iov, false, b.gso)))
+            .await?;
+        // `send_gso` counted the copied bytes and call; the reason here.
+        if let Some(b) = held.1.take() {
+            conn.stats.fallback(b.reason, b.wire.len() as u64);
+        }
+    }
+}
+
+/// A refused batch on its way out by copy: back to the ring's queue, first, if its send is
+/// cancelled or fails.
+struct RefusedHeld<'a>(&'a UdpRing, Option<zcnet::msg::Refused>);
+
+impl Drop for RefusedHeld<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.1.take() {
+            self.0.ring().ring.put_back_refused(b);
         }
     }
 }
@@ -404,7 +466,8 @@ impl ZcUdpSocket {
     /// Whether messages lent with [`ZcUdpSocket::send_lent`] go through io_uring
     /// (`SEND_ZC`, [`MsgTx::Uring`]): false before the first [`ZcUdpSocket::buffer`] made
     /// the pool, and where io_uring cannot send (then `MSG_ZEROCOPY`, counted as
-    /// [`FallbackReason::Unsupported`]).
+    /// [`FallbackReason::Unsupported`], or [`FallbackReason::Memlock`] when the rings were
+    /// refused for want of locked memory).
     pub fn uring_enabled(&self) -> bool {
         self.made_ring().is_some()
     }
@@ -439,8 +502,9 @@ impl ZcUdpSocket {
                         self.runtime.spawn(flusher(r.clone(), self.conn.clone()));
                         Some(r)
                     }
-                    Err(_) => {
-                        self.conn.stats.fallback(FallbackReason::Unsupported, 0);
+                    Err(e) => {
+                        let reason = zcnet::msg::ring_unavailable_reason(&e);
+                        self.conn.stats.fallback(reason, 0);
                         None
                     }
                 }
@@ -488,6 +552,19 @@ impl ZcUdpSocket {
     /// counted by it; if that send is cancelled half-way, the receiver reports it lost.
     pub async fn send_mark(&self) -> io::Result<u64> {
         self.submit_queued();
+        if let Some(r) = self.made_ring() {
+            // Refused batches (sent by copy) go before the mark that counts their messages.
+            let refused = {
+                let mut st = r.ring();
+                if st.ring.awaits_results() {
+                    st.ring.reap(&self.conn.stats);
+                }
+                st.ring.has_refused()
+            };
+            if refused {
+                self.send_refused(r).await?;
+            }
+        }
         let (mark, sent) = {
             let f = lock(&self.framer);
             (f.mark(), f.next_id())
@@ -721,14 +798,24 @@ impl ZcUdpSocket {
         // with the kernel (and whenever `buffer` finds it empty). Submissions too (see
         // `UdpRing`).
         let mut ask_flusher = false;
+        // On an unregistered ring the flusher also awaits the results: a request refused past
+        // RLIMIT_MEMLOCK is sent by copy (see `flusher`), so it is asked every time.
+        let unregistered = ring.awaits_results();
         if ring.held() * 2 >= self.cfg.pool_buffers.max(1) {
             ring.submit(&self.conn.stats);
             ring.reap(&self.conn.stats);
         } else if ring.unsubmitted() >= SUBMIT_AT {
             ring.submit(&self.conn.stats);
-        } else if !st.flush_asked {
-            st.flush_asked = true;
+        } else {
             ask_flusher = true;
+        }
+        if unregistered {
+            ask_flusher = true;
+        }
+        if ask_flusher && st.flush_asked {
+            ask_flusher = false;
+        } else if ask_flusher {
+            st.flush_asked = true;
         }
         drop((st, f));
         if ask_flusher {
@@ -742,6 +829,11 @@ impl ZcUdpSocket {
             copied_anyway: None,
             fallback: None,
         }))
+    }
+
+    /// Sends by copy what the ring's kernel refused ([`send_refused`]).
+    async fn send_refused(&self, r: &UdpRing) -> io::Result<()> {
+        send_refused(r, &self.conn).await
     }
 
     async fn send_flight(&self, flight: &mut UdpFlight<'_>) -> io::Result<MsgSent> {
@@ -870,6 +962,7 @@ impl ZcUdpSocket {
         if let Some(r) = self.made_ring() {
             r.reap_until(&self.conn.stats, |ring| ring.held() == 0)
                 .await?;
+            self.send_refused(r).await?;
         }
         poll_fn(|cx| self.conn.poll_completions(cx)).await
     }

@@ -147,10 +147,12 @@ async fn every_size(topo: Topo<'_>) {
             assert!(s.tx_bytes_zerocopy > 2 * MIB as u64, "{s:?}");
             assert!(ms.zerocopy_messages >= 8, "{ms:?}");
             if tx_mode == MsgTx::Uring {
-                assert_eq!(
-                    tx.uring_enabled(),
-                    cfg!(zcnet_has_uring),
-                    "the ring sends where the build found io_uring, else MSG_ZEROCOPY"
+                assert!(
+                    tx.uring_enabled()
+                        || !cfg!(zcnet_has_uring)
+                        || s.fallback_ops(zcnet::FallbackReason::Memlock) > 0,
+                    "the ring sends where the build found io_uring, unless refused for locked \
+                     memory (counted): {s:?}"
                 );
                 if tx.uring_enabled() {
                     // `send_lent` went through the ring, from the registered pool unless
@@ -161,8 +163,11 @@ async fn every_size(topo: Topo<'_>) {
                     );
                     assert!(s.tx_notifications > 0, "{s:?}");
                 } else {
+                    // Counted: no SEND_ZC, or io_uring_setup refused for locked memory.
                     assert!(
-                        s.fallback_ops(zcnet::FallbackReason::Unsupported) > 0,
+                        s.fallback_ops(zcnet::FallbackReason::Unsupported)
+                            + s.fallback_ops(zcnet::FallbackReason::Memlock)
+                            > 0,
                         "{s:?}"
                     );
                 }
@@ -730,6 +735,12 @@ async fn ring_pair(pool_buffers: usize) -> (ZcUdpSocket, ZcUdpSocket) {
     (rx, tx)
 }
 
+/// Bytes copied because the kernel would not pin them (counted with their reason).
+fn refused_bytes(s: &zcnet::StatsSnapshot) -> u64 {
+    s.fallback_bytes(zcnet::FallbackReason::Memlock)
+        + s.fallback_bytes(zcnet::FallbackReason::Enobufs)
+}
+
 /// Messages 0, 1, … of `len` bytes, sent with `ids`, received in that order, every byte
 /// checked.
 async fn expect_in_order(
@@ -775,7 +786,9 @@ async fn queued_ring_messages_leave_in_one_submission_when_the_task_yields() {
     expect_in_order(&rx, ids, len, "queued message").await;
     let s = tx.stats().snapshot();
     assert_eq!(s.tx_uring_submits, 1, "all three in one submission: {s:?}");
-    assert_eq!(s.tx_calls_zerocopy, 3, "{s:?}");
+    // Copied only what an unregistered pool's requests had refused past RLIMIT_MEMLOCK.
+    assert_eq!(s.tx_calls_zerocopy + s.tx_calls_copy, 3, "{s:?}");
+    assert_eq!(s.tx_bytes_copy, refused_bytes(&s), "{s:?}");
     tx.flush_loans().await.unwrap();
     assert_eq!(tx.buffers_available(), 16);
 }
@@ -819,7 +832,8 @@ async fn a_burst_without_a_yield_is_submitted_in_batches() {
     tx.flush_loans().await.unwrap();
     let s = tx.stats().snapshot();
     let n = BURST * BURSTS;
-    assert_eq!(s.tx_calls_zerocopy, n, "{s:?}");
+    assert_eq!(s.tx_calls_zerocopy + s.tx_calls_copy, n, "{s:?}");
+    assert_eq!(s.tx_bytes_copy, refused_bytes(&s), "{s:?}");
     assert!(
         s.tx_uring_submits > 0 && s.tx_uring_submits < n,
         "submitted in batches: {s:?}"
@@ -928,4 +942,109 @@ async fn a_receiver_that_stops_reading_hears_of_every_lost_id_through_the_sender
     assert!(delivered > 0, "the first messages were buffered and arrive");
     assert!(tail_lost, "the last id was dropped and reported");
     assert!(rx.msg_stats().snapshot().marks_received > 0);
+}
+
+const MEMLOCK_CHILD: &str = "ZCNET_UDP_MEMLOCK_CHILD";
+
+/// Whether this process may lock memory past `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`, bit 14 of
+/// `CapEff` in /proc/self/status): root, normally.
+fn has_cap_ipc_lock() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff in /proc/self/status");
+    eff & (1 << 14) != 0
+}
+
+/// An ordinary user's `send_lent` through io_uring: no `CAP_IPC_LOCK`, so the pool is not
+/// registered and every request's pages are charged to `RLIMIT_MEMLOCK` until its
+/// notification; a request past it is refused (`ENOMEM`) once issued. Every message must
+/// still arrive whole — a refused batch sent by copy, counted as a `memlock` fallback —
+/// never be reported lost. As root the test runs itself again under
+/// `prlimit --memlock=1MiB` and `setpriv` without `CAP_IPC_LOCK`, where one 1 MiB message
+/// is past the limit on its own; without `CAP_IPC_LOCK` it runs under the limit it has.
+#[cfg_attr(
+    all(zcnet_root, not(all(zcnet_has_prlimit, zcnet_has_setpriv))),
+    ignore = "needs prlimit and setpriv (apt-get install util-linux) to drop CAP_IPC_LOCK as root"
+)]
+#[test]
+fn lent_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
+    const NAME: &str = "lent_messages_past_the_memlock_limit_are_copied_counted_never_lost";
+    let child = std::env::var_os(MEMLOCK_CHILD).is_some();
+    if !child && has_cap_ipc_lock() {
+        let out = std::process::Command::new("prlimit")
+            .arg("--memlock=1048576:1048576")
+            .args([
+                "setpriv",
+                "--inh-caps=-ipc_lock",
+                "--bounding-set=-ipc_lock",
+                "--",
+            ])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(MEMLOCK_CHILD, "1")
+            .output()
+            .expect("running prlimit");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child failed:\n{text}");
+        assert!(
+            text.contains("memlock child ok"),
+            "child did not run:\n{text}"
+        );
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = config(MsgTx::Uring);
+        let (rx, tx) = sockets(Topo::Loopback, &cfg);
+        let sizes: Vec<usize> = SIZES.into_iter().chain([MIB; 12]).chain(SIZES).collect();
+        for (seed, &len) in sizes.iter().enumerate() {
+            let id = lend(&tx, seed as u64, len).await;
+            // One at a time: any loss is the refusal's, not the receiver's socket buffer.
+            let m = expect_message(&rx, &format!("lent message {seed} ({len} B)")).await;
+            assert_eq!(m.id, id);
+            check(seed as u64, &m, len);
+            rx.recycle(m).await;
+        }
+        tx.flush_loans().await.unwrap();
+        let s = tx.stats().snapshot();
+        let ms = tx.msg_stats().snapshot();
+        if !tx.uring_enabled() {
+            // io_uring_setup refused for locked memory (the budget is the user's, shared):
+            // MSG_ZEROCOPY instead, counted with that reason.
+            assert!(s.fallback_ops(zcnet::FallbackReason::Memlock) > 0, "{s:?}");
+            println!("memlock child ok (no ring): {s:?}");
+            return;
+        }
+        // Every wire byte (payload and a header per datagram) went once: zero-copy, or
+        // copied after a refusal, counted with its reason.
+        let wire = ms.bytes_sent + ms.datagrams_sent * zcnet::msg::wire::HEADER_LEN as u64;
+        assert_eq!(s.tx_bytes_zerocopy + s.tx_bytes_copy, wire, "{s:?}");
+        assert_eq!(s.tx_bytes_copy, refused_bytes(&s), "{s:?}");
+        assert_eq!(
+            s.tx_calls_zerocopy + s.tx_calls_copy,
+            ms.send_calls,
+            "{s:?}"
+        );
+        assert_eq!(s.tx_completed_calls, s.tx_calls_zerocopy, "{s:?}");
+        if child {
+            assert_eq!(s.tx_uring_register_failures, 1, "{s:?}");
+            assert!(
+                s.fallback_ops(zcnet::FallbackReason::Memlock) > 0,
+                "refusals copied: {s:?}"
+            );
+            assert!(s.tx_bytes_zerocopy > 0, "the rest zero-copy: {s:?}");
+            println!("memlock child ok: {s:?}");
+        }
+    });
 }

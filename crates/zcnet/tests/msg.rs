@@ -14,7 +14,7 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use zcnet::msg::wire::{Header, Layout};
+use zcnet::msg::wire::{Header, Layout, HEADER_LEN};
 use zcnet::msg::{
     LossReason, Lost, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgStatsSnapshot,
     MsgTx, ReassemblyLimits,
@@ -66,6 +66,8 @@ struct Outcome {
     tx_io: StatsSnapshot,
     rx: MsgStatsSnapshot,
     buffers_left: usize,
+    /// Loans went through io_uring (`MsgTx::Uring` and a ring was made).
+    uring: bool,
 }
 
 /// Sends one message per size (ids 0, 1, …), at most `window` bytes unacknowledged by the
@@ -158,6 +160,7 @@ fn transfer(
             tx_io: tx.io_stats().snapshot(),
             rx: rx_stats,
             buffers_left: tx.buffers_in_flight(),
+            uring: tx.uring_enabled(),
         }
     })
 }
@@ -205,11 +208,19 @@ fn check_outcome(
     match (api, tx_mode) {
         (Api::Loan, MsgTx::Zerocopy | MsgTx::Uring) => {
             if tx_mode == MsgTx::Uring {
-                // Where the build found no io_uring (`zcnet_has_uring`), MSG_ZEROCOPY carries
-                // the loans, counted as unsupported; where it did, the ring must.
-                let unsupported = out.tx_io.fallback_ops(zcnet::FallbackReason::Unsupported);
-                if !cfg!(zcnet_has_uring) {
-                    assert!(unsupported > 0, "{what}: no io_uring here, counted");
+                let unsupported = out.tx_io.fallback_ops(FallbackReason::Unsupported);
+                if !out.uring {
+                    // No ring, counted once with its reason: no io_uring here (the build
+                    // found none, `zcnet_has_uring`), or io_uring_setup refused for locked
+                    // memory.
+                    if cfg!(zcnet_has_uring) {
+                        assert!(
+                            out.tx_io.fallback_ops(FallbackReason::Memlock) > 0,
+                            "{what}: io_uring, which the build found, refused but for memlock"
+                        );
+                    } else {
+                        assert!(unsupported > 0, "{what}: no io_uring here, counted");
+                    }
                 } else {
                     assert_eq!(unsupported, 0, "{what}: io_uring, which the build found");
                     // The blocking sender returns with its message submitted.
@@ -228,12 +239,21 @@ fn check_outcome(
                 assert_eq!(out.tx_io.tx_uring_fixed_calls, 0, "{what}");
             }
             assert_eq!(out.tx.zerocopy_messages, n, "{what}: every loan zero-copy");
-            assert_eq!(out.tx_io.tx_bytes_copy, 0, "{what}");
+            // Copied only what the kernel refused to pin: an unregistered pool past
+            // RLIMIT_MEMLOCK (an ordinary user's limit), each batch a counted fallback.
+            assert_eq!(out.tx_io.tx_bytes_copy, refused_bytes(&out.tx_io), "{what}");
+            if out.tx_io.tx_uring_register_failures == 0 {
+                assert_eq!(out.tx_io.tx_bytes_copy, 0, "{what}");
+            }
             assert_eq!(
                 out.tx_io.tx_completed_calls, out.tx_io.tx_calls_zerocopy,
                 "{what}: every zero-copy call completed"
             );
-            assert_eq!(out.tx_io.tx_calls_zerocopy, out.tx.send_calls, "{what}");
+            assert_eq!(
+                out.tx_io.tx_calls_zerocopy + out.tx_io.tx_calls_copy,
+                out.tx.send_calls,
+                "{what}"
+            );
             if local {
                 // Delivery to a local socket copies the pages (skb_orphan_frags_rx), and
                 // the completions say so.
@@ -248,6 +268,11 @@ fn check_outcome(
             assert_eq!(out.tx_io.tx_calls_zerocopy, 0, "{what}");
         }
     }
+}
+
+/// Bytes sent by copy because the kernel would not pin them for a zero-copy send.
+fn refused_bytes(s: &StatsSnapshot) -> u64 {
+    s.fallback_bytes(FallbackReason::Memlock) + s.fallback_bytes(FallbackReason::Enobufs)
 }
 
 fn loopback_v4() -> SocketAddr {
@@ -981,11 +1006,11 @@ fn a_local_route_is_demoted_to_copy_by_either_zero_copy_engine() {
         let out = transfer(tx_mode, &mut tx, rx, &sizes, Api::Loan, &what);
         assert_eq!(out.rx.messages_received, 400, "{what}");
         assert_eq!(out.rx.messages_lost, 0, "{what}");
-        if tx_mode == MsgTx::Uring {
-            assert_eq!(
-                tx.uring_enabled(),
-                cfg!(zcnet_has_uring),
-                "{what}: the ring sends where the build found io_uring, else MSG_ZEROCOPY"
+        if tx_mode == MsgTx::Uring && cfg!(zcnet_has_uring) {
+            assert!(
+                tx.uring_enabled() || out.tx_io.fallback_ops(FallbackReason::Memlock) > 0,
+                "{what}: the ring sends where the build found io_uring, unless refused for \
+                 locked memory (counted)"
             );
         }
         assert!(out.tx_io.tx_demotions >= 1, "{what}: {:?}", out.tx_io);
@@ -996,5 +1021,119 @@ fn a_local_route_is_demoted_to_copy_by_either_zero_copy_engine() {
             400,
             "{what}"
         );
+    }
+}
+
+const MEMLOCK_CHILD: &str = "ZCNET_MSG_MEMLOCK_CHILD";
+/// The locked-memory limit the test runs under: below one 1 MiB message's pinned pages.
+const MEMLOCK_LIMIT: u64 = 1 << 20;
+
+/// Whether this process may lock memory past `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`, bit 14 of
+/// `CapEff` in /proc/self/status): root, normally.
+fn has_cap_ipc_lock() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff in /proc/self/status");
+    eff & (1 << 14) != 0
+}
+
+/// An ordinary user (no `CAP_IPC_LOCK`, `RLIMIT_MEMLOCK` a few MiB shared by all their
+/// processes) gets no registered pool for io_uring `SEND_ZC`; each request's pages are then
+/// charged to the limit until its notification, and a request past it is refused (`ENOMEM`)
+/// having sent nothing. Every such batch must still arrive — sent by copy, counted as a
+/// `memlock` fallback — never be reported lost. As root the test runs itself again under
+/// `prlimit --memlock=1MiB` and `setpriv` without `CAP_IPC_LOCK`, where a 1 MiB message
+/// alone is past the limit; without `CAP_IPC_LOCK` it runs under the limit it has.
+#[cfg_attr(
+    all(zcnet_root, not(all(zcnet_has_prlimit, zcnet_has_setpriv))),
+    ignore = "needs prlimit and setpriv (apt-get install util-linux) to drop CAP_IPC_LOCK as root"
+)]
+#[test]
+fn uring_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
+    const NAME: &str = "uring_messages_past_the_memlock_limit_are_copied_counted_never_lost";
+    let child = std::env::var_os(MEMLOCK_CHILD).is_some();
+    if !child && has_cap_ipc_lock() {
+        let out = std::process::Command::new("prlimit")
+            .arg(format!("--memlock={MEMLOCK_LIMIT}:{MEMLOCK_LIMIT}"))
+            .args([
+                "setpriv",
+                "--inh-caps=-ipc_lock",
+                "--bounding-set=-ipc_lock",
+                "--",
+            ])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(MEMLOCK_CHILD, "1")
+            .output()
+            .expect("running prlimit");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child failed:\n{text}");
+        assert!(
+            text.contains("memlock child ok"),
+            "child did not run:\n{text}"
+        );
+        return;
+    }
+    let cfg = config(MsgTx::Uring);
+    let rx = MsgReceiver::bind(loopback_v4(), &cfg).unwrap();
+    let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
+    let mut sizes = sizes_for(tx.payload_per_datagram());
+    sizes.extend([MIB; 16]);
+    sizes.extend(sizes_for(tx.payload_per_datagram()));
+    let what = "lo Uring under RLIMIT_MEMLOCK";
+    // Every byte checked, any loss a failure.
+    let out = transfer(MsgTx::Uring, &mut tx, rx, &sizes, Api::Loan, what);
+    assert_eq!(out.rx.messages_lost, 0, "{what}");
+    let io = &out.tx_io;
+    if !tx.uring_enabled() {
+        // The user's budget was spent already (by other processes: it is shared), and
+        // io_uring_setup, which charges the rings to it, said ENOMEM: MSG_ZEROCOPY
+        // instead, counted with that reason. Every byte arrived all the same.
+        assert!(
+            io.fallback_ops(FallbackReason::Memlock) > 0,
+            "{what}: io_uring SEND_ZC unavailable for another reason: {io:?}"
+        );
+        eprintln!("note: {what}: io_uring_setup refused for locked memory; MSG_ZEROCOPY checked");
+        println!("memlock child ok (no ring): {io:?}");
+        return;
+    }
+    // The wire bytes (payload and a header per datagram) went once each: zero-copy, or
+    // copied after a refusal, counted with its reason.
+    let wire = out.tx.bytes_sent + out.tx.datagrams_sent * HEADER_LEN as u64;
+    assert_eq!(
+        io.tx_bytes_zerocopy + io.tx_bytes_copy,
+        wire,
+        "{what}: {io:?}"
+    );
+    assert_eq!(io.tx_bytes_copy, refused_bytes(io), "{what}: {io:?}");
+    assert_eq!(
+        io.tx_completed_calls, io.tx_calls_zerocopy,
+        "{what}: {io:?}"
+    );
+    assert_eq!(
+        io.tx_calls_zerocopy + io.tx_calls_copy,
+        out.tx.send_calls,
+        "{what}: {io:?}"
+    );
+    if child {
+        // 1 MiB: the pool (four 1 MiB buffers) is refused registration, and each 1 MiB
+        // message's requests are past the limit on their own.
+        assert_eq!(io.tx_uring_register_failures, 1, "{what}: {io:?}");
+        assert!(
+            io.fallback_ops(FallbackReason::Memlock) > 0,
+            "{what}: refusals copied: {io:?}"
+        );
+        assert!(
+            io.tx_bytes_zerocopy > 0,
+            "{what}: the rest zero-copy: {io:?}"
+        );
+        println!("memlock child ok: {io:?}");
     }
 }

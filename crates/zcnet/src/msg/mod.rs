@@ -43,7 +43,7 @@ pub use reassembly::Reassembly;
 pub use recv::{feed, prepare_socket, MsgReceiver};
 pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
-pub use uring::{MsgRing, RingSend};
+pub use uring::{ring_unavailable_reason, MsgRing, Refused, RingSend};
 
 use crate::policy::Policy;
 use std::net::SocketAddr;

@@ -193,7 +193,8 @@ impl MsgSender {
 
     /// Whether loans go through io_uring `SEND_ZC` ([`MsgTx::Uring`]): false before the
     /// first [`MsgSender::buffer`] made the pool, and where io_uring cannot send (then
-    /// `MSG_ZEROCOPY`, counted as [`FallbackReason::Unsupported`]).
+    /// `MSG_ZEROCOPY`, counted as [`FallbackReason::Unsupported`], or
+    /// [`FallbackReason::Memlock`] when the rings were refused for want of locked memory).
     pub fn uring_enabled(&self) -> bool {
         self.ring.is_some()
     }
@@ -261,8 +262,14 @@ impl MsgSender {
     /// the count the mark carries.
     pub fn send_mark(&mut self) -> Result<u64, MsgError> {
         if let Some(ring) = self.ring.as_mut() {
-            // Queued requests leave first: the mark must follow every message it counts.
+            // Queued requests leave first: the mark must follow every message it counts,
+            // refused batches (sent by copy) too.
             ring.submit(&self.stats);
+            if ring.awaits_results() {
+                ring.reap(&self.stats);
+            }
+            ring.send_refused_blocking(self.sock.as_fd(), &self.stats)
+                .map_err(|e| send_error(e, self.cfg.timeout))?;
         }
         let mark = self.framer.mark();
         let iov = [std::io::IoSlice::new(&mark)];
@@ -289,7 +296,7 @@ impl MsgSender {
                 match MsgRing::new(self.sock.as_fd(), &pool, gso, false, &self.stats) {
                     Ok(r) => self.ring = Some(r),
                     // MSG_ZEROCOPY instead, counted.
-                    Err(_) => self.stats.fallback(FallbackReason::Unsupported, 0),
+                    Err(e) => self.stats.fallback(super::ring_unavailable_reason(&e), 0),
                 }
             }
             self.pool = Some(pool);
@@ -355,6 +362,9 @@ impl MsgSender {
                 }
             };
         if let (true, Some(ring)) = (zerocopy, self.ring.as_mut()) {
+            // Batches an earlier reap found refused leave first (by copy).
+            ring.send_refused_blocking(self.sock.as_fd(), &self.stats)
+                .map_err(|e| send_error(e, self.cfg.timeout))?;
             if let Some(e) = ring.take_failure() {
                 return Err(Error::io("io_uring SEND_ZC (an earlier message)", e).into());
             }
@@ -366,6 +376,36 @@ impl MsgSender {
                 &self.stats,
             ) {
                 RingSend::Queued(_) => {
+                    if ring.awaits_results() {
+                        // Unregistered: a request past RLIMIT_MEMLOCK is refused once it is
+                        // issued, which may be after it waited for socket room. Its result
+                        // is awaited here, as `sendmsg` waits for room, and a refused batch
+                        // goes by copy now rather than being lost (`MsgRing`'s docs).
+                        let (demotion, policy, stats) =
+                            (&mut self.demotion, self.cfg.policy, &self.stats);
+                        ring.reap_observing(stats, |copied, bytes| {
+                            count_change(demotion.notified(copied, bytes, &policy), stats)
+                        });
+                        let mut deadline = None;
+                        while ring.results_due() > 0 {
+                            let now = Instant::now();
+                            let deadline = *deadline.get_or_insert(now + self.cfg.timeout);
+                            if now >= deadline {
+                                let e = Error::timeout("io_uring SEND_ZC", self.cfg.timeout);
+                                return Err(e.into());
+                            }
+                            ring.wait_observing(
+                                (deadline - now).min(Duration::from_millis(10)),
+                                stats,
+                                |copied, bytes| {
+                                    count_change(demotion.notified(copied, bytes, &policy), stats)
+                                },
+                            )
+                            .map_err(|e| Error::io("io_uring_enter", e))?;
+                        }
+                        ring.send_refused_blocking(self.sock.as_fd(), &self.stats)
+                            .map_err(|e| send_error(e, self.cfg.timeout))?;
+                    }
                     if let Some(e) = ring.take_failure() {
                         return Err(Error::io("io_uring SEND_ZC", e).into());
                     }
@@ -506,6 +546,11 @@ impl MsgSender {
     /// has.
     pub fn flush(&mut self, timeout: Duration) -> Result<bool, MsgError> {
         let deadline = Instant::now() + timeout;
+        if let Some(ring) = self.ring.as_mut() {
+            // Refused batches an earlier reap found (each wait below sends its own).
+            ring.send_refused_blocking(self.sock.as_fd(), &self.stats)
+                .map_err(|e| send_error(e, self.cfg.timeout))?;
+        }
         while let Some(ring) = self.ring.as_mut().filter(|r| r.held() > 0) {
             let now = Instant::now();
             if now >= deadline {
@@ -518,6 +563,8 @@ impl MsgSender {
                 |copied, bytes| count_change(demotion.notified(copied, bytes, &policy), stats),
             )
             .map_err(|e| Error::io("io_uring_enter", e))?;
+            ring.send_refused_blocking(self.sock.as_fd(), &self.stats)
+                .map_err(|e| send_error(e, self.cfg.timeout))?;
         }
         while !self.completions.is_idle() {
             let now = Instant::now();

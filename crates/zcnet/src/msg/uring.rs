@@ -20,14 +20,37 @@
 //! from an ICMP error, `EMSGSIZE`, ...) is counted and its error returned by the next call
 //! ([`MsgRing::take_failure`]); its message is one the receiver reports lost. The buffer stays
 //! in the ring until every request's notification, then drops back to its pool.
+//!
+//! An unregistered pool (the registration refused: `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`,
+//! what an ordinary user has) has every request's pages charged to that limit until its
+//! notification — a budget all the user's processes share. A request past it fails with
+//! `ENOMEM` (`ENOBUFS` from the socket's option memory) having sent nothing, and Linux 6.18
+//! charges the pages when the request is issued, which for a batch that found the socket
+//! buffer full is only once room came: the refusal can arrive long after the submission.
+//! Such a request is no loss: its batch is copied out of the buffer
+//! ([`MsgRing::take_refused`]) and sent by copy, counted as a [`FallbackReason::Memlock`]
+//! (or `Enobufs`) fallback. So that this happens at once — and not after the receiver's
+//! reassembly timeout, when the sender next calls — someone must wait for an unregistered
+//! ring's results ([`MsgRing::results_due`]): the blocking sender before its `send`
+//! returns, as a blocking `sendmsg` waits for socket room; `zcnet-tokio`'s flusher task
+//! for `send_lent`. The copy leaves behind the message's other batches (the receiver
+//! places fragments by offset). An unregistered request's bytes count as zero-copy once its
+//! result says it sent, not when it is queued. A registered pool is charged once, at
+//! registration: nothing of this runs.
 
 use crate::buf::{Pool, TxBuf};
 use crate::msg::framer::{Framer, Outgoing};
 use crate::msg::MsgBuf;
+use crate::path::FallbackReason;
 use crate::stats::Stats;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::ops::Range;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use zcnet_sys::uring::{PushError, SendEvent, SendZcRing};
+use zcnet_sys::uring::{PushError, SendEvent, SendToken, SendZcRing};
+
+/// One request's batch: its wire range in the buffer and its `UDP_SEGMENT` size.
+type BatchOf = (Range<usize>, Option<u16>);
 
 /// Submission queue entries: the batches of a few messages (a 64 KiB message is two).
 const SQ_ENTRIES: u32 = 64;
@@ -44,6 +67,26 @@ pub struct MsgRing {
     failure: Option<io::Error>,
     /// A polled ring's eventfd, until [`MsgRing::take_watch`] hands it over.
     watch: Option<OwnedFd>,
+    /// Unregistered only: each buffer's batches (wire range, GSO size) by request number,
+    /// so a request the kernel refuses can be sent again by copy.
+    batches: HashMap<SendToken, Vec<BatchOf>>,
+    /// Batches refused for want of pinnable memory, copied out, not yet sent again.
+    refused: VecDeque<Refused>,
+    /// Unregistered requests queued whose result has not been read.
+    results_due: usize,
+}
+
+/// A batch an unregistered request could not send (its pages not pinnable within
+/// `RLIMIT_MEMLOCK`, or no option memory): its wire bytes, copied out of the message's buffer,
+/// to be sent by copy ([`MsgRing::take_refused`]).
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The batch's datagrams, headers included, as the request would have sent them.
+    pub wire: Vec<u8>,
+    /// The `UDP_SEGMENT` size to send them with (`None`: one datagram).
+    pub gso: Option<u16>,
+    /// [`FallbackReason::Memlock`] for `ENOMEM`, [`FallbackReason::Enobufs`] for `ENOBUFS`.
+    pub reason: FallbackReason,
 }
 
 impl std::fmt::Debug for MsgRing {
@@ -53,6 +96,29 @@ impl std::fmt::Debug for MsgRing {
             .field("held", &self.ring.held())
             .field("failure", &self.failure)
             .finish()
+    }
+}
+
+impl Refused {
+    /// Counts this batch, sent by copy: copied bytes and call, and the fallback with its
+    /// reason.
+    pub fn count(&self, stats: &Stats) {
+        let n = self.wire.len() as u64;
+        stats.add_tx_copy_bytes(n);
+        stats.add_tx_copy_calls(1);
+        stats.fallback(self.reason, n);
+    }
+}
+
+/// Why a sender whose [`MsgRing::new`] failed with `e` sends by `MSG_ZEROCOPY` instead:
+/// [`FallbackReason::Memlock`] when `io_uring_setup` said `ENOMEM` (without `CAP_IPC_LOCK`
+/// the rings are charged to `RLIMIT_MEMLOCK`, which the user's other processes may have
+/// spent), [`FallbackReason::Unsupported`] otherwise.
+pub fn ring_unavailable_reason(e: &io::Error) -> FallbackReason {
+    if e.raw_os_error() == Some(libc::ENOMEM) {
+        FallbackReason::Memlock
+    } else {
+        FallbackReason::Unsupported
     }
 }
 
@@ -108,6 +174,9 @@ impl MsgRing {
             events: Vec::new(),
             failure: None,
             watch,
+            batches: HashMap::new(),
+            refused: VecDeque::new(),
+            results_due: 0,
         })
     }
 
@@ -193,6 +262,7 @@ impl MsgRing {
         let mut queued = 0;
         let mut batch = Some(first);
         let mut error = None;
+        let mut requests = Vec::new();
         while let Some(b) = batch {
             if queued > 0 {
                 if let Err(e) = self.ring.push_more(sock, token, b.wire.clone(), fixed, 0) {
@@ -204,13 +274,20 @@ impl MsgRing {
             // Queued whole: a datagram socket's send takes all of it or fails.
             if let Ok(Some(n)) = framer.after(out, &b, Ok(n)) {
                 queued += n;
-                stats.add_tx_zerocopy_bytes(n as u64);
-                stats.add_tx_zerocopy_calls(1);
                 if fixed.is_some() {
+                    stats.add_tx_zerocopy_bytes(n as u64);
+                    stats.add_tx_zerocopy_calls(1);
                     stats.add_tx_uring_fixed_calls(1);
+                } else {
+                    // Counted by its result, which may be a refusal (see the module docs).
+                    requests.push((b.wire.clone(), b.gso));
                 }
             }
             batch = framer.next_batch(out);
+        }
+        if fixed.is_none() {
+            self.results_due += requests.len();
+            self.batches.insert(token, requests);
         }
         self.ring.seal(token);
         if let Some(e) = error {
@@ -241,7 +318,8 @@ impl MsgRing {
 
     /// Reads the completion queue: counts notifications (and bytes the kernel copied after
     /// all) in `stats`, drops released buffers back to their pool, keeps the first failed
-    /// request's error. Returns how many buffers came back.
+    /// request's error, and copies out the batches of unregistered requests refused for want
+    /// of pinnable memory ([`MsgRing::take_refused`]). Returns how many buffers came back.
     pub fn reap(&mut self, stats: &Stats) -> usize {
         self.reap_observing(stats, |_, _| {})
     }
@@ -251,13 +329,48 @@ impl MsgRing {
     pub fn reap_observing(&mut self, stats: &Stats, mut observe: impl FnMut(bool, u64)) -> usize {
         self.ring.complete(&mut self.events);
         let mut released = 0;
-        for e in self.events.drain(..) {
+        // Refused requests whose bytes are still to be copied out: (buffer, batch, reason).
+        let mut refusals: Vec<(SendToken, usize, FallbackReason)> = Vec::new();
+        let mut events = std::mem::take(&mut self.events);
+        for e in events.drain(..) {
             match e {
-                SendEvent::Sent { res, .. } if res < 0 => {
-                    self.failure
-                        .get_or_insert(io::Error::from_raw_os_error(-res));
+                SendEvent::Sent {
+                    token, req, res, ..
+                } => {
+                    let tracked = self
+                        .batches
+                        .get(&token)
+                        .is_some_and(|b| usize::from(req) < b.len());
+                    if tracked {
+                        self.results_due = self.results_due.saturating_sub(1);
+                    }
+                    match res {
+                        // An unregistered request sent its batch: a zero-copy call now.
+                        0.. if tracked => {
+                            stats.add_tx_zerocopy_bytes(res as u64);
+                            stats.add_tx_zerocopy_calls(1);
+                        }
+                        0.. => {}
+                        _ if tracked && (res == -libc::ENOMEM || res == -libc::ENOBUFS) => {
+                            let reason = if res == -libc::ENOMEM {
+                                FallbackReason::Memlock
+                            } else {
+                                stats.add_tx_enobufs(1);
+                                FallbackReason::Enobufs
+                            };
+                            refusals.push((token, usize::from(req), reason));
+                        }
+                        _ => {
+                            self.failure
+                                .get_or_insert(io::Error::from_raw_os_error(-res));
+                        }
+                    }
                 }
-                SendEvent::Sent { .. } => {}
+                // A request that sent nothing still gets its notification, but completes no
+                // zero-copy call: an unregistered one was never counted as one.
+                SendEvent::Notified {
+                    token, bytes: 0, ..
+                } if self.batches.contains_key(&token) => {}
                 SendEvent::Notified { bytes, copied, .. } => {
                     stats.add_tx_notifications(1);
                     stats.add_tx_completed_calls(1);
@@ -266,13 +379,84 @@ impl MsgRing {
                     }
                     observe(copied, u64::from(bytes));
                 }
-                SendEvent::Released { buf, .. } => {
+                SendEvent::Released { token, buf } => {
+                    // The last of its CQEs may have been a refusal: copy out before the
+                    // buffer goes back.
+                    copy_refused(&self.batches, &mut self.refused, token, &buf, &mut refusals);
+                    self.batches.remove(&token);
                     drop(buf); // back to the pool: every request on it is done
                     released += 1;
                 }
             }
         }
+        self.events = events;
+        if !refusals.is_empty() {
+            // Their buffers are still in the ring (notifications outstanding).
+            let tokens: Vec<SendToken> = refusals.iter().map(|r| r.0).collect();
+            for t in tokens {
+                if let Some(bytes) = self.ring.bytes(t) {
+                    copy_refused(&self.batches, &mut self.refused, t, bytes, &mut refusals);
+                }
+            }
+            // A refusal whose buffer was gone cannot be sent again: a lost message.
+            if !refusals.is_empty() {
+                self.failure.get_or_insert(io::Error::other(
+                    "io_uring SEND_ZC refused a batch whose buffer was already released",
+                ));
+            }
+        }
         released
+    }
+
+    /// The oldest batch the kernel refused (see the module docs), for the caller to send by
+    /// copy and count ([`Refused::count`]); put it back with [`MsgRing::put_back_refused`]
+    /// if that fails. `None` when there is none.
+    pub fn take_refused(&mut self) -> Option<Refused> {
+        self.refused.pop_front()
+    }
+
+    /// Returns a batch [`MsgRing::take_refused`] gave out that could not be sent yet: it is
+    /// the next one again.
+    pub fn put_back_refused(&mut self, r: Refused) {
+        self.refused.push_front(r);
+    }
+
+    /// Whether refused batches wait to be sent by copy.
+    pub fn has_refused(&self) -> bool {
+        !self.refused.is_empty()
+    }
+
+    /// Whether requests are counted by their results, and may be refused for want of
+    /// pinnable memory: the pool is not registered. Someone must then wait for the results
+    /// ([`MsgRing::results_due`]) and send what was refused by copy (see the module docs).
+    pub fn awaits_results(&self) -> bool {
+        !self.fixed
+    }
+
+    /// Unregistered requests whose result has not been read yet (none on a registered
+    /// ring): while any is due, a refusal may still come.
+    pub fn results_due(&self) -> usize {
+        self.results_due
+    }
+
+    /// Sends every refused batch by copy on `sock`, a blocking socket (its send timeout
+    /// bounds each), counting each in `stats`. A batch that fails stays queued, first.
+    pub fn send_refused_blocking(&mut self, sock: BorrowedFd<'_>, stats: &Stats) -> io::Result<()> {
+        while let Some(r) = self.refused.pop_front() {
+            let iov = [io::IoSlice::new(&r.wire)];
+            loop {
+                match zcnet_sys::raw::udp_msg::send_vectored_gso(sock, &iov, false, r.gso) {
+                    Ok(_) => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.refused.push_front(r);
+                        return Err(e);
+                    }
+                }
+            }
+            r.count(stats);
+        }
+        Ok(())
     }
 
     /// The first error a request reported after its message was queued, once.
@@ -296,4 +480,32 @@ impl MsgRing {
         self.ring.wait(timeout)?;
         Ok(self.reap_observing(stats, observe))
     }
+}
+
+/// Moves the refusals on `token` out of `refusals`, their batches (`batches`' ranges) copied
+/// from `bytes` (the buffer's wire bytes) into `refused`.
+fn copy_refused(
+    batches: &HashMap<SendToken, Vec<BatchOf>>,
+    refused: &mut VecDeque<Refused>,
+    token: SendToken,
+    bytes: &[u8],
+    refusals: &mut Vec<(SendToken, usize, FallbackReason)>,
+) {
+    let Some(ranges) = batches.get(&token) else {
+        return;
+    };
+    refusals.retain(|&(t, req, reason)| {
+        let Some((range, gso)) = ranges.get(req).filter(|_| t == token) else {
+            return true;
+        };
+        let Some(wire) = bytes.get(range.clone()) else {
+            return true;
+        };
+        refused.push_back(Refused {
+            wire: wire.to_vec(),
+            gso: *gso,
+            reason,
+        });
+        false
+    });
 }

@@ -38,6 +38,12 @@ fn main() {
         "setcap",
         "setpriv",
     ]);
+    zcnet_probe_host(&[
+        "cgroup_pids",
+        "two_cpus",
+        "static_ldconfig",
+        "setuid_program",
+    ]);
     bundle_preload();
 }
 

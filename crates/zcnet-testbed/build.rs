@@ -6,4 +6,5 @@ include!("probe.rs");
 
 fn main() {
     zcnet_probe(&[]);
+    zcnet_probe_host(&["netns_optmem"]);
 }

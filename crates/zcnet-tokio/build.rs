@@ -6,4 +6,5 @@ include!("probe.rs");
 
 fn main() {
     zcnet_probe(&["curl", "tc", "prlimit", "setpriv"]);
+    zcnet_probe_host(&["ipv6_loopback", "netns_optmem", "uring"]);
 }

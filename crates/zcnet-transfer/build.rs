@@ -5,5 +5,6 @@
 include!("probe.rs");
 
 fn main() {
-    zcnet_probe(&[]);
+    zcnet_probe(&["mount", "umount"]);
+    zcnet_probe_host(&["holes", "openat2", "ktls"]);
 }

@@ -16,7 +16,7 @@ use zcnet_bench::protocol::{self, Message, ProtocolError};
 use zcnet_bench::report::{Report, SideReport};
 
 mod common;
-use common::{finite, netns_or_skip, run_bounded, text, zcnet, Server};
+use common::{finite, require_netns, run_bounded, text, zcnet, Server};
 
 fn check_report_json(stdout: &[u8], want_runs: usize) -> Report {
     let v: serde_json::Value = serde_json::from_slice(stdout).expect("stdout is one JSON value");
@@ -200,16 +200,14 @@ fn auto_against_the_best_pair_measures_one_pair_twice_beside_it() {
     let t = g.twin.as_ref().expect("the twin beside the gap");
     assert_eq!(t.pair, "copy/copy");
 
-    // The table says how far the twin read from its pair, beside the comparison; with
-    // `--pin` (2 CPUs or more) the ends run pinned apart and the heading says so.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut cmd = zcnet();
-    cmd.env("ZCNET_PROFILE", "/nonexistent/profile.json")
-        .args(args);
-    if cpus >= 2 {
-        cmd.arg("--pin");
-    }
-    let out = run_bounded(&mut cmd, Duration::from_secs(60));
+    // The table says how far the twin read from its pair, beside the comparison (with
+    // `--pin`: `the_pinned_ends_are_said_in_the_heading`, which needs two CPUs).
+    let out = run_bounded(
+        zcnet()
+            .env("ZCNET_PROFILE", "/nonexistent/profile.json")
+            .args(args),
+        Duration::from_secs(60),
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     assert!(stdout.contains("copy/copy"), "{stdout}");
@@ -217,11 +215,23 @@ fn auto_against_the_best_pair_measures_one_pair_twice_beside_it() {
         stdout.contains("the same pair measured twice read up to"),
         "{stdout}"
     );
-    if cpus >= 2 {
-        assert!(stdout.contains("receivers pinned to CPU"), "{stdout}");
-    } else {
-        zcnet_testbed::skip::skip_allowed(&format!("--pin: {cpus} CPU"));
-    }
+}
+
+/// With `--pin` the two ends run pinned apart, and the heading says so.
+#[cfg_attr(not(zcnet_has_two_cpus), ignore = "needs two CPUs (--pin)")]
+#[test]
+fn the_pinned_ends_are_said_in_the_heading() {
+    let out = run_bounded(
+        zcnet()
+            .env("ZCNET_PROFILE", "/nonexistent/profile.json")
+            .args([
+                "bench", "--tx", "copy", "--rx", "copy", "--size", "64K", "--bytes", "4M", "--pin",
+            ]),
+        Duration::from_secs(60),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(stdout.contains("receivers pinned to CPU"), "{stdout}");
 }
 
 /// `--read-size` (netperf's `-M`) bounds every receive call: 8 MiB read 4 KiB at a time is
@@ -534,9 +544,7 @@ fn bench_with_pid(args: &[&str]) -> (u32, Output) {
 )]
 #[test]
 fn netns_topology_leaves_no_namespace_behind() {
-    if !netns_or_skip() {
-        return;
-    }
+    require_netns();
     // After a successful run.
     let (pid, out) = bench_with_pid(&[
         "--topology",
@@ -630,9 +638,7 @@ fn interrupt(child: &mut std::process::Child) -> std::process::ExitStatus {
 )]
 #[test]
 fn ctrl_c_while_namespaces_are_being_made_leaves_none() {
-    if !netns_or_skip() {
-        return;
-    }
+    require_netns();
     for round in 0..6u64 {
         let mut child = spawn_netns_bench(false);
         let pid = child.id();
@@ -659,9 +665,7 @@ fn ctrl_c_while_namespaces_are_being_made_leaves_none() {
 )]
 #[test]
 fn ctrl_c_removes_the_namespaces() {
-    if !netns_or_skip() {
-        return;
-    }
+    require_netns();
     let mut child = spawn_netns_bench(true);
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(20);

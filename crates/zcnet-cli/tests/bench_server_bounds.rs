@@ -205,10 +205,7 @@ fn reverse_params(parallel: u32, len: u64) -> String {
 )]
 #[test]
 fn limits_are_answered_with_iperf3s_own_errors_before_any_allocation() {
-    let Some(iperf3) = iperf3() else {
-        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
-        return;
-    };
+    let iperf3 = iperf3().expect("iperf3, which the build found");
     let server = Server::start(&[]);
     let base = procfs::status_kib(server.pid(), "VmRSS");
     let (_c, a) = raw_client(server.port, &reverse_params(129, 128 << 10), 0);
@@ -256,10 +253,7 @@ fn limits_are_answered_with_iperf3s_own_errors_before_any_allocation() {
 )]
 #[test]
 fn concurrent_tests_share_one_memory_cap() {
-    let Some(iperf3) = iperf3() else {
-        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
-        return;
-    };
+    let iperf3 = iperf3().expect("iperf3, which the build found");
     let cap = 64 * MIB;
     let server = Server::start(&["--max-memory", "64M", "--tx", "copy"]);
     let base = procfs::status_kib(server.pid(), "VmRSS");
@@ -321,17 +315,14 @@ fn concurrent_tests_share_one_memory_cap() {
 )]
 #[test]
 fn at_the_descriptor_limit_the_server_backs_off_and_recovers() {
-    let Some(iperf3) = iperf3() else {
-        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
-        return;
-    };
+    let iperf3 = iperf3().expect("iperf3, which the build found");
     let mut server = Server::start(&[]);
     let pid = server.pid();
     let open = procfs::descriptors(pid);
-    if !procfs::set_limit(pid, "nofile", Some(open + 4)) {
-        zcnet_testbed::skip::skip("prlimit cannot set the server's descriptor limit");
-        return;
-    }
+    assert!(
+        procfs::set_limit(pid, "nofile", Some(open + 4)),
+        "prlimit sets the server's descriptor limit"
+    );
     // Silent clients: the first few take the last descriptors (each waits for a cookie);
     // the rest wait in the backlog, where accept fails with EMFILE.
     let silent: Vec<TcpStream> = (0..16)
@@ -369,17 +360,14 @@ fn at_the_descriptor_limit_the_server_backs_off_and_recovers() {
 )]
 #[test]
 fn a_thread_that_cannot_start_turns_away_one_client_not_the_server() {
-    let Some(iperf3) = iperf3() else {
-        zcnet_testbed::skip::skip("iperf3 is not installed (apt-get install iperf3)");
-        return;
-    };
+    let iperf3 = iperf3().expect("iperf3, which the build found");
     let mut server = Server::start(&[]);
     let pid = server.pid();
     let size = procfs::status_kib(pid, "VmSize");
-    if !procfs::set_limit(pid, "as", Some(size + 6 * MIB)) {
-        zcnet_testbed::skip::skip("prlimit cannot set the server's address-space limit");
-        return;
-    }
+    assert!(
+        procfs::set_limit(pid, "as", Some(size + 6 * MIB)),
+        "prlimit sets the server's address-space limit"
+    );
     // Each silent client holds a thread (and its stack) waiting for a cookie.
     let silent: Vec<TcpStream> = (0..24)
         .map(|_| TcpStream::connect(("127.0.0.1", server.port)).unwrap())

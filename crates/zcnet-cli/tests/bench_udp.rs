@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{finite, netns_or_skip, run_bounded, text, zcnet, Server};
+use common::{finite, require_netns, run_bounded, text, zcnet, Server};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -202,9 +202,7 @@ fn udp_rr_over_loopback_from_one_byte_to_one_mib() {
 )]
 #[test]
 fn udp_over_two_namespaces() {
-    if !netns_or_skip() {
-        return;
-    }
+    require_netns();
     let out = bench(&[
         "--topology",
         "netns",
@@ -279,9 +277,7 @@ fn udp_over_two_namespaces() {
 )]
 #[test]
 fn lm_over_two_namespaces_streams_and_ping_pongs_in_place() {
-    if !netns_or_skip() {
-        return;
-    }
+    require_netns();
     // One sweep: lm pairs only with lm, the others with each other.
     let out = bench(&[
         "--topology",
@@ -415,9 +411,7 @@ fn lm_on_loopback_takes_the_kernel_path_and_says_so() {
 )]
 #[test]
 fn udp_into_the_sink_runs_the_message_sender() {
-    if !netns_or_skip() {
-        return;
-    }
+    require_netns();
     let out = bench(&[
         "--topology",
         "sink",

@@ -2,9 +2,8 @@
 //! under write protection (`--tx zerocopy`, forced): every transfer is checked by hashing
 //! what arrived against what was sent, and the sender's stats must show the bytes took the
 //! protected path. Each program runs twice: both ends on loopback, and server and client in
-//! two network namespaces joined by a veth pair (root only). Each test skips, saying why,
-//! when its program is not installed, namespaces are unavailable, or the library was not
-//! built (`cargo test --workspace` builds it; `-p zcnet-cli` alone does not).
+//! two network namespaces joined by a veth pair (root only), as two tests. A test whose
+//! program, root or namespaces the build did not find is ignored, with why (`probe.rs`).
 
 use serde_json::Value;
 use std::io::Read;
@@ -17,17 +16,16 @@ use zcnet_testbed::netns::VethPair;
 const ZCNET: &str = env!("CARGO_BIN_EXE_zcnet");
 const SIZE: usize = 64 << 20;
 
-fn have(tool: &str) -> bool {
+/// Asserts `tool` is on PATH, for a test marked ignored without `zcnet_has_<tool>`: the
+/// build found it, so a missing one is a failure, never a pass that ran nothing.
+fn need(tool: &str) {
     let found = Command::new("sh")
         .arg("-c")
         .arg(format!("command -v {tool}"))
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !found {
-        zcnet_testbed::skip::skip(&format!("{tool} is not installed"));
-    }
-    found
+    assert!(found, "{tool}, which the build found on PATH, is not there");
 }
 
 /// The library cargo built for this test (a dev-dependency: `target/<profile>/deps/`),
@@ -42,15 +40,14 @@ fn library() -> PathBuf {
     }
 }
 
-fn library_built() -> bool {
-    let ok = library().is_file();
-    if !ok {
-        zcnet_testbed::skip::skip(&format!(
-            "{} not built (cargo build -p zcnet-preload)",
-            library().display()
-        ));
-    }
-    ok
+/// Asserts the library is built: zcnet-preload is a dependency of this crate, so cargo
+/// builds it (`deps/libzcnet_preload.so`) before this test.
+fn need_library() {
+    assert!(
+        library().is_file(),
+        "{} not built (cargo build -p zcnet-preload)",
+        library().display()
+    );
 }
 
 fn free_port() -> u16 {
@@ -70,13 +67,9 @@ enum Net {
 }
 
 impl Net {
-    /// The veth pair, or `None` (saying why) without the rights to make namespaces.
-    fn veth() -> Option<Net> {
-        if let Err(why) = zcnet_testbed::netns::available() {
-            zcnet_testbed::skip::skip(&why.to_string());
-            return None;
-        }
-        Some(Net::Veth(VethPair::create(1500).unwrap()))
+    /// The veth pair, for a test marked ignored without `zcnet_netns`.
+    fn veth() -> Net {
+        Net::Veth(zcnet_testbed::topo::veth_pair(1500))
     }
 
     fn name(&self) -> &'static str {
@@ -247,8 +240,9 @@ fn stats(p: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Asserts the stats lines show `min` bytes sent zero-copy under protection (when the
-/// write-protection engine could run there).
+/// Asserts the stats lines show `min` bytes sent zero-copy under protection. There is always
+/// an engine: the automatic choice falls back from userfaultfd write-protect to mprotect,
+/// which needs only /proc/self/pagemap.
 fn assert_protected(lines: &[Value], min: u64, who: &str) {
     assert!(!lines.is_empty(), "{who}: no stats written");
     for l in lines {
@@ -258,28 +252,16 @@ fn assert_protected(lines: &[Value], min: u64, who: &str) {
         .iter()
         .map(|l| l["total"]["bytes_zerocopy"].as_u64().unwrap())
         .sum();
-    if lines.iter().all(|l| l["engine"].is_null()) && zc == 0 {
-        // A kernel without userfaultfd write-protect (or one that refuses it to this user)
-        // leaves nothing to check here: said, and a failure where nothing may skip.
-        zcnet_testbed::skip::skip(&format!(
-            "{who}: no write-protection engine ran (userfaultfd write-protect refused here); \
-             every send was copied (counted)"
-        ));
-        return;
-    }
+    assert!(
+        lines.iter().any(|l| !l["engine"].is_null()),
+        "{who}: no write-protection engine ran: {}",
+        lines[0]["total"]
+    );
     assert!(
         zc >= min,
         "{who}: {zc} bytes zero-copy: {}",
         lines[0]["total"]
     );
-}
-
-/// `test` on loopback, then between two namespaces (if this process may make them).
-fn both_nets(test: fn(&Net)) {
-    test(&Net::Loopback);
-    if let Some(net) = Net::veth() {
-        test(&net);
-    }
 }
 
 #[cfg_attr(
@@ -288,61 +270,73 @@ fn both_nets(test: fn(&Net)) {
 )]
 #[test]
 fn curl_fetches_from_python_http_server_byte_for_byte() {
-    if !(library_built() && have("curl") && have("python3")) {
-        return;
-    }
-    both_nets(|net| {
-        let dir = tempfile::tempdir().unwrap();
-        let (file, want) = data_file(dir.path());
-        let (s_stats, c_stats) = (
-            dir.path().join("server.jsonl"),
-            dir.path().join("client.jsonl"),
-        );
-        let port = free_port();
-        let mut server = net
-            .run(true, "zerocopy", &s_stats)
-            // SIGINT is how it exits normally (stats written at exit), but a shell starts
-            // background jobs with SIGINT ignored and Python keeps an ignored SIGINT: put
-            // Python's own handler back first, so the test works however it is started.
-            .args([
-                "python3",
-                "-c",
-                HTTP_SERVER_WITH_SIGINT,
-                &port.to_string(),
-                "--bind",
-            ])
-            .arg(net.ip().to_string())
-            .arg("--directory")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        net.wait_listening(port, &mut server);
-        let out = dir.path().join("got.bin");
-        let st = net
-            .run(false, "zerocopy", &c_stats)
-            .args(["curl", "-sS", "--fail", "-o"])
-            .arg(&out)
-            .arg(format!(
-                "http://{}:{port}/{}",
-                net.ip(),
-                file.file_name().unwrap().to_str().unwrap()
-            ))
-            .status()
-            .unwrap();
-        stop(server, "INT");
-        assert!(st.success(), "curl ({}): {st}", net.name());
-        assert_eq!(
-            hash_of(&out),
-            want,
-            "the fetched file differs ({})",
-            net.name()
-        );
-        let who = format!("python3 http.server ({})", net.name());
-        assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
-        assert_eq!(stats(&c_stats).len(), 1, "curl wrote its stats");
-    });
+    curl_fetches_from_python_http_server_byte_for_byte_on(&Net::Loopback);
+}
+
+/// [`curl_fetches_from_python_http_server_byte_for_byte`] between two network namespaces.
+#[cfg_attr(
+    not(all(zcnet_netns, zcnet_has_curl, zcnet_has_python3)),
+    ignore = "needs root and iproute2 (network namespaces), curl and python3 (apt-get install curl python3)"
+)]
+#[test]
+fn curl_fetches_from_python_http_server_byte_for_byte_between_namespaces() {
+    curl_fetches_from_python_http_server_byte_for_byte_on(&Net::veth());
+}
+
+fn curl_fetches_from_python_http_server_byte_for_byte_on(net: &Net) {
+    need_library();
+    need("curl");
+    need("python3");
+    let dir = tempfile::tempdir().unwrap();
+    let (file, want) = data_file(dir.path());
+    let (s_stats, c_stats) = (
+        dir.path().join("server.jsonl"),
+        dir.path().join("client.jsonl"),
+    );
+    let port = free_port();
+    let mut server = net
+        .run(true, "zerocopy", &s_stats)
+        // SIGINT is how it exits normally (stats written at exit), but a shell starts
+        // background jobs with SIGINT ignored and Python keeps an ignored SIGINT: put
+        // Python's own handler back first, so the test works however it is started.
+        .args([
+            "python3",
+            "-c",
+            HTTP_SERVER_WITH_SIGINT,
+            &port.to_string(),
+            "--bind",
+        ])
+        .arg(net.ip().to_string())
+        .arg("--directory")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    net.wait_listening(port, &mut server);
+    let out = dir.path().join("got.bin");
+    let st = net
+        .run(false, "zerocopy", &c_stats)
+        .args(["curl", "-sS", "--fail", "-o"])
+        .arg(&out)
+        .arg(format!(
+            "http://{}:{port}/{}",
+            net.ip(),
+            file.file_name().unwrap().to_str().unwrap()
+        ))
+        .status()
+        .unwrap();
+    stop(server, "INT");
+    assert!(st.success(), "curl ({}): {st}", net.name());
+    assert_eq!(
+        hash_of(&out),
+        want,
+        "the fetched file differs ({})",
+        net.name()
+    );
+    let who = format!("python3 http.server ({})", net.name());
+    assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
+    assert_eq!(stats(&c_stats).len(), 1, "curl wrote its stats");
 }
 
 /// nginx serving `dir` on `net.ip():port` from its own buffers (`sendfile off`: nginx reads
@@ -423,34 +417,46 @@ fn curl_hash(
 )]
 #[test]
 fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
-    if !(library_built() && have("curl") && have("nginx")) {
-        return;
+    curl_fetches_from_nginx_without_sendfile_byte_for_byte_on(&Net::Loopback);
+}
+
+/// [`curl_fetches_from_nginx_without_sendfile_byte_for_byte`] between two network namespaces.
+#[cfg_attr(
+    not(all(zcnet_netns, zcnet_has_curl, zcnet_has_nginx)),
+    ignore = "needs root and iproute2 (network namespaces), curl and nginx (apt-get install curl nginx-light)"
+)]
+#[test]
+fn curl_fetches_from_nginx_without_sendfile_byte_for_byte_between_namespaces() {
+    curl_fetches_from_nginx_without_sendfile_byte_for_byte_on(&Net::veth());
+}
+
+fn curl_fetches_from_nginx_without_sendfile_byte_for_byte_on(net: &Net) {
+    need_library();
+    need("curl");
+    need("nginx");
+    let dir = tempfile::tempdir().unwrap();
+    let (file, want) = data_file(dir.path());
+    let s_stats = dir.path().join("nginx.jsonl");
+    let port = free_port();
+    let server = nginx(net, dir.path(), port, Some(&s_stats));
+    let url = format!(
+        "http://{}:{port}/{}",
+        net.ip(),
+        file.file_name().unwrap().to_str().unwrap()
+    );
+    // curl alone, then curl under the library too; every fetch checked by hash.
+    let c_stats = dir.path().join("curl.jsonl");
+    let results = [
+        curl_hash(net, &url, None),
+        curl_hash(net, &url, Some(&c_stats)),
+    ];
+    stop(server, "QUIT");
+    for (st, got, _) in results {
+        assert!(st.success(), "curl ({}): {st}", net.name());
+        assert_eq!(got, want, "the fetched file differs ({})", net.name());
     }
-    both_nets(|net| {
-        let dir = tempfile::tempdir().unwrap();
-        let (file, want) = data_file(dir.path());
-        let s_stats = dir.path().join("nginx.jsonl");
-        let port = free_port();
-        let server = nginx(net, dir.path(), port, Some(&s_stats));
-        let url = format!(
-            "http://{}:{port}/{}",
-            net.ip(),
-            file.file_name().unwrap().to_str().unwrap()
-        );
-        // curl alone, then curl under the library too; every fetch checked by hash.
-        let c_stats = dir.path().join("curl.jsonl");
-        let results = [
-            curl_hash(net, &url, None),
-            curl_hash(net, &url, Some(&c_stats)),
-        ];
-        stop(server, "QUIT");
-        for (st, got, _) in results {
-            assert!(st.success(), "curl ({}): {st}", net.name());
-            assert_eq!(got, want, "the fetched file differs ({})", net.name());
-        }
-        let who = format!("nginx ({})", net.name());
-        assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
-    });
+    let who = format!("nginx ({})", net.name());
+    assert_protected(&stats(&s_stats), SIZE as u64 / 2, &who);
 }
 
 /// 1 GiB from nginx to curl, with the library on the server, on the client, and on both
@@ -462,43 +468,55 @@ fn curl_fetches_from_nginx_without_sendfile_byte_for_byte() {
 )]
 #[test]
 fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both() {
-    if !(library_built() && have("curl") && have("nginx")) {
-        return;
-    }
+    curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both_on(&Net::Loopback);
+}
+
+/// [`curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both`] between two network namespaces.
+#[cfg_attr(
+    not(all(zcnet_netns, zcnet_has_curl, zcnet_has_nginx)),
+    ignore = "needs root and iproute2 (network namespaces), curl and nginx (apt-get install curl nginx-light)"
+)]
+#[test]
+fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both_between_namespaces() {
+    curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both_on(&Net::veth());
+}
+
+fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both_on(net: &Net) {
+    need_library();
+    need("curl");
+    need("nginx");
     const GIB: u64 = 1 << 30;
-    both_nets(|net| {
-        let start = Instant::now();
-        let dir = tempfile::tempdir().unwrap();
-        let (file, want) = data_file_of(dir.path(), GIB as usize);
-        let name = file.file_name().unwrap().to_str().unwrap();
-        let s_stats = dir.path().join("nginx.jsonl");
-        let (plain_port, lib_port) = (free_port(), free_port());
-        let plain = nginx(net, dir.path(), plain_port, None);
-        let under = nginx(net, dir.path(), lib_port, Some(&s_stats));
-        let url = |port: u16| format!("http://{}:{port}/{name}", net.ip());
-        let c_stats = dir.path().join("curl.jsonl");
-        let results = [
-            ("server", curl_hash(net, &url(lib_port), None)),
-            ("client", curl_hash(net, &url(plain_port), Some(&c_stats))),
-            ("both", curl_hash(net, &url(lib_port), Some(&c_stats))),
-        ];
-        stop(plain, "QUIT");
-        stop(under, "QUIT");
-        for (placement, (st, got, n)) in results {
-            let at = format!("library on {placement}, {}", net.name());
-            assert!(st.success(), "curl ({at}): {st}");
-            assert_eq!(n, GIB, "bytes fetched ({at})");
-            assert_eq!(got, want, "the fetched gibibyte differs ({at})");
-        }
-        let who = format!("nginx, 1 GiB twice ({})", net.name());
-        assert_protected(&stats(&s_stats), GIB, &who);
-        assert_eq!(stats(&c_stats).len(), 2, "curl wrote its stats twice");
-        eprintln!(
-            "1 GiB x 3 over {}: {:?} (shared machine)",
-            net.name(),
-            start.elapsed()
-        );
-    });
+    let start = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let (file, want) = data_file_of(dir.path(), GIB as usize);
+    let name = file.file_name().unwrap().to_str().unwrap();
+    let s_stats = dir.path().join("nginx.jsonl");
+    let (plain_port, lib_port) = (free_port(), free_port());
+    let plain = nginx(net, dir.path(), plain_port, None);
+    let under = nginx(net, dir.path(), lib_port, Some(&s_stats));
+    let url = |port: u16| format!("http://{}:{port}/{name}", net.ip());
+    let c_stats = dir.path().join("curl.jsonl");
+    let results = [
+        ("server", curl_hash(net, &url(lib_port), None)),
+        ("client", curl_hash(net, &url(plain_port), Some(&c_stats))),
+        ("both", curl_hash(net, &url(lib_port), Some(&c_stats))),
+    ];
+    stop(plain, "QUIT");
+    stop(under, "QUIT");
+    for (placement, (st, got, n)) in results {
+        let at = format!("library on {placement}, {}", net.name());
+        assert!(st.success(), "curl ({at}): {st}");
+        assert_eq!(n, GIB, "bytes fetched ({at})");
+        assert_eq!(got, want, "the fetched gibibyte differs ({at})");
+    }
+    let who = format!("nginx, 1 GiB twice ({})", net.name());
+    assert_protected(&stats(&s_stats), GIB, &who);
+    assert_eq!(stats(&c_stats).len(), 2, "curl wrote its stats twice");
+    eprintln!(
+        "1 GiB x 3 over {}: {:?} (shared machine)",
+        net.name(),
+        start.elapsed()
+    );
 }
 
 fn socat_pipes_a_file(net: &Net) {
@@ -549,9 +567,8 @@ fn socat_pipes_a_file(net: &Net) {
 #[cfg_attr(not(zcnet_has_socat), ignore = "needs socat (apt-get install socat)")]
 #[test]
 fn socat_pipes_a_file_byte_for_byte() {
-    if !(library_built() && have("socat")) {
-        return;
-    }
+    need_library();
+    need("socat");
     socat_pipes_a_file(&Net::Loopback);
 }
 
@@ -561,12 +578,9 @@ fn socat_pipes_a_file_byte_for_byte() {
 )]
 #[test]
 fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
-    if !(library_built() && have("socat")) {
-        return;
-    }
-    if let Some(net) = Net::veth() {
-        socat_pipes_a_file(&net);
-    }
+    need_library();
+    need("socat");
+    socat_pipes_a_file(&Net::veth());
 }
 
 /// iperf3 cannot be checked by hash: with `-F` its server writes what arrives to a file, but
@@ -578,72 +592,83 @@ fn socat_pipes_a_file_between_namespaces_byte_for_byte() {
 )]
 #[test]
 fn iperf3_runs_and_both_ends_count_the_transfer() {
-    if !(library_built() && have("iperf3")) {
-        return;
-    }
-    both_nets(|net| {
-        let dir = tempfile::tempdir().unwrap();
-        let (s_stats, c_stats) = (
-            dir.path().join("server.jsonl"),
-            dir.path().join("client.jsonl"),
-        );
-        let ip = net.ip().to_string();
-        let port = free_port().to_string();
-        let mut server = net
-            .run(true, "zerocopy", &s_stats)
-            .args(["iperf3", "-s", "-1", "-J", "-B", &ip, "-p", &port])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        net.wait_listening(port.parse().unwrap(), &mut server);
-        let client = net
-            .run(false, "zerocopy", &c_stats)
-            .args([
-                "iperf3", "-c", &ip, "-p", &port, "-J", "-l", "1M", "-n", "256M",
-            ])
-            .output()
-            .unwrap();
-        let at = net.name();
-        assert!(
-            client.status.success(),
-            "iperf3 client ({at}): {}",
-            client.status
-        );
-        let server = server.wait_with_output().unwrap();
-        assert!(
-            server.status.success(),
-            "iperf3 server ({at}): {}",
-            server.status
-        );
-        let c: Value = serde_json::from_slice(&client.stdout).unwrap();
-        let s: Value = serde_json::from_slice(&server.stdout).unwrap();
-        let sent = c["end"]["sum_sent"]["bytes"].as_u64().unwrap();
-        let received = s["end"]["sum_received"]["bytes"].as_u64().unwrap();
-        // iperf3's server stops counting when the test ends, a little before the last bytes
-        // arrive (without the library too), and its data is random and unchecked: the counts
-        // are what iperf3 can vouch for.
-        assert!(sent >= 256 << 20, "sent {sent} ({at})");
-        assert!(
-            received <= sent && received >= sent / 2,
-            "received {received} of {sent} ({at})"
-        );
-        // iperf3's send buffer is a private mapping of a temporary file, which the engine
-        // refuses to protect (another mapping could change it): every byte is copied, and
-        // counted as such.
-        let lines = stats(&c_stats);
-        assert_eq!(lines.len(), 1, "iperf3 -c wrote its stats");
-        let t = &lines[0]["total"];
-        let accounted = t["bytes_copy"].as_u64().unwrap() + t["bytes_zerocopy"].as_u64().unwrap();
-        assert!(
-            accounted >= sent,
-            "stats account for {accounted} of {sent} bytes ({at})"
-        );
-        let refused = t["fallback_bytes"]["unprotectable"].as_u64().unwrap_or(0);
-        assert!(
-            t["bytes_zerocopy"].as_u64() > Some(0) || refused >= sent / 2,
-            "neither zero-copy nor counted refusals ({at}): {t}"
-        );
-    });
+    iperf3_runs_and_both_ends_count_the_transfer_on(&Net::Loopback);
+}
+
+/// [`iperf3_runs_and_both_ends_count_the_transfer`] between two network namespaces.
+#[cfg_attr(
+    not(all(zcnet_netns, zcnet_has_iperf3)),
+    ignore = "needs root and iproute2 (network namespaces), iperf3 (apt-get install iperf3)"
+)]
+#[test]
+fn iperf3_runs_and_both_ends_count_the_transfer_between_namespaces() {
+    iperf3_runs_and_both_ends_count_the_transfer_on(&Net::veth());
+}
+
+fn iperf3_runs_and_both_ends_count_the_transfer_on(net: &Net) {
+    need_library();
+    need("iperf3");
+    let dir = tempfile::tempdir().unwrap();
+    let (s_stats, c_stats) = (
+        dir.path().join("server.jsonl"),
+        dir.path().join("client.jsonl"),
+    );
+    let ip = net.ip().to_string();
+    let port = free_port().to_string();
+    let mut server = net
+        .run(true, "zerocopy", &s_stats)
+        .args(["iperf3", "-s", "-1", "-J", "-B", &ip, "-p", &port])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    net.wait_listening(port.parse().unwrap(), &mut server);
+    let client = net
+        .run(false, "zerocopy", &c_stats)
+        .args([
+            "iperf3", "-c", &ip, "-p", &port, "-J", "-l", "1M", "-n", "256M",
+        ])
+        .output()
+        .unwrap();
+    let at = net.name();
+    assert!(
+        client.status.success(),
+        "iperf3 client ({at}): {}",
+        client.status
+    );
+    let server = server.wait_with_output().unwrap();
+    assert!(
+        server.status.success(),
+        "iperf3 server ({at}): {}",
+        server.status
+    );
+    let c: Value = serde_json::from_slice(&client.stdout).unwrap();
+    let s: Value = serde_json::from_slice(&server.stdout).unwrap();
+    let sent = c["end"]["sum_sent"]["bytes"].as_u64().unwrap();
+    let received = s["end"]["sum_received"]["bytes"].as_u64().unwrap();
+    // iperf3's server stops counting when the test ends, a little before the last bytes
+    // arrive (without the library too), and its data is random and unchecked: the counts
+    // are what iperf3 can vouch for.
+    assert!(sent >= 256 << 20, "sent {sent} ({at})");
+    assert!(
+        received <= sent && received >= sent / 2,
+        "received {received} of {sent} ({at})"
+    );
+    // iperf3's send buffer is a private mapping of a temporary file, which the engine
+    // refuses to protect (another mapping could change it): every byte is copied, and
+    // counted as such.
+    let lines = stats(&c_stats);
+    assert_eq!(lines.len(), 1, "iperf3 -c wrote its stats");
+    let t = &lines[0]["total"];
+    let accounted = t["bytes_copy"].as_u64().unwrap() + t["bytes_zerocopy"].as_u64().unwrap();
+    assert!(
+        accounted >= sent,
+        "stats account for {accounted} of {sent} bytes ({at})"
+    );
+    let refused = t["fallback_bytes"]["unprotectable"].as_u64().unwrap_or(0);
+    assert!(
+        t["bytes_zerocopy"].as_u64() > Some(0) || refused >= sent / 2,
+        "neither zero-copy nor counted refusals ({at}): {t}"
+    );
 }
 
 #[cfg_attr(
@@ -652,212 +677,250 @@ fn iperf3_runs_and_both_ends_count_the_transfer() {
 )]
 #[test]
 fn redis_returns_large_values_byte_for_byte() {
-    if !(library_built() && have("redis-server") && have("redis-cli") && have("redis-benchmark")) {
-        return;
-    }
-    both_nets(|net| {
-        let dir = tempfile::tempdir().unwrap();
-        let s_stats = dir.path().join("redis.jsonl");
-        let ip = net.ip().to_string();
-        let port = free_port().to_string();
-        let mut server = net
-            .run(true, "zerocopy", &s_stats)
-            .args([
-                "redis-server",
-                "--port",
-                &port,
-                "--bind",
-                &ip,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        net.wait_listening(port.parse().unwrap(), &mut server);
-        let at = net.name();
-        // Four 8 MiB values and eight of 1 MiB stored and read back, each checked by hash.
-        let (file, _) = data_file(dir.path());
-        let data = std::fs::read(&file).unwrap();
-        let values = data
-            .chunks(8 << 20)
-            .take(4)
-            .chain(data[32 << 20..].chunks(1 << 20).take(8));
-        for (i, v) in values.enumerate() {
-            let part = dir.path().join(format!("v{i}"));
-            std::fs::write(&part, v).unwrap();
-            let set = net
-                .client("redis-cli")
-                .args(["-h", &ip, "-p", &port, "-x", "SET", &format!("k{i}")])
-                .stdin(std::fs::File::open(&part).unwrap())
-                .output()
-                .unwrap();
-            assert!(
-                set.status.success() && set.stdout.starts_with(b"OK"),
-                "SET ({at}): {set:?}"
-            );
-            let get = net
-                .client("redis-cli")
-                .args(["-h", &ip, "-p", &port, "--raw", "GET", &format!("k{i}")])
-                .output()
-                .unwrap();
-            assert!(get.status.success());
-            // --raw ends the reply with a newline of its own.
-            assert_eq!(
-                blake3::hash(&get.stdout[..get.stdout.len() - 1]),
-                blake3::hash(v),
-                "value {i} ({at})"
-            );
-        }
-        // Load with 1 MiB values from redis-benchmark (which checks nothing but completion).
-        let bench = net
-            .client("redis-benchmark")
-            .args([
-                "-h", &ip, "-p", &port, "-d", "1048576", "-n", "200", "-c", "4", "-t", "set,get",
-                "-q",
-            ])
+    redis_returns_large_values_byte_for_byte_on(&Net::Loopback);
+}
+
+/// [`redis_returns_large_values_byte_for_byte`] between two network namespaces.
+#[cfg_attr(
+    not(all(
+        zcnet_netns,
+        zcnet_has_redis_server,
+        zcnet_has_redis_cli,
+        zcnet_has_redis_benchmark
+    )),
+    ignore = "needs root and iproute2 (network namespaces), redis (apt-get install redis-server redis-tools)"
+)]
+#[test]
+fn redis_returns_large_values_byte_for_byte_between_namespaces() {
+    redis_returns_large_values_byte_for_byte_on(&Net::veth());
+}
+
+fn redis_returns_large_values_byte_for_byte_on(net: &Net) {
+    need_library();
+    need("redis-server");
+    need("redis-cli");
+    need("redis-benchmark");
+    let dir = tempfile::tempdir().unwrap();
+    let s_stats = dir.path().join("redis.jsonl");
+    let ip = net.ip().to_string();
+    let port = free_port().to_string();
+    let mut server = net
+        .run(true, "zerocopy", &s_stats)
+        .args([
+            "redis-server",
+            "--port",
+            &port,
+            "--bind",
+            &ip,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    net.wait_listening(port.parse().unwrap(), &mut server);
+    let at = net.name();
+    // Four 8 MiB values and eight of 1 MiB stored and read back, each checked by hash.
+    let (file, _) = data_file(dir.path());
+    let data = std::fs::read(&file).unwrap();
+    let values = data
+        .chunks(8 << 20)
+        .take(4)
+        .chain(data[32 << 20..].chunks(1 << 20).take(8));
+    for (i, v) in values.enumerate() {
+        let part = dir.path().join(format!("v{i}"));
+        std::fs::write(&part, v).unwrap();
+        let set = net
+            .client("redis-cli")
+            .args(["-h", &ip, "-p", &port, "-x", "SET", &format!("k{i}")])
+            .stdin(std::fs::File::open(&part).unwrap())
             .output()
             .unwrap();
-        assert!(bench.status.success(), "redis-benchmark ({at}): {bench:?}");
-        stop(server, "TERM");
-        let who = format!("redis-server ({at})");
-        assert_protected(&stats(&s_stats), 40 << 20, &who);
-    });
+        assert!(
+            set.status.success() && set.stdout.starts_with(b"OK"),
+            "SET ({at}): {set:?}"
+        );
+        let get = net
+            .client("redis-cli")
+            .args(["-h", &ip, "-p", &port, "--raw", "GET", &format!("k{i}")])
+            .output()
+            .unwrap();
+        assert!(get.status.success());
+        // --raw ends the reply with a newline of its own.
+        assert_eq!(
+            blake3::hash(&get.stdout[..get.stdout.len() - 1]),
+            blake3::hash(v),
+            "value {i} ({at})"
+        );
+    }
+    // Load with 1 MiB values from redis-benchmark (which checks nothing but completion).
+    let bench = net
+        .client("redis-benchmark")
+        .args([
+            "-h", &ip, "-p", &port, "-d", "1048576", "-n", "200", "-c", "4", "-t", "set,get", "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(bench.status.success(), "redis-benchmark ({at}): {bench:?}");
+    stop(server, "TERM");
+    let who = format!("redis-server ({at})");
+    assert_protected(&stats(&s_stats), 40 << 20, &who);
 }
 
 #[cfg_attr(not(zcnet_has_rsync), ignore = "needs rsync (apt-get install rsync)")]
 #[test]
 fn rsync_daemon_transfers_a_file_byte_for_byte() {
-    if !(library_built() && have("rsync")) {
-        return;
-    }
-    both_nets(|net| {
-        let dir = tempfile::tempdir().unwrap();
-        let (_, want) = data_file(dir.path());
-        let dest = dir.path().join("dest");
-        std::fs::create_dir(&dest).unwrap();
-        let (d_stats, c_stats) = (
-            dir.path().join("daemon.jsonl"),
-            dir.path().join("client.jsonl"),
-        );
-        let ip = net.ip();
-        let port = free_port().to_string();
-        let conf = dir.path().join("rsyncd.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "use chroot = no\nuid = 0\ngid = 0\npid file = {d}/rsyncd.pid\n\
-                 [src]\npath = {d}\nread only = yes\n",
-                d = dir.path().display()
-            ),
-        )
-        .unwrap();
-        let mut daemon = net
-            .run(true, "zerocopy", &d_stats)
-            .args(["rsync", "--daemon", "--no-detach", "--address"])
-            .arg(ip.to_string())
-            .args(["--port", &port])
-            .arg(format!("--config={}", conf.display()))
-            .spawn()
-            .unwrap();
-        net.wait_listening(port.parse().unwrap(), &mut daemon);
-        // The daemon sends the file (it forks a sender per connection: a socket open in
-        // two processes, which the library copies on, counted); the client receives.
-        let st = net
-            .run(false, "zerocopy", &c_stats)
-            .args(["rsync", "-a", "--whole-file"])
-            .arg(format!("rsync://{ip}:{port}/src/big.bin"))
-            .arg(&dest)
-            .status()
-            .unwrap();
-        stop(daemon, "TERM");
-        let at = net.name();
-        assert!(st.success(), "rsync ({at}): {st}");
-        assert_eq!(
-            hash_of(&dest.join("big.bin")),
-            want,
-            "the synced file differs ({at})"
-        );
-        let lines = stats(&d_stats);
-        assert!(!lines.is_empty(), "the daemon's sender wrote no stats");
-        for l in &lines {
-            eprintln!("rsync daemon ({at}, pid {}): {}", l["pid"], l["total"]);
-        }
-        let sent: u64 = lines
-            .iter()
-            .map(|l| {
-                l["total"]["bytes_copy"].as_u64().unwrap()
-                    + l["total"]["bytes_zerocopy"].as_u64().unwrap()
-            })
-            .sum();
-        assert!(
-            sent >= SIZE as u64,
-            "the daemon's stats account for {sent} bytes ({at})"
-        );
-    });
+    rsync_daemon_transfers_a_file_byte_for_byte_on(&Net::Loopback);
 }
 
-/// `zcnet run` names the programs the loader will not preload into, and still runs them; a
-/// setuid program is named either way — not covered, or (run by its owner, root) covered
-/// with no secure-execution mode.
+/// [`rsync_daemon_transfers_a_file_byte_for_byte`] between two network namespaces.
+#[cfg_attr(
+    not(all(zcnet_netns, zcnet_has_rsync)),
+    ignore = "needs root and iproute2 (network namespaces), rsync (apt-get install rsync)"
+)]
 #[test]
-fn run_names_static_and_setuid_programs() {
-    if !library_built() {
-        return;
+fn rsync_daemon_transfers_a_file_byte_for_byte_between_namespaces() {
+    rsync_daemon_transfers_a_file_byte_for_byte_on(&Net::veth());
+}
+
+fn rsync_daemon_transfers_a_file_byte_for_byte_on(net: &Net) {
+    need_library();
+    need("rsync");
+    let dir = tempfile::tempdir().unwrap();
+    let (_, want) = data_file(dir.path());
+    let dest = dir.path().join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let (d_stats, c_stats) = (
+        dir.path().join("daemon.jsonl"),
+        dir.path().join("client.jsonl"),
+    );
+    let ip = net.ip();
+    let port = free_port().to_string();
+    let conf = dir.path().join("rsyncd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "use chroot = no\nuid = 0\ngid = 0\npid file = {d}/rsyncd.pid\n\
+             [src]\npath = {d}\nread only = yes\n",
+            d = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut daemon = net
+        .run(true, "zerocopy", &d_stats)
+        .args(["rsync", "--daemon", "--no-detach", "--address"])
+        .arg(ip.to_string())
+        .args(["--port", &port])
+        .arg(format!("--config={}", conf.display()))
+        .spawn()
+        .unwrap();
+    net.wait_listening(port.parse().unwrap(), &mut daemon);
+    // The daemon sends the file (it forks a sender per connection: a socket open in
+    // two processes, which the library copies on, counted); the client receives.
+    let st = net
+        .run(false, "zerocopy", &c_stats)
+        .args(["rsync", "-a", "--whole-file"])
+        .arg(format!("rsync://{ip}:{port}/src/big.bin"))
+        .arg(&dest)
+        .status()
+        .unwrap();
+    stop(daemon, "TERM");
+    let at = net.name();
+    assert!(st.success(), "rsync ({at}): {st}");
+    assert_eq!(
+        hash_of(&dest.join("big.bin")),
+        want,
+        "the synced file differs ({at})"
+    );
+    let lines = stats(&d_stats);
+    assert!(!lines.is_empty(), "the daemon's sender wrote no stats");
+    for l in &lines {
+        eprintln!("rsync daemon ({at}, pid {}): {}", l["pid"], l["total"]);
     }
+    let sent: u64 = lines
+        .iter()
+        .map(|l| {
+            l["total"]["bytes_copy"].as_u64().unwrap()
+                + l["total"]["bytes_zerocopy"].as_u64().unwrap()
+        })
+        .sum();
+    assert!(
+        sent >= SIZE as u64,
+        "the daemon's stats account for {sent} bytes ({at})"
+    );
+}
+
+/// `zcnet run` names a statically linked program (the loader will not preload into it),
+/// and still runs it.
+#[cfg_attr(
+    not(zcnet_has_static_ldconfig),
+    ignore = "needs a statically linked /sbin/ldconfig (glibc's)"
+)]
+#[test]
+fn run_names_a_static_program_and_still_runs_it() {
+    need_library();
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("s.jsonl");
-    let is_static = |p: &str| {
-        std::fs::read(p).is_ok_and(|img| {
-            img.starts_with(b"\x7fELF")
-                && !img.windows(16).any(|w| w.starts_with(b"/lib64/ld-linux"))
-        })
-    };
-    let mut checked = 0;
-    if is_static("/sbin/ldconfig") {
-        let out = Net::Loopback
-            .run(false, "auto", &stats)
-            .args(["/sbin/ldconfig", "--version"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && err.contains("statically linked"),
-            "{err}"
-        );
-        checked += 1;
-    }
+    let out = Net::Loopback
+        .run(false, "auto", &stats)
+        .args(["/sbin/ldconfig", "--version"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains("statically linked"),
+        "{err}"
+    );
+}
+
+/// `zcnet run` names a setuid program either way — not covered, or (run by its owner,
+/// root) covered with no secure-execution mode.
+#[cfg_attr(
+    not(zcnet_has_setuid_program),
+    ignore = "needs a setuid program (/usr/bin/passwd, /bin/su or /usr/bin/chfn)"
+)]
+#[test]
+fn run_names_a_setuid_program() {
+    need_library();
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.jsonl");
     let setuid = ["/usr/bin/passwd", "/bin/su", "/usr/bin/chfn"]
         .into_iter()
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| {
                 std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o4000 != 0
             })
-        });
-    if let Some(p) = setuid {
-        let out = Net::Loopback
-            .run(false, "auto", &stats)
-            .args([p, "--help"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        let as_owner = rustix::process::geteuid().is_root();
-        assert!(
-            err.contains(if as_owner {
-                "no secure-execution mode"
-            } else {
-                "ignores LD_PRELOAD"
-            }),
-            "{err}"
-        );
-        checked += 1;
-    }
+        })
+        .expect("a setuid program, as the build found");
+    let out = Net::Loopback
+        .run(false, "auto", &stats)
+        .args([setuid, "--help"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let as_owner = rustix::process::geteuid().is_root();
+    assert!(
+        err.contains(if as_owner {
+            "no secure-execution mode"
+        } else {
+            "ignores LD_PRELOAD"
+        }),
+        "{err}"
+    );
+}
+
+/// `zcnet run` of a program that is not there says so and fails.
+#[test]
+fn run_says_command_not_found() {
+    need_library();
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.jsonl");
     let out = Net::Loopback
         .run(false, "auto", &stats)
         .arg("no-such-program-zcnet")
@@ -865,22 +928,15 @@ fn run_names_static_and_setuid_programs() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
-    if checked == 0 {
-        zcnet_testbed::skip::skip_allowed(
-            "partly: no static ldconfig or setuid program on this host",
-        );
-    }
 }
 
 /// The transmit modes of `zcnet run`.
 const MODES: [&str; 4] = ["auto", "copy", "zerocopy", "cow"];
 
-/// Compiles `tests/programs/<name>.c` into `dir` with the system's C compiler; `None`
-/// (saying why) without one.
-fn c_program(name: &str, dir: &Path) -> Option<PathBuf> {
-    if !have("cc") {
-        return None;
-    }
+/// Compiles `tests/programs/<name>.c` into `dir` with the system's C compiler (tests
+/// that call it are ignored without `zcnet_has_cc`).
+fn c_program(name: &str, dir: &Path) -> PathBuf {
+    need("cc");
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(format!("{name}.c"));
@@ -892,7 +948,7 @@ fn c_program(name: &str, dir: &Path) -> Option<PathBuf> {
         .status()
         .unwrap();
     assert!(st.success(), "cc {}: {st}", src.display());
-    Some(out)
+    out
 }
 
 /// Byte `i` of what `tests/programs/*.c` send.
@@ -929,13 +985,9 @@ fn receive_pattern(l: TcpListener) -> std::thread::JoinHandle<u64> {
 #[cfg_attr(not(zcnet_has_cc), ignore = "needs a C compiler (apt-get install gcc)")]
 #[test]
 fn a_program_under_its_own_seccomp_filter_sends_in_every_mode() {
-    if !library_built() {
-        return;
-    }
+    need_library();
     let dir = tempfile::tempdir().unwrap();
-    let Some(prog) = c_program("seccomp_send", dir.path()) else {
-        return;
-    };
+    let prog = c_program("seccomp_send", dir.path());
     const SIZE: u64 = 8 << 20;
     for how in ["prctl", "syscall"] {
         for tx in MODES {
@@ -965,13 +1017,13 @@ fn a_program_under_its_own_seccomp_filter_sends_in_every_mode() {
     }
 }
 
-/// Whether this process is root (sshd's privilege separation needs it).
-fn root() -> bool {
-    let ok = rustix::process::geteuid().is_root();
-    if !ok {
-        zcnet_testbed::skip::skip("not root (sshd runs its privilege separation as root)");
-    }
-    ok
+/// Asserts this process is root (sshd's privilege separation needs it), for a test marked
+/// ignored without `zcnet_root`.
+fn need_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "root, as the build found"
+    );
 }
 
 /// A throwaway sshd on `net`: its own host key, a user key for the current user (root),
@@ -1057,53 +1109,67 @@ fn ssh_opts(dir: &Path) -> Vec<String> {
 )]
 #[test]
 fn sshd_takes_a_login_and_an_scp_in_every_mode() {
-    if !(library_built() && root() && have("ssh") && have("scp") && which("sshd").is_file()) {
-        return;
+    sshd_takes_a_login_and_an_scp_in_every_mode_on(&Net::Loopback);
+}
+
+/// [`sshd_takes_a_login_and_an_scp_in_every_mode`] between two network namespaces.
+#[cfg_attr(
+    not(all(zcnet_netns, zcnet_root, zcnet_has_ssh, zcnet_has_scp, zcnet_has_sshd)),
+    ignore = "needs root, iproute2 (network namespaces) and OpenSSH (apt-get install openssh-server openssh-client)"
+)]
+#[test]
+fn sshd_takes_a_login_and_an_scp_in_every_mode_between_namespaces() {
+    sshd_takes_a_login_and_an_scp_in_every_mode_on(&Net::veth());
+}
+
+fn sshd_takes_a_login_and_an_scp_in_every_mode_on(net: &Net) {
+    need_library();
+    need_root();
+    need("ssh");
+    need("scp");
+    assert!(which("sshd").is_file(), "sshd, as the build found");
+    let dir = tempfile::tempdir().unwrap();
+    let (file, want) = data_file_of(dir.path(), 16 << 20);
+    for tx in MODES {
+        let at = format!("{tx}, {}", net.name());
+        let stats = dir.path().join(format!("sshd-{tx}.jsonl"));
+        let port = free_port();
+        let server = sshd(net, dir.path(), port, tx, &stats);
+        let login = net
+            .client("ssh")
+            .args(ssh_opts(dir.path()))
+            .args(["-p", &port.to_string()])
+            .arg(format!("{}@{}", whoami(), net.ip()))
+            .arg("echo logged-in-as-$(id -u)")
+            .output()
+            .unwrap();
+        let got = dir.path().join(format!("got-{tx}.bin"));
+        let scp = net
+            .client("scp")
+            .args(ssh_opts(dir.path()))
+            .args(["-P", &port.to_string()])
+            .arg(format!("{}@{}:{}", whoami(), net.ip(), file.display()))
+            .arg(&got)
+            .output()
+            .unwrap();
+        let err = stop_with_output(server, "TERM");
+        assert!(
+            login.status.success(),
+            "ssh ({at}): {}\n{}\nsshd: {err}",
+            login.status,
+            String::from_utf8_lossy(&login.stderr)
+        );
+        let text = String::from_utf8_lossy(&login.stdout);
+        assert!(text.starts_with("logged-in-as-"), "ssh ({at}): {text}");
+        assert!(
+            scp.status.success(),
+            "scp ({at}): {}\n{}\nsshd: {err}",
+            scp.status,
+            String::from_utf8_lossy(&scp.stderr)
+        );
+        assert_eq!(hash_of(&got), want, "the copied file differs ({at})");
+        assert!(err.contains("stepped aside"), "sshd ({at}): {err}");
     }
-    both_nets(|net| {
-        let dir = tempfile::tempdir().unwrap();
-        let (file, want) = data_file_of(dir.path(), 16 << 20);
-        for tx in MODES {
-            let at = format!("{tx}, {}", net.name());
-            let stats = dir.path().join(format!("sshd-{tx}.jsonl"));
-            let port = free_port();
-            let server = sshd(net, dir.path(), port, tx, &stats);
-            let login = net
-                .client("ssh")
-                .args(ssh_opts(dir.path()))
-                .args(["-p", &port.to_string()])
-                .arg(format!("{}@{}", whoami(), net.ip()))
-                .arg("echo logged-in-as-$(id -u)")
-                .output()
-                .unwrap();
-            let got = dir.path().join(format!("got-{tx}.bin"));
-            let scp = net
-                .client("scp")
-                .args(ssh_opts(dir.path()))
-                .args(["-P", &port.to_string()])
-                .arg(format!("{}@{}:{}", whoami(), net.ip(), file.display()))
-                .arg(&got)
-                .output()
-                .unwrap();
-            let err = stop_with_output(server, "TERM");
-            assert!(
-                login.status.success(),
-                "ssh ({at}): {}\n{}\nsshd: {err}",
-                login.status,
-                String::from_utf8_lossy(&login.stderr)
-            );
-            let text = String::from_utf8_lossy(&login.stdout);
-            assert!(text.starts_with("logged-in-as-"), "ssh ({at}): {text}");
-            assert!(
-                scp.status.success(),
-                "scp ({at}): {}\n{}\nsshd: {err}",
-                scp.status,
-                String::from_utf8_lossy(&scp.stderr)
-            );
-            assert_eq!(hash_of(&got), want, "the copied file differs ({at})");
-            assert!(err.contains("stepped aside"), "sshd ({at}): {err}");
-        }
-    });
 }
 
 fn whoami() -> String {
@@ -1162,13 +1228,9 @@ fn receive_messages(l: TcpListener, threads: usize) -> std::thread::JoinHandle<V
 #[cfg_attr(not(zcnet_has_cc), ignore = "needs a C compiler (apt-get install gcc)")]
 #[test]
 fn four_threads_sending_on_one_socket_never_hang() {
-    if !library_built() {
-        return;
-    }
+    need_library();
     let dir = tempfile::tempdir().unwrap();
-    let Some(prog) = c_program("threads_send", dir.path()) else {
-        return;
-    };
+    let prog = c_program("threads_send", dir.path());
     const THREADS: usize = 4;
     const MSGS: u32 = 8;
     const LEN: usize = 256 << 10;
@@ -1217,9 +1279,9 @@ fn four_threads_sending_on_one_socket_never_hang() {
 )]
 #[test]
 fn python_http_server_stopped_by_sigterm_has_its_stats_written() {
-    if !(library_built() && have("curl") && have("python3")) {
-        return;
-    }
+    need_library();
+    need("curl");
+    need("python3");
     let net = Net::Loopback;
     let dir = tempfile::tempdir().unwrap();
     let (file, want) = data_file(dir.path());
@@ -1257,9 +1319,8 @@ fn python_http_server_stopped_by_sigterm_has_its_stats_written() {
 #[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
 #[test]
 fn a_program_ending_with_underscore_exit_has_its_stats_written() {
-    if !(library_built() && have("python3")) {
-        return;
-    }
+    need_library();
+    need("python3");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("s.jsonl");
     const N: u64 = 8 << 20;
@@ -1316,9 +1377,10 @@ fn special_copy(dir: &Path, name: &str, mode: u32, caps: Option<&str>) -> PathBu
 )]
 #[test]
 fn coverage_of_setuid_and_file_capability_programs_is_said_as_it_is() {
-    if !(library_built() && root() && have("setcap") && have("setpriv")) {
-        return;
-    }
+    need_library();
+    need_root();
+    need("setcap");
+    need("setpriv");
     let dir = tempfile::tempdir().unwrap();
     let stats_file = dir.path().join("s.jsonl");
     let suid = special_copy(dir.path(), "id-setuid", 0o4755, None);
@@ -1365,9 +1427,8 @@ fn coverage_of_setuid_and_file_capability_programs_is_said_as_it_is() {
 #[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
 #[test]
 fn exec_leaves_no_completion_and_no_lost_stats_behind() {
-    if !(library_built() && have("python3")) {
-        return;
-    }
+    need_library();
+    need("python3");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("s.jsonl");
     const N: u64 = 8 << 20;
@@ -1428,13 +1489,9 @@ fn exec_leaves_no_completion_and_no_lost_stats_behind() {
 #[cfg_attr(not(zcnet_has_cc), ignore = "needs a C compiler (apt-get install gcc)")]
 #[test]
 fn kernel_writes_into_a_buffer_just_sent_succeed_in_every_mode() {
-    if !library_built() {
-        return;
-    }
+    need_library();
     let dir = tempfile::tempdir().unwrap();
-    let Some(prog) = c_program("kernel_writes", dir.path()) else {
-        return;
-    };
+    let prog = c_program("kernel_writes", dir.path());
     const ROUNDS: u64 = 16;
     for tx in MODES {
         let file = dir.path().join(format!("{tx}.jsonl"));
@@ -1466,9 +1523,8 @@ fn kernel_writes_into_a_buffer_just_sent_succeed_in_every_mode() {
 #[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
 #[test]
 fn python_sending_fresh_random_buffers_in_a_loop_never_gets_efault() {
-    if !(library_built() && have("python3")) {
-        return;
-    }
+    need_library();
+    need("python3");
     let dir = tempfile::tempdir().unwrap();
     for tx in MODES {
         let file = dir.path().join(format!("{tx}.jsonl"));
@@ -1534,9 +1590,8 @@ fn python_sending_fresh_random_buffers_in_a_loop_never_gets_efault() {
 #[cfg_attr(not(zcnet_has_python3), ignore = "needs python3")]
 #[test]
 fn children_made_by_fork_vfork_and_exec_count_only_their_own_sends() {
-    if !(library_built() && have("python3")) {
-        return;
-    }
+    need_library();
+    need("python3");
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../zcnet-preload/tests/fork_exec_stats.py");
     for tx in ["copy", "zerocopy", "auto"] {
@@ -1605,12 +1660,8 @@ fn children_made_by_fork_vfork_and_exec_count_only_their_own_sends() {
 #[test]
 fn every_exec_variant_keeps_the_old_images_stats() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(prog) = c_program("exec_variants", dir.path()) else {
-        return;
-    };
-    if !library_built() {
-        return;
-    }
+    let prog = c_program("exec_variants", dir.path());
+    need_library();
     const LEN: u64 = 4 << 20;
     let interposed = ["execve", "execv", "execvp", "execvpe"];
     let internal = ["execl", "execlp", "execle", "fexecve"];

@@ -71,9 +71,7 @@ fn total(lines: &[Value], key: &str) -> u64 {
 )]
 #[test]
 fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
-    if !common::python3("ctypes, select") {
-        return;
-    }
+    common::require_python3("ctypes, select");
     run(None);
 
     let gso = |lines: &[Value]| {
@@ -95,27 +93,22 @@ fn interposed_calls_keep_the_c_librarys_behaviour_in_every_mode() {
     assert_eq!(total(&copy, "bytes_zerocopy"), 0);
 
     let zc = run(Some("zerocopy"));
-    if zc[0]["engine"].is_null() {
-        zcnet_testbed::skip::skip(
-            "zero-copy assertions: no write-protection engine in this process",
-        );
-    } else {
-        assert!(
-            total(&zc, "bytes_zerocopy") > 100 << 20,
-            "{:?}",
-            zc[0]["total"]
-        );
-        assert!(
-            total(&zc, "protection_faults") > 0,
-            "the overwrites faulted"
-        );
-        assert_eq!(zc[0]["engine"]["errors"].as_u64(), Some(0));
-        assert!(
-            zc[0]["total"]["fallback_calls"]["forked"].as_u64() > Some(0),
-            "sends on a socket shared after a fork were copied, and counted: {:?}",
-            zc[0]["total"]
-        );
-    }
+    common::assert_engine(&zc[0]);
+    assert!(
+        total(&zc, "bytes_zerocopy") > 100 << 20,
+        "{:?}",
+        zc[0]["total"]
+    );
+    assert!(
+        total(&zc, "protection_faults") > 0,
+        "the overwrites faulted"
+    );
+    assert_eq!(zc[0]["engine"]["errors"].as_u64(), Some(0));
+    assert!(
+        zc[0]["total"]["fallback_calls"]["forked"].as_u64() > Some(0),
+        "sends on a socket shared after a fork were copied, and counted: {:?}",
+        zc[0]["total"]
+    );
 
     // Over loopback `auto` copies without measuring anything: delivery is local.
     let auto = run(Some("auto"));

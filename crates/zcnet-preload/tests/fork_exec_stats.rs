@@ -62,9 +62,7 @@ fn bytes(l: &Value) -> u64 {
 )]
 #[test]
 fn children_that_fork_or_vfork_and_exec_count_only_their_own_sends() {
-    if !common::python3("socket, subprocess, threading") {
-        return;
-    }
+    common::require_python3("socket, subprocess, threading");
     for mode in ["copy", "zerocopy", "auto"] {
         let (sent, lines) = run(mode);
         let each: Vec<(u64, u64)> = lines

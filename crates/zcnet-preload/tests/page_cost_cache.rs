@@ -13,18 +13,11 @@ mod common;
 )]
 #[test]
 fn a_second_process_reads_the_page_costs_the_first_measured() {
-    if !common::python3("mmap") {
-        return;
-    }
+    common::require_python3("mmap");
     let dir = tempfile::tempdir().unwrap();
     let first = common::run_auto("page_cost_cache.py", dir.path(), "ok 4 MiB verified");
-    if first["page_cost_ns"].is_null() {
-        zcnet_testbed::skip::skip(&format!(
-            "no write-protection engine here: {}",
-            first["engine"]
-        ));
-        return;
-    }
+    common::assert_engine(&first);
+    assert!(!first["page_cost_ns"].is_null(), "measured: {first}");
     assert_eq!(first["page_cost_from"], "measured", "{first}");
     assert!(dir.path().join("page-cost.json").is_file());
     let second = common::run_auto("page_cost_cache.py", dir.path(), "ok 4 MiB verified");

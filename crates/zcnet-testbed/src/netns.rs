@@ -640,21 +640,14 @@ mod tests {
     use std::io::Read as _;
     use std::net::{SocketAddr, TcpListener, TcpStream};
 
-    /// Prints why the test is skipped and returns false when this host cannot build pairs.
-    fn available_or_skip() -> bool {
-        match available() {
-            Ok(()) => true,
-            Err(reason) => {
-                skip(&reason.to_string());
-                false
-            }
+    /// For a test marked ignored without `zcnet_netns`: the build found root and `ip`, so
+    /// a host that cannot build pairs now is a failure, with why.
+    fn require_netns() {
+        if let Err(reason) = available() {
+            panic!(
+                "network namespaces unavailable, though the build found root and `ip`: {reason}"
+            );
         }
-    }
-
-    /// Writes `SKIPPED: reason` straight to stderr: libtest captures `eprintln!` of passing
-    /// tests, which would make the skip silent.
-    fn skip(reason: &str) {
-        crate::skip::skip(reason);
     }
 
     fn namespace_names() -> Vec<String> {
@@ -692,9 +685,7 @@ mod tests {
     }
 
     fn check_mtu(mtu: u32) {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let pair = VethPair::create(mtu).expect("create pair");
         assert_eq!(pair.mtu(), mtu);
         assert_eq!(link_mtu(pair.name_a(), pair.ifname_a()), mtu);
@@ -707,11 +698,19 @@ mod tests {
         }
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn mtu_1500_is_set_on_both_ends() {
         check_mtu(1500);
     }
 
+    #[cfg_attr(
+        not(zcnet_netns),
+        ignore = "needs root and iproute2 (network namespaces)"
+    )]
     #[test]
     fn mtu_9000_is_set_on_both_ends() {
         check_mtu(9000);
@@ -723,9 +722,7 @@ mod tests {
     )]
     #[test]
     fn tcp_carries_one_mib_from_a_to_b() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         const LEN: usize = 1 << 20;
         let pair = VethPair::create(9000).expect("create pair");
         let listener = pair
@@ -761,9 +758,7 @@ mod tests {
     )]
     #[test]
     fn addresses_are_local_to_their_own_namespace() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let pair = VethPair::create(1500).expect("create pair");
         // Binding to b's address only works inside b: it is not a local address elsewhere.
         let addr_b = SocketAddr::from((pair.addr_b(), 0));
@@ -780,9 +775,7 @@ mod tests {
     )]
     #[test]
     fn drop_deletes_both_namespaces() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let pair = VethPair::create(1500).expect("create pair");
         let names = [pair.name_a().to_owned(), pair.name_b().to_owned()];
         let listed = namespace_names();
@@ -801,9 +794,7 @@ mod tests {
     )]
     #[test]
     fn drop_deletes_namespaces_when_a_test_panics() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let names = std::panic::catch_unwind(|| {
             let pair = VethPair::create(1500).expect("create pair");
             std::panic::panic_any([pair.name_a().to_owned(), pair.name_b().to_owned()]);
@@ -824,9 +815,7 @@ mod tests {
     )]
     #[test]
     fn failed_create_reports_stderr_and_leaks_nothing() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let err = VethPair::create(10).expect_err("mtu 10 is below veth's minimum");
         let NetnsError::Command {
             command, stderr, ..
@@ -854,24 +843,19 @@ mod tests {
     }
 
     #[cfg_attr(
-        not(zcnet_netns),
-        ignore = "needs root and iproute2 (network namespaces)"
+        not(zcnet_has_netns_optmem),
+        ignore = "needs root, iproute2 and Linux 6.8 (optmem_max per network namespace)"
     )]
     #[test]
     fn sysctl_is_per_namespace() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         const KEY: &str = "net.core.optmem_max";
         let pair = VethPair::create(1500).expect("create pair");
         let root_before = std::fs::read_to_string("/proc/sys/net/core/optmem_max").unwrap();
         let b_before = match pair.read_sysctl(Side::B, KEY) {
             Ok(value) => value,
             Err(NetnsError::Sysctl { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                skip(&format!(
-                    "{KEY} is not per-namespace on this kernel (needs 6.8)"
-                ));
-                return;
+                panic!("{KEY} is not per-namespace here, though the build found Linux 6.8")
             }
             Err(err) => panic!("{err}"),
         };
@@ -919,9 +903,7 @@ mod tests {
     )]
     #[test]
     fn link_down_on_b_takes_carrier_from_a() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let pair = VethPair::create(1500).expect("create pair");
         pair.set_link_up(Side::B, false).expect("b down");
         let b = link_flags(pair.name_b(), pair.ifname_b());
@@ -960,9 +942,7 @@ mod tests {
     )]
     #[test]
     fn entered_thread_stays_in_the_namespace() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let pair = VethPair::create(1500).expect("create pair");
         std::thread::scope(|scope| {
             scope
@@ -989,9 +969,7 @@ mod tests {
     )]
     #[test]
     fn parallel_pairs_get_distinct_names() {
-        if !available_or_skip() {
-            return;
-        }
+        require_netns();
         let pairs: Vec<VethPair> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)
                 .map(|_| scope.spawn(|| VethPair::create(1500).expect("create pair")))

@@ -43,12 +43,13 @@ impl Topo<'_> {
     }
 }
 
-/// A veth pair with `mtu`, or `None` after saying on stderr why namespaces cannot be built
-/// here (not root, no `ip`): tests skip visibly, never pass silently.
-pub fn veth_or_skip(mtu: u32) -> Option<VethPair> {
+/// A veth pair with `mtu`, for a test marked
+/// `#[cfg_attr(not(zcnet_netns), ignore = "needs root and iproute2 (network namespaces)")]`:
+/// its build found root and `ip`, so a pair that cannot be made here is a failure, with why
+/// ([`netns::available`]), never a pass that ran nothing.
+pub fn veth_pair(mtu: u32) -> VethPair {
     if let Err(why) = netns::available() {
-        crate::skip::skip(&format!("network namespaces unavailable: {why}"));
-        return None;
+        panic!("network namespaces unavailable, though the build found root and `ip`: {why}");
     }
-    Some(VethPair::create(mtu).expect("creating a veth pair"))
+    VethPair::create(mtu).expect("creating a veth pair")
 }

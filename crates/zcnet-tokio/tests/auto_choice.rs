@@ -8,7 +8,7 @@ use bytes::Bytes;
 use common::{pair, pattern_vec, read_verified};
 use tokio::io::AsyncWriteExt;
 use zcnet::{FallbackReason, StatsSnapshot};
-use zcnet_testbed::topo::{veth_or_skip, Topo};
+use zcnet_testbed::topo::{veth_pair, Topo};
 use zcnet_tokio::{Policy, ZcConfig, ZcStream};
 
 const MIB: usize = 1 << 20;
@@ -99,9 +99,7 @@ async fn a_stream_to_this_host_never_asks_for_zero_copy() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_namespaces_the_default_probes_briefly_then_copies() {
-    let Some(veth) = veth_or_skip(9000) else {
-        return;
-    };
+    let veth = veth_pair(9000);
     // Not local: the first probe remains, and the COPIED notifications end it.
     let total = 64 * MIB;
     let st = send_verified(Topo::Netns(&veth), ZcConfig::new(), total, MIB).await;
@@ -149,9 +147,7 @@ async fn the_cost_check_routes_between_paths_and_every_byte_arrives_on_loopback(
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cost_check_routes_between_paths_and_every_byte_arrives_across_namespaces() {
-    let Some(veth) = veth_or_skip(9000) else {
-        return;
-    };
+    let veth = veth_pair(9000);
     let config = ZcConfig::new().policy(Policy::always()).cost_check(true);
     let total = 64 * MIB;
     let st = send_verified(Topo::Netns(&veth), config, total, 256 << 10).await;

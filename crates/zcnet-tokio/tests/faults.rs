@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use zcnet::{FallbackReason, Stats};
 use zcnet_testbed::pattern::Verifier;
-use zcnet_testbed::topo::{veth_or_skip, Topo};
+use zcnet_testbed::topo::{veth_pair, Topo};
 use zcnet_tokio::{Policy, ZcConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,19 +64,15 @@ async fn a_peer_reset_mid_send_is_an_error_and_every_buffer_comes_back() {
 }
 
 #[cfg_attr(
-    not(zcnet_netns),
-    ignore = "needs root and iproute2 (network namespaces)"
+    not(zcnet_has_netns_optmem),
+    ignore = "needs root, iproute2 and Linux 6.8 (optmem_max per network namespace)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enobufs_under_a_lowered_optmem_max_is_a_counted_fallback_and_loses_nothing() {
-    let Some(veth) = veth_or_skip(1500) else {
-        return;
-    };
+    let veth = veth_pair(1500);
     // Per network namespace on this kernel: the host's setting is untouched.
-    if let Err(e) = veth.sysctl_a("net.core.optmem_max", "0") {
-        zcnet_testbed::skip::skip(&format!("optmem_max is not per-namespace here: {e}"));
-        return;
-    }
+    veth.sysctl_a("net.core.optmem_max", "0")
+        .expect("optmem_max per namespace, as the build found (Linux 6.8)");
     let stats = Arc::new(Stats::new());
     let topo = Topo::Netns(&veth);
     let (mut s, r) = pair(

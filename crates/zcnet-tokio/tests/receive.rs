@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zcnet_testbed::pattern::Verifier;
-use zcnet_testbed::topo::{veth_or_skip, Topo};
+use zcnet_testbed::topo::{veth_pair, Topo};
 use zcnet_tokio::{ZcConfig, ZcStream};
 
 /// A plain tokio sender from the topology's sending side, with `mss` if given, and the
@@ -150,9 +150,7 @@ async fn recv_zc_and_read_mixed_every_byte() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recv_zc_maps_pages_across_namespaces_with_a_page_multiple_mss() {
-    let Some(veth) = veth_or_skip(9000) else {
-        return;
-    };
+    let veth = veth_pair(9000);
     let mss = zcnet::policy::page_multiple_mss(9000, false, true, 4096).unwrap();
     let total = 64u64 << 20;
     let (s, mut r) = receiving_pair(Topo::Netns(&veth), Some(mss)).await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use zcnet::msg::{LossReason, Lost, Message, MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet::Policy;
 use zcnet_testbed::pattern::{pattern, PERIOD};
-use zcnet_testbed::topo::{veth_or_skip, Topo};
+use zcnet_testbed::topo::{veth_pair, Topo};
 use zcnet_tokio::ZcUdpSocket;
 
 const MIB: usize = 1 << 20;
@@ -147,6 +147,13 @@ async fn every_size(topo: Topo<'_>) {
             assert!(s.tx_bytes_zerocopy > 2 * MIB as u64, "{s:?}");
             assert!(ms.zerocopy_messages >= 8, "{ms:?}");
             if tx_mode == MsgTx::Uring {
+                assert!(
+                    tx.uring_enabled()
+                        || !cfg!(zcnet_has_uring)
+                        || s.fallback_ops(zcnet::FallbackReason::Memlock) > 0,
+                    "the ring sends where the build found io_uring, unless refused for locked \
+                     memory (counted): {s:?}"
+                );
                 if tx.uring_enabled() {
                     // `send_lent` went through the ring, from the registered pool unless
                     // the registration was refused (counted).
@@ -156,7 +163,6 @@ async fn every_size(topo: Topo<'_>) {
                     );
                     assert!(s.tx_notifications > 0, "{s:?}");
                 } else {
-                    eprintln!("note: io_uring SEND_ZC unavailable here; MSG_ZEROCOPY instead");
                     // Counted: no SEND_ZC, or io_uring_setup refused for locked memory.
                     assert!(
                         s.fallback_ops(zcnet::FallbackReason::Unsupported)
@@ -189,9 +195,7 @@ async fn every_size_arrives_whole_on_loopback() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_size_arrives_whole_between_namespaces() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     every_size(Topo::Netns(&pair)).await;
 }
 
@@ -413,32 +417,24 @@ async fn lost_messages_are_reported_by_id() {
     assert_eq!(ms.messages_lost, 2);
 }
 
-/// Runs `tc` in namespace `ns`; false (with the reason on stderr) when it cannot.
-fn tc(ns: &str, args: &[&str]) -> bool {
+/// Runs `tc` in namespace `ns`, for a test marked ignored without `zcnet_has_tc`: a `tc`
+/// the build found that cannot run here is a failure, with why.
+fn tc(ns: &str, args: &[&str]) {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, "tc"])
         .args(args)
-        .output();
-    match out {
-        Ok(o) if o.status.success() => true,
-        Ok(o) => {
-            zcnet_testbed::skip::skip(&format!(
-                "tc {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ));
-            false
-        }
-        Err(e) => {
-            zcnet_testbed::skip::skip(&format!("tc not runnable: {e}"));
-            false
-        }
-    }
+        .output()
+        .expect("ip netns exec ... tc");
+    assert!(
+        out.status.success(),
+        "tc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A token-bucket qdisc of 2 Mbit/s on the sender's veth (a 64 KiB message takes about a
-/// quarter second): the kernel holds sent pages a while after the send returned. False
-/// (and a visible skip) where `tc` cannot add it.
-fn slow_qdisc(pair: &zcnet_testbed::netns::VethPair) -> bool {
+/// quarter second): the kernel holds sent pages a while after the send returned.
+fn slow_qdisc(pair: &zcnet_testbed::netns::VethPair) {
     tc(
         pair.name_a(),
         &[
@@ -464,17 +460,13 @@ fn slow_qdisc(pair: &zcnet_testbed::netns::VethPair) -> bool {
 /// qdisc on the sender's veth holds the datagrams, so the kernel holds the pages for a
 /// while after `sendmsg` returned.
 #[cfg_attr(
-    not(zcnet_netns),
-    ignore = "needs root and iproute2 (network namespaces)"
+    not(all(zcnet_netns, zcnet_has_tc)),
+    ignore = "needs root and iproute2 (network namespaces, tc)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
-    if !slow_qdisc(&pair) {
-        return;
-    }
+    let pair = veth_pair(1500);
+    slow_qdisc(&pair);
     let mut cfg = config(MsgTx::Zerocopy);
     cfg.pool_buffers = 2;
     cfg.reassembly.timeout = Duration::from_millis(1500);
@@ -539,18 +531,14 @@ async fn a_cancelled_send_keeps_its_buffer_until_the_completion() {
 /// namespace) is a counted fallback: the socket retries, then copies the rest of the
 /// message, and every message still arrives whole.
 #[cfg_attr(
-    not(zcnet_netns),
-    ignore = "needs root and iproute2 (network namespaces)"
+    not(zcnet_has_netns_optmem),
+    ignore = "needs root, iproute2 and Linux 6.8 (optmem_max per network namespace)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enobufs_is_a_counted_fallback_and_every_message_arrives() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
-    if let Err(e) = pair.sysctl_a("net.core.optmem_max", "0") {
-        zcnet_testbed::skip::skip(&format!("optmem_max is not per-namespace here: {e}"));
-        return;
-    }
+    let pair = veth_pair(1500);
+    pair.sysctl_a("net.core.optmem_max", "0")
+        .expect("optmem_max per namespace, as the build found (Linux 6.8)");
     let cfg = config(MsgTx::Zerocopy);
     let (rx, tx) = sockets(Topo::Netns(&pair), &cfg);
     for (seed, len) in [(0, 64 << 10), (1, MIB), (2, 1472)] {
@@ -572,13 +560,12 @@ async fn enobufs_is_a_counted_fallback_and_every_message_arrives() {
     assert_eq!(tx.loans_in_flight(), 0);
 }
 
+#[cfg_attr(not(zcnet_has_ipv6_loopback), ignore = "needs IPv6 loopback (::1)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_loopback() {
     let cfg = config(MsgTx::Zerocopy);
-    let Ok(rx) = ZcUdpSocket::bind("[::1]:0".parse().unwrap(), &cfg) else {
-        zcnet_testbed::skip::skip_allowed("no IPv6 loopback here");
-        return;
-    };
+    let rx = ZcUdpSocket::bind("[::1]:0".parse().unwrap(), &cfg)
+        .expect("binding ::1, which the build could");
     let tx = ZcUdpSocket::connect(rx.local_addr().unwrap(), &cfg).unwrap();
     // IPv6 + UDP headers are 48 bytes: loopback's 65536 MTU gives 65 487-byte datagrams.
     assert_eq!(tx.segment(), 65_487);
@@ -626,6 +613,10 @@ async fn lent_buffers_come_home_after_the_sender_goes_quiet() {
 /// A request the kernel fails after `send_lent` returned is not lost silently: a connected
 /// socket whose peer port is closed gets ICMP "port unreachable", the ring's next request
 /// fails with `ECONNREFUSED`, and a later `send_lent` returns that errno.
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ring_request_that_fails_is_reported_by_a_later_send() {
     let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -636,10 +627,7 @@ async fn a_ring_request_that_fails_is_reported_by_a_later_send() {
     for seed in 0..200u64 {
         let mut b = tx.buffer(4096).await.unwrap();
         b.copy_from(&body(seed, 4096));
-        if !tx.uring_enabled() {
-            zcnet_testbed::skip::skip("io_uring SEND_ZC unavailable here");
-            return;
-        }
+        assert!(tx.uring_enabled(), "io_uring, which the build found");
         match tx.send_lent(b).await {
             Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
             Err(e) => {
@@ -662,6 +650,10 @@ async fn a_ring_request_that_fails_is_reported_by_a_later_send() {
 /// and 64 messages means `buffer` waits on the ring's eventfd again and again (on a
 /// current-thread runtime, where nothing else would wake the thread), and every message
 /// arrives whole.
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[tokio::test(flavor = "current_thread")]
 async fn a_small_pool_recycles_through_the_rings_eventfd() {
     let mut cfg = config(MsgTx::Uring);
@@ -680,10 +672,7 @@ async fn a_small_pool_recycles_through_the_rings_eventfd() {
         check(seed, &m, len);
         rx.recycle(m).await;
     }
-    if !tx.uring_enabled() {
-        zcnet_testbed::skip::skip("(checked MSG_ZEROCOPY only): io_uring SEND_ZC unavailable here");
-        return;
-    }
+    assert!(tx.uring_enabled(), "io_uring, which the build found");
     tx.flush_loans().await.unwrap();
     assert_eq!(tx.loans_in_flight(), 0);
     assert_eq!(tx.buffers_available(), 2);
@@ -698,17 +687,13 @@ async fn a_small_pool_recycles_through_the_rings_eventfd() {
 /// built without cooperative task running, and its eventfd is armed while `flush_loans`
 /// waits). Until then the ring holds both buffers: none is back in the pool.
 #[cfg_attr(
-    not(zcnet_netns),
-    ignore = "needs root and iproute2 (network namespaces)"
+    not(all(zcnet_netns, zcnet_has_tc, zcnet_has_uring)),
+    ignore = "needs root and iproute2 (network namespaces, tc) and io_uring (Linux 6.0)"
 )]
 #[tokio::test(flavor = "current_thread")]
 async fn ring_notifications_wake_a_sleeping_runtime() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
-    if !slow_qdisc(&pair) {
-        return;
-    }
+    let pair = veth_pair(1500);
+    slow_qdisc(&pair);
     let mut cfg = config(MsgTx::Uring);
     cfg.pool_buffers = 2;
     cfg.reassembly.timeout = Duration::from_millis(1500);
@@ -720,10 +705,7 @@ async fn ring_notifications_wake_a_sleeping_runtime() {
         b.copy_from(&body(seed, len));
         ids.push(tx.send_lent(b).await.unwrap().id);
     }
-    if !tx.uring_enabled() {
-        zcnet_testbed::skip::skip("io_uring SEND_ZC unavailable here");
-        return;
-    }
+    assert!(tx.uring_enabled(), "io_uring, which the build found");
     assert_eq!(tx.loans_in_flight(), 2, "the ring holds both buffers");
     assert_eq!(
         tx.buffers_available(),
@@ -742,18 +724,15 @@ async fn ring_notifications_wake_a_sleeping_runtime() {
     expect_in_order(&rx, ids, len, "message").await;
 }
 
-/// A ring sender and its receiver on loopback, `pool_buffers` buffers in the sender's pool;
-/// `None` (said why) where io_uring cannot send here.
-async fn ring_pair(pool_buffers: usize) -> Option<(ZcUdpSocket, ZcUdpSocket)> {
+/// A ring sender and its receiver on loopback, `pool_buffers` buffers in the sender's pool,
+/// for a test marked ignored without `zcnet_has_uring`.
+async fn ring_pair(pool_buffers: usize) -> (ZcUdpSocket, ZcUdpSocket) {
     let mut cfg = config(MsgTx::Uring);
     cfg.pool_buffers = pool_buffers;
     let (rx, tx) = sockets(Topo::Loopback, &cfg);
     drop(tx.buffer(1).await.unwrap());
-    if !tx.uring_enabled() {
-        zcnet_testbed::skip::skip("io_uring SEND_ZC unavailable here");
-        return None;
-    }
-    Some((rx, tx))
+    assert!(tx.uring_enabled(), "io_uring, which the build found");
+    (rx, tx)
 }
 
 /// Bytes copied because the kernel would not pin them (counted with their reason).
@@ -787,11 +766,13 @@ async fn lend(tx: &ZcUdpSocket, seed: u64, len: usize) -> u64 {
 /// `send_lent` through the ring queues and returns; what it queued is submitted, in one
 /// `io_uring_enter`, once the sending task yields — here by awaiting the receiver on a
 /// current-thread runtime, where nothing else runs until then — and arrives whole.
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[tokio::test(flavor = "current_thread")]
 async fn queued_ring_messages_leave_in_one_submission_when_the_task_yields() {
-    let Some((rx, tx)) = ring_pair(16).await else {
-        return;
-    };
+    let (rx, tx) = ring_pair(16).await;
     let len = 4096;
     let mut ids = Vec::new();
     for seed in 0..3u64 {
@@ -818,11 +799,13 @@ async fn queued_ring_messages_leave_in_one_submission_when_the_task_yields() {
 /// without a yield (on a current-thread runtime nothing else could submit), then received
 /// whole (a burst at a time: UDP has no flow control, and an unpaced sender overruns the
 /// receiver's socket buffer) — in fewer submissions than messages.
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[tokio::test(flavor = "current_thread")]
 async fn a_burst_without_a_yield_is_submitted_in_batches() {
-    let Some((rx, tx)) = ring_pair(8).await else {
-        return;
-    };
+    let (rx, tx) = ring_pair(8).await;
     let len = 20_000;
     const BURST: u64 = 32;
     const BURSTS: u64 = 6;
@@ -860,11 +843,13 @@ async fn a_burst_without_a_yield_is_submitted_in_batches() {
 
 /// Messages leave in the order they were sent: a message sent by another path (copied,
 /// or `MSG_ZEROCOPY` with `send_zc`) first submits what the ring has queued.
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[tokio::test(flavor = "current_thread")]
 async fn a_message_sent_another_way_leaves_after_the_queued_ones() {
-    let Some((rx, tx)) = ring_pair(16).await else {
-        return;
-    };
+    let (rx, tx) = ring_pair(16).await;
     let len = 3000;
     let mut ids = vec![lend(&tx, 0, len).await, lend(&tx, 1, len).await];
     ids.push(tx.send_slice(&body(2, len)).await.unwrap());
@@ -875,11 +860,13 @@ async fn a_message_sent_another_way_leaves_after_the_queued_ones() {
 
 /// Dropping the socket right after `send_lent`, with its messages still queued in the
 /// ring and the task not yielded since, sends them: nothing queued is lost with the socket.
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[tokio::test(flavor = "current_thread")]
 async fn messages_queued_when_the_socket_is_dropped_still_leave() {
-    let Some((rx, tx)) = ring_pair(16).await else {
-        return;
-    };
+    let (rx, tx) = ring_pair(16).await;
     let len = 50_000;
     let ids = [lend(&tx, 0, len).await, lend(&tx, 1, len).await];
     assert_eq!(tx.stats().snapshot().tx_uring_submits, 0, "still queued");

@@ -315,16 +315,30 @@ mod tests {
         rustix::fs::open(p, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap()
     }
 
+    /// The resolutions to compare: the walk always, and the kernel's where the build found
+    /// `openat2` (`zcnet_has_openat2`; without it the kernel half is
+    /// [`the_kernel_resolves_with_openat2_where_the_build_found_it`], ignored with why).
     fn both() -> Vec<Resolution> {
-        match kernel_resolution() {
-            Resolution::Kernel => vec![Resolution::Kernel, Resolution::Walk],
-            Resolution::Walk => {
-                zcnet_testbed::skip::skip(
-                    "(kernel half): this kernel has no openat2; the walk only",
-                );
-                vec![Resolution::Walk]
-            }
+        if cfg!(zcnet_has_openat2) {
+            assert_eq!(
+                kernel_resolution(),
+                Resolution::Kernel,
+                "openat2, which the build found"
+            );
+            vec![Resolution::Kernel, Resolution::Walk]
+        } else {
+            vec![Resolution::Walk]
         }
+    }
+
+    #[cfg_attr(
+        not(zcnet_has_openat2),
+        ignore = "needs openat2 (Linux 5.6): the kernel half of the resolution tests"
+    )]
+    #[test]
+    fn the_kernel_resolves_with_openat2_where_the_build_found_it() {
+        assert_eq!(kernel_resolution(), Resolution::Kernel);
+        assert_eq!(both(), [Resolution::Kernel, Resolution::Walk]);
     }
 
     #[test]

@@ -360,9 +360,9 @@ fn a_join_naming_no_open_session_is_refused_and_creates_nothing() {
 
 /// Between two namespaces over a veth pair of the given MTU, over `streams` streams.
 fn between_namespaces(mtu: u32, streams: usize) {
+    // Its callers are ignored without `zcnet_netns`: the build found root and `ip`.
     if let Err(why) = available() {
-        zcnet_testbed::skip::skip(&why.to_string());
-        return;
+        panic!("network namespaces unavailable, though the build found root and `ip`: {why}");
     }
     let pair = VethPair::create(mtu).unwrap();
     let src = tempfile::tempdir().unwrap();

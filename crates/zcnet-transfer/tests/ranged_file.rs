@@ -172,9 +172,9 @@ fn a_large_file_arrives_whole_in_ranges_over_four_streams() {
 }
 
 fn between_namespaces(mtu: u32) {
+    // Its callers are ignored without `zcnet_netns`: the build found root and `ip`.
     if let Err(why) = available() {
-        zcnet_testbed::skip::skip(&why.to_string());
-        return;
+        panic!("network namespaces unavailable, though the build found root and `ip`: {why}");
     }
     let pair = VethPair::create(mtu).unwrap();
     let src = tempfile::tempdir().unwrap();

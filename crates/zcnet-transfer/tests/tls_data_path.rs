@@ -150,7 +150,6 @@ fn offloading_to_the_kernel_falls_back_with_its_reason_or_runs_in_the_kernel() {
             });
             c.write_all(pattern(0, LEN)).unwrap();
             assert_eq!(h.join().unwrap().unwrap(), (LEN as u64, LEN as u64));
-            zcnet_testbed::skip::skip_allowed(&format!("the kernel half of offloading: {why}"));
         }
         (Offload::Kernel(mut c), Offload::Kernel(mut s)) => {
             use std::io::{Read, Write};
@@ -207,6 +206,25 @@ fn offloading_a_channel_that_holds_bytes_is_declined_and_the_channel_still_works
         .unwrap();
     assert_eq!((got, v.pos), (LEN as u64 - 1, LEN as u64));
     drop(writer.join().unwrap());
+}
+
+/// The kernel half of `offloading_to_the_kernel_falls_back_with_its_reason_or_runs_in_the_kernel`
+/// on its own: where the build found the `tls` ULP
+/// loaded, both ends of a loopback pair are offloaded.
+#[cfg_attr(
+    not(zcnet_has_ktls),
+    ignore = "needs the kernel's TLS ULP loaded (modprobe tls; tcp_available_ulp lists tls)"
+)]
+#[test]
+fn where_the_tls_ulp_is_loaded_both_ends_run_in_the_kernel() {
+    let (c, server) = pair(identity());
+    let s = server.join().unwrap();
+    match (ktls::offload(c).unwrap(), ktls::offload(s).unwrap()) {
+        (Offload::Kernel(c), Offload::Kernel(s)) => assert_eq!(c.cipher(), s.cipher()),
+        (Offload::User(_, why), _) | (_, Offload::User(_, why)) => {
+            panic!("the tls ULP, which the build found, refused: {why}")
+        }
+    }
 }
 
 #[test]

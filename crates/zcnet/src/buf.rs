@@ -403,15 +403,26 @@ mod tests {
         assert!(!other.owns(&a));
     }
 
+    /// Where transparent huge pages are on, a pool large enough is carved for them.
+    #[cfg_attr(
+        not(zcnet_has_thp),
+        ignore = "needs transparent huge pages on (always or madvise in /sys/kernel/mm/transparent_hugepage/enabled)"
+    )]
+    #[test]
+    fn a_large_pool_is_carved_for_huge_pages_where_the_kernel_has_them() {
+        assert!(zcnet_sys::mem::thp_available(), "the build found THP on");
+        assert!(Pool::new_huge(8, 68 << 10).unwrap().huge_pages());
+    }
+
     #[test]
     fn a_huge_pool_hands_out_distinct_buffers_it_can_index() {
         let pool = Pool::new_huge(8, 68 << 10).unwrap();
         assert!(!Pool::new(8, 68 << 10).unwrap().huge_pages());
-        if zcnet_sys::mem::thp_available() {
-            assert!(pool.huge_pages(), "8 x 68 KiB is past HUGE_POOL_FROM");
-        } else {
-            zcnet_testbed::skip::skip_allowed("huge pages: transparent huge pages are off here");
-        }
+        assert_eq!(
+            pool.huge_pages(),
+            zcnet_sys::mem::thp_available(),
+            "8 x 68 KiB is past HUGE_POOL_FROM: carved where huge pages may back it"
+        );
         assert!(
             !Pool::new_huge(2, 4096).unwrap().huge_pages(),
             "too small to carve"

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{connect, listen, recv_pattern, send_pattern, timeout, veth_or_skip, Topo};
+use common::{connect, listen, recv_pattern, send_pattern, timeout, veth_pair, Topo};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use zcnet::auto::{Profile, ProfileSource};
@@ -302,9 +302,7 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
 )]
 #[test]
 fn without_a_profile_transmit_auto_over_veth_is_one_plain_send_per_operation() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     let dir = tempfile::tempdir().unwrap();
     let size = 16 * KIB;
     let ops = 4096u64;
@@ -572,6 +570,10 @@ fn assert_rx_check_accounted(s: &StatsSnapshot) {
     }
 }
 
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[test]
 fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_stream() {
     let dir = tempfile::tempdir().unwrap();
@@ -584,13 +586,11 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
     // as after four good verdicts (64 windows on), the next 64 after it.
     let (path, s) = auto_receive(rx_cfg, 160 << 20);
     assert_eq!((s.auto_rx.decisions, s.auto_rx.chose_trial), (1, 1));
-    if path == RxPath::Copy {
-        zcnet_testbed::skip::skip(
-            "the uring trial: io_uring is not available here (copy was used)",
-        );
-        return;
-    }
-    assert_eq!(path, RxPath::Uring);
+    assert_eq!(
+        path,
+        RxPath::Uring,
+        "io_uring, which the build found, was tried"
+    );
     // Copy, uring and mmap in four interleaved rounds (1 MiB windows: 15 MiB of 160), one
     // kept; uring read in its windows and was parked for the others'.
     assert_trial_accounted(&s, 3, true);
@@ -612,18 +612,12 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
 /// own clock when the sender is anything else; with a profile it never looks. Which arm
 /// wins is not asserted (speed), only that the trial ran whole on every byte and the clock
 /// was found exactly where it should be.
+#[cfg_attr(
+    not(all(zcnet_has_dev_shm, zcnet_has_schedstat)),
+    ignore = "needs a writable /dev/shm (where a sender leaves its card) and per-thread schedstat (its clock)"
+)]
 #[test]
 fn a_receiver_without_a_profile_reads_its_zcnet_senders_clock_and_no_one_elses() {
-    if tempfile::tempdir_in("/dev/shm").is_err() {
-        zcnet_testbed::skip::skip("no writable /dev/shm here, so no sender can leave its card");
-        return;
-    }
-    if !std::path::Path::new("/proc/thread-self/schedstat").exists() {
-        zcnet_testbed::skip::skip_allowed(
-            "this kernel keeps no per-thread schedstat, so no sender's clock reads",
-        );
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let cfg = || {
         let mut c = rx_without_profile(&dir, 64 << 10);
@@ -690,17 +684,12 @@ fn a_receiver_without_a_profile_reads_its_zcnet_senders_clock_and_no_one_elses()
 /// after two trials run none, and that the next trial skipped what both dropped — read
 /// off the window counts: 12 with none dropped, 10 with one, 6 with both — is not. Every
 /// byte of the connections is verified.
+#[cfg_attr(
+    not(all(zcnet_has_dev_shm, zcnet_has_schedstat)),
+    ignore = "needs a writable /dev/shm and per-thread schedstat (the memory is keyed by the sender's card)"
+)]
 #[test]
 fn later_connections_skip_what_two_trials_in_a_row_dropped_or_kept() {
-    if tempfile::tempdir_in("/dev/shm").is_err()
-        || !std::path::Path::new("/proc/thread-self/schedstat").exists()
-    {
-        zcnet_testbed::skip::skip_allowed(
-            "the memory is keyed by the sender's card (needs a writable /dev/shm and \
-             per-thread schedstat)",
-        );
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let cfg = || {
         let mut c = rx_without_profile(&dir, 48 << 10);
@@ -829,14 +818,12 @@ fn rx_without_profile(dir: &tempfile::TempDir, op_size: usize) -> ReceiverConfig
 /// Which one wins is the clock's business; that each was reached in every round and one
 /// kept is in the counters.
 #[cfg_attr(
-    not(zcnet_netns),
-    ignore = "needs root and iproute2 (network namespaces)"
+    not(all(zcnet_netns, zcnet_has_uring)),
+    ignore = "needs root and iproute2 (network namespaces) and io_uring (Linux 6.0)"
 )]
 #[test]
 fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_veth() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     let dir = tempfile::tempdir().unwrap();
     let mut rx_cfg = rx_without_profile(&dir, 16 * KIB as usize);
     rx_cfg.cost_window = 1 << 20;
@@ -858,18 +845,15 @@ fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_
     // The mapping receiver was reached and read the socket itself (from a copying sender it
     // maps nothing over veth, kernel-findings §2, but its calls are made).
     assert!(s.rx_zc_calls > 0, "mmap was tried: {s:?}");
-    if path == RxPath::Uring {
-        // Four rounds of three 1 MiB windows (and a quarter each to settle): 15 MiB of 160,
-        // then room for a kept candidate's two checks.
-        assert!(s.rx_uring_cqes > 0, "uring was tried: {s:?}");
-        assert_trial_accounted(&s, 3, true);
-    } else {
-        zcnet_testbed::skip::skip(
-            "the uring arm: io_uring is not available here (copy and mmap tried)",
-        );
-        assert_eq!(path, RxPath::Mmap);
-        assert_trial_accounted(&s, 2, true);
-    }
+    assert_eq!(
+        path,
+        RxPath::Uring,
+        "io_uring, which the build found, was tried"
+    );
+    // Four rounds of three 1 MiB windows (and a quarter each to settle): 15 MiB of 160,
+    // then room for a kept candidate's two checks.
+    assert!(s.rx_uring_cqes > 0, "uring was tried: {s:?}");
+    assert_trial_accounted(&s, 3, true);
 }
 
 /// The receive trial is bounded in bytes: four rounds of copy and two candidates, a window
@@ -877,14 +861,12 @@ fn without_a_profile_the_receiver_measures_copy_uring_and_mmap_interleaved_over_
 /// 1-second bench run over veth at 16 KiB (400-1100 MiB) ends after the pick. Counted: 16
 /// windows' bytes sent, the pick is made.
 #[cfg_attr(
-    not(zcnet_netns),
-    ignore = "needs root and iproute2 (network namespaces)"
+    not(all(zcnet_netns, zcnet_has_uring)),
+    ignore = "needs root and iproute2 (network namespaces) and io_uring (Linux 6.0)"
 )]
 #[test]
 fn without_a_profile_the_receive_trial_picks_within_fifteen_windows_over_veth() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     let dir = tempfile::tempdir().unwrap();
     let rx_cfg = rx_without_profile(&dir, 16 * KIB as usize);
     let window = rx_cfg.cost_window;
@@ -900,12 +882,12 @@ fn without_a_profile_the_receive_trial_picks_within_fifteen_windows_over_veth() 
     // The pick comes 15 windows in; the check's first look at a kept candidate 64 windows
     // after it, so nothing is checked in these 16.
     assert_eq!(a.cost_checks, 0, "{a:?}");
-    if path == RxPath::Uring {
-        assert_trial_accounted(&s, 3, false);
-    } else {
-        zcnet_testbed::skip::skip("the three-arm trial: io_uring is not available here");
-        assert_trial_accounted(&s, 2, false);
-    }
+    assert_eq!(
+        path,
+        RxPath::Uring,
+        "io_uring, which the build found, was tried"
+    );
+    assert_trial_accounted(&s, 3, false);
 }
 
 #[test]
@@ -927,6 +909,10 @@ fn a_mapping_receiver_the_profile_overrates_is_checked_against_copy_mid_stream()
     assert_rx_check_accounted(&s);
 }
 
+#[cfg_attr(
+    not(zcnet_has_uring),
+    ignore = "needs io_uring (Linux 6.0, kernel.io_uring_disabled 0)"
+)]
 #[test]
 fn a_receiver_trying_uring_hands_the_socket_to_splice_and_back_with_every_byte() {
     use std::io::Read;
@@ -981,10 +967,11 @@ fn a_receiver_trying_uring_hands_the_socket_to_splice_and_back_with_every_byte()
         n, total,
         "every byte, in order, across the three hand-overs"
     );
-    if path == RxPath::Copy {
-        zcnet_testbed::skip::skip("the uring part: io_uring is not available here (copy was used)");
-        return;
-    }
+    assert_eq!(
+        path,
+        RxPath::Uring,
+        "io_uring, which the build found, was tried"
+    );
     assert_eq!(path, RxPath::Uring);
     assert!(s.rx_uring_cqes > 0, "{s:?}");
     assert_eq!(

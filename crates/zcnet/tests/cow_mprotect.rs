@@ -12,7 +12,7 @@
 mod common;
 mod cow_support;
 
-use common::{veth_or_skip, Topo};
+use common::{veth_pair, Topo};
 use cow_support::*;
 use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt;
@@ -21,27 +21,27 @@ use zcnet::cow::{self, BackendKind};
 use zcnet::RxPath;
 use zcnet_sys::testing::Mapping;
 
-fn mprotect_or_skip() -> bool {
-    match cow::use_backend(BackendKind::Mprotect) {
-        Ok(()) => true,
-        Err(why) => {
-            zcnet_testbed::skip::skip(&format!("mprotect backend unavailable: {why}"));
-            false
-        }
+/// The mprotect backend, which needs only /proc/self/pagemap and a `SIGSEGV` handler: a
+/// host without it is a failure, with why.
+fn require_mprotect() {
+    if let Err(why) = cow::use_backend(BackendKind::Mprotect) {
+        panic!("mprotect backend unavailable: {why}");
     }
 }
 
 #[test]
 fn overwrite_in_flight_loopback() {
-    if !mprotect_or_skip() {
-        return;
-    }
+    require_mprotect();
     for rx in [RxPath::Copy, RxPath::Mmap] {
         let (sent, s) = run(Topo::Loopback, rx, |tx| {
             overwrite_after_each_send(tx, 16, 1 << 20)
         });
-        assert_copy_on_write_happened(&format!("lo cow(mprotect)->{rx}"), sent, &s);
-        assert_eq!(s.tx_cow_bytes_protected, sent);
+        let what = format!("lo cow(mprotect)->{rx}");
+        assert_copy_on_write_happened(&what, sent, &s);
+        // Less what the kernel would not pin within the locked-memory limit (copied,
+        // counted; none with CAP_IPC_LOCK).
+        let refused = common::memlock_copied(&s, &what);
+        assert_eq!(s.tx_cow_bytes_protected + refused, sent);
     }
     assert_eq!(cow::engine_stats().unwrap().backend, BackendKind::Mprotect);
 }
@@ -52,12 +52,8 @@ fn overwrite_in_flight_loopback() {
 )]
 #[test]
 fn overwrite_in_flight_veth() {
-    if !mprotect_or_skip() {
-        return;
-    }
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    require_mprotect();
+    let pair = veth_pair(1500);
     let (sent, s) = run(Topo::Netns(&pair), RxPath::Copy, |tx| {
         overwrite_after_each_send(tx, 16, (1 << 20) + 3 * PAGE)
     });
@@ -66,9 +62,7 @@ fn overwrite_in_flight_veth() {
 
 #[test]
 fn concurrent_senders_on_threads() {
-    if !mprotect_or_skip() {
-        return;
-    }
+    require_mprotect();
     std::thread::scope(|s| {
         let runs: Vec<_> = (0..3)
             .map(|i| {
@@ -122,9 +116,7 @@ fn run_child(what: &str) -> std::process::Output {
 /// must see it, and the process dies of SIGSEGV — not a hang, not a silent retry loop.
 #[test]
 fn foreign_segfault_is_chained() {
-    if !mprotect_or_skip() {
-        return;
-    }
+    require_mprotect();
     let out = run_child("segv");
     assert_eq!(
         out.status.signal(),
@@ -140,9 +132,7 @@ fn foreign_segfault_is_chained() {
 /// action installed before ours) still reports it.
 #[test]
 fn stack_overflow_report_survives() {
-    if !mprotect_or_skip() {
-        return;
-    }
+    require_mprotect();
     let out = run_child("overflow");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(

@@ -75,8 +75,15 @@ fn enobufs_is_retried_then_the_rest_copied_and_counted() {
     let (err, sent, st, got, _) = run(TxPath::Zerocopy, Policy::always(), SIZE, plan);
     assert!(err.is_none(), "{err:?}");
     assert_eq!((sent, got), (SIZE, SIZE));
-    assert_eq!(st.tx_enobufs, 6);
-    assert_eq!(st.fallback_ops(FallbackReason::Enobufs), 1);
+    // The six injected; without CAP_IPC_LOCK the kernel may add its own (pages past
+    // RLIMIT_MEMLOCK, per user, shared by the tests running in parallel), each counted too.
+    if common::has_cap_ipc_lock() {
+        assert_eq!(st.tx_enobufs, 6);
+        assert_eq!(st.fallback_ops(FallbackReason::Enobufs), 1);
+    } else {
+        assert!(st.tx_enobufs >= 6, "{st:?}");
+        assert!(st.fallback_ops(FallbackReason::Enobufs) >= 1, "{st:?}");
+    }
     assert!(st.tx_bytes_copy > 0 && st.tx_bytes_zerocopy > 0);
     assert_eq!(st.tx_bytes_copy + st.tx_bytes_zerocopy, SIZE);
 }

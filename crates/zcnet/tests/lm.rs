@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{pattern, veth_or_skip};
+use common::{pattern, veth_pair};
 use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,16 +25,12 @@ use zcnet_testbed::netns::VethPair;
 const PORT: u16 = 7710;
 const WAIT: Duration = Duration::from_secs(5);
 
-fn skipped(why: &str) {
-    zcnet_testbed::skip::skip(why);
-}
-
-fn pair_or_skip(mtu: u32) -> Option<VethPair> {
-    if !LmProgram::is_built() {
-        skipped("zcnet was built without its XDP programs (no clang at build time)");
-        return None;
-    }
-    veth_or_skip(mtu)
+fn xdp_pair(mtu: u32) -> VethPair {
+    assert!(
+        LmProgram::is_built(),
+        "zcnet was built without its XDP programs (they are committed: bpf/*.o)"
+    );
+    veth_pair(mtu)
 }
 
 /// Where the bytes of message `id` from `from` start in the pattern: ids restart at 1 for
@@ -241,9 +237,7 @@ impl Rogue {
 )]
 #[test]
 fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
-    let Some(pair) = pair_or_skip(1500) else {
-        return;
-    };
+    let pair = xdp_pair(1500);
     let rx = open_b(&pair, |_| {});
     let tx = open_a(&pair, PORT, |_| {});
     assert!(rx.receives_in_place(), "notes: {:?}", rx.notes());
@@ -315,9 +309,7 @@ fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
 )]
 #[test]
 fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
-    let Some(pair) = pair_or_skip(1500) else {
-        return;
-    };
+    let pair = xdp_pair(1500);
     let mut rx = open_b(&pair, |_| {});
     let tx = open_a(&pair, PORT, |_| {});
     let sizes = vec![1 << 20; 8];
@@ -366,9 +358,7 @@ fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
 )]
 #[test]
 fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_ring() {
-    let Some(pair) = pair_or_skip(1500) else {
-        return;
-    };
+    let pair = xdp_pair(1500);
     let mut rx = open_b(&pair, |_| {});
     let tx = open_a(&pair, PORT, |_| {});
     // 100 000 B = 70 fragments. Every 250th DATA frame is dropped: frames 250 and 500 are
@@ -431,9 +421,7 @@ fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_rin
 )]
 #[test]
 fn reordered_or_partial_messages_are_lost_never_wrong_and_the_next_one_arrives() {
-    let Some(pair) = pair_or_skip(1500) else {
-        return;
-    };
+    let pair = xdp_pair(1500);
     let rx = open_b(&pair, |c| c.assembly_timeout = Duration::from_millis(300));
     let to = rx.local_addr();
     let rogue = Rogue::new(&pair, 7801, to);
@@ -508,9 +496,7 @@ fn reordered_or_partial_messages_are_lost_never_wrong_and_the_next_one_arrives()
 )]
 #[test]
 fn a_second_sender_is_held_off_while_a_message_is_assembled_then_admitted() {
-    let Some(pair) = pair_or_skip(1500) else {
-        return;
-    };
+    let pair = xdp_pair(1500);
     let rx = open_b(&pair, |_| {});
     let to = rx.local_addr();
     // The first sender, by hand, so the test decides when its message is half-way.
@@ -584,9 +570,7 @@ fn a_second_sender_is_held_off_while_a_message_is_assembled_then_admitted() {
 #[test]
 fn the_kernel_socket_fallback_works_on_either_end_alone_and_is_counted() {
     for (tx_xsk, rx_xsk) in [(false, true), (true, false), (false, false)] {
-        let Some(pair) = pair_or_skip(1500) else {
-            return;
-        };
+        let pair = xdp_pair(1500);
         let rx = open_b(&pair, |c| c.xsk = rx_xsk);
         let tx = open_a(&pair, PORT, |c| c.xsk = tx_xsk);
         assert_eq!(tx.transmits_via_xsk(), tx_xsk);
@@ -639,9 +623,7 @@ fn the_kernel_socket_fallback_works_on_either_end_alone_and_is_counted() {
 )]
 #[test]
 fn bad_requests_are_refused_with_a_reason_and_oversized_loans_are_errors() {
-    let Some(pair) = pair_or_skip(1500) else {
-        return;
-    };
+    let pair = xdp_pair(1500);
     let rx = open_b(&pair, |c| c.max_message = 100_000);
     let to = rx.local_addr();
     let rogue = Rogue::new(&pair, 7805, to);

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{pattern, veth_or_skip, PERIOD};
+use common::{pattern, veth_pair, PERIOD};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -208,17 +208,21 @@ fn check_outcome(
     match (api, tx_mode) {
         (Api::Loan, MsgTx::Zerocopy | MsgTx::Uring) => {
             if tx_mode == MsgTx::Uring {
+                let unsupported = out.tx_io.fallback_ops(FallbackReason::Unsupported);
                 if !out.uring {
-                    // No ring (no SEND_ZC, or io_uring_setup refused for locked memory):
-                    // counted once with its reason.
-                    assert!(
-                        out.tx_io.fallback_ops(FallbackReason::Unsupported)
-                            + out.tx_io.fallback_ops(FallbackReason::Memlock)
-                            > 0,
-                        "{what}"
-                    );
-                    eprintln!("note: {what}: io_uring SEND_ZC unavailable, MSG_ZEROCOPY checked");
+                    // No ring, counted once with its reason: no io_uring here (the build
+                    // found none, `zcnet_has_uring`), or io_uring_setup refused for locked
+                    // memory.
+                    if cfg!(zcnet_has_uring) {
+                        assert!(
+                            out.tx_io.fallback_ops(FallbackReason::Memlock) > 0,
+                            "{what}: io_uring, which the build found, refused but for memlock"
+                        );
+                    } else {
+                        assert!(unsupported > 0, "{what}: no io_uring here, counted");
+                    }
                 } else {
+                    assert_eq!(unsupported, 0, "{what}: io_uring, which the build found");
                     // The blocking sender returns with its message submitted.
                     assert_eq!(
                         out.tx_io.tx_uring_submits, n,
@@ -314,14 +318,12 @@ fn sizes_over_loopback_copy_and_zerocopy_with_and_without_small_segments() {
     }
 }
 
+#[cfg_attr(not(zcnet_has_ipv6_loopback), ignore = "needs IPv6 loopback (::1)")]
 #[test]
 fn ipv6_loopback() {
     let cfg = config(MsgTx::Zerocopy);
-    let Ok(rx) = MsgReceiver::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0), &cfg)
-    else {
-        zcnet_testbed::skip::skip("no IPv6 loopback");
-        return;
-    };
+    let rx = MsgReceiver::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0), &cfg)
+        .expect("binding ::1, which the build could");
     let mut tx = MsgSender::connect(rx.local_addr().unwrap(), &cfg).unwrap();
     assert_eq!(
         tx.segment(),
@@ -362,9 +364,7 @@ fn netns_case(pair: &VethPair, cfg: &MsgConfig, api: Api, what: &str) -> (Outcom
 #[test]
 fn sizes_over_veth_between_namespaces() {
     for mtu in [1500, 9000] {
-        let Some(pair) = veth_or_skip(mtu) else {
-            return;
-        };
+        let pair = veth_pair(mtu);
         for (api, tx_mode) in [
             (Api::Slice, MsgTx::Copy),
             (Api::Loan, MsgTx::Zerocopy),
@@ -393,9 +393,7 @@ fn sizes_over_veth_between_namespaces() {
 )]
 #[test]
 fn gso_refused_for_a_segment_above_the_mtu_falls_back_counted() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     // 4000-byte datagrams over a 1500 MTU: the kernel refuses GSO (EINVAL: segment larger
     // than the path allows), so the sender halves its batches down to one datagram per call
     // and stops asking; the kernel then IP-fragments each datagram. Nothing is lost.
@@ -422,9 +420,7 @@ fn gso_refused_for_a_segment_above_the_mtu_falls_back_counted() {
 )]
 #[test]
 fn enobufs_from_option_memory_retries_then_copies_counted() {
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     // optmem_max is per namespace in 6.x: 0 leaves no room for any zero-copy notification.
     pair.sysctl_a("net.core.optmem_max", "0").unwrap();
     let cfg = config(MsgTx::Zerocopy);
@@ -867,15 +863,13 @@ fn a_datagram_longer_than_the_receive_buffer_is_reported_truncated() {
 
 // ---- loss injected by nftables in the receiver's namespace ----
 
-fn nft_or_skip() -> bool {
-    let found = std::process::Command::new("nft")
+/// For a test marked ignored without `zcnet_has_nft`: the build found `nft` on PATH.
+fn require_nft() {
+    let runs = std::process::Command::new("nft")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        zcnet_testbed::skip::skip("nft not installed");
-    }
-    found
+    assert!(runs, "nft, which the build found, does not run");
 }
 
 /// Loads `rules` into namespace `ns` with `nft -f -`.
@@ -912,12 +906,8 @@ fn drop_rule(port: u16, id: u32, offset: Option<u32>) -> String {
 )]
 #[test]
 fn datagrams_dropped_by_nftables_are_reported_lost() {
-    if !nft_or_skip() {
-        return;
-    }
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    require_nft();
+    let pair = veth_pair(1500);
     let mut cfg = config(MsgTx::Zerocopy);
     cfg.reassembly.timeout = Duration::from_millis(300);
     let mut rx = pair
@@ -1016,8 +1006,12 @@ fn a_local_route_is_demoted_to_copy_by_either_zero_copy_engine() {
         let out = transfer(tx_mode, &mut tx, rx, &sizes, Api::Loan, &what);
         assert_eq!(out.rx.messages_received, 400, "{what}");
         assert_eq!(out.rx.messages_lost, 0, "{what}");
-        if tx_mode == MsgTx::Uring && !tx.uring_enabled() {
-            eprintln!("note: {what}: io_uring SEND_ZC unavailable, MSG_ZEROCOPY checked");
+        if tx_mode == MsgTx::Uring && cfg!(zcnet_has_uring) {
+            assert!(
+                tx.uring_enabled() || out.tx_io.fallback_ops(FallbackReason::Memlock) > 0,
+                "{what}: the ring sends where the build found io_uring, unless refused for \
+                 locked memory (counted)"
+            );
         }
         assert!(out.tx_io.tx_demotions >= 1, "{what}: {:?}", out.tx_io);
         assert!(out.tx.zerocopy_messages > 0, "{what}: zero-copy first");

@@ -7,7 +7,7 @@ mod common;
 
 use common::{
     connect, listen, pattern, receiver_config, recv_pattern, send_pattern, sender_config,
-    veth_or_skip, Topo, Verifier,
+    veth_pair, Topo, Verifier,
 };
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -16,10 +16,6 @@ use std::time::Duration;
 use zcnet::stream::Listener;
 use zcnet::{Error, FallbackReason, Pool, RxPath, StatsSnapshot, TxPath};
 use zcnet_sys::uring::zcrx;
-
-fn skipped(why: &str) {
-    zcnet_testbed::skip::skip(why);
-}
 
 /// Sends `size` pattern bytes with `tx_path` to a receiver built from `rcfg` that waits
 /// `delay` before its first read and reads with `recv()` (offset 0) or `recv_into` of
@@ -250,10 +246,7 @@ fn has_cap_ipc_lock() -> bool {
 fn a_pool_the_kernel_will_not_register_is_sent_unregistered_and_counted() {
     // io_uring takes at most 16384 fixed buffers (IORING_MAX_REG_BUFFERS): one more and
     // IORING_REGISTER_BUFFERS is EINVAL. The ring then sends with plain SEND_ZC.
-    let pool = match Pool::new(16385, 4096) {
-        Ok(p) => p,
-        Err(e) => return skipped(&format!("cannot map 16385 buffers: {e}")),
-    };
+    let pool = Pool::new(16385, 4096).expect("16385 buffers of 4 KiB");
     let mut scfg = sender_config(TxPath::Uring);
     scfg.pool = Some(pool);
     let size = 4 << 20;
@@ -287,8 +280,8 @@ fn a_pool_the_kernel_will_not_register_is_sent_unregistered_and_counted() {
 const MEMLOCK_CHILD: &str = "ZCNET_URING_MEMLOCK_CHILD";
 
 #[cfg_attr(
-    not(all(zcnet_has_prlimit, zcnet_has_setpriv)),
-    ignore = "needs prlimit and setpriv (apt-get install util-linux)"
+    not(all(zcnet_has_prlimit, any(zcnet_has_setpriv, not(zcnet_root)))),
+    ignore = "needs prlimit, and setpriv as root (apt-get install util-linux)"
 )]
 #[test]
 fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_on() {
@@ -330,22 +323,32 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
         println!("memlock child ok: {tx:?}");
         return;
     }
-    let (Ok(prlimit), Ok(setpriv)) = (which("prlimit"), which("setpriv")) else {
-        return skipped("prlimit or setpriv (util-linux) not installed");
-    };
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(prlimit)
-        .arg("--memlock=524288:524288")
-        .arg(setpriv)
-        .args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--"])
-        .arg(exe)
-        .args([
-            "--exact",
-            "without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_on",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(MEMLOCK_CHILD, "1")
+    let text = run_limited_child(
+        "--memlock=524288:524288",
+        "without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_on",
+        MEMLOCK_CHILD,
+    );
+    assert!(
+        text.contains("memlock child ok"),
+        "child did not run:\n{text}"
+    );
+}
+
+/// Runs the test `name` of this binary alone, under `prlimit limit` and without
+/// `CAP_IPC_LOCK` (dropped with `setpriv` as root; an ordinary user has none), with `env`
+/// set; its output, once it succeeded.
+fn run_limited_child(limit: &str, name: &str, env: &str) -> String {
+    let prlimit = which("prlimit").expect("prlimit, which the build found");
+    let mut cmd = Command::new(prlimit);
+    cmd.arg(limit);
+    if rustix::process::geteuid().is_root() {
+        cmd.arg(which("setpriv").expect("setpriv, which the build found"))
+            .args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--"]);
+    }
+    let out = cmd
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
         .output()
         .unwrap();
     let text = format!(
@@ -353,21 +356,15 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    if !out.status.success() && text.contains("setpriv:") {
-        return skipped(&format!("could not drop CAP_IPC_LOCK: {text}"));
-    }
     assert!(out.status.success(), "child failed:\n{text}");
-    assert!(
-        text.contains("memlock child ok"),
-        "child did not run:\n{text}"
-    );
+    text
 }
 
 const NO_MEMLOCK_CHILD: &str = "ZCNET_URING_NO_MEMLOCK_CHILD";
 
 #[cfg_attr(
-    not(all(zcnet_has_prlimit, zcnet_has_setpriv)),
-    ignore = "needs prlimit and setpriv (apt-get install util-linux)"
+    not(all(zcnet_has_prlimit, any(zcnet_has_setpriv, not(zcnet_root)))),
+    ignore = "needs prlimit, and setpriv as root (apt-get install util-linux)"
 )]
 #[test]
 fn a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock() {
@@ -384,39 +381,15 @@ fn a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock
             None,
         );
         assert_eq!(n, size);
-        if tx.tx_bytes_zerocopy > 0 {
-            // This kernel charges the rings elsewhere (memory cgroup): nothing to see here.
-            return skipped("io_uring_setup succeeded with RLIMIT_MEMLOCK 0");
-        }
         assert_eq!(tx.fallback_bytes(FallbackReason::Memlock), size, "{tx:?}");
         assert_eq!(tx.fallback_bytes(FallbackReason::Unsupported), 0, "{tx:?}");
         println!("no-memlock child ok: {tx:?}");
         return;
     }
-    let (Ok(prlimit), Ok(setpriv)) = (which("prlimit"), which("setpriv")) else {
-        return skipped("prlimit or setpriv (util-linux) not installed");
-    };
     let name = "a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock";
-    let out = Command::new(prlimit)
-        .arg("--memlock=0:0")
-        .arg(setpriv)
-        .args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(NO_MEMLOCK_CHILD, "1")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() && text.contains("setpriv:") {
-        return skipped(&format!("could not drop CAP_IPC_LOCK: {text}"));
-    }
-    assert!(out.status.success(), "child failed:\n{text}");
+    let text = run_limited_child("--memlock=0:0", name, NO_MEMLOCK_CHILD);
     assert!(
-        text.contains("no-memlock child ok") || text.contains("succeeded with RLIMIT_MEMLOCK 0"),
+        text.contains("no-memlock child ok"),
         "child did not run:\n{text}"
     );
 }
@@ -448,9 +421,7 @@ fn zcrx_registration_errors_are_the_kernels() {
     let e = zcrx::ZcrxQueue::register(lo, 0, 1 << 20, 256).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
     // Nor has veth, on any queue.
-    let Some(pair) = veth_or_skip(1500) else {
-        return;
-    };
+    let pair = veth_pair(1500);
     for rxq in [0, 5] {
         let got = pair
             .run_in_b(|| {
@@ -468,8 +439,8 @@ fn zcrx_registration_errors_are_the_kernels() {
 }
 
 #[cfg_attr(
-    not(zcnet_root),
-    ignore = "needs root (CAP_NET_ADMIN: without it zcrx registration is EPERM, not the interface's reason)"
+    not(zcnet_netns),
+    ignore = "needs root and iproute2 (network namespaces; without CAP_NET_ADMIN zcrx registration is EPERM, not the interface's reason)"
 )]
 #[test]
 fn a_zcrx_receiver_falls_back_to_uring_and_says_why() {
@@ -498,9 +469,7 @@ fn a_zcrx_receiver_falls_back_to_uring_and_says_why() {
     assert_eq!(rx.rx_bytes_mapped, 0);
 
     // veth, accepting inside the receiver's namespace: the kernel sees vzb and refuses too.
-    let Some(pair) = veth_or_skip(9000) else {
-        return;
-    };
+    let pair = veth_pair(9000);
     let cfg = receiver_config(RxPath::Zcrx);
     let listener: Listener = pair
         .run_in_b(|| Listener::bind(SocketAddr::new(IpAddr::V4(pair.addr_b()), 0), &cfg))

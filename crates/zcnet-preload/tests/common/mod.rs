@@ -7,18 +7,29 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Whether python3 with `modules` (as an `import` line names them) is here; prints the
-/// SKIP line if not.
-pub fn python3(modules: &str) -> bool {
+/// Asserts python3 has `modules` (as an `import` line names them), for a test marked
+/// ignored without `zcnet_has_python3`: the build found python3, so a module it lacks is a
+/// failure, with why, never a pass that ran nothing.
+pub fn require_python3(modules: &str) {
     let ok = Command::new("python3")
         .arg("-c")
         .arg(format!("import {modules}"))
         .status()
         .is_ok_and(|s| s.success());
-    if !ok {
-        zcnet_testbed::skip::skip(&format!("python3 with {modules} is not installed"));
-    }
-    ok
+    assert!(
+        ok,
+        "python3, which the build found, cannot import {modules}"
+    );
+}
+
+/// Asserts the stats `line` names a write-protection engine: the automatic choice falls back
+/// from userfaultfd to mprotect, which needs only /proc/self/pagemap, so a zero-copy sender
+/// always has one.
+pub fn assert_engine(line: &Value) {
+    assert!(
+        !line["engine"].is_null(),
+        "no write-protection engine in the process: {line}"
+    );
 }
 
 /// `target/<profile>/deps/libzcnet_preload.so`: cargo builds the library (cdylib and rlib

@@ -453,14 +453,12 @@ mod tests {
     /// A receiver finds the card its sender published, reads that thread's clock as it
     /// works, scaled to its own bytes, follows the sends to another thread, and finds
     /// nothing once the sender is dropped — nor for the other direction's addresses.
+    #[cfg_attr(
+        not(zcnet_has_schedstat),
+        ignore = "needs per-thread schedstat (/proc/thread-self/schedstat, CONFIG_SCHED_INFO)"
+    )]
     #[test]
     fn a_receiver_reads_the_sending_threads_clock_and_follows_it() {
-        if !Path::new("/proc/thread-self/schedstat").exists() {
-            zcnet_testbed::skip::skip_allowed(
-                "this kernel keeps no per-thread schedstat (CONFIG_SCHED_INFO)",
-            );
-            return;
-        }
         let dir = tempfile::tempdir().unwrap();
         let (s, r) = addrs();
         let (go, wait) = mpsc::channel::<u64>();
@@ -594,12 +592,10 @@ mod tests {
         assert!(other.exists(), "not a card's name: not ours to remove");
     }
 
+    #[cfg_attr(not(zcnet_has_dev_shm), ignore = "needs a writable /dev/shm")]
     #[test]
     fn the_default_directory_is_this_users_alone() {
-        let Some(dir) = default_dir() else {
-            zcnet_testbed::skip::skip(&format!("{SHARED} is not here or not writable"));
-            return;
-        };
+        let dir = default_dir().expect("a card directory under the writable /dev/shm");
         let m = std::fs::metadata(&dir).unwrap();
         assert_eq!(m.uid(), socket::euid());
         assert_eq!(m.mode() & 0o077, 0, "{:o}", m.mode());

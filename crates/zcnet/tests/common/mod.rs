@@ -10,7 +10,7 @@ use zcnet::{Receiver, ReceiverConfig, RxPath, Sender, SenderConfig, StatsSnapsho
 #[allow(unused_imports)] // each test binary uses its own subset
 pub use zcnet_testbed::pattern::{pattern, Verifier, PERIOD};
 #[allow(unused_imports)]
-pub use zcnet_testbed::topo::{veth_or_skip, Topo};
+pub use zcnet_testbed::topo::{veth_pair, Topo};
 
 /// One transfer's shape.
 #[derive(Debug, Clone, Copy)]
@@ -114,4 +114,32 @@ pub fn transfer(topo: Topo<'_>, case: Case) -> Outcome {
             received,
         }
     })
+}
+
+/// Whether this process may pin memory past `RLIMIT_MEMLOCK`: `CAP_IPC_LOCK` (bit 14 of
+/// `CapEff` in /proc/self/status), which root has.
+pub fn has_cap_ipc_lock() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .expect("CapEff in /proc/self/status");
+    u64::from_str_radix(eff.trim(), 16).expect("CapEff in hex") & (1 << 14) != 0
+}
+
+/// The bytes a zero-copy sender copied because the kernel would not pin them within the
+/// locked-memory limit, counted as such: `Enobufs` (`MSG_ZEROCOPY` charges its pages to the
+/// user's locked memory, shared by every test of the binary running in parallel) and
+/// `Memlock` (io_uring). Without `CAP_IPC_LOCK` (an ordinary user's 8 MiB) a transfer may
+/// have some; with it (root) none, asserted.
+pub fn memlock_copied(s: &StatsSnapshot, what: &str) -> u64 {
+    let refused = s.fallback_bytes(zcnet::FallbackReason::Enobufs)
+        + s.fallback_bytes(zcnet::FallbackReason::Memlock);
+    if has_cap_ipc_lock() {
+        assert_eq!(
+            refused, 0,
+            "{what}: with CAP_IPC_LOCK nothing is refused: {s:?}"
+        );
+    }
+    refused
 }

@@ -33,6 +33,12 @@
 //! variants, 3 repeats, 0.25 s, 5 rounds of 1 s) plan 612 runs + at most 360: about four
 //! minutes of measuring and at most seven more of racing (about two: pairs leave).
 //!
+//! A configuration none of whose runs moved a byte (a loaded host: the run's time went by
+//! before data flowed) has no row — a run of no bytes is no measurement — and without the
+//! `copy` rows the profile is unusable. So such a configuration is said on stderr and
+//! measured again, up to three times, each run twice as long as the last; one still not
+//! measured then fails `tune` with its name.
+//!
 //! One profile per interface measured, keyed by kernel release, interface and MTU, in the
 //! directory `auto` looks in.
 

@@ -8,7 +8,10 @@
 mod common;
 
 use bytes::Bytes;
-use common::{bounded, pattern_vec, read_verified, stalled_pair, Watched};
+use common::{
+    bounded, bounded_by_progress, pattern_vec, read_verified, read_verified_counting, stalled_pair,
+    Progress, Watched,
+};
 use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::task::Poll;
@@ -226,6 +229,7 @@ async fn send_with_cancellations(
     via: Via,
     count: usize,
     rng: &mut Rng,
+    progress: &Progress,
 ) -> Tally {
     let mut t = Tally::default();
     let mut pos = 0u64;
@@ -239,6 +243,7 @@ async fn send_with_cancellations(
             let cancel = rng.below(3);
             let k = 1 + rng.below(3) as usize;
             let timer = std::time::Duration::from_micros(rng.below(1500));
+            // Each send that returns, finished or cancelled, is a step.
             let finished = match (via, cancel) {
                 (_, 0) => {
                     send_one(&mut s, via, part).await;
@@ -254,6 +259,7 @@ async fn send_with_cancellations(
                     _ = tokio::time::sleep(timer) => false,
                 },
             };
+            progress.add(1);
             if finished {
                 from = len;
                 continue;
@@ -285,8 +291,9 @@ async fn send_with_cancellations(
         }
         pos += len as u64;
     }
-    bounded("flush_loans", s.flush_loans()).await.unwrap();
-    bounded("shutdown", s.shutdown()).await.unwrap();
+    // Unbounded here: the caller's guard sees these stop (the reader's count with them).
+    s.flush_loans().await.unwrap();
+    s.shutdown().await.unwrap();
     t.bytes = pos;
     t
 }
@@ -312,11 +319,17 @@ async fn sends_cancelled_at_random_points_continue_byte_exact_over_200_connectio
     const CONNECTIONS: usize = 200;
     const SENDS: usize = 10_000;
     const AT_ONCE: usize = 20;
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("seed {seed}");
+    // `ZCNET_TEST_SEED=<n>` repeats a printed run.
+    let seed = std::env::var("ZCNET_TEST_SEED")
+        .ok()
+        .map(|s| s.parse().expect("ZCNET_TEST_SEED is a u64"))
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("seed {seed} (ZCNET_TEST_SEED={seed} repeats it)");
     let mut total = Tally::default();
     for wave in 0..CONNECTIONS / AT_ONCE {
         let mut tasks = Vec::new();
@@ -333,20 +346,25 @@ async fn sends_cancelled_at_random_points_continue_byte_exact_over_200_connectio
             let config = ZcConfig::new().policy(policy);
             let (s, r) = stalled_pair(config).await;
             let mut rng = Rng(seed ^ (n as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
+            // A hang is a connection whose sends and reads all stop; a loaded host only
+            // slows them, so the guard watches their steps, not the time they take.
+            let (sent, read) = (Progress::default(), Progress::default());
+            let steps = (sent.clone(), read.clone());
             let reader = tokio::spawn(async move {
                 let mut r = r;
-                read_verified(&mut r).await
+                read_verified_counting(&mut r, &read).await
             });
             let sender = tokio::spawn(async move {
-                send_with_cancellations(s, via, SENDS / CONNECTIONS, &mut rng).await
+                send_with_cancellations(s, via, SENDS / CONNECTIONS, &mut rng, &sent).await
             });
-            tasks.push((n, via, sender, reader));
+            tasks.push((n, via, sender, reader, steps));
         }
-        for (n, via, sender, reader) in tasks {
-            let t = bounded(format!("sender {n} ({via:?})"), sender)
+        for (n, via, sender, reader, (sent, read)) in tasks {
+            let steps = [&sent, &read];
+            let t = bounded_by_progress(format!("sender {n} ({via:?})"), &steps, sender)
                 .await
                 .unwrap();
-            let got = bounded(format!("reader {n}"), reader)
+            let got = bounded_by_progress(format!("reader {n}"), &steps, reader)
                 .await
                 .unwrap()
                 .unwrap();

@@ -33,6 +33,12 @@
 //! variants, 3 repeats, 0.25 s, 5 rounds of 1 s) plan 612 runs + at most 360: about four
 //! minutes of measuring and at most seven more of racing (about two: pairs leave).
 //!
+//! A configuration none of whose runs moved a byte (a loaded host: the run's time went by
+//! before data flowed) has no row — a run of no bytes is no measurement — and without the
+//! `copy` rows the profile is unusable. So such a configuration is said on stderr and
+//! measured again, up to three times, each run twice as long as the last; one still not
+//! measured then fails `tune` with its name.
+//!
 //! One profile per interface measured, keyed by kernel release, interface and MTU, in the
 //! directory `auto` looks in.
 
@@ -46,9 +52,9 @@ use zcnet::tuning::{
     Topology as ProfileTopology, SCHEMA,
 };
 use zcnet::{RxPath, TxPath};
-use zcnet_bench::measure::{file_rows, pair_rows, profile_rows};
+use zcnet_bench::measure::{file_rows, measured, pair_rows, profile_rows};
 use zcnet_bench::protocol::{Limit, Params};
-use zcnet_bench::report::Mode;
+use zcnet_bench::report::{Mode, Run};
 use zcnet_bench::sizes::{parse_sizes, ByteSize};
 
 /// Options of `zcnet tune`.
@@ -361,6 +367,12 @@ fn run_inner(args: &Args) -> Result<(), BenchError> {
         runs.retain(|r| !race::key(r).is_some_and(|k| race.superseded(k)));
         runs.extend(raced);
     }
+    // A configuration none of whose runs moved a byte (a loaded host: the run's time went by
+    // before data flowed) has no row, and without `copy`'s the profile is unusable: measure
+    // it again, longer, or say which one could not be measured.
+    fill_unmeasured(&specs, &mut runs, args.time, |again| {
+        bench::execute(&env, again, true)
+    })?;
     drop(env);
     let pairs = pair_rows(&runs);
     let flipped = flips(&first, &pairs, &points);
@@ -439,6 +451,91 @@ fn file_summary(
         );
     }
     s
+}
+
+/// Times a configuration whose runs all moved nothing is measured again, each run twice as
+/// long as the one before, before `tune` gives up on it.
+const UNMEASURED_RETRIES: u32 = 3;
+
+/// A configuration's point: (tx, rx, size, touch), as the tables group runs.
+type Cell = (String, String, u64, bool);
+
+fn spec_cell(s: &RunSpec) -> Cell {
+    let p = &s.params;
+    (p.tx.clone(), p.rx.clone(), p.size, p.touch)
+}
+
+fn run_cell(r: &Run) -> Cell {
+    (r.tx.clone(), r.rx.clone(), r.size, r.touch)
+}
+
+/// One spec for each configuration of `specs` that has no [`measured`] run in `runs` — every
+/// run of it moved nothing — leaving out pairs this host refused ([`Run::unsupported`]: no
+/// row by design, and `bench::execute` stops running them after the first refusal).
+fn unmeasured(specs: &[RunSpec], runs: &[Run]) -> Vec<RunSpec> {
+    let mut out: Vec<RunSpec> = Vec::new();
+    for s in specs {
+        let cell = spec_cell(s);
+        let refused = runs
+            .iter()
+            .any(|r| r.unsupported() && r.tx == cell.0 && r.rx == cell.1);
+        let has_row = runs.iter().any(|r| measured(r) && run_cell(r) == cell);
+        if !refused && !has_row && !out.iter().any(|o| spec_cell(o) == cell) {
+            out.push(s.clone());
+        }
+    }
+    out
+}
+
+/// Measures again, up to [`UNMEASURED_RETRIES`] times and each time for twice as long (from
+/// `2 × time` s), every configuration of `specs` with no run in `runs` that moved bytes, and
+/// adds the new runs. Each such configuration is reported on stderr; one still unmeasured
+/// after the last try is an error that names it — never a profile silently missing its row.
+fn fill_unmeasured(
+    specs: &[RunSpec],
+    runs: &mut Vec<Run>,
+    time: f64,
+    mut execute: impl FnMut(&[RunSpec]) -> Result<Vec<Run>, BenchError>,
+) -> Result<(), BenchError> {
+    let mut seconds = time;
+    for _ in 0..UNMEASURED_RETRIES {
+        let mut again = unmeasured(specs, runs);
+        if again.is_empty() {
+            return Ok(());
+        }
+        seconds *= 2.0;
+        eprintln!(
+            "zcnet tune: {} configurations moved no bytes in any run (a loaded host?): {}; \
+             measuring them again for {seconds:.2} s",
+            again.len(),
+            describe_cells(&again)
+        );
+        for s in &mut again {
+            s.params.limit = Limit::Seconds(seconds);
+        }
+        runs.extend(execute(&again)?);
+    }
+    let left = unmeasured(specs, runs);
+    if left.is_empty() {
+        return Ok(());
+    }
+    Err(BenchError::Failed(format!(
+        "no run of {} moved any bytes, the last for {seconds:.2} s: the host is too loaded to \
+         measure them (a longer --time may help)",
+        describe_cells(&left)
+    )))
+}
+
+fn describe_cells(specs: &[RunSpec]) -> String {
+    specs
+        .iter()
+        .map(|s| {
+            let p = &s.params;
+            let touch = if p.touch { " touched" } else { "" };
+            format!("{} → {} at {}{touch}", p.tx, p.rx, ByteSize(p.size))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn describe_env(env: &Env) -> String {
@@ -561,6 +658,154 @@ fn table<P: AutoPath>(what: &str, rows: &[Measurement<P>], touch: bool) -> Strin
 mod tests {
     use super::*;
     use zcnet::tuning::Spread;
+    use zcnet_bench::protocol::Proto;
+    use zcnet_bench::report::{Cpu, Fallbacks, Latency, OpsBytes, SideStats};
+
+    /// The first pass's spec of one configuration, as `plan` makes it.
+    fn run_spec(tx: &str, rx: &str, size: u64, time: f64) -> RunSpec {
+        RunSpec {
+            params: Params {
+                mode: Mode::Stream,
+                tx: tx.into(),
+                rx: rx.into(),
+                size,
+                streams: 1,
+                ring: bench::default_ring(size, Mode::Stream),
+                touch: false,
+                limit: Limit::Seconds(time),
+                read: None,
+            },
+            label: String::new(),
+            repeat: 0,
+            topology: bench::TopologyInfo {
+                name: "loopback".into(),
+                mtu: None,
+                proto: Proto::Tcp,
+            },
+        }
+    }
+
+    /// What a bench run of `spec` reports: `bytes` moved (0: the run's time went by before
+    /// any data flowed), `refused` if the path could not run as itself.
+    fn ran(spec: &RunSpec, bytes: u64, refused: bool) -> Run {
+        let p = &spec.params;
+        let mut sender_stats = SideStats::default();
+        if refused {
+            sender_stats
+                .fallbacks
+                .insert("unsupported".into(), OpsBytes::default());
+        }
+        Run {
+            label: String::new(),
+            mode: Mode::Stream,
+            tx: p.tx.clone(),
+            rx: p.rx.clone(),
+            topology: "loopback".into(),
+            transport: "tcp".into(),
+            mtu: None,
+            size: p.size,
+            streams: 1,
+            ring: p.ring,
+            touch: p.touch,
+            read_size: None,
+            repeat: spec.repeat,
+            bytes_sent: bytes,
+            bytes_received: bytes,
+            seconds: 0.05,
+            gbit_per_s: 0.0,
+            cpu: Cpu::default(),
+            cpu_s_per_gib: 0.5,
+            sender_cpu_s_per_gib: 0.25,
+            receiver_cpu_s_per_gib: 0.25,
+            gbit_per_core: 0.0,
+            zc_fraction_tx: 0.0,
+            zc_fraction_rx: 0.0,
+            fallbacks: Fallbacks::default(),
+            latency: Latency::default(),
+            sender_stats,
+            receiver_stats: SideStats::default(),
+            rx_in_effect: None,
+            messages_sent: None,
+            messages_received: None,
+            messages_lost: None,
+            replies_sent: None,
+            replies_received: None,
+            replies_lost: None,
+        }
+    }
+
+    fn seconds(s: &RunSpec) -> f64 {
+        match s.params.limit {
+            Limit::Seconds(t) => t,
+            Limit::Bytes(_) => panic!("tune runs are timed"),
+        }
+    }
+
+    /// A loaded host: both 64K runs of `copy → copy` (the baseline) moved nothing. Without a
+    /// second try the profile had no baseline row and `tune` failed ("no rows for the
+    /// baseline path copy"); now that configuration alone is measured again, longer, and
+    /// its row comes from the new run. A refused pair is not retried.
+    #[test]
+    fn a_configuration_that_moved_nothing_is_measured_again_for_longer() {
+        let specs = vec![
+            run_spec("copy", "copy", 64 * KIB, 0.05),
+            run_spec("uring", "copy", 64 * KIB, 0.05),
+            run_spec("copy", "zcrx", 64 * KIB, 0.05),
+            run_spec("copy", "copy", 64 * KIB, 0.05),
+        ];
+        let mut runs = vec![
+            ran(&specs[0], 0, false),
+            ran(&specs[1], 1 << 20, false),
+            ran(&specs[2], 0, true),
+            ran(&specs[3], 0, false),
+        ];
+        assert!(profile_rows(&runs).0.iter().all(|m| m.path != TxPath::Copy));
+        let mut asked: Vec<Vec<(String, String, f64)>> = Vec::new();
+        fill_unmeasured(&specs, &mut runs, 0.05, |again| {
+            asked.push(
+                again
+                    .iter()
+                    .map(|s| (s.params.tx.clone(), s.params.rx.clone(), seconds(s)))
+                    .collect(),
+            );
+            // The first retry moves nothing either; the second does.
+            let bytes = if asked.len() == 1 { 0 } else { 1 << 20 };
+            Ok(again.iter().map(|s| ran(s, bytes, false)).collect())
+        })
+        .unwrap();
+        assert_eq!(
+            asked,
+            vec![
+                vec![("copy".into(), "copy".into(), 0.1)],
+                vec![("copy".into(), "copy".into(), 0.2)],
+            ],
+            "only the unmeasured configuration, once per try, twice as long each time"
+        );
+        let (tx, _) = profile_rows(&runs);
+        assert!(tx.iter().any(|m| m.path == TxPath::Copy), "{tx:?}");
+        assert!(unmeasured(&specs, &runs).is_empty());
+    }
+
+    /// A configuration that never moves a byte fails `tune` with its name, after the
+    /// retries — not a profile without its row.
+    #[test]
+    fn a_configuration_never_measured_is_an_error_that_names_it() {
+        let specs = vec![run_spec("uring", "copy", 256 * KIB, 0.05)];
+        let mut runs = vec![ran(&specs[0], 0, false)];
+        let mut tries = 0;
+        let e = fill_unmeasured(&specs, &mut runs, 0.05, |again| {
+            tries += 1;
+            Ok(again.iter().map(|s| ran(s, 0, false)).collect())
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(tries, UNMEASURED_RETRIES);
+        assert!(e.contains("uring → copy at 256K"), "{e}");
+        assert!(e.contains("0.40 s"), "{e}");
+        // Nothing to do: no retry at all.
+        let mut runs = vec![ran(&specs[0], 1 << 20, false)];
+        fill_unmeasured(&specs, &mut runs, 0.05, |_| panic!("nothing to measure")).unwrap();
+    }
 
     const KIB: u64 = 1024;
 

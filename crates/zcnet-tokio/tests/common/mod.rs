@@ -2,6 +2,9 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpListener, TcpStream};
 use zcnet_testbed::pattern::{pattern, Verifier};
@@ -21,7 +24,15 @@ pub fn pattern_vec(pos: u64, len: usize) -> Vec<u8> {
 }
 
 /// Reads `r` to its end, checking every byte against the pattern; returns the count.
-pub async fn read_verified(mut r: impl AsyncRead + Unpin) -> std::io::Result<u64> {
+pub async fn read_verified(r: impl AsyncRead + Unpin) -> std::io::Result<u64> {
+    read_verified_counting(r, &Progress::default()).await
+}
+
+/// [`read_verified`], adding each read's bytes to `progress` (for [`bounded_by_progress`]).
+pub async fn read_verified_counting(
+    mut r: impl AsyncRead + Unpin,
+    progress: &Progress,
+) -> std::io::Result<u64> {
     let mut v = Verifier::default();
     let mut buf = vec![0u8; 256 << 10];
     loop {
@@ -30,6 +41,56 @@ pub async fn read_verified(mut r: impl AsyncRead + Unpin) -> std::io::Result<u64
             return Ok(v.pos);
         }
         v.check(&buf[..n]);
+        progress.add(n as u64);
+    }
+}
+
+/// A count of steps a transfer took (bytes read, sends returned), shared with the task that
+/// makes them, for [`bounded_by_progress`].
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Arc<AtomicU64>);
+
+impl Progress {
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// How long [`bounded_by_progress`] lets its counts stand still before it calls it a hang.
+pub const STILL_FOR: Duration = Duration::from_secs(20);
+
+/// Awaits `fut`, failing the test if none of `progress` moves for [`STILL_FOR`]: a wait that
+/// would never end (a lost wake-up, a completion that never comes) stops every count, and
+/// fails where it hangs, with `what` and the host's TCP sockets printed. Unlike [`bounded`],
+/// it cannot fire for a transfer that is merely slow (a loaded host): any step restarts
+/// the clock.
+pub async fn bounded_by_progress<F: std::future::Future>(
+    what: impl std::fmt::Display,
+    progress: &[&Progress],
+    fut: F,
+) -> F::Output {
+    tokio::pin!(fut);
+    let count = || progress.iter().map(|p| p.get()).sum::<u64>();
+    let mut last = count();
+    let mut since = Instant::now();
+    loop {
+        tokio::select! {
+            v = &mut fut => return v,
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {
+                let now = count();
+                if now != last {
+                    last = now;
+                    since = Instant::now();
+                } else if since.elapsed() >= STILL_FOR {
+                    let _ = std::process::Command::new("ss").arg("-tnie").status();
+                    panic!("no progress for {} s (at step {now}): {what}", STILL_FOR.as_secs());
+                }
+            }
+        }
     }
 }
 

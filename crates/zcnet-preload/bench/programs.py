@@ -260,38 +260,33 @@ def p_socat(row):
     return row.same(out)
 
 
-def p_nc(row):
+def pipe_through(row, listen, send):
+    """A listener writing what it receives to got.bin, and a sender reading the data file on
+    its standard input (nc, ncat)."""
     out = os.path.join(row.dir, "got.bin")
     with open(out, "wb") as o:
-        srv = subprocess.Popen(row.net.srv(row.wrap(["nc", "-l", row.net.srv_ip, str(row.port)])), stdout=o,
-                               stdin=subprocess.DEVNULL, env=row.env(), start_new_session=True)
+        srv = subprocess.Popen(row.net.srv(row.wrap(listen)), stdout=o, stdin=subprocess.DEVNULL,
+                               env=row.env(), start_new_session=True)
     row.procs.append(srv)
     t = time.time()
     while not row.net.listening(row.port):
-        if time.time() - t > 15:
-            raise RuntimeError("nc did not listen")
+        if srv.poll() is not None or time.time() - t > 15:
+            raise RuntimeError(f"{listen[0]} did not listen")
         time.sleep(0.05)
     with open(row.data, "rb") as i:
-        row.client(["nc", "-N", row.net.srv_ip, str(row.port)], stdin=i)
+        row.client(send, stdin=i)
     srv.wait(timeout=60)
     return row.same(out)
+
+
+def p_nc(row):
+    ip, port = row.net.srv_ip, str(row.port)
+    return pipe_through(row, ["nc", "-l", ip, port], ["nc", "-N", ip, port])
 
 
 def p_ncat(row):
-    out = os.path.join(row.dir, "got.bin")
-    with open(out, "wb") as o:
-        srv = subprocess.Popen(row.net.srv(row.wrap(["ncat", "-l", row.net.srv_ip, str(row.port), "--recv-only"])),
-                               stdout=o, stdin=subprocess.DEVNULL, env=row.env(), start_new_session=True)
-    row.procs.append(srv)
-    t = time.time()
-    while not row.net.listening(row.port):
-        if time.time() - t > 15:
-            raise RuntimeError("ncat did not listen")
-        time.sleep(0.05)
-    with open(row.data, "rb") as i:
-        row.client(["ncat", "--send-only", row.net.srv_ip, str(row.port)], stdin=i)
-    srv.wait(timeout=60)
-    return row.same(out)
+    ip, port = row.net.srv_ip, str(row.port)
+    return pipe_through(row, ["ncat", "-l", ip, port, "--recv-only"], ["ncat", "--send-only", ip, port])
 
 
 # A client of a key-value server, in Python under the library too: stores the data in 1 MiB

@@ -64,8 +64,8 @@ pub use zcnet_sys::cow::{BackendKind, Ineligible};
 use crate::error::Result;
 use serde::Serialize;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Barrier, OnceLock};
 use std::time::Duration;
 use zcnet_sys::cow::registry::Released;
 use zcnet_sys::cow::{CowSpace, FaultReport, Protected};
@@ -127,6 +127,8 @@ pub struct EngineStats {
 
 #[derive(Debug, Default)]
 struct Counters {
+    /// Set by the fault handler once its start-up is done ([`spawn_handler`]).
+    handler_started: AtomicBool,
     messages: AtomicU64,
     faults: AtomicU64,
     copies: AtomicU64,
@@ -239,7 +241,17 @@ fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, CowUnavailab
 /// The fault-handling thread: waits on the userfaultfd and resolves every message. Its
 /// loop allocates nothing (an application thread may sleep on a fault while holding the
 /// allocator's lock).
+///
+/// Returns only once the thread is past its start-up. A thread's start-up allocates and
+/// frees through the program's allocator (the C library's list of thread-exit functions,
+/// std's spawn hooks); done after the first pages were protected, an allocator that shares
+/// its arenas between threads (jemalloc) may hand it memory in a protected page — a page
+/// whose write fault only this thread could resolve. Seen: redis under `zcnet run --tx
+/// zerocopy`, its main thread and this one both asleep in `handle_userfault`, this one in
+/// `calloc` from `__cxa_thread_atexit_impl`.
 fn spawn_handler(space: &'static CowSpace, counters: &'static Counters) -> std::io::Result<()> {
+    // Leaked, not shared by `Arc`: the last owner frees, and the handler must never free.
+    let started: &'static Barrier = Box::leak(Box::new(Barrier::new(2)));
     std::thread::Builder::new()
         .name("zcnet-cow".into())
         .spawn(move || {
@@ -248,9 +260,12 @@ fn spawn_handler(space: &'static CowSpace, counters: &'static Counters) -> std::
             // /proc/self/pagemap under the engine's lock would otherwise reach the
             // interposer's receive check, which takes that same lock.
             zcnet_sys::reentry::own_thread();
+            counters.handler_started.store(true, Relaxed);
+            started.wait();
             handle_for_ever(space, counters)
-        })
-        .map(drop)
+        })?;
+    started.wait();
+    Ok(())
 }
 
 fn handle_for_ever(space: &'static CowSpace, counters: &'static Counters) -> ! {
@@ -432,5 +447,22 @@ impl Engine {
     /// The protection mechanism.
     pub(crate) fn kind(&self) -> BackendKind {
         self.space.kind()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine is handed out only once its fault handler has finished starting, so
+    /// nothing is protected while that thread may still allocate (`spawn_handler`). Without
+    /// the wait, the thread has usually not run yet when the spawn returns.
+    #[test]
+    fn the_engine_starts_only_once_its_fault_handler_is_past_its_start_up() {
+        for _ in 0..5 {
+            let engine = start_with(&[BackendKind::Userfaultfd])
+                .expect("userfaultfd, user-mode only (Linux >= 5.11)");
+            assert!(engine.counters.handler_started.load(Relaxed));
+        }
     }
 }

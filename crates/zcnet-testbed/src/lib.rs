@@ -1,6 +1,7 @@
 //! zcnet-testbed: what zcnet's tests and its bench share to build a two-host network on one
 //! machine and to check every byte that crosses it.
 //!
+//! * [`memlock`] — a test run again under a small `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`.
 //! * [`netns`] — network namespaces joined by a veth pair with a chosen MTU (the papers'
 //!   large-MTU networks), entered per thread, removed on drop.
 //! * [`pattern`] — a prime-period byte pattern and a [`pattern::Verifier`] that names the first
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod memlock;
 pub mod netns;
 pub mod pattern;
 pub mod topo;

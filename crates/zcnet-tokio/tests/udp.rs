@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use zcnet::msg::{LossReason, Lost, Message, MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet::Policy;
+use zcnet_testbed::memlock;
 use zcnet_testbed::pattern::{pattern, PERIOD};
 use zcnet_testbed::topo::{veth_pair, Topo};
 use zcnet_tokio::ZcUdpSocket;
@@ -946,18 +947,6 @@ async fn a_receiver_that_stops_reading_hears_of_every_lost_id_through_the_sender
 
 const MEMLOCK_CHILD: &str = "ZCNET_UDP_MEMLOCK_CHILD";
 
-/// Whether this process may lock memory past `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`, bit 14 of
-/// `CapEff` in /proc/self/status): root, normally.
-fn has_cap_ipc_lock() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .expect("CapEff in /proc/self/status");
-    eff & (1 << 14) != 0
-}
-
 /// An ordinary user's `send_lent` through io_uring: no `CAP_IPC_LOCK`, so the pool is not
 /// registered and every request's pages are charged to `RLIMIT_MEMLOCK` until its
 /// notification; a request past it is refused (`ENOMEM`) once issued. Every message must
@@ -973,30 +962,8 @@ fn has_cap_ipc_lock() -> bool {
 fn lent_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
     const NAME: &str = "lent_messages_past_the_memlock_limit_are_copied_counted_never_lost";
     let child = std::env::var_os(MEMLOCK_CHILD).is_some();
-    if !child && has_cap_ipc_lock() {
-        let out = std::process::Command::new("prlimit")
-            .arg("--memlock=1048576:1048576")
-            .args([
-                "setpriv",
-                "--inh-caps=-ipc_lock",
-                "--bounding-set=-ipc_lock",
-                "--",
-            ])
-            .arg(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-            .env(MEMLOCK_CHILD, "1")
-            .output()
-            .expect("running prlimit");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "child failed:\n{text}");
-        assert!(
-            text.contains("memlock child ok"),
-            "child did not run:\n{text}"
-        );
+    if !child && memlock::has_cap_ipc_lock() {
+        memlock::rerun_limited(1 << 20, NAME, MEMLOCK_CHILD, "memlock child ok");
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -20,6 +20,7 @@ use zcnet::msg::{
     MsgTx, ReassemblyLimits,
 };
 use zcnet::{FallbackReason, Policy, StatsSnapshot};
+use zcnet_testbed::memlock;
 use zcnet_testbed::netns::VethPair;
 
 const KIB: usize = 1024;
@@ -1028,18 +1029,6 @@ const MEMLOCK_CHILD: &str = "ZCNET_MSG_MEMLOCK_CHILD";
 /// The locked-memory limit the test runs under: below one 1 MiB message's pinned pages.
 const MEMLOCK_LIMIT: u64 = 1 << 20;
 
-/// Whether this process may lock memory past `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`, bit 14 of
-/// `CapEff` in /proc/self/status): root, normally.
-fn has_cap_ipc_lock() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .expect("CapEff in /proc/self/status");
-    eff & (1 << 14) != 0
-}
-
 /// An ordinary user (no `CAP_IPC_LOCK`, `RLIMIT_MEMLOCK` a few MiB shared by all their
 /// processes) gets no registered pool for io_uring `SEND_ZC`; each request's pages are then
 /// charged to the limit until its notification, and a request past it is refused (`ENOMEM`)
@@ -1055,30 +1044,8 @@ fn has_cap_ipc_lock() -> bool {
 fn uring_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
     const NAME: &str = "uring_messages_past_the_memlock_limit_are_copied_counted_never_lost";
     let child = std::env::var_os(MEMLOCK_CHILD).is_some();
-    if !child && has_cap_ipc_lock() {
-        let out = std::process::Command::new("prlimit")
-            .arg(format!("--memlock={MEMLOCK_LIMIT}:{MEMLOCK_LIMIT}"))
-            .args([
-                "setpriv",
-                "--inh-caps=-ipc_lock",
-                "--bounding-set=-ipc_lock",
-                "--",
-            ])
-            .arg(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-            .env(MEMLOCK_CHILD, "1")
-            .output()
-            .expect("running prlimit");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "child failed:\n{text}");
-        assert!(
-            text.contains("memlock child ok"),
-            "child did not run:\n{text}"
-        );
+    if !child && memlock::has_cap_ipc_lock() {
+        memlock::rerun_limited(MEMLOCK_LIMIT, NAME, MEMLOCK_CHILD, "memlock child ok");
         return;
     }
     let cfg = config(MsgTx::Uring);

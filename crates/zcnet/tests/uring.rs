@@ -11,11 +11,11 @@ use common::{
 };
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::process::Command;
 use std::time::Duration;
 use zcnet::stream::Listener;
 use zcnet::{Error, FallbackReason, Pool, RxPath, StatsSnapshot, TxPath};
 use zcnet_sys::uring::zcrx;
+use zcnet_testbed::memlock;
 
 /// Sends `size` pattern bytes with `tx_path` to a receiver built from `rcfg` that waits
 /// `delay` before its first read and reads with `recv()` (offset 0) or `recv_into` of
@@ -323,41 +323,12 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
         println!("memlock child ok: {tx:?}");
         return;
     }
-    let text = run_limited_child(
-        "--memlock=524288:524288",
+    memlock::rerun_limited(
+        512 * 1024,
         "without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_on",
         MEMLOCK_CHILD,
+        "memlock child ok",
     );
-    assert!(
-        text.contains("memlock child ok"),
-        "child did not run:\n{text}"
-    );
-}
-
-/// Runs the test `name` of this binary alone, under `prlimit limit` and without
-/// `CAP_IPC_LOCK` (dropped with `setpriv` as root; an ordinary user has none), with `env`
-/// set; its output, once it succeeded.
-fn run_limited_child(limit: &str, name: &str, env: &str) -> String {
-    let prlimit = which("prlimit").expect("prlimit, which the build found");
-    let mut cmd = Command::new(prlimit);
-    cmd.arg(limit);
-    if rustix::process::geteuid().is_root() {
-        cmd.arg(which("setpriv").expect("setpriv, which the build found"))
-            .args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--"]);
-    }
-    let out = cmd
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(env, "1")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "child failed:\n{text}");
-    text
 }
 
 const NO_MEMLOCK_CHILD: &str = "ZCNET_URING_NO_MEMLOCK_CHILD";
@@ -387,21 +358,7 @@ fn a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock
         return;
     }
     let name = "a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock";
-    let text = run_limited_child("--memlock=0:0", name, NO_MEMLOCK_CHILD);
-    assert!(
-        text.contains("no-memlock child ok"),
-        "child did not run:\n{text}"
-    );
-}
-
-fn which(name: &str) -> Result<std::path::PathBuf, ()> {
-    for dir in ["/usr/bin", "/bin", "/usr/sbin", "/sbin"] {
-        let p = std::path::Path::new(dir).join(name);
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    Err(())
+    memlock::rerun_limited(0, name, NO_MEMLOCK_CHILD, "no-memlock child ok");
 }
 
 #[cfg_attr(

@@ -178,7 +178,7 @@ pub(crate) struct RxDecider {
 /// The run-time check of the wanted path against copy in windows of `window` bytes, which
 /// finds it costlier only beyond `margin` (the cost module's margin, a trial's favoured
 /// pick's tolerance — [`Trial::margin_for`] — or a pairs table's choice's,
-/// `rx::auto::AutoRxChoice::check_margin`).
+/// `auto::rx_choice::AutoRxChoice::check_margin`).
 pub(crate) fn cost_check_within(window: u64, margin: f64) -> CostCheck<RxPath> {
     use crate::auto::cost::{BACKOFF_WINDOWS, CONFIRM, MAX_GAP_WINDOWS};
     use crate::auto::cost::{MAX_RECHECK_WINDOWS, RECHECK_WINDOWS};

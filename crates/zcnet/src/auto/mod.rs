@@ -61,6 +61,7 @@ pub(crate) mod memory;
 pub(crate) mod pair;
 pub(crate) mod peer;
 pub(crate) mod profile;
+pub(crate) mod rx_choice;
 pub(crate) mod trial;
 
 pub(crate) use choose::{Choice, ChoiceReason, Chooser};

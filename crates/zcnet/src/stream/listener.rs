@@ -2,9 +2,9 @@
 
 use super::receiver::{Receiver, ReceiverConfig};
 use super::set_page_multiple_mss;
+use crate::auto::rx_choice::AutoRxChoice;
 use crate::error::{Error, Result};
 use crate::path::RxPath;
-use crate::rx::auto::AutoRxChoice;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -25,8 +25,9 @@ impl Listener {
     /// advertised in the handshake, so it cannot be changed later).
     pub fn bind(addr: SocketAddr, cfg: &ReceiverConfig) -> Result<Listener> {
         // `auto` decides now: the mapping path's MSS must be set before listen.
-        let auto = (cfg.path == RxPath::Auto)
-            .then(|| crate::rx::auto::choose(&cfg.profile, cfg.touch, cfg.op_size, addr.ip()));
+        let auto = (cfg.path == RxPath::Auto).then(|| {
+            crate::auto::rx_choice::choose(&cfg.profile, cfg.touch, cfg.op_size, addr.ip())
+        });
         let cfg = &match &auto {
             Some(a) => ReceiverConfig {
                 path: a.path,

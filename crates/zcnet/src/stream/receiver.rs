@@ -1,12 +1,13 @@
 //! [`Receiver`]: a TCP socket that receives, with its receive path chosen by [`ReceiverConfig`].
 
 use super::local_ip;
+use crate::auto::rx_choice::AutoRxChoice;
 use crate::auto::ProfileSource;
 use crate::error::{Error, Result};
 use crate::file::recv::FileRx;
 use crate::path::FallbackReason;
 use crate::path::{FileRxMode, RxPath};
-use crate::rx::auto::{Alt, AutoRx, AutoRxChoice};
+use crate::rx::auto::{Alt, AutoRx};
 use crate::rx::mmap::AutoDemotion;
 use crate::rx::{copy::CopyRx, mmap::MmapRx, Receive, RxChunk};
 use crate::stats::Stats;
@@ -255,7 +256,7 @@ impl Receiver {
         }
         let auto = (cfg.path == RxPath::Auto).then(|| {
             let local = crate::stream::local_route_ip(addr);
-            crate::rx::auto::choose(&cfg.profile, cfg.touch, cfg.op_size, local)
+            crate::auto::rx_choice::choose(&cfg.profile, cfg.touch, cfg.op_size, local)
         });
         let cfg = &match &auto {
             Some(a) => ReceiverConfig {
@@ -300,7 +301,7 @@ impl Receiver {
             return Self::setup(sock, cfg, None);
         }
         let local = local_ip(&sock);
-        let auto = crate::rx::auto::choose(&cfg.profile, cfg.touch, cfg.op_size, local);
+        let auto = crate::auto::rx_choice::choose(&cfg.profile, cfg.touch, cfg.op_size, local);
         let cfg = ReceiverConfig {
             path: auto.path,
             ..cfg.clone()

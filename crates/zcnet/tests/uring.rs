@@ -145,7 +145,7 @@ fn short_sends_are_continued_in_order() {
     let (n, tx, _) = transfer_with(rcfg, scfg, size, Duration::from_millis(200), None);
     assert_eq!(n, size);
     assert_eq!(tx.tx_notifications, tx.tx_calls_zerocopy);
-    if !has_cap_ipc_lock() && tx.fallback_bytes(FallbackReason::Memlock) > 0 {
+    if !memlock::has_cap_ipc_lock() && tx.fallback_bytes(FallbackReason::Memlock) > 0 {
         // An unregistered pool (no CAP_IPC_LOCK) past RLIMIT_MEMLOCK: the rest of a refused
         // request was copied, counted; the request counts below do not hold then.
         assert_eq!(
@@ -223,23 +223,10 @@ fn a_sender_dropped_with_sends_in_flight_retires_its_buffers_and_the_bytes_arriv
         size,
         "{s:?}"
     );
-    if has_cap_ipc_lock() {
+    if memlock::has_cap_ipc_lock() {
         assert_eq!(s.tx_bytes_zerocopy, size);
     }
     assert!(s.tx_notifications < s.tx_calls_zerocopy, "{s:?}");
-}
-
-/// Whether this process may lock memory past `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`, bit 14 of
-/// `CapEff` in /proc/self/status): root, normally. Without it io_uring charges rings,
-/// registrations and unregistered sends to the limit, which all the user's processes share.
-fn has_cap_ipc_lock() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .expect("CapEff in /proc/self/status");
-    eff & (1 << 14) != 0
 }
 
 #[test]
@@ -258,7 +245,7 @@ fn a_pool_the_kernel_will_not_register_is_sent_unregistered_and_counted() {
         None,
     );
     assert_eq!(n, size);
-    if !has_cap_ipc_lock() && tx.tx_uring_register_failures == 0 {
+    if !memlock::has_cap_ipc_lock() && tx.tx_uring_register_failures == 0 {
         // No CAP_IPC_LOCK, and the user's RLIMIT_MEMLOCK budget spent: io_uring_setup
         // itself was refused (ENOMEM), every send copied and counted so.
         assert_eq!(tx.fallback_bytes(FallbackReason::Memlock), size, "{tx:?}");
@@ -271,7 +258,7 @@ fn a_pool_the_kernel_will_not_register_is_sent_unregistered_and_counted() {
         size,
         "still zero-copy requests, but for what RLIMIT_MEMLOCK refused (no CAP_IPC_LOCK)"
     );
-    if has_cap_ipc_lock() {
+    if memlock::has_cap_ipc_lock() {
         assert_eq!(tx.tx_bytes_zerocopy, size, "still zero-copy requests");
     }
     assert_eq!(tx.tx_notifications, tx.tx_calls_zerocopy);

@@ -116,16 +116,7 @@ pub fn transfer(topo: Topo<'_>, case: Case) -> Outcome {
     })
 }
 
-/// Whether this process may pin memory past `RLIMIT_MEMLOCK`: `CAP_IPC_LOCK` (bit 14 of
-/// `CapEff` in /proc/self/status), which root has.
-pub fn has_cap_ipc_lock() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .expect("CapEff in /proc/self/status");
-    u64::from_str_radix(eff.trim(), 16).expect("CapEff in hex") & (1 << 14) != 0
-}
+pub use zcnet_testbed::memlock::has_cap_ipc_lock;
 
 /// The bytes a zero-copy sender copied because the kernel would not pin them within the
 /// locked-memory limit, counted as such: `Enobufs` (`MSG_ZEROCOPY` charges its pages to the

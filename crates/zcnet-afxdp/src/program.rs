@@ -1,33 +1,62 @@
-//! The XDP program that steers received frames to AF_XDP sockets.
+//! The XDP programs that steer received frames to AF_XDP sockets, and what they share.
 //!
 //! An XSK receives nothing by itself: an XDP program on the interface must
 //! `bpf_redirect_map` each frame into an XSKMAP slot holding a socket bound to that same
-//! queue (af_xdp.rst "XSKMAP / BPF_MAP_TYPE_XSKMAP"). Ours (`bpf/xsk_redirect.c`, built by
-//! clang by bpf/build.sh, committed and embedded) redirects IPv4 UDP frames for one destination port — or every frame —
-//! by `rx_queue_index`, and passes everything else to the kernel stack, so ARP and the host's
-//! own traffic keep flowing. It is loaded and attached with aya (pure Rust, no libbpf), and
-//! detached when the [`RedirectProgram`] is dropped.
+//! queue (af_xdp.rst "XSKMAP / BPF_MAP_TYPE_XSKMAP"). There are two, both in C under `bpf/`
+//! (built by clang by `bpf/build.sh`, committed and embedded), both filtering on the IPv4
+//! UDP destination port in their `udp_port_be` constant and passing everything else to the
+//! kernel stack, so ARP and the host's own traffic keep flowing:
+//!
+//! * [`RedirectProgram`] (`bpf/xsk_redirect.c`) redirects the frames for one port — or every
+//!   frame — by `rx_queue_index`;
+//! * the LM program (`bpf/lm.c`, `crate::lm::program`) adds admission control and fragment
+//!   order.
+//!
+//! Both are an [`XdpProgram`] underneath: loaded and attached with aya (pure Rust, no
+//! libbpf), with their XSKMAP, and detached when dropped.
 
 use std::fmt;
 use std::os::fd::AsFd;
 
-use aya::maps::{MapData, XskMap};
+use aya::maps::{Map, MapData, XskMap};
 use aya::programs::{Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
-use super::{XskError, XskSocket};
+use crate::xsk::{XskError, XskSocket};
 
-const PROGRAM: &str = "zcnet_xsk_redirect";
-const MAP: &str = "zcnet_xsks";
+/// The `.rodata` constant both programs filter on: the UDP destination port, big-endian.
 const PORT_GLOBAL: &str = "udp_port_be";
 
-/// The compiled program, committed beside its source (`bpf/xsk_redirect.c`, rebuilt and compared by
-/// `bpf/build.sh --check` in CI) so that building zcnet needs no clang. `Option` because the
-/// loaders treat a missing program as "AF_XDP unavailable here", the same way as a kernel
-/// that refuses it.
-fn object() -> Option<&'static [u8]> {
-    Some(aya::include_bytes_aligned!("../../bpf/xsk_redirect.o"))
+/// One compiled program: its object, committed beside its source (`bpf/NAME.c`, rebuilt and
+/// compared by `bpf/build.sh --check` in CI) so that building this crate needs no clang, and
+/// the names of its XDP program and its XSKMAP.
+pub(crate) struct Object {
+    elf: &'static [u8],
+    program: &'static str,
+    xsks: &'static str,
 }
+
+impl Object {
+    /// Whether the object carries `symbol` (a program, map or global name).
+    #[cfg(test)]
+    pub(crate) fn names(&self, symbol: &str) -> bool {
+        self.elf.windows(symbol.len()).any(|w| w == symbol.as_bytes())
+    }
+}
+
+/// `bpf/xsk_redirect.c`.
+const XSK_REDIRECT: Object = Object {
+    elf: aya::include_bytes_aligned!("../bpf/xsk_redirect.o"),
+    program: "zcnet_xsk_redirect",
+    xsks: "zcnet_xsks",
+};
+
+/// `bpf/lm.c`.
+pub(crate) const LM: Object = Object {
+    elf: aya::include_bytes_aligned!("../bpf/lm.o"),
+    program: "zcnet_lm",
+    xsks: "zcnet_lm_xsks",
+};
 
 /// Where the program runs (`XDP_FLAGS_DRV_MODE` / `XDP_FLAGS_SKB_MODE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,100 +93,121 @@ pub(crate) fn program_err(
     }
 }
 
-/// Puts bound `socket` in slot `queue` of an XSKMAP. Shared with the LM program.
-pub(crate) fn insert_xsk(
-    xsks: &mut XskMap<MapData>,
-    queue: u32,
-    socket: &XskSocket,
-) -> Result<(), XskError> {
-    if socket.binding().is_none() {
-        return Err(XskError::NotBound);
-    }
-    xsks.set(queue, socket.as_fd(), 0)
-        .map_err(|e| program_err("XSKMAP update", e))
-}
-
-/// Loads object `obj` with its `udp_port_be` constant set, and its XDP program `name` into
-/// the kernel (the verifier runs here). Shared with the LM program (`crate::lm`).
-pub(crate) fn load_xdp(obj: &[u8], name: &str, port_be: u16) -> Result<Ebpf, XskError> {
-    let mut ebpf = EbpfLoader::new()
-        .override_global(PORT_GLOBAL, &port_be, true)
-        .load(obj)
-        .map_err(|e| program_err("load object", e))?;
-    let xdp: &mut Xdp = ebpf
-        .program_mut(name)
-        .ok_or(XskError::Config("XDP object without its program"))?
-        .try_into()
-        .map_err(|e| program_err("program type", e))?;
-    xdp.load().map_err(|e| program_err("BPF_PROG_LOAD", e))?;
-    Ok(ebpf)
-}
-
-/// Attaches program `name` of `ebpf` to `ifname` of the calling thread's namespace (a BPF
-/// link, or netlink where links are unavailable); returns the interface index. The link
-/// lives as long as `ebpf`.
-pub(crate) fn attach_xdp(
-    ebpf: &mut Ebpf,
-    name: &str,
-    ifname: &str,
-    mode: AttachMode,
-) -> Result<u32, XskError> {
-    let ifindex = zcnet_sys::uring::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
-        op: "if_nametoindex",
-        source,
-    })?;
-    let xdp: &mut Xdp = ebpf
-        .program_mut(name)
-        .ok_or(XskError::Config("XDP object without its program"))?
-        .try_into()
-        .map_err(|e| program_err("program type", e))?;
-    let flags = match mode {
-        AttachMode::Native => XdpMode::Driver,
-        AttachMode::Generic => XdpMode::Skb,
-    };
-    xdp.attach_to_if_index(ifindex, flags)
-        .map_err(|e| program_err("attach", e))?;
-    Ok(ifindex)
-}
-
-/// zcnet's redirect program, loaded into the kernel, with its XSKMAP.
-pub struct RedirectProgram {
+/// One of our programs loaded into the kernel, with its XSKMAP: what the redirect and LM
+/// programs share.
+pub(crate) struct XdpProgram {
     ebpf: Ebpf,
+    program: &'static str,
     xsks: XskMap<MapData>,
     attached: Option<(u32, AttachMode)>,
-    udp_port: Option<u16>,
 }
 
-impl fmt::Debug for RedirectProgram {
+impl fmt::Debug for XdpProgram {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedirectProgram")
+        f.debug_struct("XdpProgram")
+            .field("program", &self.program)
             .field("attached", &self.attached)
-            .field("udp_port", &self.udp_port)
             .finish_non_exhaustive()
     }
 }
 
-impl RedirectProgram {
-    /// Whether this build carries the program: always, since the object is committed and
-    /// embedded (kept so callers need not change if a build ever leaves it out).
-    pub fn is_built() -> bool {
-        object().is_some()
+impl XdpProgram {
+    /// Loads `obj` with its `udp_port_be` constant set to `port` (0: every frame), and its
+    /// XDP program into the kernel (the verifier runs here); takes its XSKMAP.
+    pub(crate) fn load(obj: &Object, port: u16) -> Result<XdpProgram, XskError> {
+        let mut ebpf = EbpfLoader::new()
+            .override_global(PORT_GLOBAL, &port.to_be(), true)
+            .load(obj.elf)
+            .map_err(|e| program_err("load object", e))?;
+        xdp(&mut ebpf, obj.program)?
+            .load()
+            .map_err(|e| program_err("BPF_PROG_LOAD", e))?;
+        let xsks = XskMap::try_from(take_map(&mut ebpf, obj.xsks)?)
+            .map_err(|e| program_err("XSKMAP", e))?;
+        Ok(XdpProgram {
+            ebpf,
+            program: obj.program,
+            xsks,
+            attached: None,
+        })
     }
 
+    /// Takes map `name` out of the object, for the program's owner to use.
+    pub(crate) fn take_map(&mut self, name: &str) -> Result<Map, XskError> {
+        take_map(&mut self.ebpf, name)
+    }
+
+    /// Attaches to interface `ifname` of the calling thread's network namespace (a BPF
+    /// link, or netlink where links are unavailable). One attachment per program; it lasts
+    /// as long as the program.
+    pub(crate) fn attach(&mut self, ifname: &str, mode: AttachMode) -> Result<(), XskError> {
+        if self.attached.is_some() {
+            return Err(XskError::Config("the XDP program is already attached"));
+        }
+        let ifindex = zcnet_sys::uring::zcrx::ifindex(ifname).map_err(|source| XskError::Io {
+            op: "if_nametoindex",
+            source,
+        })?;
+        let flags = match mode {
+            AttachMode::Native => XdpMode::Driver,
+            AttachMode::Generic => XdpMode::Skb,
+        };
+        xdp(&mut self.ebpf, self.program)?
+            .attach_to_if_index(ifindex, flags)
+            .map_err(|e| program_err("attach", e))?;
+        self.attached = Some((ifindex, mode));
+        Ok(())
+    }
+
+    /// Where it is attached: interface index and mode.
+    pub(crate) fn attached(&self) -> Option<(u32, AttachMode)> {
+        self.attached
+    }
+
+    /// Puts bound `socket` in slot `queue` of the XSKMAP.
+    pub(crate) fn insert(&mut self, queue: u32, socket: &XskSocket) -> Result<(), XskError> {
+        if socket.binding().is_none() {
+            return Err(XskError::NotBound);
+        }
+        self.xsks
+            .set(queue, socket.as_fd(), 0)
+            .map_err(|e| program_err("XSKMAP update", e))
+    }
+
+    /// Empties slot `queue`.
+    pub(crate) fn remove(&mut self, queue: u32) -> Result<(), XskError> {
+        self.xsks
+            .unset(queue)
+            .map_err(|e| program_err("XSKMAP delete", e))
+    }
+}
+
+fn xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, XskError> {
+    ebpf.program_mut(name)
+        .ok_or(XskError::Config("XDP object without its program"))?
+        .try_into()
+        .map_err(|e| program_err("program type", e))
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<Map, XskError> {
+    ebpf.take_map(name)
+        .ok_or(XskError::Config("XDP object without one of its maps"))
+}
+
+/// zcnet's redirect program (`bpf/xsk_redirect.c`), loaded into the kernel, with its XSKMAP.
+#[derive(Debug)]
+pub struct RedirectProgram {
+    prog: XdpProgram,
+    udp_port: Option<u16>,
+}
+
+impl RedirectProgram {
     /// Loads the program and creates its XSKMAP. `udp_port`: redirect only IPv4 UDP to this
     /// destination port; `None` redirects every frame (ARP included, so the peer then
     /// needs a static neighbour entry).
     pub fn load(udp_port: Option<u16>) -> Result<RedirectProgram, XskError> {
-        let obj = object().ok_or(XskError::ProgramNotBuilt)?;
-        let mut ebpf = load_xdp(obj, PROGRAM, udp_port.unwrap_or(0).to_be())?;
-        let map = ebpf
-            .take_map(MAP)
-            .ok_or(XskError::Config("XDP object without its XSKMAP"))?;
-        let xsks = XskMap::try_from(map).map_err(|e| program_err("XSKMAP", e))?;
         Ok(RedirectProgram {
-            ebpf,
-            xsks,
-            attached: None,
+            prog: XdpProgram::load(&XSK_REDIRECT, udp_port.unwrap_or(0))?,
             udp_port,
         })
     }
@@ -165,17 +215,12 @@ impl RedirectProgram {
     /// Attaches to interface `ifname` of the calling thread's network namespace (a BPF
     /// link, or netlink where links are unavailable). One attachment per program.
     pub fn attach(&mut self, ifname: &str, mode: AttachMode) -> Result<(), XskError> {
-        if self.attached.is_some() {
-            return Err(XskError::Config("the XDP program is already attached"));
-        }
-        let ifindex = attach_xdp(&mut self.ebpf, PROGRAM, ifname, mode)?;
-        self.attached = Some((ifindex, mode));
-        Ok(())
+        self.prog.attach(ifname, mode)
     }
 
     /// Where it is attached: interface index and mode.
     pub fn attached(&self) -> Option<(u32, AttachMode)> {
-        self.attached
+        self.prog.attached()
     }
 
     /// The UDP destination port it redirects, if it filters.
@@ -187,14 +232,12 @@ impl RedirectProgram {
     /// go to it. The socket must be bound to that queue (the kernel drops a frame redirected
     /// to a socket bound elsewhere) and have an RX ring.
     pub fn insert(&mut self, queue: u32, socket: &XskSocket) -> Result<(), XskError> {
-        insert_xsk(&mut self.xsks, queue, socket)
+        self.prog.insert(queue, socket)
     }
 
     /// Empties slot `queue`: its frames go to the kernel stack again.
     pub fn remove(&mut self, queue: u32) -> Result<(), XskError> {
-        self.xsks
-            .unset(queue)
-            .map_err(|e| program_err("XSKMAP delete", e))
+        self.prog.remove(queue)
     }
 }
 
@@ -203,14 +246,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_object_is_built_here_and_names_program_and_map() {
-        // The object is embedded from bpf/; a build without it would say so in is_built().
-        let Some(obj) = object() else {
-            assert!(!RedirectProgram::is_built());
-            return;
-        };
-        assert_eq!(&obj[..4], b"\x7fELF");
-        let has = |s: &str| obj.windows(s.len()).any(|w| w == s.as_bytes());
-        assert!(has(PROGRAM) && has(MAP) && has(PORT_GLOBAL));
+    fn the_objects_are_elf_and_name_their_program_map_and_port() {
+        for obj in [&XSK_REDIRECT, &LM] {
+            assert_eq!(&obj.elf[..4], b"\x7fELF");
+            for name in [obj.program, obj.xsks, PORT_GLOBAL] {
+                assert!(obj.names(name), "{name} missing from {}", obj.program);
+            }
+        }
     }
 }

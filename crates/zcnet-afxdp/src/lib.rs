@@ -98,8 +98,8 @@ pub mod wire;
 mod xsk;
 
 pub use lm::{
-    LmBuf, LmConfig, LmError, LmEvent, LmLost, LmMessage, LmProgram, LmSocket, LmStats,
-    LossReason, Progress,
+    LmBuf, LmConfig, LmError, LmEvent, LmLost, LmMessage, LmProgram, LmSocket, LmStats, LossReason,
+    Progress,
 };
 pub use program::{AttachMode, RedirectProgram};
 pub use xsk::{

@@ -40,7 +40,9 @@ impl Object {
     /// Whether the object carries `symbol` (a program, map or global name).
     #[cfg(test)]
     pub(crate) fn names(&self, symbol: &str) -> bool {
-        self.elf.windows(symbol.len()).any(|w| w == symbol.as_bytes())
+        self.elf
+            .windows(symbol.len())
+            .any(|w| w == symbol.as_bytes())
     }
 }
 

@@ -18,7 +18,9 @@ use zcnet::{FallbackReason, Stats};
 use super::program::{Admission, LmProgram, Progress};
 use super::stats::LmStats;
 use super::{LmConfig, LmError, LmEvent, LmLost, LmMessage, LossReason};
-use crate::wire::lm::{self as wire, Header, Kind, Layout, Reject, FRAME_HLEN, LM_HLEN, XDP_HEADROOM};
+use crate::wire::lm::{
+    self as wire, Header, Kind, Layout, Reject, FRAME_HLEN, LM_HLEN, XDP_HEADROOM,
+};
 use crate::wire::udp::{write_udp_headers, UDP_FRAME_HLEN};
 use crate::xsk::{Binding, Placed, XskConfig, XskSocket};
 

@@ -61,7 +61,7 @@ pub const MAX_UDP_MESSAGE: u64 = 16 << 20;
 /// — `plain` one datagram per `sendmsg`, copied (the baseline: GSO off); `copy` GSO batches,
 /// copied; `zerocopy` GSO batches with `MSG_ZEROCOPY`; `uring` GSO batches by io_uring
 /// `SEND_ZC` from the registered pool (`MsgTx::Uring`) — or `lm`: Lightweight Messages over
-/// AF_XDP (`zcnet::lm`), which pairs only with receive path `lm`.
+/// AF_XDP (`zcnet_afxdp`), which pairs only with receive path `lm`.
 pub const UDP_TX: [&str; 5] = ["plain", "copy", "zerocopy", "uring", "lm"];
 /// Receive paths of a UDP message run: `gro` is `MsgReceiver` with `UDP_GRO` (up to 64 KiB
 /// of datagrams per read), `copy` the same with GRO off (one datagram per read), `lm` an

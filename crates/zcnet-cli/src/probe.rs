@@ -1612,8 +1612,8 @@ const XSK_VETH_CHECKS: [&str; 4] = [
 ];
 
 /// A small UMEM for the probe: 64 chunks, rings of 64.
-fn xsk_probe_config(chunk: u32, unaligned: bool) -> zcnet::xsk::XskConfig {
-    let mut c = zcnet::xsk::XskConfig::default()
+fn xsk_probe_config(chunk: u32, unaligned: bool) -> zcnet_afxdp::XskConfig {
+    let mut c = zcnet_afxdp::XskConfig::default()
         .with_frames(chunk, 64)
         .with_unaligned(unaligned);
     c.fill_ring = 64;
@@ -1623,8 +1623,8 @@ fn xsk_probe_config(chunk: u32, unaligned: bool) -> zcnet::xsk::XskConfig {
     c
 }
 
-fn xsk_err(e: &zcnet::xsk::XskError) -> String {
-    use zcnet::xsk::XskError;
+fn xsk_err(e: &zcnet_afxdp::XskError) -> String {
+    use zcnet_afxdp::XskError;
     match e {
         XskError::Setup(s) => os_err(s.op, &s.source),
         XskError::Bind { source, .. } => os_err("bind", source),
@@ -1636,14 +1636,8 @@ fn xsk_err(e: &zcnet::xsk::XskError) -> String {
 /// The Lightweight Messages program (`bpf/lm.c`): built into this binary, and accepted by
 /// this kernel's verifier with its maps (loading needs no interface).
 fn lm_program_check() -> Check {
-    use zcnet::lm::LmProgram;
+    use zcnet_afxdp::LmProgram;
     const NAME: &str = "lm_xdp_program";
-    if !LmProgram::is_built() {
-        return Check::no(
-            NAME,
-            "zcnet was built without its XDP programs (no clang at build time): LM uses the kernel's UDP path",
-        );
-    }
     match LmProgram::load(9) {
         Ok(_) => Check::yes(
             NAME,
@@ -1658,7 +1652,7 @@ fn lm_program_check() -> Check {
 }
 
 fn xsk_checks() -> Vec<Check> {
-    use zcnet::xsk::{XskError, XskSocket};
+    use zcnet_afxdp::{XskError, XskSocket};
     let [socket_name, aligned, unaligned] = XSK_CHECKS;
     let socket = match rustix::net::socket(
         rustix::net::AddressFamily::XDP,
@@ -1734,8 +1728,8 @@ fn xsk_veth_checks() -> Vec<Check> {
 /// `EBUSY`, as socket teardown is asynchronous (docs/measurements/kernel-findings.md §7).
 fn xsk_veth_checks_in_b(
     pair: &zcnet_testbed::netns::VethPair,
-) -> (Vec<Check>, Option<zcnet::xsk::XskSocket>) {
-    use zcnet::xsk::{AttachMode, BindMode, RedirectProgram, XskSocket};
+) -> (Vec<Check>, Option<zcnet_afxdp::XskSocket>) {
+    use zcnet_afxdp::{AttachMode, BindMode, RedirectProgram, XskSocket};
     let [zc_name, copy_name, native_name, generic_name] = XSK_VETH_CHECKS;
     let ifname = pair.ifname_b();
     let attach = |name: &'static str, mode: AttachMode, flag: &str| {
@@ -1756,7 +1750,7 @@ fn xsk_veth_checks_in_b(
     let bind = |mode: BindMode| {
         let mut s = XskSocket::new(xsk_probe_config(4096, false))?;
         let b = s.bind(ifname, 0, mode)?;
-        Ok::<_, zcnet::xsk::XskError>((b, s))
+        Ok::<_, zcnet_afxdp::XskError>((b, s))
     };
     let zc = match bind(BindMode::ZeroCopy) {
         Ok((b, _)) => Check::yes(
@@ -1804,9 +1798,10 @@ fn xsk_veth_checks_in_b(
 fn xsk_copy_receive(
     pair: &zcnet_testbed::netns::VethPair,
     bound: Check,
-    mut sock: zcnet::xsk::XskSocket,
+    mut sock: zcnet_afxdp::XskSocket,
 ) -> Check {
-    use zcnet::xsk::{wire, AttachMode, RedirectProgram};
+    use zcnet_afxdp::wire::udp as wire;
+    use zcnet_afxdp::{AttachMode, RedirectProgram};
     const PORT: u16 = 7700;
     const LEN: usize = 1000;
     if bound.status != Status::Yes {
@@ -1824,7 +1819,7 @@ fn xsk_copy_receive(
         };
         prog.insert(0, &sock)?;
         sock.fill(0)?;
-        Ok::<_, zcnet::xsk::XskError>((prog, mode))
+        Ok::<_, zcnet_afxdp::XskError>((prog, mode))
     });
     let caveat = |why: String| {
         Check::new(
@@ -2195,11 +2190,6 @@ mod tests {
         assert_eq!(st, Status::No, "{d}");
         assert!(d.starts_with("EOPNOTSUPP (errno 95)"), "{d}");
         let (st, d) = status("af_xdp_bind_copy");
-        if !zcnet::xsk::RedirectProgram::is_built() {
-            assert_eq!(st, Status::Partial, "{d}");
-            assert!(d.contains("without its XDP program"), "{d}");
-            return;
-        }
         assert_eq!(st, Status::Yes, "{d}");
         assert!(
             d.contains("1000 B UDP datagram") && d.contains("bytes verified"),

@@ -97,8 +97,7 @@
 //! kernel, fallbacks by reason). The completion bookkeeping is zcnet's
 //! ([`zcnet::zc::Completions`]); the syscalls are `zcnet-sys`'s. This crate has no `unsafe`.
 //!
-//! Features: `hyper` and `axum` (default) for the HTTP glue; `afxdp` turns on zcnet's
-//! AF_XDP paths (aya), off by default here.
+//! Features: `hyper` and `axum` (default) for the HTTP glue.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,6 +1,6 @@
 //! One definition of a named counter set: the live struct of relaxed atomics, its `Serialize`
 //! snapshot, and one adder per counter, all from one list, so a counter cannot be added to
-//! one and forgotten in another (`zcnet::msg` and `zcnet::lm` both use it). Its `plain` form
+//! one and forgotten in another (`zcnet::msg` uses it). Its `plain` form
 //! makes a set of plain counters that its owner adds to as a delta and another stores as an
 //! array of atomics (`zcnet::auto::AutoStats`, kept per direction in `Stats`).
 

@@ -17,8 +17,3 @@ pub mod architecture {}
 #[cfg(not(doctest))]
 #[doc = include_str!("../docs/msg.md")]
 pub mod msg {}
-
-/// `docs/lm-afxdp.md`: Lightweight Messages over AF_XDP.
-#[cfg(not(doctest))]
-#[doc = include_str!("../docs/lm-afxdp.md")]
-pub mod lm_afxdp {}

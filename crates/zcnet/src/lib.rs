@@ -45,8 +45,8 @@
 //!   [`FallbackReason`]; [`auto`] picks per operation from `zcnet tune`'s profile.
 //! * UDP messages: [`msg`]. Async (tokio, hyper): the `zcnet-tokio` crate.
 //! * The guides, in this documentation: [`guide::architecture`] (the map of the code and
-//!   the ownership rules), [`guide::msg`] (the message wire format),
-//!   [`guide::lm_afxdp`] (Lightweight Messages over AF_XDP).
+//!   the ownership rules), [`guide::msg`] (the message wire format). AF_XDP and Lightweight
+//!   Messages: the `zcnet-afxdp` crate.
 //!
 //! # The paths
 //!
@@ -92,8 +92,6 @@ pub mod fault;
 pub(crate) mod file;
 pub mod guide;
 pub mod lend;
-#[cfg(feature = "afxdp")]
-pub mod lm;
 pub mod msg;
 mod named;
 pub mod path;
@@ -103,8 +101,6 @@ pub mod stats;
 pub mod stream;
 pub mod tuning;
 pub(crate) mod tx;
-#[cfg(feature = "afxdp")]
-pub mod xsk;
 pub mod zc;
 
 pub use buf::{Pool, TxBuf};

@@ -154,13 +154,13 @@ pub enum FallbackReason {
     /// copy in the sending thread's CPU per byte, so these bytes went by copy until the
     /// check's back-off ran out (`crate::auto::cost`).
     Costlier,
-    /// AF_XDP (Lightweight Messages): the socket is bound in copy mode (`XDP_COPY`), because
-    /// the driver has no XSK zero-copy (veth: `EOPNOTSUPP`); the kernel copies each frame
-    /// between its buffer and the UMEM.
+    /// AF_XDP (`zcnet-afxdp`'s Lightweight Messages): the socket is bound in copy mode
+    /// (`XDP_COPY`), because the driver has no XSK zero-copy (veth: `EOPNOTSUPP`); the kernel
+    /// copies each frame between its buffer and the UMEM.
     XskCopyMode,
-    /// AF_XDP (Lightweight Messages): no XSK or no XDP program on this end (not built, bind
-    /// or attach refused, queue taken), so the LM frames went through the kernel's UDP
-    /// socket instead, copied like any datagram.
+    /// AF_XDP (`zcnet-afxdp`'s Lightweight Messages): no XSK or no XDP program on this end
+    /// (program, bind or attach refused, queue taken), so the LM frames went through the
+    /// kernel's UDP socket instead, copied like any datagram.
     XskUnavailable,
     /// Transmit: the peer is this host (a loopback address, or the socket's own address),
     /// where the kernel copies every `MSG_ZEROCOPY` byte at delivery anyway

@@ -1,5 +1,5 @@
 //! `--proto udp --tx lm --rx lm`: whole messages as Lightweight Messages over AF_XDP
-//! (`zcnet::lm`), both ends an [`LmSocket`] on the interface their control connection uses.
+//! (`zcnet_afxdp`), both ends an [`LmSocket`] on the interface their control connection uses.
 //!
 //! * **stream**: the client sends `size`-byte messages back to back; each waits for its
 //!   admission, which the server grants only once the previous message is delivered — LM's
@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::lm::{LmConfig, LmError, LmEvent, LmSocket};
+use zcnet_afxdp::{LmConfig, LmError, LmEvent, LmSocket};
 use zcnet_bench::cpu::SystemCpu;
 use zcnet_bench::histogram::LatencyHistogram;
 use zcnet_bench::protocol::{
@@ -58,10 +58,10 @@ fn open(ip: std::net::Ipv4Addr, size: u64) -> Result<LmSocket, BenchError> {
     LmSocket::open(cfg).map_err(lerr("opening the LM socket"))
 }
 
-/// `zcnet::lm`'s counters by name, the bench's `msg` map, with how each end was set up.
+/// `zcnet_afxdp`'s counters by name, the bench's `msg` map, with how each end was set up.
 fn lm_stats(s: &LmSocket) -> SideStats {
     let mut st = SideStats::from(&s.io_stats().snapshot());
-    st.msg = match serde_json::to_value(s.stats().snapshot()) {
+    st.msg = match serde_json::to_value(s.stats()) {
         Ok(serde_json::Value::Object(m)) => m
             .into_iter()
             .filter_map(|(k, v)| Some((k, v.as_u64()?)))

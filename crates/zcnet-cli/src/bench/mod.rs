@@ -23,7 +23,7 @@
 //!   [`server`] and [`client`] — the one dispatch each way from a run to its
 //!   [`spec::Transport`];
 //! * the transports, which do not import each other: [`tcp`] (with [`workers`], the data
-//!   connections), [`udp`] (`zcnet::msg`), [`lm`] (`zcnet::lm`), [`sink`] (the raw GSO
+//!   connections), [`udp`] (`zcnet::msg`), [`lm`] (`zcnet_afxdp`), [`sink`] (the raw GSO
 //!   sender into a dropping device);
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
 //!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
@@ -877,7 +877,7 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
     } else if args.proto == ProtoArg::Udp {
         s += ", UDP messages (zcnet::msg";
         if args.tx() == "all" || args.tx().split(',').any(|t| t.trim() == Transport::LM) {
-            s += " and zcnet::lm over AF_XDP";
+            s += " and zcnet_afxdp over AF_XDP";
         }
         s += "; every byte verified)";
     }

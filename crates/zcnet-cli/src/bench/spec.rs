@@ -17,7 +17,7 @@ pub(crate) enum Transport {
     Tcp,
     /// Whole messages over UDP through `zcnet::msg` (`udp.rs`).
     Udp,
-    /// Lightweight Messages over AF_XDP through `zcnet::lm` (`lm.rs`).
+    /// Lightweight Messages over AF_XDP through `zcnet_afxdp` (`lm.rs`).
     Lm,
 }
 

@@ -1,5 +1,5 @@
 //! [`LmSocket`]: one LM endpoint, sender and receiver at once, over one XSK and one UDP
-//! control socket. See the module docs of [`super`] for the protocol.
+//! control socket. See the crate docs for the protocol.
 //!
 //! Single-threaded by design: everything happens inside `send` and `recv`, which both run the
 //! same pump (control datagrams, the XSK RX ring, timers). So a socket that is sending still
@@ -11,16 +11,17 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use zcnet::{FallbackReason, Stats};
 
 use super::program::{Admission, LmProgram, Progress};
 use super::stats::LmStats;
-use super::wire::{self, Header, Kind, Layout, Reject, FRAME_HLEN, LM_HLEN, XDP_HEADROOM};
 use super::{LmConfig, LmError, LmEvent, LmLost, LmMessage, LossReason};
-use crate::path::FallbackReason;
-use crate::stats::Stats;
-use crate::xsk::wire::{write_udp_headers, UDP_FRAME_HLEN};
+use crate::wire::lm::{
+    self as wire, Header, Kind, Layout, Reject, FRAME_HLEN, LM_HLEN, XDP_HEADROOM,
+};
+use crate::wire::udp::{write_udp_headers, UDP_FRAME_HLEN};
 use crate::xsk::{Binding, Placed, XskConfig, XskSocket};
 
 /// UMEM chunk size: the largest copy mode allows here (a frame up to 3774 + 66 bytes).
@@ -112,8 +113,8 @@ pub struct LmSocket {
     next_id: u32,
     next_token: u32,
     scratch: Vec<u8>,
-    stats: Arc<LmStats>,
-    io_stats: Arc<Stats>,
+    stats: LmStats,
+    io_stats: Stats,
 }
 
 impl LmSocket {
@@ -198,8 +199,8 @@ impl LmSocket {
             next_id: 1,
             next_token: std::process::id().wrapping_mul(2_654_435_761) | 1,
             scratch: vec![0; 65536],
-            stats: Arc::new(LmStats::default()),
-            io_stats: Arc::new(Stats::new()),
+            stats: LmStats::default(),
+            io_stats: Stats::new(),
             cfg,
         };
         let loopback = sock.cfg.local.ip().is_loopback() || sock.ifname == "lo";
@@ -333,12 +334,12 @@ impl LmSocket {
     }
 
     /// Message counters.
-    pub fn stats(&self) -> &Arc<LmStats> {
+    pub fn stats(&self) -> &LmStats {
         &self.stats
     }
 
     /// Byte counters, with the fallbacks by reason.
-    pub fn io_stats(&self) -> &Arc<Stats> {
+    pub fn io_stats(&self) -> &Stats {
         &self.io_stats
     }
 
@@ -428,6 +429,12 @@ impl LmSocket {
             count: n as u32,
             total: layout.total as u32,
         };
+        // Each slot holds exactly its frame (headers and fragment), and fragments are bounded
+        // by the MTU: the writer cannot refuse.
+        let udp_headers = |frame: &mut [u8], payload_len| {
+            write_udp_headers(frame, src_mac, peer_mac, local, peer, payload_len)
+                .expect("frame slots hold their headers and a payload within the MTU");
+        };
         let via_xsk = self.xsk.is_some();
         {
             let region = self.region_mut(&layout)?;
@@ -435,7 +442,7 @@ impl LmSocket {
                 let len = layout.range(k).len();
                 let frame = &mut region[layout.tx_frame(k)..layout.tx_payload(k) + len];
                 if via_xsk {
-                    write_udp_headers_into(frame, src_mac, peer_mac, local, peer, LM_HLEN + len);
+                    udp_headers(frame, LM_HLEN + len);
                 }
                 header(Kind::Data, k as u32).write(&mut frame[UDP_FRAME_HLEN..]);
             }
@@ -443,7 +450,7 @@ impl LmSocket {
         let started = Instant::now();
         if let Some(xsk) = &mut self.xsk {
             let pad_frame = xsk.umem_mut(self.pad_addr, FRAME_HLEN as u32)?;
-            write_udp_headers_into(pad_frame, src_mac, peer_mac, local, peer, LM_HLEN);
+            udp_headers(pad_frame, LM_HLEN);
             header(Kind::Pad, 0).write(&mut pad_frame[UDP_FRAME_HLEN..]);
             let frames = (0..pad as usize)
                 .map(|_| (self.pad_addr, FRAME_HLEN as u32))
@@ -463,7 +470,7 @@ impl LmSocket {
                     xsk.tx_at(addr, len)?;
                 }
                 xsk.flush_tx()?;
-                self.stats.tx_kicks(1);
+                self.stats.tx_kicks += 1;
                 xsk.reap_completions();
                 if started.elapsed() >= limit {
                     return Err(LmError::TxStuck(xsk.tx_in_flight(), limit));
@@ -484,10 +491,10 @@ impl LmSocket {
         send_dgram(&self.ctl, &endme, peer)?;
 
         let bytes = layout.total as u64;
-        self.stats.messages_sent(1);
-        self.stats.bytes_sent(bytes);
-        self.stats.fragments_sent(n as u64);
-        self.stats.pads_sent(u64::from(pad));
+        self.stats.messages_sent += 1;
+        self.stats.bytes_sent += bytes;
+        self.stats.fragments_sent += n as u64;
+        self.stats.pads_sent += u64::from(pad);
         match self.binding() {
             Some(b) if b.zero_copy => self.io_stats.add_tx_zerocopy_bytes(bytes),
             Some(_) => {
@@ -501,9 +508,9 @@ impl LmSocket {
             }
         }
         if via_xsk {
-            self.stats.sent_xsk(1);
+            self.stats.sent_xsk += 1;
         } else {
-            self.stats.sent_kernel(1);
+            self.stats.sent_kernel += 1;
         }
         Ok(id)
     }
@@ -533,20 +540,20 @@ impl LmSocket {
         self.answer = None;
         let result = loop {
             send_dgram(&self.ctl, &req, peer)?;
-            self.stats.requests_sent(1);
+            self.stats.requests_sent += 1;
             let retry_at = (Instant::now() + REQUEST_RETRY).min(deadline);
             self.pump(retry_at, |s| s.answer.is_some())?;
             match self.answer.take() {
                 Some(Answer::Ok { token, pad, mac }) => break Ok((token, pad, mac)),
                 Some(Answer::Rejected(Reject::Busy)) => {
                     rejections += 1;
-                    self.stats.rejected_busy(1);
+                    self.stats.rejected_busy += 1;
                     let until = (Instant::now() + backoff).min(deadline);
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                     self.pump(until, |_| false)?;
                 }
                 Some(Answer::Rejected(r)) => {
-                    self.stats.rejected_refused(1);
+                    self.stats.rejected_refused += 1;
                     break Err(LmError::Refused {
                         peer,
                         id,
@@ -555,7 +562,7 @@ impl LmSocket {
                 }
                 None => {
                     retries += 1;
-                    self.stats.request_retries(1);
+                    self.stats.request_retries += 1;
                 }
             }
             if Instant::now() >= deadline {
@@ -591,10 +598,10 @@ impl LmSocket {
         };
         self.remember(a.from, a.id);
         let len = a.layout.total;
-        self.stats.messages_received(1);
-        self.stats.bytes_received(len as u64);
+        self.stats.messages_received += 1;
+        self.stats.bytes_received += len as u64;
         let data = if a.in_place {
-            self.stats.received_in_place(1);
+            self.stats.received_in_place += 1;
             let xsk = self.xsk.as_ref().expect("in-place assembly needs the XSK");
             if self.binding().is_some_and(|b| b.zero_copy) {
                 self.io_stats.add_rx_mapped_bytes(len as u64);
@@ -605,7 +612,7 @@ impl LmSocket {
             }
             xsk.umem(a.layout.rx_message(), len as u32)?
         } else {
-            self.stats.received_kernel(1);
+            self.stats.received_kernel += 1;
             self.io_stats.add_rx_copied_bytes(len as u64);
             self.io_stats
                 .fallback(FallbackReason::XskUnavailable, len as u64);
@@ -679,7 +686,7 @@ impl LmSocket {
                         break Err(e);
                     }
                 }
-                Ok(_) => self.stats.control_ignored(1),
+                Ok(_) => self.stats.control_ignored += 1,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // A port-unreachable from an earlier datagram: nothing to do with this one.
@@ -693,7 +700,7 @@ impl LmSocket {
 
     fn on_datagram(&mut self, from: SocketAddrV4, d: &[u8]) -> Result<(), LmError> {
         let Some(h) = Header::parse(d) else {
-            self.stats.control_ignored(1);
+            self.stats.control_ignored += 1;
             return Ok(());
         };
         match h.kind {
@@ -707,7 +714,7 @@ impl LmSocket {
                             mac,
                         },
                         None => {
-                            self.stats.control_ignored(1);
+                            self.stats.control_ignored += 1;
                             return Ok(());
                         }
                     },
@@ -721,12 +728,12 @@ impl LmSocket {
                 // The usual case: the last fragment came before the ENDME did.
                 Assembly::Ready(a) if a.from == from && a.token == h.token => {}
                 _ if self.recent.contains(&(from, h.msg_id)) => {}
-                _ => self.stats.control_ignored(1),
+                _ => self.stats.control_ignored += 1,
             },
             Kind::Data => self.on_kernel_data(from, h, &d[LM_HLEN..])?,
             // PAD through the kernel: we posted no chunk for it, nothing to consume.
             Kind::Pad => {}
-            _ => self.stats.control_ignored(1),
+            _ => self.stats.control_ignored += 1,
         }
         Ok(())
     }
@@ -735,10 +742,10 @@ impl LmSocket {
         send_dgram(&self.ctl, &h.control(mac), to)
     }
 
-    fn reject(&self, to: SocketAddrV4, req: Header, why: Reject) -> Result<(), LmError> {
+    fn reject(&mut self, to: SocketAddrV4, req: Header, why: Reject) -> Result<(), LmError> {
         match why {
-            Reject::Busy => self.stats.refused_busy(1),
-            _ => self.stats.refused_geometry(1),
+            Reject::Busy => self.stats.refused_busy += 1,
+            _ => self.stats.refused_geometry += 1,
         }
         let h = Header {
             kind: Kind::AcqRej,
@@ -770,7 +777,7 @@ impl LmSocket {
         match &self.assembly {
             Assembly::Active(a) | Assembly::Ready(a) if a.from == from && a.id == h.msg_id => {
                 // The sender asked again before our answer arrived: same answer.
-                self.stats.duplicate_requests(1);
+                self.stats.duplicate_requests += 1;
                 if let Assembly::Active(a) = &self.assembly {
                     let ok = Header {
                         kind: Kind::AcqOk,
@@ -783,7 +790,7 @@ impl LmSocket {
                 Ok(())
             }
             _ if self.recent.contains(&(from, h.msg_id)) => {
-                self.stats.duplicate_requests(1);
+                self.stats.duplicate_requests += 1;
                 Ok(())
             }
             Assembly::Idle => self.admit(from, h, layout),
@@ -840,7 +847,7 @@ impl LmSocket {
             admitted_at: Instant::now(),
             endme_at: None,
         });
-        self.stats.admitted(1);
+        self.stats.admitted += 1;
         let ok = Header {
             kind: Kind::AcqOk,
             token,
@@ -882,7 +889,7 @@ impl LmSocket {
         };
         match slot {
             Slot::Stale if p.len as usize == FRAME_HLEN => {
-                self.stats.pads_placed(1);
+                self.stats.pads_placed += 1;
                 Ok(())
             }
             Slot::Stale => self.lose(LossReason::Misplaced),
@@ -895,7 +902,7 @@ impl LmSocket {
                     return self.lose(LossReason::Misplaced);
                 }
                 a.arrived += 1;
-                self.stats.fragments_placed(1);
+                self.stats.fragments_placed += 1;
                 if a.arrived == a.layout.count() {
                     self.complete()?;
                 }
@@ -911,7 +918,7 @@ impl LmSocket {
         payload: &[u8],
     ) -> Result<(), LmError> {
         let Assembly::Active(a) = &mut self.assembly else {
-            self.stats.foreign_dropped(1);
+            self.stats.foreign_dropped += 1;
             return Ok(());
         };
         let k = h.index as usize;
@@ -922,7 +929,7 @@ impl LmSocket {
             || k >= a.got.len()
             || payload.len() != a.layout.range(k).len()
         {
-            self.stats.foreign_dropped(1);
+            self.stats.foreign_dropped += 1;
             return Ok(());
         }
         if !a.got[k] {
@@ -1086,20 +1093,6 @@ impl LmBuf<'_> {
     pub fn send(self, peer: SocketAddrV4) -> Result<u32, LmError> {
         self.sock.send_loaned(peer, self.layout)
     }
-}
-
-fn write_udp_headers_into(
-    frame: &mut [u8],
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
-    payload_len: usize,
-) {
-    // Callers pass exactly the frame (headers and fragment), and fragments are bounded by
-    // the MTU: the writer cannot refuse.
-    write_udp_headers(frame, src_mac, dst_mac, src, dst, payload_len)
-        .expect("frame slots hold their headers and a payload within the MTU");
 }
 
 fn send_dgram(ctl: &UdpSocket, d: &[u8], to: SocketAddrV4) -> Result<(), LmError> {

@@ -20,14 +20,14 @@
 
 use std::ops::Range;
 
-use crate::xsk::wire::UDP_FRAME_HLEN;
+use super::udp::{ETH_HLEN, UDP_FRAME_HLEN};
 
 /// LM header length.
 pub const LM_HLEN: usize = 24;
 /// Ethernet + IPv4 + UDP + LM: the hole in front of each fragment's payload.
-pub const FRAME_HLEN: usize = UDP_FRAME_HLEN + LM_HLEN;
+pub(crate) const FRAME_HLEN: usize = UDP_FRAME_HLEN + LM_HLEN;
 /// Bytes copy-mode AF_XDP leaves in front of a received frame (`XDP_PACKET_HEADROOM`).
-pub const XDP_HEADROOM: u64 = 256;
+pub(crate) const XDP_HEADROOM: u64 = 256;
 const MAGIC: [u8; 2] = *b"LM";
 const VERSION: u8 = 1;
 
@@ -214,22 +214,22 @@ impl Layout {
     }
 
     /// Sender: bytes per frame slot in the transmit region (header hole + full payload).
-    pub fn tx_stride(&self) -> usize {
+    pub(crate) fn tx_stride(&self) -> usize {
         FRAME_HLEN + self.payload
     }
 
     /// Sender: offset of fragment `k`'s frame (its Ethernet header) in the region.
-    pub fn tx_frame(&self, k: usize) -> usize {
+    pub(crate) fn tx_frame(&self, k: usize) -> usize {
         k * self.tx_stride()
     }
 
     /// Sender: offset of fragment `k`'s payload in the region.
-    pub fn tx_payload(&self, k: usize) -> usize {
+    pub(crate) fn tx_payload(&self, k: usize) -> usize {
         self.tx_frame(k) + FRAME_HLEN
     }
 
     /// Sender: bytes of transmit region the message needs.
-    pub fn tx_len(&self) -> usize {
+    pub(crate) fn tx_len(&self) -> usize {
         self.tx_frame(self.count() - 1) + FRAME_HLEN + self.range(self.count() - 1).len()
     }
 
@@ -237,18 +237,18 @@ impl Layout {
     /// puts the frame at `chunk + XDP_HEADROOM`, so its payload at
     /// `k * payload + XDP_HEADROOM + FRAME_HLEN`: right after fragment `k - 1`'s, whose
     /// frame arrives later and overwrites `k`'s headers.
-    pub fn rx_chunk(&self, k: usize) -> u64 {
+    pub(crate) fn rx_chunk(&self, k: usize) -> u64 {
         (k * self.payload) as u64
     }
 
     /// Receiver: offset of the assembled message in the region.
-    pub fn rx_message(&self) -> u64 {
+    pub(crate) fn rx_message(&self) -> u64 {
         XDP_HEADROOM + FRAME_HLEN as u64
     }
 
     /// Receiver: bytes of region a message of `max_total` needs with chunks of `chunk_size`
     /// (the last chunk must lie wholly inside).
-    pub fn rx_region(max_total: usize, payload: usize, chunk_size: u32) -> u64 {
+    pub(crate) fn rx_region(max_total: usize, payload: usize, chunk_size: u32) -> u64 {
         let last = max_total.div_ceil(payload).max(1) - 1;
         (last * payload) as u64 + u64::from(chunk_size)
     }
@@ -257,8 +257,8 @@ impl Layout {
 /// The largest fragment payload for an interface MTU and a receive chunk size: a frame must
 /// fit the MTU (IPv4 + UDP + LM headers inside it) and, with the 256 bytes copy mode leaves
 /// in front, one chunk.
-pub fn max_payload(mtu: u32, chunk_size: u32) -> usize {
-    let by_mtu = (mtu as usize).saturating_sub(FRAME_HLEN - crate::xsk::wire::ETH_HLEN);
+pub(crate) fn max_payload(mtu: u32, chunk_size: u32) -> usize {
+    let by_mtu = (mtu as usize).saturating_sub(FRAME_HLEN - ETH_HLEN);
     let by_chunk = (chunk_size as usize).saturating_sub(XDP_HEADROOM as usize + FRAME_HLEN);
     by_mtu.min(by_chunk)
 }

@@ -20,16 +20,11 @@
 //! * [`RxFrame`] — a received frame, borrowed in place from the UMEM; dropping it posts its
 //!   chunk back on the FILL ring.
 //! * [`TxFrame`] — a free frame to write a packet into, then [`TxFrame::send`].
-//! * [`RedirectProgram`] — the XDP program that steers frames to the socket (`program`).
-//! * [`wire`] — Ethernet/IPv4/UDP header parsing for what arrives.
+//! * [`crate::RedirectProgram`] — the XDP program that steers frames to the socket.
+//! * [`crate::wire::udp`] — Ethernet/IPv4/UDP header parsing for what arrives.
 //!
 //! Where it runs: a socket, its bind and the program's attach act in the network namespace
 //! of the thread that calls them (`VethPair::run_in_b` in the tests).
-
-pub(crate) mod program;
-pub mod wire;
-
-pub use program::{AttachMode, RedirectProgram};
 
 use std::fmt;
 use std::io;
@@ -208,9 +203,6 @@ pub enum XskError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// zcnet was built without its XDP program.
-    #[error("zcnet was built without its XDP program")]
-    ProgramNotBuilt,
 }
 
 impl XskError {
@@ -444,7 +436,7 @@ impl XskSocket {
     /// the caller lays out the UMEM itself, by address — [`XskSocket::umem_mut`] to write,
     /// [`XskSocket::tx_at`] to transmit any range, [`XskSocket::fill_at`] to say where a
     /// frame may land. The ledger still refuses every access to bytes the kernel holds.
-    /// Lightweight Messages (`crate::lm`) works this way: a message is one region with
+    /// Lightweight Messages ([`crate::LmSocket`]) works this way: a message is one region with
     /// header holes, not a set of frames.
     pub fn manage_by_address(&mut self) {
         self.free.clear();

@@ -21,43 +21,18 @@
  * `lm_admit` is written by user space only (between messages); `lm_progress` by this
  * program only (one rx queue is served by one CPU at a time), so neither needs atomics.
  * Both are arrays of one entry of eight words; the layout is mirrored in src/lm/program.rs.
+ * The types, the XSKMAP and `udp_port_be` are xdp.h's, shared with xsk_redirect.c.
  */
 
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-
-struct xdp_md {
-	__u32 data;
-	__u32 data_end;
-	__u32 data_meta;
-	__u32 ingress_ifindex;
-	__u32 rx_queue_index;
-	__u32 egress_ifindex;
-};
-
-enum xdp_action { XDP_ABORTED = 0, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT };
-
-#define BPF_MAP_TYPE_ARRAY 2
-#define BPF_MAP_TYPE_XSKMAP 17
-#define SEC(name) __attribute__((section(name), used))
-#define __uint(name, val) int (*name)[val]
-#define __type(name, val) typeof(val) *name
+#include "xdp.h"
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
-static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
 
 struct words {
 	__u32 w[8];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, __u32);
-} zcnet_lm_xsks SEC(".maps");
+XSKMAP(zcnet_lm_xsks);
 
 /* Admission, set by the receiver. */
 #define A_ACTIVE 0 /* 1 while a sender is admitted */
@@ -89,11 +64,7 @@ struct {
 	__type(value, struct words);
 } zcnet_lm_progress SEC(".maps");
 
-volatile const __u16 udp_port_be = 0;
-
-#define ETH_HLEN 14
 #define IP_HLEN 20
-#define UDP_HLEN 8
 #define LM_HLEN 24
 #define LM_MAGIC_0 'L'
 #define LM_MAGIC_1 'M'

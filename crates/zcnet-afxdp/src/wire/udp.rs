@@ -9,11 +9,11 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::ops::Range;
 
 /// Ethernet II header length (no VLAN tag).
-pub const ETH_HLEN: usize = 14;
+pub(crate) const ETH_HLEN: usize = 14;
 /// IPv4 header length without options.
-pub const IPV4_HLEN: usize = 20;
+pub(crate) const IPV4_HLEN: usize = 20;
 /// UDP header length.
-pub const UDP_HLEN: usize = 8;
+pub(crate) const UDP_HLEN: usize = 8;
 /// Ethernet + IPv4 (no options) + UDP: the header room one frame needs in front of its
 /// payload.
 pub const UDP_FRAME_HLEN: usize = ETH_HLEN + IPV4_HLEN + UDP_HLEN;

@@ -12,50 +12,14 @@
  * every frame. The loader sets it before loading (a `.rodata` constant, so the verifier
  * sees a known value and the check costs nothing when it is 0).
  *
- * Self-contained on purpose: no libbpf or kernel headers, so `clang -target bpf` is the only
- * build dependency (build.rs). Helper and map-type numbers are the kernel's stable uAPI
- * (include/uapi/linux/bpf.h: BPF_FUNC_redirect_map = 51, BPF_MAP_TYPE_XSKMAP = 17).
+ * The types, the XSKMAP and `udp_port_be` are xdp.h's, shared with lm.c.
  */
 
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
+#include "xdp.h"
 
-/* include/uapi/linux/bpf.h */
-struct xdp_md {
-	__u32 data;
-	__u32 data_end;
-	__u32 data_meta;
-	__u32 ingress_ifindex;
-	__u32 rx_queue_index;
-	__u32 egress_ifindex;
-};
+XSKMAP(zcnet_xsks);
 
-enum xdp_action { XDP_ABORTED = 0, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT };
-
-#define BPF_MAP_TYPE_XSKMAP 17
-#define SEC(name) __attribute__((section(name), used))
-/* BTF-defined map attributes, as libbpf's bpf_helpers.h spells them. */
-#define __uint(name, val) int (*name)[val]
-#define __type(name, val) typeof(val) *name
-
-/* The third argument's low bits are the action when the map slot is empty (kernel >= 5.3). */
-static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
-
-/* Slots are queue ids; 64 covers any veth (one queue per possible CPU) and most NICs. */
-struct {
-	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, __u32);
-} zcnet_xsks SEC(".maps");
-
-volatile const __u16 udp_port_be = 0;
-
-#define ETH_HLEN 14
 #define IP_MIN_HLEN 20
-#define UDP_HLEN 8
 
 SEC("xdp")
 int zcnet_xsk_redirect(struct xdp_md *ctx)

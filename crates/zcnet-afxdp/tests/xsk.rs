@@ -7,15 +7,14 @@
 //! Lightweight Messages' driver-level defragmentation needs: datagrams sent last-first land
 //! with their payloads back to back and are read as one slice.
 
-mod common;
-
-use common::{pattern, veth_pair};
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
-use zcnet::xsk::wire::{self, UDP_FRAME_HLEN};
-use zcnet::xsk::{AttachMode, BindMode, RedirectProgram, XskConfig, XskError, XskSocket};
+use zcnet_afxdp::wire::udp::{self as wire, UDP_FRAME_HLEN};
+use zcnet_afxdp::{AttachMode, BindMode, RedirectProgram, XskConfig, XskError, XskSocket};
 use zcnet_testbed::netns::VethPair;
+use zcnet_testbed::pattern::pattern;
+use zcnet_testbed::topo::veth_pair;
 
 /// Destination port the redirect program steers to the XSK (the namespaces are the test's
 /// own, so a fixed port cannot clash).
@@ -24,15 +23,6 @@ const PORT: u16 = 7700;
 const WAIT: Duration = Duration::from_secs(5);
 /// `XDP_PACKET_HEADROOM`: where copy mode puts a frame in its chunk.
 const XDP_HEADROOM: u64 = 256;
-
-/// A veth pair, for a test marked ignored without `zcnet_netns`.
-fn xdp_pair(mtu: u32) -> VethPair {
-    assert!(
-        RedirectProgram::is_built(),
-        "zcnet was built without its XDP program (they are committed: bpf/*.o)"
-    );
-    veth_pair(mtu)
-}
 
 /// In namespace b: the XSK bound in copy mode to queue 0 of vzb, the program attached in
 /// `attach` mode with the socket in its map, and every free frame on the FILL ring.
@@ -155,7 +145,7 @@ fn small_umem() -> XskConfig {
 )]
 #[test]
 fn copy_mode_native_xdp_receives_every_size_up_to_the_mtu() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let sizes = [1, 2, 17, 63, 64, 100, 512, 1000, 1471, 1472];
     stream(&pair, small_umem(), AttachMode::Native, &sizes, 400);
 }
@@ -166,7 +156,7 @@ fn copy_mode_native_xdp_receives_every_size_up_to_the_mtu() {
 )]
 #[test]
 fn copy_mode_generic_xdp_receives_jumbo_frames_into_unaligned_chunks() {
-    let pair = xdp_pair(9000);
+    let pair = veth_pair(9000);
     // 3798 = 4096 - 256 (XDP headroom) - 42 (headers): the largest frame a 4 KiB chunk holds.
     let sizes = [1473, 2000, 3000, 3797, 3798, 9];
     stream(
@@ -184,7 +174,7 @@ fn copy_mode_generic_xdp_receives_jumbo_frames_into_unaligned_chunks() {
 )]
 #[test]
 fn zero_copy_bind_is_refused_on_veth_and_the_same_socket_then_binds_in_copy_mode() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let setup = pair
         .run_in_b(|| -> Result<_, XskError> {
             let mut sock = XskSocket::new(small_umem())?;
@@ -250,7 +240,7 @@ fn zero_copy_bind_is_refused_on_veth_and_the_same_socket_then_binds_in_copy_mode
 )]
 #[test]
 fn unaligned_chunks_land_reverse_ordered_fragments_back_to_back() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     const FRAG: usize = 1472;
     const MSG: usize = 10 * FRAG + 333;
     let mut config = XskConfig::default()
@@ -314,7 +304,7 @@ fn unaligned_chunks_land_reverse_ordered_fragments_back_to_back() {
 )]
 #[test]
 fn copy_mode_transmit_reaches_a_udp_socket_and_completes() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let mac = |side_ns: &str, ifname: &str| -> [u8; 6] {
         let out = Command::new("ip")
             .args(["-n", side_ns, "-o", "link", "show", ifname])

@@ -1,52 +1,20 @@
-//! Lightweight Messages over AF_XDP (Jin, Zhang, Tan, "Lightweight Messages", `docs/lm-afxdp.md`).
-//!
-//! A message of up to [`LmConfig::max_message`] bytes goes from one [`LmSocket`] to another
-//! with its payload written once, by the application, and never moved by user space again:
-//!
-//! * **Application-level fragmentation** (§3.1). [`LmSocket::loan`] lends a transmit region
-//!   of the UMEM laid out as frames: a header hole, a fragment's payload, the next hole...
-//!   The application writes the payload into it ([`LmBuf::write_at`],
-//!   [`LmBuf::fragments_mut`]); [`LmBuf::send`] fills the holes with Ethernet, IPv4, UDP and
-//!   LM headers and puts the frames on the XSK TX ring, **last fragment first**.
-//! * **Admission control** (§3.3). Before any fragment, the sender asks (`LM_REQ`) and the
-//!   receiver answers `LM_ACQ_OK` with a token, or `LM_ACQ_REJ` while it assembles another
-//!   sender's message; a rejected sender backs off and asks again. The receiver's XDP program
-//!   (`bpf/lm.c`) lets through only the admitted sender's frames, in order, so a second
-//!   sender can never interleave. `LM_ENDME` says the last fragment is out.
-//! * **Driver-level defragmentation** (§3.2). On admission the receiver posts one FILL chunk
-//!   per fragment, last fragment first, at addresses chosen so that each frame's payload
-//!   lands right in front of the previous arrival's, over its headers. When the last frame
-//!   (fragment 0) is in, the message is one contiguous slice of the UMEM, handed to the
-//!   application in place by [`LmSocket::recv`].
-//!
-//! What the paper did not need: a lost fragment leaves FILL chunks posted, so the next
-//! admission asks its sender for one PAD frame per leftover chunk ahead of its fragments;
-//! and a message is delivered only if every one of its fragment slots was filled in order,
-//! so loss or reordering is a lost message ([`LmEvent::Lost`]), never wrong bytes.
-//!
-//! **Fallbacks, counted** ([`crate::FallbackReason`]): on a driver without XSK zero-copy
-//! (veth, here) the socket binds in copy mode and the kernel copies each frame between its
-//! skb and the UMEM (`xsk_copy_mode`); without AF_XDP at all (no program built, bind or
-//! attach refused, queue taken by another socket) the same frames go through the kernel's
-//! UDP socket and are assembled by copying (`xsk_unavailable`). The wire format is the same,
-//! so either end may fall back alone.
-//!
-//! A socket acts in the network namespace of the thread that opens it.
+//! Lightweight Messages over AF_XDP: [`LmSocket`] and its configuration, events and errors.
+//! The crate docs describe the protocol; `docs/lm-afxdp.md` the findings and figures.
 
 mod program;
 mod socket;
 mod stats;
-pub mod wire;
 
-pub use program::{Admission, LmProgram, Progress};
+pub use program::{LmProgram, Progress};
 pub use socket::{LmBuf, LmSocket};
-pub use stats::{LmStats, LmStatsSnapshot};
+pub use stats::LmStats;
 
 use std::io;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use crate::xsk::{AttachMode, BindMode, XskError};
+use crate::program::AttachMode;
+use crate::xsk::{BindMode, XskError};
 
 /// How an [`LmSocket`] is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,27 +11,18 @@
 //! assembled and its raw frames are dropped, then admitted afterwards; the kernel-socket
 //! fallback works on either end alone, and every fallback is counted.
 
-mod common;
-
-use common::{pattern, veth_pair};
 use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use zcnet::lm::wire::{Header, Kind, Layout, LM_HLEN};
-use zcnet::lm::{LmConfig, LmError, LmEvent, LmProgram, LmSocket, LossReason};
 use zcnet::FallbackReason;
+use zcnet_afxdp::wire::lm::{Header, Kind, Layout, LM_HLEN};
+use zcnet_afxdp::{LmConfig, LmError, LmEvent, LmSocket, LossReason};
 use zcnet_testbed::netns::VethPair;
+use zcnet_testbed::pattern::pattern;
+use zcnet_testbed::topo::veth_pair;
 
 const PORT: u16 = 7710;
 const WAIT: Duration = Duration::from_secs(5);
-
-fn xdp_pair(mtu: u32) -> VethPair {
-    assert!(
-        LmProgram::is_built(),
-        "zcnet was built without its XDP programs (they are committed: bpf/*.o)"
-    );
-    veth_pair(mtu)
-}
 
 /// Where the bytes of message `id` from `from` start in the pattern: ids restart at 1 for
 /// every sender, so the sender's port is part of it.
@@ -237,7 +228,7 @@ impl Rogue {
 )]
 #[test]
 fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let rx = open_b(&pair, |_| {});
     let tx = open_a(&pair, PORT, |_| {});
     assert!(rx.receives_in_place(), "notes: {:?}", rx.notes());
@@ -280,7 +271,7 @@ fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
     }
     let (tx, ids) = sender.join().expect("sender");
     assert_eq!(ids.len(), sizes.len());
-    let (s, r) = (tx.stats().snapshot(), rx.stats().snapshot());
+    let (s, r) = (tx.stats(), rx.stats());
     let total: usize = sizes.iter().sum();
     assert_eq!(s.messages_sent, sizes.len() as u64);
     assert_eq!(s.bytes_sent, total as u64);
@@ -309,7 +300,7 @@ fn messages_of_every_edge_size_land_contiguous_in_the_umem() {
 )]
 #[test]
 fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let mut rx = open_b(&pair, |_| {});
     let tx = open_a(&pair, PORT, |_| {});
     let sizes = vec![1 << 20; 8];
@@ -349,7 +340,7 @@ fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
         empty > 0,
         "no recv returned mid-message: the test did not test anything"
     );
-    assert_eq!(rx.stats().snapshot().messages_lost, 0);
+    assert_eq!(rx.stats().messages_lost, 0);
 }
 
 #[cfg_attr(
@@ -358,7 +349,7 @@ fn a_recv_that_times_out_mid_message_leaves_the_assembly_alone() {
 )]
 #[test]
 fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_ring() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let mut rx = open_b(&pair, |_| {});
     let tx = open_a(&pair, PORT, |_| {});
     // 100 000 B = 70 fragments. Every 250th DATA frame is dropped: frames 250 and 500 are
@@ -388,7 +379,7 @@ fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_rin
         };
         assert_eq!(*g, want);
     }
-    let (s, r) = (tx.stats().snapshot(), rx.stats().snapshot());
+    let (s, r) = (tx.stats(), rx.stats());
     // Message 4 broke at its 40th frame: 39 placed, 31 chunks left posted; the same for 8.
     // Messages 5 and 9 sent one PAD frame for each.
     assert_eq!((r.messages_lost, r.lost_dropped), (2, 2));
@@ -421,7 +412,7 @@ fn fragments_dropped_in_xdp_lose_exactly_their_messages_and_pads_recover_the_rin
 )]
 #[test]
 fn reordered_or_partial_messages_are_lost_never_wrong_and_the_next_one_arrives() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let rx = open_b(&pair, |c| c.assembly_timeout = Duration::from_millis(300));
     let to = rx.local_addr();
     let rogue = Rogue::new(&pair, 7801, to);
@@ -482,7 +473,7 @@ fn reordered_or_partial_messages_are_lost_never_wrong_and_the_next_one_arrives()
             },
         ]
     );
-    let st = rx.stats().snapshot();
+    let st = rx.stats();
     assert_eq!((st.lost_dropped, st.lost_timeout), (1, 1));
     assert_eq!(st.refused_busy, 0, "{st:?}");
     let p = rx.xdp_progress().unwrap().unwrap();
@@ -496,7 +487,7 @@ fn reordered_or_partial_messages_are_lost_never_wrong_and_the_next_one_arrives()
 )]
 #[test]
 fn a_second_sender_is_held_off_while_a_message_is_assembled_then_admitted() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let rx = open_b(&pair, |_| {});
     let to = rx.local_addr();
     // The first sender, by hand, so the test decides when its message is half-way.
@@ -550,12 +541,12 @@ fn a_second_sender_is_held_off_while_a_message_is_assembled_then_admitted() {
         ],
         "the first message whole despite the intruder, then the second sender's"
     );
-    let s = second.stats().snapshot();
+    let s = second.stats();
     assert!(
         s.rejected_busy >= 1,
         "the second sender was never held off: {s:?}"
     );
-    let r = rx.stats().snapshot();
+    let r = rx.stats();
     assert_eq!(r.refused_busy, s.rejected_busy);
     assert_eq!(r.admitted, 2);
     let p = rx.xdp_progress().unwrap().unwrap();
@@ -570,7 +561,7 @@ fn a_second_sender_is_held_off_while_a_message_is_assembled_then_admitted() {
 #[test]
 fn the_kernel_socket_fallback_works_on_either_end_alone_and_is_counted() {
     for (tx_xsk, rx_xsk) in [(false, true), (true, false), (false, false)] {
-        let pair = xdp_pair(1500);
+        let pair = veth_pair(1500);
         let rx = open_b(&pair, |c| c.xsk = rx_xsk);
         let tx = open_a(&pair, PORT, |c| c.xsk = tx_xsk);
         assert_eq!(tx.transmits_via_xsk(), tx_xsk);
@@ -611,7 +602,7 @@ fn the_kernel_socket_fallback_works_on_either_end_alone_and_is_counted() {
         let (ts, rs) = (tx.io_stats().snapshot(), rx.io_stats().snapshot());
         assert_eq!(ts.fallback_bytes(reason(tx_xsk)), total as u64);
         assert_eq!(rs.fallback_bytes(reason(rx_xsk)), total as u64);
-        let (s, r) = (tx.stats().snapshot(), rx.stats().snapshot());
+        let (s, r) = (tx.stats(), rx.stats());
         assert_eq!(s.sent_kernel, if tx_xsk { 0 } else { 4 });
         assert_eq!(r.received_kernel, if rx_xsk { 0 } else { 4 });
     }
@@ -623,7 +614,7 @@ fn the_kernel_socket_fallback_works_on_either_end_alone_and_is_counted() {
 )]
 #[test]
 fn bad_requests_are_refused_with_a_reason_and_oversized_loans_are_errors() {
-    let pair = xdp_pair(1500);
+    let pair = veth_pair(1500);
     let rx = open_b(&pair, |c| c.max_message = 100_000);
     let to = rx.local_addr();
     let rogue = Rogue::new(&pair, 7805, to);
@@ -663,7 +654,7 @@ fn bad_requests_are_refused_with_a_reason_and_oversized_loans_are_errors() {
     rogue.sock.send_to(b"not LM at all", to).unwrap();
     let (rx, got) = server.join().expect("receiver");
     assert_eq!(got, None);
-    let r = rx.stats().snapshot();
+    let r = rx.stats();
     assert_eq!(r.refused_geometry, 3);
     assert_eq!(r.control_ignored, 1);
     assert_eq!(r.admitted, 0);

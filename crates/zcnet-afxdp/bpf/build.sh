@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Compiles zcnet's XDP programs (*.c here) into the objects committed beside them, which
-# crates/zcnet embeds with include_bytes: a build of zcnet needs no clang.
+# Compiles zcnet-afxdp's XDP programs (*.c here) into the objects committed beside them, which
+# crates/zcnet-afxdp embeds with include_bytes: a build of it needs no clang.
 #
-#   bash crates/zcnet/bpf/build.sh          # rebuild NAME.o from NAME.c
-#   bash crates/zcnet/bpf/build.sh --check  # rebuild into a temp dir, fail if any differs
+#   bash crates/zcnet-afxdp/bpf/build.sh          # rebuild NAME.o from NAME.c
+#   bash crates/zcnet-afxdp/bpf/build.sh --check  # rebuild into a temp dir, fail if any differs
 #
 # CI runs --check, so a source changed without its object (or an object not made from its
 # source) fails there. CLANG names another compiler (e.g. clang-14). The objects are the
@@ -33,7 +33,7 @@ if [ "${1:-}" = "--check" ]; then
     fi
   done
   if [ $bad -ne 0 ]; then
-    echo "regenerate with: bash crates/zcnet/bpf/build.sh, and commit the objects" >&2
+    echo "regenerate with: bash crates/zcnet-afxdp/bpf/build.sh, and commit the objects" >&2
     exit 1
   fi
   echo "BPF objects match their sources ($("$clang" --version | head -1))"

@@ -8,7 +8,8 @@
 //! went passive, `zcnet run` writes the line.
 
 use crate::globals::{
-    config, cost_if_measured, cost_source, detours, engine_is_own, huge_cost_if_measured, udp,
+    config, cost_if_measured, cost_source, detours, engine_is_own, freed, huge_cost_if_measured,
+    udp,
 };
 use crate::stats::Counters;
 use crate::table::{reap_closing, reports, SockReport};
@@ -59,6 +60,7 @@ pub fn line() -> serde_json::Value {
         "huge_page_cost_ns": huge_cost_if_measured(),
         "total": total.report(),
         "kernel_write_detours": detours(),
+        "freed_in_flight": freed(),
         "udp_sendmmsg": udp().report(),
         "sockets": listed,
         "sockets_not_listed": others,

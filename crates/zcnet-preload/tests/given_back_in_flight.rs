@@ -58,8 +58,10 @@ fn memory_given_back_in_flight_takes_kernel_writes_and_keeps_the_bytes_sent() {
         );
         assert_eq!(f["errors"].as_u64(), Some(0), "{mode}: {f}");
         assert_eq!(line["engine"]["errors"].as_u64(), Some(0), "{mode}: {line}");
+        let k = &line["uffd_kernel_faults"];
+        assert!(k["cap_sys_ptrace"].is_boolean(), "{mode}: {line}");
         eprintln!(
-            "{mode}: {} bytes zero-copy; given back in flight: {f}",
+            "{mode}: {} bytes zero-copy; given back in flight: {f}; kernel-mode faults: {k}",
             t["bytes_zerocopy"]
         );
     }

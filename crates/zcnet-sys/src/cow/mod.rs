@@ -833,9 +833,9 @@ impl CowSpace {
             }
             (Backend::Mprotect, GiveBack::Freed) if protected => {
                 zap(r);
+                let rw = libc::PROT_READ | libc::PROT_WRITE;
                 // SAFETY: the run is memory this space made read-only and the program still
                 // has mapped (it is freeing it now); writable again changes no byte.
-                let rw = libc::PROT_READ | libc::PROT_WRITE;
                 if unsafe { libc::mprotect(at as *mut libc::c_void, len, rw) } != 0 {
                     r.errors += 1;
                 }

@@ -255,10 +255,27 @@ struct Locked<'a> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        // What `CowSpace::holds_pages` reads without the lock.
-        self.held.store(self.g.registry.len(), Ordering::Relaxed);
+        // What `CowSpace::holds_pages` and `pages_held_anywhere` read without the lock
+        // (still held here: the guard is dropped after this).
+        let now = self.g.registry.len();
+        let before = self.held.swap(now, Ordering::Relaxed);
+        if now > before {
+            HELD_ANYWHERE.fetch_add(now - before, Ordering::Relaxed);
+        } else if now < before {
+            HELD_ANYWHERE.fetch_sub(before - now, Ordering::Relaxed);
+        }
         HOLDING.with(|h| h.set(false));
     }
+}
+
+/// Pages held by every space of this process: the sum of their tables' lengths.
+static HELD_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any space of this process may hold a page a send still reads: one atomic load,
+/// the first thing an interposed `free` (`realloc`, `munmap`, `madvise`, `mremap`) asks.
+/// A forked child inherits the parent's answer (its spaces let go of nothing).
+pub fn pages_held_anywhere() -> bool {
+    HELD_ANYWHERE.load(Ordering::Relaxed) > 0
 }
 
 impl std::ops::Deref for Locked<'_> {

@@ -10,7 +10,7 @@ use super::hook::{
     Datagram, FdSet, Hook, MmsgCall, RawRecv, RawSend, RecvCall, SendCall, SysResult,
 };
 use super::real;
-use crate::cow::GiveBack;
+use crate::cow::{pages_held_anywhere, GiveBack};
 use crate::reentry::Inside;
 use libc::{c_int, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
 use std::io::{IoSlice, IoSliceMut};
@@ -1298,7 +1298,7 @@ pub unsafe fn fread<H: Hook>(
 /// # Safety
 /// The C contract of `free`.
 pub unsafe fn free<H: Hook>(h: &H, p: *mut c_void) {
-    if !p.is_null() && !PASSIVE.load(Relaxed) && h.holds_pages() {
+    if !p.is_null() && pages_held_anywhere() && !PASSIVE.load(Relaxed) && h.holds_pages() {
         if let Some(_g) = Guard::enter() {
             // SAFETY: `p` is a live chunk of the allocator (the C contract of `free`).
             let len = unsafe { libc::malloc_usable_size(p) };
@@ -1319,7 +1319,7 @@ pub unsafe fn free<H: Hook>(h: &H, p: *mut c_void) {
 /// # Safety
 /// The C contract of `realloc`.
 pub unsafe fn realloc<H: Hook>(h: &H, p: *mut c_void, n: size_t) -> *mut c_void {
-    if !p.is_null() && !PASSIVE.load(Relaxed) && h.holds_pages() {
+    if !p.is_null() && pages_held_anywhere() && !PASSIVE.load(Relaxed) && h.holds_pages() {
         if let Some(_g) = Guard::enter() {
             // SAFETY: `p` is a live chunk of the allocator (the C contract of `realloc`).
             let old = unsafe { libc::malloc_usable_size(p) };
@@ -1356,7 +1356,7 @@ pub unsafe fn realloc<H: Hook>(h: &H, p: *mut c_void, n: size_t) -> *mut c_void 
 /// # Safety
 /// The C contract of `munmap`.
 pub unsafe fn munmap<H: Hook>(h: &H, addr: *mut c_void, len: size_t) -> c_int {
-    if aligned(addr) {
+    if pages_held_anywhere() && aligned(addr) {
         if let Some(_g) = Guard::enter() {
             if h.holds_pages() {
                 h.giving_back(addr as usize, len, GiveBack::Unmapped);
@@ -1382,7 +1382,7 @@ const DISCARDING: [c_int; 4] = [libc::MADV_DONTNEED, libc::MADV_FREE, libc::MADV
 /// # Safety
 /// The C contract of `madvise`.
 pub unsafe fn madvise<H: Hook>(h: &H, addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
-    if DISCARDING.contains(&advice) && aligned(addr) {
+    if pages_held_anywhere() && DISCARDING.contains(&advice) && aligned(addr) {
         if let Some(_g) = Guard::enter() {
             if h.holds_pages() {
                 // The kernel acts on whole pages: a partial last page too.
@@ -1410,7 +1410,7 @@ pub unsafe fn mremap<H: Hook>(
     new_addr: *mut c_void,
 ) -> *mut c_void {
     let moves = new_len != old_len || flags & (libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP) != 0;
-    if moves && aligned(old) {
+    if moves && pages_held_anywhere() && aligned(old) {
         if let Some(_g) = Guard::enter() {
             if h.holds_pages() {
                 h.giving_back(old as usize, old_len, GiveBack::Moved);

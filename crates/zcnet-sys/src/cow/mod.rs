@@ -274,6 +274,7 @@ static HELD_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
 /// Whether any space of this process may hold a page a send still reads: one atomic load,
 /// the first thing an interposed `free` (`realloc`, `munmap`, `madvise`, `mremap`) asks.
 /// A forked child inherits the parent's answer (its spaces let go of nothing).
+#[inline]
 pub fn pages_held_anywhere() -> bool {
     HELD_ANYWHERE.load(Ordering::Relaxed) > 0
 }

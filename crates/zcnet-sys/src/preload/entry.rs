@@ -1297,6 +1297,7 @@ pub unsafe fn fread<H: Hook>(
 ///
 /// # Safety
 /// The C contract of `free`.
+#[inline]
 pub unsafe fn free<H: Hook>(h: &H, p: *mut c_void) {
     if !p.is_null() && pages_held_anywhere() && !PASSIVE.load(Relaxed) && h.holds_pages() {
         if let Some(_g) = Guard::enter() {

@@ -113,6 +113,7 @@ thread_local! {
 ///
 /// # Safety
 /// `p` null or a chunk of that allocator not freed yet (free(3)).
+#[inline]
 pub unsafe fn free(p: *mut c_void) {
     static P: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
     let mut f = P.load(Relaxed);

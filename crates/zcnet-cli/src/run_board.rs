@@ -48,6 +48,14 @@ fn udp(s: &Slot) -> Value {
     u.into()
 }
 
+fn freed(s: &Slot) -> Value {
+    let mut f = Map::new();
+    for (i, name) in board::FREED.iter().enumerate() {
+        f.insert((*name).into(), s.get(board::freed(i)).into());
+    }
+    f.into()
+}
+
 /// How the program's own process ended, in words.
 fn ending(status: &ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -94,6 +102,7 @@ impl BoardReport {
                 "passive": why,
                 "total": counters(&s),
                 "udp_sendmmsg": udp(&s),
+                "freed_in_flight": freed(&s),
             }));
         }
         r

@@ -8,7 +8,8 @@
 //! went passive, `zcnet run` writes the line.
 
 use crate::globals::{
-    config, cost_if_measured, cost_source, detours, engine_is_own, huge_cost_if_measured, udp,
+    config, cost_if_measured, cost_source, detours, engine_is_own, freed, huge_cost_if_measured,
+    udp,
 };
 use crate::stats::Counters;
 use crate::table::{reap_closing, reports, SockReport};
@@ -48,17 +49,23 @@ pub fn line() -> serde_json::Value {
         total.absorb(&s.report);
     }
     let listed: Vec<&SockReport> = sockets.iter().filter(|s| s.report.calls > 0).collect();
+    let engine = zcnet::cow::engine_stats().filter(|_| engine_is_own());
+    // Asked only where the engine ran (it protected pages here): whether a kernel write
+    // into them could have been resolved instead of failing.
+    let kernel_faults = engine.map(|_| zcnet_sys::cow::uffd::kernel_faults());
     serde_json::json!({
         "pid": std::process::id(),
         "exe": std::env::current_exe().ok().map(|p| p.display().to_string()),
         "tx": cfg.mode,
         "bad_tx": cfg.bad_mode,
-        "engine": zcnet::cow::engine_stats().filter(|_| engine_is_own()),
+        "engine": engine,
+        "uffd_kernel_faults": kernel_faults,
         "page_cost_ns": cost_if_measured(),
         "page_cost_from": cost_source(),
         "huge_page_cost_ns": huge_cost_if_measured(),
         "total": total.report(),
         "kernel_write_detours": detours(),
+        "freed_in_flight": freed(),
         "udp_sendmmsg": udp().report(),
         "sockets": listed,
         "sockets_not_listed": others,

@@ -20,6 +20,58 @@ static OWN_PID: AtomicU32 = AtomicU32::new(0);
 /// counters are the parent's.
 static ENGINE_INHERITED: AtomicBool = AtomicBool::new(false);
 
+/// Memory the program gave back while zero-copy sends still held some of its pages
+/// (`free`, `realloc`, `munmap`, `madvise`, `mremap`): those pages' protection was lifted
+/// before anything else could be handed them ([`zcnet::cow::let_go`]).
+#[derive(Debug, Default)]
+pub struct Freed {
+    calls: AtomicU64,
+    pages: AtomicU64,
+    protected: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// A snapshot of [`Freed`], as written to the stats line (`freed_in_flight`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FreedReport {
+    /// Calls that gave back memory some send still held.
+    pub calls: u64,
+    /// Held pages given back: no longer registered nor protected.
+    pub pages: u64,
+    /// Of those, pages still write-protected then (zapped, or copied for `mremap`).
+    pub protected_pages: u64,
+    /// System calls that failed while letting go.
+    pub errors: u64,
+}
+
+static FREED: Freed = Freed {
+    calls: AtomicU64::new(0),
+    pages: AtomicU64::new(0),
+    protected: AtomicU64::new(0),
+    errors: AtomicU64::new(0),
+};
+
+/// Counts one give-back that let go of held pages (allocates nothing: runs inside `free`).
+pub fn count_freed(r: zcnet::cow::LetGo) {
+    FREED.calls.fetch_add(1, Relaxed);
+    FREED.pages.fetch_add(r.pages, Relaxed);
+    FREED.protected.fetch_add(r.protected, Relaxed);
+    FREED.errors.fetch_add(r.errors, Relaxed);
+    crate::slot::add(zcnet_sys::board::freed(0), 1);
+    crate::slot::add(zcnet_sys::board::freed(1), r.pages);
+    crate::slot::add(zcnet_sys::board::freed(2), r.protected);
+}
+
+/// What was let go so far.
+pub fn freed() -> FreedReport {
+    FreedReport {
+        calls: FREED.calls.load(Relaxed),
+        pages: FREED.pages.load(Relaxed),
+        protected_pages: FREED.protected.load(Relaxed),
+        errors: FREED.errors.load(Relaxed),
+    }
+}
+
 /// The process's `sendmmsg` counters.
 pub fn udp() -> &'static UdpCounters {
     UDP.get_or_init(UdpCounters::default)
@@ -108,6 +160,9 @@ pub fn after_fork_in_child() {
         OWN_PID.store(std::process::id(), Relaxed);
     }
     DETOURS.store(0, Relaxed);
+    for c in [&FREED.calls, &FREED.pages, &FREED.protected, &FREED.errors] {
+        c.store(0, Relaxed);
+    }
     udp().reset();
     if zcnet::cow::engine_stats().is_some() {
         ENGINE_INHERITED.store(true, Relaxed);

@@ -22,6 +22,12 @@
 //! real error only once it is closed: `tcp_done`). Sockets opened after the fork are each
 //! process's own.
 //!
+//! Memory the program gives back while a send still reads it — `free`, a `realloc` that
+//! would free it, `munmap`, `madvise(MADV_DONTNEED)`, `mremap` — is let go of first
+//! ([`zcnet::cow::let_go`]): no page of it stays write-protected for whatever gets it next
+//! (a kernel write there through a call this library does not see would fail with
+//! `EFAULT`), and the bytes in flight stay those sent. Counted as `freed_in_flight`.
+//!
 //! The library makes no system call the program would not have made until a send may go
 //! zero-copy: socket kinds are learned from the program's own `socket`, `accept` and
 //! `socketpair` calls ([`kind`]). In a process under a seccomp filter — in force at load,
@@ -240,6 +246,25 @@ impl Hook for Preload {
             table::settle_all(std::time::Duration::from_secs(2));
         }
         exit::before_exec();
+    }
+
+    /// A forked child's engine is its parent's (it protects nothing here): no page is
+    /// held in its memory.
+    fn holds_pages(&self) -> bool {
+        globals::engine_is_own() && zcnet::cow::holds_pages()
+    }
+
+    fn holds_any(&self, start: usize, len: usize) -> bool {
+        zcnet::cow::any_held(start, len)
+    }
+
+    /// Runs inside `free`: no allocation (the engine allocates nothing under its lock; the
+    /// counters are atomics).
+    fn giving_back(&self, start: usize, len: usize, how: zcnet::cow::GiveBack) {
+        let r = zcnet::cow::let_go(start, len, how);
+        if r.pages > 0 {
+            globals::count_freed(r);
+        }
     }
 
     fn kernel_write_blocked(&self, buf: &[u8]) -> bool {

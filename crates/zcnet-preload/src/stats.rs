@@ -389,6 +389,10 @@ mod tests {
         for name in board::UDP {
             assert!(u.get(name).is_some(), "{name}");
         }
+        let f = serde_json::to_value(crate::globals::FreedReport::default()).unwrap();
+        for name in board::FREED {
+            assert!(f.get(name).is_some(), "{name}");
+        }
     }
 
     #[test]

@@ -2,11 +2,12 @@
 //! Python loop of issue 42 (`freed_in_flight.py` beside this file: `data =
 //! os.urandom(8 << 20); s.sendall(data); del data`, 24 times) under `zerocopy` and `cow`,
 //! loopback treated as any peer so that the sends do go zero-copy. glibc's malloc hands
-//! the freed, still write-protected pages to the next `os.urandom`, whose `getrandom` the
-//! kernel would fail with `EFAULT` there (the protection is user-mode only); the library
-//! has it write into scratch memory copied in by user-mode writes, which the engine
-//! resolves. No error, every byte as sent, and the stats show the loop did run zero-copy
-//! with such detours.
+//! the freed pages, still in flight, to the next `os.urandom`, whose `getrandom` the
+//! kernel would fail with `EFAULT` on a page still write-protected (the protection is
+//! user-mode only). The library lets go of such pages in `free` (`freed_in_flight`, see
+//! `given_back_in_flight.rs`), and a `getrandom` into a page still protected otherwise
+//! writes into scratch memory copied in by user-mode writes, which the engine resolves.
+//! No error, every byte as sent, and the stats show the loop did run zero-copy.
 
 mod common;
 
@@ -52,8 +53,11 @@ fn sending_then_freeing_fresh_random_buffers_never_fails() {
         );
         assert_eq!(line["engine"]["errors"].as_u64(), Some(0), "{mode}: {line}");
         eprintln!(
-            "{mode}: {} bytes zero-copy, {} kernel writes detoured, {} faults",
-            t["bytes_zerocopy"], line["kernel_write_detours"], t["protection_faults"]
+            "{mode}: {} bytes zero-copy, {} kernel writes detoured, {} faults, freed in flight {}",
+            t["bytes_zerocopy"],
+            line["kernel_write_detours"],
+            t["protection_faults"],
+            line["freed_in_flight"]
         );
     }
 }

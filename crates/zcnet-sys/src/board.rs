@@ -119,7 +119,16 @@ pub const fn udp(i: usize) -> usize {
     fallback_bytes(REASONS_MAX) + i
 }
 
-const _: () = assert!(udp(UDP.len()) <= SLOT_WORDS && REASONS.len() <= REASONS_MAX);
+/// Memory given back while zero-copy sends still held some of its pages (the stats line's
+/// `freed_in_flight`), after the `sendmmsg` counters.
+pub const FREED: [&str; 3] = ["calls", "pages", "protected_pages"];
+
+/// Word of give-back counter `i`.
+pub const fn freed(i: usize) -> usize {
+    udp(UDP.len()) + i
+}
+
+const _: () = assert!(freed(FREED.len()) <= SLOT_WORDS && REASONS.len() <= REASONS_MAX);
 
 /// A board, mapped shared for the life of the process.
 #[derive(Debug)]

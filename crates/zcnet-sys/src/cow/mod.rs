@@ -37,6 +37,16 @@
 //! of it that is not mapped also fails with `EFAULT`: only possible for a page the
 //! application zapped itself (`MADV_DONTNEED`) or during the few microseconds of a copy.
 //!
+//! # Memory given back while in flight
+//!
+//! A page in flight that the program frees (a heap chunk malloc hands to its next caller),
+//! zaps (`MADV_DONTNEED`) or moves (`mremap`) must not stay protected or registered: the
+//! next owner's kernel writes would fail. [`CowSpace::let_go`] (called by whoever sees the
+//! memory given back — the preload library's `free`, `realloc`, `munmap`, `madvise`,
+//! `mremap`) zaps freed protected pages (the kernel keeps the originals it sends; the next
+//! access maps a fresh page), copies moved ones, and unregisters them; their holds stay,
+//! marked *gone*, until the sends complete.
+//!
 //! # mprotect backend
 //!
 //! Where userfaultfd is missing or forbidden: `mprotect(PROT_READ)` and a `SIGSEGV` handler
@@ -148,6 +158,30 @@ impl Protected {
     }
 }
 
+/// How the program gives memory back ([`CowSpace::let_go`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// `free`, `madvise(MADV_DONTNEED | MADV_FREE | MADV_REMOVE)`: the mapping stays and
+    /// its bytes no longer matter.
+    Freed,
+    /// `munmap`: the mapping goes.
+    Unmapped,
+    /// `mremap`: the bytes move (or the tail goes) and stay the program's.
+    Moved,
+}
+
+/// What [`CowSpace::let_go`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LetGo {
+    /// Pages some send still held that were given back: no longer protected nor
+    /// registered.
+    pub pages: u64,
+    /// Of those, pages that were still write-protected (zapped, or copied for `mremap`).
+    pub protected: u64,
+    /// System calls that failed meanwhile.
+    pub errors: u64,
+}
+
 /// What one round of the fault handler did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FaultReport {
@@ -216,12 +250,33 @@ thread_local! {
 
 struct Locked<'a> {
     g: MutexGuard<'a, Inner>,
+    held: &'a AtomicUsize,
 }
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
+        // What `CowSpace::holds_pages` and `pages_held_anywhere` read without the lock
+        // (still held here: the guard is dropped after this).
+        let now = self.g.registry.len();
+        let before = self.held.swap(now, Ordering::Relaxed);
+        if now > before {
+            HELD_ANYWHERE.fetch_add(now - before, Ordering::Relaxed);
+        } else if now < before {
+            HELD_ANYWHERE.fetch_sub(before - now, Ordering::Relaxed);
+        }
         HOLDING.with(|h| h.set(false));
     }
+}
+
+/// Pages held by every space of this process: the sum of their tables' lengths.
+static HELD_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any space of this process may hold a page a send still reads: one atomic load,
+/// the first thing an interposed `free` (`realloc`, `munmap`, `madvise`, `mremap`) asks.
+/// A forked child inherits the parent's answer (its spaces let go of nothing).
+#[inline]
+pub fn pages_held_anywhere() -> bool {
+    HELD_ANYWHERE.load(Ordering::Relaxed) > 0
 }
 
 impl std::ops::Deref for Locked<'_> {
@@ -253,6 +308,9 @@ pub struct CowSpace {
     scan: bool,
     pid: u32,
     page: usize,
+    /// Pages some send holds (the table's length when it was last unlocked): read on every
+    /// `free` the preload library sees, without the lock.
+    held: AtomicUsize,
 }
 
 impl std::fmt::Debug for CowSpace {
@@ -313,6 +371,7 @@ impl CowSpace {
             scan: false,
             pid: std::process::id(),
             page,
+            held: AtomicUsize::new(0),
         };
         let scan = space
             .pagemap_scan(staging_at, staging_at + page, 0, 0, 0)
@@ -359,7 +418,10 @@ impl CowSpace {
     fn lock(&self) -> Locked<'_> {
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         HOLDING.with(|h| h.set(true));
-        Locked { g }
+        Locked {
+            g,
+            held: &self.held,
+        }
     }
 
     /// Locks the table with room for `extra` more pages. The table is never grown under the
@@ -661,6 +723,196 @@ impl CowSpace {
         }
     }
 
+    /// Whether some send may still hold a page: the cheap check, one atomic load without
+    /// the lock, before [`CowSpace::let_go`] (asked on every `free` of the preload
+    /// library). A forked child inherits the parent's count: [`CowSpace::let_go`] does
+    /// nothing there.
+    pub fn holds_pages(&self) -> bool {
+        self.held.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether some send holds a page of `start..start + len` that is still protected or
+    /// registered here (not given back yet).
+    pub fn any_held(&self, start: usize, len: usize) -> bool {
+        if len == 0 || !self.holds_pages() || HOLDING.with(|h| h.get()) || self.forked() {
+            return false;
+        }
+        let first = start / self.page;
+        let last = (start + len - 1) / self.page;
+        self.lock().registry.any_held(first, last - first + 1)
+    }
+
+    /// The program gives back `start..start + len` — `how` says in what way — while sends
+    /// may still read some of its pages: no page of it stays write-protected or registered
+    /// here, so nothing the memory is handed to next (malloc's next caller, a new mapping at
+    /// the address, a kernel write into either) meets a protection it never asked for.
+    /// The in-flight bytes stay right: the kernel holds its own references to the pages it
+    /// sends, and the program's next write lands in another page.
+    ///
+    /// * [`GiveBack::Freed`] (`free`, `madvise(MADV_DONTNEED)`): the mapping stays, its
+    ///   bytes no longer matter. Only the pages wholly inside the range count (a chunk's
+    ///   edges share pages with its neighbours). Protected pages are zapped (the next
+    ///   access maps a fresh zero page; the kernel keeps sending the original), then the
+    ///   range is unregistered (userfaultfd) or made writable again (mprotect).
+    /// * [`GiveBack::Unmapped`] (`munmap`): the mapping goes, and its registration and
+    ///   protection with it; only the table changes (no system call), before the unmap,
+    ///   so that a new mapping at the address never looks protected.
+    /// * [`GiveBack::Moved`] (`mremap`): the bytes move and stay the program's. Each
+    ///   protected page gets its private copy now (as a write fault would give it), then
+    ///   the range is unregistered: what moves is plain memory.
+    ///
+    /// The pages' holds stay until their sends complete (a new send of the same address
+    /// is lifted by its own completion, never by an old one's). Allocates nothing.
+    pub fn let_go(&self, start: usize, len: usize, how: GiveBack) -> LetGo {
+        // This thread holds the lock: the call is this space's own (the SIGSEGV handler's
+        // `mremap` of a copy over a protected page, interposed like the program's).
+        if len == 0 || !self.holds_pages() || HOLDING.with(|h| h.get()) {
+            return LetGo::default();
+        }
+        let page = self.page;
+        let end = start.saturating_add(len);
+        let (first, last) = match how {
+            GiveBack::Freed => (start.div_ceil(page), end / page),
+            GiveBack::Unmapped | GiveBack::Moved => (start / page, end.div_ceil(page)),
+        };
+        // A small chunk holds no whole page: no system call (`forked` makes one) for it.
+        if last <= first || self.forked() {
+            return LetGo::default();
+        }
+        let mut g = self.lock();
+        let mut out = LetGo::default();
+        let mut r = FaultReport::default();
+        let mut p = first;
+        while p < last {
+            let Some(s) = g.registry.get(p).filter(|s| !s.gone) else {
+                p += 1;
+                continue;
+            };
+            let prot = s.protected;
+            let mut q = p + 1;
+            while q < last
+                && g.registry
+                    .get(q)
+                    .is_some_and(|s| !s.gone && s.protected == prot)
+            {
+                q += 1;
+            }
+            if prot {
+                out.protected += (q - p) as u64;
+            }
+            self.let_go_run(&mut g, p * page, (q - p) * page, prot, how, &mut r);
+            p = q;
+        }
+        if let Backend::Uffd(u) = &self.backend {
+            // Remap events read while a copy waited (see `read_while_busy`).
+            self.drain_remaps(&mut g, u, &mut r);
+        }
+        out.pages = g.registry.let_go(first, last - first, |_, _, _| {});
+        out.errors = r.errors;
+        out
+    }
+
+    /// [`CowSpace::let_go`]'s work on one run of held pages, all protected or all not.
+    fn let_go_run(
+        &self,
+        g: &mut Locked<'_>,
+        at: usize,
+        len: usize,
+        protected: bool,
+        how: GiveBack,
+        r: &mut FaultReport,
+    ) {
+        let zap = |r: &mut FaultReport| {
+            // SAFETY: the program gives these pages back (`free`, `madvise`): their bytes no
+            // longer matter to it, and zapping changes no byte any live reference may read.
+            // The kernel keeps its own references to the pages it still sends.
+            if unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
+                r.errors += 1;
+            }
+        };
+        match (&self.backend, how) {
+            (_, GiveBack::Unmapped) => {}
+            (Backend::Uffd(u), GiveBack::Freed) => {
+                if protected {
+                    zap(r);
+                }
+                // Also wakes anyone who touched a zapped page meanwhile: a fresh page then.
+                let _ = u.unregister_range(at, len);
+            }
+            (Backend::Uffd(u), GiveBack::Moved) => {
+                if protected {
+                    for a in (at..at + len).step_by(self.page) {
+                        if self.copy_on_write(g, u, a, r).is_err() {
+                            r.errors += 1;
+                        }
+                    }
+                }
+                let _ = u.unregister_range(at, len);
+            }
+            (Backend::Mprotect, GiveBack::Freed) if protected => {
+                zap(r);
+                let rw = libc::PROT_READ | libc::PROT_WRITE;
+                // SAFETY: the run is memory this space made read-only and the program still
+                // has mapped (it is freeing it now); writable again changes no byte.
+                if unsafe { libc::mprotect(at as *mut libc::c_void, len, rw) } != 0 {
+                    r.errors += 1;
+                }
+            }
+            (Backend::Mprotect, GiveBack::Moved) if protected => {
+                for a in (at..at + len).step_by(self.page) {
+                    if !self.copy_over(a) {
+                        r.errors += 1;
+                    }
+                }
+            }
+            // Copied pages of the mprotect backend are writable mappings of their own.
+            (Backend::Mprotect, _) => {}
+        }
+    }
+
+    /// The mprotect backend's copy-on-write of the read-only page at `page_addr` (ours,
+    /// protected; the caller holds the table lock): a fresh writable page with the same
+    /// bytes is moved over it, and the kernel keeps its reference to the original.
+    fn copy_over(&self, page_addr: usize) -> bool {
+        // SAFETY: a fresh anonymous page, checked against MAP_FAILED.
+        let fresh = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                self.page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if fresh == libc::MAP_FAILED {
+            return false;
+        }
+        // SAFETY: page_addr is a readable page this space made read-only (the table says it
+        // is protected, under the lock the caller holds) and `fresh` a writable page of the
+        // same size; they do not overlap. Its bytes cannot change while it is read-only.
+        unsafe {
+            std::ptr::copy_nonoverlapping(page_addr as *const u8, fresh.cast::<u8>(), self.page)
+        };
+        // SAFETY: moves the copy over the protected page atomically (MREMAP_FIXED replaces
+        // the old mapping); the kernel keeps its reference to the original page.
+        let moved = unsafe {
+            libc::mremap(
+                fresh,
+                self.page,
+                self.page,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                page_addr as *mut libc::c_void,
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            // SAFETY: unmapping the page we mapped above.
+            unsafe { libc::munmap(fresh, self.page) };
+            return false;
+        }
+        true
+    }
+
     /// Whether any page of `buf` is write-protected now (a kernel write into it would fail).
     pub fn any_protected(&self, buf: &[u8]) -> bool {
         if buf.is_empty() {
@@ -749,10 +1001,11 @@ impl CowSpace {
         }
         let t0 = Instant::now();
         let ours = match g.registry.get(pno) {
-            Some(s) => s.protected,
+            Some(s) if !s.gone => s.protected,
             // Not in the table: a page mremap moved before its event was handled, or a stale
-            // message. Only our fd sets uffd-wp bits, so if the bit is set it is ours.
-            None => self.is_uffd_wp(page_addr),
+            // message; or given back ([`CowSpace::let_go`]) by an `munmap` that then failed.
+            // Only our fd sets uffd-wp bits, so if the bit is set it is ours.
+            _ => self.is_uffd_wp(page_addr),
         };
         if !ours {
             r.stale += 1;
@@ -1269,6 +1522,81 @@ mod tests {
         assert_eq!(space.check(s, None), Err(Ineligible::NotAnonymous));
         // SAFETY: (test) unmapping our own mapping; `s` is not used after.
         unsafe { libc::munmap(shared, page) };
+    }
+
+    /// `getrandom(2)` into `buf`: a kernel write; its errno if it fails.
+    fn kernel_write(buf: &mut [u8]) -> Result<usize, i32> {
+        // SAFETY: (test) `buf` is a live, writable slice of its length.
+        let r = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        }
+        Ok(r as usize)
+    }
+
+    /// Memory given back while in flight: a kernel write into a protected page fails
+    /// (`UFFD_USER_MODE_ONLY`) until the space lets go of it — freed pages zapped, moved
+    /// ones copied with their bytes — and the old hold then lifts nothing.
+    #[test]
+    fn pages_let_go_take_kernel_writes_and_moved_ones_keep_their_bytes() {
+        for kind in [BackendKind::Userfaultfd, BackendKind::Mprotect] {
+            let_go_with(kind);
+        }
+    }
+
+    fn let_go_with(kind: BackendKind) {
+        // No fault handler: nothing here writes to a protected page.
+        let space = CowSpace::open(kind).expect("backend");
+        let page = page_size();
+        for how in [GiveBack::Freed, GiveBack::Moved, GiveBack::Unmapped] {
+            let mut buf = PageBuf::new(8 * page).unwrap();
+            buf.as_mut_slice().fill(3);
+            space.check(buf.as_slice(), None).unwrap();
+            let p = space.protect(&buf.as_slice()[..4 * page]).unwrap();
+            assert!(space.holds_pages());
+            assert_eq!(
+                kernel_write(&mut buf.as_mut_slice()[page..2 * page]),
+                Err(libc::EFAULT),
+                "{kind:?} {how:?}: protected"
+            );
+            // A freed chunk that starts inside the first page: only whole pages count.
+            let start = buf.as_ptr() as usize + 16;
+            let done = space.let_go(start, 8 * page - 16, how);
+            let whole = if how == GiveBack::Freed { 3 } else { 4 };
+            assert_eq!(
+                (done.pages, done.protected, done.errors),
+                (whole, whole, 0),
+                "{kind:?} {how:?}"
+            );
+            assert_eq!(
+                space.any_held(buf.as_ptr() as usize, page),
+                how == GiveBack::Freed,
+                "{kind:?} {how:?}: the first page is held only by a free that left it"
+            );
+            if how == GiveBack::Unmapped {
+                // Only the table changed: the mapping (with its protection) goes next.
+                assert!(!space.any_protected(buf.as_slice()));
+            } else {
+                let b = &mut buf.as_mut_slice()[page..4 * page];
+                let want = if how == GiveBack::Moved { 3 } else { 0 };
+                assert!(
+                    b.iter().all(|&x| x == want),
+                    "{kind:?} {how:?}: bytes kept or zeroed"
+                );
+                assert_eq!(
+                    kernel_write(b),
+                    Ok(3 * page),
+                    "{kind:?} {how:?}: given back"
+                );
+            }
+            let rel = space.release(&mut vec![p]);
+            assert_eq!(rel.pages, 4, "{kind:?} {how:?}");
+            assert!(!space.any_protected(buf.as_slice()), "{kind:?} {how:?}");
+            if how == GiveBack::Freed {
+                assert_eq!(kernel_write(&mut buf.as_mut_slice()[..page]), Ok(page));
+            }
+        }
+        assert!(!space.holds_pages());
     }
 
     /// iperf3's buffer: a private mapping of a file, written (so its pages are anonymous

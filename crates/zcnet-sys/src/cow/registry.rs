@@ -33,6 +33,11 @@ pub struct PageState {
     /// Nanoseconds spent resolving those faults (from reading the message to waking the
     /// writer).
     pub fault_ns: u64,
+    /// The program gave the page back (`free`, `munmap`, `madvise`, `mremap`) while a send
+    /// still held it, and its protection and registration were dropped then
+    /// ([`Registry::let_go`]): the last release has nothing left to lift. A new hold (the
+    /// address reused and sent again) makes it ours to lift again.
+    pub gone: bool,
 }
 
 /// What a release finished: the counters of pages whose last holder completed, to be
@@ -108,8 +113,63 @@ impl Registry {
     pub fn hold(&mut self, first: usize, count: usize) {
         debug_assert!(self.spare() >= count, "registry grown under its lock");
         for p in first..first + count {
-            self.pages.entry(p).or_default().holders += 1;
+            let s = self.pages.entry(p).or_default();
+            s.holders += 1;
+            s.gone = false;
         }
+    }
+
+    /// True if any of `count` pages from `first` is held by a send and still ours to lift
+    /// (not [`PageState::gone`]).
+    pub fn any_held(&self, first: usize, count: usize) -> bool {
+        !self.pages.is_empty()
+            && (first..first + count).any(|p| self.pages.get(&p).is_some_and(|s| !s.gone))
+    }
+
+    /// The program gives back `count` pages from `first` while sends may still hold some:
+    /// every held page that is not [`PageState::gone`] yet becomes gone and unprotected
+    /// (its holds stay: the sends' completions still come, and a new send of the same
+    /// address must not be lifted by an old one's). `act(first, count, protected)` is
+    /// called for each maximal run of such pages that are all protected, or all not —
+    /// what the engine must do to them first. Returns the pages let go.
+    pub fn let_go(
+        &mut self,
+        first: usize,
+        count: usize,
+        mut act: impl FnMut(usize, usize, bool),
+    ) -> u64 {
+        if self.pages.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        let mut run: Option<(usize, usize, bool)> = None;
+        for p in first..first + count {
+            let Some(s) = self.pages.get_mut(&p) else {
+                continue;
+            };
+            if s.gone {
+                continue;
+            }
+            let prot = s.protected;
+            s.gone = true;
+            if s.protected {
+                s.protected = false;
+                self.protected -= 1;
+            }
+            n += 1;
+            run = match run {
+                Some((f, c, pr)) if f + c == p && pr == prot => Some((f, c + 1, pr)),
+                Some((f, c, pr)) => {
+                    act(f, c, pr);
+                    Some((p, 1, prot))
+                }
+                None => Some((p, 1, prot)),
+            };
+        }
+        if let Some((f, c, pr)) = run {
+            act(f, c, pr);
+        }
+        n
     }
 
     /// Marks `count` pages from `first` as write-protected (after the protect call).
@@ -191,6 +251,10 @@ impl Registry {
                 out.faults += u64::from(s.faults);
                 out.copies += u64::from(s.copies);
                 out.fault_ns += s.fault_ns;
+                if s.gone {
+                    // Given back by the program: nothing of ours is left there to lift.
+                    continue;
+                }
                 run = match run {
                     Some((f, n)) if f + n == p => Some((f, n + 1)),
                     Some((f, n)) => {
@@ -274,6 +338,40 @@ mod tests {
         let mut runs = Vec::new();
         r.release([(100, 3), (5, 2)], |f, n| runs.push((f, n)));
         assert_eq!(runs, vec![(5, 2)]);
+    }
+
+    #[test]
+    fn pages_let_go_are_never_lifted_by_their_old_holds_but_by_a_new_ones_last() {
+        let mut r = Registry::with_capacity(64);
+        r.hold(10, 6);
+        r.mark_protected(10, 6);
+        r.note_copy(12, true, 1_000); // a private copy: held, no longer protected
+        let mut runs = Vec::new();
+        let n = r.let_go(9, 6, |f, c, p| runs.push((f, c, p)));
+        // Pages 10..15 were held: 10..12 protected, 12 copied, 13..15 protected.
+        assert_eq!(n, 5);
+        assert_eq!(runs, vec![(10, 2, true), (12, 1, false), (13, 2, true)]);
+        assert_eq!(r.protected_pages(), 1, "page 15 only");
+        assert!(!r.any_protected(10, 5));
+        assert!(!r.any_held(10, 5) && r.any_held(15, 1));
+        assert_eq!(r.let_go(10, 5, |_, _, _| panic!("let go twice")), 0);
+        // The address is reused and sent again: the new hold makes page 11 ours again.
+        r.hold(11, 1);
+        r.mark_protected(11, 1);
+        runs.clear();
+        let rel = r.release([(10, 6)], |f, c| runs.push((f, c, true)));
+        assert_eq!(runs, vec![(15, 1, true)], "gone pages are not lifted");
+        assert_eq!(rel.pages, 5, "page 11 is still held");
+        assert_eq!(rel.faults, 1);
+        runs.clear();
+        r.release([(11, 1)], |f, c| runs.push((f, c, true)));
+        assert_eq!(
+            runs,
+            vec![(11, 1, true)],
+            "the new send's own release lifts it"
+        );
+        assert!(r.is_empty());
+        assert_eq!(r.protected_pages(), 0);
     }
 
     proptest! {

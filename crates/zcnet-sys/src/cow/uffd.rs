@@ -616,3 +616,104 @@ mod tests {
             .unwrap();
     }
 }
+
+/// Whether this process may have *kernel-mode* faults on its registered memory handled —
+/// a userfaultfd without `UFFD_USER_MODE_ONLY` — which would let a kernel write into a page
+/// in flight (`read(2)`, io_uring, any raw system call) sleep on the handler and take the
+/// copy-on-write instead of failing with `EFAULT` (userfaultfd(2), "unprivileged_userfaultfd";
+/// Documentation/admin-guide/mm/userfaultfd.rst). Reported, not used: see
+/// docs/measurements/preload.md ("Kernel writes into memory in flight").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KernelFaults {
+    /// `/proc/sys/vm/unprivileged_userfaultfd` (1: anyone may; 0: only with
+    /// `CAP_SYS_PTRACE`); `None` if unreadable.
+    pub unprivileged_sysctl: Option<u8>,
+    /// `CAP_SYS_PTRACE` is in the process's effective set (`/proc/self/status` `CapEff`).
+    pub cap_sys_ptrace: bool,
+    /// `userfaultfd(2)` without `UFFD_USER_MODE_ONLY`: `None` if it gave a descriptor (closed
+    /// at once), else its errno. Not tried (`Some(EPERM)`) where the sysctl and the
+    /// capability both say no: the kernel would log a line for the refusal.
+    pub syscall_errno: Option<i32>,
+    /// `/dev/userfaultfd` (Linux 6.1; its file mode decides): `None` if opened and
+    /// `USERFAULTFD_IOC_NEW` gave a descriptor, else the errno (`ENOENT`: no device).
+    pub dev_errno: Option<i32>,
+}
+
+impl KernelFaults {
+    /// Whether some way to handle kernel-mode faults is open to this process.
+    pub fn allowed(&self) -> bool {
+        self.syscall_errno.is_none() || self.dev_errno.is_none()
+    }
+}
+
+/// `USERFAULTFD_IOC_NEW` (linux/userfaultfd.h: `_IO(0xAA, 0x00)`).
+const USERFAULTFD_IOC_NEW: u64 = 0xAA00;
+
+/// Finds out (see [`KernelFaults`]) with at most one `userfaultfd(2)` and one open of
+/// `/dev/userfaultfd`; every descriptor made is closed before it returns.
+pub fn kernel_faults() -> KernelFaults {
+    let unprivileged_sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    const CAP_SYS_PTRACE: u32 = 19;
+    let cap_sys_ptrace = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_owned();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0);
+    let flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    let syscall_errno = if unprivileged_sysctl == Some(0) && !cap_sys_ptrace {
+        Some(libc::EPERM)
+    } else {
+        // SAFETY: userfaultfd takes one int of flags and touches no user memory.
+        let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        fd_or_errno(r)
+    };
+    let dev_errno = match std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/userfaultfd")
+    {
+        Err(e) => Some(e.raw_os_error().unwrap_or(libc::ENOENT)),
+        Ok(dev) => {
+            // SAFETY: USERFAULTFD_IOC_NEW takes the new descriptor's flags as its argument
+            // and touches no user memory.
+            let r = unsafe {
+                libc::ioctl(
+                    dev.as_raw_fd(),
+                    USERFAULTFD_IOC_NEW as libc::Ioctl,
+                    flags as libc::c_ulong,
+                )
+            };
+            fd_or_errno(libc::c_long::from(r))
+        }
+    };
+    KernelFaults {
+        unprivileged_sysctl,
+        cap_sys_ptrace,
+        syscall_errno,
+        dev_errno,
+    }
+}
+
+/// Closes the descriptor a call returned (`None`), or its errno.
+fn fd_or_errno(r: libc::c_long) -> Option<i32> {
+    match i32::try_from(r) {
+        Ok(fd) if fd >= 0 => {
+            // SAFETY: the call just returned this descriptor; nothing else owns it.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            None
+        }
+        _ => Some(
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
+        ),
+    }
+}

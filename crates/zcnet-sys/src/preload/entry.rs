@@ -10,9 +10,11 @@ use super::hook::{
     Datagram, FdSet, Hook, MmsgCall, RawRecv, RawSend, RecvCall, SendCall, SysResult,
 };
 use super::real;
+use crate::cow::{pages_held_anywhere, GiveBack};
 use crate::reentry::Inside;
 use libc::{c_int, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
 use std::io::{IoSlice, IoSliceMut};
+use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -1287,6 +1289,137 @@ pub unsafe fn fread<H: Hook>(
         Some(len) => unsafe { into_app(h, buf, len, call) },
         None => call(buf).0,
     }
+}
+
+/// `free(3)`: before the chunk goes back to the allocator, the hook lets go of any page of
+/// it a zero-copy send still holds ([`Hook::giving_back`]). The library's own frees (and
+/// every free while nothing is held) go straight on.
+///
+/// # Safety
+/// The C contract of `free`.
+#[inline]
+pub unsafe fn free<H: Hook>(h: &H, p: *mut c_void) {
+    if !p.is_null() && pages_held_anywhere() && !PASSIVE.load(Relaxed) && h.holds_pages() {
+        if let Some(_g) = Guard::enter() {
+            // SAFETY: `p` is a live chunk of the allocator (the C contract of `free`).
+            let len = unsafe { libc::malloc_usable_size(p) };
+            // Only a chunk of a page or more can hold a whole page.
+            if len >= crate::mem::page_size() {
+                h.giving_back(p as usize, len, GiveBack::Freed);
+            }
+        }
+    }
+    // SAFETY: the application's own argument.
+    unsafe { real::free(p) }
+}
+
+/// `realloc(3)`. A chunk some zero-copy send still holds a page of is reallocated as
+/// `malloc`, copy and [`free`] (which lets go of its pages): the allocator would otherwise
+/// free it, or its tail, inside `realloc`, where no interposer sees it.
+///
+/// # Safety
+/// The C contract of `realloc`.
+pub unsafe fn realloc<H: Hook>(h: &H, p: *mut c_void, n: size_t) -> *mut c_void {
+    if !p.is_null() && pages_held_anywhere() && !PASSIVE.load(Relaxed) && h.holds_pages() {
+        if let Some(_g) = Guard::enter() {
+            // SAFETY: `p` is a live chunk of the allocator (the C contract of `realloc`).
+            let old = unsafe { libc::malloc_usable_size(p) };
+            if old >= crate::mem::page_size() && h.holds_any(p as usize, old) {
+                let q = if n == 0 {
+                    null_mut()
+                } else {
+                    // SAFETY: malloc has no preconditions; null (ENOMEM) is checked.
+                    let q = unsafe { libc::malloc(n) };
+                    if q.is_null() {
+                        return q; // `p` stays the program's, as realloc(3) leaves it
+                    }
+                    // SAFETY: `p` holds `old` readable bytes, `q` at least `n` writable
+                    // ones; two live chunks do not overlap.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.min(n))
+                    };
+                    q
+                };
+                h.giving_back(p as usize, old, GiveBack::Freed);
+                // SAFETY: `p` is the application's chunk, copied (or `realloc(p, 0)`, which
+                // frees it in glibc); it is not used after.
+                unsafe { real::free(p) };
+                return q;
+            }
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::realloc_fn()(p, n) }
+}
+
+/// `munmap(2)`: the table forgets the range's pages first ([`GiveBack::Unmapped`]).
+///
+/// # Safety
+/// The C contract of `munmap`.
+pub unsafe fn munmap<H: Hook>(h: &H, addr: *mut c_void, len: size_t) -> c_int {
+    if pages_held_anywhere() && aligned(addr) {
+        if let Some(_g) = Guard::enter() {
+            if h.holds_pages() {
+                h.giving_back(addr as usize, len, GiveBack::Unmapped);
+            }
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::munmap_fn()(addr, len) }
+}
+
+/// Whether `addr` starts a page: `munmap`, `madvise` and `mremap` refuse (`EINVAL`) any
+/// other address, and then nothing may be let go of.
+fn aligned(addr: *mut c_void) -> bool {
+    (addr as usize).is_multiple_of(crate::mem::page_size())
+}
+
+/// `madvise` advice that discards a range's contents (`MADV_DONTNEED_LOCKED`: Linux 5.18).
+const DISCARDING: [c_int; 4] = [libc::MADV_DONTNEED, libc::MADV_FREE, libc::MADV_REMOVE, 24];
+
+/// `madvise(2)`: advice that discards the contents lets go of the range's held pages
+/// first ([`GiveBack::Freed`]).
+///
+/// # Safety
+/// The C contract of `madvise`.
+pub unsafe fn madvise<H: Hook>(h: &H, addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    if pages_held_anywhere() && DISCARDING.contains(&advice) && aligned(addr) {
+        if let Some(_g) = Guard::enter() {
+            if h.holds_pages() {
+                // The kernel acts on whole pages: a partial last page too.
+                let page = crate::mem::page_size();
+                let whole = len.div_ceil(page).saturating_mul(page);
+                h.giving_back(addr as usize, whole, GiveBack::Freed);
+            }
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::madvise_fn()(addr, len, advice) }
+}
+
+/// `mremap(2)`: a range that may move or shrink gets private copies of its protected
+/// pages first ([`GiveBack::Moved`]).
+///
+/// # Safety
+/// The C contract of `mremap` (`new_addr` is read only with `MREMAP_FIXED`).
+pub unsafe fn mremap<H: Hook>(
+    h: &H,
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let moves = new_len != old_len || flags & (libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP) != 0;
+    if moves && pages_held_anywhere() && aligned(old) {
+        if let Some(_g) = Guard::enter() {
+            if h.holds_pages() {
+                h.giving_back(old as usize, old_len, GiveBack::Moved);
+            }
+        }
+    }
+    // SAFETY: forwarding the application's own arguments.
+    unsafe { real::mremap_fn()(old, old_len, new_len, flags, new_addr) }
 }
 
 /// `fork(2)`.

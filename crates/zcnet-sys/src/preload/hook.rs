@@ -401,6 +401,27 @@ pub trait Hook: Sync {
     /// A kernel write went through scratch memory ([`Hook::kernel_write_blocked`]).
     fn detoured(&self) {}
 
+    /// Whether some zero-copy send may still hold a page of this process: asked (without
+    /// a lock, cheaply) on every `free`, `realloc`, `munmap`, `madvise` and `mremap`;
+    /// while false they are the C library's alone. Default: never.
+    fn holds_pages(&self) -> bool {
+        false
+    }
+
+    /// Whether a send still holds a page of `start..start + len` (protected or registered).
+    /// `realloc` of such a chunk is made as `malloc`, copy and `free`, so that the old
+    /// chunk is freed where this library sees it. Default: never.
+    fn holds_any(&self, _start: usize, _len: usize) -> bool {
+        false
+    }
+
+    /// The program gives back `start..start + len` — `free` (the chunk's usable bytes),
+    /// `madvise(MADV_DONTNEED | MADV_FREE | MADV_REMOVE)`, `munmap`, `mremap` — before the
+    /// C library does it: no page of it may stay write-protected (see
+    /// [`crate::cow::CowSpace::let_go`]). Runs inside `free`: it must not allocate while
+    /// holding a lock a `malloc` may wait for.
+    fn giving_back(&self, _start: usize, _len: usize, _how: crate::cow::GiveBack) {}
+
     /// Before `fork()`.
     fn before_fork(&self) {}
 

@@ -29,8 +29,9 @@ pub use libc;
 /// `recvmsg` and their `_chk` variants, `poll`,
 /// `ppoll`, `select`, `pselect`, `epoll_wait`, `epoll_pwait`, `epoll_ctl`, `getsockopt`,
 /// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `socketpair`, `accept`,
-/// `accept4`, `fork`, `sendmmsg`, `execve`, `execv`, `execvp`, `execvpe`, `getrandom`, `fread`, `fread_unlocked`, and `prctl` and `syscall` for the seccomp filters they
-/// install)
+/// `accept4`, `fork`, `sendmmsg`, `execve`, `execv`, `execvp`, `execvpe`, `getrandom`, `fread`, `fread_unlocked`, `prctl` and `syscall` for the seccomp filters they
+/// install, and `free`, `realloc`, `munmap`, `madvise` and `mremap`, which give memory
+/// back that a zero-copy send may still hold)
 /// in the invoking crate, each calling [`entry`] with the `static` hook `$hook`.
 ///
 /// Invoke it once, in a `cdylib`.
@@ -469,6 +470,38 @@ macro_rules! export_preload {
             ) -> c_int {
                 // SAFETY: the C contract of this symbol, passed on to `entry`.
                 unsafe { e::accept4(&$hook, fd, a, l, f) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn free(p: *mut c_void) {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::free(&$hook, p) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::realloc(&$hook, p, n) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn munmap(a: *mut c_void, l: size_t) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::munmap(&$hook, a, l) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn madvise(a: *mut c_void, l: size_t, adv: c_int) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::madvise(&$hook, a, l, adv) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn mremap(
+                a: *mut c_void,
+                l: size_t,
+                n: size_t,
+                f: c_int,
+                to: *mut c_void,
+            ) -> *mut c_void {
+                // SAFETY: the C contract of this symbol (variadic in C: the new address, a
+                // pointer in the register this names, is read only with MREMAP_FIXED).
+                unsafe { e::mremap(&$hook, a, l, n, f, to) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn fork() -> pid_t {

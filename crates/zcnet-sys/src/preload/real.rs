@@ -95,6 +95,42 @@ real_fns! {
     socketpair_fn = "socketpair": fn(c_int, c_int, c_int, *mut c_int) -> c_int;
     prctl_fn = "prctl": fn(c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> c_int;
     syscall_fn = "syscall": fn(libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long) -> libc::c_long;
+    realloc_fn = "realloc": fn(*mut c_void, size_t) -> *mut c_void;
+    munmap_fn = "munmap": fn(*mut c_void, size_t) -> c_int;
+    madvise_fn = "madvise": fn(*mut c_void, size_t, c_int) -> c_int;
+    mremap_fn = "mremap": fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void;
+}
+
+thread_local! {
+    /// This thread is looking up the next `free` ([`free`]).
+    static LOOKING_UP_FREE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Frees `p` with the next `free` after this library's — the C library's, or that of an
+/// allocator loaded before it (jemalloc, tcmalloc), whichever made the chunk. Looked up on
+/// first use; a `free` this thread makes while looking it up (`dlsym` may free an earlier
+/// error message) is skipped, and that chunk leaks: safe, and at most once per thread.
+///
+/// # Safety
+/// `p` null or a chunk of that allocator not freed yet (free(3)).
+#[inline]
+pub unsafe fn free(p: *mut c_void) {
+    static P: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+    let mut f = P.load(Relaxed);
+    if f.is_null() {
+        if LOOKING_UP_FREE.with(|l| l.replace(true)) {
+            return;
+        }
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated symbol name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"free".as_ptr()) };
+        LOOKING_UP_FREE.with(|l| l.set(false));
+        if f.is_null() {
+            missing("free");
+        }
+        P.store(f, Relaxed);
+    }
+    // SAFETY: `f` is the next `free` (void free(void *)); `p` is the caller's to free.
+    unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void)>(f)(p) }
 }
 
 /// `Ok(r)` for a non-negative C return, else the thread's `errno`.

@@ -52,6 +52,10 @@
 //!   `cow` senders copy.
 //! * `munmap` of a buffer in flight (a `Vec` dropped after `send_slice`): fine; the kernel
 //!   holds its own page references, and releasing the protection later skips the hole.
+//!   Memory freed *without* an unmap (a heap chunk malloc hands out again) stays protected
+//!   until the send completes, unless whoever frees it calls [`let_go`] first — as the
+//!   preload library does for every `free`, `realloc`, `munmap`, `madvise` and `mremap` it
+//!   sees, so that no kernel write into the reused memory fails.
 //! * `mremap` (`realloc` of a large buffer) in flight: handled by userfaultfd's remap event
 //!   (every still-protected moved page gets its private copy at once).
 //! * exit: the handler thread dies with the process; nothing persists.
@@ -59,7 +63,7 @@
 pub(crate) mod gate;
 
 pub use gate::WorkingSetRule;
-pub use zcnet_sys::cow::{BackendKind, Ineligible};
+pub use zcnet_sys::cow::{BackendKind, GiveBack, Ineligible, LetGo};
 
 use crate::error::Result;
 use serde::Serialize;
@@ -343,6 +347,36 @@ pub fn is_protected(buf: &[u8]) -> bool {
     match ENGINE.get() {
         Some(Ok(e)) => e.space.any_protected(buf),
         _ => false,
+    }
+}
+
+/// Whether some `cow` send may still hold a page of this process (no lock: cheap enough
+/// for every `free` an interposer sees).
+pub fn holds_pages() -> bool {
+    match ENGINE.get() {
+        Some(Ok(e)) => e.space.holds_pages(),
+        _ => false,
+    }
+}
+
+/// Whether some `cow` send still holds a page of `start..start + len` that is protected or
+/// registered (see [`let_go`]).
+pub fn any_held(start: usize, len: usize) -> bool {
+    match ENGINE.get() {
+        Some(Ok(e)) => e.space.any_held(start, len),
+        _ => false,
+    }
+}
+
+/// The program gives back `start..start + len` (`how`: freed, unmapped, moved) while sends
+/// may still read some of its pages: none of them stays write-protected or registered, so
+/// whatever the memory is handed to next — a kernel write included — never meets a
+/// protection, and the bytes in flight stay those sent (see
+/// [`zcnet_sys::cow::CowSpace::let_go`]). Call it before the memory is given back.
+pub fn let_go(start: usize, len: usize, how: GiveBack) -> LetGo {
+    match ENGINE.get() {
+        Some(Ok(e)) => e.space.let_go(start, len, how),
+        _ => LetGo::default(),
     }
 }
 

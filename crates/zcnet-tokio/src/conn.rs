@@ -121,7 +121,7 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     /// Without a cost check the choice needs no state but the demotion's: the policy and
     /// this mirror of it, read without the lock (`None` with a cost check).
     lockless: Option<zcnet::Policy>,
-    /// Whether the demotion needs a look under the lock: demoted, or re-probing (mirrors
+    /// Whether the demotion needs a look under the lock: demoted, or retrying (mirrors
     /// `TxState::demotion`; a socket that asks for zero-copy takes no lock for it).
     demoted: AtomicBool,
     /// Delivery is local: copied for good, from the start ([`starts_local`]).
@@ -302,7 +302,7 @@ impl<S: Socket> Conn<S> {
         }
     }
 
-    /// Counts a send of `len` bytes in the COPIED demotion's back-off and re-probe
+    /// Counts a send of `len` bytes in the COPIED demotion's back-off and retry
     /// ([`CopiedDemotion::sent`]); no lock while the socket asks for zero-copy.
     pub(crate) fn count_send(&self, len: usize, zerocopy: bool) {
         if self.local || !self.demoted.load(Ordering::Relaxed) {

@@ -1,6 +1,6 @@
 //! The `MSG_ZEROCOPY` transmit path.
 //!
-//! Per send: the [`Policy`] decides (size, alignment, demotion, with a re-probe after the
+//! Per send: the [`Policy`] decides (size, alignment, demotion, with a retry after the
 //! policy's back-off: every send is counted in the demotion); a zero-copy send is
 //! continued until every byte is queued, each successful call taking the next notification
 //! id; the buffer is lent to the [`Completions`] bookkeeping and comes back when every call
@@ -74,7 +74,7 @@ impl ZerocopyTx {
         if let TxDecision::Copy(reason) = self.decide(&lent) {
             stats.fallback(reason, len);
             if self.demotion.counts_sends() && !self.completions.is_idle() {
-                // A re-probe waits until every call before it is notified, and a copying
+                // A retry waits until every call before it is notified, and a copying
                 // send reads no completions by itself: a notification that arrived after the
                 // last zero-copy send's reap (a loaded machine) was never read, and the
                 // socket stayed demoted for good. One non-blocking read per copy, only

@@ -115,7 +115,7 @@ fn notified_calls(entries: &[zc::ErrqueueEntry]) -> u64 {
 }
 
 /// Counts what a notification or a send changed in a socket's [`CopiedDemotion`]: every
-/// demotion in `tx_demotions`, the re-probes and their outcomes in `auto_tx` (`reprobes`,
+/// demotion in `tx_demotions`, the retries and their outcomes in `auto_tx` (`retries`,
 /// `promotions`, `redemotions`), as `auto`'s own demotion counts them.
 pub fn count_change(change: DemotionChange, stats: &Stats) {
     let mut delta = AutoStats::default();
@@ -125,7 +125,7 @@ pub fn count_change(change: DemotionChange, stats: &Stats) {
             stats.add_tx_demotions(1);
             return;
         }
-        DemotionChange::Reprobe => delta.reprobes = 1,
+        DemotionChange::Retry => delta.retries = 1,
         DemotionChange::Promoted => delta.promotions = 1,
         DemotionChange::Redemoted => {
             stats.add_tx_demotions(1);

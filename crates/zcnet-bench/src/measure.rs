@@ -10,8 +10,8 @@
 use crate::report::Run;
 use crate::summary::median;
 use std::collections::BTreeMap;
-use zcnet::path::RxPath;
-use zcnet::path::TxPath;
+use zcnet::RxPath;
+use zcnet::TxPath;
 use zcnet::tuning::AutoPath;
 use zcnet::tuning::{FilePair, Measurement, Spread};
 use zcnet::tuning::{PairMeasurement, PathPair};

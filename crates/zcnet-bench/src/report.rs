@@ -824,7 +824,7 @@ pub struct Twin {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use zcnet::path::FallbackReason;
+    use zcnet::FallbackReason;
     use zcnet::stats::Stats;
 
     pub(crate) fn sample_run(tx: &str, rx: &str, size: u64, cpu: f64) -> Run {

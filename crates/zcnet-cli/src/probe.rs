@@ -18,9 +18,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use zcnet::error::Error;
-use zcnet::path::RxPath;
-use zcnet::path::TxPath;
+use zcnet::Error;
+use zcnet::RxPath;
+use zcnet::TxPath;
 use zcnet::stats::StatsSnapshot;
 use zcnet::stream::Listener;
 use zcnet::{Policy, ReceiverConfig, Sender, SenderConfig};
@@ -907,7 +907,7 @@ fn io_uring_fixed_buffers() -> Check {
         Ok(t) => t,
         Err(why) => return loopback_no(NAME, why),
     };
-    if tx.fallback_ops(zcnet::path::FallbackReason::Unsupported) > 0 {
+    if tx.fallback_ops(zcnet::FallbackReason::Unsupported) > 0 {
         return Check::no(
             NAME,
             "io_uring or IORING_OP_SEND_ZC unavailable: every send was copied",
@@ -1874,7 +1874,7 @@ fn xsk_copy_receive(
 mod tests {
     use super::*;
     use std::sync::OnceLock;
-    use zcnet::path::FallbackReason;
+    use zcnet::FallbackReason;
     use zcnet::stats::Stats;
 
     /// The real probe, run once for all tests of this module.

@@ -86,17 +86,17 @@ pub(crate) mod builder;
 mod call;
 mod counters;
 pub mod cow;
-pub mod error;
+pub(crate) mod error;
 #[doc(hidden)]
 pub mod fault;
 pub(crate) mod file;
 pub mod guide;
-pub mod lend;
+pub(crate) mod lend;
 #[cfg(feature = "afxdp")]
 pub mod lm;
 pub mod msg;
 mod named;
-pub mod path;
+pub(crate) mod path;
 pub mod policy;
 pub(crate) mod rx;
 pub mod stats;
@@ -108,8 +108,12 @@ pub mod xsk;
 pub mod zc;
 
 pub use buf::{Pool, TxBuf};
-pub use error::Error;
+pub use error::{Error, RangeError};
 pub use lend::Lend;
+/// Seals a memfd and maps it, soundly and with no `unsafe` of the caller's: a shard kept in
+/// a memfd becomes a [`Lend`]able mapping.
+#[cfg(feature = "memmap2")]
+pub use zcnet_sys::mem::map_sealed;
 pub use named::UnknownName;
 pub use path::{FallbackReason, FileRxMode, FileTxMode, RxPath, TxPath};
 pub use policy::Policy;

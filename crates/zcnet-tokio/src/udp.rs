@@ -23,7 +23,6 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{oneshot, Notify};
 use zcnet::msg::wire::Layout;
-use zcnet::msg::{feed, prepare_socket};
 use zcnet::msg::{
     Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgRing, MsgStats, MsgTx, Outgoing, Reassembly,
     RingSend,
@@ -374,7 +373,9 @@ impl ZcUdpSocket {
             per_call,
             cfg.gso,
         );
-        let (gro, _) = prepare_socket(sock.as_fd(), cfg, framer.stats()).map_err(msg_err)?;
+        let (gro, _) = cfg
+            .prepare_receive_socket(sock.as_fd(), framer.stats())
+            .map_err(msg_err)?;
         let stats = Arc::new(Stats::new());
         if cfg.tx.is_zerocopy() && !zerocopy && peer.is_some() {
             stats.fallback(FallbackReason::Unsupported, 0);
@@ -503,7 +504,7 @@ impl ZcUdpSocket {
                         Some(r)
                     }
                     Err(e) => {
-                        let reason = zcnet::msg::ring_unavailable_reason(&e);
+                        let reason = MsgRing::unavailable_reason(&e);
                         self.conn.stats.fallback(reason, 0);
                         None
                     }
@@ -542,7 +543,7 @@ impl ZcUdpSocket {
     }
 
     /// Tells the receiver how many messages this socket has sent (a mark,
-    /// `zcnet::msg::wire::Mark`), so that it reports every one that never arrives as lost
+    /// `zcnet::msg::wire`), so that it reports every one that never arrives as lost
     /// — the last ones too, which no later message would reveal. Call it when done (the
     /// end of a stream) or before a pause. A mark is one datagram and can be lost like any
     /// other: where the receiver may be overrun, send it again after its reorder window
@@ -1005,7 +1006,7 @@ impl ZcUdpSocket {
             };
             let r = r?;
             self.conn.stats.add_rx_copied_bytes(r.len as u64);
-            feed(&mut rx.table, &rx.buf, &r, Instant::now(), &stats);
+            rx.table.feed(&rx.buf, &r, Instant::now(), &stats);
         }
     }
 

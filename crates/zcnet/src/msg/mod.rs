@@ -23,7 +23,8 @@
 //!   code that the blocking sender and zcnet-tokio's `ZcUdpSocket` both drive.
 //! * [`Reassembly`] — the receiver's bounded table, pure code.
 //! * [`wire`] — the 28-byte fragment header and the message layout, and the sender's
-//!   [`wire::Mark`]: how many ids it sent, so the receiver reports a lost tail too.
+//!   mark (a header-only datagram): how many ids it sent, so the receiver reports a lost
+//!   tail too.
 
 // One module per part, each re-exported here: a user names `zcnet::msg::MsgSender`, never
 // the file it lives in. `wire` stays a module: the format is a protocol of its own, which
@@ -40,10 +41,10 @@ pub mod wire;
 pub use framer::{Framer, Outgoing};
 pub use msgbuf::MsgBuf;
 pub use reassembly::Reassembly;
-pub use recv::{feed, prepare_socket, MsgReceiver};
+pub use recv::MsgReceiver;
 pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
-pub use uring::{ring_unavailable_reason, MsgRing, Refused, RingSend};
+pub use uring::{MsgRing, Refused, RingSend};
 
 use crate::policy::Policy;
 use std::net::SocketAddr;

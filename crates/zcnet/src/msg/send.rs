@@ -254,7 +254,7 @@ impl MsgSender {
         Ok(out.id())
     }
 
-    /// Tells the receiver how many messages this sender has sent ([`super::wire::Mark`]),
+    /// Tells the receiver how many messages this sender has sent (a mark: [`wire`](super::wire)),
     /// so it reports every one that never arrives as lost — the last ones too, which no
     /// later message would reveal. Send it when done (a stream's end) or when pausing;
     /// it is one datagram and can be lost like any other, so send it again (after the
@@ -306,7 +306,7 @@ impl MsgSender {
                 match MsgRing::new(self.sock.as_fd(), &pool, gso, false, &self.stats) {
                     Ok(r) => self.ring = Some(r),
                     // MSG_ZEROCOPY instead, counted.
-                    Err(e) => self.stats.fallback(super::ring_unavailable_reason(&e), 0),
+                    Err(e) => self.stats.fallback(MsgRing::unavailable_reason(&e), 0),
                 }
             }
             self.pool = Some(pool);

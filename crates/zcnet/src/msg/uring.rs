@@ -113,18 +113,6 @@ impl Refused {
     }
 }
 
-/// Why a sender whose [`MsgRing::new`] failed with `e` sends by `MSG_ZEROCOPY` instead:
-/// [`FallbackReason::Memlock`] when `io_uring_setup` said `ENOMEM` (without `CAP_IPC_LOCK`
-/// the rings are charged to `RLIMIT_MEMLOCK`, which the user's other processes may have
-/// spent), [`FallbackReason::Unsupported`] otherwise.
-pub fn ring_unavailable_reason(e: &io::Error) -> FallbackReason {
-    if e.raw_os_error() == Some(libc::ENOMEM) {
-        FallbackReason::Memlock
-    } else {
-        FallbackReason::Unsupported
-    }
-}
-
 /// How [`MsgRing::send`] went.
 #[derive(Debug)]
 pub enum RingSend {
@@ -136,6 +124,18 @@ pub enum RingSend {
 }
 
 impl MsgRing {
+    /// Why a sender whose [`MsgRing::new`] failed with `e` sends by `MSG_ZEROCOPY` instead:
+    /// [`FallbackReason::Memlock`] when `io_uring_setup` said `ENOMEM` (without
+    /// `CAP_IPC_LOCK` the rings are charged to `RLIMIT_MEMLOCK`, which the user's other
+    /// processes may have spent), [`FallbackReason::Unsupported`] otherwise.
+    pub fn unavailable_reason(e: &io::Error) -> FallbackReason {
+        if e.raw_os_error() == Some(libc::ENOMEM) {
+            FallbackReason::Memlock
+        } else {
+            FallbackReason::Unsupported
+        }
+    }
+
     /// A ring for messages of `pool`'s buffers, the pool registered as fixed buffers (a
     /// failed registration — `RLIMIT_MEMLOCK` — is counted in `stats` and the ring sends
     /// unregistered), and `UDP_SEGMENT` on `sock` set to `segment` when batches carry more

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use zcnet::auto::AutoStats;
 use zcnet::policy::CopiedDemotion;
 use zcnet::zc::Completions;
-use zcnet::zc::{count_change, reap_each};
+use zcnet::zc::reap_each;
 use zcnet::{FallbackReason, Stats};
 use zcnet_sys::raw::epoll::EventFlags;
 use zcnet_sys::raw::socket::{self, RecvFlags, SendFlags};
@@ -303,7 +303,7 @@ impl<S: Socket> Conn<S> {
     }
 
     /// Counts a send of `len` bytes in the COPIED demotion's back-off and retry
-    /// ([`CopiedDemotion::sent`]); no lock while the socket asks for zero-copy.
+    /// ([`CopiedDemotion::count_send`]); no lock while the socket asks for zero-copy.
     pub(crate) fn count_send(&self, len: usize, zerocopy: bool) {
         if self.local || !self.demoted.load(Ordering::Relaxed) {
             return;
@@ -317,8 +317,8 @@ impl<S: Socket> Conn<S> {
         }
         let policy = tx.choice.policy();
         let idle = tx.completions.is_idle();
-        let change = tx.demotion.sent(len as u64, zerocopy, idle, &policy);
-        count_change(change, &self.stats);
+        tx.demotion
+            .count_send(len as u64, zerocopy, idle, &policy, &self.stats);
         self.mirror(tx);
     }
 

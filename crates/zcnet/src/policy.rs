@@ -11,7 +11,7 @@
 //! in batches of hundreds may see few notifications per gigabyte, and a count of
 //! notifications alone would let it pay for zero-copy over the whole transfer.
 //!
-//! A demoted socket whose caller counts its sends ([`CopiedDemotion::sent`]) asks again
+//! A demoted socket whose caller counts its sends ([`CopiedDemotion::count_send`]) asks again
 //! after a back-off: a route that copied keeps copying (the copy is the kernel's local
 //! delivery, not a passing state), so one short retry ([`Policy::retry_bytes`], a few
 //! notifications) settles it, and the back-off doubles after each retry that comes back
@@ -27,46 +27,45 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Policy {
-    /// Sends smaller than this are copied.
+    /// Sends smaller than this are copied (16 KiB by default).
     pub min_zerocopy_bytes: usize,
     /// Copy sends whose start is not page-aligned.
     pub require_page_aligned: bool,
-    /// Stop asking for zero-copy after this many consecutive COPIED notifications; `None`
-    /// keeps asking (needed, for example, to feed a mapping receiver on loopback).
+    /// Stop asking for zero-copy after this many consecutive COPIED notifications (64 by
+    /// default); `None` keeps asking (needed, for example, to feed a mapping receiver on
+    /// loopback).
     pub demote_after_copied: Option<u32>,
     /// Stop asking for zero-copy after this many consecutive bytes were reported COPIED
     /// (whichever of the two limits comes first); `None` counts notifications only.
+    ///
+    /// 4 MiB by default: what a COPIED demotion costs is this plus the bytes sent before the
+    /// first notification is read — measured 2.9–4.7 MiB for a tokio stream across a veth
+    /// pair and on loopback (docs/tokio.md) — so the default costs at most about twice the
+    /// unavoidable, while a brief copied burst (a packet tap cloning a few skbs) does not
+    /// demote a socket whose device takes the pages.
     pub demote_after_copied_bytes: Option<u64>,
-    /// Bytes a demoted socket copies before it retries zero-copy (doubling after each
-    /// retry that comes back COPIED, up to [`MAX_RETRY_AFTER_BYTES`]); `None` stays
-    /// demoted for good. Only callers that count their sends ([`CopiedDemotion::sent`]:
-    /// zcnet-tokio's sockets, the `zerocopy` path) retry.
+    /// Bytes a demoted socket copies before it retries zero-copy (256 MiB by default; the
+    /// back-off doubles after each retry that comes back COPIED, up to 64 GiB); `None` stays
+    /// demoted for good. Only callers that count their sends ([`CopiedDemotion::count_send`]:
+    /// zcnet-tokio's sockets, the `zerocopy` path) retry. With the defaults a retry is under
+    /// 0.4 % of the bytes, and less after every doubling.
     pub retry_after_bytes: Option<u64>,
     /// Bytes one retry sends zero-copy before it copies again to wait for their
-    /// notifications (a whole send goes, so at least one send).
+    /// notifications (a whole send goes, so at least one send). 256 KiB by default: four
+    /// 64 KiB sends, a few notifications — a route that copied keeps copying, so a retry
+    /// only has to see that it still does.
     pub retry_bytes: u64,
 }
 
-/// The default of [`Policy::demote_after_copied_bytes`]: 4 MiB. What a COPIED demotion
-/// costs is this plus the bytes sent before the first notification is read — measured
-/// 2.9–4.7 MiB for a tokio stream across a veth pair and on loopback (one send buffer in
-/// flight: notifications come with the acknowledgements; `bench_tokio --modes
-/// first-copied`, docs/tokio.md) — so a threshold of about that lag costs at most twice
-/// the unavoidable, where 16 MiB cost five times it. It is still a whole send buffer of
-/// COPIED bytes in a row, so a brief copied burst (a packet tap cloning a few skbs) does
-/// not demote a socket whose device takes the pages, and one that does is retried
-/// ([`Policy::retry_after_bytes`]).
-pub const DEMOTE_AFTER_COPIED_BYTES: u64 = 4 << 20;
-
-/// The default of [`Policy::retry_after_bytes`]: 256 MiB of copy before the first
-/// retry, so a retry of [`RETRY_BYTES`] (or of one 1 MiB send) is under 0.4 % of
-/// the bytes, and less after every doubling.
-pub const RETRY_AFTER_BYTES: u64 = 256 << 20;
+/// The default of [`Policy::demote_after_copied_bytes`] (why 4 MiB: there). It is a whole
+/// send buffer of COPIED bytes in a row; `bench_tokio --modes first-copied` measures the lag.
+pub(crate) const DEMOTE_AFTER_COPIED_BYTES: u64 = 4 << 20;
+/// The default of [`Policy::retry_after_bytes`]: 256 MiB of copy before the first retry.
+pub(crate) const RETRY_AFTER_BYTES: u64 = 256 << 20;
 /// Cap on the retry back-off: 64 GiB.
-pub const MAX_RETRY_AFTER_BYTES: u64 = 64 << 30;
-/// The default of [`Policy::retry_bytes`]: four 64 KiB sends, a few notifications. A
-/// route that copied keeps copying, so the retry only has to see that it still does.
-pub const RETRY_BYTES: u64 = 256 << 10;
+pub(crate) const MAX_RETRY_AFTER_BYTES: u64 = 64 << 30;
+/// The default of [`Policy::retry_bytes`]: four 64 KiB sends.
+pub(crate) const RETRY_BYTES: u64 = 256 << 10;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -174,7 +173,7 @@ pub fn delivery_is_local(local: IpAddr, peer: IpAddr) -> bool {
 
 /// What one notification or send changed in a [`CopiedDemotion`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DemotionChange {
+pub(crate) enum DemotionChange {
     /// Nothing.
     None,
     /// The socket stopped asking for zero-copy.
@@ -205,7 +204,7 @@ enum Phase {
 }
 
 /// Tracks consecutive COPIED notifications of one socket, and the bytes they covered; with
-/// the socket's sends counted ([`CopiedDemotion::sent`]), retries after a back-off.
+/// the socket's sends counted ([`CopiedDemotion::count_send`]), retries after a back-off.
 #[derive(Debug, Clone, Default)]
 pub struct CopiedDemotion {
     streak: u32,
@@ -249,7 +248,7 @@ impl CopiedDemotion {
     }
 
     /// [`CopiedDemotion::observe_bytes`], saying what changed.
-    pub fn notified(&mut self, copied: bool, bytes: u64, policy: &Policy) -> DemotionChange {
+    pub(crate) fn notified(&mut self, copied: bool, bytes: u64, policy: &Policy) -> DemotionChange {
         match self.phase {
             Phase::Local | Phase::Demoted { .. } => DemotionChange::None,
             Phase::Retrying {
@@ -294,8 +293,9 @@ impl CopiedDemotion {
     /// back-off down, and a retry's zero-copy window. Returns
     /// [`DemotionChange::Retry`] when the back-off is over — only once the calls sent
     /// before the demotion are all notified, so their COPIED notifications are never
-    /// taken for the retry's.
-    pub fn sent(
+    /// taken for the retry's. (Outside the crate: [`CopiedDemotion::count_send`], which
+    /// counts the change in the sender's stats.)
+    pub(crate) fn sent(
         &mut self,
         bytes: u64,
         zerocopy: bool,
@@ -358,7 +358,7 @@ impl CopiedDemotion {
         self.refuses().is_some()
     }
 
-    /// Whether the sends must be counted ([`CopiedDemotion::sent`]) for a retry to come:
+    /// Whether the sends must be counted ([`CopiedDemotion::count_send`]) for a retry to come:
     /// demoted with a back-off, or retrying.
     pub fn counts_sends(&self) -> bool {
         matches!(

@@ -14,8 +14,8 @@ use std::task::{ready, Context, Poll};
 use tokio::sync::Notify;
 use zcnet::auto::AutoStats;
 use zcnet::policy::CopiedDemotion;
-use zcnet::zc::Completions;
 use zcnet::zc::reap_each;
+use zcnet::zc::Completions;
 use zcnet::{FallbackReason, Stats};
 use zcnet_sys::raw::epoll::EventFlags;
 use zcnet_sys::raw::socket::{self, RecvFlags, SendFlags};
@@ -237,9 +237,9 @@ impl<S: Socket> Conn<S> {
             data.as_ptr() as usize,
             zcnet_sys::mem::page_size(),
         );
-        let by_policy = |policy: zcnet::Policy| match policy.decide(len, addr, page, false) {
-            zcnet::policy::TxDecision::ZeroCopy => Go::ZeroCopy,
-            zcnet::policy::TxDecision::Copy(reason) => Go::Copy(reason),
+        let by_policy = |policy: zcnet::Policy| match policy.refuses(len, addr, page, false) {
+            None => Go::ZeroCopy,
+            Some(reason) => Go::Copy(reason),
         };
         let demoted = self.demoted.load(Ordering::Relaxed);
         if let (Some(policy), false) = (self.lockless, demoted) {

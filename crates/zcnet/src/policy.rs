@@ -80,15 +80,6 @@ impl Default for Policy {
     }
 }
 
-/// The path one send takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxDecision {
-    /// Send with `MSG_ZEROCOPY`.
-    ZeroCopy,
-    /// Send with plain `send`, for this reason.
-    Copy(FallbackReason),
-}
-
 impl Policy {
     /// Always zero-copy when possible: threshold 1 byte, no alignment rule, no demotion.
     pub fn always() -> Self {
@@ -143,16 +134,24 @@ impl Policy {
         self.demote_after_copied.is_some() || self.demote_after_copied_bytes.is_some()
     }
 
-    /// Decides one send of `len` bytes starting at address `addr`.
-    pub fn decide(&self, len: usize, addr: usize, page: usize, demoted: bool) -> TxDecision {
+    /// Why one send of `len` bytes starting at address `addr` (pages of `page` bytes; the
+    /// socket `demoted` or not) must copy, or `None` when it may go zero-copy — as
+    /// [`CopiedDemotion::refuses`] says for the socket alone.
+    pub fn refuses(
+        &self,
+        len: usize,
+        addr: usize,
+        page: usize,
+        demoted: bool,
+    ) -> Option<FallbackReason> {
         if demoted {
-            TxDecision::Copy(FallbackReason::DemotedCopied)
+            Some(FallbackReason::DemotedCopied)
         } else if len < self.min_zerocopy_bytes {
-            TxDecision::Copy(FallbackReason::TooSmall)
+            Some(FallbackReason::TooSmall)
         } else if self.require_page_aligned && !addr.is_multiple_of(page) {
-            TxDecision::Copy(FallbackReason::Unaligned)
+            Some(FallbackReason::Unaligned)
         } else {
-            TxDecision::ZeroCopy
+            None
         }
     }
 }
@@ -376,22 +375,19 @@ mod tests {
     fn size_alignment_and_demotion_decide() {
         let p = Policy::default().with_page_aligned(true);
         assert_eq!(
-            p.decide(100, 0, 4096, false),
-            TxDecision::Copy(FallbackReason::TooSmall)
+            p.refuses(100, 0, 4096, false),
+            Some(FallbackReason::TooSmall)
         );
         assert_eq!(
-            p.decide(1 << 20, 1, 4096, false),
-            TxDecision::Copy(FallbackReason::Unaligned)
+            p.refuses(1 << 20, 1, 4096, false),
+            Some(FallbackReason::Unaligned)
         );
-        assert_eq!(p.decide(1 << 20, 8192, 4096, false), TxDecision::ZeroCopy);
+        assert_eq!(p.refuses(1 << 20, 8192, 4096, false), None);
         assert_eq!(
-            p.decide(1 << 20, 8192, 4096, true),
-            TxDecision::Copy(FallbackReason::DemotedCopied)
+            p.refuses(1 << 20, 8192, 4096, true),
+            Some(FallbackReason::DemotedCopied)
         );
-        assert_eq!(
-            Policy::always().decide(1, 3, 4096, false),
-            TxDecision::ZeroCopy
-        );
+        assert_eq!(Policy::always().refuses(1, 3, 4096, false), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::buf::TxBuf;
 use crate::error::{Error, Result};
 use crate::lend::{Lend, Lent, Owned};
 use crate::path::FallbackReason;
-use crate::policy::{CopiedDemotion, Policy, TxDecision};
+use crate::policy::{CopiedDemotion, Policy};
 use crate::stats::Stats;
 use crate::zc::completion::Completions;
 use crate::zc::reap::{count_change, poll_errqueue, reap_completions};
@@ -55,11 +55,12 @@ impl ZerocopyTx {
         }
     }
 
-    fn decide(&self, data: &[u8]) -> TxDecision {
+    /// Why `data` must copy, if it must.
+    fn refuses(&self, data: &[u8]) -> Option<FallbackReason> {
         if self.unsupported {
-            return TxDecision::Copy(FallbackReason::Unsupported);
+            return Some(FallbackReason::Unsupported);
         }
-        self.policy.decide(
+        self.policy.refuses(
             data.len(),
             data.as_ptr() as usize,
             page_size(),
@@ -71,7 +72,7 @@ impl ZerocopyTx {
     /// says so) and keeps the loan until every call that named it is complete.
     fn lend(&mut self, fd: BorrowedFd<'_>, lent: Lent, stats: &Stats) -> Result<()> {
         let len = lent.len() as u64;
-        if let TxDecision::Copy(reason) = self.decide(&lent) {
+        if let Some(reason) = self.refuses(&lent) {
             stats.fallback(reason, len);
             if self.demotion.counts_sends() && !self.completions.is_idle() {
                 // A retry waits until every call before it is notified, and a copying

@@ -25,7 +25,6 @@ use tokio::sync::{oneshot, Notify};
 use zcnet::msg::wire::Layout;
 use zcnet::msg::{
     Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgRing, MsgStats, MsgTx, Outgoing, Reassembly,
-    RingSend,
 };
 use zcnet::{Error, FallbackReason, Pool, Stats};
 use zcnet_sys::raw::socket::RecvFlags;
@@ -794,10 +793,10 @@ impl ZcUdpSocket {
         }
         let sock = self.conn.socket().as_fd();
         let zerocopy = match ring.queue(sock, &mut f, &mut out, msg, &self.conn.stats) {
-            RingSend::Queued(n) => n,
+            Ok(n) => n,
             // The ring could not queue it (its submission failed): the message's id is
             // used, the receiver reports it lost, the caller gets the error.
-            RingSend::Refused(_, e) => return Ok(Err(e)),
+            Err((_, e)) => return Ok(Err(e)),
         };
         if let Some(e) = ring.take_failure() {
             return Ok(Err(e));

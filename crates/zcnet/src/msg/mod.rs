@@ -44,7 +44,7 @@ pub use reassembly::Reassembly;
 pub use recv::MsgReceiver;
 pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
-pub use uring::{MsgRing, Refused, RingSend};
+pub use uring::{MsgRing, Refused};
 
 use crate::policy::Policy;
 use std::net::SocketAddr;

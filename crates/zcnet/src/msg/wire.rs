@@ -141,7 +141,7 @@ impl Header {
 
     /// Decodes the header at the start of `b` without checking that the datagram is as long
     /// as the header says (for a datagram known to be truncated). A mark is not a fragment:
-    /// [`WireError::BadFlags`] here ([`decode_datagram`] reads marks).
+    /// [`WireError::BadFlags`] here (a receiver's reassembly reads marks).
     pub fn decode_prefix(b: &[u8]) -> Result<Header, WireError> {
         Header::decode_flagged(b, false).map(|(_, h)| h)
     }

@@ -18,11 +18,11 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use zcnet::stats::StatsSnapshot;
+use zcnet::stream::Listener;
 use zcnet::Error;
 use zcnet::RxPath;
 use zcnet::TxPath;
-use zcnet::stats::StatsSnapshot;
-use zcnet::stream::Listener;
 use zcnet::{Policy, ReceiverConfig, Sender, SenderConfig};
 use zcnet_sys::cow::uffd::{self, RegisterMode, Userfaultfd};
 use zcnet_sys::mem::{page_size, PageBuf};
@@ -1874,8 +1874,8 @@ fn xsk_copy_receive(
 mod tests {
     use super::*;
     use std::sync::OnceLock;
-    use zcnet::FallbackReason;
     use zcnet::stats::Stats;
+    use zcnet::FallbackReason;
 
     /// The real probe, run once for all tests of this module.
     fn report() -> &'static Report {

@@ -110,16 +110,16 @@ pub mod zc;
 pub use buf::{Pool, TxBuf};
 pub use error::{Error, RangeError};
 pub use lend::Lend;
-/// Seals a memfd and maps it, soundly and with no `unsafe` of the caller's: a shard kept in
-/// a memfd becomes a [`Lend`]able mapping.
-#[cfg(feature = "memmap2")]
-pub use zcnet_sys::mem::map_sealed;
 pub use named::UnknownName;
 pub use path::{FallbackReason, FileRxMode, FileTxMode, RxPath, TxPath};
 pub use policy::Policy;
 pub use rx::RxChunk;
 pub use stats::{Stats, StatsSnapshot};
 pub use stream::{Listener, Receiver, ReceiverConfig, Sender, SenderConfig};
+/// Seals a memfd and maps it, soundly and with no `unsafe` of the caller's: a shard kept in
+/// a memfd becomes a [`Lend`]able mapping.
+#[cfg(feature = "memmap2")]
+pub use zcnet_sys::mem::map_sealed;
 
 /// The README's examples, compiled and run by `cargo test` so the first code a user copies
 /// keeps working.

@@ -50,10 +50,8 @@ use crate::policy::Policy;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The largest [`MsgConfig::max_message`] accepted: reassembly reserves a message's whole
-/// length when its first fragment arrives, so the limit keeps one configuration from asking
-/// for more than a sane amount of memory per message.
-pub const MAX_MESSAGE_LIMIT: usize = 1 << 30;
+/// The largest [`MsgConfig::max_message`] accepted (why: there).
+pub(crate) const MAX_MESSAGE_LIMIT: usize = 1 << 30;
 
 /// How [`MsgSender::send`] sends a loaned buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -112,9 +110,11 @@ impl Default for ReassemblyLimits {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct MsgConfig {
-    /// Largest message, sender and receiver (1 MiB by default, at most
-    /// [`MAX_MESSAGE_LIMIT`]). Larger sends are [`MsgError::TooLarge`]; larger incoming
-    /// messages are reported lost ([`LossReason::TooLarge`]).
+    /// Largest message, sender and receiver (1 MiB by default, at most 1 GiB: reassembly
+    /// reserves a message's whole length when its first fragment arrives, so the limit keeps
+    /// one configuration from asking for more than a sane amount of memory per message).
+    /// Larger sends are [`MsgError::TooLarge`]; larger incoming messages are reported lost
+    /// ([`LossReason::TooLarge`]).
     pub max_message: usize,
     /// How loaned buffers are sent.
     pub tx: MsgTx,

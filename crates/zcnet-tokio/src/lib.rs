@@ -101,6 +101,7 @@
 //! AF_XDP paths (aya), off by default here.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 #[cfg(feature = "axum")]
 mod axum_serve;

@@ -5,6 +5,7 @@
 //! of the `zcnet` library compiles neither.
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod auth;
 pub mod descriptors;

@@ -10,11 +10,11 @@
 use crate::report::Run;
 use crate::summary::median;
 use std::collections::BTreeMap;
-use zcnet::path::RxPath;
-use zcnet::path::TxPath;
 use zcnet::tuning::AutoPath;
 use zcnet::tuning::{FilePair, Measurement, Spread};
 use zcnet::tuning::{PairMeasurement, PathPair};
+use zcnet::RxPath;
+use zcnet::TxPath;
 
 /// [`Run::label`] of the second measurement of one pair in the same sitting (`zcnet bench`
 /// adds it where it compares `auto → auto` with the best pair): kept out of every table, it

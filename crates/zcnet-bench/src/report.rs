@@ -824,8 +824,8 @@ pub struct Twin {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use zcnet::path::FallbackReason;
     use zcnet::stats::Stats;
+    use zcnet::FallbackReason;
 
     pub(crate) fn sample_run(tx: &str, rx: &str, size: u64, cpu: f64) -> Run {
         Run {

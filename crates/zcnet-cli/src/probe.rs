@@ -18,11 +18,11 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use zcnet::error::Error;
-use zcnet::path::RxPath;
-use zcnet::path::TxPath;
 use zcnet::stats::StatsSnapshot;
 use zcnet::stream::Listener;
+use zcnet::Error;
+use zcnet::RxPath;
+use zcnet::TxPath;
 use zcnet::{Policy, ReceiverConfig, Sender, SenderConfig};
 use zcnet_sys::cow::uffd::{self, RegisterMode, Userfaultfd};
 use zcnet_sys::mem::{page_size, PageBuf};
@@ -907,7 +907,7 @@ fn io_uring_fixed_buffers() -> Check {
         Ok(t) => t,
         Err(why) => return loopback_no(NAME, why),
     };
-    if tx.fallback_ops(zcnet::path::FallbackReason::Unsupported) > 0 {
+    if tx.fallback_ops(zcnet::FallbackReason::Unsupported) > 0 {
         return Check::no(
             NAME,
             "io_uring or IORING_OP_SEND_ZC unavailable: every send was copied",
@@ -1869,8 +1869,8 @@ fn xsk_copy_receive(
 mod tests {
     use super::*;
     use std::sync::OnceLock;
-    use zcnet::path::FallbackReason;
     use zcnet::stats::Stats;
+    use zcnet::FallbackReason;
 
     /// The real probe, run once for all tests of this module.
     fn report() -> &'static Report {

@@ -20,6 +20,7 @@
 //! is `#![forbid(unsafe_code)]`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod board;
 pub mod cow;

@@ -19,6 +19,7 @@
 //! It depends on no other zcnet crate, so any of them can use it in tests.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod memlock;
 pub mod netns;

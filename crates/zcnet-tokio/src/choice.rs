@@ -19,7 +19,6 @@
 //! This module is pure: the clock is the caller's.
 
 use zcnet::auto::AutoStats;
-use zcnet::policy::TxDecision;
 use zcnet::tuning::{CostCheck, Pick};
 use zcnet::{FallbackReason, Policy, TxPath};
 
@@ -77,7 +76,7 @@ impl SendChoice {
         demoted: bool,
         clock: impl Fn() -> u64,
     ) -> Go {
-        if let TxDecision::Copy(reason) = self.policy.decide(len, addr, page, demoted) {
+        if let Some(reason) = self.policy.refuses(len, addr, page, demoted) {
             return Go::Copy(reason);
         }
         let Some(cost) = self.cost.as_mut() else {

@@ -14,7 +14,7 @@ use zcnet::{Policy, Stats};
 /// zero-copy and on copy and leaves zero-copy while it costs more than 5 % above copy.
 /// A stream connected to this host starts demoted ([`ZcConfig::local_zerocopy`]). Every
 /// such choice is a counted fallback in [`Stats`] (`local_delivery`, `demoted_copied`,
-/// `costlier`), and the check's windows and verdicts, the demotion's re-probes, are in
+/// `costlier`), and the check's windows and verdicts, the demotion's retries, are in
 /// [`zcnet::StatsSnapshot`]'s `auto_tx`.
 #[derive(Debug, Clone, Default)]
 pub struct ZcConfig {

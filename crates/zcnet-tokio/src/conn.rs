@@ -14,8 +14,8 @@ use std::task::{ready, Context, Poll};
 use tokio::sync::Notify;
 use zcnet::auto::AutoStats;
 use zcnet::policy::CopiedDemotion;
+use zcnet::zc::reap_each;
 use zcnet::zc::Completions;
-use zcnet::zc::{count_change, reap_each};
 use zcnet::{FallbackReason, Stats};
 use zcnet_sys::raw::epoll::EventFlags;
 use zcnet_sys::raw::socket::{self, RecvFlags, SendFlags};
@@ -121,7 +121,7 @@ pub(crate) struct Conn<S: Socket = TcpStream> {
     /// Without a cost check the choice needs no state but the demotion's: the policy and
     /// this mirror of it, read without the lock (`None` with a cost check).
     lockless: Option<zcnet::Policy>,
-    /// Whether the demotion needs a look under the lock: demoted, or re-probing (mirrors
+    /// Whether the demotion needs a look under the lock: demoted, or retrying (mirrors
     /// `TxState::demotion`; a socket that asks for zero-copy takes no lock for it).
     demoted: AtomicBool,
     /// Delivery is local: copied for good, from the start ([`starts_local`]).
@@ -237,9 +237,9 @@ impl<S: Socket> Conn<S> {
             data.as_ptr() as usize,
             zcnet_sys::mem::page_size(),
         );
-        let by_policy = |policy: zcnet::Policy| match policy.decide(len, addr, page, false) {
-            zcnet::policy::TxDecision::ZeroCopy => Go::ZeroCopy,
-            zcnet::policy::TxDecision::Copy(reason) => Go::Copy(reason),
+        let by_policy = |policy: zcnet::Policy| match policy.refuses(len, addr, page, false) {
+            None => Go::ZeroCopy,
+            Some(reason) => Go::Copy(reason),
         };
         let demoted = self.demoted.load(Ordering::Relaxed);
         if let (Some(policy), false) = (self.lockless, demoted) {
@@ -302,8 +302,8 @@ impl<S: Socket> Conn<S> {
         }
     }
 
-    /// Counts a send of `len` bytes in the COPIED demotion's back-off and re-probe
-    /// ([`CopiedDemotion::sent`]); no lock while the socket asks for zero-copy.
+    /// Counts a send of `len` bytes in the COPIED demotion's back-off and retry
+    /// ([`CopiedDemotion::count_send`]); no lock while the socket asks for zero-copy.
     pub(crate) fn count_send(&self, len: usize, zerocopy: bool) {
         if self.local || !self.demoted.load(Ordering::Relaxed) {
             return;
@@ -317,8 +317,8 @@ impl<S: Socket> Conn<S> {
         }
         let policy = tx.choice.policy();
         let idle = tx.completions.is_idle();
-        let change = tx.demotion.sent(len as u64, zerocopy, idle, &policy);
-        count_change(change, &self.stats);
+        tx.demotion
+            .count_send(len as u64, zerocopy, idle, &policy, &self.stats);
         self.mirror(tx);
     }
 

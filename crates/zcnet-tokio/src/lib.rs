@@ -100,6 +100,7 @@
 //! Features: `hyper` and `axum` (default) for the HTTP glue.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 #[cfg(feature = "axum")]
 mod axum_serve;

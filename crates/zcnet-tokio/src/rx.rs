@@ -32,7 +32,7 @@ const COPYBUF: usize = 4095;
 /// Scratch for the skip-hint bytes and demoted reads.
 const SCRATCH: usize = 64 << 10;
 /// Consecutive steps that found data but mapped none before mapping is given up.
-pub const DEMOTE_AFTER: u32 = 64;
+pub(crate) const DEMOTE_AFTER: u32 = 64;
 
 /// Received bytes lent by [`crate::ZcStream::recv_zc`]: pages mapped from the socket, or
 /// bytes that had to be copied. Valid until the next receive on the stream.

@@ -23,10 +23,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{oneshot, Notify};
 use zcnet::msg::wire::Layout;
-use zcnet::msg::{feed, prepare_socket};
 use zcnet::msg::{
     Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgRing, MsgStats, MsgTx, Outgoing, Reassembly,
-    RingSend,
 };
 use zcnet::{Error, FallbackReason, Pool, Stats};
 use zcnet_sys::raw::socket::RecvFlags;
@@ -374,7 +372,9 @@ impl ZcUdpSocket {
             per_call,
             cfg.gso,
         );
-        let (gro, _) = prepare_socket(sock.as_fd(), cfg, framer.stats()).map_err(msg_err)?;
+        let (gro, _) = cfg
+            .prepare_receive_socket(sock.as_fd(), framer.stats())
+            .map_err(msg_err)?;
         let stats = Arc::new(Stats::new());
         if cfg.tx.is_zerocopy() && !zerocopy && peer.is_some() {
             stats.fallback(FallbackReason::Unsupported, 0);
@@ -503,7 +503,7 @@ impl ZcUdpSocket {
                         Some(r)
                     }
                     Err(e) => {
-                        let reason = zcnet::msg::ring_unavailable_reason(&e);
+                        let reason = MsgRing::unavailable_reason(&e);
                         self.conn.stats.fallback(reason, 0);
                         None
                     }
@@ -542,7 +542,7 @@ impl ZcUdpSocket {
     }
 
     /// Tells the receiver how many messages this socket has sent (a mark,
-    /// `zcnet::msg::wire::Mark`), so that it reports every one that never arrives as lost
+    /// `zcnet::msg::wire`), so that it reports every one that never arrives as lost
     /// — the last ones too, which no later message would reveal. Call it when done (the
     /// end of a stream) or before a pause. A mark is one datagram and can be lost like any
     /// other: where the receiver may be overrun, send it again after its reorder window
@@ -793,10 +793,10 @@ impl ZcUdpSocket {
         }
         let sock = self.conn.socket().as_fd();
         let zerocopy = match ring.queue(sock, &mut f, &mut out, msg, &self.conn.stats) {
-            RingSend::Queued(n) => n,
+            Ok(n) => n,
             // The ring could not queue it (its submission failed): the message's id is
             // used, the receiver reports it lost, the caller gets the error.
-            RingSend::Refused(_, e) => return Ok(Err(e)),
+            Err((_, e)) => return Ok(Err(e)),
         };
         if let Some(e) = ring.take_failure() {
             return Ok(Err(e));
@@ -1005,7 +1005,7 @@ impl ZcUdpSocket {
             };
             let r = r?;
             self.conn.stats.add_rx_copied_bytes(r.len as u64);
-            feed(&mut rx.table, &rx.buf, &r, Instant::now(), &stats);
+            rx.table.feed(&rx.buf, &r, Instant::now(), &stats);
         }
     }
 

@@ -61,7 +61,7 @@ async fn merged_copied_notifications_demote_by_the_bytes_they_cover() {
     // Loopback copies at delivery and says so: after 4 MiB reported COPIED, copy.
     assert_eq!(st.tx_demotions, 1, "{st}");
     assert!(
-        st.tx_bytes_zc_copied >= zcnet::policy::DEMOTE_AFTER_COPIED_BYTES,
+        st.tx_bytes_zc_copied >= zcnet::Policy::default().demote_after_copied_bytes.unwrap(),
         "{st}"
     );
     let demoted = st.fallback_bytes(FallbackReason::DemotedCopied);

@@ -70,7 +70,7 @@ pub(crate) struct Finisher {
 impl Finisher {
     /// Starts the thread; it answers on `sock` (the session's socket), cutting each `Ack`'s
     /// message to `ack_message` bytes.
-    pub fn start<'scope>(
+    pub(crate) fn start<'scope>(
         scope: &'scope std::thread::Scope<'scope, '_>,
         sock: AnswerSink,
         ack_message: usize,
@@ -116,12 +116,12 @@ impl Finisher {
 
     /// Held while the session's thread writes on the socket, so that no batch of `Ack`s is
     /// written in the middle of its frame.
-    pub fn writing(&self) -> MutexGuard<'_, ()> {
+    pub(crate) fn writing(&self) -> MutexGuard<'_, ()> {
         self.writing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Queues one file (waits while the queue is full).
-    pub fn hand_over(&mut self, staged: Staged) -> io::Result<()> {
+    pub(crate) fn hand_over(&mut self, staged: Staged) -> io::Result<()> {
         if self.jobs.send(staged).is_ok() {
             return Ok(());
         }
@@ -133,7 +133,7 @@ impl Finisher {
     }
 
     /// The files finished (and answered) so far, in order.
-    pub fn collect(&mut self) -> io::Result<Vec<Finished>> {
+    pub(crate) fn collect(&mut self) -> io::Result<Vec<Finished>> {
         let mut out = Vec::new();
         while let Ok(r) = self.done.try_recv() {
             out.extend(r?);
@@ -142,7 +142,7 @@ impl Finisher {
     }
 
     /// Waits until every handed-over file is finished and answered.
-    pub fn settle(self) -> io::Result<Vec<Finished>> {
+    pub(crate) fn settle(self) -> io::Result<Vec<Finished>> {
         drop(self.jobs);
         let mut out = Vec::new();
         for r in self.done {

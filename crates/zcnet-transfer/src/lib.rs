@@ -4,6 +4,8 @@
 //! This is the only zcnet crate that hashes (BLAKE3) and authenticates (HMAC-SHA256); a user
 //! of the `zcnet` library compiles neither.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod auth;
 pub mod descriptors;

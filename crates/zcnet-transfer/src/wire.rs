@@ -77,7 +77,7 @@ pub(crate) struct Features {
 
 impl Features {
     /// The features of a session of `version`.
-    pub const fn of(version: u16) -> Features {
+    pub(crate) const fn of(version: u16) -> Features {
         Features {
             puts: version >= 2,
             tree_entries: version >= 3,

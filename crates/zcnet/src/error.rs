@@ -142,7 +142,7 @@ impl Error {
 }
 
 /// Shorthand.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// For callers in `io::Result` code (an `io::Write` impl, a `?` in a function returning
 /// `io::Result`): the kind says what happened, and the zcnet error rides along as the

@@ -87,11 +87,6 @@ impl Lend for memmap2::Mmap {
     }
 }
 
-/// Seals a memfd and maps it, soundly and with no `unsafe` of the caller's: a shard kept in
-/// a memfd becomes a [`Lend`]able mapping. See [`zcnet_sys::mem::map_sealed`].
-#[cfg(feature = "memmap2")]
-pub use zcnet_sys::mem::map_sealed;
-
 /// One mapping lent to many senders at once.
 #[cfg(feature = "memmap2")]
 impl Lend for Arc<memmap2::Mmap> {

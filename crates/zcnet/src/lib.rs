@@ -86,15 +86,15 @@ pub(crate) mod builder;
 mod call;
 mod counters;
 pub mod cow;
-pub mod error;
+pub(crate) mod error;
 #[doc(hidden)]
 pub mod fault;
 pub(crate) mod file;
 pub mod guide;
-pub mod lend;
+pub(crate) mod lend;
 pub mod msg;
 mod named;
-pub mod path;
+pub(crate) mod path;
 pub mod policy;
 pub(crate) mod rx;
 pub mod stats;
@@ -104,7 +104,7 @@ pub(crate) mod tx;
 pub mod zc;
 
 pub use buf::{Pool, TxBuf};
-pub use error::Error;
+pub use error::{Error, RangeError};
 pub use lend::Lend;
 pub use named::UnknownName;
 pub use path::{FallbackReason, FileRxMode, FileTxMode, RxPath, TxPath};
@@ -112,6 +112,10 @@ pub use policy::Policy;
 pub use rx::RxChunk;
 pub use stats::{Stats, StatsSnapshot};
 pub use stream::{Listener, Receiver, ReceiverConfig, Sender, SenderConfig};
+/// Seals a memfd and maps it, soundly and with no `unsafe` of the caller's: a shard kept in
+/// a memfd becomes a [`Lend`]able mapping.
+#[cfg(feature = "memmap2")]
+pub use zcnet_sys::mem::map_sealed;
 
 /// The README's examples, compiled and run by `cargo test` so the first code a user copies
 /// keeps working.

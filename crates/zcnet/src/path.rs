@@ -148,7 +148,7 @@ pub enum FallbackReason {
     /// resident, the thread's stack, or owned by another userfaultfd.
     Unprotectable,
     /// Receive, `auto`: `TCP_ZEROCOPY_RECEIVE` kept mapping nothing on this connection, so
-    /// the mapping path is demoted and these bytes went by plain `recv` until a re-probe.
+    /// the mapping path is demoted and these bytes went by plain `recv` until a retry.
     DemotedUnmapped,
     /// Transmit, `auto`: the connection's own cost check found the wanted path costlier than
     /// copy in the sending thread's CPU per byte, so these bytes went by copy until the

@@ -11,14 +11,14 @@
 //! in batches of hundreds may see few notifications per gigabyte, and a count of
 //! notifications alone would let it pay for zero-copy over the whole transfer.
 //!
-//! A demoted socket whose caller counts its sends ([`CopiedDemotion::sent`]) asks again
+//! A demoted socket whose caller counts its sends ([`CopiedDemotion::count_send`]) asks again
 //! after a back-off: a route that copied keeps copying (the copy is the kernel's local
-//! delivery, not a passing state), so one short re-probe ([`Policy::reprobe_bytes`], a few
-//! notifications) settles it, and the back-off doubles after each re-probe that comes back
-//! COPIED — probing stays a fraction of a percent of the bytes of a long transfer, while a
+//! delivery, not a passing state), so one short retry ([`Policy::retry_bytes`], a few
+//! notifications) settles it, and the back-off doubles after each retry that comes back
+//! COPIED — retrying stays a fraction of a percent of the bytes of a long transfer, while a
 //! socket demoted by a passing burst (a packet tap cloning skbs) gets zero-copy back. And
 //! where delivery is certainly local ([`delivery_is_local`]) the kernel always copies, so a
-//! caller that knows the route can start demoted ([`CopiedDemotion::local`]) and never probe.
+//! caller that knows the route can start demoted ([`CopiedDemotion::local`]) and never ask.
 
 use crate::path::FallbackReason;
 use std::net::IpAddr;
@@ -27,46 +27,45 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Policy {
-    /// Sends smaller than this are copied.
+    /// Sends smaller than this are copied (16 KiB by default).
     pub min_zerocopy_bytes: usize,
     /// Copy sends whose start is not page-aligned.
     pub require_page_aligned: bool,
-    /// Stop asking for zero-copy after this many consecutive COPIED notifications; `None`
-    /// keeps asking (needed, for example, to feed a mapping receiver on loopback).
+    /// Stop asking for zero-copy after this many consecutive COPIED notifications (64 by
+    /// default); `None` keeps asking (needed, for example, to feed a mapping receiver on
+    /// loopback).
     pub demote_after_copied: Option<u32>,
     /// Stop asking for zero-copy after this many consecutive bytes were reported COPIED
     /// (whichever of the two limits comes first); `None` counts notifications only.
+    ///
+    /// 4 MiB by default: what a COPIED demotion costs is this plus the bytes sent before the
+    /// first notification is read — measured 2.9–4.7 MiB for a tokio stream across a veth
+    /// pair and on loopback (docs/tokio.md) — so the default costs at most about twice the
+    /// unavoidable, while a brief copied burst (a packet tap cloning a few skbs) does not
+    /// demote a socket whose device takes the pages.
     pub demote_after_copied_bytes: Option<u64>,
-    /// Bytes a demoted socket copies before it re-probes zero-copy (doubling after each
-    /// re-probe that comes back COPIED, up to [`MAX_REPROBE_AFTER_BYTES`]); `None` stays
-    /// demoted for good. Only callers that count their sends ([`CopiedDemotion::sent`]:
-    /// zcnet-tokio's sockets, the `zerocopy` path) re-probe.
-    pub reprobe_after_bytes: Option<u64>,
-    /// Bytes one re-probe sends zero-copy before it copies again to wait for their
-    /// notifications (a whole send goes, so at least one send).
-    pub reprobe_bytes: u64,
+    /// Bytes a demoted socket copies before it retries zero-copy (256 MiB by default; the
+    /// back-off doubles after each retry that comes back COPIED, up to 64 GiB); `None` stays
+    /// demoted for good. Only callers that count their sends ([`CopiedDemotion::count_send`]:
+    /// zcnet-tokio's sockets, the `zerocopy` path) retry. With the defaults a retry is under
+    /// 0.4 % of the bytes, and less after every doubling.
+    pub retry_after_bytes: Option<u64>,
+    /// Bytes one retry sends zero-copy before it copies again to wait for their
+    /// notifications (a whole send goes, so at least one send). 256 KiB by default: four
+    /// 64 KiB sends, a few notifications — a route that copied keeps copying, so a retry
+    /// only has to see that it still does.
+    pub retry_bytes: u64,
 }
 
-/// The default of [`Policy::demote_after_copied_bytes`]: 4 MiB. What a COPIED demotion
-/// costs is this plus the bytes sent before the first notification is read — measured
-/// 2.9–4.7 MiB for a tokio stream across a veth pair and on loopback (one send buffer in
-/// flight: notifications come with the acknowledgements; `bench_tokio --modes
-/// first-copied`, docs/tokio.md) — so a threshold of about that lag costs at most twice
-/// the unavoidable, where 16 MiB cost five times it. It is still a whole send buffer of
-/// COPIED bytes in a row, so a brief copied burst (a packet tap cloning a few skbs) does
-/// not demote a socket whose device takes the pages, and one that does is re-probed
-/// ([`Policy::reprobe_after_bytes`]).
-pub const DEMOTE_AFTER_COPIED_BYTES: u64 = 4 << 20;
-
-/// The default of [`Policy::reprobe_after_bytes`]: 256 MiB of copy before the first
-/// re-probe, so a re-probe of [`REPROBE_BYTES`] (or of one 1 MiB send) is under 0.4 % of
-/// the bytes, and less after every doubling.
-pub const REPROBE_AFTER_BYTES: u64 = 256 << 20;
-/// Cap on the re-probe back-off: 64 GiB.
-pub const MAX_REPROBE_AFTER_BYTES: u64 = 64 << 30;
-/// The default of [`Policy::reprobe_bytes`]: four 64 KiB sends, a few notifications. A
-/// route that copied keeps copying, so the re-probe only has to see that it still does.
-pub const REPROBE_BYTES: u64 = 256 << 10;
+/// The default of [`Policy::demote_after_copied_bytes`] (why 4 MiB: there). It is a whole
+/// send buffer of COPIED bytes in a row; `bench_tokio --modes first-copied` measures the lag.
+pub(crate) const DEMOTE_AFTER_COPIED_BYTES: u64 = 4 << 20;
+/// The default of [`Policy::retry_after_bytes`]: 256 MiB of copy before the first retry.
+pub(crate) const RETRY_AFTER_BYTES: u64 = 256 << 20;
+/// Cap on the retry back-off: 64 GiB.
+pub(crate) const MAX_RETRY_AFTER_BYTES: u64 = 64 << 30;
+/// The default of [`Policy::retry_bytes`]: four 64 KiB sends.
+pub(crate) const RETRY_BYTES: u64 = 256 << 10;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -75,19 +74,10 @@ impl Default for Policy {
             require_page_aligned: false,
             demote_after_copied: Some(64),
             demote_after_copied_bytes: Some(DEMOTE_AFTER_COPIED_BYTES),
-            reprobe_after_bytes: Some(REPROBE_AFTER_BYTES),
-            reprobe_bytes: REPROBE_BYTES,
+            retry_after_bytes: Some(RETRY_AFTER_BYTES),
+            retry_bytes: RETRY_BYTES,
         }
     }
-}
-
-/// The path one send takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxDecision {
-    /// Send with `MSG_ZEROCOPY`.
-    ZeroCopy,
-    /// Send with plain `send`, for this reason.
-    Copy(FallbackReason),
 }
 
 impl Policy {
@@ -98,8 +88,8 @@ impl Policy {
             require_page_aligned: false,
             demote_after_copied: None,
             demote_after_copied_bytes: None,
-            reprobe_after_bytes: None,
-            reprobe_bytes: REPROBE_BYTES,
+            retry_after_bytes: None,
+            retry_bytes: RETRY_BYTES,
         }
     }
 
@@ -131,11 +121,11 @@ impl Policy {
         self
     }
 
-    /// Sets the re-probe after a demotion: `after` bytes of copy first (`None`: demoted for
+    /// Sets the retry after a demotion: `after` bytes of copy first (`None`: demoted for
     /// good), then `window` bytes of zero-copy.
-    pub fn with_reprobe(mut self, after: Option<u64>, window: u64) -> Self {
-        self.reprobe_after_bytes = after;
-        self.reprobe_bytes = window.max(1);
+    pub fn with_retry(mut self, after: Option<u64>, window: u64) -> Self {
+        self.retry_after_bytes = after;
+        self.retry_bytes = window.max(1);
         self
     }
 
@@ -144,16 +134,24 @@ impl Policy {
         self.demote_after_copied.is_some() || self.demote_after_copied_bytes.is_some()
     }
 
-    /// Decides one send of `len` bytes starting at address `addr`.
-    pub fn decide(&self, len: usize, addr: usize, page: usize, demoted: bool) -> TxDecision {
+    /// Why one send of `len` bytes starting at address `addr` (pages of `page` bytes; the
+    /// socket `demoted` or not) must copy, or `None` when it may go zero-copy — as
+    /// [`CopiedDemotion::refuses`] says for the socket alone.
+    pub fn refuses(
+        &self,
+        len: usize,
+        addr: usize,
+        page: usize,
+        demoted: bool,
+    ) -> Option<FallbackReason> {
         if demoted {
-            TxDecision::Copy(FallbackReason::DemotedCopied)
+            Some(FallbackReason::DemotedCopied)
         } else if len < self.min_zerocopy_bytes {
-            TxDecision::Copy(FallbackReason::TooSmall)
+            Some(FallbackReason::TooSmall)
         } else if self.require_page_aligned && !addr.is_multiple_of(page) {
-            TxDecision::Copy(FallbackReason::Unaligned)
+            Some(FallbackReason::Unaligned)
         } else {
-            TxDecision::ZeroCopy
+            None
         }
     }
 }
@@ -166,7 +164,7 @@ impl Policy {
 /// address — an address of the socket's own network namespace, whose route is the local
 /// table's. An address of this host other than the socket's source (a socket bound to one
 /// of its addresses and connected to another) is not recognised: it costs the COPIED
-/// demotion's first probe, as any route that copies does.
+/// demotion's first streak (the bytes it takes to notice), as any route that copies does.
 pub fn delivery_is_local(local: IpAddr, peer: IpAddr) -> bool {
     let (local, peer) = (local.to_canonical(), peer.to_canonical());
     peer.is_loopback() || peer.is_unspecified() || peer == local
@@ -174,16 +172,16 @@ pub fn delivery_is_local(local: IpAddr, peer: IpAddr) -> bool {
 
 /// What one notification or send changed in a [`CopiedDemotion`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DemotionChange {
+pub(crate) enum DemotionChange {
     /// Nothing.
     None,
     /// The socket stopped asking for zero-copy.
     Demoted,
-    /// A re-probe started: the next sends ask for zero-copy again.
-    Reprobe,
-    /// A re-probe's notifications were not COPIED: zero-copy is back.
+    /// A retry started: the next sends ask for zero-copy again.
+    Retry,
+    /// A retry's notifications were not COPIED: zero-copy is back.
     Promoted,
-    /// A re-probe came back COPIED: demoted again, the back-off doubled.
+    /// A retry came back COPIED: demoted again, the back-off doubled.
     Redemoted,
 }
 
@@ -193,11 +191,11 @@ enum Phase {
     Asking,
     /// Delivery is local ([`delivery_is_local`]): copy for good.
     Local,
-    /// Copy for `left` more bytes, then re-probe (never, without [`CopiedDemotion::sent`]).
+    /// Copy for `left` more bytes, then retry (never, without [`CopiedDemotion::sent`]).
     Demoted { left: u64 },
     /// Zero-copy for `zc_left` more bytes, then copy until notifications have covered the
-    /// `sent` bytes the re-probe sent zero-copy; `copied` of them said COPIED so far.
-    Probing {
+    /// `sent` bytes the retry sent zero-copy; `copied` of them said COPIED so far.
+    Retrying {
         zc_left: u64,
         sent: u64,
         copied: u64,
@@ -205,13 +203,13 @@ enum Phase {
 }
 
 /// Tracks consecutive COPIED notifications of one socket, and the bytes they covered; with
-/// the socket's sends counted ([`CopiedDemotion::sent`]), re-probes after a back-off.
+/// the socket's sends counted ([`CopiedDemotion::count_send`]), retries after a back-off.
 #[derive(Debug, Clone, Default)]
 pub struct CopiedDemotion {
     streak: u32,
     streak_bytes: u64,
     phase: Phase,
-    /// The current re-probe back-off in bytes (0 until the first demotion).
+    /// The current retry back-off in bytes (0 until the first demotion).
     backoff: u64,
 }
 
@@ -240,7 +238,7 @@ impl CopiedDemotion {
 
     /// Feeds one notification that completed calls carrying `bytes`, against both of
     /// `policy`'s limits; returns true exactly when this one demotes the socket (a
-    /// re-probe's re-demotion included).
+    /// retry's re-demotion included).
     pub fn observe_bytes(&mut self, copied: bool, bytes: u64, policy: &Policy) -> bool {
         matches!(
             self.notified(copied, bytes, policy),
@@ -249,10 +247,10 @@ impl CopiedDemotion {
     }
 
     /// [`CopiedDemotion::observe_bytes`], saying what changed.
-    pub fn notified(&mut self, copied: bool, bytes: u64, policy: &Policy) -> DemotionChange {
+    pub(crate) fn notified(&mut self, copied: bool, bytes: u64, policy: &Policy) -> DemotionChange {
         match self.phase {
             Phase::Local | Phase::Demoted { .. } => DemotionChange::None,
-            Phase::Probing {
+            Phase::Retrying {
                 zc_left,
                 sent,
                 copied: seen,
@@ -260,15 +258,15 @@ impl CopiedDemotion {
                 if !copied {
                     self.phase = Phase::Asking;
                     (self.streak, self.streak_bytes) = (0, 0);
-                    self.backoff = policy.reprobe_after_bytes.unwrap_or(0);
+                    self.backoff = policy.retry_after_bytes.unwrap_or(0);
                     return DemotionChange::Promoted;
                 }
-                self.phase = Phase::Probing {
+                self.phase = Phase::Retrying {
                     zc_left,
                     sent,
                     copied: seen.saturating_add(bytes),
                 };
-                self.settle_probe()
+                self.settle_retry()
             }
             Phase::Asking => {
                 self.streak_bytes = if copied {
@@ -282,7 +280,7 @@ impl CopiedDemotion {
                 if !self.observe(copied, policy.demote_after_copied) && !by_bytes {
                     return DemotionChange::None;
                 }
-                self.backoff = policy.reprobe_after_bytes.unwrap_or(u64::MAX);
+                self.backoff = policy.retry_after_bytes.unwrap_or(u64::MAX);
                 self.phase = Phase::Demoted { left: self.backoff };
                 DemotionChange::Demoted
             }
@@ -291,11 +289,12 @@ impl CopiedDemotion {
 
     /// Counts a send of `bytes` (`zerocopy`: it went with `MSG_ZEROCOPY`; `idle`: no
     /// zero-copy call is still waiting for its notification): runs a demoted socket's
-    /// back-off down, and a re-probe's zero-copy window. Returns
-    /// [`DemotionChange::Reprobe`] when the back-off is over — only once the calls sent
+    /// back-off down, and a retry's zero-copy window. Returns
+    /// [`DemotionChange::Retry`] when the back-off is over — only once the calls sent
     /// before the demotion are all notified, so their COPIED notifications are never
-    /// taken for the re-probe's.
-    pub fn sent(
+    /// taken for the retry's. (Outside the crate: [`CopiedDemotion::count_send`], which
+    /// counts the change in the sender's stats.)
+    pub(crate) fn sent(
         &mut self,
         bytes: u64,
         zerocopy: bool,
@@ -308,33 +307,33 @@ impl CopiedDemotion {
                 if *left > 0 || !idle {
                     return DemotionChange::None;
                 }
-                self.phase = Phase::Probing {
-                    zc_left: policy.reprobe_bytes.max(1),
+                self.phase = Phase::Retrying {
+                    zc_left: policy.retry_bytes.max(1),
                     sent: 0,
                     copied: 0,
                 };
-                DemotionChange::Reprobe
+                DemotionChange::Retry
             }
-            Phase::Probing { zc_left, sent, .. } if zerocopy => {
+            Phase::Retrying { zc_left, sent, .. } if zerocopy => {
                 *zc_left = zc_left.saturating_sub(bytes);
                 *sent = sent.saturating_add(bytes);
                 // Its notifications may have been read before the send was counted.
-                self.settle_probe()
+                self.settle_retry()
             }
             _ => DemotionChange::None,
         }
     }
 
-    /// A re-probe whose window is sent and whose every byte came back COPIED: demoted
+    /// A retry whose window is sent and whose every byte came back COPIED: demoted
     /// again, the back-off doubled.
-    fn settle_probe(&mut self) -> DemotionChange {
+    fn settle_retry(&mut self) -> DemotionChange {
         match self.phase {
-            Phase::Probing {
+            Phase::Retrying {
                 zc_left: 0,
                 sent,
                 copied,
             } if copied >= sent => {
-                self.backoff = self.backoff.saturating_mul(2).min(MAX_REPROBE_AFTER_BYTES);
+                self.backoff = self.backoff.saturating_mul(2).min(MAX_RETRY_AFTER_BYTES);
                 self.phase = Phase::Demoted { left: self.backoff };
                 DemotionChange::Redemoted
             }
@@ -342,14 +341,14 @@ impl CopiedDemotion {
         }
     }
 
-    /// Why the next send may not ask for zero-copy, if it may not: demoted (or a re-probe
+    /// Why the next send may not ask for zero-copy, if it may not: demoted (or a retry
     /// waiting for its notifications), or local delivery.
     pub fn refuses(&self) -> Option<FallbackReason> {
         match self.phase {
             Phase::Asking => None,
-            Phase::Probing { zc_left, .. } if zc_left > 0 => None,
+            Phase::Retrying { zc_left, .. } if zc_left > 0 => None,
             Phase::Local => Some(FallbackReason::LocalDelivery),
-            Phase::Demoted { .. } | Phase::Probing { .. } => Some(FallbackReason::DemotedCopied),
+            Phase::Demoted { .. } | Phase::Retrying { .. } => Some(FallbackReason::DemotedCopied),
         }
     }
 
@@ -358,13 +357,13 @@ impl CopiedDemotion {
         self.refuses().is_some()
     }
 
-    /// Whether the sends must be counted ([`CopiedDemotion::sent`]) for a re-probe to come:
-    /// demoted with a back-off, or re-probing.
+    /// Whether the sends must be counted ([`CopiedDemotion::count_send`]) for a retry to come:
+    /// demoted with a back-off, or retrying.
     pub fn counts_sends(&self) -> bool {
         matches!(
             self.phase,
             Phase::Demoted { left } if left != u64::MAX
-        ) || matches!(self.phase, Phase::Probing { .. })
+        ) || matches!(self.phase, Phase::Retrying { .. })
     }
 }
 
@@ -376,22 +375,19 @@ mod tests {
     fn size_alignment_and_demotion_decide() {
         let p = Policy::default().with_page_aligned(true);
         assert_eq!(
-            p.decide(100, 0, 4096, false),
-            TxDecision::Copy(FallbackReason::TooSmall)
+            p.refuses(100, 0, 4096, false),
+            Some(FallbackReason::TooSmall)
         );
         assert_eq!(
-            p.decide(1 << 20, 1, 4096, false),
-            TxDecision::Copy(FallbackReason::Unaligned)
+            p.refuses(1 << 20, 1, 4096, false),
+            Some(FallbackReason::Unaligned)
         );
-        assert_eq!(p.decide(1 << 20, 8192, 4096, false), TxDecision::ZeroCopy);
+        assert_eq!(p.refuses(1 << 20, 8192, 4096, false), None);
         assert_eq!(
-            p.decide(1 << 20, 8192, 4096, true),
-            TxDecision::Copy(FallbackReason::DemotedCopied)
+            p.refuses(1 << 20, 8192, 4096, true),
+            Some(FallbackReason::DemotedCopied)
         );
-        assert_eq!(
-            Policy::always().decide(1, 3, 4096, false),
-            TxDecision::ZeroCopy
-        );
+        assert_eq!(Policy::always().refuses(1, 3, 4096, false), None);
     }
 
     #[test]
@@ -461,7 +457,7 @@ mod tests {
         assert!(!local("fd00::1", "fd00::2"));
         let mut d = CopiedDemotion::local();
         assert_eq!(d.refuses(), Some(FallbackReason::LocalDelivery));
-        // For good: nothing re-probes it, no notification changes it.
+        // For good: nothing retries it, no notification changes it.
         let p = Policy::default();
         for _ in 0..4 {
             assert_eq!(d.sent(u64::MAX, false, true, &p), DemotionChange::None);
@@ -504,7 +500,7 @@ mod tests {
     }
 
     #[test]
-    fn a_copying_route_is_reprobed_briefly_and_ever_more_rarely() {
+    fn a_copying_route_is_retried_briefly_and_ever_more_rarely() {
         use DemotionChange::*;
         const MIB: u64 = 1 << 20;
         let p = Policy::default();
@@ -513,28 +509,28 @@ mod tests {
         let (zc, changes) = route(&mut d, &p, true, MIB, 4, 64);
         assert_eq!(changes, vec![Demoted]);
         assert_eq!(zc, DEMOTE_AFTER_COPIED_BYTES + 4 * MIB);
-        // A long transfer: re-probes of one send after 256 MiB, 512 MiB, 1 GiB, ...
+        // A long transfer: retries of one send after 256 MiB, 512 MiB, 1 GiB, ...
         let (zc, changes) = route(&mut d, &p, true, MIB, 4, 16 << 10);
-        let reprobes = changes.iter().filter(|c| **c == Reprobe).count();
-        assert_eq!(reprobes, 6, "{changes:?}");
-        assert!(changes.iter().all(|c| matches!(c, Reprobe | Redemoted)));
-        assert_eq!(zc, 6 * MIB, "one 1 MiB send per re-probe");
-        assert!(zc * 1000 < 16 << 30, "probing under 0.1 % of 16 GiB");
+        let retries = changes.iter().filter(|c| **c == Retry).count();
+        assert_eq!(retries, 6, "{changes:?}");
+        assert!(changes.iter().all(|c| matches!(c, Retry | Redemoted)));
+        assert_eq!(zc, 6 * MIB, "one 1 MiB send per retry");
+        assert!(zc * 1000 < 16 << 30, "retrying under 0.1 % of 16 GiB");
         // The back-off doubles up to its cap, and never past it.
-        assert!(d.backoff <= MAX_REPROBE_AFTER_BYTES);
+        assert!(d.backoff <= MAX_RETRY_AFTER_BYTES);
     }
 
     #[test]
-    fn a_reprobe_that_is_not_copied_promotes_and_a_late_notification_still_counts() {
+    fn a_retry_that_is_not_copied_promotes_and_a_late_notification_still_counts() {
         use DemotionChange::*;
-        let p = Policy::default().with_reprobe(Some(1000), 300);
+        let p = Policy::default().with_retry(Some(1000), 300);
         let mut d = CopiedDemotion::default();
         assert!(d.observe_bytes(true, 16 << 20, &p));
         assert_eq!(d.refuses(), Some(FallbackReason::DemotedCopied));
         assert!(d.counts_sends());
         assert_eq!(d.sent(999, false, true, &p), None);
-        assert_eq!(d.sent(1, false, true, &p), Reprobe);
-        // The probe: 300 bytes zero-copy, then copy while its notifications are awaited.
+        assert_eq!(d.sent(1, false, true, &p), Retry);
+        // The retry: 300 bytes zero-copy, then copy while its notifications are awaited.
         assert_eq!(d.refuses(), Option::None);
         assert_eq!(d.sent(200, true, true, &p), None);
         assert_eq!(d.refuses(), Option::None);
@@ -545,24 +541,24 @@ mod tests {
         assert_eq!(d.notified(true, 200, &p), Redemoted);
         // Back-off doubled: 2000 bytes.
         assert_eq!(d.sent(1999, false, true, &p), None);
-        assert_eq!(d.sent(1, false, true, &p), Reprobe);
+        assert_eq!(d.sent(1, false, true, &p), Retry);
         // Read before counted: settles in `sent`.
         assert_eq!(d.notified(true, 300, &p), None);
         assert_eq!(d.sent(300, true, true, &p), Redemoted);
-        // Back-off 4000, then a probe that was not copied (the tap went away): promoted.
-        assert_eq!(d.sent(4000, false, true, &p), Reprobe);
+        // Back-off 4000, then a retry that was not copied (the tap went away): promoted.
+        assert_eq!(d.sent(4000, false, true, &p), Retry);
         assert_eq!(d.sent(300, true, true, &p), None);
         assert_eq!(d.notified(false, 300, &p), Promoted);
         assert!(!d.is_demoted() && !d.counts_sends());
         // Demoted again later, the back-off starts from the policy's again.
         assert!(d.observe_bytes(true, 16 << 20, &p));
-        assert_eq!(d.sent(1000, false, true, &p), Reprobe);
-        // Without re-probing (the preload's notification count, or `None`): for good.
+        assert_eq!(d.sent(1000, false, true, &p), Retry);
+        // Without retrying (the preload's notification count, or `None`): for good.
         let mut d = CopiedDemotion::default();
         assert!(d.observe(true, Some(1)));
         assert_eq!(d.sent(u64::MAX, false, true, &p), None);
         assert!(d.is_demoted() && !d.counts_sends());
-        let q = Policy::default().with_reprobe(Option::None, 300);
+        let q = Policy::default().with_retry(Option::None, 300);
         let mut d = CopiedDemotion::default();
         assert!(d.observe_bytes(true, 16 << 20, &q));
         assert_eq!(d.sent(u64::MAX, false, true, &q), None);

@@ -1,6 +1,6 @@
 //! The `auto` path over real loopback sockets, with profiles given in the test: the choice
 //! follows the profile by size, a path whose completions keep coming back COPIED is demoted
-//! and re-probed whatever the profile measured, a foreign profile is refused with a message, the connection's own cost
+//! and retried whatever the profile measured, a foreign profile is refused with a message, the connection's own cost
 //! check measures the chosen path against copy and accounts for every operation it moves,
 //! and the mapping receive path is demoted while it maps nothing. Every byte is verified; every decision is in the stats.
 
@@ -160,7 +160,7 @@ fn a_path_that_copies_is_demoted_whatever_the_profile_measured() {
         });
         let a = tx.auto_tx;
         assert_eq!(a.decisions, ops as u64, "{zc:?}: {a:?}");
-        // (Its re-probes after the back-off: tests/fault_seam.rs.)
+        // (Its retries after the back-off: tests/fault_seam.rs.)
         assert!(tx.tx_demotions >= 1, "{zc:?}: {tx:?}");
         assert_eq!(a.promotions, 0, "{zc:?}: {a:?}");
         assert!(

@@ -170,28 +170,28 @@ fn copied_completions_are_counted_and_demote_the_path() {
 }
 
 #[test]
-fn a_demoted_path_reprobes_briefly_and_ever_more_rarely() {
-    // Demoted at the first COPIED notification; re-probed after 1, 2, 4, 8 MiB of copy
+fn a_demoted_path_is_retried_briefly_and_ever_more_rarely() {
+    // Demoted at the first COPIED notification; retried after 1, 2, 4, 8 MiB of copy
     // (and once every earlier call is notified) with a 64 KiB window. Every completion
-    // says COPIED: every re-probe demotes again.
+    // says COPIED: every retry demotes again.
     const MIB: u64 = 1 << 20;
     let policy = Policy::always()
         .with_demotion(Some(1))
-        .with_reprobe(Some(MIB), 64 << 10);
+        .with_retry(Some(MIB), 64 << 10);
     let plan = FaultPlan::new().completions(Completions::Copied);
     let (err, sent, st, got, _) = run(TxPath::Zerocopy, policy, SIZE, plan);
     assert!(err.is_none(), "{err:?}");
     assert_eq!((sent, got), (SIZE, SIZE));
     let a = st.auto_tx;
     assert!(
-        a.reprobes >= 2,
+        a.retries >= 2,
         "back-offs of 1 + 2 + 4 MiB in 16 MiB: {a:?}"
     );
-    assert!(a.reprobes <= 4, "the back-off doubles: {a:?}");
+    assert!(a.retries <= 4, "the back-off doubles: {a:?}");
     assert_eq!(a.promotions, 0, "{a:?}");
-    assert!(a.redemotions + 1 >= a.reprobes, "{a:?}");
+    assert!(a.redemotions + 1 >= a.retries, "{a:?}");
     assert_eq!(st.tx_demotions, 1 + a.redemotions, "{st}");
-    // The copy between re-probes is counted as the demotion's; each re-probe sent at least
+    // The copy between retries is counted as the demotion's; each retry sent at least
     // its window zero-copy (whole buffers) and every zero-copy byte was reported COPIED.
     let demoted = st.fallback_bytes(FallbackReason::DemotedCopied);
     assert!(demoted >= SIZE / 2, "{st}");
@@ -200,12 +200,12 @@ fn a_demoted_path_reprobes_briefly_and_ever_more_rarely() {
 }
 
 #[test]
-fn a_reprobe_that_is_not_copied_gives_zero_copy_back() {
+fn a_retry_that_is_not_copied_gives_zero_copy_back() {
     // The first call is reported COPIED (a tap cloning skbs), later ones are not: its
-    // notification demotes, the re-probe after 1 MiB of copy finds zero-copy working again.
+    // notification demotes, the retry after 1 MiB of copy finds zero-copy working again.
     let policy = Policy::always()
         .with_demotion(Some(1))
-        .with_reprobe(Some(1 << 20), 64 << 10);
+        .with_retry(Some(1 << 20), 64 << 10);
     let plan = FaultPlan::new().completions(Completions::CopiedBefore(1));
     let (err, sent, st, got, in_flight) = run(TxPath::Zerocopy, policy, SIZE, plan);
     assert!(err.is_none(), "{err:?}");
@@ -213,21 +213,21 @@ fn a_reprobe_that_is_not_copied_gives_zero_copy_back() {
     assert_eq!(in_flight, 0);
     let a = st.auto_tx;
     assert_eq!(
-        (st.tx_demotions, a.reprobes, a.promotions),
+        (st.tx_demotions, a.retries, a.promotions),
         (1, 1, 1),
         "{st} {a:?}"
     );
-    // How much went by copy before the re-probe depends on when the kernel's notifications
+    // How much went by copy before the retry depends on when the kernel's notifications
     // are read (8.25 MiB of 16 on a loaded machine, under half on an idle one), so no share
     // is asserted. What must hold: the copy was all the demotion's and at least its
-    // back-off — nothing sent after the promotion was copied — and the re-probe's window
+    // back-off — nothing sent after the promotion was copied — and the retry's window
     // at least went zero-copy without a COPIED report.
     let demoted = st.fallback_bytes(FallbackReason::DemotedCopied);
     assert!(demoted >= 1 << 20, "{st}");
     assert_eq!(st.tx_bytes_copy, demoted, "only the demotion copied: {st}");
     assert!(
         st.tx_bytes_zerocopy - st.tx_bytes_zc_copied >= 64 << 10,
-        "zero-copy after the re-probe: {st}"
+        "zero-copy after the retry: {st}"
     );
 }
 

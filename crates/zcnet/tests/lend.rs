@@ -187,7 +187,7 @@ fn a_mapped_file_and_bytes_are_lent_without_a_copy() {
     let fd = rustix::fs::memfd_create("shard", rustix::fs::MemfdFlags::ALLOW_SEALING).unwrap();
     let mut file = std::fs::File::from(fd);
     std::io::Write::write_all(&mut file, pattern(0, len)).unwrap();
-    let map = Arc::new(zcnet::lend::map_sealed(&file).unwrap());
+    let map = Arc::new(zcnet::map_sealed(&file).unwrap());
     // Sealed: nobody can change the bytes under the loan, not even their owner.
     assert!(std::io::Write::write_all(&mut file, b"x").is_err());
     assert!(file.set_len(0).is_err());

@@ -458,7 +458,7 @@ fn too_large_and_bad_configs_are_clear_errors() {
     assert!(matches!(tx.buffer(100_001), Err(MsgError::TooLarge { .. })));
     assert_eq!(tx.next_id(), 0, "no id spent on a refused message");
     let mut big = MsgConfig::default();
-    big.max_message = zcnet::msg::MAX_MESSAGE_LIMIT + 1;
+    big.max_message = (1 << 30) + 1; // above the documented 1 GiB limit
     assert!(matches!(
         MsgSender::connect(rx.local_addr().unwrap(), &big),
         Err(MsgError::Config(_))

@@ -6,9 +6,9 @@
 //! (Transmit's `COPIED` completions are the sub-paths' own demotion,
 //! [`crate::policy::CopiedDemotion`].) After `threshold` consecutive bad reports the path is demoted for this
 //! connection and the fallback is used; after a back-off (counted in caller-supplied ticks —
-//! operations or seconds — so the logic is testable without a clock) one operation re-probes
+//! operations or seconds — so the logic is testable without a clock) one operation retries
 //! it: a good report re-promotes it, a bad one demotes it again with the back-off doubled (up
-//! to a cap), so a path that never pays costs ever fewer probes.
+//! to a cap), so a path that never pays costs ever fewer retries.
 //!
 //! Reports arriving for a path while it is demoted (late completions of operations sent
 //! before the demotion) are ignored.
@@ -17,10 +17,10 @@ use super::{AutoPath, AutoStats};
 
 /// Consecutive receive steps that mapped nothing before the path is demoted.
 pub(crate) const DEMOTE_AFTER: u32 = 64;
-/// Operations a demoted path waits before it is re-probed; doubles after each failed probe.
-pub(crate) const REPROBE_AFTER_OPS: u64 = 1024;
-/// Cap on the re-probe back-off, in operations.
-pub(crate) const MAX_REPROBE_AFTER_OPS: u64 = 64 * 1024;
+/// Operations a demoted path waits before it is retried; doubles after each failed retry.
+pub(crate) const RETRY_AFTER_OPS: u64 = 1024;
+/// Cap on the retry back-off, in operations.
+pub(crate) const MAX_RETRY_AFTER_OPS: u64 = 64 * 1024;
 
 /// What one operation on a path showed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,15 +36,15 @@ pub(crate) enum Report {
 pub(crate) struct Admit<P> {
     /// The path to use.
     pub path: P,
-    /// Whether this operation re-probes a demoted path (its report decides promotion).
-    pub probe: bool,
+    /// Whether this operation retries a demoted path (its report decides promotion).
+    pub retry: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Health {
     Good { bad_streak: u32 },
     Demoted { until: u64, backoff: u64 },
-    Probing { backoff: u64 },
+    Retrying { backoff: u64 },
 }
 
 /// One connection's demotion state for every path it has used.
@@ -57,8 +57,8 @@ pub(crate) struct Demotion<P> {
 }
 
 impl<P: AutoPath> Demotion<P> {
-    /// Demote after `threshold` (at least 1) consecutive bad reports; re-probe `backoff`
-    /// ticks (at least 1) after a demotion, doubling after each failed re-probe up to
+    /// Demote after `threshold` (at least 1) consecutive bad reports; retry `backoff`
+    /// ticks (at least 1) after a demotion, doubling after each failed retry up to
     /// `max_backoff`.
     pub(crate) fn new(threshold: u32, backoff: u64, max_backoff: u64) -> Self {
         let backoff = backoff.max(1);
@@ -81,7 +81,7 @@ impl<P: AutoPath> Demotion<P> {
         &mut self.health[i].1
     }
 
-    /// Whether `path` is demoted (or being re-probed) on this connection (tests read it).
+    /// Whether `path` is demoted (or being retried) on this connection (tests read it).
     #[cfg(test)]
     pub(crate) fn is_demoted(&self, path: P) -> bool {
         self.health
@@ -90,7 +90,7 @@ impl<P: AutoPath> Demotion<P> {
     }
 
     /// The path an operation that wants `wanted` takes at tick `now`: `wanted` unless it is
-    /// demoted and not yet due for a re-probe, then `fallback` (counted).
+    /// demoted and not yet due for a retry, then `fallback` (counted).
     pub(crate) fn admit(
         &mut self,
         wanted: P,
@@ -101,32 +101,32 @@ impl<P: AutoPath> Demotion<P> {
         if wanted == fallback {
             return Admit {
                 path: wanted,
-                probe: false,
+                retry: false,
             };
         }
         let h = self.health(wanted);
         match *h {
             Health::Good { .. } => Admit {
                 path: wanted,
-                probe: false,
+                retry: false,
             },
-            Health::Probing { .. } => Admit {
+            Health::Retrying { .. } => Admit {
                 path: wanted,
-                probe: true,
+                retry: true,
             },
             Health::Demoted { until, backoff } if now >= until => {
-                *h = Health::Probing { backoff };
-                stats.reprobes += 1;
+                *h = Health::Retrying { backoff };
+                stats.retries += 1;
                 Admit {
                     path: wanted,
-                    probe: true,
+                    retry: true,
                 }
             }
             Health::Demoted { .. } => {
                 stats.fallback_demoted += 1;
                 Admit {
                     path: fallback,
-                    probe: false,
+                    retry: false,
                 }
             }
         }
@@ -149,7 +149,7 @@ impl<P: AutoPath> Demotion<P> {
                 *h = Health::Good { bad_streak: 0 };
                 false
             }
-            (Health::Probing { .. }, Report::Good) => {
+            (Health::Retrying { .. }, Report::Good) => {
                 *h = Health::Good { bad_streak: 0 };
                 stats.promotions += 1;
                 false
@@ -168,7 +168,7 @@ impl<P: AutoPath> Demotion<P> {
                 stats.demotions_rx_unmapped += 1;
                 true
             }
-            (Health::Probing { backoff }, Report::Bad) => {
+            (Health::Retrying { backoff }, Report::Bad) => {
                 let backoff = backoff.saturating_mul(2).min(max);
                 *h = Health::Demoted {
                     until: now.saturating_add(backoff),
@@ -190,7 +190,7 @@ mod tests {
     const UNMAPPED: Report = Report::Bad;
 
     #[test]
-    fn demoted_after_k_bad_reports_then_reprobed_and_promoted() {
+    fn demoted_after_k_bad_reports_then_retried_and_promoted() {
         let mut s = AutoStats::default();
         let mut d = Demotion::new(3, 10, 80);
         let mmap = RxPath::Mmap;
@@ -213,7 +213,7 @@ mod tests {
                 a,
                 Admit {
                     path: RxPath::Copy,
-                    probe: false
+                    retry: false
                 }
             );
         }
@@ -223,10 +223,10 @@ mod tests {
             a,
             Admit {
                 path: mmap,
-                probe: true
+                retry: true
             }
         );
-        assert_eq!(s.reprobes, 1);
+        assert_eq!(s.retries, 1);
         assert!(!d.report(mmap, Report::Good, 16, &mut s));
         assert!(!d.is_demoted(mmap));
         assert_eq!(s.promotions, 1);
@@ -234,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn failed_reprobes_double_the_backoff_up_to_the_cap() {
+    fn failed_retries_double_the_backoff_up_to_the_cap() {
         let mut s = AutoStats::default();
         let mut d = Demotion::new(1, 10, 40);
         let mmap = RxPath::Mmap;
@@ -245,14 +245,14 @@ mod tests {
         let mut gaps = Vec::new();
         for _ in 0..5 {
             let start = now;
-            while !d.admit(mmap, RxPath::Copy, now, &mut s).probe {
+            while !d.admit(mmap, RxPath::Copy, now, &mut s).retry {
                 now += 1;
             }
             gaps.push(now - start);
             assert!(d.report(mmap, unmapped, now, &mut s));
         }
         assert_eq!(gaps, vec![10, 20, 40, 40, 40]);
-        assert_eq!((s.reprobes, s.redemotions, s.promotions), (5, 5, 0));
+        assert_eq!((s.retries, s.redemotions, s.promotions), (5, 5, 0));
     }
 
     #[test]
@@ -265,7 +265,7 @@ mod tests {
             a,
             Admit {
                 path: RxPath::Copy,
-                probe: false
+                retry: false
             }
         );
     }
@@ -290,8 +290,8 @@ mod tests {
                 }
             }
             prop_assert_eq!(demoted, s.demotions_rx_unmapped + s.redemotions);
-            prop_assert!(s.promotions <= s.reprobes);
-            prop_assert!(s.reprobes <= s.demotions_rx_unmapped + s.redemotions);
+            prop_assert!(s.promotions <= s.retries);
+            prop_assert!(s.retries <= s.demotions_rx_unmapped + s.redemotions);
         }
     }
 }

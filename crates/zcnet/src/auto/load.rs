@@ -49,10 +49,16 @@ pub struct Loaded {
     pub note: Option<String>,
 }
 
-/// Why this host's key could not be made.
+/// Why this host's key could not be made: a read of the kernel release or of the
+/// interfaces failed, or no interface in this network namespace holds the address; the
+/// message says which.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HostKeyError {
+#[error(transparent)]
+pub struct HostKeyError(#[from] KeyFault);
+
+/// The reasons behind a [`HostKeyError`].
+#[derive(Debug, thiserror::Error)]
+enum KeyFault {
     /// A read of the kernel or the interfaces failed; `what` names it.
     #[error("{what}: {source}")]
     Io {
@@ -72,7 +78,7 @@ pub enum HostKeyError {
 pub fn host_key_for(local: IpAddr) -> Result<HostKey, HostKeyError> {
     let io = |what: &str| {
         let what = what.to_string();
-        move |source| HostKeyError::Io { what, source }
+        move |source| KeyFault::Io { what, source }
     };
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map_err(io("reading the kernel release"))?
@@ -86,7 +92,7 @@ pub fn host_key_for(local: IpAddr) -> Result<HostKey, HostKeyError> {
         }
     })
     .map_err(io("listing interfaces"))?
-    .ok_or(HostKeyError::NoInterface(local))?;
+    .ok_or(KeyFault::NoInterface(local))?;
     let mtu = socket::interface_mtu(&interface)
         .map_err(io(&format!("reading the MTU of {interface}")))?;
     Ok(HostKey {

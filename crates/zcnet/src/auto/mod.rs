@@ -19,8 +19,8 @@
 //!   cheaper beyond the measured spread; and the crossovers where the answer changes.
 //! * `decide`: the decider, one per direction and kind of operation — the profile's choice,
 //!   then the connection's cost check — behind one small trait (`Decide`); pure.
-//! * `demotion`: online demotion of the mapping receiver while it maps nothing, and periodic
-//!   re-probing (transmit's `COPIED` demotion is the sub-paths' own,
+//! * `demotion`: online demotion of the mapping receiver while it maps nothing, and its
+//!   retries after a back-off (transmit's `COPIED` demotion is the sub-paths' own,
 //!   [`crate::policy::CopiedDemotion`]). The kernel's evidence overrides any profile.
 //! * `cost`: the run-time check, on both ends: a window of bytes on the wanted path, one on
 //!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
@@ -149,11 +149,11 @@ plain AutoStats {
     fallback_demoted,
     /// Demotions because receive calls kept mapping nothing.
     demotions_rx_unmapped,
-    /// Re-probes of a demoted path after its back-off.
-    reprobes,
-    /// Re-promotions: a re-probe reported good.
+    /// Retries of a demoted path after its back-off.
+    retries,
+    /// Re-promotions: a retry reported good.
     promotions,
-    /// Re-demotions: a re-probe reported bad (the back-off doubles).
+    /// Re-demotions: a retry reported bad (the back-off doubles).
     redemotions,
     /// Run-time cost checks completed: a window on the wanted path, then one on copy,
     /// compared in the sending thread's CPU per byte (`cost`).

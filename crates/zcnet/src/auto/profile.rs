@@ -292,10 +292,16 @@ fn file_rows_out<S: serde::Serializer>(
     seq.end()
 }
 
-/// Why a profile was refused.
+/// Why a profile was refused (or could not be located): its message says which field,
+/// key or schema, and what to do about it (re-run `zcnet tune`, upgrade zcnet).
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProfileError {
+#[error(transparent)]
+pub struct ProfileError(#[from] pub(crate) Refusal);
+
+/// The reasons behind a [`ProfileError`], one per check; callers read the message, this
+/// crate's tests the reason.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refusal {
     /// Not JSON, or not the layout of its schema.
     #[error("profile is malformed: {0}")]
     Malformed(#[from] serde_json::Error),
@@ -451,19 +457,23 @@ impl Profile {
     /// The schema is checked before the layout so an old or newer profile gets a message
     /// about its version, not about a missing field.
     pub fn parse(json: &str, expect: &HostKey) -> Result<Profile, ProfileError> {
+        Ok(Self::parse_refusing(json, expect)?)
+    }
+
+    fn parse_refusing(json: &str, expect: &HostKey) -> Result<Profile, Refusal> {
         let value: serde_json::Value = serde_json::from_str(json)?;
         let schema = value
             .get("schema")
             .and_then(serde_json::Value::as_u64)
-            .ok_or(ProfileError::MissingSchema)?;
+            .ok_or(Refusal::MissingSchema)?;
         if schema < u64::from(SCHEMA) {
-            return Err(ProfileError::OldSchema {
+            return Err(Refusal::OldSchema {
                 found: schema,
                 supported: SCHEMA,
             });
         }
         if schema > u64::from(SCHEMA) {
-            return Err(ProfileError::NewerSchema {
+            return Err(Refusal::NewerSchema {
                 found: schema,
                 supported: SCHEMA,
             });
@@ -472,7 +482,7 @@ impl Profile {
         Self::from_raw(raw, expect)
     }
 
-    fn from_raw(raw: RawProfile, expect: &HostKey) -> Result<Profile, ProfileError> {
+    fn from_raw(raw: RawProfile, expect: &HostKey) -> Result<Profile, Refusal> {
         let mut differences = Vec::new();
         if raw.kernel != expect.kernel {
             differences.push(format!(
@@ -490,7 +500,7 @@ impl Profile {
             differences.push(format!("MTU {} (this interface: {})", raw.mtu, expect.mtu));
         }
         if !differences.is_empty() {
-            return Err(ProfileError::Foreign {
+            return Err(Refusal::Foreign {
                 differences: differences.join(", "),
             });
         }
@@ -550,7 +560,7 @@ impl Profile {
             return Ok(PathBuf::from(path));
         }
         if interface.is_empty() || interface.contains('/') || interface.starts_with('.') {
-            return Err(ProfileError::BadInterface(interface.to_owned()));
+            return Err(Refusal::BadInterface(interface.to_owned()).into());
         }
         let file = Self::file_name(interface, mtu);
         if let Some(xdg) = set(xdg_config_home).filter(|v| Path::new(v).is_absolute()) {
@@ -559,7 +569,7 @@ impl Profile {
         if let Some(home) = set(home) {
             return Ok(Path::new(home).join(".config").join("zcnet").join(file));
         }
-        Err(ProfileError::NoLocation)
+        Err(Refusal::NoLocation.into())
     }
 
     /// [`Profile::default_path`] with this process's environment.
@@ -590,25 +600,25 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     })
 }
 
-fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileError> {
+fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, Refusal> {
     let direction = P::DIRECTION;
     if raw.is_empty() {
-        return Err(ProfileError::EmptyTable { direction });
+        return Err(Refusal::EmptyTable { direction });
     }
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(raw.len());
     for row in raw {
-        let path = P::from_name(&row.path).ok_or_else(|| ProfileError::UnknownPath {
+        let path = P::from_name(&row.path).ok_or_else(|| Refusal::UnknownPath {
             direction,
             name: row.path.clone(),
         })?;
         if row.size == 0 {
-            return Err(ProfileError::ZeroSize {
+            return Err(Refusal::ZeroSize {
                 direction,
                 path: row.path,
             });
         }
-        let bad = |what| ProfileError::BadCost {
+        let bad = |what| Refusal::BadCost {
             direction,
             path: row.path.clone(),
             size: row.size,
@@ -631,7 +641,7 @@ fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileErr
             return Err(bad("zc_fraction not within 0..=1"));
         }
         if !seen.insert((path, row.size, row.touch)) {
-            return Err(ProfileError::Duplicate {
+            return Err(Refusal::Duplicate {
                 direction,
                 path: row.path,
                 size: row.size,
@@ -647,7 +657,7 @@ fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileErr
         });
     }
     if !out.iter().any(|m| m.path == P::DEFAULT) {
-        return Err(ProfileError::NoBaseline {
+        return Err(Refusal::NoBaseline {
             direction,
             baseline: P::DEFAULT.to_string(),
         });
@@ -657,7 +667,7 @@ fn rows<P: AutoPath>(raw: Vec<RawRow>) -> Result<Vec<Measurement<P>>, ProfileErr
 
 /// The `file` table: rows named `mode/rx`, checked as every table is, with a
 /// `read_send/copy` baseline if any rows.
-fn file_rows(raw: Vec<RawPairRow>) -> Result<Vec<Measurement<FilePair>>, ProfileError> {
+fn file_rows(raw: Vec<RawPairRow>) -> Result<Vec<Measurement<FilePair>>, Refusal> {
     if raw.is_empty() {
         return Ok(Vec::new());
     }
@@ -676,7 +686,7 @@ fn file_rows(raw: Vec<RawPairRow>) -> Result<Vec<Measurement<FilePair>>, Profile
 
 /// The pair table: each row's two names known, its cost and shares checked as in the
 /// single-end tables, no pair twice at one size, and a `copy/copy` baseline if any rows.
-fn pair_rows(raw: Vec<RawPairRow>) -> Result<Vec<PairMeasurement>, ProfileError> {
+fn pair_rows(raw: Vec<RawPairRow>) -> Result<Vec<PairMeasurement>, Refusal> {
     if raw.is_empty() {
         return Ok(Vec::new());
     }
@@ -700,7 +710,7 @@ fn pair_rows(raw: Vec<RawPairRow>) -> Result<Vec<PairMeasurement>, ProfileError>
             (r.rx_share, "rx_share not within 0..=1"),
         ] {
             if f.is_some_and(|f| !(f.is_finite() && (0.0..=1.0).contains(&f))) {
-                return Err(ProfileError::BadCost {
+                return Err(Refusal::BadCost {
                     direction: PathPair::DIRECTION,
                     path: m.path.to_string(),
                     size: m.size,
@@ -790,7 +800,7 @@ mod tests {
     fn old_and_newer_schemas_are_refused_by_version() {
         let old = Profile::parse(&json_with("0", "6.18.0", 65536, TX), &host()).unwrap_err();
         assert!(
-            matches!(old, ProfileError::OldSchema { found: 0, .. }),
+            matches!(old.0, Refusal::OldSchema { found: 0, .. }),
             "{old}"
         );
         assert!(old.to_string().contains("older"), "{old}");
@@ -798,21 +808,21 @@ mod tests {
         let newer = r#"{"schema": 2, "tables": {}}"#;
         let err = Profile::parse(newer, &host()).unwrap_err();
         assert!(
-            matches!(err, ProfileError::NewerSchema { found: 2, .. }),
+            matches!(err.0, Refusal::NewerSchema { found: 2, .. }),
             "{err}"
         );
         assert!(err.to_string().contains("newer"), "{err}");
         let none = Profile::parse(r#"{"kernel": "6.18.0"}"#, &host()).unwrap_err();
-        assert!(matches!(none, ProfileError::MissingSchema), "{none}");
+        assert!(matches!(none.0, Refusal::MissingSchema), "{none}");
         let text = Profile::parse(r#"{"schema": "1"}"#, &host()).unwrap_err();
-        assert!(matches!(text, ProfileError::MissingSchema), "{text}");
+        assert!(matches!(text.0, Refusal::MissingSchema), "{text}");
     }
 
     #[test]
     fn foreign_profiles_are_refused_naming_what_differs() {
         let err = Profile::parse(&json_with("1", "6.1.0", 1500, TX), &host()).unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(err, ProfileError::Foreign { .. }), "{msg}");
+        assert!(matches!(err.0, Refusal::Foreign { .. }), "{msg}");
         assert!(
             msg.contains("kernel release \"6.1.0\" (this host: \"6.18.0\")"),
             "{msg}"
@@ -835,16 +845,13 @@ mod tests {
         for bad in ["", "{", "[1, 2]", "{\"schema\": 1, \"kernel\": 5}"] {
             let err = Profile::parse(bad, &host()).unwrap_err();
             assert!(
-                matches!(
-                    err,
-                    ProfileError::Malformed(_) | ProfileError::MissingSchema
-                ),
+                matches!(err.0, Refusal::Malformed(_) | Refusal::MissingSchema),
                 "{bad}: {err}"
             );
         }
         let topo = good().replace("\"loopback\"", "\"wifi\"");
         let err = Profile::parse(&topo, &host()).unwrap_err();
-        assert!(matches!(err, ProfileError::Malformed(_)), "{err}");
+        assert!(matches!(err.0, Refusal::Malformed(_)), "{err}");
         // Out-of-range numbers (which would be infinite) are refused by the JSON parser.
         let huge = good().replace("0.22", "1e999");
         assert!(Profile::parse(&huge, &host()).is_err());
@@ -939,7 +946,7 @@ mod tests {
         // `auto` is a chooser, not a measured path.
         let auto = good().replace(r#""path": "zerocopy""#, r#""path": "auto""#);
         let err = Profile::parse(&auto, &host()).unwrap_err();
-        assert!(matches!(err, ProfileError::UnknownPath { .. }), "{err}");
+        assert!(matches!(err.0, Refusal::UnknownPath { .. }), "{err}");
     }
 
     const PAIRS: &str = r#"[{"tx": "copy", "rx": "copy", "size": 4096, "touch": false,
@@ -1050,11 +1057,11 @@ mod tests {
         );
         assert!(matches!(
             Profile::default_path("lo", 65536, None, None, None),
-            Err(ProfileError::NoLocation)
+            Err(ProfileError(Refusal::NoLocation))
         ));
         assert!(matches!(
             Profile::default_path("../x", 1500, None, None, os("/h")),
-            Err(ProfileError::BadInterface(_))
+            Err(ProfileError(Refusal::BadInterface(_)))
         ));
     }
 }

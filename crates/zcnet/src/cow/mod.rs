@@ -164,11 +164,17 @@ pub(crate) struct Engine {
     counters: &'static Counters,
 }
 
-/// Why the copy-on-write engine cannot run in this process. Kept for the process's life: a
-/// backend that failed once is not retried (as quinn-udp lowers a capability for good).
+/// Why the copy-on-write engine cannot run in this process: disabled (`none`), an unknown
+/// backend name, every backend refused (one `kind: reason` each), or another backend
+/// already running; the message says which. Kept for the process's life: a backend that
+/// failed once is not retried (as quinn-udp lowers a capability for good).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CowUnavailable {
+#[error(transparent)]
+pub struct CowUnavailable(#[from] Why);
+
+/// The reasons behind a [`CowUnavailable`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Why {
     /// [`use_backend_named`] was given `none` (or `off`).
     #[error("copy-on-write disabled (backend `none`)")]
     Disabled,
@@ -198,23 +204,22 @@ fn backends_named(name: &str) -> std::result::Result<&'static [BackendKind], Cow
         "" | "auto" => Ok(AUTO),
         "userfaultfd" | "uffd" => Ok(&[BackendKind::Userfaultfd]),
         "mprotect" => Ok(&[BackendKind::Mprotect]),
-        "none" | "off" => Err(CowUnavailable::Disabled),
-        other => Err(CowUnavailable::UnknownBackend(other.to_string())),
+        "none" | "off" => Err(Why::Disabled.into()),
+        other => Err(Why::UnknownBackend(other.to_string()).into()),
     }
 }
 
 /// Starts the engine with the backend `name` says — `auto`, `userfaultfd`, `mprotect`, or
 /// `none` (the engine stays off for the whole process: every `cow` send copies) — before
 /// any `cow` sender does: what a program maps a setting of its own onto (the `zcnet` CLI:
-/// `ZCNET_COW_BACKEND`). `none` and an unknown name leave the engine off, and return why
-/// ([`CowUnavailable::Disabled`], [`CowUnavailable::UnknownBackend`]).
+/// `ZCNET_COW_BACKEND`). `none` and an unknown name leave the engine off, and return why.
 pub fn use_backend_named(name: &str) -> std::result::Result<(), CowUnavailable> {
     let kinds = backends_named(name);
     let want = kinds.clone();
     match ENGINE.get_or_init(|| want.and_then(start_with)) {
         Ok(e) => match kinds {
             Ok(k) if k.contains(&e.space.kind()) => Ok(()),
-            _ => Err(CowUnavailable::AlreadyRunning(e.space.kind())),
+            _ => Err(Why::AlreadyRunning(e.space.kind()).into()),
         },
         Err(why) => Err(why.clone()),
     }
@@ -228,18 +233,17 @@ fn start_with(kinds: &[BackendKind]) -> std::result::Result<Engine, CowUnavailab
                 let space: &'static CowSpace = Box::leak(Box::new(space));
                 let counters: &'static Counters = Box::leak(Box::default());
                 match kind {
-                    BackendKind::Userfaultfd => spawn_handler(space, counters).map_err(|e| {
-                        CowUnavailable::Refused(format!("spawning the fault handler: {e}"))
-                    })?,
+                    BackendKind::Userfaultfd => spawn_handler(space, counters)
+                        .map_err(|e| Why::Refused(format!("spawning the fault handler: {e}")))?,
                     BackendKind::Mprotect => CowSpace::install_signal_handler(space)
-                        .map_err(|e| CowUnavailable::Refused(format!("sigaction(SIGSEGV): {e}")))?,
+                        .map_err(|e| Why::Refused(format!("sigaction(SIGSEGV): {e}")))?,
                 }
                 return Ok(Engine { space, counters });
             }
             Err(e) => why.push(format!("{kind:?}: {e}")),
         }
     }
-    Err(CowUnavailable::Refused(why.join("; ")))
+    Err(Why::Refused(why.join("; ")).into())
 }
 
 /// The fault-handling thread: waits on the userfaultfd and resolves every message. Its
@@ -301,7 +305,7 @@ pub fn backend() -> std::result::Result<BackendKind, CowUnavailable> {
 pub fn use_backend(kind: BackendKind) -> std::result::Result<(), CowUnavailable> {
     match ENGINE.get_or_init(|| start_with(&[kind])) {
         Ok(e) if e.space.kind() == kind => Ok(()),
-        Ok(e) => Err(CowUnavailable::AlreadyRunning(e.space.kind())),
+        Ok(e) => Err(Why::AlreadyRunning(e.space.kind()).into()),
         Err(why) => Err(why.clone()),
     }
 }

@@ -23,7 +23,8 @@
 //!   code that the blocking sender and zcnet-tokio's `ZcUdpSocket` both drive.
 //! * [`Reassembly`] — the receiver's bounded table, pure code.
 //! * [`wire`] — the 28-byte fragment header and the message layout, and the sender's
-//!   [`wire::Mark`]: how many ids it sent, so the receiver reports a lost tail too.
+//!   mark (a header-only datagram): how many ids it sent, so the receiver reports a lost
+//!   tail too.
 
 // One module per part, each re-exported here: a user names `zcnet::msg::MsgSender`, never
 // the file it lives in. `wire` stays a module: the format is a protocol of its own, which
@@ -40,19 +41,17 @@ pub mod wire;
 pub use framer::{Framer, Outgoing};
 pub use msgbuf::MsgBuf;
 pub use reassembly::Reassembly;
-pub use recv::{feed, prepare_socket, MsgReceiver};
+pub use recv::MsgReceiver;
 pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
-pub use uring::{ring_unavailable_reason, MsgRing, Refused, RingSend};
+pub use uring::{MsgRing, Refused};
 
 use crate::policy::Policy;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The largest [`MsgConfig::max_message`] accepted: reassembly reserves a message's whole
-/// length when its first fragment arrives, so the limit keeps one configuration from asking
-/// for more than a sane amount of memory per message.
-pub const MAX_MESSAGE_LIMIT: usize = 1 << 30;
+/// The largest [`MsgConfig::max_message`] accepted (why: there).
+pub(crate) const MAX_MESSAGE_LIMIT: usize = 1 << 30;
 
 /// How [`MsgSender::send`] sends a loaned buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -111,9 +110,11 @@ impl Default for ReassemblyLimits {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct MsgConfig {
-    /// Largest message, sender and receiver (1 MiB by default, at most
-    /// [`MAX_MESSAGE_LIMIT`]). Larger sends are [`MsgError::TooLarge`]; larger incoming
-    /// messages are reported lost ([`LossReason::TooLarge`]).
+    /// Largest message, sender and receiver (1 MiB by default, at most 1 GiB: reassembly
+    /// reserves a message's whole length when its first fragment arrives, so the limit keeps
+    /// one configuration from asking for more than a sane amount of memory per message).
+    /// Larger sends are [`MsgError::TooLarge`]; larger incoming messages are reported lost
+    /// ([`LossReason::TooLarge`]).
     pub max_message: usize,
     /// How loaned buffers are sent.
     pub tx: MsgTx,

@@ -48,7 +48,7 @@ impl MsgReceiver {
     pub fn from_socket(sock: UdpSocket, cfg: &MsgConfig) -> Result<MsgReceiver, MsgError> {
         cfg.validate()?;
         let stats = Arc::new(MsgStats::new());
-        let (gro, rcvbuf) = prepare_socket(sock.as_fd(), cfg, &stats)?;
+        let (gro, rcvbuf) = cfg.prepare_receive_socket(sock.as_fd(), &stats)?;
         Ok(MsgReceiver {
             sock,
             gro,
@@ -152,68 +152,68 @@ impl MsgReceiver {
                 }
             }
         };
-        feed(&mut self.table, &self.buf, &r, Instant::now(), &self.stats);
+        self.table.feed(&self.buf, &r, Instant::now(), &self.stats);
         self.io.add_rx_copied_bytes(r.len as u64);
         Ok(true)
     }
 }
 
-/// Cuts one read `r` of `buf` (a `UDP_GRO` read holds several datagrams of `r.gso_size`
-/// bytes) back into datagrams and hands each to `table`; a datagram cut by `MSG_TRUNC` is
-/// reported truncated when its header survived. Counts the read. Shared by
-/// [`MsgReceiver`] and zcnet-tokio's `ZcUdpSocket`, so both take the same wire apart the
-/// same way.
-pub fn feed(
-    table: &mut Reassembly,
-    buf: &[u8],
-    r: &udp_msg::DatagramRecv,
-    now: Instant,
-    stats: &MsgStats,
-) {
-    let from = r
-        .from
-        .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
-    stats.reads(1);
-    if r.truncated {
-        stats.truncated_reads(1);
-    }
-    let seg = match r.gso_size {
-        Some(g) if usize::from(g) < r.full_len => {
-            stats.gro_reads(1);
-            usize::from(g)
+impl Reassembly {
+    /// Cuts one read `r` of `buf` (a `UDP_GRO` read holds several datagrams of `r.gso_size`
+    /// bytes) back into datagrams and takes each in; a datagram cut by `MSG_TRUNC` is
+    /// reported truncated when its header survived. Counts the read. Shared by
+    /// [`MsgReceiver`] and zcnet-tokio's `ZcUdpSocket`, so both take the same wire apart the
+    /// same way.
+    pub fn feed(&mut self, buf: &[u8], r: &udp_msg::DatagramRecv, now: Instant, stats: &MsgStats) {
+        let from = r
+            .from
+            .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        stats.reads(1);
+        if r.truncated {
+            stats.truncated_reads(1);
         }
-        _ => r.full_len.max(1),
-    };
-    let mut start = 0;
-    while start < r.full_len.max(1) {
-        let end = (start + seg).min(r.full_len);
-        if end <= r.len {
-            table.datagram(from, &buf[start..end], now, stats);
-        } else if start < r.len {
-            table.truncated(from, &buf[start..r.len], now, stats);
-        } else {
-            // Never reached the buffer: nothing to attribute; their messages time out.
-            break;
+        let seg = match r.gso_size {
+            Some(g) if usize::from(g) < r.full_len => {
+                stats.gro_reads(1);
+                usize::from(g)
+            }
+            _ => r.full_len.max(1),
+        };
+        let mut start = 0;
+        while start < r.full_len.max(1) {
+            let end = (start + seg).min(r.full_len);
+            if end <= r.len {
+                self.datagram(from, &buf[start..end], now, stats);
+            } else if start < r.len {
+                self.truncated(from, &buf[start..r.len], now, stats);
+            } else {
+                // Never reached the buffer: nothing to attribute; their messages time out.
+                break;
+            }
+            start += seg;
         }
-        start += seg;
     }
 }
 
-/// Asks for `UDP_GRO` on `sock` and grows its receive buffer as `cfg` says, counting a
-/// refused GRO in `stats`; returns whether GRO is on and the receive buffer's size.
-pub fn prepare_socket(
-    sock: std::os::fd::BorrowedFd<'_>,
-    cfg: &MsgConfig,
-    stats: &MsgStats,
-) -> Result<(bool, usize), MsgError> {
-    let mut gro = false;
-    if cfg.gro {
-        match udp::set_udp_gro(sock, true) {
-            Ok(()) => gro = true,
-            Err(e) => stats.set_gro_refused(e.raw_os_error().unwrap_or(0)),
+impl MsgConfig {
+    /// Asks for `UDP_GRO` on a receiving `sock` and grows its receive buffer as this
+    /// configuration says, counting a refused GRO in `stats`; returns whether GRO is on and the
+    /// receive buffer's size. What [`MsgReceiver`] does to its socket, for zcnet-tokio's
+    /// `ZcUdpSocket` to do the same.
+    pub fn prepare_receive_socket(
+        &self,
+        sock: std::os::fd::BorrowedFd<'_>,
+        stats: &MsgStats,
+    ) -> Result<(bool, usize), MsgError> {
+        let mut gro = false;
+        if self.gro {
+            match udp::set_udp_gro(sock, true) {
+                Ok(()) => gro = true,
+                Err(e) => stats.set_gro_refused(e.raw_os_error().unwrap_or(0)),
+            }
         }
+        let rcvbuf = udp_msg::grow_rcvbuf(sock, self.recv_buffer)
+            .map_err(|e| Error::io("setsockopt(SO_RCVBUF)", e))?;
+        Ok((gro, rcvbuf))
     }
-    let rcvbuf = udp_msg::grow_rcvbuf(sock, cfg.recv_buffer)
-        .map_err(|e| Error::io("setsockopt(SO_RCVBUF)", e))?;
-    Ok((gro, rcvbuf))
 }

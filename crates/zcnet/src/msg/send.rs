@@ -26,13 +26,13 @@
 use super::framer::Framer;
 use super::msgbuf::MsgBuf;
 use super::stats::MsgStats;
-use super::uring::{MsgRing, RingSend};
+use super::uring::MsgRing;
 use super::wire::Layout;
 use super::{MsgConfig, MsgError, MsgTx};
 use crate::buf::{Pool, TxBuf};
 use crate::error::Error;
 use crate::path::FallbackReason;
-use crate::policy::{CopiedDemotion, TxDecision};
+use crate::policy::CopiedDemotion;
 use crate::stats::Stats;
 use crate::zc::completion::Completions;
 use crate::zc::reap::{count_change, reap_completions};
@@ -254,7 +254,7 @@ impl MsgSender {
         Ok(out.id())
     }
 
-    /// Tells the receiver how many messages this sender has sent ([`super::wire::Mark`]),
+    /// Tells the receiver how many messages this sender has sent (a mark: [`wire`](super::wire)),
     /// so it reports every one that never arrives as lost — the last ones too, which no
     /// later message would reveal. Send it when done (a stream's end) or when pausing;
     /// it is one datagram and can be lost like any other, so send it again (after the
@@ -306,7 +306,7 @@ impl MsgSender {
                 match MsgRing::new(self.sock.as_fd(), &pool, gso, false, &self.stats) {
                     Ok(r) => self.ring = Some(r),
                     // MSG_ZEROCOPY instead, counted.
-                    Err(e) => self.stats.fallback(super::ring_unavailable_reason(&e), 0),
+                    Err(e) => self.stats.fallback(MsgRing::unavailable_reason(&e), 0),
                 }
             }
             self.pool = Some(pool);
@@ -364,9 +364,9 @@ impl MsgSender {
         self.framer.stamp(&out, &mut msg)?;
         let wire_len = msg.wire_len();
         let mut zerocopy = self.cfg.tx.is_zerocopy()
-            && match self.decide(&msg) {
-                TxDecision::ZeroCopy => true,
-                TxDecision::Copy(reason) => {
+            && match self.refuses(&msg) {
+                None => true,
+                Some(reason) => {
                     self.stats.fallback(reason, wire_len as u64);
                     false
                 }
@@ -385,7 +385,7 @@ impl MsgSender {
                 msg,
                 &self.stats,
             ) {
-                RingSend::Queued(_) => {
+                Ok(_) => {
                     if ring.awaits_results() {
                         // Unregistered: a request past RLIMIT_MEMLOCK is refused once it is
                         // issued, which may be after it waited for socket room. Its result
@@ -432,7 +432,7 @@ impl MsgSender {
                     return Ok(out.id());
                 }
                 // Nothing queued: this message goes by `MSG_ZEROCOPY`, counted.
-                RingSend::Refused(m, _) => {
+                Err((m, _)) => {
                     self.stats.add_tx_uring_refused(1);
                     msg = m;
                 }
@@ -497,11 +497,12 @@ impl MsgSender {
         Ok(out.id())
     }
 
-    fn decide(&self, msg: &MsgBuf) -> TxDecision {
+    /// Why `msg` must be copied, if it must.
+    fn refuses(&self, msg: &MsgBuf) -> Option<FallbackReason> {
         if !self.zerocopy_ok {
-            return TxDecision::Copy(FallbackReason::Unsupported);
+            return Some(FallbackReason::Unsupported);
         }
-        self.cfg.policy.decide(
+        self.cfg.policy.refuses(
             msg.wire_len(),
             msg.buf.data_addr(),
             page_size(),

@@ -83,7 +83,8 @@ crate::counters::counter_set!(MsgStats, MsgStatsSnapshot, "Live message counters
     /// Senders (address + session) whose sequence state was evicted to stay within
     /// `max_senders`.
     senders_evicted,
-    /// Marks sent ([`super::wire::Mark`]: how many ids the session has sent).
+    /// Marks sent (header-only datagrams, [`wire`](super::wire): how many ids the session
+    /// has sent).
     marks_sent,
     /// Marks received.
     marks_received,

@@ -113,29 +113,19 @@ impl Refused {
     }
 }
 
-/// Why a sender whose [`MsgRing::new`] failed with `e` sends by `MSG_ZEROCOPY` instead:
-/// [`FallbackReason::Memlock`] when `io_uring_setup` said `ENOMEM` (without `CAP_IPC_LOCK`
-/// the rings are charged to `RLIMIT_MEMLOCK`, which the user's other processes may have
-/// spent), [`FallbackReason::Unsupported`] otherwise.
-pub fn ring_unavailable_reason(e: &io::Error) -> FallbackReason {
-    if e.raw_os_error() == Some(libc::ENOMEM) {
-        FallbackReason::Memlock
-    } else {
-        FallbackReason::Unsupported
-    }
-}
-
-/// How [`MsgRing::send`] went.
-#[derive(Debug)]
-pub enum RingSend {
-    /// Every batch is queued: wire bytes handed to the kernel.
-    Queued(usize),
-    /// Nothing was queued (every slot held, or the ring refused the request): the message
-    /// back, untouched, for the caller to send another way.
-    Refused(MsgBuf, io::Error),
-}
-
 impl MsgRing {
+    /// Why a sender whose [`MsgRing::new`] failed with `e` sends by `MSG_ZEROCOPY` instead:
+    /// [`FallbackReason::Memlock`] when `io_uring_setup` said `ENOMEM` (without
+    /// `CAP_IPC_LOCK` the rings are charged to `RLIMIT_MEMLOCK`, which the user's other
+    /// processes may have spent), [`FallbackReason::Unsupported`] otherwise.
+    pub fn unavailable_reason(e: &io::Error) -> FallbackReason {
+        if e.raw_os_error() == Some(libc::ENOMEM) {
+            FallbackReason::Memlock
+        } else {
+            FallbackReason::Unsupported
+        }
+    }
+
     /// A ring for messages of `pool`'s buffers, the pool registered as fixed buffers (a
     /// failed registration — `RLIMIT_MEMLOCK` — is counted in `stats` and the ring sends
     /// unregistered), and `UDP_SEGMENT` on `sock` set to `segment` when batches carry more
@@ -219,6 +209,11 @@ impl MsgRing {
     /// Queues every batch `out` has left from `msg` (stamped already) as `SEND_ZC` requests
     /// on `sock` and submits them in one `io_uring_enter`. The ring keeps the buffer until
     /// the last notification. The framer counts each batch as sent when queued.
+    ///
+    /// Returns the wire bytes handed to the kernel once every batch is queued; or, when
+    /// nothing was queued (every slot held, or the ring refused the request), the message
+    /// untouched with why, for the caller to send another way — the buffer comes back on
+    /// failure, as tokio-uring's `BufResult` gives it back.
     pub fn send(
         &mut self,
         sock: BorrowedFd<'_>,
@@ -226,9 +221,9 @@ impl MsgRing {
         out: &mut Outgoing,
         msg: MsgBuf,
         stats: &Stats,
-    ) -> RingSend {
+    ) -> Result<usize, (MsgBuf, io::Error)> {
         let sent = self.queue(sock, framer, out, msg, stats);
-        if matches!(sent, RingSend::Queued(_)) {
+        if sent.is_ok() {
             self.submit(stats);
         }
         sent
@@ -246,9 +241,9 @@ impl MsgRing {
         out: &mut Outgoing,
         msg: MsgBuf,
         stats: &Stats,
-    ) -> RingSend {
+    ) -> Result<usize, (MsgBuf, io::Error)> {
         let Some(first) = framer.next_batch(out) else {
-            return RingSend::Queued(0);
+            return Ok(0);
         };
         let layout = msg.layout;
         let len = msg.len;
@@ -258,9 +253,9 @@ impl MsgRing {
             Ok(t) => t,
             Err(PushError::Full(buf)) => {
                 let e = io::Error::new(io::ErrorKind::WouldBlock, "every io_uring slot is held");
-                return RingSend::Refused(MsgBuf { buf, len, layout }, e);
+                return Err((MsgBuf { buf, len, layout }, e));
             }
-            Err(PushError::Io(buf, e)) => return RingSend::Refused(MsgBuf { buf, len, layout }, e),
+            Err(PushError::Io(buf, e)) => return Err((MsgBuf { buf, len, layout }, e)),
         };
         let mut queued = 0;
         let mut batch = Some(first);
@@ -298,7 +293,7 @@ impl MsgRing {
             // rest of the message is not: a failure the caller sees now.
             self.failure.get_or_insert(e);
         }
-        RingSend::Queued(queued)
+        Ok(queued)
     }
 
     /// Requests queued by [`MsgRing::queue`] and not submitted yet.
@@ -328,7 +323,7 @@ impl MsgRing {
     }
 
     /// [`MsgRing::reap`], telling `observe` each notification's (copied, bytes): what a
-    /// sender's COPIED demotion reads ([`crate::policy::CopiedDemotion::notified`]).
+    /// sender's COPIED demotion reads ([`crate::policy::CopiedDemotion::observe_bytes`]).
     pub fn reap_observing(&mut self, stats: &Stats, mut observe: impl FnMut(bool, u64)) -> usize {
         self.ring.complete(&mut self.events);
         let mut released = 0;

@@ -18,6 +18,12 @@
 //! taken for old duplicates. The checksum is the internet checksum of the 28 header bytes with
 //! the field zero; UDP's own checksum already covers the datagram on the wire, this one keeps
 //! a stranger's datagram that happens to start with the magic from being taken for ours.
+//! Lengths and offsets are `u32`, so the format describes messages up to 4 GiB; the
+//! configured maximum (`MsgConfig::max_message`) is what a receiver enforces.
+//!
+//! A sender's *mark* is a header-only datagram with flag `0x01` (the only flag of version 1;
+//! total, offset and length 0) whose `message id` says how many messages the session has
+//! sent, so a receiver reports a lost tail too (`MsgSender::send_mark`).
 //!
 //! Why fragment ourselves instead of sending one 1 MiB datagram: a UDP datagram is at most
 //! 64 KiB, and above the MTU the kernel would IP-fragment it, losing the whole datagram to any
@@ -30,16 +36,13 @@ use std::ops::Range;
 /// Bytes of the header at the start of every datagram.
 pub const HEADER_LEN: usize = 28;
 /// First two bytes of every datagram: "zm".
-pub const MAGIC: u16 = 0x7A6D;
+pub(crate) const MAGIC: u16 = 0x7A6D;
 /// Wire format version.
-pub const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 1;
 /// Flag of a sender's mark: a header-only datagram (no payload; total, offset and length 0)
 /// whose `message id` field says how many messages the session has sent — every id below it
 /// has been handed to the kernel ([`Mark`]). The only flag this version defines.
-pub const FLAG_MARK: u8 = 0x01;
-/// The largest message the wire format can describe (offsets and lengths are `u32`); the
-/// configured maximum ([`super::MsgConfig::max_message`]) is what is enforced.
-pub const MAX_WIRE_MESSAGE: usize = u32::MAX as usize;
+pub(crate) const FLAG_MARK: u8 = 0x01;
 
 /// One fragment's header, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -138,7 +141,7 @@ impl Header {
 
     /// Decodes the header at the start of `b` without checking that the datagram is as long
     /// as the header says (for a datagram known to be truncated). A mark is not a fragment:
-    /// [`WireError::BadFlags`] here ([`decode_datagram`] reads marks).
+    /// [`WireError::BadFlags`] here (a receiver's reassembly reads marks).
     pub fn decode_prefix(b: &[u8]) -> Result<Header, WireError> {
         Header::decode_flagged(b, false).map(|(_, h)| h)
     }
@@ -212,16 +215,16 @@ impl Header {
 /// reveal. Idempotent: a mark may be sent any number of times (it is one datagram, and can
 /// be lost like any other).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Mark {
+pub(crate) struct Mark {
     /// The sender's session.
-    pub session: u32,
+    pub(crate) session: u32,
     /// How many messages the session has sent: ids `0..sent`.
-    pub sent: u64,
+    pub(crate) sent: u64,
 }
 
 impl Mark {
     /// The mark's datagram: a header with [`FLAG_MARK`] and nothing after it.
-    pub fn encode(&self) -> [u8; HEADER_LEN] {
+    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         let h = Header {
             session: self.session,
@@ -237,7 +240,7 @@ impl Mark {
 
 /// One datagram of ours: a message's fragment, or a sender's mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Datagram<'a> {
+pub(crate) enum Datagram<'a> {
     /// A fragment: its header and its payload.
     Fragment(Header, &'a [u8]),
     /// A mark.
@@ -246,7 +249,7 @@ pub enum Datagram<'a> {
 
 /// Decodes a whole datagram: a fragment ([`Header::decode`]) or a mark (a header-only
 /// datagram with [`FLAG_MARK`], every length field 0).
-pub fn decode_datagram(datagram: &[u8]) -> Result<Datagram<'_>, WireError> {
+pub(crate) fn decode_datagram(datagram: &[u8]) -> Result<Datagram<'_>, WireError> {
     let (flags, h) = Header::decode_flagged(datagram, true)?;
     let payload = &datagram[HEADER_LEN..];
     if payload.len() != usize::from(h.len) {

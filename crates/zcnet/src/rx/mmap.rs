@@ -98,7 +98,7 @@ pub(crate) struct MmapRx {
 /// The `auto` receive path's online demotion of `mmap` (see `crate::auto::demotion`):
 /// receive steps that found data but mapped none of it are bad reports; after
 /// `crate::auto::demotion::DEMOTE_AFTER` of them in a row the path reads with plain `recv` and
-/// re-probes after a back-off counted in receive steps.
+/// retries after a back-off counted in receive steps.
 #[derive(Debug)]
 pub(crate) struct AutoDemotion {
     demotion: Demotion<RxPath>,
@@ -110,9 +110,9 @@ pub(crate) struct AutoDemotion {
 
 impl AutoDemotion {
     pub(crate) fn new(expected: bool) -> Self {
-        use crate::auto::demotion::{DEMOTE_AFTER, MAX_REPROBE_AFTER_OPS, REPROBE_AFTER_OPS};
+        use crate::auto::demotion::{DEMOTE_AFTER, MAX_RETRY_AFTER_OPS, RETRY_AFTER_OPS};
         AutoDemotion {
-            demotion: Demotion::new(DEMOTE_AFTER, REPROBE_AFTER_OPS, MAX_REPROBE_AFTER_OPS),
+            demotion: Demotion::new(DEMOTE_AFTER, RETRY_AFTER_OPS, MAX_RETRY_AFTER_OPS),
             steps: 0,
             expected,
         }
@@ -249,7 +249,7 @@ impl MmapRx {
                 return Ok(Some(Loc::scratch(r)));
             }
             if !self.admit(stats) {
-                // Demoted: plain recv (blocking up to the timeout) until the re-probe.
+                // Demoted: plain recv (blocking up to the timeout) until the retry.
                 let r = self.read_scratch(fd, usize::MAX, stats)?;
                 if r.is_empty() {
                     self.eof = true;

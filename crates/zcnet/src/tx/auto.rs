@@ -9,7 +9,7 @@
 //! The kernel overrides any profile: the zero-copy sub-paths run with the default
 //! [`Policy`]'s `COPIED` demotion (minus its size threshold — the profile decides sizes),
 //! so a sub-path whose completions come back `COPIED` copies, counted as
-//! `FallbackReason::DemotedCopied`, and re-probes after a back-off, whatever the profile
+//! `FallbackReason::DemotedCopied`, and retries after a back-off, whatever the profile
 //! measured.
 //!
 //! One socket, several paths: plain `send`, `MSG_ZEROCOPY` and io_uring `SEND_ZC` can be

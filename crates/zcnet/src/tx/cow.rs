@@ -26,7 +26,7 @@ use crate::cow::gate::{WorkingSet, SNDBUF_REFRESH};
 use crate::cow::{engine, CowPolicy, Engine, Ineligible};
 use crate::error::Result;
 use crate::path::FallbackReason;
-use crate::policy::{CopiedDemotion, Policy, TxDecision};
+use crate::policy::{CopiedDemotion, Policy};
 use crate::stats::Stats;
 use crate::zc::completion::Completions;
 use crate::zc::reap::{poll_errqueue, reap_completions};
@@ -233,17 +233,17 @@ impl ZerocopyCalls for CowTx {
 impl super::Transmit for CowTx {
     fn send_buf(&mut self, fd: BorrowedFd<'_>, buf: TxBuf, stats: &Stats) -> Result<()> {
         self.stream_pos += buf.len() as u64;
-        let decision = if self.unsupported {
-            TxDecision::Copy(FallbackReason::Unsupported)
+        let refused = if self.unsupported {
+            Some(FallbackReason::Unsupported)
         } else {
-            self.policy.decide(
+            self.policy.refuses(
                 buf.len(),
                 buf.data_addr(),
                 page_size(),
                 self.demotion.is_demoted(),
             )
         };
-        if let TxDecision::Copy(reason) = decision {
+        if let Some(reason) = refused {
             stats.fallback(reason, buf.len() as u64);
             return plain::send_all(fd, &buf, stats, self.timeout);
         }

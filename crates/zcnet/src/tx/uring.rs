@@ -36,7 +36,7 @@ use super::plain;
 use crate::buf::{Pool, TxBuf};
 use crate::error::{Error, Result};
 use crate::path::FallbackReason;
-use crate::policy::{CopiedDemotion, Policy, TxDecision};
+use crate::policy::{CopiedDemotion, Policy};
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -359,13 +359,13 @@ impl super::Transmit for UringTx {
             stats.fallback(self.no_ring, buf.len() as u64);
             return plain::send_all(fd, &buf, stats, self.timeout);
         }
-        let decision = self.policy.decide(
+        let refused = self.policy.refuses(
             buf.len(),
             buf.data_addr(),
             page_size(),
             self.demotion.is_demoted(),
         );
-        if let TxDecision::Copy(reason) = decision {
+        if let Some(reason) = refused {
             stats.fallback(reason, buf.len() as u64);
             return plain::send_all(fd, &buf, stats, self.timeout);
         }

@@ -1,6 +1,6 @@
 //! The `MSG_ZEROCOPY` transmit path.
 //!
-//! Per send: the [`Policy`] decides (size, alignment, demotion, with a re-probe after the
+//! Per send: the [`Policy`] decides (size, alignment, demotion, with a retry after the
 //! policy's back-off: every send is counted in the demotion); a zero-copy send is
 //! continued until every byte is queued, each successful call taking the next notification
 //! id; the buffer is lent to the [`Completions`] bookkeeping and comes back when every call
@@ -16,7 +16,7 @@ use crate::buf::TxBuf;
 use crate::error::{Error, Result};
 use crate::lend::{Lend, Lent, Owned};
 use crate::path::FallbackReason;
-use crate::policy::{CopiedDemotion, Policy, TxDecision};
+use crate::policy::{CopiedDemotion, Policy};
 use crate::stats::Stats;
 use crate::zc::completion::Completions;
 use crate::zc::reap::{count_change, poll_errqueue, reap_completions};
@@ -55,11 +55,12 @@ impl ZerocopyTx {
         }
     }
 
-    fn decide(&self, data: &[u8]) -> TxDecision {
+    /// Why `data` must copy, if it must.
+    fn refuses(&self, data: &[u8]) -> Option<FallbackReason> {
         if self.unsupported {
-            return TxDecision::Copy(FallbackReason::Unsupported);
+            return Some(FallbackReason::Unsupported);
         }
-        self.policy.decide(
+        self.policy.refuses(
             data.len(),
             data.as_ptr() as usize,
             page_size(),
@@ -71,10 +72,10 @@ impl ZerocopyTx {
     /// says so) and keeps the loan until every call that named it is complete.
     fn lend(&mut self, fd: BorrowedFd<'_>, lent: Lent, stats: &Stats) -> Result<()> {
         let len = lent.len() as u64;
-        if let TxDecision::Copy(reason) = self.decide(&lent) {
+        if let Some(reason) = self.refuses(&lent) {
             stats.fallback(reason, len);
             if self.demotion.counts_sends() && !self.completions.is_idle() {
-                // A re-probe waits until every call before it is notified, and a copying
+                // A retry waits until every call before it is notified, and a copying
                 // send reads no completions by itself: a notification that arrived after the
                 // last zero-copy send's reap (a loaded machine) was never read, and the
                 // socket stayed demoted for good. One non-blocking read per copy, only

@@ -10,4 +10,4 @@ pub(crate) mod completion;
 pub(crate) mod reap;
 
 pub use completion::{Completed, Completions};
-pub use reap::{count_change, reap_each};
+pub use reap::reap_each;

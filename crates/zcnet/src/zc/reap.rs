@@ -114,10 +114,30 @@ fn notified_calls(entries: &[zc::ErrqueueEntry]) -> u64 {
         .sum()
 }
 
+impl CopiedDemotion {
+    /// Counts a send of `bytes` in the demotion (`zerocopy`: it went with `MSG_ZEROCOPY`;
+    /// `idle`: no zero-copy call is still waiting for its notification) and what it changed
+    /// in `stats`, as [`reap_each`] does for notifications: runs a demoted socket's back-off
+    /// down — a retry starts only once the calls sent before the demotion are all notified,
+    /// so their COPIED notifications are never taken for the retry's — and a retry's
+    /// zero-copy window. For a sender that drives its own sends (zcnet-tokio's streams);
+    /// [`CopiedDemotion::is_demoted`] then says whether the next one may ask for zero-copy.
+    pub fn count_send(
+        &mut self,
+        bytes: u64,
+        zerocopy: bool,
+        idle: bool,
+        policy: &Policy,
+        stats: &Stats,
+    ) {
+        count_change(self.sent(bytes, zerocopy, idle, policy), stats);
+    }
+}
+
 /// Counts what a notification or a send changed in a socket's [`CopiedDemotion`]: every
-/// demotion in `tx_demotions`, the re-probes and their outcomes in `auto_tx` (`reprobes`,
+/// demotion in `tx_demotions`, the retries and their outcomes in `auto_tx` (`retries`,
 /// `promotions`, `redemotions`), as `auto`'s own demotion counts them.
-pub fn count_change(change: DemotionChange, stats: &Stats) {
+pub(crate) fn count_change(change: DemotionChange, stats: &Stats) {
     let mut delta = AutoStats::default();
     match change {
         DemotionChange::None => return,
@@ -125,7 +145,7 @@ pub fn count_change(change: DemotionChange, stats: &Stats) {
             stats.add_tx_demotions(1);
             return;
         }
-        DemotionChange::Reprobe => delta.reprobes = 1,
+        DemotionChange::Retry => delta.retries = 1,
         DemotionChange::Promoted => delta.promotions = 1,
         DemotionChange::Redemoted => {
             stats.add_tx_demotions(1);

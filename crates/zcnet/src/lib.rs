@@ -87,8 +87,12 @@ mod call;
 mod counters;
 pub mod cow;
 pub(crate) mod error;
+#[cfg(feature = "fault-seam")]
 #[doc(hidden)]
 pub mod fault;
+#[cfg(not(feature = "fault-seam"))]
+#[allow(unreachable_pub, dead_code)]
+mod fault;
 pub(crate) mod file;
 pub mod guide;
 pub(crate) mod lend;

@@ -280,7 +280,7 @@ impl TlsLink {
         loop {
             {
                 let mut conn = lock(&self.conn);
-                match try_take(&mut *conn) {
+                match try_take(&mut conn) {
                     Ok(t) => return Ok(t),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {

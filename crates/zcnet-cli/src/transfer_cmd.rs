@@ -388,9 +388,9 @@ const REP_MOVSB_TUNABLE: &str = "glibc.cpu.x86_rep_movsb_threshold";
 /// Runs this command again, once, with glibc told not to copy with `rep movsb`, on AMD
 /// processors (x86-64 glibc builds only), unless `GLIBC_TUNABLES` already says how.
 ///
-/// glibc (2.36, Debian 12's, here) copies a few KiB and more with `rep movsb`, which AMD
-/// Zen 3 and 4 run up to 25 times slower when the destination lies a few bytes past the
-/// source modulo 4096 (glibc bug 30994). rustls copies every received record's
+/// glibc before 2.39 (Debian 12 has 2.36) copies a few KiB and more with `rep movsb`,
+/// which AMD Zen 3 and 4 run up to 25 times slower when the destination lies a few bytes
+/// past the source modulo 4096 (glibc bug 30994). rustls copies every received record's
 /// plaintext (16 KiB, from 5 bytes into its read buffer) into a buffer of its own, and
 /// where those two buffers happen to lie decides whether every such copy takes the slow
 /// path: measured here, opening a GiB of records cost 0.47 CPU-s with `rep movsb` and 0.17

@@ -382,60 +382,8 @@ fn summary(
     s
 }
 
-/// The glibc tunable that stops `memcpy` from using `rep movsb` below its value.
-const REP_MOVSB_TUNABLE: &str = "glibc.cpu.x86_rep_movsb_threshold";
-
-/// Runs this command again, once, with glibc told not to copy with `rep movsb`, on AMD
-/// processors (x86-64 glibc builds only), unless `GLIBC_TUNABLES` already says how.
-///
-/// glibc before 2.39 (Debian 12 has 2.36) copies a few KiB and more with `rep movsb`,
-/// which AMD Zen 3 and 4 run up to 25 times slower when the destination lies a few bytes
-/// past the source modulo 4096 (glibc bug 30994). rustls copies every received record's
-/// plaintext (16 KiB, from 5 bytes into its read buffer) into a buffer of its own, and
-/// where those two buffers happen to lie decides whether every such copy takes the slow
-/// path: measured here, opening a GiB of records cost 0.47 CPU-s with `rep movsb` and 0.17
-/// without (`tls_cost steps`, docs/measurements/transfer.md). With the tunable set glibc
-/// copies with vector instructions, as fast in cache. Where the `exec` fails the command
-/// simply goes on as it is.
-fn copy_without_rep_movsb() {
-    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
-    {
-        use std::os::unix::process::CommandExt;
-        let current = std::env::var_os("GLIBC_TUNABLES");
-        if current
-            .as_ref()
-            .is_some_and(|v| v.to_string_lossy().contains(REP_MOVSB_TUNABLE))
-        {
-            return;
-        }
-        let amd = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| {
-            s.lines()
-                .any(|l| l.starts_with("vendor_id") && l.ends_with("AuthenticAMD"))
-        });
-        if !amd {
-            return;
-        }
-        let mut value = current.unwrap_or_default();
-        if !value.is_empty() {
-            value.push(":");
-        }
-        // Above any copy the transfer makes: glibc then copies with vector instructions,
-        // and with non-temporal stores past its own (cache-sized) threshold.
-        value.push(format!("{REP_MOVSB_TUNABLE}=4294967296"));
-        let mut args = std::env::args_os();
-        let Some(arg0) = args.next() else { return };
-        // Returns only if it failed.
-        let _ = std::process::Command::new("/proc/self/exe")
-            .arg0(arg0)
-            .args(args)
-            .env("GLIBC_TUNABLES", value)
-            .exec();
-    }
-}
-
 /// `zcnet send`.
 pub fn send(args: &SendArgs) -> Result<(), String> {
-    copy_without_rep_movsb();
     let addr = resolve(&args.to)?;
     let quiet = args.quiet;
     let (srcs, total, walk_note) = sources(args, &|w| {
@@ -638,7 +586,6 @@ impl Observer for RecvLog {
 
 /// `zcnet recv`.
 pub fn recv(args: &RecvArgs) -> Result<(), String> {
-    copy_without_rep_movsb();
     let addr = resolve(&args.listen)?;
     let meta = std::fs::metadata(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
     if !meta.is_dir() {

@@ -262,8 +262,8 @@ impl Channel {
 
     /// Hands decrypted bytes to `f` where rustls holds them, without copying them out first
     /// (a hasher or a file write takes them from there), until `f` has taken `len` bytes.
-    /// (rustls 0.23 decrypts each record in place in its read buffer and then moves the
-    /// plaintext into a buffer of its own: that is the one copy on this side.)
+    /// (rustls 0.23 copies each record into its read buffer, decrypts it there and copies
+    /// the plaintext into a buffer of its own: those are the copies on this side.)
     /// `f` is called once per piece. Ends early only at the peer's `close_notify`, returning
     /// how many bytes `f` got.
     pub fn recv_with(

@@ -14,7 +14,7 @@
 use super::channel::Channel;
 use super::error::TlsError;
 use super::BINDING_LEN;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::{Mutex, MutexGuard};
@@ -240,11 +240,48 @@ impl TlsLink {
         if buf.is_empty() {
             return Ok(0);
         }
+        self.take(|conn| conn.reader().read(buf))
+    }
+
+    /// Hands up to `want` decrypted bytes to `f` where rustls holds them (at most one
+    /// record's plaintext, 16 KiB), without copying them out first: a hasher and a file
+    /// write take them from there. Returns how many `f` took; 0 only at the peer's
+    /// `close_notify` (or with `want` 0). Errors as [`Self::read`]'s, and `f`'s own; the
+    /// bytes `f` refused stay unread.
+    pub fn read_with<E: From<TlsError>>(
+        &self,
+        want: usize,
+        mut f: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        if want == 0 {
+            return Ok(0);
+        }
+        self.take(|conn| {
+            let mut r = conn.reader();
+            let b = r.fill_buf()?;
+            let n = b.len().min(want);
+            if n > 0 {
+                if let Err(e) = f(&b[..n]) {
+                    return Ok(Err(e));
+                }
+                r.consume(n);
+            }
+            Ok(Ok(n))
+        })?
+    }
+
+    /// Runs `try_take` on rustls's state until it finds plaintext to take (rather than
+    /// `WouldBlock`): decrypts what the inbox holds, and waits for the socket when it holds
+    /// nothing, holding only the inbox's lock while it waits.
+    fn take<T>(
+        &self,
+        mut try_take: impl FnMut(&mut rustls::Connection) -> io::Result<T>,
+    ) -> Result<T, TlsError> {
         loop {
             {
                 let mut conn = lock(&self.conn);
-                match conn.reader().read(buf) {
-                    Ok(n) => return Ok(n),
+                match try_take(&mut conn) {
+                    Ok(t) => return Ok(t),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                         return Err(TlsError::Truncated)

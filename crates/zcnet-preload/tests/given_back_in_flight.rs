@@ -11,11 +11,6 @@
 
 mod common;
 
-use common::library;
-use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
-
 #[cfg_attr(
     not(zcnet_has_python3),
     ignore = "needs python3 (apt-get install python3)"
@@ -25,26 +20,7 @@ fn memory_given_back_in_flight_takes_kernel_writes_and_keeps_the_bytes_sent() {
     common::require_python3("ctypes, hashlib, socket, threading");
     for mode in ["zerocopy", "cow"] {
         let dir = tempfile::tempdir().unwrap();
-        let stats = dir.path().join("stats.jsonl");
-        let out = Command::new("python3")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/given_back_in_flight.py"))
-            .arg("4")
-            .env("LD_PRELOAD", library())
-            .env("ZCNET_TX", mode)
-            .env("ZCNET_LOCAL_ZEROCOPY", "1")
-            .env("ZCNET_STATS", &stats)
-            .env("ZCNET_PROFILE_DIR", dir.path())
-            .output()
-            .expect("running python3");
-        assert!(
-            out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("ok "),
-            "{mode}: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = std::fs::read_to_string(&stats).unwrap();
-        let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let line = common::run_in_mode("given_back_in_flight.py", &["4"], mode, dir.path(), "ok ");
         common::assert_engine(&line);
         let t = &line["total"];
         assert!(

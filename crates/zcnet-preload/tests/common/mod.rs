@@ -46,6 +46,12 @@ pub fn library() -> PathBuf {
 /// (`ZCNET_LOCAL_ZEROCOPY=1`), with `dir` as its cache directory and its stats appended to
 /// `dir/stats.jsonl`; asserts it succeeded and printed `ok`, and returns its stats line.
 pub fn run_auto(script: &str, dir: &Path, ok: &str) -> Value {
+    run_in_mode(script, &[], "auto", dir, ok)
+}
+
+/// [`run_auto`] with the script's arguments `args` and the transmit mode `mode`
+/// (`ZCNET_TX`).
+pub fn run_in_mode(script: &str, args: &[&str], mode: &str, dir: &Path, ok: &str) -> Value {
     let stats = dir.join("stats.jsonl");
     let out = Command::new("python3")
         .arg(
@@ -53,8 +59,9 @@ pub fn run_auto(script: &str, dir: &Path, ok: &str) -> Value {
                 .join("tests")
                 .join(script),
         )
+        .args(args)
         .env("LD_PRELOAD", library())
-        .env("ZCNET_TX", "auto")
+        .env("ZCNET_TX", mode)
         .env("ZCNET_LOCAL_ZEROCOPY", "1")
         .env("ZCNET_PROFILE_DIR", dir)
         .env("ZCNET_STATS", &stats)
@@ -63,7 +70,7 @@ pub fn run_auto(script: &str, dir: &Path, ok: &str) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains(ok),
-        "{}\n{text}\n{}",
+        "{mode}: {}\n{text}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );

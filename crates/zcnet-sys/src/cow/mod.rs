@@ -1270,41 +1270,9 @@ impl CowSpace {
             }
             return false;
         }
-        // SAFETY: a fresh anonymous page, checked against MAP_FAILED.
-        let fresh = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                self.page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if fresh == libc::MAP_FAILED {
-            return false;
-        }
-        // SAFETY: page_addr is a readable page (a read-only private anonymous mapping, as the
-        // lookup above just showed, that we protected) and `fresh` a writable page of the
-        // same size; they do not overlap. The copy holds exactly the page's bytes, which
-        // cannot change while it is read-only and we hold the lock.
-        unsafe {
-            std::ptr::copy_nonoverlapping(page_addr as *const u8, fresh.cast::<u8>(), self.page)
-        };
-        // SAFETY: moves the copy over the protected page atomically (MREMAP_FIXED replaces
-        // the old mapping); the kernel keeps its reference to the original page.
-        let moved = unsafe {
-            libc::mremap(
-                fresh,
-                self.page,
-                self.page,
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                page_addr as *mut libc::c_void,
-            )
-        };
-        if moved == libc::MAP_FAILED {
-            // SAFETY: unmapping the page we mapped above.
-            unsafe { libc::munmap(fresh, self.page) };
+        // A read-only private anonymous page we protected, under the lock: its bytes cannot
+        // change while we copy them.
+        if !self.copy_over(page_addr) {
             return false;
         }
         let ns = t0.elapsed().as_nanos() as u64;

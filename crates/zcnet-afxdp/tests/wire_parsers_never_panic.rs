@@ -6,24 +6,12 @@
 use proptest::prelude::*;
 use zcnet_afxdp::wire::lm::{Header, HeaderError, Kind, Layout, LM_HLEN};
 use zcnet_sys::peak_alloc::PeakAlloc;
+use zcnet_testbed::mutate::mutate;
 
 #[global_allocator]
 static ALLOC: PeakAlloc = PeakAlloc;
 
 const CASES: u32 = 100_000;
-
-fn mutate(mut b: Vec<u8>, edits: &[(usize, u8)], cut: Option<usize>) -> Vec<u8> {
-    for &(pos, val) in edits {
-        if !b.is_empty() {
-            let n = b.len();
-            b[pos % n] = val;
-        }
-    }
-    if let Some(c) = cut {
-        b.truncate(c % (b.len() + 1));
-    }
-    b
-}
 
 fn check_lm(d: &[u8]) -> Result<(), TestCaseError> {
     PeakAlloc::reset();

@@ -2,6 +2,7 @@
 //! machine and to check every byte that crosses it.
 //!
 //! * [`memlock`] — a test run again under a small `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`.
+//! * [`mutate`] — a wire parser's fuzz input made from a valid one.
 //! * [`netns`] — network namespaces joined by a veth pair with a chosen MTU (the papers'
 //!   large-MTU networks), entered per thread, removed on drop.
 //! * [`pattern`] — a prime-period byte pattern and a [`pattern::Verifier`] that names the first
@@ -22,6 +23,7 @@
 #![warn(unreachable_pub)]
 
 pub mod memlock;
+pub mod mutate;
 pub mod netns;
 pub mod pattern;
 pub mod topo;

@@ -7,24 +7,12 @@
 use proptest::prelude::*;
 use zcnet::msg::wire::{Header, HeaderFault, WireError, HEADER_LEN};
 use zcnet_sys::peak_alloc::PeakAlloc;
+use zcnet_testbed::mutate::mutate;
 
 #[global_allocator]
 static ALLOC: PeakAlloc = PeakAlloc;
 
 const CASES: u32 = 100_000;
-
-fn mutate(mut b: Vec<u8>, edits: &[(usize, u8)], cut: Option<usize>) -> Vec<u8> {
-    for &(pos, val) in edits {
-        if !b.is_empty() {
-            let n = b.len();
-            b[pos % n] = val;
-        }
-    }
-    if let Some(c) = cut {
-        b.truncate(c % (b.len() + 1));
-    }
-    b
-}
 
 fn check_msg(d: &[u8], max_message: usize) -> Result<(), TestCaseError> {
     PeakAlloc::reset();

@@ -963,7 +963,7 @@ fn lent_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
     const NAME: &str = "lent_messages_past_the_memlock_limit_are_copied_counted_never_lost";
     let child = std::env::var_os(MEMLOCK_CHILD).is_some();
     if !child && memlock::has_cap_ipc_lock() {
-        memlock::rerun_limited(1 << 20, NAME, MEMLOCK_CHILD, "memlock child ok");
+        memlock::rerun_limited(1 << 20, NAME, MEMLOCK_CHILD);
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -1001,7 +1001,6 @@ fn lent_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
             // io_uring_setup refused for locked memory (the budget is the user's, shared):
             // MSG_ZEROCOPY instead, counted with that reason.
             assert!(s.fallback_ops(zcnet::FallbackReason::Memlock) > 0, "{s:?}");
-            println!("memlock child ok (no ring): {s:?}");
             return;
         }
         // Every wire byte (payload and a header per datagram) went once: zero-copy, or
@@ -1021,7 +1020,6 @@ fn lent_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
                 "refusals copied: {s:?}"
             );
             assert!(s.tx_bytes_zerocopy > 0, "the rest zero-copy: {s:?}");
-            println!("memlock child ok: {s:?}");
         }
     });
 }

@@ -292,7 +292,6 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
             // The budget is the user's: where other processes of it (this test's parent,
             // when it too lacks CAP_IPC_LOCK) have spent it, io_uring_setup is refused
             // (ENOMEM) and every send is copied, counted so.
-            println!("memlock child ok (ring refused): {tx:?}");
             return;
         }
         assert_eq!(tx.tx_uring_register_failures, 1, "{tx:?}");
@@ -307,14 +306,12 @@ fn without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_
         // call, and not counted as one.
         assert_eq!(tx.tx_notifications, tx.tx_calls_zerocopy, "{tx:?}");
         assert_eq!(tx.tx_completed_calls, tx.tx_calls_zerocopy, "{tx:?}");
-        println!("memlock child ok: {tx:?}");
         return;
     }
     memlock::rerun_limited(
         512 * 1024,
         "without_cap_ipc_lock_a_small_memlock_limit_refuses_registration_and_sends_go_on",
         MEMLOCK_CHILD,
-        "memlock child ok",
     );
 }
 
@@ -341,11 +338,10 @@ fn a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock
         assert_eq!(n, size);
         assert_eq!(tx.fallback_bytes(FallbackReason::Memlock), size, "{tx:?}");
         assert_eq!(tx.fallback_bytes(FallbackReason::Unsupported), 0, "{tx:?}");
-        println!("no-memlock child ok: {tx:?}");
         return;
     }
     let name = "a_ring_refused_for_want_of_locked_memory_copies_every_send_counted_as_memlock";
-    memlock::rerun_limited(0, name, NO_MEMLOCK_CHILD, "no-memlock child ok");
+    memlock::rerun_limited(0, name, NO_MEMLOCK_CHILD);
 }
 
 #[cfg_attr(

@@ -492,7 +492,6 @@ fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both_on(
     need("curl");
     need("nginx");
     const GIB: u64 = 1 << 30;
-    let start = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let (file, want) = data_file_of(dir.path(), GIB as usize);
     let name = file.file_name().unwrap().to_str().unwrap();
@@ -518,11 +517,6 @@ fn curl_fetches_a_gibibyte_from_nginx_under_the_library_on_each_end_and_both_on(
     let who = format!("nginx, 1 GiB twice ({})", net.name());
     assert_protected(&stats(&s_stats), GIB, &who);
     assert_eq!(stats(&c_stats).len(), 2, "curl wrote its stats twice");
-    eprintln!(
-        "1 GiB x 3 over {}: {:?} (shared machine)",
-        net.name(),
-        start.elapsed()
-    );
 }
 
 fn socat_pipes_a_file(net: &Net) {

@@ -19,8 +19,8 @@
 #
 # The baseline is the release's tag; a clone without tags falls back to the tag's commit
 # (the first release, v0.1.0, is 93a4d74). Binary-only zcnet-cli has no API and is skipped;
-# zcnet-afxdp, split out of zcnet after v0.1.0, has no release to compare with yet (add it
-# here once it has one).
+# zcnet-afxdp and zcnet-msg, split out of zcnet after v0.1.0, have no release to compare
+# with yet (add them here once they have one).
 #
 #   bash .ci/semver.sh              # both steps
 #   bash .ci/semver.sh --prepare    # the tool and the release's JSON

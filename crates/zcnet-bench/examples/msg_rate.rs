@@ -1,4 +1,4 @@
-//! Messages per second through `zcnet::msg` on loopback: copy (`send(&[u8])`) against
+//! Messages per second through `zcnet_msg` on loopback: copy (`send(&[u8])`) against
 //! zero-copy loans (`buffer` + `send` with `MSG_ZEROCOPY`), 64 KiB and 1 MiB messages,
 //! with lo's own 64 KiB datagrams and with 1472-byte datagrams (GSO 44 per call, GRO on
 //! receive) — a measurement, not a test.
@@ -18,9 +18,9 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use zcnet::msg::{MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet::Policy;
 use zcnet_bench::cpu::{thread_rusage, CpuSeconds};
+use zcnet_msg::{MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 
 fn run(size: usize, total: usize, tx_mode: MsgTx, segment: Option<usize>) -> String {
     let mut cfg = MsgConfig::new(tx_mode);

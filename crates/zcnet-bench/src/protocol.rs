@@ -21,7 +21,7 @@
 //!                          ◀─────────────  Result{server's report} | Error{reason}
 //! ```
 //!
-//! A UDP message run (`--proto udp`, [`zcnet::msg`]) opens with
+//! A UDP message run (`--proto udp`, `zcnet_msg`) opens with
 //! `HelloUdp{params, udp}` instead; the data port is then a UDP port, and while messages flow
 //! the server sends `Ack{resolved}` (messages delivered or reported lost so far) on the
 //! control connection: UDP has no flow control of its own, and the client keeps a window of
@@ -57,7 +57,7 @@ pub const MAX_SECONDS: f64 = 24.0 * 3600.0;
 /// Largest message of a UDP message run: reassembly reserves a message's whole length, and
 /// the server holds a window of them.
 pub const MAX_UDP_MESSAGE: u64 = 16 << 20;
-/// Transmit paths of a UDP message run: how `zcnet::msg::MsgSender` sends a loaned buffer
+/// Transmit paths of a UDP message run: how `zcnet_msg::MsgSender` sends a loaned buffer
 /// — `plain` one datagram per `sendmsg`, copied (the baseline: GSO off); `copy` GSO batches,
 /// copied; `zerocopy` GSO batches with `MSG_ZEROCOPY`; `uring` GSO batches by io_uring
 /// `SEND_ZC` from the registered pool (`MsgTx::Uring`) — or `lm`: Lightweight Messages over
@@ -81,7 +81,7 @@ pub enum Proto {
     /// Byte streams over TCP (`zcnet::Sender`/`Receiver`).
     #[default]
     Tcp,
-    /// Whole messages over UDP (`zcnet::msg`).
+    /// Whole messages over UDP (`zcnet_msg`).
     Udp,
 }
 

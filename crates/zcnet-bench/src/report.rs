@@ -201,7 +201,7 @@ pub struct SideStats {
     /// side did not run `auto`).
     #[serde(default, skip_serializing_if = "is_default")]
     pub auto: zcnet::auto::AutoStats,
-    /// UDP message runs: this side's `zcnet::msg::MsgStats` counters by name (datagrams,
+    /// UDP message runs: this side's `zcnet_msg::MsgStats` counters by name (datagrams,
     /// GSO calls, GRO reads, losses by reason, …) and the bench's own (`lost_tail`,
     /// `window_stalls`, `acks`, `late_replies`, `trips_lost`). Absent for TCP.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -308,7 +308,7 @@ pub struct SideReport {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub messages_received: u64,
     /// UDP message runs: of the peer's messages, those this side never received — the ids
-    /// below the peer's count that were not delivered (reported lost by `zcnet::msg` with a
+    /// below the peer's count that were not delivered (reported lost by `zcnet_msg` with a
     /// reason, or vanished at the end of the run where nothing can reveal them).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub messages_lost: u64,

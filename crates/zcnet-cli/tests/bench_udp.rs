@@ -1,4 +1,4 @@
-//! `zcnet bench --proto udp` end to end: the built binary, `zcnet::msg` over real sockets,
+//! `zcnet bench --proto udp` end to end: the built binary, `zcnet_msg` over real sockets,
 //! real namespaces.
 //!
 //! What these prove: UDP message runs over loopback and two namespaces (stream and `--rr`,
@@ -19,12 +19,12 @@ use common::{finite, require_netns, run_bounded, text, zcnet, Server};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Output;
 use std::time::{Duration, Instant};
-use zcnet::msg::wire::{Header, Layout};
-use zcnet::msg::{MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet_bench::protocol::{
     self, Limit, Message, MessagePattern, Params, ProtocolError, UdpParams, REPLY_KEY,
 };
 use zcnet_bench::report::{Mode, SideReport};
+use zcnet_msg::wire::{Header, Layout};
+use zcnet_msg::{MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 
 fn bench(args: &[&str]) -> Output {
     run_bounded(zcnet().arg("bench").args(args), Duration::from_secs(240))
@@ -84,7 +84,7 @@ fn check_stream(runs: &[serde_json::Value]) {
         let rx = &r["receiver_stats"]["msg"];
         assert!(count(rx, "datagrams_received") > 0, "{r}");
         assert!(count(r, "messages_received") > 0, "{r}");
-        // What zcnet::msg itself counted agrees with the bench's ledger.
+        // What zcnet_msg itself counted agrees with the bench's ledger.
         assert_eq!(
             count(rx, "messages_received"),
             count(r, "messages_received"),

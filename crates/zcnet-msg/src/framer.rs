@@ -313,7 +313,7 @@ impl Framer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::wire::Header as H;
+    use crate::wire::Header as H;
 
     fn framer(seg: usize, per: usize) -> Framer {
         Framer::new(Layout::new(seg).unwrap(), 7, 1 << 20, per, true)

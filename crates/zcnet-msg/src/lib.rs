@@ -1,21 +1,47 @@
-//! Whole messages over UDP: up to [`MsgConfig::max_message`] bytes (1 MiB by default) sent as
-//! self-describing datagrams, many per system call with GSO (`UDP_SEGMENT`), optionally from
-//! loaned buffers with `MSG_ZEROCOPY`, received with GRO (`UDP_GRO`) and reassembled — or
-//! reported lost, never delivered in part. See `docs/msg.md` for the wire format, the
-//! semantics and the limits.
+//! zcnet-msg: whole messages over UDP — up to [`MsgConfig::max_message`] bytes (1 MiB by
+//! default) sent as self-describing datagrams, many per system call with GSO
+//! (`UDP_SEGMENT`), optionally from loaned buffers with `MSG_ZEROCOPY` or io_uring
+//! `SEND_ZC`, received with GRO (`UDP_GRO`) and reassembled — or reported lost, never
+//! delivered in part. A transport of its own beside zcnet's TCP paths, with its own wire
+//! format ([`wire`]) and reassembly; from the core it takes the transmit pool
+//! ([`zcnet::Pool`]), the zero-copy [`zcnet::Policy`] and its COPIED demotion, the
+//! completion bookkeeping ([`zcnet::zc`]) and [`zcnet::Stats`], so a loaned message goes
+//! zero-copy by the same rules, and is counted in the same counters, as a stream's buffer.
+//! A user of `zcnet::Sender` compiles none of it. The wire format, the semantics and the
+//! limits: [`guide`].
 //!
-//! The idea is Lightweight Messages' (Jin, Zhang, Tan, "Lightweight Messages", §3.1): fragment in the application, with a
-//! hole for each fragment's header in the send buffer, so the payload is written once and
-//! every datagram is one contiguous piece of that buffer. Today's kernel does the rest that
+//! ```
+//! use zcnet_msg::{MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cfg = MsgConfig::new(MsgTx::Zerocopy); // loaned buffers go MSG_ZEROCOPY where it pays
+//! let mut rx = MsgReceiver::bind("127.0.0.1:0".parse()?, &cfg)?;
+//! let mut tx = MsgSender::connect(rx.local_addr()?, &cfg)?;
+//! tx.send_slice(b"hello")?; // copy semantics: the slice is yours again at once
+//! let mut buf = tx.buffer(100_000)?; // a loan laid out with header holes
+//! buf.copy_from(&[7u8; 100_000]);
+//! tx.send(buf)?; // back to its pool when the kernel's completion covers it
+//! for want in [5, 100_000] {
+//!     match rx.recv(std::time::Duration::from_secs(5))? {
+//!         Some(MsgEvent::Message(m)) => assert_eq!(m.len(), want), // whole, or not at all
+//!         other => panic!("{other:?}"),
+//!     }
+//! }
+//! println!("{:?}\n{}", tx.stats().snapshot(), tx.io_stats().snapshot()); // messages; bytes
+//! # Ok(()) }
+//! ```
+//!
+//! The idea is Lightweight Messages' (Jin, Zhang, Tan, "Lightweight Messages", §3.1):
+//! fragment in the application, with a hole for each fragment's header in the send buffer,
+//! so the payload is written once and every datagram is one contiguous piece of that buffer. Today's kernel does the rest that
 //! paper had to patch a driver for: one `sendmsg` hands it up to 64 KiB of datagrams (GSO),
 //! `MSG_ZEROCOPY` sends them from the application's pages, and `UDP_GRO` hands a receiver
 //! up to 64 KiB of them per read with the segment size in a control message.
 //!
-//! * [`MsgSender`] — over a connected socket. [`MsgSender::send`] copies (the caller may
+//! * [`MsgSender`] — over a connected socket. [`MsgSender::send_slice`] copies (the caller may
 //!   reuse its slice at once; an iovec interleaves headers and the caller's bytes, so nothing
 //!   is copied in user space). [`MsgSender::buffer`] lends a [`MsgBuf`] laid out with header
 //!   holes; [`MsgSender::send`] sends it with `MSG_ZEROCOPY` when [`MsgConfig::tx`] says
-//!   so and the [`crate::Policy`] agrees, and the buffer goes back to its pool when the
+//!   so and the [`zcnet::Policy`] agrees, and the buffer goes back to its pool when the
 //!   kernel's completion covers it.
 //! * [`MsgReceiver`] — over a bound socket. [`MsgReceiver::recv`] returns a [`MsgEvent`]: a
 //!   whole [`Message`], or [`Lost`] with the message id(s) and a [`LossReason`].
@@ -25,8 +51,10 @@
 //! * [`wire`] — the 28-byte fragment header and the message layout, and the sender's
 //!   mark (a header-only datagram): how many ids it sent, so the receiver reports a lost
 //!   tail too.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
-// One module per part, each re-exported here: a user names `zcnet::msg::MsgSender`, never
+// One module per part, each re-exported here: a user names `zcnet_msg::MsgSender`, never
 // the file it lives in. `wire` stays a module: the format is a protocol of its own, which
 // tests and other implementations speak with raw datagrams.
 mod framer;
@@ -38,6 +66,11 @@ mod stats;
 mod uring;
 pub mod wire;
 
+/// `docs/msg.md`: whole messages over UDP — the wire format, loss reporting, the numbers.
+#[cfg(not(doctest))]
+#[doc = include_str!("../docs/msg.md")]
+pub mod guide {}
+
 pub use framer::{Framer, Outgoing};
 pub use msgbuf::MsgBuf;
 pub use reassembly::Reassembly;
@@ -46,9 +79,9 @@ pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};
 pub use uring::{MsgRing, Refused};
 
-use crate::policy::Policy;
 use std::net::SocketAddr;
 use std::time::Duration;
+use zcnet::Policy;
 
 /// The largest [`MsgConfig::max_message`] accepted (why: there).
 pub(crate) const MAX_MESSAGE_LIMIT: usize = 1 << 30;
@@ -65,7 +98,7 @@ pub enum MsgTx {
     /// io_uring `IORING_OP_SEND_ZC` from the pool registered as fixed buffers ([`MsgRing`]):
     /// zero-copy without pinning each page per send or reading an error queue. Where
     /// io_uring or `SEND_ZC` is missing, `MSG_ZEROCOPY` instead (counted as
-    /// [`crate::FallbackReason::Unsupported`]).
+    /// [`zcnet::FallbackReason::Unsupported`]).
     Uring,
 }
 
@@ -161,8 +194,24 @@ impl Default for MsgConfig {
     }
 }
 
+/// `name(self, value) -> Self` for each `name: Type` of a `#[non_exhaustive]` configuration
+/// struct, generated from one list so the methods and the fields cannot drift apart (zcnet's
+/// configurations have the same, crate-private there).
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),+ $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, $name: $ty) -> Self {
+                self.$name = $name;
+                self
+            }
+        )+
+    };
+}
+
 impl ReassemblyLimits {
-    crate::builder::setters! {
+    setters! {
         /// Sets [`ReassemblyLimits::max_messages`].
         max_messages: usize,
         /// Sets [`ReassemblyLimits::max_bytes`].
@@ -183,7 +232,7 @@ impl MsgConfig {
         }
     }
 
-    crate::builder::setters! {
+    setters! {
         /// Sets [`MsgConfig::max_message`] (raise [`ReassemblyLimits::max_bytes`] with it
         /// above 16 MiB: [`MsgConfig::validate`] says so).
         max_message: usize,
@@ -207,9 +256,11 @@ impl MsgConfig {
         reassembly: ReassemblyLimits,
     }
 
-    crate::builder::option_setters! {
-        /// Fixes [`MsgConfig::segment`] (the datagram size, header included).
-        segment: usize,
+    /// Fixes [`MsgConfig::segment`] (the datagram size, header included).
+    #[must_use]
+    pub fn segment(mut self, segment: usize) -> Self {
+        self.segment = Some(segment);
+        self
     }
 
     /// Sets the receiver's reorder window ([`ReassemblyLimits::timeout`]): how long a
@@ -285,7 +336,7 @@ pub enum MsgError {
     /// The socket or a syscall failed (including `ECONNREFUSED` when nobody listens on a
     /// connected peer, timeouts and an exhausted pool).
     #[error(transparent)]
-    Io(#[from] crate::Error),
+    Io(#[from] zcnet::Error),
 }
 
 /// Why a message was reported lost.

@@ -3,7 +3,7 @@
 //! so that every GSO batch is one contiguous range a `MSG_ZEROCOPY` send can take.
 
 use super::wire::{Layout, HEADER_LEN};
-use crate::buf::TxBuf;
+use zcnet::TxBuf;
 
 /// A loaned message buffer: pool storage laid out as the message will be on the wire, with a
 /// [`HEADER_LEN`]-byte hole before every `segment − 28` payload bytes. The application writes
@@ -17,7 +17,7 @@ pub struct MsgBuf {
 }
 
 impl MsgBuf {
-    /// Lays a message of `len` bytes out in `buf` (a [`crate::Pool`] buffer, page-aligned),
+    /// Lays a message of `len` bytes out in `buf` (a [`zcnet::Pool`] buffer, page-aligned),
     /// one header hole per datagram of `layout`; `buf` back when it is too small.
     pub fn new(mut buf: TxBuf, len: usize, layout: Layout) -> Result<MsgBuf, TxBuf> {
         let wire = layout.wire_len(len);
@@ -141,7 +141,7 @@ impl MsgBuf {
 }
 
 /// A stamped message is lent as its wire bytes, headers included: the kernel reads both.
-impl crate::Lend for MsgBuf {
+impl zcnet::Lend for MsgBuf {
     fn bytes(&self) -> &[u8] {
         &self.buf
     }

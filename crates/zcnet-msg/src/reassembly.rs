@@ -633,7 +633,7 @@ impl Reassembly {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::wire::Layout;
+    use crate::wire::Layout;
     use proptest::prelude::*;
     use std::time::Duration;
 

@@ -13,13 +13,13 @@
 use super::reassembly::{InFlight, Reassembly};
 use super::stats::MsgStats;
 use super::{Message, MsgConfig, MsgError, MsgEvent};
-use crate::error::Error;
-use crate::stats::Stats;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet::Error;
+use zcnet::Stats;
 use zcnet_sys::raw::socket;
 use zcnet_sys::raw::udp;
 use zcnet_sys::raw::udp_msg;

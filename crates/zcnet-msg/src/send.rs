@@ -17,7 +17,7 @@
 //!   is one contiguous range, which is what `MSG_ZEROCOPY` needs — the kernel maps a
 //!   zero-copy send into at most 17 page fragments, and an interleaved iovec exhausts them
 //!   after 7 datagrams (`sys::udp_msg` pins this). The buffer is lent to the completion
-//!   bookkeeping ([`crate::zc::completion`]) for the calls that named it and returns to the pool
+//!   bookkeeping ([`zcnet::zc`]) for the calls that named it and returns to the pool
 //!   when they are all complete; the headers live in the same storage, so they too stay
 //!   unchanged until then.
 //! * `ENOBUFS` (option memory) queues nothing: reap, wait 2/4/8 ms, retry, then copy the rest,
@@ -29,18 +29,17 @@ use super::stats::MsgStats;
 use super::uring::MsgRing;
 use super::wire::Layout;
 use super::{MsgConfig, MsgError, MsgTx};
-use crate::buf::{Pool, TxBuf};
-use crate::error::Error;
-use crate::path::FallbackReason;
-use crate::policy::CopiedDemotion;
-use crate::stats::Stats;
-use crate::zc::completion::Completions;
-use crate::zc::reap::{count_change, reap_completions};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet::policy::CopiedDemotion;
+use zcnet::zc::{reap_each, Completions};
+use zcnet::Error;
+use zcnet::FallbackReason;
+use zcnet::Stats;
+use zcnet::{Pool, TxBuf};
 use zcnet_sys::mem::page_size;
 use zcnet_sys::raw::socket;
 use zcnet_sys::raw::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
@@ -225,7 +224,7 @@ impl MsgSender {
     }
 
     /// Sends `data` as one message, copying (the slice may be reused at once), as
-    /// [`crate::Sender::send_slice`] does for a stream. Returns its id. If an error
+    /// [`zcnet::Sender::send_slice`] does for a stream. Returns its id. If an error
     /// interrupts a message the id is used anyway: the receiver reports it lost.
     pub fn send_slice(&mut self, data: &[u8]) -> Result<u64, MsgError> {
         let mut out = self.framer.begin(data.len())?;
@@ -340,7 +339,7 @@ impl MsgSender {
             match self.ring.as_mut() {
                 Some(ring) if ring.held() > 0 => {
                     ring.wait_observing(pause, stats, |copied, bytes| {
-                        count_change(demotion.notified(copied, bytes, &policy), stats)
+                        demotion.count_notified(copied, bytes, &policy, stats)
                     })
                     .map_err(|e| Error::io("io_uring_enter", e))?;
                 }
@@ -354,7 +353,7 @@ impl MsgSender {
     /// Sends a loaned message and returns its id: with `MSG_ZEROCOPY` when
     /// [`MsgConfig::tx`] is [`MsgTx::Zerocopy`], `SO_ZEROCOPY` is on and the policy agrees
     /// (else copied, the reason counted). The buffer returns to its pool when the kernel is
-    /// done with it. As with [`crate::Sender::send`], `send` lends and
+    /// done with it. As with [`zcnet::Sender::send`], `send` lends and
     /// [`MsgSender::send_slice`] copies.
     pub fn send(&mut self, mut msg: MsgBuf) -> Result<u64, MsgError> {
         if !self.pool.as_ref().is_some_and(|p| p.owns(&msg.buf)) || msg.layout != self.layout {
@@ -394,7 +393,7 @@ impl MsgSender {
                         let (demotion, policy, stats) =
                             (&mut self.demotion, self.cfg.policy, &self.stats);
                         ring.reap_observing(stats, |copied, bytes| {
-                            count_change(demotion.notified(copied, bytes, &policy), stats)
+                            demotion.count_notified(copied, bytes, &policy, stats)
                         });
                         let mut deadline = None;
                         while ring.results_due() > 0 {
@@ -408,7 +407,7 @@ impl MsgSender {
                                 (deadline - now).min(Duration::from_millis(10)),
                                 stats,
                                 |copied, bytes| {
-                                    count_change(demotion.notified(copied, bytes, &policy), stats)
+                                    demotion.count_notified(copied, bytes, &policy, stats)
                                 },
                             )
                             .map_err(|e| Error::io("io_uring_enter", e))?;
@@ -426,7 +425,7 @@ impl MsgSender {
                         let (demotion, policy, stats) =
                             (&mut self.demotion, self.cfg.policy, &self.stats);
                         ring.reap_observing(stats, |copied, bytes| {
-                            count_change(demotion.notified(copied, bytes, &policy), stats)
+                            demotion.count_notified(copied, bytes, &policy, stats)
                         });
                     }
                     return Ok(out.id());
@@ -515,15 +514,20 @@ impl MsgSender {
         if self.completions.is_idle() {
             return Ok(0);
         }
-        let released = reap_completions(
+        let mut released = 0;
+        reap_each(
             self.sock.as_fd(),
             &mut self.entries,
             &mut self.completions,
             &mut self.demotion,
             self.cfg.policy,
             &self.stats,
+            |buf, _copied| {
+                drop(buf); // back to its pool
+                released += 1;
+            },
         )?;
-        Ok(released.len())
+        Ok(released)
     }
 
     /// Reaps, and if nothing came back waits up to `pause` for the error queue to signal
@@ -571,7 +575,7 @@ impl MsgSender {
             ring.wait_observing(
                 (deadline - now).min(Duration::from_millis(10)),
                 stats,
-                |copied, bytes| count_change(demotion.notified(copied, bytes, &policy), stats),
+                |copied, bytes| demotion.count_notified(copied, bytes, &policy, stats),
             )
             .map_err(|e| Error::io("io_uring_enter", e))?;
             ring.send_refused_blocking(self.sock.as_fd(), &self.stats)
@@ -614,7 +618,7 @@ fn send_error(e: io::Error, timeout: Duration) -> MsgError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::wire::HEADER_LEN;
+    use crate::wire::HEADER_LEN;
 
     #[test]
     fn msgbuf_writes_land_between_the_header_holes() {

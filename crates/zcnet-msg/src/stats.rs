@@ -1,10 +1,10 @@
-//! Message-level counters of a [`super::MsgSender`] or [`super::MsgReceiver`]: messages and
+//! Message-level counters of a [`crate::MsgSender`] or [`crate::MsgReceiver`]: messages and
 //! datagrams, every loss by reason, every datagram that was not ours by kind, and the GSO/GRO
 //! fallbacks. Byte-level transmit counters (copy vs `MSG_ZEROCOPY`, bytes the kernel copied
-//! anyway, `ENOBUFS` fallbacks) stay in the crate's [`crate::Stats`], which the sender keeps
+//! anyway, `ENOBUFS` fallbacks) stay in zcnet's [`zcnet::Stats`], which the sender keeps
 //! beside these, so `tx_zerocopy_fraction()` means the same for messages as for streams.
 //!
-//! Relaxed atomics, as in [`crate::stats`]: the data path pays an uncontended add, and a
+//! Relaxed atomics, as in [`zcnet::stats`]: the data path pays an uncontended add, and a
 //! snapshot can be taken from another thread.
 
 use super::wire::WireError;
@@ -12,7 +12,46 @@ use super::LossReason;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-crate::counters::counter_set!(MsgStats, MsgStatsSnapshot, "Live message counters (see the module docs)." {
+/// `counter_set!(Live, Snapshot, "doc of Live" { /// doc \n field, ... })` defines `Live`
+/// (`AtomicU64` per field, `Default`), `Snapshot` (`u64` per field, documented,
+/// `Serialize`), `Live::snapshot()` and `Live::<field>(n)` adders (crate-visible): the
+/// counters, their snapshot and their adders from one list, so a counter cannot be added to
+/// one and forgotten in another.
+macro_rules! counter_set {
+    ($live:ident, $snap:ident, $doc:literal {
+        $($(#[doc = $fdoc:literal])* $field:ident),* $(,)?
+    }) => {
+        #[doc = $doc]
+        #[derive(Debug, Default)]
+        pub struct $live {
+            $($field: AtomicU64,)*
+        }
+
+        #[doc = concat!("A point-in-time copy of [`", stringify!($live), "`].")]
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+        #[non_exhaustive]
+        pub struct $snap {
+            $($(#[doc = $fdoc])* pub $field: u64,)*
+        }
+
+        impl $live {
+            /// Reads every counter.
+            pub fn snapshot(&self) -> $snap {
+                $snap {
+                    $($field: self.$field.load(Relaxed),)*
+                }
+            }
+        }
+
+        /// Adders, one per counter (an `add(field, n)` would lose the names).
+        #[allow(missing_docs, dead_code)]
+        impl $live {
+            $(pub(crate) fn $field(&self, n: u64) { self.$field.fetch_add(n, Relaxed); })*
+        }
+    };
+}
+
+counter_set!(MsgStats, MsgStatsSnapshot, "Live message counters (see the module docs)." {
     /// Messages handed to the kernel completely (every datagram sent).
     messages_sent,
     /// Payload bytes of those messages (headers not counted).

@@ -41,15 +41,15 @@
 //! result says it sent, not when it is queued. A registered pool is charged once, at
 //! registration: nothing of this runs.
 
-use crate::buf::{Pool, TxBuf};
-use crate::msg::framer::{Framer, Outgoing};
-use crate::msg::MsgBuf;
-use crate::path::FallbackReason;
-use crate::stats::Stats;
+use crate::framer::{Framer, Outgoing};
+use crate::MsgBuf;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::ops::Range;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use zcnet::FallbackReason;
+use zcnet::Stats;
+use zcnet::{Pool, TxBuf};
 use zcnet_sys::uring::{PushError, SendEvent, SendToken, SendZcRing};
 
 /// One request's batch: its wire range in the buffer and its `UDP_SEGMENT` size.
@@ -323,7 +323,7 @@ impl MsgRing {
     }
 
     /// [`MsgRing::reap`], telling `observe` each notification's (copied, bytes): what a
-    /// sender's COPIED demotion reads ([`crate::policy::CopiedDemotion::observe_bytes`]).
+    /// sender's COPIED demotion reads ([`zcnet::policy::CopiedDemotion::observe_bytes`]).
     pub fn reap_observing(&mut self, stats: &Stats, mut observe: impl FnMut(bool, u64)) -> usize {
         self.ring.complete(&mut self.events);
         let mut released = 0;

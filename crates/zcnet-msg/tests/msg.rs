@@ -1,4 +1,4 @@
-//! `zcnet::msg` over real sockets: loopback and a veth pair between two network namespaces.
+//! `zcnet_msg` over real sockets: loopback and a veth pair between two network namespaces.
 //! Every message's bytes come from a pattern that depends on its id, so a swapped or shifted
 //! message is caught, and every byte is compared. Loss and reordering are injected by a
 //! crafted sender (a plain UDP socket writing our wire format: fragments last-first as the
@@ -6,22 +6,21 @@
 //! receiver's namespace; losses must come back as `Lost` events with the right ids, never as
 //! wrong bytes.
 
-mod common;
-
-use common::{pattern, veth_pair, PERIOD};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use zcnet::msg::wire::{Header, Layout, HEADER_LEN};
-use zcnet::msg::{
+use zcnet::{FallbackReason, Policy, StatsSnapshot};
+use zcnet_msg::wire::{Header, Layout, HEADER_LEN};
+use zcnet_msg::{
     LossReason, Lost, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgStatsSnapshot,
     MsgTx, ReassemblyLimits,
 };
-use zcnet::{FallbackReason, Policy, StatsSnapshot};
 use zcnet_testbed::memlock;
 use zcnet_testbed::netns::VethPair;
+use zcnet_testbed::pattern::{pattern, PERIOD};
+use zcnet_testbed::topo::veth_pair;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -63,7 +62,7 @@ enum Api {
 }
 
 struct Outcome {
-    tx: zcnet::msg::MsgStatsSnapshot,
+    tx: zcnet_msg::MsgStatsSnapshot,
     tx_io: StatsSnapshot,
     rx: MsgStatsSnapshot,
     buffers_left: usize,

@@ -1,11 +1,11 @@
-//! The UDP message header (`msg::wire`) fed 100,000 random and 100,000 mutated datagrams: no
+//! The UDP message header (`zcnet_msg::wire`) fed 100,000 random and 100,000 mutated datagrams: no
 //! panic, no allocation at all (it parses in place), a typed error for every rejection, and
 //! whatever passes — including the fragment range a receiver then takes from the peer's
 //! numbers — stays in range. (The Lightweight Messages header has the same test in
 //! zcnet-afxdp.)
 
 use proptest::prelude::*;
-use zcnet::msg::wire::{Header, HeaderFault, WireError, HEADER_LEN};
+use zcnet_msg::wire::{Header, HeaderFault, WireError, HEADER_LEN};
 use zcnet_sys::peak_alloc::PeakAlloc;
 use zcnet_testbed::mutate::mutate;
 

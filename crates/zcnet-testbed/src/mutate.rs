@@ -1,6 +1,6 @@
 //! A wire parser's fuzz input made from a valid one: what the parsers' property tests feed
-//! (`wire_parsers_never_panic.rs` in zcnet and zcnet-afxdp), so a mutation is described the
-//! same way wherever a header is tested.
+//! (`wire_parsers_never_panic.rs` in zcnet-msg and zcnet-afxdp), so a mutation is described
+//! the same way wherever a header is tested.
 
 /// `b` with each `(position, value)` of `edits` written at `position` modulo its length (an
 /// empty buffer takes none), then cut to `cut` modulo its length + 1 bytes, if given.

@@ -22,7 +22,7 @@
 //! * `ZcUdpSocket send_lent` — GSO batches from loaned pool buffers with `MSG_ZEROCOPY`,
 //!   and with io_uring `SEND_ZC` from the registered pool (several messages submitted per
 //!   `io_uring_enter`: the socket's flusher submits what a task queued once it yields);
-//! * `blocking MsgSender send` — the same from `zcnet::msg` on a plain thread, twice (the
+//! * `blocking MsgSender send` — the same from `zcnet_msg` on a plain thread, twice (the
 //!   second row is the spread of two identical configurations in the same sitting).
 //!
 //! "× blocking" is the median of per-run ratios to the first blocking row, "× same engine"
@@ -41,7 +41,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
-use zcnet::msg::{MsgConfig, MsgSender, MsgTx};
+use zcnet_msg::{MsgConfig, MsgSender, MsgTx};
 use zcnet_sys::raw::cpu;
 use zcnet_testbed::netns::{Side, VethPair};
 use zcnet_tokio::ZcUdpSocket;

@@ -87,7 +87,7 @@
 //! * [`ZcStream::recv_zc`] lends received pages mapped with `TCP_ZEROCOPY_RECEIVE` where
 //!   the kernel can map them, copies where it cannot, within a bounded window;
 //! * `AsyncRead`/`AsyncWrite` keep copy semantics, a drop-in for `tokio::net::TcpStream`;
-//! * [`ZcUdpSocket`]: zcnet's whole messages over UDP ([`zcnet::msg`]) — GSO batches out
+//! * [`ZcUdpSocket`]: zcnet's whole messages over UDP ([`zcnet_msg`]) — GSO batches out
 //!   with `MSG_ZEROCOPY` loans, `UDP_GRO` in, every lost message reported by id;
 //! * [`ZcIo`] and [`ZcBody`] (feature `hyper`): an unmodified hyper server sends large
 //!   `Bytes` body frames zero-copy; [`crate::axum`] (feature `axum`) does it for axum.
@@ -136,8 +136,8 @@ pub use send::Sent;
 pub use split::{OwnedReadHalf, OwnedWriteHalf, ReuniteError};
 pub use stream::{ZcListener, ZcStream};
 pub use udp::{MsgSent, ZcUdpSocket};
-pub use zcnet::msg::{
+pub use zcnet::{Lend, Policy, Stats, StatsSnapshot};
+pub use zcnet_msg::{
     LossReason, Lost, Message, MsgBuf, MsgConfig, MsgEvent, MsgStats, MsgStatsSnapshot, MsgTx,
     ReassemblyLimits,
 };
-pub use zcnet::{Lend, Policy, Stats, StatsSnapshot};

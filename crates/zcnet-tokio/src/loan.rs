@@ -54,7 +54,7 @@ pub(crate) enum Loan {
     Bytes(bytes::Bytes),
     /// A `send_lent` message buffer, back to its pool on completion: no allocation per
     /// message.
-    Msg(zcnet::msg::MsgBuf),
+    Msg(zcnet_msg::MsgBuf),
 }
 
 impl std::fmt::Debug for Loan {

@@ -1,7 +1,7 @@
-//! [`ZcUdpSocket`]: zcnet's whole messages over UDP (`zcnet::msg`, `docs/msg.md`) on
+//! [`ZcUdpSocket`]: zcnet's whole messages over UDP (`zcnet_msg`, `docs/msg.md`) on
 //! tokio's reactor — out as GSO batches (`UDP_SEGMENT`) with `MSG_ZEROCOPY` loans, in with
 //! `UDP_GRO`, every lost message reported by id. Same wire format as the blocking
-//! `MsgSender`/`MsgReceiver`, and the same sender state machine ([`zcnet::msg::Framer`]):
+//! `MsgSender`/`MsgReceiver`, and the same sender state machine ([`zcnet_msg::Framer`]):
 //! only the waiting differs.
 //!
 //! The socket sits in its own epoll instance, as a [`crate::ZcStream`] does
@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{oneshot, Notify};
-use zcnet::msg::wire::Layout;
-use zcnet::msg::{
+use zcnet::{Error, FallbackReason, Pool, Stats};
+use zcnet_msg::wire::Layout;
+use zcnet_msg::{
     Framer, MsgBuf, MsgConfig, MsgError, MsgEvent, MsgRing, MsgStats, MsgTx, Outgoing, Reassembly,
 };
-use zcnet::{Error, FallbackReason, Pool, Stats};
 use zcnet_sys::raw::socket::RecvFlags;
 use zcnet_sys::raw::udp_msg::{self, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UDP_MAX_SEGMENTS};
 use zcnet_sys::raw::zerocopy as zc;
@@ -44,7 +44,7 @@ const SUBMIT_AT: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MsgSent {
-    /// The message's id (what a receiver's [`zcnet::msg::Lost`] names).
+    /// The message's id (what a receiver's [`zcnet_msg::Lost`] names).
     pub id: u64,
     /// Wire bytes (headers included) sent zero-copy (`MSG_ZEROCOPY`, or `SEND_ZC` with
     /// [`MsgTx::Uring`]).
@@ -168,7 +168,7 @@ impl UdpRing {
 /// On an unregistered ring (the pool's registration refused: `RLIMIT_MEMLOCK` without
 /// `CAP_IPC_LOCK`) it also stays until every submitted request's result is in, and sends by
 /// copy each batch the kernel refused past that limit — a refusal that can come long after
-/// the submission, once the request found socket room (`zcnet::msg::MsgRing`). So a refused
+/// the submission, once the request found socket room (`zcnet_msg::MsgRing`). So a refused
 /// batch leaves at once, whether or not the application calls again, and is never lost to
 /// the receiver's reassembly timeout.
 async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
@@ -209,7 +209,7 @@ async fn flusher(ring: Arc<UdpRing>, conn: Arc<Conn<UdpSocket>>) {
 }
 
 /// Sends by copy, in order, the batches the ring's kernel refused for want of pinnable
-/// memory (`zcnet::msg::MsgRing::take_refused`), each counted as a fallback with its
+/// memory (`zcnet_msg::MsgRing::take_refused`), each counted as a fallback with its
 /// reason. Cancel-safe: a batch not yet sent goes back to the ring, first in line.
 async fn send_refused(r: &UdpRing, conn: &Conn<UdpSocket>) -> io::Result<()> {
     loop {
@@ -230,7 +230,7 @@ async fn send_refused(r: &UdpRing, conn: &Conn<UdpSocket>) -> io::Result<()> {
 
 /// A refused batch on its way out by copy: back to the ring's queue, first, if its send is
 /// cancelled or fails.
-struct RefusedHeld<'a>(&'a UdpRing, Option<zcnet::msg::Refused>);
+struct RefusedHeld<'a>(&'a UdpRing, Option<zcnet_msg::Refused>);
 
 impl Drop for RefusedHeld<'_> {
     fn drop(&mut self) {
@@ -260,7 +260,7 @@ struct RxState {
     table: Reassembly,
 }
 
-/// Whole messages over one UDP socket, asynchronously: zcnet's messages ([`zcnet::msg`],
+/// Whole messages over one UDP socket, asynchronously: zcnet's messages ([`zcnet_msg`],
 /// the same wire format as the blocking `MsgSender`/`MsgReceiver`) on tokio's reactor.
 ///
 /// * Out: each message is cut into datagrams with a 28-byte header each, many per
@@ -542,7 +542,7 @@ impl ZcUdpSocket {
     }
 
     /// Tells the receiver how many messages this socket has sent (a mark,
-    /// `zcnet::msg::wire`), so that it reports every one that never arrives as lost
+    /// `zcnet_msg::wire`), so that it reports every one that never arrives as lost
     /// — the last ones too, which no later message would reveal. Call it when done (the
     /// end of a stream) or before a pause. A mark is one datagram and can be lost like any
     /// other: where the receiver may be overrun, send it again after its reorder window
@@ -1010,7 +1010,7 @@ impl ZcUdpSocket {
     }
 
     /// Gives a delivered message's buffer back for reuse by a later one.
-    pub async fn recycle(&self, msg: zcnet::msg::Message) {
+    pub async fn recycle(&self, msg: zcnet_msg::Message) {
         self.rx.lock().await.table.recycle(msg.data);
     }
 }

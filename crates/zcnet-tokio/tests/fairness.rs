@@ -7,7 +7,7 @@
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use zcnet::msg::{MsgConfig, MsgEvent, MsgTx};
+use zcnet_msg::{MsgConfig, MsgEvent, MsgTx};
 use zcnet_tokio::ZcUdpSocket;
 
 const MESSAGES: u64 = 1000;

@@ -1,6 +1,6 @@
 //! `ZcUdpSocket`: whole messages arrive byte for byte (1 B to 1 MiB, copy and zero-copy, on
 //! loopback and across a veth pair), interoperate both ways with the blocking
-//! `zcnet::msg`, survive many concurrent sending tasks, keep a cancelled send's buffer
+//! `zcnet_msg`, survive many concurrent sending tasks, keep a cancelled send's buffer
 //! until the kernel lets go, fall back counted under `ENOBUFS`, and report every lost
 //! message by id — the last ones too, once the sender's mark says how many it sent.
 
@@ -9,8 +9,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
-use zcnet::msg::{LossReason, Lost, Message, MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet::Policy;
+use zcnet_msg::{LossReason, Lost, Message, MsgConfig, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet_testbed::memlock;
 use zcnet_testbed::pattern::{pattern, PERIOD};
 use zcnet_testbed::topo::{veth_pair, Topo};
@@ -367,7 +367,7 @@ fn dropping_relay(listen: UdpSocket, to: SocketAddr) -> std::thread::JoinHandle<
         let mut dropped = 0;
         while let Ok(n) = listen.recv(&mut buf) {
             let d = &buf[..n];
-            let (h, _) = zcnet::msg::wire::Header::decode(d).expect("our datagram");
+            let (h, _) = zcnet_msg::wire::Header::decode(d).expect("our datagram");
             if (h.id == 3 && h.offset > 0 && dropped == 0) || h.id == 5 {
                 dropped += 1;
                 continue;
@@ -985,7 +985,7 @@ fn lent_messages_past_the_memlock_limit_are_copied_counted_never_lost() {
         }
         tx.flush_loans().await.unwrap();
         let ms = tx.msg_stats().snapshot();
-        let wire = ms.bytes_sent + ms.datagrams_sent * zcnet::msg::wire::HEADER_LEN as u64;
+        let wire = ms.bytes_sent + ms.datagrams_sent * zcnet_msg::wire::HEADER_LEN as u64;
         // The ring's flusher task reaps results and sends refused batches on its own: give
         // its last counts (bounded) time to land before they are compared with the wire.
         let mut s = tx.stats().snapshot();

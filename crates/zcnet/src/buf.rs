@@ -311,8 +311,10 @@ impl TxBuf {
     /// still read (its socket was abandoned with sends in flight), so no later send can
     /// overwrite bytes still on their way. The pool is one buffer smaller afterwards. (Its
     /// own mapping is unmapped now; a buffer carved from the pool's shared mapping goes
-    /// with the pool's last buffer.)
-    pub(crate) fn retire(mut self) {
+    /// with the pool's last buffer.) Public for a sender outside this crate that keeps its
+    /// own [`crate::zc::Completions`] of pool buffers (`zcnet-msg`'s) and gives up the
+    /// loans [`crate::zc::Completions::abandon`] returns.
+    pub fn retire(mut self) {
         drop(self.mem.take());
         self.pool
             .retired

@@ -99,8 +99,9 @@ pub enum Error {
 }
 
 impl Error {
-    /// A timed-out operation's error, with nothing of it queued yet.
-    pub(crate) fn timeout(op: &'static str, after: Duration) -> Error {
+    /// A timed-out operation's error, with nothing of it queued yet (public for the
+    /// transports built on this crate's pool and policy: zcnet-msg's senders).
+    pub fn timeout(op: &'static str, after: Duration) -> Error {
         Error::Timeout {
             op,
             after,

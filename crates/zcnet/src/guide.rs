@@ -12,8 +12,3 @@ pub mod usage {}
 #[cfg(not(doctest))]
 #[doc = include_str!("../docs/ARCHITECTURE.md")]
 pub mod architecture {}
-
-/// `docs/msg.md`: whole messages over UDP — the wire format, loss reporting, the numbers.
-#[cfg(not(doctest))]
-#[doc = include_str!("../docs/msg.md")]
-pub mod msg {}

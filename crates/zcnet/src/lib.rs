@@ -43,10 +43,10 @@
 //!   the bytes it queued, and the next call goes on from there.
 //! * Which path, and why a byte was copied: [`TxPath`], [`RxPath`], [`Stats`],
 //!   [`FallbackReason`]; [`auto`] picks per operation from `zcnet tune`'s profile.
-//! * UDP messages: [`msg`]. Async (tokio, hyper): the `zcnet-tokio` crate.
-//! * The guides, in this documentation: [`guide::architecture`] (the map of the code and
-//!   the ownership rules), [`guide::msg`] (the message wire format). AF_XDP and Lightweight
-//!   Messages: the `zcnet-afxdp` crate.
+//! * UDP messages: the `zcnet-msg` crate. Async (tokio, hyper): the `zcnet-tokio` crate.
+//!   AF_XDP and Lightweight Messages: the `zcnet-afxdp` crate.
+//! * The guides, in this documentation: [`guide::usage`] (for a user) and
+//!   [`guide::architecture`] (the map of the code and the ownership rules).
 //!
 //! # The paths
 //!
@@ -57,10 +57,6 @@
 //! * Receive ([`Receiver`], [`RxPath`]): `copy` (`recv(2)`), `mmap` (`TCP_ZEROCOPY_RECEIVE`
 //!   into a mapping of the socket), `uring` (multishot recv into a provided buffer ring) and
 //!   `zcrx` (io_uring zero-copy receive where a NIC allows it; refused and counted here).
-//! * Messages ([`msg`]): whole messages up to 1 MiB (configurable) over UDP, many datagrams
-//!   per call with GSO, `MSG_ZEROCOPY` from loaned buffers laid out with header holes
-//!   (Lightweight Messages' application-level fragmentation), GRO on receive, bounded
-//!   reassembly, and every lost message reported with its id ([`guide::msg`]).
 //! * Files: [`Sender::send_file`] (`sendfile(2)`, or `splice(2)` file → pipe → socket) and
 //!   [`Receiver::recv_to_file`] (`splice(2)` socket → pipe → file), with read+send and
 //!   recv+pwrite as counted fallbacks.
@@ -72,7 +68,8 @@
 //!
 //! [`auto`] makes the `auto` path's per-operation decisions from the host profile `zcnet tune`
 //! writes. This crate contains no `unsafe`: the syscalls and the memory the kernel touches
-//! are owned by `zcnet-sys`. The file-transfer protocol (`zcnet-transfer`), the bench's pure
+//! are owned by `zcnet-sys`. Whole messages over UDP (`zcnet-msg`, on this crate's pool,
+//! policy and completions), the file-transfer protocol (`zcnet-transfer`), the bench's pure
 //! half (`zcnet-bench`) and the two-host test bed (`zcnet-testbed`) are crates of their own,
 //! so a user of [`Sender`] compiles none of them.
 #![forbid(unsafe_code)]
@@ -96,7 +93,6 @@ mod fault;
 pub(crate) mod file;
 pub mod guide;
 pub(crate) mod lend;
-pub mod msg;
 mod named;
 pub(crate) mod path;
 pub mod policy;

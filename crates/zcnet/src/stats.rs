@@ -124,7 +124,7 @@ pub struct StatsSnapshot {
     /// Pools an io_uring sender could not register as fixed buffers (`RLIMIT_MEMLOCK`, too
     /// many buffers): it then sent with plain `SEND_ZC`, pinning per request.
     pub tx_uring_register_failures: u64,
-    /// Messages an io_uring sender (`zcnet::msg::MsgTx::Uring`) could not queue — every slot
+    /// Messages an io_uring sender (`zcnet_msg::MsgTx::Uring`) could not queue — every slot
     /// held, or the ring refused the request — and sent by `MSG_ZEROCOPY` instead.
     pub tx_uring_refused: u64,
     /// `io_uring_enter` calls a message sender's ring made to submit `SEND_ZC` requests:

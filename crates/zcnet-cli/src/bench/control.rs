@@ -355,7 +355,7 @@ pub(crate) enum Reply {
 }
 
 /// The transport's part of an `rr` client, for [`ping_pong`]: the calls differ by
-/// transport (`zcnet::msg`, `zcnet_afxdp`), the round trips' bookkeeping does not.
+/// transport (`zcnet_msg`, `zcnet_afxdp`), the round trips' bookkeeping does not.
 pub(crate) trait Trips {
     /// Sends the next request, its send call timed into `hist`; returns its id.
     fn request(&mut self, hist: &mut LatencyHistogram) -> Result<u64, BenchError>;

@@ -23,7 +23,7 @@
 //!   [`server`] and [`client`] — the one dispatch each way from a run to its
 //!   [`spec::Transport`];
 //! * the transports, which do not import each other: [`tcp`] (with [`workers`], the data
-//!   connections), [`udp`] (`zcnet::msg`), [`lm`] (`zcnet_afxdp`), [`sink`] (the raw GSO
+//!   connections), [`udp`] (`zcnet_msg`), [`lm`] (`zcnet_afxdp`), [`sink`] (the raw GSO
 //!   sender into a dropping device);
 //! * what they share: [`control`] (control connection, accounting, assembling a run),
 //!   [`files`] (the page-cache files of `--tx file` / `--rx file`),
@@ -152,7 +152,7 @@ pub struct Args {
     /// Run against a `zcnet bench --server` at HOST or HOST:PORT (default port 5301).
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "suite")]
     client: Option<String>,
-    /// Transport: `tcp` byte streams, or `udp` whole messages through zcnet::msg
+    /// Transport: `tcp` byte streams, or `udp` whole messages through zcnet_msg
     /// (`--tx copy|zerocopy`, `--rx copy|gro`, `--size` = message size).
     #[arg(long, value_enum, default_value = "tcp")]
     proto: ProtoArg,
@@ -873,9 +873,9 @@ fn describe(args: &Args, env: &Env, runs: usize) -> String {
         s += &format!(" (MTU {m})");
     }
     if args.proto == ProtoArg::Udp && env.is_sink() {
-        s += ", UDP messages (zcnet::msg's sender)";
+        s += ", UDP messages (zcnet_msg's sender)";
     } else if args.proto == ProtoArg::Udp {
-        s += ", UDP messages (zcnet::msg";
+        s += ", UDP messages (zcnet_msg";
         if args.tx() == "all" || args.tx().split(',').any(|t| t.trim() == Transport::LM) {
             s += " and zcnet_afxdp over AF_XDP";
         }

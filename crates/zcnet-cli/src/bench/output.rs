@@ -278,13 +278,13 @@ pub(crate) fn msg_rr_table(rows: &[&SummaryRow], runs: &[Run]) -> String {
 
 /// Printed under UDP message tables.
 pub(crate) const MSG_NOTE: &str = "udp: msg = message size; every message received is compared byte for byte with what was sent; \
-CPU per GiB delivered; loss% = messages lost / sent (rr: both directions). zcnet::msg's sender keeps at most \
+CPU per GiB delivered; loss% = messages lost / sent (rr: both directions). zcnet_msg's sender keeps at most \
 clamp(4 MiB / size, 2, 1024) messages unacknowledged (acks on the control connection); lm (Lightweight \
 Messages over AF_XDP) waits for the receiver's admission of each message instead. plain = one datagram per \
 sendmsg (no GSO).";
 
 /// Printed under UDP message tables of the sink.
-pub(crate) const MSG_SINK_NOTE: &str = "udp sink: msg = message size; zcnet::msg's sender (header holes, GSO batches, MSG_ZEROCOPY loans \
+pub(crate) const MSG_SINK_NOTE: &str = "udp sink: msg = message size; zcnet_msg's sender (header holes, GSO batches, MSG_ZEROCOPY loans \
 with --tx zerocopy) into the dropping device; nothing receives, so nothing is verified or lost.";
 
 /// The whole text report: a header, one table per mode, the verdict.

@@ -15,7 +15,7 @@ use zcnet_bench::verdict::{self, Metric};
 pub(crate) enum Transport {
     /// TCP streams through `zcnet::Sender`/`Receiver` (`workers.rs`, `tcp.rs`).
     Tcp,
-    /// Whole messages over UDP through `zcnet::msg` (`udp.rs`).
+    /// Whole messages over UDP through `zcnet_msg` (`udp.rs`).
     Udp,
     /// Lightweight Messages over AF_XDP through `zcnet_afxdp` (`lm.rs`).
     Lm,

@@ -1,4 +1,4 @@
-//! `--proto udp`: whole messages over UDP through `zcnet::msg` — the client's
+//! `--proto udp`: whole messages over UDP through `zcnet_msg` — the client's
 //! [`MsgSender`] (GSO batches, `MSG_ZEROCOPY` loans with `--tx zerocopy`), the server's
 //! [`MsgReceiver`] (`UDP_GRO` with `--rx gro`, one datagram per read with `--rx copy`).
 //!
@@ -24,7 +24,7 @@
 //! receiving it here.
 //!
 //! **Losses are counted, never hidden.** The receiver keeps the ids it delivered and the
-//! ids `zcnet::msg` reported lost as range sets ([`Ledger`]): a message delivered twice,
+//! ids `zcnet_msg` reported lost as range sets ([`Ledger`]): a message delivered twice,
 //! after being reported lost, or with an id the client never sent fails the run. At the end
 //! the client's count of messages sent (in its `done`) decides: every id below it that was
 //! not delivered is lost — reported with a reason, or vanished at the very end where nothing
@@ -48,7 +48,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use zcnet::msg::{MsgBuf, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet::Policy;
 use zcnet_bench::cpu::SystemCpu;
 use zcnet_bench::histogram::LatencyHistogram;
@@ -57,6 +56,7 @@ use zcnet_bench::protocol::{
     REPLY_KEY as REPLY,
 };
 use zcnet_bench::report::{Mode, Run, SideReport, SideStats, SystemCpuTimes};
+use zcnet_msg::{MsgBuf, MsgConfig, MsgError, MsgEvent, MsgReceiver, MsgSender, MsgTx};
 use zcnet_testbed::netns::{Side, VethPair};
 
 /// Payload the client keeps unacknowledged: well within the 8 MiB socket receive buffer
@@ -205,8 +205,8 @@ impl Filler {
     }
 }
 
-/// `zcnet::msg`'s counters by name, for [`SideStats::msg`].
-fn msg_counters(s: &zcnet::msg::MsgStatsSnapshot) -> BTreeMap<String, u64> {
+/// `zcnet_msg`'s counters by name, for [`SideStats::msg`].
+fn msg_counters(s: &zcnet_msg::MsgStatsSnapshot) -> BTreeMap<String, u64> {
     match serde_json::to_value(s) {
         Ok(serde_json::Value::Object(m)) => m
             .into_iter()
@@ -373,7 +373,7 @@ fn flush(sender: &mut MsgSender) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The client's ping-pong over `zcnet::msg` ([`ping_pong`]): requests through `sender`,
+/// The client's ping-pong over `zcnet_msg` ([`ping_pong`]): requests through `sender`,
 /// replies from `rx`, each trip lost after [`reply_wait`].
 fn rr_client(
     sender: &mut MsgSender,
@@ -393,7 +393,7 @@ fn rr_client(
     ping_pong(&mut end, p, &pattern, reply_wait(cfg), progress)
 }
 
-/// The `zcnet::msg` client's end of a ping-pong; every reply from the one peer session.
+/// The `zcnet_msg` client's end of a ping-pong; every reply from the one peer session.
 struct MsgTrips<'a> {
     sender: &'a mut MsgSender,
     rx: &'a mut MsgReceiver,

@@ -1,4 +1,4 @@
-//! The socket calls of the message layer (`zcnet::msg`): a vectored UDP send with a
+//! The socket calls of the message layer (`zcnet_msg`): a vectored UDP send with a
 //! per-call `UDP_SEGMENT` size and optional `MSG_ZEROCOPY`, a receive that also returns the
 //! sender's address, the datagram's real length (`MSG_TRUNC`) and the `UDP_GRO` segment size,
 //! and the path MTU of a connected socket (`IP_MTU`/`IPV6_MTU`, ip(7)/ipv6(7)).

@@ -19,7 +19,7 @@ use crate::path::FallbackReason;
 use crate::policy::{CopiedDemotion, Policy};
 use crate::stats::Stats;
 use crate::zc::completion::Completions;
-use crate::zc::reap::{count_change, poll_errqueue, reap_completions};
+use crate::zc::reap::{poll_errqueue, reap_completions};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use zcnet_sys::mem::page_size;
@@ -83,7 +83,8 @@ impl ZerocopyTx {
                 super::Transmit::reap(self, fd, stats)?;
             }
             let idle = self.completions.is_idle();
-            count_change(self.demotion.sent(len, false, idle, &self.policy), stats);
+            self.demotion
+                .count_send(len, false, idle, &self.policy, stats);
             return plain::send_all(fd, &lent, stats, self.timeout);
         }
         let first = self.completions.next_id();
@@ -97,7 +98,8 @@ impl ZerocopyTx {
             }
         }
         let idle = self.completions.is_idle();
-        count_change(self.demotion.sent(len, true, idle, &self.policy), stats);
+        self.demotion
+            .count_send(len, true, idle, &self.policy, stats);
         result?;
         super::Transmit::reap(self, fd, stats)?;
         Ok(())

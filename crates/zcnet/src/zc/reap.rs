@@ -94,7 +94,7 @@ pub fn reap_each<T>(
             if copied {
                 stats.add_tx_zc_copied_bytes(done.bytes);
             }
-            count_change(demotion.notified(copied, done.bytes, &policy), stats);
+            demotion.count_notified(copied, done.bytes, &policy, stats);
             for item in done.released {
                 release(item, copied);
             }
@@ -132,12 +132,21 @@ impl CopiedDemotion {
     ) {
         count_change(self.sent(bytes, zerocopy, idle, policy), stats);
     }
+
+    /// Counts a notification that completed `bytes` (`copied`: it said
+    /// `SO_EE_CODE_ZEROCOPY_COPIED`) in the demotion, and what it changed in `stats`, as
+    /// [`reap_each`] does for the notifications it reads. For a sender that reads its own
+    /// notifications, not through the error queue (an io_uring ring's `SEND_ZC`
+    /// notifications: `zcnet-msg`'s `MsgRing`).
+    pub fn count_notified(&mut self, copied: bool, bytes: u64, policy: &Policy, stats: &Stats) {
+        count_change(self.notified(copied, bytes, policy), stats);
+    }
 }
 
 /// Counts what a notification or a send changed in a socket's [`CopiedDemotion`]: every
 /// demotion in `tx_demotions`, the retries and their outcomes in `auto_tx` (`retries`,
 /// `promotions`, `redemotions`), as `auto`'s own demotion counts them.
-pub(crate) fn count_change(change: DemotionChange, stats: &Stats) {
+fn count_change(change: DemotionChange, stats: &Stats) {
     let mut delta = AutoStats::default();
     match change {
         DemotionChange::None => return,

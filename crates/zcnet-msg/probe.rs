@@ -1,0 +1,1 @@
+../zcnet-testbed/probe.rs

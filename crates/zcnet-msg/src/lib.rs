@@ -71,9 +71,9 @@ pub mod wire;
 #[doc = include_str!("../docs/msg.md")]
 pub mod guide {}
 
-pub use framer::{Framer, Outgoing};
+pub use framer::{Batch, Framer, Outgoing};
 pub use msgbuf::MsgBuf;
-pub use reassembly::Reassembly;
+pub use reassembly::{InFlight, Reassembly};
 pub use recv::MsgReceiver;
 pub use send::MsgSender;
 pub use stats::{MsgStats, MsgStatsSnapshot};

@@ -5,6 +5,6 @@
 include!("probe.rs");
 
 fn main() {
-    zcnet_probe(&["nft", "prlimit", "setpriv"]);
-    zcnet_probe_host(&["thp", "schedstat", "dev_shm", "ipv6_loopback", "uring"]);
+    zcnet_probe(&["prlimit", "setpriv"]);
+    zcnet_probe_host(&["thp", "schedstat", "dev_shm", "uring"]);
 }

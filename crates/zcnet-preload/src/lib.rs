@@ -38,10 +38,16 @@
 //! Not covered: static programs and those that make system calls themselves (Go), which
 //! never call the C library's symbols; programs the loader runs in secure-execution mode
 //! (`AT_SECURE`: setuid to another user, file capabilities), for which it ignores
-//! `LD_PRELOAD`; the C library's internal calls (stdio writing to a socket; glibc's
-//! `execl`, `execlp`, `execle` and `fexecve`, which reach the kernel through its internal
-//! `execve`: the image they replace settles nothing first, and only `zcnet run`'s board
-//! keeps its counts). `execve`, `execv`, `execvp` and `execvpe` are interposed.
+//! `LD_PRELOAD`; the C library's internal calls (stdio writing to a socket).
+//!
+//! Every `exec` the program calls settles the old image's sends first and writes its line:
+//! `execve`, `execv`, `execvp`, `execvpe` and `fexecve` are interposed, and so — on
+//! x86-64 — are the C-variadic `execl`, `execlp` and `execle`, which glibc would otherwise
+//! take to the kernel through its internal `execve`, unseen (their list is handed on
+//! through a trampoline, [`zcnet_sys::exec_list_trampoline!`]). On other architectures
+//! those three stay the C library's: the image they replace settles nothing first (the
+//! new image may see `POLLERR` from the old one's completions), and only `zcnet run`'s
+//! board keeps its counts.
 //!
 //! This crate has no `unsafe`: the exported symbols and all raw-pointer handling are
 //! `zcnet_sys::preload`'s, instantiated here by [`zcnet_sys::export_preload!`].

@@ -7,7 +7,7 @@
 //! C library.
 
 use super::hook::{
-    Datagram, FdSet, Hook, MmsgCall, RawRecv, RawSend, RecvCall, SendCall, SysResult,
+    Datagram, Errno, FdSet, Hook, MmsgCall, RawRecv, RawSend, RecvCall, SendCall, SysResult,
 };
 use super::real;
 use crate::cow::{pages_held_anywhere, GiveBack};
@@ -1163,15 +1163,18 @@ pub fn init<H: Hook>(h: &H) {
 type Cstr = *const libc::c_char;
 
 /// Runs an `exec` family call between [`Hook::before_exec`] and, if it returns (it
-/// failed), [`Hook::exec_failed`].
+/// failed), [`Hook::exec_failed`]. The caller gets the C library's `-1` and `errno`,
+/// whatever the hook did after it.
 fn exec<H: Hook>(h: &H, call: impl FnOnce() -> c_int) -> c_int {
     if let Some(_g) = Guard::enter() {
         h.before_exec();
     }
     let r = call();
+    let errno = Errno::last();
     if let Some(_g) = Guard::enter() {
         h.exec_failed();
     }
+    set_errno(errno.0);
     r
 }
 
@@ -1209,6 +1212,75 @@ pub unsafe fn execvp<H: Hook>(h: &H, file: Cstr, argv: *const Cstr) -> c_int {
 pub unsafe fn execvpe<H: Hook>(h: &H, file: Cstr, argv: *const Cstr, envp: *const Cstr) -> c_int {
     // SAFETY: forwarding the application's own arguments.
     exec(h, || unsafe { real::execvpe_fn()(file, argv, envp) })
+}
+
+/// `fexecve(3)`: glibc's reaches the kernel through `execveat` (or its internal `execve`),
+/// which no interposer sees, so it is interposed itself.
+///
+/// # Safety
+/// The C contract of `fexecve`.
+pub unsafe fn fexecve<H: Hook>(h: &H, fd: c_int, argv: *const Cstr, envp: *const Cstr) -> c_int {
+    // SAFETY: forwarding the application's own arguments.
+    exec(h, || unsafe { real::fexecve_fn()(fd, argv, envp) })
+}
+
+/// `execl(3)`: its argument list, laid out by [`crate::exec_list_trampoline!`] as the
+/// NULL-terminated array `execv` takes, goes to [`execv`], as glibc's `execl` goes to
+/// `execve` with `environ`.
+///
+/// # Safety
+/// `path` as for `execv`; `argv` a NULL-terminated array of C strings.
+pub unsafe fn execl<H: Hook>(h: &H, path: Cstr, argv: *const Cstr) -> c_int {
+    // SAFETY: the caller's contract is `execv`'s.
+    unsafe { execv(h, path, argv) }
+}
+
+/// `execlp(3)`: as [`execl`], through [`execvp`]'s search of `PATH`.
+///
+/// # Safety
+/// `file` as for `execvp`; `argv` a NULL-terminated array of C strings.
+pub unsafe fn execlp<H: Hook>(h: &H, file: Cstr, argv: *const Cstr) -> c_int {
+    // SAFETY: the caller's contract is `execvp`'s.
+    unsafe { execvp(h, file, argv) }
+}
+
+/// `execle(3)`: as [`execl`], with the environment the caller passed after the list's
+/// NULL ([`list_envp`]), through [`execve`].
+///
+/// # Safety
+/// `path` as for `execve`; `argv` a NULL-terminated array of C strings followed by the
+/// environment's array pointer.
+pub unsafe fn execle<H: Hook>(h: &H, path: Cstr, argv: *const Cstr) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { list_envp(argv) } {
+        // SAFETY: the caller's contract is `execve`'s.
+        Some(envp) => unsafe { execve(h, path, argv, envp) },
+        None => {
+            set_errno(libc::E2BIG);
+            -1
+        }
+    }
+}
+
+/// The pointer `execle`'s caller passed after the NULL that ends its argument list: its
+/// environment. Reads the list up to that NULL and the one slot after it, nothing more;
+/// `None` (`E2BIG`) for a list of `c_int::MAX` arguments or more, glibc's own bound, which
+/// the kernel's limit on an argument list (execve(2), "Limits on size of arguments and
+/// environment") is far below anyway.
+///
+/// # Safety
+/// `argv` must be a NULL-terminated array of pointers followed by one more pointer.
+pub unsafe fn list_envp(argv: *const Cstr) -> Option<*const Cstr> {
+    let mut i = 0usize;
+    // SAFETY: every slot up to and including the NULL is the caller's list.
+    while !unsafe { *argv.add(i) }.is_null() {
+        i += 1;
+        if i >= c_int::MAX as usize {
+            return None;
+        }
+    }
+    // SAFETY: the slot after the NULL is the caller's environment pointer.
+    Some(unsafe { *argv.add(i + 1) }.cast())
 }
 
 /// Fills the application's `len` bytes at `buf` with `fill` — a C library call the kernel

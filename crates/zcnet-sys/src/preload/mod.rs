@@ -24,12 +24,72 @@ pub use hook::{Datagram, Errno, FdSet, Hook, MmsgCall, RecvCall, SendCall, SendK
 #[doc(hidden)]
 pub use libc;
 
+/// Defines the C-variadic symbol `$name(path, arg0, ..., NULL)` — `execl`, `execlp`,
+/// `execle` — as a trampoline to the ordinary `extern "C" fn $list(path, argv) -> c_int`,
+/// where `argv` is the whole argument list as one NULL-terminated array (for `execle`,
+/// followed by the environment pointer). x86-64 only.
+///
+/// Stable Rust cannot define a variadic function, but a naked one receives its arguments
+/// as the ABI places them, and the System V x86-64 ABI (§3.2.3, "Parameter Passing")
+/// passes a variadic callee's pointer arguments exactly as a fixed one's: the first six in
+/// `rdi`, `rsi`, `rdx`, `rcx`, `r8`, `r9`, the rest on the stack from `[rsp + 8]` at entry,
+/// one eight-byte slot each. `path` is in `rdi`; the list starts in `rsi`. The trampoline
+/// pops the return address and pushes `r9` down to `rsi`: the five register arguments
+/// then lie just below the stack ones, in order — the list is one array, where it already
+/// is. No copy, no bound on its length beyond the kernel's own and no allocation: an
+/// `exec` may run in a `vfork` child, in its parent's memory and heap. It then calls
+/// `$list` with the stack aligned to 16 bytes (the return address kept below the array)
+/// and returns its result, with `errno` as `$list` left it.
+///
+/// Why not a `global_asm!` symbol in this crate: it would be defined in every binary
+/// linking this crate with `preload` on (see the module docs); expanded in
+/// [`crate::export_preload!`], it exists only in the interposer's `cdylib`.
+#[macro_export]
+macro_rules! exec_list_trampoline {
+    ($name:ident => $list:path) => {
+        #[no_mangle]
+        #[unsafe(naked)]
+        #[allow(unreachable_pub)] // reachable by its symbol, not by a Rust path
+        // SAFETY: a C caller passes (path, arg0, ..., NULL[, envp]) by the System V ABI,
+        // which the code below reads as `$list`'s (path, argv) and restores before `ret`.
+        pub unsafe extern "C" fn $name(
+            path: *const $crate::preload::libc::c_char,
+            arg0: *const $crate::preload::libc::c_char,
+        ) -> $crate::preload::libc::c_int {
+            ::core::arch::naked_asm!(
+                // The return address; rsp now points at the first stack argument.
+                "pop rax",
+                // The register arguments, the list's first five, just below the stack ones.
+                "push r9",
+                "push r8",
+                "push rcx",
+                "push rdx",
+                "push rsi",
+                // rsp was 8 mod 16 at entry: after one pop and six pushes it is 0 mod 16,
+                // as a call needs.
+                "push rax",
+                "lea rsi, [rsp + 8]",
+                "call {list}",
+                // Back to the caller: the return address where it was, `ret` (not a `jmp`,
+                // which would leave the return-stack predictor one call behind).
+                "pop rcx",
+                "add rsp, 32",
+                "mov [rsp], rcx",
+                "ret",
+                list = sym $list,
+            )
+        }
+    };
+}
+
 /// Defines the interposed C symbols (`send`, `sendto`, `sendmsg`, `write`, `writev`,
 /// `read`, `pread`, `pread64`, `readv`, `preadv`, `preadv64`, `recv`, `recvfrom`,
 /// `recvmsg` and their `_chk` variants, `poll`,
 /// `ppoll`, `select`, `pselect`, `epoll_wait`, `epoll_pwait`, `epoll_ctl`, `getsockopt`,
 /// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `socketpair`, `accept`,
-/// `accept4`, `fork`, `sendmmsg`, `execve`, `execv`, `execvp`, `execvpe`, `getrandom`, `fread`, `fread_unlocked`, `prctl` and `syscall` for the seccomp filters they
+/// `accept4`, `fork`, `sendmmsg`, `execve`, `execv`, `execvp`, `execvpe`, `fexecve`, `execl`,
+/// `execlp` and `execle` (x86-64 only: C-variadic, see [`crate::exec_list_trampoline!`]),
+/// `getrandom`, `fread`, `fread_unlocked`, `prctl` and `syscall` for the seccomp filters they
 /// install, and `free`, `realloc`, `munmap`, `madvise` and `mremap`, which give memory
 /// back that a zero-copy send may still hold)
 /// in the invoking crate, each calling [`entry`] with the `static` hook `$hook`.
@@ -387,6 +447,37 @@ macro_rules! export_preload {
                 unsafe { e::execvpe(&$hook, p, a, e_) }
             }
             #[no_mangle]
+            pub unsafe extern "C" fn fexecve(
+                fd: c_int,
+                a: *const *const $crate::preload::libc::c_char,
+                e_: *const *const $crate::preload::libc::c_char,
+            ) -> c_int {
+                // SAFETY: the C contract of this symbol, passed on to `entry`.
+                unsafe { e::fexecve(&$hook, fd, a, e_) }
+            }
+            // `execl`, `execlp`, `execle`: C-variadic, defined by a trampoline for x86-64
+            // only (elsewhere they stay the C library's; see `exec_list_trampoline!`).
+            #[cfg(target_arch = "x86_64")]
+            const _: () = {
+                type Cstr = *const $crate::preload::libc::c_char;
+                extern "C" fn execl_list(p: Cstr, a: *const Cstr) -> c_int {
+                    // SAFETY: `execl`'s C contract; the trampoline made `a` its list.
+                    unsafe { e::execl(&$hook, p, a) }
+                }
+                extern "C" fn execlp_list(p: Cstr, a: *const Cstr) -> c_int {
+                    // SAFETY: `execlp`'s C contract; the trampoline made `a` its list.
+                    unsafe { e::execlp(&$hook, p, a) }
+                }
+                extern "C" fn execle_list(p: Cstr, a: *const Cstr) -> c_int {
+                    // SAFETY: `execle`'s C contract; the trampoline made `a` its list,
+                    // followed by the environment pointer.
+                    unsafe { e::execle(&$hook, p, a) }
+                }
+        $crate::exec_list_trampoline!(execl => execl_list);
+        $crate::exec_list_trampoline!(execlp => execlp_list);
+        $crate::exec_list_trampoline!(execle => execle_list);
+            };
+            #[no_mangle]
             pub unsafe extern "C" fn getrandom(
                 b: *mut c_void,
                 l: size_t,
@@ -520,4 +611,163 @@ macro_rules! export_preload {
             };
         };
     };
+}
+
+/// The trampoline called as C calls a variadic function: every list length, with the
+/// register and stack parts of the list both used and the environment after the NULL.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use libc::{c_char, c_int};
+    use std::cell::RefCell;
+    use std::ffi::CString;
+    use std::ptr::null;
+
+    type Cstr = *const c_char;
+    /// The trampolines as a C caller sees them: `(path, arg0, ...)`. Calling through this
+    /// type makes a true variadic call (`al` holds the count of vector registers used, as
+    /// the ABI asks of a variadic call), as a C program's `execl` does.
+    type ListFn = unsafe extern "C" fn(Cstr, Cstr, ...) -> c_int;
+
+    thread_local! {
+        /// What [`collect`] saw: the path, the list and the pointer after its NULL.
+        static SEEN: RefCell<Option<(Cstr, Vec<Cstr>, Cstr)>> = const { RefCell::new(None) };
+    }
+
+    /// Keeps what the trampoline handed over; returns a value the test can tell apart
+    /// from any argument count, to check the result comes back unchanged.
+    extern "C" fn collect(path: Cstr, argv: *const Cstr) -> c_int {
+        let mut list = Vec::new();
+        loop {
+            // SAFETY: the trampoline's `argv` is the caller's NULL-terminated list.
+            let p = unsafe { *argv.add(list.len()) };
+            if p.is_null() {
+                break;
+            }
+            list.push(p);
+        }
+        // SAFETY: the test's callers pass one pointer after the NULL.
+        let envp = unsafe { super::entry::list_envp(argv) }.unwrap();
+        SEEN.with(|s| *s.borrow_mut() = Some((path, list, envp.cast())));
+        -7777
+    }
+
+    crate::exec_list_trampoline!(zcnet_sys_test_exec_list => collect);
+
+    fn list_fn() -> ListFn {
+        // SAFETY: the trampoline's C prototype is `int (const char *, const char *, ...)`;
+        // the Rust one names only the two fixed parameters of a naked function.
+        unsafe {
+            std::mem::transmute::<unsafe extern "C" fn(Cstr, Cstr) -> c_int, ListFn>(
+                zcnet_sys_test_exec_list,
+            )
+        }
+    }
+
+    /// Calls `f(path, v[i]..., NULL, envp)` for the indices given.
+    macro_rules! call {
+        ($f:expr, $path:expr, $envp:expr, $v:expr; ) => {
+            // SAFETY: a NULL-terminated list and one pointer after it.
+            unsafe { $f($path, null::<c_char>(), $envp) }
+        };
+        ($f:expr, $path:expr, $envp:expr, $v:expr; $($i:literal)+) => {
+            // SAFETY: a NULL-terminated list and one pointer after it.
+            unsafe { $f($path, $($v[$i],)+ null::<c_char>(), $envp) }
+        };
+    }
+
+    #[test]
+    fn the_trampoline_hands_over_every_list_length_whole_with_the_pointer_after_its_null() {
+        let args: Vec<CString> = (0..40)
+            .map(|i| CString::new(format!("arg{i}")).unwrap())
+            .collect();
+        let v: Vec<Cstr> = args.iter().map(|a| a.as_ptr()).collect();
+        let path = c"/the/path".as_ptr();
+        let env = [c"A=1".as_ptr(), null()];
+        let envp = env.as_ptr().cast::<c_char>();
+        let f = list_fn();
+        for n in [0usize, 1, 5, 6, 7, 40] {
+            let r = match n {
+                0 => call!(f, path, envp, v;),
+                1 => call!(f, path, envp, v; 0),
+                5 => call!(f, path, envp, v; 0 1 2 3 4),
+                6 => call!(f, path, envp, v; 0 1 2 3 4 5),
+                7 => call!(f, path, envp, v; 0 1 2 3 4 5 6),
+                _ => call!(f, path, envp, v; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18
+                    19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39),
+            };
+            assert_eq!(r, -7777, "{n} arguments: the result");
+            let (p, list, e) = SEEN.with(|s| s.borrow_mut().take()).unwrap();
+            assert_eq!(p, path, "{n} arguments: the path");
+            assert_eq!(list, v[..n], "{n} arguments: the list");
+            assert_eq!(e, envp, "{n} arguments: the environment");
+        }
+    }
+}
+
+/// `execle` through the trampoline reaches the hook and the C library as an interposed
+/// `execve` does: `before_exec` first, and for an `exec` that fails, `exec_failed`, then
+/// `-1` with the C library's `errno` (not the one the hook left).
+#[cfg(all(test, target_arch = "x86_64"))]
+mod execle_tests {
+    use super::hook::Hook;
+    use libc::{c_char, c_int};
+    use std::ptr::null;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    type Cstr = *const c_char;
+    type ListFn = unsafe extern "C" fn(Cstr, Cstr, ...) -> c_int;
+
+    struct Counting {
+        before: AtomicUsize,
+        failed: AtomicUsize,
+    }
+
+    impl Hook for Counting {
+        fn before_exec(&self) {
+            self.before.fetch_add(1, SeqCst);
+        }
+        /// Clobbers `errno`, as a hook's own system calls may.
+        fn exec_failed(&self) {
+            self.failed.fetch_add(1, SeqCst);
+            // SAFETY: closing a descriptor no test opens fails with `EBADF`, nothing more.
+            unsafe { libc::close(-1) };
+        }
+    }
+
+    static COUNTING: Counting = Counting {
+        before: AtomicUsize::new(0),
+        failed: AtomicUsize::new(0),
+    };
+
+    extern "C" fn execle_counting(path: Cstr, argv: *const Cstr) -> c_int {
+        // SAFETY: the trampoline's list, followed by the environment pointer.
+        unsafe { super::entry::execle(&COUNTING, path, argv) }
+    }
+
+    crate::exec_list_trampoline!(zcnet_sys_test_execle => execle_counting);
+
+    #[test]
+    fn a_failed_execle_settles_first_and_returns_the_c_librarys_errno() {
+        // SAFETY: as in `tests::list_fn`.
+        let f = unsafe {
+            std::mem::transmute::<unsafe extern "C" fn(Cstr, Cstr) -> c_int, ListFn>(
+                zcnet_sys_test_execle,
+            )
+        };
+        let env = [c"A=1".as_ptr(), null()];
+        // SAFETY: a NULL-terminated list and the environment after it, as execle(3) wants.
+        let r = unsafe {
+            f(
+                c"/nonexistent/zcnet-sys-test".as_ptr(),
+                c"x".as_ptr(),
+                c"y".as_ptr(),
+                null::<c_char>(),
+                env.as_ptr(),
+            )
+        };
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!((r, errno), (-1, Some(libc::ENOENT)));
+        assert_eq!(COUNTING.before.load(SeqCst), 1, "before_exec");
+        assert_eq!(COUNTING.failed.load(SeqCst), 1, "exec_failed");
+    }
 }

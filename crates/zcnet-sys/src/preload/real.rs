@@ -89,6 +89,7 @@ real_fns! {
     execv_fn = "execv": fn(*const libc::c_char, *const *const libc::c_char) -> c_int;
     execvp_fn = "execvp": fn(*const libc::c_char, *const *const libc::c_char) -> c_int;
     execvpe_fn = "execvpe": fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> c_int;
+    fexecve_fn = "fexecve": fn(c_int, *const *const libc::c_char, *const *const libc::c_char) -> c_int;
     getrandom_fn = "getrandom": fn(*mut c_void, size_t, libc::c_uint) -> ssize_t;
     fread_fn = "fread": fn(*mut c_void, size_t, size_t, *mut libc::FILE) -> size_t;
     fread_unlocked_fn = "fread_unlocked": fn(*mut c_void, size_t, size_t, *mut libc::FILE) -> size_t;

@@ -1,6 +1,6 @@
 //! What earlier processes of this boot found, kept in files beside the `auto` profiles so
 //! that a program started per transfer does not pay to find it again: this host's page
-//! costs ([`crate::cost`]) and the peers whose route copies ([`crate::route`]). Each file
+//! costs ([`crate::cost`]) and the peers whose route copies ([`crate::copying_peers`]). Each file
 //! names the boot it was written in (a new boot may be a new kernel, new namespaces, or
 //! the VM on another host); a missing, unreadable or other boot's file means finding out
 //! again, as a process without the file would.

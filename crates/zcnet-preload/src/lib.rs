@@ -67,7 +67,7 @@ mod lineage;
 mod mmsg;
 pub mod plan;
 mod reaper;
-mod route;
+mod copying_peers;
 mod send;
 mod slot;
 mod sock;

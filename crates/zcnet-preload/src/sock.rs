@@ -3,7 +3,7 @@
 //! is done with them.
 
 use crate::lineage::Process;
-use crate::route;
+use crate::copying_peers;
 use crate::stats::Counters;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -124,9 +124,9 @@ impl Sock {
     }
 
     /// Whether another socket of this process to the same peer was demoted for COPIED
-    /// completions ([`crate::route`]).
+    /// completions ([`crate::copying_peers`]).
     pub fn route_copies(&self, fd: i32) -> bool {
-        self.ends(fd).is_some_and(|(_, peer)| route::copies(peer))
+        self.ends(fd).is_some_and(|(_, peer)| copying_peers::copies(peer))
     }
 
     /// The zero-copy bookkeeping, locked (briefly: never across a blocking call).
@@ -213,7 +213,7 @@ impl Sock {
                 });
                 if demoted {
                     if let Some(&(_, peer)) = self.ends.get() {
-                        route::remember_copies(peer);
+                        copying_peers::remember_copies(peer);
                     }
                 }
             }

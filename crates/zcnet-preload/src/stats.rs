@@ -54,7 +54,7 @@ pub enum Reason {
     /// kernel copies every zero-copy byte at delivery: protection could only add its cost.
     LocalDelivery,
     /// Another socket of this process to the same peer was demoted for COPIED completions
-    /// (`crate::route`): this one copies from its first send.
+    /// (`crate::copying_peers`): this one copies from its first send.
     RouteCopies,
 }
 

@@ -29,9 +29,9 @@ pub(crate) enum Go {
     ZeroCopy,
     /// Plain `send`; a fallback counted under this reason.
     Copy(FallbackReason),
-    /// Plain `send` to measure copy for the cost check: counted as the check's probe
-    /// ([`AutoStats::cost_probe_ops`]), not as a fallback.
-    Probe,
+    /// Plain `send` to measure copy for the cost check: counted as the check's copy sample
+    /// ([`AutoStats::cost_sample_ops`]), not as a fallback.
+    CopySample,
 }
 
 /// One stream's per-send choice.
@@ -84,7 +84,7 @@ impl SendChoice {
         };
         match cost.pick(TxPath::Zerocopy, clock) {
             Pick::Wanted(_) => Go::ZeroCopy,
-            Pick::CopySample(_) => Go::Probe,
+            Pick::CopySample(_) => Go::CopySample,
             Pick::Costlier(_) => Go::Copy(FallbackReason::Costlier),
         }
     }
@@ -102,7 +102,7 @@ impl SendChoice {
             return;
         };
         match go {
-            Go::Probe => delta.cost_probe_ops += 1,
+            Go::CopySample => delta.cost_sample_ops += 1,
             Go::Copy(FallbackReason::Costlier) => delta.fallback_costlier += 1,
             Go::Copy(_) | Go::ZeroCopy => {}
         }
@@ -145,14 +145,14 @@ mod tests {
         // verdict measures again at once (`cost::CONFIRM`), the second demotes.
         let (gone, d) = drive(&mut c, 1.5, 1.0, 128);
         assert!(gone[..16].iter().all(|g| *g == Go::ZeroCopy));
-        assert!(gone[16..48].iter().all(|g| *g == Go::Probe));
+        assert!(gone[16..48].iter().all(|g| *g == Go::CopySample));
         assert!(gone[48..64].iter().all(|g| *g == Go::ZeroCopy));
-        assert!(gone[64..96].iter().all(|g| *g == Go::Probe));
+        assert!(gone[64..96].iter().all(|g| *g == Go::CopySample));
         assert!(gone[96..]
             .iter()
             .all(|g| *g == Go::Copy(FallbackReason::Costlier)));
         assert_eq!((d.cost_checks, d.cost_costlier), (2, 1));
-        assert_eq!(d.cost_probe_ops, 64);
+        assert_eq!(d.cost_sample_ops, 64);
         assert_eq!(d.fallback_costlier, 32);
     }
 
@@ -170,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn the_policy_comes_first_and_without_the_check_nothing_is_probed() {
+    fn the_policy_comes_first_and_without_the_check_nothing_is_sampled() {
         let mut c = SendChoice::new(Policy::default(), true);
         let clock = || 0;
         assert_eq!(

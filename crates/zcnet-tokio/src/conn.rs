@@ -34,7 +34,7 @@ pub(crate) struct TxState {
     /// completed before it was lent).
     last_copied: bool,
     /// Whether any zero-copy notification was read on this socket (see
-    /// [`FallbackReason::ProbeUnanswered`]).
+    /// [`FallbackReason::AwaitingFirstCompletion`]).
     notified_any: bool,
 }
 
@@ -50,7 +50,7 @@ impl Drop for TxState {
 /// Whether a socket that has had no notification read may not send more zero-copy: its
 /// calls not yet notified cover twice what the COPIED demotion needs to decide (a policy
 /// without a byte limit, or without demotion, never caps).
-fn unanswered_probe_is_full<T>(policy: &zcnet::Policy, calls: &Completions<T>) -> bool {
+fn first_try_unanswered_is_full<T>(policy: &zcnet::Policy, calls: &Completions<T>) -> bool {
     match policy.demote_after_copied_bytes {
         Some(limit) if policy.demotes() => calls.bytes_in_flight() >= limit.saturating_mul(2),
         _ => false,
@@ -256,8 +256,8 @@ impl<S: Socket> Conn<S> {
         if let Some(policy) = self.lockless {
             return by_policy(policy);
         }
-        if !tx.notified_any && unanswered_probe_is_full(&tx.choice.policy(), &tx.completions) {
-            return Go::Copy(FallbackReason::ProbeUnanswered);
+        if !tx.notified_any && first_try_unanswered_is_full(&tx.choice.policy(), &tx.completions) {
+            return Go::Copy(FallbackReason::AwaitingFirstCompletion);
         }
         let go = tx.choice.decide(len, addr, page, false, || {
             self.cpu_ns.load(Ordering::Relaxed)
@@ -285,9 +285,9 @@ impl<S: Socket> Conn<S> {
         self.count_demotion(tx, len, go == Go::ZeroCopy);
         if matches!(
             go,
-            Go::Copy(FallbackReason::DemotedCopied | FallbackReason::ProbeUnanswered)
+            Go::Copy(FallbackReason::DemotedCopied | FallbackReason::AwaitingFirstCompletion)
         ) {
-            // Demoted, or waiting for the probe's answer: the cost check measures nothing
+            // Demoted, or waiting for the first try's answer: the cost check measures nothing
             // until zero-copy is asked for again.
             self.metering.store(false, Ordering::Relaxed);
             return;
@@ -777,24 +777,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unanswered_probe_is_full_at_twice_the_demotion_bytes() {
+    fn an_first_try_unanswered_is_full_at_twice_the_demotion_bytes() {
         let policy = zcnet::Policy::default().with_demotion_bytes(Some(4 << 20));
         let mut calls: Completions<()> = Completions::new();
         for _ in 0..7 {
             calls.record_call(1 << 20);
         }
-        assert!(!unanswered_probe_is_full(&policy, &calls), "7 MiB < 8 MiB");
+        assert!(!first_try_unanswered_is_full(&policy, &calls), "7 MiB < 8 MiB");
         calls.record_call(1 << 20);
         assert!(
-            unanswered_probe_is_full(&policy, &calls),
+            first_try_unanswered_is_full(&policy, &calls),
             "8 MiB unanswered"
         );
         // Notified calls no longer count.
         let done = calls.complete(0, 3).unwrap();
         drop(done);
-        assert!(!unanswered_probe_is_full(&policy, &calls));
+        assert!(!first_try_unanswered_is_full(&policy, &calls));
         // A policy that never demotes never caps.
         calls.record_call(64 << 20);
-        assert!(!unanswered_probe_is_full(&zcnet::Policy::always(), &calls));
+        assert!(!first_try_unanswered_is_full(&zcnet::Policy::always(), &calls));
     }
 }

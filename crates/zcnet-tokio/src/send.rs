@@ -101,7 +101,7 @@ async fn send_routed(
             sent.fallback = Some(reason);
             return copy_all(conn, data, sent).await;
         }
-        Go::Probe => return copy_all(conn, data, sent).await,
+        Go::CopySample => return copy_all(conn, data, sent).await,
     }
     let mut enobufs = 0;
     while sent.len < data.len() {

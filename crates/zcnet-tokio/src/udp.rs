@@ -860,8 +860,8 @@ impl ZcUdpSocket {
         let mut zerocopy = self.cfg.tx.is_zerocopy()
             && match self.conn.decide(msg.wire()) {
                 Go::ZeroCopy => true,
-                // Without a cost check there is no probe; copied, not a fallback.
-                Go::Probe => false,
+                // Without a cost check there is no copy sample; copied, not a fallback.
+                Go::CopySample => false,
                 Go::Copy(reason) => {
                     self.conn.stats.fallback(reason, wire_len as u64);
                     sent.fallback = Some(reason);

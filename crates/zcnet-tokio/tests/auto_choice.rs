@@ -98,9 +98,9 @@ async fn a_stream_to_this_host_never_asks_for_zero_copy() {
     ignore = "needs root and iproute2 (network namespaces)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn across_namespaces_the_default_probes_briefly_then_copies() {
+async fn across_namespaces_the_default_tries_briefly_then_copies() {
     let veth = veth_pair(9000);
-    // Not local: the first probe remains, and the COPIED notifications end it.
+    // Not local: the first try remains, and the COPIED notifications end it.
     let total = 64 * MIB;
     let st = send_verified(Topo::Netns(&veth), ZcConfig::new(), total, MIB).await;
     assert_eq!(st.fallback_bytes(FallbackReason::LocalDelivery), 0, "{st}");
@@ -116,7 +116,7 @@ fn check_routes(st: &StatsSnapshot, total: usize, size: usize) {
     let a = st.auto_tx;
     // One comparison at least: 16 MiB zero-copy measured, 16 MiB settling, 16 MiB copy.
     assert!(a.cost_checks >= 1, "{a:?}");
-    assert!(a.cost_probe_ops >= (32 * MIB / size) as u64, "{a:?}");
+    assert!(a.cost_sample_ops >= (32 * MIB / size) as u64, "{a:?}");
     assert!(a.cost_costlier <= a.cost_checks);
     assert_eq!(
         st.fallback_ops(FallbackReason::Costlier),
@@ -126,7 +126,7 @@ fn check_routes(st: &StatsSnapshot, total: usize, size: usize) {
     // Every copied byte went either to measure copy or because zero-copy cost more.
     assert_eq!(
         st.tx_bytes_copy,
-        a.cost_probe_ops * size as u64 + st.fallback_bytes(FallbackReason::Costlier),
+        a.cost_sample_ops * size as u64 + st.fallback_bytes(FallbackReason::Costlier),
         "{st} {a:?}"
     );
     assert!(st.tx_bytes_zerocopy >= 16 << 20, "{st}");

@@ -169,9 +169,9 @@ pub enum FallbackReason {
     LocalDelivery,
     /// Transmit: the socket has never had a zero-copy notification read, and its calls not
     /// yet notified already cover the bytes the COPIED demotion needs to decide: more
-    /// zero-copy would only grow a probe whose answer is still unread (a sender that never
+    /// zero-copy would only grow a first try whose answer is still unread (a sender that never
     /// yields to the task reading its notifications sent 30–170 MiB before the answer).
-    ProbeUnanswered,
+    AwaitingFirstCompletion,
     /// File transfer over TLS (zcnet-transfer): the kernel did not take the connection's
     /// TLS records (kTLS: `TCP_ULP "tls"` refused, as on a kernel without the `tls` module),
     /// so they are made in user space and the file data goes through user memory (read,
@@ -199,7 +199,7 @@ impl FallbackReason {
         FallbackReason::XskCopyMode,
         FallbackReason::XskUnavailable,
         FallbackReason::LocalDelivery,
-        FallbackReason::ProbeUnanswered,
+        FallbackReason::AwaitingFirstCompletion,
         FallbackReason::KtlsUnavailable,
     ];
 
@@ -226,7 +226,7 @@ impl FallbackReason {
             FallbackReason::XskCopyMode => "xsk_copy_mode",
             FallbackReason::XskUnavailable => "xsk_unavailable",
             FallbackReason::LocalDelivery => "local_delivery",
-            FallbackReason::ProbeUnanswered => "probe_unanswered",
+            FallbackReason::AwaitingFirstCompletion => "awaiting_first_completion",
             FallbackReason::KtlsUnavailable => "ktls_unavailable",
         }
     }

@@ -183,7 +183,7 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
     // The profile says zerocopy is cheaper from 64 KiB; on loopback its completions come
     // back COPIED and it demotes itself to copying (above), but the check still compares it
     // with copy. Which way its verdict goes is this machine's business (speed is not asserted);
-    // that it measured, probed copy for exactly one window per check, and counted every
+    // that it measured, sampled copy for exactly one window per check, and counted every
     // operation it moved, is asserted.
     use zcnet::tuning::WINDOW_BYTES;
     let size = 64 * KIB;
@@ -196,8 +196,8 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
     });
     let a = tx.auto_tx;
     eprintln!(
-        "cost check on loopback, zerocopy at 64 KiB: {} checks, {} costlier, {} probe ops, {} ops kept on copy",
-        a.cost_checks, a.cost_costlier, a.cost_probe_ops, a.fallback_costlier
+        "cost check on loopback, zerocopy at 64 KiB: {} checks, {} costlier, {} sample ops, {} ops kept on copy",
+        a.cost_checks, a.cost_costlier, a.cost_sample_ops, a.fallback_costlier
     );
     assert_eq!(a.decisions, ops as u64, "{a:?}");
     assert!(
@@ -205,7 +205,7 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
         "a check within the first two windows: {a:?}"
     );
     assert_eq!(
-        a.cost_probe_ops,
+        a.cost_sample_ops,
         a.cost_checks * 2 * (WINDOW_BYTES / size),
         "two copy windows per completed check (settling, measured): {a:?}"
     );
@@ -227,8 +227,8 @@ fn the_cost_check_measures_against_copy_and_counts_every_operation_it_moves() {
             "a costlier verdict moves sends: {a:?}"
         );
     }
-    // Copy carried at least the probes; zerocopy the start of the measured window.
-    assert!(tx.tx_bytes_copy >= a.cost_probe_ops * size, "{tx:?}");
+    // Copy carried at least the samples; zerocopy the start of the measured window.
+    assert!(tx.tx_bytes_copy >= a.cost_sample_ops * size, "{tx:?}");
     assert!(tx.tx_bytes_zerocopy > 0, "{tx:?}");
 }
 
@@ -248,7 +248,7 @@ fn assert_one_plain_send_per_operation(tx: &StatsSnapshot, ops: u64, size: u64) 
     );
     assert_eq!(tx.tx_calls_zerocopy + tx.tx_notifications, 0, "{tx:?}");
     assert_eq!(tx.tx_uring_fixed_calls + tx.tx_short_sends, 0, "{tx:?}");
-    assert_eq!((a.cost_checks, a.cost_probe_ops), (0, 0), "{a:?}");
+    assert_eq!((a.cost_checks, a.cost_sample_ops), (0, 0), "{a:?}");
     assert!(tx.fallbacks.is_empty(), "{:?}", tx.fallbacks);
 }
 
@@ -281,7 +281,7 @@ fn where_the_profile_chose_copy_at_both_ends_auto_costs_one_plain_send_per_opera
     assert_eq!(rx_path, RxPath::Copy);
     let r = rx.auto_rx;
     assert_eq!(
-        (r.chose_trial, r.cost_checks, r.cost_probe_ops),
+        (r.chose_trial, r.cost_checks, r.cost_sample_ops),
         (0, 0, 0),
         "a chosen copy receiver is plain copy: {r:?}"
     );
@@ -548,11 +548,11 @@ fn auto_receive_on(
 fn assert_rx_check_accounted(s: &StatsSnapshot) {
     let a = s.auto_rx;
     eprintln!(
-        "receive cost check: {} checks, {} costlier, {} probe ops, {} ops kept on copy",
-        a.cost_checks, a.cost_costlier, a.cost_probe_ops, a.fallback_costlier
+        "receive cost check: {} checks, {} costlier, {} sample ops, {} ops kept on copy",
+        a.cost_checks, a.cost_costlier, a.cost_sample_ops, a.fallback_costlier
     );
     assert!(a.cost_checks >= 2, "1 MiB windows over 64 MiB: {a:?}");
-    assert!(a.cost_probe_ops > 0, "copy read mid-stream: {a:?}");
+    assert!(a.cost_sample_ops > 0, "copy read mid-stream: {a:?}");
     assert!(a.cost_costlier <= a.cost_checks, "{a:?}");
     assert_eq!(
         s.fallback_ops(FallbackReason::Costlier),

@@ -46,7 +46,7 @@ pub(crate) fn follow<P: AutoPath>(pick: Pick<P>, delta: &mut AutoStats) -> P {
     match pick {
         Pick::Wanted(p) => p,
         Pick::CopySample(_) => {
-            delta.cost_probe_ops += 1;
+            delta.cost_sample_ops += 1;
             P::DEFAULT
         }
         Pick::Costlier(_) => {
@@ -284,7 +284,7 @@ impl Decide for RxDecider {
         match self.pick(clock) {
             Pick::Wanted(p) => p,
             Pick::CopySample(_) => {
-                d.cost_probe_ops += 1;
+                d.cost_sample_ops += 1;
                 RxPath::Copy
             }
             Pick::Costlier(_) => {
@@ -380,7 +380,7 @@ mod tests {
         assert!(s.cost_costlier >= 1 && s.fallback_costlier > 0, "{s:?}");
         assert_eq!(*paths.last().unwrap(), TxPath::Copy);
         let on_copy = paths.iter().filter(|p| **p == TxPath::Copy).count() as u64;
-        assert_eq!(on_copy, s.fallback_costlier + s.cost_probe_ops, "{s:?}");
+        assert_eq!(on_copy, s.fallback_costlier + s.cost_sample_ops, "{s:?}");
     }
 
     #[test]
@@ -499,7 +499,7 @@ mod tests {
         assert_eq!((a.trial_picks, a.trial_kept_copy), (1, 1), "{a:?}");
         let (paths, a) = drive(&mut j, 64 * WINDOW, |_, _| 1);
         assert!(paths.iter().all(|p| *p == RxPath::Copy));
-        assert_eq!((a.cost_checks, a.cost_probe_ops), (0, 0), "{a:?}");
+        assert_eq!((a.cost_checks, a.cost_sample_ops), (0, 0), "{a:?}");
     }
 
     /// A judge whose trial tries `mmap` alone, favoured with a pair that saved `saving`.
@@ -530,7 +530,7 @@ mod tests {
         const TRIAL_OF_ONE: u64 = TRIAL_ROUNDS as u64 * 2 * (WINDOW + WINDOW / 4);
         // The pair saved 30 %; on the receiver's clock mmap is 10 % dearer than copy:
         // picked, and the checks after keep it (no costlier verdict, nothing on copy but
-        // their probes).
+        // their copy samples).
         let dear = |p: RxPath, _| if p == RxPath::Mmap { 11 } else { 10 };
         let mut j = judge_favouring_mmap(0.3);
         let (_, a) = drive(&mut j, TRIAL_OF_ONE, dear);

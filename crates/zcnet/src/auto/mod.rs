@@ -24,7 +24,7 @@
 //!   [`crate::policy::CopiedDemotion`]). The kernel's evidence overrides any profile.
 //! * `cost`: the run-time check, on both ends: a window of bytes on the wanted path, one on
 //!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
-//!   for a back-off, so a stale or foreign profile costs a probe, not a transfer. The clock
+//!   for a back-off, so a stale or foreign profile costs a check, not a transfer. The clock
 //!   is the caller's.
 //!
 //! * `zcnet_bench::measure`: profile tables from bench runs, and `auto`'s gap to the best single path.
@@ -161,7 +161,7 @@ plain AutoStats {
     /// Checks that found the wanted path costlier than copy: it was left for a back-off.
     cost_costlier,
     /// Operations sent to copy to measure it for a check.
-    cost_probe_ops,
+    cost_sample_ops,
     /// Operations sent to copy because the wanted path was found costlier.
     fallback_costlier,
     /// Decisions for paths tried without a profile: a receiver with no profile measures its

@@ -56,6 +56,7 @@
 mod birth;
 mod cache;
 pub mod config;
+mod copying_peers;
 pub mod cost;
 mod detour;
 mod exit;
@@ -67,7 +68,6 @@ mod lineage;
 mod mmsg;
 pub mod plan;
 mod reaper;
-mod copying_peers;
 mod send;
 mod slot;
 mod sock;
@@ -144,6 +144,13 @@ impl Hook for Preload {
 
     fn recv(&self, call: RecvCall<'_>) -> SysResult {
         detour::recv(call)
+    }
+
+    /// Only a page a zero-copy send of this process protected can need a detour: until
+    /// there was one, every receive is the C library's, with no call made up around it
+    /// (about 300 instructions a call before, 4,625 calls in one `redis-benchmark` run).
+    fn detours_receives(&self) -> bool {
+        globals::zc_ever()
     }
 
     /// Only completions of this process's zero-copy sends (or, in a forked child, of its

@@ -342,6 +342,9 @@ unsafe fn recv_one<H: Hook>(
     len: size_t,
     raw: RawRecv,
 ) -> Option<ssize_t> {
+    if !h.detours_receives() {
+        return None;
+    }
     let _g = Guard::enter()?;
     // SAFETY: the caller's contract.
     let data = unsafe { bytes_mut(buf, len) }?;
@@ -413,7 +416,7 @@ pub unsafe fn preadv<H: Hook>(
     n: c_int,
     off: libc::off64_t,
 ) -> ssize_t {
-    if let Some(_g) = Guard::enter() {
+    if let Some(_g) = Guard::enter().filter(|_| h.detours_receives()) {
         // SAFETY: the C contract: the iovecs name writable buffers.
         if let Some(bufs) = unsafe { iovs_mut(iov as *mut iovec, n.max(0) as usize) } {
             return ret(h.recv(RecvCall {
@@ -532,7 +535,7 @@ pub unsafe fn recvfrom_chk<H: Hook>(
 /// # Safety
 /// The C contract of `readv`.
 pub unsafe fn readv<H: Hook>(h: &H, fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
-    if let Some(_g) = Guard::enter() {
+    if let Some(_g) = Guard::enter().filter(|_| h.detours_receives()) {
         // SAFETY: the C contract: the iovecs name writable buffers.
         if let Some(bufs) = unsafe { iovs_mut(iov as *mut iovec, n.max(0) as usize) } {
             return ret(h.recv(RecvCall {
@@ -554,7 +557,7 @@ pub unsafe fn recvmsg<H: Hook>(h: &H, fd: c_int, msg: *mut msghdr, flags: c_int)
     if let Some(_g) = Guard::enter() {
         if flags & libc::MSG_ERRQUEUE != 0 {
             h.before_error_read(fd);
-        } else if !msg.is_null() {
+        } else if !msg.is_null() && h.detours_receives() {
             // SAFETY: the C contract: msg points at a msghdr whose iov names writable buffers.
             let bufs = unsafe { iovs_mut((*msg).msg_iov, (*msg).msg_iovlen) };
             if let Some(bufs) = bufs {
@@ -1546,6 +1549,54 @@ mod tests {
         fn after_epoll(&self, _epfd: c_int, events: &mut [libc::epoll_event]) -> usize {
             self.filtered.fetch_add(1, SeqCst);
             events.len()
+        }
+    }
+
+    /// Counts the receive calls handed to it; detours nothing.
+    struct Receiving {
+        detours: bool,
+        calls: AtomicUsize,
+    }
+
+    impl Hook for Receiving {
+        fn detours_receives(&self) -> bool {
+            self.detours
+        }
+        fn recv(&self, mut call: RecvCall<'_>) -> SysResult {
+            self.calls.fetch_add(1, SeqCst);
+            call.forward()
+        }
+    }
+
+    #[test]
+    fn receives_reach_the_hook_only_while_it_may_detour_them_and_get_their_bytes_either_way() {
+        use std::os::fd::AsRawFd;
+        for detours in [false, true] {
+            let h = Receiving {
+                detours,
+                calls: AtomicUsize::new(0),
+            };
+            let (r, w) = rustix::pipe::pipe().unwrap();
+            assert_eq!(rustix::io::write(&w, b"abcdefgh").unwrap(), 8);
+            let mut a = [0u8; 3];
+            // SAFETY: a is 3 writable bytes.
+            let n = unsafe { read(&h, r.as_raw_fd(), a.as_mut_ptr().cast(), a.len()) };
+            assert_eq!((n, &a), (3, b"abc"));
+            let (mut b, mut c) = ([0u8; 2], [0u8; 3]);
+            let iov = [
+                iovec {
+                    iov_base: b.as_mut_ptr().cast(),
+                    iov_len: b.len(),
+                },
+                iovec {
+                    iov_base: c.as_mut_ptr().cast(),
+                    iov_len: c.len(),
+                },
+            ];
+            // SAFETY: two iovecs naming writable buffers.
+            let n = unsafe { readv(&h, r.as_raw_fd(), iov.as_ptr(), 2) };
+            assert_eq!((n, &b, &c), (5, b"de", b"fgh"));
+            assert_eq!(h.calls.load(SeqCst), if detours { 2 } else { 0 });
         }
     }
 

@@ -318,6 +318,15 @@ pub trait Hook: Sync {
         call.forward()
     }
 
+    /// Whether [`Hook::recv`] may do anything but forward right now. While false, the
+    /// interposed receive family (`read`, `recv`, `readv`, `recvmsg`, `pread`, ...) calls the
+    /// C library's function at once, with no [`RecvCall`] made: a program that only
+    /// receives (`curl`, a benchmark client) pays one atomic load per call, not the hook's
+    /// machinery. Asked once per call. Default: true.
+    fn detours_receives(&self) -> bool {
+        true
+    }
+
     /// Whether `after_poll`, `after_epoll` or `after_select` may hide anything right now.
     /// While false, the interposed `poll`, `epoll_wait` and `select` families make the
     /// program's call as it is, without reading the clock (which only a call made again for

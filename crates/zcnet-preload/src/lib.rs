@@ -56,6 +56,7 @@
 mod birth;
 mod cache;
 pub mod config;
+mod copying_peers;
 pub mod cost;
 mod detour;
 mod exit;
@@ -67,7 +68,6 @@ mod lineage;
 mod mmsg;
 pub mod plan;
 mod reaper;
-mod copying_peers;
 mod send;
 mod slot;
 mod sock;

@@ -2,8 +2,8 @@
 //! `MSG_ZEROCOPY` calls the kernel still reads, and the write protections held until it
 //! is done with them.
 
-use crate::lineage::Process;
 use crate::copying_peers;
+use crate::lineage::Process;
 use crate::stats::Counters;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -126,7 +126,8 @@ impl Sock {
     /// Whether another socket of this process to the same peer was demoted for COPIED
     /// completions ([`crate::copying_peers`]).
     pub fn route_copies(&self, fd: i32) -> bool {
-        self.ends(fd).is_some_and(|(_, peer)| copying_peers::copies(peer))
+        self.ends(fd)
+            .is_some_and(|(_, peer)| copying_peers::copies(peer))
     }
 
     /// The zero-copy bookkeeping, locked (briefly: never across a blocking call).

@@ -783,7 +783,10 @@ mod tests {
         for _ in 0..7 {
             calls.record_call(1 << 20);
         }
-        assert!(!first_try_unanswered_is_full(&policy, &calls), "7 MiB < 8 MiB");
+        assert!(
+            !first_try_unanswered_is_full(&policy, &calls),
+            "7 MiB < 8 MiB"
+        );
         calls.record_call(1 << 20);
         assert!(
             first_try_unanswered_is_full(&policy, &calls),
@@ -795,6 +798,9 @@ mod tests {
         assert!(!first_try_unanswered_is_full(&policy, &calls));
         // A policy that never demotes never caps.
         calls.record_call(64 << 20);
-        assert!(!first_try_unanswered_is_full(&zcnet::Policy::always(), &calls));
+        assert!(!first_try_unanswered_is_full(
+            &zcnet::Policy::always(),
+            &calls
+        ));
     }
 }

@@ -75,7 +75,7 @@ fn zcnet_probe(programs: &[&str]) {
 // * `schedstat`: per-thread CPU clocks (/proc/thread-self/schedstat, CONFIG_SCHED_INFO).
 // * `holes`: a file under the temp directory (TMPDIR, where `tempfile` puts test files)
 //   keeps holes: 64 MiB with 1 MiB written allocates less than 8 MiB.
-// * `dev_shm`: a writable /dev/shm (where a sender leaves its card, `zcnet::auto::peer`).
+// * `dev_shm`: a writable /dev/shm (where a sender leaves its card, `zcnet::peer_card`).
 // * `ipv6_loopback`: a UDP socket binds [::1].
 // * `netns_optmem`: `net.core.optmem_max` is per network namespace (Linux 6.8), with
 //   network namespaces themselves.

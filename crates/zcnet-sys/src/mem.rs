@@ -255,7 +255,7 @@ pub fn map_sealed(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
 
 /// The first page of a file, mapped shared and read-write, used as 64-bit atomic words: how
 /// one process publishes counters another reads with `pread` — a zcnet sender's thread id
-/// and bytes sent for a receiver on the same host (`zcnet::auto::peer`) — at the cost of an
+/// and bytes sent for a receiver on the same host (`zcnet::peer_card`) — at the cost of an
 /// atomic add, where rewriting a file would cost system calls per send.
 ///
 /// Any process that may write the file may also change the words under us (harmless: they

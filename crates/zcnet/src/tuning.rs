@@ -24,10 +24,10 @@
 pub use crate::auto::choose::{Choice, ChoiceReason, Chooser, Crossover};
 pub use crate::auto::cost::{CostCheck, Pick, Verdict, WINDOW_BYTES};
 pub use crate::auto::file::chooser as file_chooser;
-pub use crate::auto::load::{host_key_for, load, HostKeyError, Loaded};
+pub use crate::auto::median;
 pub use crate::auto::pair::{aimed, chooser as pair_chooser};
-pub use crate::auto::profile::{
-    write_atomically, Created, FilePair, HostKey, Measurement, PairMeasurement, PathPair,
-    ProfileError, Spread, Topology, SCHEMA,
+pub use crate::profile::load::{host_key_for, load, HostKeyError, Loaded};
+pub use crate::profile::{
+    write_atomically, AutoPath, Created, FilePair, HostKey, Measurement, PairMeasurement, PathPair,
+    Profile, ProfileError, Spread, Topology, SCHEMA,
 };
-pub use crate::auto::{median, AutoPath, Profile};

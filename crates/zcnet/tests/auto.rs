@@ -608,7 +608,7 @@ fn without_a_profile_the_receiver_tries_uring_and_checks_it_against_copy_mid_str
 }
 
 /// A receiver without a profile adds its sender's CPU clock to its own when the sender is a
-/// zcnet `Sender` on this host (it left its card, `zcnet::auto::peer`), and judges on its
+/// zcnet `Sender` on this host (it left its card, `zcnet::peer_card`), and judges on its
 /// own clock when the sender is anything else; with a profile it never looks. Which arm
 /// wins is not asserted (speed), only that the trial ran whole on every byte and the clock
 /// was found exactly where it should be.

@@ -61,7 +61,7 @@ pub fn process() -> io::Result<Rusage> {
 
 /// The calling thread's kernel id (`gettid(2)`), read once per thread and cached: a sender
 /// asks on every send whether it still runs on the thread it announced
-/// (`zcnet::auto::peer`), which must cost a thread-local read, not a system call.
+/// (`zcnet::peer_card`), which must cost a thread-local read, not a system call.
 pub fn thread_id() -> i32 {
     thread_local! {
         static TID: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };

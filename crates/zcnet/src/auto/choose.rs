@@ -15,8 +15,8 @@
 //! page-aligned pool buffers, and zero-copy of a partial page pins the whole page (the Solaris
 //! rule, seed "zero-copy TCP in Solaris", chose zero-copy only for aligned page multiples).
 
-use super::profile::{Measurement, Spread};
 use super::AutoPath;
+use crate::profile::{Measurement, Spread};
 
 /// Why the [`Chooser`] chose what it chose (counted in [`super::AutoStats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

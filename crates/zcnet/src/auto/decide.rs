@@ -336,8 +336,8 @@ impl Decide for RxDecider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auto::profile::{Measurement, Spread};
     use crate::path::TxPath;
+    use crate::profile::{Measurement, Spread};
     use std::cell::Cell;
 
     fn row(path: TxPath, median: f64) -> Measurement<TxPath> {

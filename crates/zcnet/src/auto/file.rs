@@ -13,8 +13,8 @@
 
 use super::choose::Chooser;
 use super::pair;
-use super::profile::{FilePair, Measurement, PairMeasurement};
 use crate::path::{FileTxMode, RxPath};
+use crate::profile::{FilePair, Measurement, PairMeasurement};
 
 /// The chooser a file-sending `auto` sender uses; `None` when the profile has no `file`
 /// rows for this touch variant (the sender then keeps its configured mode, `sendfile` by
@@ -69,8 +69,8 @@ pub(crate) fn rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auto::profile::{HostKey, Profile};
     use crate::auto::ChoiceReason;
+    use crate::profile::{HostKey, Profile};
 
     /// A hand-written profile: sendfile clearly cheaper at 64 KiB, dearer at 1 MiB, into
     /// `copy`; into `mmap` (which the pairs choose from 1 MiB) the other way round.

@@ -17,7 +17,7 @@
 //! loser at 256 KiB), and on loopback a copy sender's trial and a `uring` sender's drew
 //! different verdicts on one candidate, so under one key each undid the other's drop and
 //! nothing was ever confirmed. Op size and path come from the sender's card
-//! ([`super::peer`]), so only connections from a zcnet sender on this host are remembered.
+//! ([`crate::peer_card`]), so only connections from a zcnet sender on this host are remembered.
 //!
 //! A drop is remembered only once confirmed: skipped after [`CONFIRM`] trials in a row on the
 //! key dropped it, and forgotten as soon as a trial measures it to the end. Over veth at
@@ -81,7 +81,7 @@ const CAPACITY: usize = 256;
 pub(crate) struct Key {
     sender: IpAddr,
     receiver: IpAddr,
-    /// The sender's transmit path ([`super::peer::path_code`]): on loopback a copy sender
+    /// The sender's transmit path ([`crate::peer_card::path_code`]): on loopback a copy sender
     /// and a `uring` one drew different verdicts on the same receive candidate, and under
     /// one key each trial undid the other's drop, so no drop was ever confirmed.
     sender_path: u64,

@@ -6,19 +6,25 @@
 //! pages halves the sender's CPU. The CMU stack chose per write by size, Solaris by size and
 //! alignment; zcnet chooses per operation from what `zcnet tune` measured on this host.
 //!
-//! This module is pure code in the quinn-proto manner — no sockets, no clocks, no environment
-//! reads — except `load`, which finds a connection's profile, and `peer`, which shows a
-//! sender's CPU clock to a receiver on the same host. The parts:
+//! This module is the decider alone, pure code in the quinn-proto manner: state machines fed
+//! operation sizes, completions and CPU-clock readings its callers take, with no sockets,
+//! no files and no environment reads, so each is tested without a host. What does the I/O
+//! lives apart, and `auto` never calls it: the profile's file — its layout, checks, location
+//! and loading for a connection (`crate::profile`, [`ProfileSource`]) — and the sender's
+//! clock card in `/dev/shm` (`crate::peer_card`), which the receiver's clock reads
+//! (`crate::rx::auto`). The parts:
 //!
-//! * `profile`: the versioned JSON profile `zcnet tune` writes, keyed by kernel release,
-//!   interface and MTU so a profile from another host or NIC is refused, not applied.
-//! * `pair`: transmit × receive pairs measured with both ends on this host, and each
-//!   end's half of the cheapest pair (the two ends' costs do not add up).
 //! * `choose`: a `Chooser` that answers, per operation size and alignment, the cheapest
 //!   measured path, preferring the conservative default (`copy`) unless another path is
 //!   cheaper beyond the measured spread; and the crossovers where the answer changes.
+//! * `pair`: transmit × receive pairs measured with both ends on this host, and each
+//!   end's half of the cheapest pair (the two ends' costs do not add up).
+//! * `file`: `send_file`'s mode (`sendfile`, `splice`, `read_send`) from the profile's
+//!   `file` table.
 //! * `decide`: the decider, one per direction and kind of operation — the profile's choice,
-//!   then the connection's cost check — behind one small trait (`Decide`); pure.
+//!   then the connection's cost check — behind one small trait (`Decide`).
+//! * `rx_choice`: what a receiver takes for a connection, from the profile its caller
+//!   loaded: the profile's path, its half of a pair, or a trial.
 //! * `demotion`: online demotion of the mapping receiver while it maps nothing, and its
 //!   retries after a back-off (transmit's `COPIED` demotion is the sub-paths' own,
 //!   [`crate::policy::CopiedDemotion`]). The kernel's evidence overrides any profile.
@@ -26,18 +32,18 @@
 //!   copy, compared in the thread's own CPU per byte; a path costlier than copy is left
 //!   for a back-off, so a stale or foreign profile costs a check, not a transfer. The clock
 //!   is the caller's.
-//!
-//! * `zcnet_bench::measure`: profile tables from bench runs, and `auto`'s gap to the best single path.
-//! * `load`: the connection's profile from the default location ([`ProfileSource`]).
 //! * `trial`: without a profile, a receiver's candidate paths and copy measured in
 //!   interleaved rounds on the connection itself; a candidate replaces copy only if the
-//!   median of its paired comparisons beats copy by the margin.
-//! * `peer`: a sender's card naming its sending thread and counting its bytes, so that a
-//!   receiver on the same host adds that thread's CPU time per byte to its own and its trial
-//!   judges the pair.
+//!   median of its paired comparisons beats copy by the margin. Where the sender left its
+//!   card, the rounds are judged on both ends' CPU time.
+//! * `memory`: a process's clear losers and pooled rounds per route and sender op size, so
+//!   later connections skip or shorten their trials.
 //!
-//! How it plugs in: a `Sender` on [`TxPath::Auto`] (`crate::tx::auto`) holds a `Decider`
-//! for loaned buffers and one for `send_slice` (from the profile, or `Chooser::defaults`
+//! Profile tables from bench runs, and `auto`'s gap to the best single path, are
+//! `zcnet_bench::measure`'s.
+//!
+//! How it plugs in: a `Sender` on [`TxPath::Auto`](crate::TxPath::Auto) (`crate::tx::auto`)
+//! holds a `Decider` for loaned buffers and one for `send_slice` (from the profile, or `Chooser::defaults`
 //! without one) and sends each operation where its decider answers; its zero-copy sub-paths
 //! demote themselves on `COPIED` completions. A `Receiver` on [`RxPath::Auto`] chooses once
 //! per connection from its operation size (its half of the cheapest `pair` where the profile
@@ -56,56 +62,17 @@ pub(crate) mod cost;
 pub(crate) mod decide;
 pub(crate) mod demotion;
 pub(crate) mod file;
-pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod pair;
-pub(crate) mod peer;
-pub(crate) mod profile;
 pub(crate) mod rx_choice;
 pub(crate) mod trial;
 
+pub(crate) use crate::profile::Measurement;
+pub use crate::profile::{load::ProfileSource, AutoPath, Profile};
 pub(crate) use choose::{Choice, ChoiceReason, Chooser};
 pub(crate) use demotion::{Demotion, Report};
-pub use load::ProfileSource;
-pub(crate) use profile::Measurement;
-pub use profile::Profile;
 
 use crate::path::RxPath;
-use crate::path::TxPath;
-use std::fmt;
-use std::hash::Hash;
-
-/// A path `auto` can choose among: [`TxPath`] for transmit, [`RxPath`] for receive.
-///
-/// The decision logic is the same in both directions; only the names and the conservative
-/// default differ.
-pub trait AutoPath: Copy + Eq + Hash + fmt::Debug + fmt::Display + serde::Serialize {
-    /// The conservative built-in choice when nothing measured says otherwise: `copy`, which
-    /// works on every socket and every buffer and is never much worse than the best path for
-    /// memory-to-memory transfers.
-    const DEFAULT: Self;
-    /// Which table of the profile holds this path ("tx", "rx", "pairs" or "file").
-    const DIRECTION: &'static str;
-    /// The path for a profile name (`"copy"`, `"zerocopy"`, …), `None` if unknown.
-    fn from_name(name: &str) -> Option<Self>;
-}
-
-impl AutoPath for TxPath {
-    const DEFAULT: Self = TxPath::Copy;
-    const DIRECTION: &'static str = "tx";
-    fn from_name(name: &str) -> Option<Self> {
-        // `auto` is a chooser, not a path with a cost of its own.
-        name.parse().ok().filter(|p| *p != TxPath::Auto)
-    }
-}
-
-impl AutoPath for RxPath {
-    const DEFAULT: Self = RxPath::Copy;
-    const DIRECTION: &'static str = "rx";
-    fn from_name(name: &str) -> Option<Self> {
-        name.parse().ok().filter(|p| *p != RxPath::Auto)
-    }
-}
 
 /// The median of `values` (the mean of the middle two for an even count), or `None` when
 /// there is nothing (or something not finite) to take it of: the statistic both the

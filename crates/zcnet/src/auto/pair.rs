@@ -23,10 +23,9 @@
 //! works toward the same pair as its peer.
 
 use super::choose::Chooser;
-use super::profile::Measurement;
-pub(crate) use super::profile::{PairMeasurement, PathPair};
 use super::{AutoPath, ChoiceReason};
 use crate::path::{RxPath, TxPath};
+use crate::profile::{Measurement, PairMeasurement, PathPair};
 
 /// A [`Chooser`] over the pairs of one touch variant: the cheapest pair that clears
 /// `copy → copy`'s spread, else `copy → copy`. Without a `copy → copy` row it answers the
@@ -173,7 +172,7 @@ pub(crate) fn rx_rows(pairs: &[PairMeasurement], touch: bool) -> Vec<Measurement
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auto::profile::Spread;
+    use crate::profile::Spread;
 
     const KIB: u64 = 1024;
     const MIB: u64 = 1 << 20;

@@ -8,9 +8,9 @@
 //! `recv` cannot share the socket with a plain `recv` while it is armed.
 
 use crate::auto::decide::TRIAL;
-use crate::auto::{load, pair, AutoStats, Chooser, ProfileSource};
+use crate::auto::{pair, AutoStats, Chooser, ProfileSource};
 use crate::path::RxPath;
-use std::net::IpAddr;
+use crate::profile::load::Loaded;
 
 /// The decision for one listener or connection.
 #[derive(Debug, Clone)]
@@ -41,15 +41,16 @@ pub(crate) struct AutoRxChoice {
     pub delta: AutoStats,
 }
 
-/// Chooses the receive path for a receiver bound to (or accepted at) `local` that receives
-/// `op_size` bytes per call (and reads them, if `touch`), by the profile `profile` names.
+/// Chooses the receive path for a receiver that receives `op_size` bytes per call (and
+/// reads them, if `touch`), by the profile `profile` names, as the caller loaded it for
+/// the receiver's address (`crate::profile::load::load`): the loading is the caller's, so
+/// this decides without touching a file.
 pub(crate) fn choose(
     profile: &ProfileSource,
+    loaded: Loaded,
     touch: bool,
     op_size: usize,
-    local: IpAddr,
 ) -> AutoRxChoice {
-    let loaded = load::load(profile, local);
     let paired = loaded
         .profile
         .as_deref()
@@ -147,6 +148,13 @@ pub(crate) fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
+
+    /// [`super::choose`] with the profile loaded as a receiver at `local` would load it.
+    fn choose(profile: &ProfileSource, touch: bool, op_size: usize, local: IpAddr) -> AutoRxChoice {
+        let loaded = crate::profile::load::load(profile, local);
+        super::choose(profile, loaded, touch, op_size)
+    }
 
     /// A profile whose only rows are receive rows at 16 KiB and 1 MiB: copy at 1.0 and
     /// `mmap` at `mmap` CPU-s/GiB, each with a ±`spread` range.

@@ -8,7 +8,7 @@
 //! with it in another; on loopback `uring` was the one within noise of the best). So the
 //! connection measures, in CPU time per byte: the receiving thread's, plus the sending
 //! thread's where the sender is zcnet's on this host and said which thread it is
-//! (`super::peer`) — a receive path's saving can lie on the sender. The clock is the
+//! (`crate::peer_card`) — a receive path's saving can lie on the sender. The clock is the
 //! caller's; this module only compares what it reads.
 //!
 //! How, and why this way: one window's thread clock on a shared machine is noisy (single

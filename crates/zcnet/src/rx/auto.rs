@@ -6,7 +6,7 @@
 //! * The trial and the run-time check are `crate::auto::decide::RxDecider`'s, a pure state
 //!   machine; this module feeds it the bytes each receive delivered and the CPU clock.
 //! * The clock is the receiving thread's, plus the sender's where its card was found
-//!   ([`crate::auto::peer::RxClock`]).
+//!   ([`RxClock`], reading [`crate::peer_card`]).
 //!
 //! At run time `AutoRx` measures its own cost, as the transmit side does
 //! (`crate::auto::cost`): a window of bytes on the chosen path, one settling window and one
@@ -24,12 +24,12 @@ use super::mmap::MmapRx;
 use super::uring::UringRx;
 use super::{Receive, RxChunk};
 use crate::auto::decide::{cost_check_within, Decide, RxDecider, TRIAL_ROUNDS};
-use crate::auto::peer::{Peer, RxClock};
 use crate::auto::rx_choice::AutoRxChoice;
 use crate::auto::trial::Trial;
 use crate::auto::AutoStats;
 use crate::error::Result;
 use crate::path::{FallbackReason, RxPath};
+use crate::peer_card::{default_dir, PeerClock};
 use crate::stats::Stats;
 use std::os::fd::BorrowedFd;
 
@@ -77,7 +77,7 @@ impl AutoRx {
     /// candidates that could be set up); the check measures windows of `window` bytes;
     /// `memory`: a trial uses the process's memory of clear losers
     /// ([`crate::auto::memory`]); `peer_clock`: a trial looks for the sender's clock card
-    /// ([`crate::auto::peer`]).
+    /// ([`crate::peer_card`]).
     pub(crate) fn new(
         copy: CopyRx,
         alts: Vec<Alt>,
@@ -452,5 +452,85 @@ impl Receive for AutoRx {
         self.took(use_, n);
         judged(&mut self.decider, &mut self.clock, n, delta, stats);
         Ok(n)
+    }
+}
+
+/// Whether, and how, a receiver reads its sender's CPU clock ([`crate::peer_card`]).
+#[derive(Debug)]
+pub(crate) enum Peer {
+    /// Not wanted: a profile chose, or [`crate::ReceiverConfig::peer_clock`] is off.
+    Off,
+    /// Wanted (a trial without a profile), not looked for yet.
+    Wanted,
+    /// Found: the sender's clock.
+    Found(PeerClock),
+    /// Looked for; no card, or its thread could not be read.
+    Absent,
+}
+
+/// The receiving thread's CPU clock, plus the sending thread's where its card was found:
+/// counted from when it was found, so that the sum never jumps, and restated per byte this
+/// receiver took ([`PeerClock::now`]).
+#[derive(Debug)]
+pub(crate) struct RxClock {
+    pub(crate) peer: Peer,
+    /// Bytes delivered so far (once some have, a zcnet sender has written its card: it
+    /// does before its first send).
+    pub(crate) received: u64,
+    /// Both ends' addresses, once the sender's card was found.
+    pub(crate) route: Option<(std::net::IpAddr, std::net::IpAddr)>,
+}
+
+impl RxClock {
+    /// The trial memory's key: the route and the sender's op size, where its card was
+    /// found and has counted a send.
+    pub(crate) fn key(&self) -> Option<crate::auto::memory::Key> {
+        match (&self.peer, self.route) {
+            (Peer::Found(p), Some((sender, receiver))) => p
+                .op_size()
+                .map(|op| crate::auto::memory::Key::new(sender, receiver, op, p.sender_path())),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        let own = zcnet_sys::raw::cpu::thread_cpu_ns();
+        match &self.peer {
+            Peer::Found(p) => own + p.now(self.received),
+            _ => own,
+        }
+    }
+
+    /// Counts `n` bytes delivered.
+    pub(crate) fn delivered(&mut self, n: usize) {
+        self.received += n as u64;
+    }
+
+    /// Looks for the card of the sender of `fd`'s connection, once bytes have arrived.
+    pub(crate) fn look(&mut self, fd: BorrowedFd<'_>, delta: &mut AutoStats) {
+        if !matches!(self.peer, Peer::Wanted) || self.received == 0 {
+            return;
+        }
+        let sock = socket2::SockRef::from(&fd);
+        let addr = |a: std::io::Result<socket2::SockAddr>| a.ok().and_then(|a| a.as_socket());
+        let found = match (
+            addr(sock.peer_addr()),
+            addr(sock.local_addr()),
+            default_dir(),
+        ) {
+            (Some(sender), Some(receiver), Some(dir)) => {
+                PeerClock::find(&dir, sender, receiver, self.received)
+                    .map(|p| (p, sender, receiver))
+            }
+            _ => None,
+        };
+        self.peer = match found {
+            Some((p, sender, receiver)) => {
+                delta.peer_clock += 1;
+                self.route = Some((sender.ip(), receiver.ip()));
+                Peer::Found(p)
+            }
+            None => Peer::Absent,
+        };
     }
 }

@@ -26,7 +26,8 @@ impl Listener {
     pub fn bind(addr: SocketAddr, cfg: &ReceiverConfig) -> Result<Listener> {
         // `auto` decides now: the mapping path's MSS must be set before listen.
         let auto = (cfg.path == RxPath::Auto).then(|| {
-            crate::auto::rx_choice::choose(&cfg.profile, cfg.touch, cfg.op_size, addr.ip())
+            let loaded = crate::profile::load::load(&cfg.profile, addr.ip());
+            crate::auto::rx_choice::choose(&cfg.profile, loaded, cfg.touch, cfg.op_size)
         });
         let cfg = &match &auto {
             Some(a) => ReceiverConfig {

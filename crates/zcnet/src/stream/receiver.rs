@@ -76,7 +76,7 @@ pub struct ReceiverConfig {
     /// card, so it works only with [`ReceiverConfig::peer_clock`] on.
     pub trial_memory: bool,
     /// Whether an `auto` receive trial looks for its sender's clock card in the host-shared
-    /// directory `/dev/shm/zcnet-$EUID/` (`auto::peer`; docs/guide.md, "What zcnet touches") and counts the sender's CPU
+    /// directory `/dev/shm/zcnet-$EUID/` (`peer_card`; docs/guide.md, "What zcnet touches") and counts the sender's CPU
     /// with its own. Off by default (a library touches files other processes share only
     /// when asked); the sender's half is [`crate::SenderConfig::peer_clock`].
     pub peer_clock: bool,
@@ -256,7 +256,8 @@ impl Receiver {
         }
         let auto = (cfg.path == RxPath::Auto).then(|| {
             let local = crate::stream::local_route_ip(addr);
-            crate::auto::rx_choice::choose(&cfg.profile, cfg.touch, cfg.op_size, local)
+            let loaded = crate::profile::load::load(&cfg.profile, local);
+            crate::auto::rx_choice::choose(&cfg.profile, loaded, cfg.touch, cfg.op_size)
         });
         let cfg = &match &auto {
             Some(a) => ReceiverConfig {
@@ -301,7 +302,8 @@ impl Receiver {
             return Self::setup(sock, cfg, None);
         }
         let local = local_ip(&sock);
-        let auto = crate::auto::rx_choice::choose(&cfg.profile, cfg.touch, cfg.op_size, local);
+        let loaded = crate::profile::load::load(&cfg.profile, local);
+        let auto = crate::auto::rx_choice::choose(&cfg.profile, loaded, cfg.touch, cfg.op_size);
         let cfg = ReceiverConfig {
             path: auto.path,
             ..cfg.clone()

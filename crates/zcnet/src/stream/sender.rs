@@ -57,7 +57,7 @@ pub struct SenderConfig {
     /// sends untouched buffers says false): `auto` uses the profile's matching variant.
     pub touch: bool,
     /// Whether this sender publishes its sending thread's clock card in the host-shared
-    /// directory `/dev/shm/zcnet-$EUID/` (`auto::peer`; docs/guide.md, "What zcnet touches"), for a receiver's `auto`
+    /// directory `/dev/shm/zcnet-$EUID/` (`peer_card`; docs/guide.md, "What zcnet touches"), for a receiver's `auto`
     /// trial on the same host to count the sender's CPU too. Off by default: it is a file
     /// other processes see, which a library writes only when asked. The one switch for all
     /// that zcnet shares between processes; the receiver's half is
@@ -159,8 +159,8 @@ pub struct Sender {
     file_auto: Option<crate::auto::Chooser<FileTxMode>>,
     profile_note: Option<String>,
     /// The card naming the sending thread, for an `auto` receiver on this host to read its
-    /// CPU clock (`auto::peer`; docs/guide.md, "What zcnet touches"); `None` where it could not be written.
-    card: Option<crate::auto::peer::ClockCard>,
+    /// CPU clock (`peer_card`; docs/guide.md, "What zcnet touches"); `None` where it could not be written.
+    card: Option<crate::peer_card::ClockCard>,
 }
 
 impl std::fmt::Debug for Sender {
@@ -246,7 +246,7 @@ impl Sender {
         let tx: Box<dyn Transmit> = match cfg.path {
             TxPath::Auto => {
                 let local = local_ip(&sock);
-                let loaded = crate::auto::load::load(&cfg.profile, local);
+                let loaded = crate::profile::load::load(&cfg.profile, local);
                 profile_note = loaded.note;
                 file_auto = loaded
                     .profile
@@ -296,11 +296,11 @@ impl Sender {
         })
     }
 
-    /// The sending thread's card (`auto::peer`; docs/guide.md, "What zcnet touches"), when [`SenderConfig::peer_clock`]
+    /// The sending thread's card (`peer_card`; docs/guide.md, "What zcnet touches"), when [`SenderConfig::peer_clock`]
     /// asks for it: best effort, for every path (the receiver's trial needs the sender's
     /// clock whatever the sender does).
-    fn publish_card(sock: &Socket, path: TxPath) -> Option<crate::auto::peer::ClockCard> {
-        use crate::auto::peer;
+    fn publish_card(sock: &Socket, path: TxPath) -> Option<crate::peer_card::ClockCard> {
+        use crate::peer_card as peer;
         let local = sock.local_addr().ok()?.as_socket()?;
         let remote = sock.peer_addr().ok()?.as_socket()?;
         peer::ClockCard::publish(&peer::default_dir()?, local, remote, peer::path_code(path))

@@ -1,4 +1,12 @@
-//! The host profile `zcnet tune` writes and `auto` reads.
+//! The host profile `zcnet tune` writes and `auto` reads: the file's layout, its checks and
+//! refusals, where it lives, and how it is found and loaded for a connection ([`load`]).
+//!
+//! Why apart from [`crate::auto`]: `auto` is the decider — pure state machines fed sizes,
+//! completions and clock readings, testable without a file or a socket. This module is the
+//! file: it reads the environment ([`Profile::default_path_from_env`]), the file system and
+//! the host's interfaces ([`load`]) and writes files ([`write_atomically`]). `auto` takes the
+//! parsed tables ([`Measurement`], [`PairMeasurement`], ...) from here; nothing here uses
+//! `auto`, so the decider can be read without the file code.
 //!
 //! Versioned JSON (`"schema": 1`), keyed by kernel release, interface and MTU: the costs it
 //! records are properties of this kernel and this NIC, so a profile from another host, another
@@ -22,23 +30,59 @@
 //!
 //! `pairs` (optional) holds transmit × receive pairs measured with both ends on this host
 //! (loopback, netns); `auto` prefers it to the single-end tables when both ends of a
-//! connection are `auto` ([`super::pair`]). The single-end tables stay for peers elsewhere.
+//! connection are `auto` (`crate::auto::pair`). The single-end tables stay for peers elsewhere.
 //!
 //! `file` (optional) holds what sending a caller's file costs, `sendfile`/`splice`/
 //! `read_send` into each receive path, in the layout of a `pairs` row with the mode in `tx`
-//! (`{"tx": "sendfile", "rx": "copy", …}`); [`super::file`] picks `Sender::send_file`'s mode
+//! (`{"tx": "sendfile", "rx": "copy", …}`); `crate::auto::file` picks `Sender::send_file`'s mode
 //! from it.
 //!
 //! `created` is an RFC 3339 string or Unix seconds; it is informational.
 
-use super::AutoPath;
+pub(crate) mod load;
+
 use crate::path::TxPath;
 use crate::path::{FileTxMode, RxPath};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fmt;
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
+
+/// A path `auto` can choose among: [`TxPath`] for transmit, [`RxPath`] for receive, and the
+/// pairs and file modes of the profile's other tables.
+///
+/// The decision logic is the same in both directions; only the names and the conservative
+/// default differ. It lives with the profile because its names and tables are the file's:
+/// the profile's rows are checked by them (a known name, a row for the default).
+pub trait AutoPath: Copy + Eq + Hash + fmt::Debug + fmt::Display + serde::Serialize {
+    /// The conservative built-in choice when nothing measured says otherwise: `copy`, which
+    /// works on every socket and every buffer and is never much worse than the best path for
+    /// memory-to-memory transfers.
+    const DEFAULT: Self;
+    /// Which table of the profile holds this path ("tx", "rx", "pairs" or "file").
+    const DIRECTION: &'static str;
+    /// The path for a profile name (`"copy"`, `"zerocopy"`, …), `None` if unknown.
+    fn from_name(name: &str) -> Option<Self>;
+}
+
+impl AutoPath for TxPath {
+    const DEFAULT: Self = TxPath::Copy;
+    const DIRECTION: &'static str = "tx";
+    fn from_name(name: &str) -> Option<Self> {
+        // `auto` is a chooser, not a path with a cost of its own.
+        name.parse().ok().filter(|p| *p != TxPath::Auto)
+    }
+}
+
+impl AutoPath for RxPath {
+    const DEFAULT: Self = RxPath::Copy;
+    const DIRECTION: &'static str = "rx";
+    fn from_name(name: &str) -> Option<Self> {
+        name.parse().ok().filter(|p| *p != RxPath::Auto)
+    }
+}
 
 /// The profile layout this build reads and writes.
 pub const SCHEMA: u32 = 1;
@@ -255,14 +299,14 @@ pub struct Profile {
     /// Receive costs.
     pub rx: Vec<Measurement<RxPath>>,
     /// Costs of transmit × receive pairs, where `tune` had both ends on this host
-    /// (`super::pair`); empty for profiles without them. Optional in the layout, so schema
+    /// (`crate::auto::pair`); empty for profiles without them. Optional in the layout, so schema
     /// 1 stays one layout: a profile without `pairs` reads as before, and an older build
     /// reading a profile with them ignores the field (it reads top-level fields by name and
     /// skips unknown ones) and keeps choosing from the single-end tables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairMeasurement>,
     /// Costs of sending a file (`sendfile`, `splice`, `read_send`) into each receive path
-    /// (`super::file`); optional like `pairs`, with rows named `mode`/`rx` in the `tx`/`rx`
+    /// (`crate::auto::file`); optional like `pairs`, with rows named `mode`/`rx` in the `tx`/`rx`
     /// fields. Empty: a file sender keeps its configured mode.
     #[serde(
         default,

@@ -1,5 +1,5 @@
-//! Finding and loading the profile for one connection: the only part of [`crate::auto`] that
-//! reads the environment, the file system and the host's interfaces.
+//! Finding and loading the profile for one connection: what reads the environment, the file
+//! system and the host's interfaces for `auto`, which decides from what this gives it.
 //!
 //! Nothing here runs unless the caller asked for a profile ([`ProfileSource`]'s default reads
 //! nothing). A connection's profile is the one `zcnet tune` wrote for the interface that carries it
@@ -9,7 +9,7 @@
 //! the connection on the built-in defaults, and the reason is kept in [`Loaded::note`] for
 //! the CLI to print: a refused profile is never applied and never silently ignored.
 
-use super::profile::{HostKey, Profile};
+use super::{HostKey, Profile};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

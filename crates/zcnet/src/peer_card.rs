@@ -22,7 +22,7 @@
 //! window the sender may have filled or drained the socket buffers by megabytes, and
 //! unscaled, an arm that lets the buffers drain would look cheaper for the sends it never
 //! waited for. So each window costs both ends' CPU per byte, and paired rounds and medians
-//! ([`super::trial`]) judge the pair as `tune` would.
+//! ([`crate::auto::trial`]) judge the pair as `tune` would.
 //!
 //! Where it cannot work it is simply absent, and the receiver judges on its own clock as
 //! before: peers on another host, containers with a /dev/shm of their own, address
@@ -40,13 +40,15 @@
 //!
 //! What the receiver reads is the sending *thread*: work the sender hands to other threads
 //! (softirq run on another core, `ksoftirqd`) is in neither clock, as it is in neither
-//! end's clock of [`super::cost`].
+//! end's clock of [`crate::auto::cost`].
+//!
+//! Why apart from [`crate::auto`]: the cards are files shared between processes, and
+//! `auto` is the decider, which reads no file. The receiver's clock that adds a card's
+//! reading to its own (`crate::rx::auto::RxClock`) feeds the decider numbers, like any clock.
 
-use crate::auto::AutoStats;
 use std::cell::Cell;
 use std::fs::File;
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -376,86 +378,6 @@ fn read_card(file: &File) -> Option<Card> {
     let w: [u64; WORDS] =
         std::array::from_fn(|i| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()));
     parse_card(w)
-}
-
-/// Whether, and how, a receiver reads its sender's CPU clock ([`crate::auto::peer`]).
-#[derive(Debug)]
-pub(crate) enum Peer {
-    /// Not wanted: a profile chose, or [`crate::ReceiverConfig::peer_clock`] is off.
-    Off,
-    /// Wanted (a trial without a profile), not looked for yet.
-    Wanted,
-    /// Found: the sender's clock.
-    Found(PeerClock),
-    /// Looked for; no card, or its thread could not be read.
-    Absent,
-}
-
-/// The receiving thread's CPU clock, plus the sending thread's where its card was found:
-/// counted from when it was found, so that the sum never jumps, and restated per byte this
-/// receiver took ([`PeerClock::now`]).
-#[derive(Debug)]
-pub(crate) struct RxClock {
-    pub(crate) peer: Peer,
-    /// Bytes delivered so far (once some have, a zcnet sender has written its card: it
-    /// does before its first send).
-    pub(crate) received: u64,
-    /// Both ends' addresses, once the sender's card was found.
-    pub(crate) route: Option<(std::net::IpAddr, std::net::IpAddr)>,
-}
-
-impl RxClock {
-    /// The trial memory's key: the route and the sender's op size, where its card was
-    /// found and has counted a send.
-    pub(crate) fn key(&self) -> Option<crate::auto::memory::Key> {
-        match (&self.peer, self.route) {
-            (Peer::Found(p), Some((sender, receiver))) => p
-                .op_size()
-                .map(|op| crate::auto::memory::Key::new(sender, receiver, op, p.sender_path())),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn now(&self) -> u64 {
-        let own = zcnet_sys::raw::cpu::thread_cpu_ns();
-        match &self.peer {
-            Peer::Found(p) => own + p.now(self.received),
-            _ => own,
-        }
-    }
-
-    /// Counts `n` bytes delivered.
-    pub(crate) fn delivered(&mut self, n: usize) {
-        self.received += n as u64;
-    }
-
-    /// Looks for the card of the sender of `fd`'s connection, once bytes have arrived.
-    pub(crate) fn look(&mut self, fd: BorrowedFd<'_>, delta: &mut AutoStats) {
-        if !matches!(self.peer, Peer::Wanted) || self.received == 0 {
-            return;
-        }
-        let sock = socket2::SockRef::from(&fd);
-        let addr = |a: std::io::Result<socket2::SockAddr>| a.ok().and_then(|a| a.as_socket());
-        let found = match (
-            addr(sock.peer_addr()),
-            addr(sock.local_addr()),
-            default_dir(),
-        ) {
-            (Some(sender), Some(receiver), Some(dir)) => {
-                PeerClock::find(&dir, sender, receiver, self.received)
-                    .map(|p| (p, sender, receiver))
-            }
-            _ => None,
-        };
-        self.peer = match found {
-            Some((p, sender, receiver)) => {
-                delta.peer_clock += 1;
-                self.route = Some((sender.ip(), receiver.ip()));
-                Peer::Found(p)
-            }
-            None => Peer::Absent,
-        };
-    }
 }
 
 #[cfg(test)]

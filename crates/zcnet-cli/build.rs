@@ -43,6 +43,7 @@ fn main() {
         "two_cpus",
         "static_ldconfig",
         "setuid_program",
+        "liburing",
     ]);
     bundle_preload();
 }

@@ -86,6 +86,8 @@ fn zcnet_probe(programs: &[&str]) {
 //   cannot be seen from here: a test then fails saying so, never passes having run nothing.
 // * `openat2`: `openat2(2)` with `RESOLVE_BENEATH` (Linux 5.6), as
 //   `zcnet_transfer::resolve::kernel_resolution` finds it (same caveat for seccomp).
+// * `liburing`: liburing's header, shared and static library (liburing-dev), and a kernel
+//   whose io_uring reads files (Linux 5.6, not disabled), for C programs built against it.
 // * `static_ldconfig`: /sbin/ldconfig is statically linked (glibc's is), a program the
 //   loader will not preload into.
 // * `setuid_program`: one of /usr/bin/passwd, /bin/su, /usr/bin/chfn is setuid.
@@ -173,6 +175,25 @@ fn zcnet_probe_host(facts: &[&str]) {
                 )
             }
             "openat2" => (kernel >= (5, 6), "openat2 (Linux 5.6)"),
+            "liburing" => {
+                let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok())
+                    .unwrap_or(0);
+                let lib = |f: &str| {
+                    ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
+                        .iter()
+                        .any(|d| std::path::Path::new(d).join(f).is_file())
+                };
+                (
+                    kernel >= (5, 6)
+                        && (disabled == 0 || (disabled == 1 && uid0))
+                        && std::path::Path::new("/usr/include/liburing.h").is_file()
+                        && lib("liburing.so")
+                        && lib("liburing.a"),
+                    "liburing, shared and static (apt-get install liburing-dev), and io_uring reads (Linux 5.6)",
+                )
+            }
             "static_ldconfig" => (
                 std::fs::read("/sbin/ldconfig").is_ok_and(|img| zcnet_probe_static_elf(&img)),
                 "a statically linked /sbin/ldconfig",

@@ -56,6 +56,18 @@ fn freed(s: &Slot) -> Value {
     f.into()
 }
 
+/// The stats line's `io_uring`: `null` if the process made no ring.
+fn ring(s: &Slot) -> Value {
+    match board::ring_found::name(s.get(board::ring(0))) {
+        None => Value::Null,
+        Some(how) => json!({
+            "found": how,
+            "pages": s.get(board::ring(1)),
+            "protected_pages": s.get(board::ring(2)),
+        }),
+    }
+}
+
 /// How the program's own process ended, in words.
 fn ending(status: &ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -103,6 +115,7 @@ impl BoardReport {
                 "total": counters(&s),
                 "udp_sendmmsg": udp(&s),
                 "freed_in_flight": freed(&s),
+                "io_uring": ring(&s),
             }));
         }
         r

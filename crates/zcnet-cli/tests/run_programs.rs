@@ -936,15 +936,21 @@ const MODES: [&str; 4] = ["auto", "copy", "zerocopy", "cow"];
 /// Compiles `tests/programs/<name>.c` into `dir` with the system's C compiler (tests
 /// that call it are ignored without `zcnet_has_cc`).
 fn c_program(name: &str, dir: &Path) -> PathBuf {
+    c_program_linked(name, name, &[], dir)
+}
+
+/// [`c_program`] built as `out` with `libs` after the source (what it links with).
+fn c_program_linked(name: &str, out: &str, libs: &[&str], dir: &Path) -> PathBuf {
     need("cc");
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(format!("{name}.c"));
-    let out = dir.join(name);
+    let out = dir.join(out);
     let st = Command::new("cc")
         .args(["-O2", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
+        .args(libs)
         .status()
         .unwrap();
     assert!(st.success(), "cc {}: {st}", src.display());
@@ -1512,6 +1518,103 @@ fn kernel_writes_into_a_buffer_just_sent_succeed_in_every_mode() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(got.join().unwrap(), ROUNDS << 20, "{tx}: bytes received");
+    }
+}
+
+/// After each send the program has an `io_uring` read fill the buffer it just sent
+/// (`uring_reads.c`). The read runs in the kernel, where no interposer sees it: against a
+/// page still write-protected it completed with `-EFAULT`. The library must find the ring —
+/// by its set-up call (liburing's `io_uring_queue_init`, `syscall(SYS_io_uring_setup)`) or,
+/// for a statically linked liburing, by its mapping before the first protection — let go
+/// of every page in flight and protect nothing more. Every read completes whole, in every
+/// mode; the stream arrives as sent. In `zerocopy`, the line names how the ring was found,
+/// and a ring made after sends went out protected found pages still held and let them go.
+#[cfg_attr(
+    not(all(zcnet_has_cc, zcnet_has_liburing)),
+    ignore = "needs a C compiler and liburing (apt-get install gcc liburing-dev)"
+)]
+#[test]
+fn io_uring_reads_into_a_buffer_just_sent_succeed_in_every_mode() {
+    need_library();
+    let dir = tempfile::tempdir().unwrap();
+    let shared = c_program_linked("uring_reads", "uring_shared", &["-luring"], dir.path());
+    let fixed = c_program_linked(
+        "uring_reads",
+        "uring_static",
+        &["-Wl,-Bstatic", "-luring", "-Wl,-Bdynamic"],
+        dir.path(),
+    );
+    const ROUNDS: u64 = 8;
+    // (program, when the ring is made, how, how the library must find it)
+    let cases = [
+        (&shared, "before", "liburing", "setup_call"),
+        (&shared, "after", "liburing", "setup_call"),
+        (&shared, "after", "syscall", "setup_call"),
+        (&fixed, "before", "liburing", "mapping"),
+    ];
+    for (prog, when, how, found) in cases {
+        for tx in MODES {
+            let who = format!("{} {when} {how}, {tx}", prog.display());
+            // A directory per run: no run learns a copying route from an earlier one.
+            let run_dir = dir.path().join(format!(
+                "{}-{when}-{how}-{tx}",
+                prog.file_name().unwrap().to_string_lossy()
+            ));
+            std::fs::create_dir(&run_dir).unwrap();
+            let file = run_dir.join("stats.jsonl");
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port().to_string();
+            let got = receive_pattern(l);
+            let out = Net::Loopback
+                .run(false, tx, &file)
+                .arg(prog)
+                .args(["127.0.0.1", &port, &ROUNDS.to_string(), when, how])
+                .env("ZCNET_LOCAL_ZEROCOPY", "1")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{who}: {}\n{err}", out.status);
+            // One read per round from the one that made the ring on.
+            let reads = if when == "before" {
+                ROUNDS
+            } else {
+                ROUNDS - ROUNDS / 2 + 1
+            };
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                format!("{reads} reads"),
+                "{who}"
+            );
+            assert_eq!(got.join().unwrap(), ROUNDS << 20, "{who}: bytes received");
+            if tx == "zerocopy" {
+                let lines = stats(&file);
+                assert_eq!(lines.len(), 1, "{who}: {lines:?}");
+                let ring = &lines[0]["io_uring"];
+                assert_eq!(ring["found"], found, "{who}: {lines:?}");
+                let total = &lines[0]["total"];
+                // Every send once the ring exists is copied, for it (whole 1 MiB writes
+                // on a blocking socket).
+                let sends_after = if when == "before" {
+                    ROUNDS
+                } else {
+                    ROUNDS - ROUNDS / 2
+                };
+                assert_eq!(
+                    total["fallback_bytes"]["io_uring"],
+                    sends_after << 20,
+                    "{who}: {lines:?}"
+                );
+                // Before it, in `after`, they went out protected (whether the last one's
+                // pages were still held when the ring came depends on when its completion
+                // was read: `pages` says, and a read into them would have failed).
+                let before_ring = (ROUNDS - sends_after) << 20;
+                assert_eq!(total["bytes_zerocopy"], before_ring, "{who}: {lines:?}");
+                assert!(
+                    ring["pages"].as_u64() <= Some(before_ring / 4096),
+                    "{who}: {lines:?}"
+                );
+            }
+        }
     }
 }
 

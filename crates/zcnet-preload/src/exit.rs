@@ -66,6 +66,7 @@ pub fn line() -> serde_json::Value {
         "total": total.report(),
         "kernel_write_detours": detours(),
         "freed_in_flight": freed(),
+        "io_uring": crate::rings::report(),
         "udp_sendmmsg": udp().report(),
         "sockets": listed,
         "sockets_not_listed": others,

@@ -164,6 +164,7 @@ pub fn after_fork_in_child() {
         c.store(0, Relaxed);
     }
     udp().reset();
+    crate::rings::after_fork_in_child();
     if zcnet::cow::engine_stats().is_some() {
         ENGINE_INHERITED.store(true, Relaxed);
     }

@@ -35,6 +35,11 @@
 //! every call is the C library's alone (OpenSSH's pre-authentication child is killed by
 //! its filter for a single `getsockopt`). `zcnet run` reports such processes.
 //!
+//! A process with an `io_uring` ring protects nothing: the ring's reads into a buffer just
+//! sent would meet the protection in the kernel and fail with `EFAULT`, unseen. Pages still
+//! protected when the ring is found get their private copies at once; later sends copy,
+//! counted as `io_uring` (module `rings`).
+//!
 //! Not covered: static programs and those that make system calls themselves (Go), which
 //! never call the C library's symbols; programs the loader runs in secure-execution mode
 //! (`AT_SECURE`: setuid to another user, file capabilities), for which it ignores
@@ -68,6 +73,7 @@ mod lineage;
 mod mmsg;
 pub mod plan;
 mod reaper;
+mod rings;
 mod send;
 mod slot;
 mod sock;
@@ -115,6 +121,12 @@ impl Hook for Preload {
         if globals::zc_ever() {
             table::settle_all(std::time::Duration::from_secs(1));
         }
+    }
+
+    /// From the ring on, the kernel may write into the program's memory where this library
+    /// cannot see: nothing stays protected (module `rings`).
+    fn before_io_uring(&self) {
+        rings::setup_call();
     }
 
     /// A socket this library did not see made is asked of the kernel only for a send that

@@ -64,6 +64,9 @@ pub fn send(s: &Sock, call: SendCall<'_>) -> SysResult {
         forget(fd);
         return call.forward();
     }
+    if crate::rings::present() {
+        return forward(s, &call, Some(Reason::IoUring));
+    }
     if !s.enable_zerocopy(fd) || zcnet::cow::backend().is_err() {
         return forward(s, &call, Some(Reason::Unsupported));
     }
@@ -84,6 +87,9 @@ fn decline(s: &Sock, call: &SendCall<'_>, total: usize) -> Option<Reason> {
     }
     if s.shared() {
         return Some(Reason::Forked);
+    }
+    if crate::rings::found() {
+        return Some(Reason::IoUring);
     }
     if s.zc().app_errqueue {
         return Some(Reason::AppErrqueue);

@@ -56,10 +56,13 @@ pub enum Reason {
     /// Another socket of this process to the same peer was demoted for COPIED completions
     /// (`crate::copying_peers`): this one copies from its first send.
     RouteCopies,
+    /// The process has an `io_uring` ring (module `rings`): the kernel may write into its
+    /// memory through calls this library never sees, so no page is protected any more.
+    IoUring,
 }
 
 impl Reason {
-    const ALL: [Reason; 13] = [
+    const ALL: [Reason; 14] = [
         Reason::TooSmall,
         Reason::Unaligned,
         Reason::ProtectCostlier,
@@ -73,6 +76,7 @@ impl Reason {
         Reason::Rewritten,
         Reason::LocalDelivery,
         Reason::RouteCopies,
+        Reason::IoUring,
     ];
 
     /// The name in the stats file.
@@ -91,6 +95,7 @@ impl Reason {
             Reason::Rewritten => "rewritten_in_flight",
             Reason::LocalDelivery => "local_delivery",
             Reason::RouteCopies => "route_copies",
+            Reason::IoUring => "io_uring",
         }
     }
 }

@@ -75,7 +75,7 @@ pub const COUNTERS: [&str; 8] = [
 
 /// Fallback reasons: after [`COUNTERS`], calls for each, then (at [`REASONS_MAX`] further
 /// on) bytes for each.
-pub const REASONS: [&str; 13] = [
+pub const REASONS: [&str; 14] = [
     "too_small",
     "unaligned",
     "protect_costlier",
@@ -89,6 +89,7 @@ pub const REASONS: [&str; 13] = [
     "rewritten_in_flight",
     "local_delivery",
     "route_copies",
+    "io_uring",
 ];
 
 /// Room for reasons in a slot.
@@ -128,7 +129,35 @@ pub const fn freed(i: usize) -> usize {
     udp(UDP.len()) + i
 }
 
-const _: () = assert!(freed(FREED.len()) <= SLOT_WORDS && REASONS.len() <= REASONS_MAX);
+/// An `io_uring` ring in the process (the stats line's `io_uring`), after the give-back
+/// counters: how it was found ([`ring_found`]), and the pages a send still held then, which
+/// were let go of at once.
+pub const RING: [&str; 3] = ["found", "pages", "protected_pages"];
+
+/// Word of ring counter `i`.
+pub const fn ring(i: usize) -> usize {
+    freed(FREED.len()) + i
+}
+
+/// How a ring was found (the value of [`RING`]'s `found`).
+pub mod ring_found {
+    /// A set-up call the library saw: liburing's `io_uring_queue_init*` or
+    /// `syscall(SYS_io_uring_setup)`.
+    pub const SETUP_CALL: u64 = 1;
+    /// A ring's mapping in `/proc/self/maps` (made with the program's own system calls).
+    pub const MAPPING: u64 = 2;
+
+    /// The name of `v`, if it is one.
+    pub fn name(v: u64) -> Option<&'static str> {
+        match v {
+            SETUP_CALL => Some("setup_call"),
+            MAPPING => Some("mapping"),
+            _ => None,
+        }
+    }
+}
+
+const _: () = assert!(ring(RING.len()) <= SLOT_WORDS && REASONS.len() <= REASONS_MAX);
 
 /// A board, mapped shared for the life of the process.
 #[derive(Debug)]

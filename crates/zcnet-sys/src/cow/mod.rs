@@ -812,6 +812,26 @@ impl CowSpace {
         out
     }
 
+    /// From now on the kernel may write into any of the program's memory through calls no
+    /// one here sees (an `io_uring` ring): every page a send still holds is let go of at
+    /// once, as for an `mremap` — each still-protected page gets its private copy, so the
+    /// program keeps its bytes and the kernel keeps sending the originals — and none stays
+    /// protected or registered. Returns what [`CowSpace::let_go`] did, summed.
+    pub fn let_go_all(&self) -> LetGo {
+        if !self.holds_pages() || HOLDING.with(|h| h.get()) || self.forked() {
+            return LetGo::default();
+        }
+        let runs = self.lock().registry.held_runs();
+        let mut out = LetGo::default();
+        for (first, count) in runs {
+            let r = self.let_go(first * self.page, count * self.page, GiveBack::Moved);
+            out.pages += r.pages;
+            out.protected += r.protected;
+            out.errors += r.errors;
+        }
+        out
+    }
+
     /// [`CowSpace::let_go`]'s work on one run of held pages, all protected or all not.
     fn let_go_run(
         &self,
@@ -1565,6 +1585,48 @@ mod tests {
             }
         }
         assert!(!space.holds_pages());
+    }
+
+    /// An `io_uring` ring appears: every held page of two separate spans is let go of at
+    /// once, with its bytes, and takes kernel writes; the sends' holds then lift nothing.
+    #[test]
+    fn letting_go_of_everything_keeps_the_bytes_and_takes_kernel_writes() {
+        for kind in [BackendKind::Userfaultfd, BackendKind::Mprotect] {
+            let space = CowSpace::open(kind).expect("backend");
+            let page = page_size();
+            let mut a = PageBuf::new(4 * page).unwrap();
+            let mut b = PageBuf::new(2 * page).unwrap();
+            a.as_mut_slice().fill(5);
+            b.as_mut_slice().fill(6);
+            space.check(a.as_slice(), None).unwrap();
+            space.check(b.as_slice(), None).unwrap();
+            let pa = space.protect(&a.as_slice()[page..]).unwrap();
+            let pb = space.protect(b.as_slice()).unwrap();
+            assert_eq!(
+                kernel_write(&mut b.as_mut_slice()[..page]),
+                Err(libc::EFAULT),
+                "{kind:?}: protected"
+            );
+            let done = space.let_go_all();
+            assert_eq!(
+                (done.pages, done.protected, done.errors),
+                (5, 5, 0),
+                "{kind:?}"
+            );
+            assert!(!space.any_protected(a.as_slice()) && !space.any_protected(b.as_slice()));
+            assert!(a.as_slice().iter().all(|&x| x == 5), "{kind:?}: bytes kept");
+            assert!(b.as_slice().iter().all(|&x| x == 6), "{kind:?}: bytes kept");
+            assert_eq!(kernel_write(&mut a.as_mut_slice()[page..]), Ok(3 * page));
+            assert_eq!(kernel_write(b.as_mut_slice()), Ok(2 * page));
+            assert_eq!(
+                space.let_go_all(),
+                LetGo::default(),
+                "{kind:?}: nothing left"
+            );
+            let rel = space.release(&mut vec![pa, pb]);
+            assert_eq!(rel.pages, 5, "{kind:?}");
+            assert!(!space.holds_pages(), "{kind:?}");
+        }
     }
 
     /// iperf3's buffer: a private mapping of a file, written (so its pages are anonymous

@@ -172,6 +172,26 @@ impl Registry {
         n
     }
 
+    /// Every maximal run of pages some send holds and that are still ours to lift (not
+    /// [`PageState::gone`]), as (first page, count), in address order.
+    pub fn held_runs(&self) -> Vec<(usize, usize)> {
+        let mut pages: Vec<usize> = self
+            .pages
+            .iter()
+            .filter(|(_, s)| !s.gone)
+            .map(|(p, _)| *p)
+            .collect();
+        pages.sort_unstable();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for p in pages {
+            match runs.last_mut() {
+                Some((f, c)) if *f + *c == p => *c += 1,
+                _ => runs.push((p, 1)),
+            }
+        }
+        runs
+    }
+
     /// Marks `count` pages from `first` as write-protected (after the protect call).
     pub fn mark_protected(&mut self, first: usize, count: usize) {
         for p in first..first + count {

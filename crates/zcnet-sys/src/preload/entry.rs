@@ -1087,8 +1087,61 @@ pub unsafe fn syscall<H: Hook>(
     if seccomp {
         filter_coming(h);
     }
+    if n == libc::SYS_io_uring_setup {
+        ring_coming(h);
+    }
     // SAFETY: forwarding the application's own arguments.
     unsafe { real::syscall_fn()(n, a, b, c, d, e, f) }
+}
+
+/// An `io_uring` ring is about to be made ([`Hook::before_io_uring`]).
+fn ring_coming<H: Hook>(h: &H) {
+    if let Some(_g) = Guard::enter() {
+        h.before_io_uring();
+    }
+}
+
+/// liburing's ring set-up calls (`io_uring_queue_init`, `_params`, `_mem`, and its
+/// `io_uring_setup` wrapper): liburing makes its system calls itself, so these are the only
+/// calls of a program using it that this library can see before the ring exists. The hook
+/// runs, then liburing's own function; without one, `-ENOSYS` (liburing's way of failing).
+///
+/// # Safety
+/// The C contract of liburing's function `f`, whose arguments are `args` (at most five
+/// machine words: `unsigned`, pointers and a `size_t`, passed as their C types are).
+pub unsafe fn uring_setup<H: Hook>(h: &H, f: real::UringFn, args: [usize; 5]) -> c_int {
+    ring_coming(h);
+    let Some(p) = real::uring_fn(f) else {
+        return -libc::ENOSYS;
+    };
+    let [a, b, c, d, e] = args;
+    let (entries, a1) = (a as libc::c_uint, b as *mut c_void);
+    type Init = unsafe extern "C" fn(libc::c_uint, *mut c_void, libc::c_uint) -> c_int;
+    type Params = unsafe extern "C" fn(libc::c_uint, *mut c_void, *mut c_void) -> c_int;
+    type Mem =
+        unsafe extern "C" fn(libc::c_uint, *mut c_void, *mut c_void, *mut c_void, size_t) -> c_int;
+    type Setup = unsafe extern "C" fn(libc::c_uint, *mut c_void) -> c_int;
+    // SAFETY: (each arm) `p` is liburing's function of that name, whose prototype
+    // (liburing.h) is the pointer type it is cast to; the arguments are the caller's own,
+    // narrowed back to the C types they were passed as.
+    unsafe {
+        match f {
+            real::UringFn::QueueInit => {
+                std::mem::transmute::<*mut c_void, Init>(p)(entries, a1, c as libc::c_uint)
+            }
+            real::UringFn::QueueInitParams => {
+                std::mem::transmute::<*mut c_void, Params>(p)(entries, a1, c as *mut c_void)
+            }
+            real::UringFn::QueueInitMem => std::mem::transmute::<*mut c_void, Mem>(p)(
+                entries,
+                a1,
+                c as *mut c_void,
+                d as *mut c_void,
+                e,
+            ),
+            real::UringFn::Setup => std::mem::transmute::<*mut c_void, Setup>(p)(entries, a1),
+        }
+    }
 }
 
 /// `seccomp(2)` operations that install a filter or strict mode (linux/seccomp.h).

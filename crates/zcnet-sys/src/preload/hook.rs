@@ -303,6 +303,11 @@ pub trait Hook: Sync {
     /// make system calls of its own in this process (it goes passive next).
     fn before_seccomp(&self) {}
 
+    /// The program is about to make an `io_uring` ring (through liburing or `syscall`): from
+    /// now on the kernel may write into the program's memory in calls this library never
+    /// sees, so no page may stay write-protected.
+    fn before_io_uring(&self) {}
+
     /// A send-family call. Default: forwarded.
     fn send(&self, call: SendCall<'_>) -> SysResult {
         call.forward()

@@ -90,7 +90,9 @@ macro_rules! exec_list_trampoline {
 /// `accept4`, `fork`, `sendmmsg`, `execve`, `execv`, `execvp`, `execvpe`, `fexecve`, `execl`,
 /// `execlp` and `execle` (x86-64 only: C-variadic, see [`crate::exec_list_trampoline!`]),
 /// `getrandom`, `fread`, `fread_unlocked`, `prctl` and `syscall` for the seccomp filters they
-/// install, and `free`, `realloc`, `munmap`, `madvise` and `mremap`, which give memory
+/// install (and `syscall`'s `io_uring_setup`), liburing's ring set-up calls
+/// (`io_uring_queue_init`, `io_uring_queue_init_params`, `io_uring_queue_init_mem`,
+/// `io_uring_setup`: see [`entry::uring_setup`]), and `free`, `realloc`, `munmap`, `madvise` and `mremap`, which give memory
 /// back that a zero-copy send may still hold)
 /// in the invoking crate, each calling [`entry`] with the `static` hook `$hook`.
 ///
@@ -542,6 +544,67 @@ macro_rules! export_preload {
                 // read from the registers and stack slot these name, as the C library's
                 // own `syscall` reads them).
                 unsafe { e::syscall(&$hook, n, a, b, c, d, e_, f) }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn io_uring_queue_init(
+                n: $crate::preload::libc::c_uint,
+                r: *mut c_void,
+                f: $crate::preload::libc::c_uint,
+            ) -> c_int {
+                // SAFETY: liburing's contract for this symbol, passed on to `entry`.
+                unsafe {
+                    e::uring_setup(
+                        &$hook,
+                        $crate::preload::real::UringFn::QueueInit,
+                        [n as usize, r as usize, f as usize, 0, 0],
+                    )
+                }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn io_uring_queue_init_params(
+                n: $crate::preload::libc::c_uint,
+                r: *mut c_void,
+                p: *mut c_void,
+            ) -> c_int {
+                // SAFETY: liburing's contract for this symbol, passed on to `entry`.
+                unsafe {
+                    e::uring_setup(
+                        &$hook,
+                        $crate::preload::real::UringFn::QueueInitParams,
+                        [n as usize, r as usize, p as usize, 0, 0],
+                    )
+                }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn io_uring_queue_init_mem(
+                n: $crate::preload::libc::c_uint,
+                r: *mut c_void,
+                p: *mut c_void,
+                b: *mut c_void,
+                l: size_t,
+            ) -> c_int {
+                // SAFETY: liburing's contract for this symbol, passed on to `entry`.
+                unsafe {
+                    e::uring_setup(
+                        &$hook,
+                        $crate::preload::real::UringFn::QueueInitMem,
+                        [n as usize, r as usize, p as usize, b as usize, l],
+                    )
+                }
+            }
+            #[no_mangle]
+            pub unsafe extern "C" fn io_uring_setup(
+                n: $crate::preload::libc::c_uint,
+                p: *mut c_void,
+            ) -> c_int {
+                // SAFETY: liburing's contract for this symbol, passed on to `entry`.
+                unsafe {
+                    e::uring_setup(
+                        &$hook,
+                        $crate::preload::real::UringFn::Setup,
+                        [n as usize, p as usize, 0, 0, 0],
+                    )
+                }
             }
             #[no_mangle]
             pub unsafe extern "C" fn accept(

@@ -102,6 +102,70 @@ real_fns! {
     mremap_fn = "mremap": fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void;
 }
 
+/// liburing's functions that make an `io_uring` ring ([`uring_fn`]).
+#[derive(Debug, Clone, Copy)]
+pub enum UringFn {
+    /// `int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)`.
+    QueueInit = 0,
+    /// `int io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
+    /// struct io_uring_params *p)`.
+    QueueInitParams = 1,
+    /// `int io_uring_queue_init_mem(unsigned entries, struct io_uring *ring,
+    /// struct io_uring_params *p, void *buf, size_t buf_size)` (liburing 2.5).
+    QueueInitMem = 2,
+    /// `int io_uring_setup(unsigned entries, struct io_uring_params *p)`: liburing's system
+    /// call wrapper.
+    Setup = 3,
+}
+
+impl UringFn {
+    fn symbol(self) -> &'static std::ffi::CStr {
+        match self {
+            UringFn::QueueInit => c"io_uring_queue_init",
+            UringFn::QueueInitParams => c"io_uring_queue_init_params",
+            UringFn::QueueInitMem => c"io_uring_queue_init_mem",
+            UringFn::Setup => c"io_uring_setup",
+        }
+    }
+}
+
+/// The address of liburing's `f`, or `None` if no liburing in this process has it.
+///
+/// Unlike the C library's calls, liburing may be absent from the global scope: a library
+/// loaded with `dlopen(RTLD_LOCAL)` that needs it brings it in where `RTLD_NEXT` does not
+/// look, while its calls still bind to this library's definition. So, failing `RTLD_NEXT`,
+/// the already-loaded `liburing.so.2` is asked directly (`RTLD_NOLOAD`: never loaded here).
+pub fn uring_fn(f: UringFn) -> Option<*mut c_void> {
+    static P: [AtomicPtr<c_void>; 4] = [const { AtomicPtr::new(null_mut()) }; 4];
+    let slot = &P[f as usize];
+    let p = slot.load(Relaxed);
+    if !p.is_null() {
+        return Some(p);
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated symbol name.
+    let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, f.symbol().as_ptr()) };
+    if p.is_null() {
+        // SAFETY: a NUL-terminated file name; RTLD_NOLOAD only finds a loaded object.
+        let h = unsafe {
+            libc::dlopen(
+                c"liburing.so.2".as_ptr(),
+                libc::RTLD_NOLOAD | libc::RTLD_LAZY,
+            )
+        };
+        if !h.is_null() {
+            // SAFETY: a handle dlopen just returned and a NUL-terminated symbol name.
+            p = unsafe { libc::dlsym(h, f.symbol().as_ptr()) };
+            // SAFETY: drops the reference RTLD_NOLOAD took; the object stays loaded.
+            unsafe { libc::dlclose(h) };
+        }
+    }
+    if p.is_null() {
+        return None;
+    }
+    slot.store(p, Relaxed);
+    Some(p)
+}
+
 thread_local! {
     /// This thread is looking up the next `free` ([`free`]).
     static LOOKING_UP_FREE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };

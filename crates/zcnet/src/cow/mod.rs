@@ -384,6 +384,20 @@ pub fn let_go(start: usize, len: usize, how: GiveBack) -> LetGo {
     }
 }
 
+/// The kernel may from now on write into any of this process's memory through calls no one
+/// here sees (an `io_uring` ring: its reads complete in the kernel, where a write-protected
+/// page fails them with `EFAULT`): every page a `cow` send still holds is unprotected now,
+/// after a private copy for the program where the kernel still reads it, so the program's
+/// bytes and those in flight both stay as they are (see
+/// [`zcnet_sys::cow::CowSpace::let_go_all`]). Protecting more pages afterwards is the
+/// caller's choice; the preload library stops protecting in such a process.
+pub fn let_go_all() -> LetGo {
+    match ENGINE.get() {
+        Some(Ok(e)) => e.space.let_go_all(),
+        _ => LetGo::default(),
+    }
+}
+
 /// Runs `recv` — a kernel write into its argument — on `buf`, or, when part of `buf` is
 /// protected, on a scratch buffer whose bytes are then copied into `buf` by user-mode
 /// writes, which the engine resolves by copy-on-write. Returns what `recv` returned.

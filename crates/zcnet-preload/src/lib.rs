@@ -47,10 +47,10 @@
 //!
 //! Every `exec` the program calls settles the old image's sends first and writes its line:
 //! `execve`, `execv`, `execvp`, `execvpe` and `fexecve` are interposed, and so — on
-//! x86-64 — are the C-variadic `execl`, `execlp` and `execle`, which glibc would otherwise
-//! take to the kernel through its internal `execve`, unseen (their list is handed on
-//! through a trampoline, [`zcnet_sys::exec_list_trampoline!`]). On other architectures
-//! those three stay the C library's: the image they replace settles nothing first (the
+//! x86-64 and aarch64 — are the C-variadic `execl`, `execlp` and `execle`, which glibc
+//! would otherwise take to the kernel through its internal `execve`, unseen (their list is
+//! handed on through a trampoline, [`zcnet_sys::exec_list_trampoline!`]). On other
+//! architectures those three stay the C library's: the image they replace settles nothing first (the
 //! new image may see `POLLERR` from the old one's completions), and only `zcnet run`'s
 //! board keeps its counts.
 //!

@@ -398,7 +398,7 @@ pub trait Hook: Sync {
         self.new_fd(new);
     }
 
-    /// Before `execve` (and `execv`, `execvp`, `execvpe`, `fexecve`, and on x86-64 `execl`,
+    /// Before `execve` (and `execv`, `execvp`, `execvpe`, `fexecve`, and on x86-64 and aarch64 `execl`,
     /// `execlp`, `execle`) replaces the process image: the
     /// last moment this image's state can be settled.
     fn before_exec(&self) {}

@@ -27,7 +27,7 @@ pub use libc;
 /// Defines the C-variadic symbol `$name(path, arg0, ..., NULL)` — `execl`, `execlp`,
 /// `execle` — as a trampoline to the ordinary `extern "C" fn $list(path, argv) -> c_int`,
 /// where `argv` is the whole argument list as one NULL-terminated array (for `execle`,
-/// followed by the environment pointer). x86-64 only.
+/// followed by the environment pointer). x86-64 and aarch64.
 ///
 /// Stable Rust cannot define a variadic function, but a naked one receives its arguments
 /// as the ABI places them, and the System V x86-64 ABI (§3.2.3, "Parameter Passing")
@@ -41,12 +41,52 @@ pub use libc;
 /// `$list` with the stack aligned to 16 bytes (the return address kept below the array)
 /// and returns its result, with `errno` as `$list` left it.
 ///
+/// On aarch64 the procedure call standard (AAPCS64 as Linux uses it: unlike Apple's, a
+/// variadic argument goes where a fixed one would) passes `path` in `x0`, the list's first
+/// seven pointers in `x1`–`x7` and the rest on the stack from `[sp]` at entry, eight bytes
+/// each. The trampoline takes 64 bytes of stack (keeping `sp` 16-byte aligned, as aarch64
+/// requires): the link register at the bottom, then `x1`–`x7`, which end where the stack
+/// arguments begin — again one array, in place, handed over as `x1`. It returns through
+/// the saved link register.
+///
 /// Why not a `global_asm!` symbol in this crate: it would be defined in every binary
 /// linking this crate with `preload` on (see the module docs); expanded in
 /// [`crate::export_preload!`], it exists only in the interposer's `cdylib`.
 #[macro_export]
 macro_rules! exec_list_trampoline {
     ($name:ident => $list:path) => {
+        #[cfg(target_arch = "aarch64")]
+        #[no_mangle]
+        #[unsafe(naked)]
+        #[allow(unreachable_pub)] // reachable by its symbol, not by a Rust path
+        // SAFETY: a C caller passes (path, arg0, ..., NULL[, envp]) by AAPCS64, which the
+        // code below reads as `$list`'s (path, argv) and restores before `ret`.
+        pub unsafe extern "C" fn $name(
+            path: *const $crate::preload::libc::c_char,
+            arg0: *const $crate::preload::libc::c_char,
+        ) -> $crate::preload::libc::c_int {
+            ::core::arch::naked_asm!(
+                // A landing pad for a branch-target-checked indirect call (a hint: a no-op
+                // where BTI is off or absent).
+                "hint #34",
+                // 64 bytes, sp stays 16-byte aligned: lr at [sp], x1..x7 at [sp + 8] up to
+                // [sp + 64], where the stack arguments start.
+                "sub sp, sp, #64",
+                "str x30, [sp]",
+                "stp x1, x2, [sp, #8]",
+                "stp x3, x4, [sp, #24]",
+                "stp x5, x6, [sp, #40]",
+                "str x7, [sp, #56]",
+                // path stays in x0; the list is the array from [sp + 8].
+                "add x1, sp, #8",
+                "bl {list}",
+                "ldr x30, [sp]",
+                "add sp, sp, #64",
+                "ret",
+                list = sym $list,
+            )
+        }
+        #[cfg(target_arch = "x86_64")]
         #[no_mangle]
         #[unsafe(naked)]
         #[allow(unreachable_pub)] // reachable by its symbol, not by a Rust path
@@ -88,7 +128,7 @@ macro_rules! exec_list_trampoline {
 /// `ppoll`, `select`, `pselect`, `epoll_wait`, `epoll_pwait`, `epoll_ctl`, `getsockopt`,
 /// `setsockopt`, `close`, `dup`, `dup2`, `dup3`, `socket`, `socketpair`, `accept`,
 /// `accept4`, `fork`, `sendmmsg`, `execve`, `execv`, `execvp`, `execvpe`, `fexecve`, `execl`,
-/// `execlp` and `execle` (x86-64 only: C-variadic, see [`crate::exec_list_trampoline!`]),
+/// `execlp` and `execle` (x86-64 and aarch64: C-variadic, see [`crate::exec_list_trampoline!`]),
 /// `getrandom`, `fread`, `fread_unlocked`, `prctl` and `syscall` for the seccomp filters they
 /// install (and `syscall`'s `io_uring_setup`), liburing's ring set-up calls
 /// (`io_uring_queue_init`, `io_uring_queue_init_params`, `io_uring_queue_init_mem`,
@@ -458,8 +498,8 @@ macro_rules! export_preload {
                 unsafe { e::fexecve(&$hook, fd, a, e_) }
             }
             // `execl`, `execlp`, `execle`: C-variadic, defined by a trampoline for x86-64
-            // only (elsewhere they stay the C library's; see `exec_list_trampoline!`).
-            #[cfg(target_arch = "x86_64")]
+            // and aarch64 (elsewhere they stay the C library's; see `exec_list_trampoline!`).
+            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
             const _: () = {
                 type Cstr = *const $crate::preload::libc::c_char;
                 extern "C" fn execl_list(p: Cstr, a: *const Cstr) -> c_int {
@@ -678,7 +718,7 @@ macro_rules! export_preload {
 
 /// The trampoline called as C calls a variadic function: every list length, with the
 /// register and stack parts of the list both used and the environment after the NULL.
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod tests {
     use libc::{c_char, c_int};
     use std::cell::RefCell;
@@ -748,13 +788,15 @@ mod tests {
         let env = [c"A=1".as_ptr(), null()];
         let envp = env.as_ptr().cast::<c_char>();
         let f = list_fn();
-        for n in [0usize, 1, 5, 6, 7, 40] {
+        // x86-64 has five list pointers in registers, aarch64 seven: both edges.
+        for n in [0usize, 1, 5, 6, 7, 8, 40] {
             let r = match n {
                 0 => call!(f, path, envp, v;),
                 1 => call!(f, path, envp, v; 0),
                 5 => call!(f, path, envp, v; 0 1 2 3 4),
                 6 => call!(f, path, envp, v; 0 1 2 3 4 5),
                 7 => call!(f, path, envp, v; 0 1 2 3 4 5 6),
+                8 => call!(f, path, envp, v; 0 1 2 3 4 5 6 7),
                 _ => call!(f, path, envp, v; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18
                     19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39),
             };
@@ -770,7 +812,7 @@ mod tests {
 /// `execle` through the trampoline reaches the hook and the C library as an interposed
 /// `execve` does: `before_exec` first, and for an `exec` that fails, `exec_failed`, then
 /// `-1` with the C library's `errno` (not the one the hook left).
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod execle_tests {
     use super::hook::Hook;
     use libc::{c_char, c_int};

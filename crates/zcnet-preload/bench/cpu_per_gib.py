@@ -22,7 +22,8 @@ mean) over the ratios of mode to its reference `none` CPU, ± the half-width of 
 interval. With --design rounds the reference is that round's `none` run; with --design
 sandwich every run sits between two `none` runs and its reference is their mean: the runs
 compared are adjacent, and a drift of the machine that is linear over the three runs
-cancels. `none2/none` is what two identical configurations show in the same sitting: a
+cancels. The same ratios of the runs' wall time follow the CPU columns (`w MODE/none`;
+`wall` is none's, s/GiB, start-up included). `none2/none` is what two identical configurations show in the same sitting: a
 ratio whose distance from 1 is within that column's is noise. --target H keeps adding rounds
 after --rounds until every interval (forced `cow` aside) is at most ±H, for at most --budget
 seconds per program and network; the rounds run are printed. --methods prints `none2/none`
@@ -315,6 +316,11 @@ ACCOUNTS = {
     "system": lambda r: r["system"],
 }
 
+# Not a CPU account: a run's wall time, the whole run — the server's start to the received
+# bytes' check, so its fixed costs are in and a wall ratio sits nearer 1 than the transfer's
+# own would. Printed beside the CPU columns (`wall`, `w MODE/none`), never an --account.
+WALL = lambda r: r["wall"]
+
 
 def sha(path):
     h = hashlib.sha256()
@@ -526,8 +532,9 @@ def schedule(a, r, first):
 
 def ratios(a, runs, mode, account, max_steal=None):
     """Per round (rounds) or per sandwich: mode's CPU over its reference `none` CPU; a ratio
-    any of whose runs saw more than max_steal of a CPU stolen by the hypervisor is left out."""
-    acc = ACCOUNTS[account]
+    any of whose runs saw more than max_steal of a CPU stolen by the hypervisor is left out.
+    account is a name in ACCOUNTS, or WALL: the transfer's wall time, by the same design."""
+    acc = WALL if account is WALL else ACCOUNTS[account]
     stolen = lambda r: max_steal is not None and r["steal"] > max_steal * r["wall"]
     out = []
     if a.design == "rounds":
@@ -589,14 +596,19 @@ def wider(a, runs):
 
 def summary(a, runs):
     """Per mode: the median CPU s/GiB of `none`, ksoftirqd's, and each mode's ratio with the
-    half-width of its 95 % interval, by the chosen accounting and estimator."""
+    half-width of its 95 % interval, by the chosen accounting and estimator; the same for the
+    transfer's wall time (`wall`, `wall:MODE`)."""
     gib = runs[0]["gib"]
     acc = ACCOUNTS[a.account]
     out = {"none": statistics.median(acc(r) / gib for r in runs if r["mode"] == "none"),
-           "softirq": statistics.median(r["softirq"] / gib for r in runs)}
+           "softirq": statistics.median(r["softirq"] / gib for r in runs),
+           "wall": statistics.median(WALL(r) / gib for r in runs if r["mode"] == "none")}
+    nan = (float("nan"), float("nan"))
     for m in a.modes[1:]:
         v = ratios(a, runs, m, a.account, a.max_steal)
-        out[m] = ESTIMATORS[a.estimator](v) if v else (float("nan"), float("nan"))
+        out[m] = ESTIMATORS[a.estimator](v) if v else nan
+        v = ratios(a, runs, m, WALL, a.max_steal)
+        out["wall:" + m] = ESTIMATORS[a.estimator](v) if v else nan
     cow = [(r["faults"] / max(r["pages"], 1), r["fault_ns"] / max(r["faults"], 1) / 1e3,
             r["fault_ns"] / 1e9 / gib) for r in runs if r["mode"] == "cow"]
     if cow:
@@ -681,7 +693,9 @@ def main():
         cow = "cow" in a.modes
         print(f"{'program':18} {'net':8} {'none':>7} {'softirq':>7} "
               + " ".join(f"{m + '/none':>13}" for m in a.modes[1:])
-              + (f" {'faulted':>7} {'µs/flt':>6} {'flt s/GiB':>9}" if cow else ""), flush=True)
+              + (f" {'faulted':>7} {'µs/flt':>6} {'flt s/GiB':>9}" if cow else "")
+              + f"  {'wall':>6} " + " ".join(f"{'w ' + m + '/none':>13}" for m in a.modes[1:]),
+              flush=True)
         for kind in nets:
             NET = Net(kind)
             try:
@@ -695,6 +709,8 @@ def main():
                     print(f"{name:18} {kind:8} {med['none']:7.3f} {med['softirq']:7.3f} "
                           + " ".join(f"{'%.3f±%.3f' % med[m]:>13}" for m in a.modes[1:])
                           + (f" {med['faulted']:7.1%} {med['us_fault']:6.1f} {med['fault_s']:9.3f}" if cow else "")
+                          + f"  {med['wall']:6.3f} "
+                          + " ".join(f"{'%.3f±%.3f' % med['wall:' + m]:>13}" for m in a.modes[1:])
                           + f"  ({1 + runs[-1]['round']} rounds, {time.monotonic() - t0:.0f} s)", flush=True)
                     if a.methods:
                         print(methods(a, runs), flush=True)

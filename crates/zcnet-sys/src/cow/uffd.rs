@@ -622,7 +622,7 @@ mod tests {
 /// in flight (`read(2)`, io_uring, any raw system call) sleep on the handler and take the
 /// copy-on-write instead of failing with `EFAULT` (userfaultfd(2), "unprivileged_userfaultfd";
 /// Documentation/admin-guide/mm/userfaultfd.rst). Reported, not used: see
-/// docs/measurements/preload.md ("Kernel writes into memory in flight").
+/// docs/measurements/preload.md ("Kernel-mode faults: probed, reported, not used").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct KernelFaults {
     /// `/proc/sys/vm/unprivileged_userfaultfd` (1: anyone may; 0: only with

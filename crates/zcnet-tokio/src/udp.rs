@@ -80,7 +80,7 @@ fn msg_err(e: MsgError) -> io::Error {
 /// completion or sends by another path, and otherwise by the flusher task ([`flusher`]),
 /// which the first queued request wakes and tokio runs as soon as the sending task yields.
 /// Into the sink bench's veth, `io_uring_enter` per message was a fifth of the sender's
-/// CPU (`docs/measurements/tokio.md`). The price is latency while a task keeps the
+/// CPU (docs/tokio.md, round 14). The price is latency while a task keeps the
 /// thread: a message queued by a task that then computes for a millisecond without an
 /// `.await` leaves a millisecond later — as tokio's own rules for tasks already expect.
 #[derive(Debug)]

@@ -6,4 +6,5 @@ include!("probe.rs");
 
 fn main() {
     zcnet_probe(&["python3"]);
+    zcnet_probe_host(&["io_uring"]);
 }

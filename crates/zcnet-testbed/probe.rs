@@ -84,6 +84,8 @@ fn zcnet_probe(programs: &[&str]) {
 // * `uring`: io_uring may send with `SEND_ZC` (Linux 6.0, and
 //   `kernel.io_uring_disabled` 0, or 1 for root). A seccomp profile that refuses io_uring
 //   cannot be seen from here: a test then fails saying so, never passes having run nothing.
+// * `io_uring`: a process may make an io_uring ring at all (Linux 5.1, not disabled; same
+//   caveat for seccomp).
 // * `openat2`: `openat2(2)` with `RESOLVE_BENEATH` (Linux 5.6), as
 //   `zcnet_transfer::resolve::kernel_resolution` finds it (same caveat for seccomp).
 // * `liburing`: liburing's header, shared and static library (liburing-dev), and a kernel
@@ -122,6 +124,17 @@ fn zcnet_probe_host(facts: &[&str]) {
             Some((it.next()?.parse::<u32>().ok()?, it.next()?.parse::<u32>().ok()?))
         })
         .unwrap_or((0, 0));
+    // `kernel.io_uring_disabled`: 0 lets anyone make a ring, 1 only root (strictly: members
+    // of `kernel.io_uring_group` too), 2 no one.
+    let uring_allowed = match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(0)
+    {
+        0 => true,
+        1 => uid0,
+        _ => false,
+    };
     let on_path = |p: &str| {
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
             .any(|d| d.join(p).is_file())
@@ -164,22 +177,16 @@ fn zcnet_probe_host(facts: &[&str]) {
                 std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2),
                 "two CPUs",
             ),
-            "uring" => {
-                let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u32>().ok())
-                    .unwrap_or(0);
-                (
-                    kernel >= (6, 0) && (disabled == 0 || (disabled == 1 && uid0)),
-                    "io_uring SEND_ZC (Linux 6.0, kernel.io_uring_disabled 0)",
-                )
-            }
+            "uring" => (
+                kernel >= (6, 0) && uring_allowed,
+                "io_uring SEND_ZC (Linux 6.0, kernel.io_uring_disabled 0)",
+            ),
+            "io_uring" => (
+                kernel >= (5, 1) && uring_allowed,
+                "io_uring (Linux 5.1, kernel.io_uring_disabled 0)",
+            ),
             "openat2" => (kernel >= (5, 6), "openat2 (Linux 5.6)"),
             "liburing" => {
-                let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u32>().ok())
-                    .unwrap_or(0);
                 let lib = |f: &str| {
                     ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
                         .iter()
@@ -187,7 +194,7 @@ fn zcnet_probe_host(facts: &[&str]) {
                 };
                 (
                     kernel >= (5, 6)
-                        && (disabled == 0 || (disabled == 1 && uid0))
+                        && uring_allowed
                         && std::path::Path::new("/usr/include/liburing.h").is_file()
                         && lib("liburing.so")
                         && lib("liburing.a"),

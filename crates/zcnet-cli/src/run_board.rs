@@ -64,6 +64,7 @@ fn ring(s: &Slot) -> Value {
             "found": how,
             "pages": s.get(board::ring(1)),
             "protected_pages": s.get(board::ring(2)),
+            "errors": s.get(board::ring(3)),
         }),
     }
 }

@@ -1591,6 +1591,7 @@ fn io_uring_reads_into_a_buffer_just_sent_succeed_in_every_mode() {
                 assert_eq!(lines.len(), 1, "{who}: {lines:?}");
                 let ring = &lines[0]["io_uring"];
                 assert_eq!(ring["found"], found, "{who}: {lines:?}");
+                assert_eq!(ring["errors"], 0, "{who}: {lines:?}");
                 let total = &lines[0]["total"];
                 // Every send once the ring exists is copied, for it (whole 1 MiB writes
                 // on a blocking socket).

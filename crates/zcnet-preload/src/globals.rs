@@ -60,6 +60,7 @@ pub fn count_freed(r: zcnet::cow::LetGo) {
     crate::slot::add(zcnet_sys::board::freed(0), 1);
     crate::slot::add(zcnet_sys::board::freed(1), r.pages);
     crate::slot::add(zcnet_sys::board::freed(2), r.protected);
+    crate::slot::add(zcnet_sys::board::freed(3), r.errors);
 }
 
 /// What was let go so far.

@@ -32,6 +32,8 @@ pub const LOOK_EVERY: Duration = Duration::from_millis(20);
 static FOUND: AtomicU64 = AtomicU64::new(0);
 static PAGES: AtomicU64 = AtomicU64::new(0);
 static PROTECTED: AtomicU64 = AtomicU64::new(0);
+/// System calls that failed while letting go (a page may then still be protected).
+static ERRORS: AtomicU64 = AtomicU64::new(0);
 /// When the mapping was last looked for, in ns since [`epoch`]; 0 for never.
 static LAST_LOOK: AtomicU64 = AtomicU64::new(0);
 
@@ -77,9 +79,11 @@ fn found_by(how: u64) {
     let r = zcnet::cow::let_go_all();
     PAGES.fetch_add(r.pages, Relaxed);
     PROTECTED.fetch_add(r.protected, Relaxed);
+    ERRORS.fetch_add(r.errors, Relaxed);
     crate::slot::add(board::ring(0), how);
     crate::slot::add(board::ring(1), r.pages);
     crate::slot::add(board::ring(2), r.protected);
+    crate::slot::add(board::ring(3), r.errors);
 }
 
 /// In a forked child: the ring is the parent's too (its descriptor is inherited), so
@@ -87,6 +91,7 @@ fn found_by(how: u64) {
 pub fn after_fork_in_child() {
     PAGES.store(0, Relaxed);
     PROTECTED.store(0, Relaxed);
+    ERRORS.store(0, Relaxed);
 }
 
 /// The stats line's `io_uring`: `null` if no ring was found.
@@ -97,6 +102,7 @@ pub fn report() -> serde_json::Value {
             "found": how,
             "pages": PAGES.load(Relaxed),
             "protected_pages": PROTECTED.load(Relaxed),
+            "errors": ERRORS.load(Relaxed),
         }),
     }
 }

@@ -121,8 +121,9 @@ pub const fn udp(i: usize) -> usize {
 }
 
 /// Memory given back while zero-copy sends still held some of its pages (the stats line's
-/// `freed_in_flight`), after the `sendmmsg` counters.
-pub const FREED: [&str; 3] = ["calls", "pages", "protected_pages"];
+/// `freed_in_flight`), after the `sendmmsg` counters; `errors` are system calls that failed
+/// while letting go (a page may then still be protected).
+pub const FREED: [&str; 4] = ["calls", "pages", "protected_pages", "errors"];
 
 /// Word of give-back counter `i`.
 pub const fn freed(i: usize) -> usize {
@@ -131,8 +132,8 @@ pub const fn freed(i: usize) -> usize {
 
 /// An `io_uring` ring in the process (the stats line's `io_uring`), after the give-back
 /// counters: how it was found ([`ring_found`]), and the pages a send still held then, which
-/// were let go of at once.
-pub const RING: [&str; 3] = ["found", "pages", "protected_pages"];
+/// were let go of at once, and the system calls that failed meanwhile (`errors`).
+pub const RING: [&str; 4] = ["found", "pages", "protected_pages", "errors"];
 
 /// Word of ring counter `i`.
 pub const fn ring(i: usize) -> usize {
